@@ -1,0 +1,367 @@
+"""The engine: the clock, the order of events at a tick, and every request's life.
+
+At each boundary tick t, in this order (SPEC §4):
+  E1  the dispatch completing at t records its outputs; requests that produced
+      their last output finish (their `finished` records come first);
+  E2  requests arriving at t are registered, in trace order, and those that
+      could never be served are rejected (E6); then cancellations at t;
+  E3  then forced preemptions, then draining blocks whose delay has expired
+      are released, then the policy admits and builds the next dispatch.
+Cancellations and preemptions that fall inside an in-flight dispatch wait for
+its completion boundary (E4). Between boundaries nothing happens, and the
+clock jumps straight to the next one (E7), so the cost of a run grows with
+its dispatches and events, never with the idle ticks between them.
+
+The engine is the `SchedulerView` its policy sees: `admit`, `block` and
+`preempt` are how a policy's decisions become transitions and events.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from .allocator import BlockAllocator
+from .errors import InvariantError
+from .events import (
+    Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event,
+    Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled,
+)
+from .options import Options
+from .policies import Plan, make_policy
+from .request import DECODE, PREFILL, RECOMPUTE, Request
+from .states import RequestStatus
+from .summary import RunStats
+from .workload import Workload
+
+__all__ = ["Engine", "RunResult", "run"]
+
+RUNNING = RequestStatus.RUNNING
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What one policy's replay produced."""
+
+    policy: str
+    summary: dict[str, Any]
+    requests: list[Request]
+    stalled: bool
+
+
+class _InFlight:
+    """The dispatch being executed: its rows and its completion tick."""
+
+    __slots__ = ("rows", "done")
+
+    def __init__(self, rows: list[tuple[Request, bool]], done: int) -> None:
+        self.rows = rows  # (request, emits)
+        self.done = done
+
+
+class Engine:
+    """Replays one workload under one policy.
+
+    `on_event` receives every event record as it happens (None: build none).
+    `on_state(tick, state, after_dispatch)` receives the block counts at every
+    boundary, after admission, and again after the dispatch allocated its
+    blocks (used by `check` for `at` expectations). `audit` runs the full
+    O(blocks) conservation audit at every boundary (tests).
+    """
+
+    def __init__(self, workload: Workload, options: Options, policy: str,
+                 on_event: Callable[[Event], None] | None = None,
+                 on_state: Callable[[int, dict[str, int], bool], None] | None = None,
+                 audit: bool = False) -> None:
+        self.workload = workload
+        self.options = options
+        self.allocator = BlockAllocator(options.num_blocks, options.block_size)
+        self.policy = make_policy(policy, options, self)
+        self.policy_name = policy
+        self.now = 0
+        self._emit = on_event
+        self._on_state = on_state
+        self._audit = audit
+        self.requests: dict[str, Request] = {}
+        self.stats = RunStats()
+        self._live = 0            # registered requests not yet ended
+        self._policy_moved = False  # the policy admitted or preempted in this schedule
+        self._admit_seq = 0
+
+    # --- the SchedulerView a policy sees ----------------------------------------
+
+    def admit(self, req: Request, credit: int) -> None:
+        """Carry out a policy's admission: reserve, transition, report."""
+        if credit:
+            self.allocator.reserve(req.rid, credit)
+        req.admit(self.now, self._admit_seq, credit)
+        self._admit_seq += 1
+        self._policy_moved = True
+        if self._emit is not None:
+            self._emit(Admitted(self.now, req.rid, credit))
+
+    def block(self, req: Request, reason: str, needed: int) -> None:
+        """Report the queue head that cannot be admitted at this boundary."""
+        if self._emit is not None:
+            a = self.allocator
+            self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
+                                        a.reserved, a.draining))
+
+    def preempt(self, req: Request, reason: str) -> int:
+        """Preempt a running request: its credit goes, its blocks drain (A4, L2)."""
+        freed = self.allocator.free_request(req.rid, self.now, self.options.release_delay)
+        outputs = req.outputs
+        req.preempt(fold_pending=self.policy.folds_pending)
+        self.policy.remove(req)
+        self.policy.requeue(req)
+        self._policy_moved = True
+        if self._emit is not None:
+            self._emit(Preempted(self.now, req.rid, outputs, freed, reason))
+        return freed
+
+    # --- lifecycle helpers --------------------------------------------------------
+
+    def _end(self, req: Request) -> None:
+        """Bookkeeping shared by every way a live request ends."""
+        self._live -= 1
+        self.stats.request_ended(req)
+
+    def _release_request(self, req: Request) -> int:
+        return self.allocator.free_request(req.rid, self.now, self.options.release_delay)
+
+    def _register(self, spec) -> None:
+        req = Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens,
+                      spec.output_tokens, spec.max_tokens, spec.priority, spec.deadline,
+                      spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
+        self.requests[req.rid] = req
+        self.stats.requests += 1
+        emit = self._emit
+        if emit is not None:
+            emit(Arrival(self.now, req.rid))
+        needed = self.policy.blocks_to_finish(req)
+        if needed > self.options.num_blocks:
+            req.reject(self.now)
+            self.stats.request_ended(req)
+            if emit is not None:
+                rule = "P+M-1" if self.policy.reserves else "P+N-1"
+                emit(Rejected(self.now, req.rid,
+                              f"needs {needed} blocks for {rule} rows, more than num_blocks",
+                              needed, self.options.num_blocks))
+            return
+        self._live += 1
+        self.policy.add(req)
+
+    def _cancel(self, rid: str) -> None:
+        req = self.requests[rid]
+        if req.status.is_finished:
+            if self._emit is not None:
+                self._emit(CancelIgnored(self.now, rid, req.status.label))
+            return
+        was_running = req.status == RUNNING
+        self.policy.remove(req)
+        if was_running:
+            self._release_request(req)
+        was = req.cancel(self.now)
+        self._end(req)
+        if self._emit is not None:
+            self._emit(Cancelled(self.now, rid, was.label))
+
+    def _force_preempt(self, rid: str) -> None:
+        req = self.requests[rid]
+        if req.status != RUNNING:
+            if self._emit is not None:
+                self._emit(PreemptIgnored(self.now, rid, req.status.label))
+            return
+        self.preempt(req, "manual")
+
+    # --- dispatches -------------------------------------------------------------------
+
+    def _state(self) -> dict[str, int]:
+        a = self.allocator
+        return {"waiting": self.policy.waiting_count, "running": self.policy.running_count,
+                "reserved": a.reserved, "allocated": a.held, "draining": a.draining,
+                "free": a.free}
+
+    def _start(self, plan: Plan) -> _InFlight:
+        """Check the plan, allocate its blocks, write its rows (dispatch start)."""
+        now = self.now
+        options = self.options
+        if len(plan) > options.max_rows:
+            raise InvariantError(f"dispatch rows({len(plan)}) <= max_rows({options.max_rows}) "
+                                 "is false", now)
+        grow = self.allocator.grow
+        rows: list[tuple[Request, bool]] = []
+        total = prompt = decode = recompute = 0
+        records = [] if self._emit is not None else None
+        for req, tokens in plan:
+            if req.status != RUNNING:
+                raise InvariantError(f"request {req.rid!r} dispatched while "
+                                     f"{req.status.label}", now)
+            remaining = req.phase_remaining
+            if not 1 <= tokens <= remaining:
+                raise InvariantError(f"request {req.rid!r}: 1 <= tokens({tokens}) <= "
+                                     f"phase remaining({remaining}) is false", now)
+            phase = req.phase
+            emits = req.chunk_emits(tokens)
+            grow(req.rid, req.resident + tokens)
+            req.record_rows(tokens)
+            rows.append((req, emits))
+            total += tokens
+            if phase is DECODE:
+                decode += tokens
+            elif phase is PREFILL:
+                prompt += tokens
+            else:
+                recompute += tokens
+            if records is not None:
+                records.append({"id": req.rid, "phase": phase, "tokens": tokens, "emits": emits})
+        if total > options.token_budget:
+            raise InvariantError(f"dispatch tokens({total}) <= token_budget"
+                                 f"({options.token_budget}) is false", now)
+        if self._audit and len({id(r) for r, _ in rows}) != len(rows):
+            raise InvariantError("a request appears twice in one dispatch", now)
+        stats = self.stats
+        stats.iterations += 1
+        stats.rows += len(rows)
+        stats.tokens += total
+        stats.prompt_tokens += prompt
+        stats.decode_tokens += decode
+        stats.recompute_tokens += recompute
+        done = now + self.duration(plan)
+        if records is not None:
+            self._emit(Dispatch(now, tuple(records), total, done))
+        return _InFlight(rows, done)
+
+    def duration(self, plan: Plan) -> int:
+        """Ticks a dispatch lasts: one, without a cost model (SPEC §0)."""
+        return 1
+
+    def _complete(self, flight: _InFlight) -> None:
+        """E1: record the outputs; finish requests that produced their last one."""
+        now = self.now
+        self.stats.makespan = now
+        outputs = 0
+        for req, emits in flight.rows:
+            if not emits:
+                continue
+            outputs += 1
+            if req.emit(now):
+                req.finish(now)
+                self.policy.remove(req)
+                self._release_request(req)
+                self._end(req)
+                if self._emit is not None:
+                    self._emit(Finished(now, req.rid, req.status.label))
+        self.stats.output_tokens += outputs
+
+    # --- the main loop ----------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        """Replay the whole workload; return the summary and the request records."""
+        specs = self.workload.requests
+        cancels = self.workload.cancels
+        preempts = self.workload.preempts
+        ia = ic = ip = 0
+        allocator = self.allocator
+        policy = self.policy
+        emit = self._emit
+        on_state = self._on_state
+        flight: _InFlight | None = None
+        stalled = False
+        inf = float("inf")
+
+        t = specs[0].arrival if specs else 0
+        while True:
+            self.now = t
+            # E1
+            if flight is not None and flight.done == t:
+                self._complete(flight)
+                flight = None
+            # E2: arrivals, then cancellations
+            while ia < len(specs) and specs[ia].arrival == t:
+                self._register(specs[ia])
+                ia += 1
+            if flight is None:
+                while ic < len(cancels) and cancels[ic].at <= t:
+                    self._cancel(cancels[ic].id)
+                    ic += 1
+                # E3: preemptions, releases, then the policy
+                while ip < len(preempts) and preempts[ip].at <= t:
+                    self._force_preempt(preempts[ip].id)
+                    ip += 1
+            released = allocator.release_expired(t)
+            if released and emit is not None:
+                emit(Released(t, released))
+            moved = False
+            if flight is None and self._live:
+                self._policy_moved = False
+                plan = policy.schedule(t)
+                moved = self._policy_moved
+                if on_state is not None:
+                    on_state(t, self._state(), False)
+                if plan:
+                    if emit is not None:
+                        emit(Snapshot(t, **self._state()))
+                    flight = self._start(plan)
+                    if on_state is not None:
+                        on_state(t, self._state(), True)
+            elif on_state is not None:
+                on_state(t, self._state(), flight is not None)
+            allocator.check() if not self._audit else allocator.audit()
+
+            # The next boundary (E7): the earliest thing that can change anything.
+            nxt = inf
+            if flight is not None:
+                nxt = flight.done
+            if ia < len(specs):
+                nxt = min(nxt, specs[ia].arrival)
+            expiry = allocator.next_expiry()
+            if expiry is not None:
+                nxt = min(nxt, expiry)
+            if flight is None:
+                if ic < len(cancels):
+                    nxt = min(nxt, cancels[ic].at)
+                if ip < len(preempts):
+                    nxt = min(nxt, preempts[ip].at)
+                if self._live:
+                    wake = policy.next_wakeup(t)
+                    if wake is not None and wake > t:
+                        nxt = min(nxt, wake)
+                    if moved and policy.running_count:
+                        # E6b: the policy changed something but ran nothing:
+                        # an empty iteration, and the next decision at t + 1.
+                        self.stats.empty_iterations += 1
+                        nxt = min(nxt, t + 1)
+            elif ic < len(cancels) or ip < len(preempts):
+                nxt = min(nxt, flight.done)
+            if nxt == inf:
+                if self._live:
+                    self._stall()
+                    stalled = True
+                break
+            t = int(nxt)
+
+        summary = self.stats.summary(allocator.peak_reserved, allocator.peak_held)
+        return RunResult(self.policy_name, summary, list(self.requests.values()), stalled)
+
+    def _stall(self) -> None:
+        """E6b: nothing can ever change again; every live request ends in error."""
+        now = self.now
+        a = self.allocator
+        reason = (f"no progress possible at tick {now}: {self.policy.running_count} running, "
+                  f"{self.policy.waiting_count} waiting, free {a.free}, reserved "
+                  f"{a.reserved}, draining {a.draining}, and no event pending")
+        for req in list(self.requests.values()):
+            if req.status.is_finished:
+                continue
+            if req.status == RUNNING:
+                self._release_request(req)
+            self.policy.remove(req)
+            req.fail(now)
+            self._end(req)
+            if self._emit is not None:
+                self._emit(Stalled(now, req.rid, reason))
+
+
+def run(workload: Workload, options: Options, policy: str, **kwargs) -> RunResult:
+    """Convenience: build an engine and replay the workload under one policy."""
+    return Engine(workload, options, policy, **kwargs).run()

@@ -1,0 +1,41 @@
+"""The exception types that cross layers, and what each one means to a user.
+
+`TraceError` and `UsageError` are the user's fault and map to exit status 2;
+`InvariantError` is ours (a bookkeeping equation failed) and maps to exit 3.
+Only the command-line layer turns them into messages and exit codes.
+"""
+from __future__ import annotations
+
+__all__ = ["SimError", "TraceError", "UsageError", "InvariantError"]
+
+
+class SimError(Exception):
+    """Base class of every error the simulator raises on purpose."""
+
+
+class TraceError(SimError):
+    """A trace file is malformed; carries every problem found, not only the first.
+
+    Each entry of `problems` is already a complete `file:line: ...` message.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class UsageError(SimError):
+    """A command-line flag or option value is invalid."""
+
+
+class InvariantError(SimError):
+    """An internal accounting invariant failed: a bug in the simulator or a policy.
+
+    The message always spells out the equation with its numbers, e.g.
+    ``reserved(3) + draining(2) <= num_blocks(4) is false``.
+    """
+
+    def __init__(self, message: str, tick: int | None = None) -> None:
+        self.tick = tick
+        prefix = f"at tick {tick}: " if tick is not None else ""
+        super().__init__(prefix + message)

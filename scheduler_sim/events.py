@@ -1,0 +1,169 @@
+"""Event records: what the engine reports, one frozen dataclass per kind (SPEC §11).
+
+Each record knows its JSON form (`to_dict`, `to_json`) and can be rebuilt from
+it (`event_from_dict`), which the round-trip tests use. Every record carries
+`tick` and `event`; request records carry `id`. Records are built only when
+somebody listens, so a run without `--events` pays nothing for them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, ClassVar
+
+__all__ = [
+    "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
+    "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
+    "PreemptIgnored", "Released", "Stalled", "EVENT_TYPES", "event_from_dict",
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """Base of all records: the tick at which it happened."""
+
+    kind: ClassVar[str] = ""
+    tick: int
+
+    def to_dict(self, policy: str | None = None) -> dict[str, Any]:
+        """The JSON object of this record; `policy` is added when several policies run."""
+        out: dict[str, Any] = {"tick": self.tick, "event": self.kind}
+        if policy is not None:
+            out["policy"] = policy
+        for field in dataclasses.fields(self)[1:]:
+            out[field.name] = getattr(self, field.name)
+        return out
+
+    def to_json(self, policy: str | None = None) -> str:
+        """One line of the event stream (compact JSON, fields in a fixed order)."""
+        return json.dumps(self.to_dict(policy), separators=(",", ":"))
+
+
+def _record(kind: str):
+    def wrap(cls):
+        cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
+        cls.kind = kind
+        return cls
+    return wrap
+
+
+@_record("arrival")
+class Arrival(Event):
+    """A request was registered (E2)."""
+    id: str
+
+
+@_record("rejected")
+class Rejected(Event):
+    """A request could never be served and was refused at registration (E6)."""
+    id: str
+    reason: str
+    needed: int
+    capacity: int
+
+
+@_record("admitted")
+class Admitted(Event):
+    """A request entered the running set; `reserved` is its credit in blocks (A1)."""
+    id: str
+    reserved: int
+
+
+@_record("admission_blocked")
+class AdmissionBlocked(Event):
+    """The queue head could not be admitted at this boundary, and why."""
+    id: str
+    reason: str
+    needed: int
+    free: int
+    reserved: int
+    draining: int
+
+
+@_record("snapshot")
+class Snapshot(Event):
+    """Counts just before a dispatch: after admission, before it allocates blocks."""
+    waiting: int
+    running: int
+    reserved: int
+    allocated: int
+    draining: int
+    free: int
+
+
+@_record("dispatch")
+class Dispatch(Event):
+    """One forward pass: per request, its phase, tokens and whether it emits an output.
+
+    `rows` holds dicts `{id, phase, tokens, emits}`; `done` is the completion tick.
+    """
+    rows: tuple
+    tokens: int
+    done: int
+
+
+@_record("finished")
+class Finished(Event):
+    """A request produced its last output (first among its tick's events, E1)."""
+    id: str
+    status: str
+
+
+@_record("cancelled")
+class Cancelled(Event):
+    """A client cancellation took effect; `state` is where the request was."""
+    id: str
+    state: str
+
+
+@_record("cancel_ignored")
+class CancelIgnored(Event):
+    """A cancellation of a request that had already ended (E5)."""
+    id: str
+    status: str
+
+
+@_record("preempted")
+class Preempted(Event):
+    """A running request lost its blocks and went back to wait (L2)."""
+    id: str
+    outputs: int
+    blocks_freed: int
+    reason: str
+
+
+@_record("preempt_ignored")
+class PreemptIgnored(Event):
+    """A manual preemption of a request that was not running."""
+    id: str
+    status: str
+
+
+@_record("released")
+class Released(Event):
+    """Draining blocks became free (A4)."""
+    blocks: int
+
+
+@_record("stalled")
+class Stalled(Event):
+    """The run could make no more progress; this request ends as finished_error (E6b)."""
+    id: str
+    reason: str
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (Arrival, Rejected, Admitted, AdmissionBlocked, Snapshot, Dispatch,
+                Finished, Cancelled, CancelIgnored, Preempted, PreemptIgnored,
+                Released, Stalled)
+}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild a record from its JSON object (ignores a `policy` field)."""
+    cls = EVENT_TYPES[data["event"]]
+    values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
+    if cls is Dispatch:
+        values["rows"] = tuple(values["rows"])
+    return cls(**values)

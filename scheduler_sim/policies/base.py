@@ -1,0 +1,103 @@
+"""The policy interface: what a scheduling policy decides and what it may ask.
+
+The engine owns the clock, the event order and every request's lifecycle. A
+policy owns its queues and makes two kinds of decision at each boundary,
+inside `schedule`:
+- which waiting requests to admit (and, for some policies, which running
+  ones to preempt), carried out through the `SchedulerView` so that the
+  engine can assert the transition and report it;
+- the next dispatch: a list of `(request, tokens)` pairs. The engine derives
+  each row's phase and whether it emits, allocates the blocks and checks the
+  budgets.
+
+The engine tells the policy about requests it did not choose to move:
+`add` (registered and waiting), `requeue` (preempted, waiting again) and
+`remove` (ended or preempted: forget it wherever it sits).
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+from ..allocator import BlockAllocator
+from ..options import Options
+from ..request import Request
+
+__all__ = ["SchedulerView", "Policy", "Plan"]
+
+Plan = list  # list[tuple[Request, int]]: the next dispatch, request -> tokens
+
+
+class SchedulerView(Protocol):
+    """What the engine lets a policy see and do."""
+
+    options: Options
+    allocator: BlockAllocator
+    now: int
+
+    def admit(self, req: Request, credit: int) -> None:
+        """Move `req` to RUNNING with a reservation of `credit` blocks (0: on demand)."""
+
+    def block(self, req: Request, reason: str, needed: int) -> None:
+        """Report that the queue head `req` cannot be admitted now, and why."""
+
+    def preempt(self, req: Request, reason: str) -> int:
+        """Take `req`'s blocks away and make it wait again; return blocks freed."""
+
+
+class Policy:
+    """Base class of every policy; subclasses live one per module in this package."""
+
+    name: ClassVar[str] = ""
+    # True: admission reserves the worst case (A1) and E6 rejects by P + M - 1.
+    # False: blocks are allocated on demand and E6 rejects by P + N - 1.
+    reserves: ClassVar[bool] = True
+    # True: a recompute feeds the pending token too and emits at its end (L3, vllm).
+    folds_pending: ClassVar[bool] = False
+
+    def __init__(self, options: Options, view: SchedulerView) -> None:
+        self.options = options
+        self.view = view
+
+    # --- sizing -------------------------------------------------------------
+
+    def blocks_to_finish(self, req: Request) -> int:
+        """Blocks `req` needs over its whole life under this policy (E6, A1)."""
+        rows = req.prompt_tokens - 1 + (req.max_tokens if self.reserves else req.output_tokens)
+        return -(-rows // self.options.block_size)
+
+    # --- notifications from the engine --------------------------------------
+
+    def add(self, req: Request) -> None:
+        """A new request was registered and waits for admission."""
+        raise NotImplementedError
+
+    def requeue(self, req: Request) -> None:
+        """A preempted request waits again for admission."""
+        raise NotImplementedError
+
+    def remove(self, req: Request) -> None:
+        """`req` ended or was preempted: drop it from wherever the policy keeps it."""
+        raise NotImplementedError
+
+    # --- decisions ------------------------------------------------------------
+
+    def schedule(self, now: int) -> Plan:
+        """Admit what fits and return the next dispatch (empty: nothing to run)."""
+        raise NotImplementedError
+
+    def next_wakeup(self, now: int) -> int | None:
+        """A future tick at which the policy would decide differently with no other
+        change (a batching window, a timeout); None if there is none."""
+        return None
+
+    # --- counts for snapshots -------------------------------------------------
+
+    @property
+    def waiting_count(self) -> int:
+        """Requests waiting for admission (new or preempted)."""
+        raise NotImplementedError
+
+    @property
+    def running_count(self) -> int:
+        """Admitted requests that have not ended."""
+        raise NotImplementedError

@@ -1,0 +1,127 @@
+"""`continuous`: iteration-level scheduling under full reservation (SPEC §6).
+
+The reference policy. At every boundary:
+1. Admission scans the waiting queue in order. The head is admitted when its
+   worst-case credit, ceil((P + M - 1) / B) blocks (A1), fits beside the
+   credits of running requests and the draining blocks. A head that does not
+   fit is reported (`admission_blocked`) and blocks everything behind it:
+   head-of-line blocking is deliberate.
+2. The dispatch: every decoding request contributes at most one token,
+   starting from a rotating row; the remaining budget goes to prefill chunks
+   (at most `prefill_chunk` tokens each), also from a rotating row. Rows of
+   recompute (after a preemption) are scheduled like prefill chunks.
+   `max_rows` and `token_budget` cap every dispatch.
+
+Rotation is round-robin, separately for decodes and prefills: the policy
+remembers the last request it served and starts the next dispatch with the
+first candidate admitted after it, wrapping to the oldest.
+"""
+from __future__ import annotations
+
+from ..queues import make_queue
+from ..request import DECODE, Request
+from ..rotation import RotatingSet
+from .base import Plan, Policy, SchedulerView
+from ..options import Options
+
+__all__ = ["ContinuousPolicy"]
+
+
+class ContinuousPolicy(Policy):
+    """Continuous batching with reservation credits and round-robin rows."""
+
+    name = "continuous"
+    # Most requests that may run at once; None: only blocks limit admission.
+    running_limit: int | None = None
+    limit_reason = "running_limit"
+
+    def __init__(self, options: Options, view: SchedulerView) -> None:
+        super().__init__(options, view)
+        self.queue = make_queue(options.order)
+        self.decoders = RotatingSet()    # prefill done: one token per dispatch
+        self.prefillers = RotatingSet()  # prompt or recompute rows still to write
+        self._last_decode = -1
+        self._last_prefill = -1
+        self._admissions = 0
+
+    # --- notifications ------------------------------------------------------
+
+    def add(self, req: Request) -> None:
+        self.queue.add(req)
+
+    def requeue(self, req: Request) -> None:
+        self.queue.prepend(req)
+
+    def remove(self, req: Request) -> None:
+        if req in self.queue:
+            self.queue.remove(req)
+        elif not self.decoders.discard(req):
+            self.prefillers.discard(req)
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self.queue)
+
+    @property
+    def running_count(self) -> int:
+        return len(self.decoders) + len(self.prefillers)
+
+    # --- admission ----------------------------------------------------------
+
+    def admit_waiting(self) -> None:
+        """Admit queue heads while their credit fits; report the first that does not."""
+        queue = self.queue
+        allocator = self.view.allocator
+        while queue:
+            head = queue.peek()
+            needed = self.blocks_to_finish(head)
+            if self.running_limit is not None and self.running_count >= self.running_limit:
+                self.view.block(head, self.limit_reason, needed)
+                return
+            if not allocator.can_reserve(needed):
+                # Would it fit once the draining blocks are free? Then cleanup is
+                # what holds it back; otherwise the credits of running requests.
+                fits_later = allocator.reserved + needed <= allocator.num_blocks
+                self.view.block(head, "draining" if fits_later else "reservation", needed)
+                return
+            queue.pop()
+            self._admissions += 1
+            self.view.admit(head, needed)
+            (self.decoders if head.phase == DECODE else self.prefillers).add(head)
+
+    # --- the dispatch -------------------------------------------------------
+
+    def schedule(self, now: int) -> Plan:
+        self.admit_waiting()
+        options = self.options
+        max_rows = options.max_rows
+        budget = options.token_budget
+        plan: Plan = []
+        last = None
+        for req in self.decoders.cycle_after(self._last_decode):
+            if len(plan) == max_rows or budget == 0:
+                break
+            plan.append((req, 1))
+            budget -= 1
+            last = req
+        if last is not None:
+            self._last_decode = last.admit_seq
+        last = None
+        to_decode = []
+        chunk = options.prefill_chunk
+        for req in self.prefillers.cycle_after(self._last_prefill):
+            if len(plan) == max_rows or budget == 0:
+                break
+            remaining = req.phase_remaining
+            tokens = min(remaining, chunk, budget)
+            plan.append((req, tokens))
+            budget -= tokens
+            last = req
+            if tokens == remaining and req.resident + tokens >= req.prompt_tokens:
+                to_decode.append(req)  # its next row, after this dispatch, is a decode
+        if last is not None:
+            self._last_prefill = last.admit_seq
+        for req in to_decode:
+            self.prefillers.discard(req)
+            self.decoders.add(req)
+        return plan

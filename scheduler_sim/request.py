@@ -1,0 +1,222 @@
+"""One request: what the trace asked for, how far it has got, and what it holds.
+
+Three groups of fields are kept apart on purpose (SPEC L2):
+- the spec (prompt P, outputs N, max_tokens M, priority, ...), never changed;
+- logical progress: `outputs`, the number of output tokens the client has seen;
+- physical residency: `resident`, the rows whose KV is held now, and `credit`,
+  the blocks reserved for it. Preemption wipes residency and keeps progress.
+
+After k outputs the committed rows are P + k - 1: output k is the pending
+token, written by the next dispatch. A request's next work is therefore one
+of three phases: `recompute` (rebuilding rows lost to a preemption),
+`prefill` (prompt rows never written) or `decode` (one row, one output).
+
+State changes go only through the named transitions below; each asserts the
+state it starts from.
+"""
+from __future__ import annotations
+
+from .errors import InvariantError
+from .states import RequestStatus
+
+__all__ = ["Request", "PREFILL", "DECODE", "RECOMPUTE"]
+
+PREFILL = "prefill"
+DECODE = "decode"
+RECOMPUTE = "recompute"
+
+W = RequestStatus
+
+
+class Request:
+    """A request of the trace and its simulated life."""
+
+    __slots__ = (
+        "rid", "index", "arrival", "prompt_tokens", "output_tokens", "max_tokens",
+        "priority", "deadline", "prompt_token_ids", "output_token_ids", "block_hashes",
+        "status", "outputs", "resident", "restore", "high_water", "emit_on_restore",
+        "credit", "useful_rows", "replay_rows", "preemptions", "admitted_at",
+        "first_token_at", "finished_at", "admit_seq", "cached_tokens",
+    )
+
+    def __init__(self, rid: str, index: int, arrival: int, prompt_tokens: int,
+                 output_tokens: int, max_tokens: int | None = None, priority: int = 0,
+                 deadline: int | None = None, prompt_token_ids: list[int] | None = None,
+                 output_token_ids: list[int] | None = None,
+                 block_hashes: list | None = None) -> None:
+        self.rid = rid
+        self.index = index  # position in the trace: the final tie-breaker everywhere
+        self.arrival = arrival
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.max_tokens = output_tokens if max_tokens is None else max_tokens
+        self.priority = priority
+        self.deadline = deadline
+        self.prompt_token_ids = prompt_token_ids
+        self.output_token_ids = output_token_ids
+        self.block_hashes = block_hashes
+        self.status = W.WAITING
+        # logical progress
+        self.outputs = 0
+        # physical residency
+        self.resident = 0
+        self.restore = 0          # rows recompute must rebuild before new work
+        self.high_water = 0       # most rows ever written: rewriting below it is replay
+        self.emit_on_restore = False  # folded recompute (vllm): the last restored row emits
+        self.credit = 0
+        # accounting
+        self.useful_rows = 0
+        self.replay_rows = 0
+        self.preemptions = 0
+        self.admitted_at: int | None = None
+        self.first_token_at: int | None = None
+        self.finished_at: int | None = None
+        self.admit_seq = -1       # admission order, for round-robin rotation
+        self.cached_tokens = 0
+
+    def __repr__(self) -> str:
+        return (f"Request({self.rid!r}, {self.status.label}, outputs={self.outputs}/"
+                f"{self.output_tokens}, resident={self.resident})")
+
+    # --- derived views -------------------------------------------------------
+
+    @property
+    def committed_rows(self) -> int:
+        """Rows that belong in KV given the outputs so far: P + k - 1 after k outputs."""
+        if self.outputs == 0:
+            return min(self.high_water, self.prompt_tokens)
+        return self.prompt_tokens + self.outputs - 1
+
+    @property
+    def final_rows(self) -> int:
+        """Rows written over a whole uninterrupted life: P + N - 1."""
+        return self.prompt_tokens + self.output_tokens - 1
+
+    @property
+    def phase(self) -> str:
+        """What the next dispatch row of this request does."""
+        if self.resident < self.restore:
+            return RECOMPUTE
+        if self.resident < self.prompt_tokens:
+            return PREFILL
+        return DECODE
+
+    @property
+    def phase_remaining(self) -> int:
+        """Tokens left in the current phase (a decode is always one token)."""
+        if self.resident < self.restore:
+            return self.restore - self.resident
+        if self.resident < self.prompt_tokens:
+            return self.prompt_tokens - self.resident
+        return 1
+
+    def chunk_emits(self, tokens: int) -> bool:
+        """Whether a chunk of `tokens` rows starting at `resident` produces an output."""
+        end = self.resident + tokens
+        if self.resident < self.restore:
+            return self.emit_on_restore and end == self.restore
+        if self.resident < self.prompt_tokens:
+            return end == self.prompt_tokens
+        return True
+
+    # --- named transitions ---------------------------------------------------
+
+    def _expect(self, action: str, *allowed: RequestStatus) -> None:
+        if self.status not in allowed:
+            names = " or ".join(s.label for s in allowed)
+            raise InvariantError(
+                f"request {self.rid!r}: cannot {action} from {self.status.label} "
+                f"(allowed from {names})")
+
+    def admit(self, now: int, seq: int, credit: int) -> None:
+        """WAITING or PREEMPTED -> RUNNING, holding `credit` reserved blocks."""
+        self._expect("admit", W.WAITING, W.PREEMPTED)
+        self.status = W.RUNNING
+        self.credit = credit
+        self.admit_seq = seq
+        if self.admitted_at is None:
+            self.admitted_at = now
+
+    def record_rows(self, tokens: int) -> None:
+        """Account `tokens` rows written at `resident`: below the high-water mark
+        they are replayed work, above it useful work."""
+        start = self.resident
+        end = start + tokens
+        if start < self.high_water:
+            replay = min(end, self.high_water) - start
+            self.replay_rows += replay
+            self.useful_rows += tokens - replay
+        else:
+            self.useful_rows += tokens
+        if end > self.high_water:
+            self.high_water = end
+        self.resident = end
+
+    def emit(self, now: int) -> bool:
+        """Record one output at completion tick `now`; True when it was the last one."""
+        self.outputs += 1
+        if self.outputs == 1:
+            self.first_token_at = now
+        return self.outputs == self.output_tokens
+
+    def finish(self, now: int) -> None:
+        """RUNNING -> FINISHED_STOPPED (N < M) or FINISHED_LENGTH_CAPPED (N == M)."""
+        self._expect("finish", W.RUNNING)
+        if self.outputs != self.output_tokens:
+            raise InvariantError(
+                f"request {self.rid!r}: finish with outputs({self.outputs}) != "
+                f"output_tokens({self.output_tokens})")
+        self.status = (W.FINISHED_LENGTH_CAPPED if self.output_tokens == self.max_tokens
+                       else W.FINISHED_STOPPED)
+        self._end(now)
+
+    def preempt(self, fold_pending: bool = False) -> None:
+        """RUNNING -> PREEMPTED: drop residency, keep the prompt, outputs and index.
+
+        With `fold_pending` (vllm) the recompute also feeds the pending token and
+        its last row emits the next output; otherwise recompute restores exactly
+        the committed rows and emits nothing.
+        """
+        self._expect("preempt", W.RUNNING)
+        committed = self.committed_rows
+        if fold_pending and self.outputs > 0:
+            self.restore = committed + 1
+            self.emit_on_restore = True
+        else:
+            self.restore = committed
+            self.emit_on_restore = False
+        self.resident = 0
+        self.credit = 0
+        self.preemptions += 1
+        self.status = W.PREEMPTED
+
+    def cancel(self, now: int) -> RequestStatus:
+        """Any live state -> FINISHED_ABORTED; returns the state it was in."""
+        self._expect("cancel", W.WAITING, W.RUNNING, W.PREEMPTED)
+        was = self.status
+        self.status = W.FINISHED_ABORTED
+        self._end(now)
+        return was
+
+    def reject(self, now: int) -> None:
+        """WAITING -> FINISHED_IGNORED: it could never be served (E6)."""
+        self._expect("reject", W.WAITING)
+        self.status = W.FINISHED_IGNORED
+        self._end(now)
+
+    def time_out(self, now: int) -> None:
+        """WAITING or PREEMPTED -> FINISHED_TIMEOUT."""
+        self._expect("time out", W.WAITING, W.PREEMPTED)
+        self.status = W.FINISHED_TIMEOUT
+        self._end(now)
+
+    def fail(self, now: int) -> None:
+        """Any live state -> FINISHED_ERROR (the run stalled, E6b)."""
+        self._expect("fail", W.WAITING, W.RUNNING, W.PREEMPTED)
+        self.status = W.FINISHED_ERROR
+        self._end(now)
+
+    def _end(self, now: int) -> None:
+        self.finished_at = now
+        self.credit = 0
+        self.resident = 0

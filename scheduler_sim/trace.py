@@ -1,0 +1,415 @@
+"""Reading and validating trace files (SPEC §2, rule T1).
+
+A trace is JSONL: one object per line, `type` selecting the record. Every
+problem is reported as `file:line: what is wrong, got what`, all problems of
+a file together (capped at `MAX_PROBLEMS`), and never as a traceback. The
+result is a `Trace`: the validated config, the `Workload` the engine replays
+and the `expect` records `check` verifies.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import sys
+from typing import Any, Iterable
+
+from .errors import TraceError, UsageError
+from .options import OPTIONS, check_value, show
+from .policies import POLICIES
+from .queues import QUEUE_ORDERS
+from .states import RequestStatus
+from .summary import REQUEST_FIELDS, RUN_FIELDS
+from .workload import Action, RequestSpec, Workload
+
+__all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
+           "SNAPSHOT_FIELDS", "MAX_PROBLEMS"]
+
+MAX_PROBLEMS = 50
+SNAPSHOT_FIELDS = ("waiting", "running", "reserved", "allocated", "draining", "free")
+
+REQUEST_KEYS = ("type", "id", "arrival", "prompt_tokens", "output_tokens", "max_tokens",
+                "priority", "deadline", "prompt_token_ids", "output_token_ids", "block_hashes")
+ACTION_KEYS = ("type", "id", "at")
+RECORD_TYPES = ("config", "request", "cancel", "preempt", "expect")
+STATUS_LABELS = tuple(s.label for s in RequestStatus)
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    """One `expect` record: where it is, what it is about, what it asserts."""
+
+    line: int
+    policy: str | None
+    id: str | None          # a per-request expectation
+    at: int | None          # a snapshot expectation
+    fields: dict[str, Any]
+
+    @property
+    def subject(self) -> str:
+        """How a failure names what was checked: `r1`, `tick 3` or `run`."""
+        if self.id is not None:
+            return f"request {self.id!r}"
+        if self.at is not None:
+            return f"tick {self.at}"
+        return "run"
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """A validated trace."""
+
+    name: str
+    config: dict[str, Any]
+    workload: Workload
+    expects: tuple[Expectation, ...]
+
+    def describe(self) -> str:
+        """The one-line summary `validate` prints."""
+        w = self.workload
+        parts = [f"{len(w.requests)} requests"]
+        if w.requests:
+            parts.append(f"arrivals {w.requests[0].arrival}..{w.requests[-1].arrival} ticks")
+        parts.append(f"{len(w.cancels)} cancels")
+        parts.append(f"{len(w.preempts)} preempts")
+        parts.append(f"{len(self.expects)} expects")
+        if self.config:
+            parts.append("config: " + ", ".join(f"{k}={show(v)}" for k, v in self.config.items()))
+        return f"{self.name}: ok, " + ", ".join(parts)
+
+
+class _Problems:
+    """Collects messages; stops keeping them after the cap but keeps counting."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.messages: list[str] = []
+        self.count = 0
+
+    def add(self, line: int, text: str) -> None:
+        self.count += 1
+        if len(self.messages) < MAX_PROBLEMS:
+            self.messages.append(f"{self.name}:{line}: {text}")
+
+    def raise_if_any(self) -> None:
+        if self.count:
+            messages = list(self.messages)
+            if self.count > len(messages):
+                messages.append(f"{self.name}: ... and {self.count - len(messages)} more errors")
+            raise TraceError(messages)
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _decode_line(raw: bytes) -> tuple[Any, str | None]:
+    """Parse one line into a JSON value, or return the reason it is not one."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"invalid UTF-8 at byte {exc.start + 1}, got {raw[exc.start:exc.start + 1]!r}"
+    try:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_pairs), None
+    except RecursionError:
+        return None, "JSON nested too deeply"
+    except json.JSONDecodeError as exc:
+        return None, f"invalid JSON: {exc.msg} at column {exc.colno}"
+    except ValueError as exc:
+        return None, f"invalid JSON: {exc}"
+
+
+def check_options(values: dict[str, Any], report) -> dict[str, Any]:
+    """Validate option values (config record or flags); `report(msg)` each problem."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in OPTIONS:
+            report(f"unknown option {key!r}{_suggest(key, OPTIONS)}")
+            continue
+        checked, problem = check_value(key, value)
+        if problem:
+            report(problem)
+            continue
+        if key == "policy":
+            unknown = [p for p in checked if p not in POLICIES]
+            if unknown:
+                report(f"unknown policy {unknown[0]!r}{_suggest(unknown[0], POLICIES)} "
+                       f"(known: {', '.join(POLICIES)})")
+                continue
+            if len(set(checked)) != len(checked):
+                report(f"policy lists a name twice, got {show(checked)}")
+                continue
+        if key == "order" and checked not in QUEUE_ORDERS:
+            report(f"unknown order {checked!r}{_suggest(checked, QUEUE_ORDERS)} "
+                   f"(known: {', '.join(QUEUE_ORDERS)})")
+            continue
+        out[key] = checked
+    return out
+
+
+class _RecordChecker:
+    """Field checks for one record, all reported with the record's prefix."""
+
+    def __init__(self, problems: _Problems, line: int, prefix: str, record: dict) -> None:
+        self.problems = problems
+        self.line = line
+        self.prefix = prefix
+        self.record = record
+        self.ok = True
+
+    def fail(self, text: str) -> None:
+        self.ok = False
+        self.problems.add(self.line, f"{self.prefix}{text}")
+
+    def unknown_fields(self, allowed: Iterable[str]) -> None:
+        allowed = tuple(allowed)
+        for key in self.record:
+            if key not in allowed:
+                self.fail(f"unknown field {key!r}{_suggest(key, allowed)}")
+
+    def integer(self, key: str, minimum: int | None = None, required: bool = True) -> int | None:
+        if key not in self.record:
+            if required:
+                self.fail(f"missing field {key!r}")
+            return None
+        value = self.record[key]
+        if not _is_int(value) or (minimum is not None and value < minimum):
+            bound = f" >= {minimum}" if minimum is not None else ""
+            self.fail(f"{key} must be an integer{bound}, got {show(value)}")
+            return None
+        return value
+
+    def string_id(self, key: str = "id") -> str | None:
+        if key not in self.record:
+            self.fail(f"missing field {key!r}")
+            return None
+        value = self.record[key]
+        if not isinstance(value, str) or not value:
+            self.fail(f"{key} must be a non-empty string, got {show(value)}")
+            return None
+        return value
+
+    def int_list(self, key: str) -> tuple[int, ...] | None:
+        if key not in self.record:
+            return None
+        value = self.record[key]
+        if (not isinstance(value, list) or not value
+                or not all(_is_int(v) for v in value)):
+            self.fail(f"{key} must be a non-empty list of integers, got {show(value)}")
+            return None
+        return tuple(value)
+
+
+def _parse_request(c: _RecordChecker, hash_block_size: int) -> RequestSpec | None:
+    rec = c.record
+    c.unknown_fields(REQUEST_KEYS)
+    rid = c.string_id()
+    arrival = c.integer("arrival", 0)
+    prompt_ids = c.int_list("prompt_token_ids")
+    output_ids = c.int_list("output_token_ids")
+    prompt = c.integer("prompt_tokens", 1, required=prompt_ids is None and
+                       "prompt_token_ids" not in rec)
+    output = c.integer("output_tokens", 1, required=output_ids is None and
+                       "output_token_ids" not in rec)
+    if prompt_ids is not None:
+        if prompt is not None and prompt != len(prompt_ids):
+            c.fail(f"prompt_tokens must equal len(prompt_token_ids) = {len(prompt_ids)}, "
+                   f"got {prompt}")
+        prompt = len(prompt_ids)
+    if output_ids is not None:
+        if output is not None and output != len(output_ids):
+            c.fail(f"output_tokens must equal len(output_token_ids) = {len(output_ids)}, "
+                   f"got {output}")
+        output = len(output_ids)
+    max_tokens = c.integer("max_tokens", 1, required=False)
+    if max_tokens is not None and output is not None and max_tokens < output:
+        c.fail(f"max_tokens must be an integer >= output_tokens ({output}), got {max_tokens}")
+    priority = c.integer("priority", None, required=False)
+    deadline = c.integer("deadline", 0, required=False)
+    hashes = None
+    if "block_hashes" in rec:
+        value = rec["block_hashes"]
+        if not isinstance(value, list) or not all(
+                _is_int(v) or isinstance(v, str) for v in value):
+            c.fail(f"block_hashes must be a list of integers or strings, got {show(value)}")
+        elif prompt is not None and len(value) > -(-prompt // hash_block_size):
+            c.fail(f"block_hashes may have at most ceil(prompt_tokens / hash_block_size) = "
+                   f"{-(-prompt // hash_block_size)} entries, got {len(value)}")
+        else:
+            hashes = tuple(value)
+    if not c.ok:
+        return None
+    return RequestSpec(rid, c.line, arrival, prompt, output,
+                       output if max_tokens is None else max_tokens,
+                       priority or 0, deadline, prompt_ids, output_ids, hashes)
+
+
+def _parse_expect(c: _RecordChecker) -> Expectation | None:
+    rec = c.record
+    policy = rec.get("policy")
+    if "policy" in rec and (not isinstance(policy, str) or policy not in POLICIES):
+        hint = _suggest(policy, POLICIES) if isinstance(policy, str) else ""
+        c.fail(f"policy must be one of {', '.join(POLICIES)}, got {show(policy)}{hint}")
+    rid = at = None
+    if "id" in rec and "at" in rec:
+        c.fail("an expect has either 'id' (a request) or 'at' (a tick), not both")
+        return None
+    if "id" in rec:
+        rid = c.string_id()
+        allowed = [f for f in REQUEST_FIELDS if f != "id"]
+        what = "request field"
+    elif "at" in rec:
+        at = c.integer("at", 0)
+        allowed = list(SNAPSHOT_FIELDS)
+        what = "snapshot field"
+    else:
+        allowed = list(RUN_FIELDS)
+        what = "run field"
+    fields = {}
+    for key, value in rec.items():
+        if key in ("type", "policy", "id", "at"):
+            continue
+        if key not in allowed:
+            c.fail(f"unknown {what} {key!r}{_suggest(key, allowed)}")
+            continue
+        if isinstance(value, (list, dict)) or isinstance(value, bool):
+            c.fail(f"{key} must be a number, string or null, got {show(value)}")
+            continue
+        if key == "status" and value not in STATUS_LABELS:
+            c.fail(f"status must be one of {', '.join(STATUS_LABELS)}, got {show(value)}"
+                   f"{_suggest(str(value), STATUS_LABELS)}")
+            continue
+        fields[key] = value
+    if c.ok and not fields:
+        c.fail("an expect must compare at least one field")
+    if not c.ok:
+        return None
+    return Expectation(c.line, policy, rid, at, fields)
+
+
+def parse_trace(data: bytes, name: str) -> Trace:
+    """Validate a whole trace; raise `TraceError` listing every problem found."""
+    problems = _Problems(name)
+    config: dict[str, Any] = {}
+    specs: list[RequestSpec] = []
+    actions: list[tuple[Action, _RecordChecker]] = []
+    expects: list[Expectation] = []
+    first_line: dict[str, int] = {}
+    seen_record = False
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        if not raw.strip():
+            continue
+        value, problem = _decode_line(raw)
+        if problem:
+            problems.add(number, problem)
+            seen_record = True
+            continue
+        if not isinstance(value, dict):
+            problems.add(number, f"expected a JSON object, got {_kind(value)}")
+            seen_record = True
+            continue
+        kind = value.get("type")
+        if kind is None:
+            problems.add(number, "missing field 'type'")
+            seen_record = True
+            continue
+        if kind not in RECORD_TYPES:
+            hint = _suggest(kind, RECORD_TYPES) if isinstance(kind, str) else ""
+            problems.add(number, f"unknown record type {show(kind)}{hint} "
+                         f"(known: {', '.join(RECORD_TYPES)})")
+            seen_record = True
+            continue
+        if kind == "config":
+            if seen_record:
+                problems.add(number, "config: a config record must be the first record")
+            else:
+                options = {k: v for k, v in value.items() if k != "type"}
+                config = check_options(options, lambda text: problems.add(number, "config: " + text))
+            seen_record = True
+            continue
+        seen_record = True
+        label = value.get("id")
+        shown = f" {label!r}" if isinstance(label, str) else ""
+        c = _RecordChecker(problems, number, f"{kind}{shown}: ", value)
+        if kind == "request":
+            hbs = config.get("hash_block_size") or config.get("block_size") or 16
+            spec = _parse_request(c, hbs)
+            if spec is not None:
+                if spec.id in first_line:
+                    c.fail(f"duplicate request id {spec.id!r} (first on line {first_line[spec.id]})")
+                else:
+                    first_line[spec.id] = number
+                    specs.append(spec)
+            elif isinstance(label, str) and label and label not in first_line:
+                first_line[label] = number  # still a known id for cancels and expects
+        elif kind in ("cancel", "preempt"):
+            c.unknown_fields(ACTION_KEYS)
+            rid = c.string_id()
+            at = c.integer("at", 0)
+            if c.ok:
+                actions.append((Action(kind, rid, at, number), c))
+        else:
+            exp = _parse_expect(c)
+            if exp is not None:
+                expects.append(exp)
+    arrivals = {s.id: s.arrival for s in specs}
+    for action, c in actions:
+        if action.id not in first_line:
+            c.fail(f"{action.kind} of unknown request {action.id!r}"
+                   f"{_suggest(action.id, first_line)}")
+        elif action.id in arrivals and action.at < arrivals[action.id]:
+            c.fail(f"at must be >= the request's arrival ({arrivals[action.id]}), got {action.at}")
+    for exp in expects:
+        if exp.id is not None and exp.id not in first_line:
+            problems.add(exp.line, f"expect: unknown request {exp.id!r}{_suggest(exp.id, first_line)}")
+    problems.raise_if_any()
+    cancels = [a for a, _ in actions if a.kind == "cancel"]
+    preempts = [a for a, _ in actions if a.kind == "preempt"]
+    return Trace(name, config, Workload.build(specs, cancels, preempts), tuple(expects))
+
+
+def read_trace(path: str) -> Trace:
+    """Read and validate a trace file (`-` is standard input)."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+        return parse_trace(data, "<stdin>")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+    return parse_trace(data, path)

@@ -8,10 +8,16 @@ allocation: blocks leave the free list only when a dispatch writes rows into
 them, so a later request can wait while free blocks exist (they are promised).
 
 Freed blocks drain for `release_delay` ticks before they are reusable (A4).
-Blocks carry reference counts so that later features (shared prefixes, pins)
-count a shared block once (A5).
+
+A block may have several owners (a shared prefix) and may be pinned by an
+in-flight transfer (A5, L5). It counts once, as held, while anybody
+references or pins it; it drains only when the last owner has let go and
+every pin has been acknowledged. So preempting a victim frees only what
+nobody else holds, and admission always sees what can really be reused.
 
 Check-then-act pairs: `can_reserve` / `reserve`, `can_allocate` / `grow`.
+`try_grow` is all-or-nothing: a reconstruction that cannot get every block
+it needs takes none (L4).
 """
 from __future__ import annotations
 
@@ -36,6 +42,9 @@ class BlockAllocator:
         # Stack of free block ids; popping gives the lowest id first.
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
         self._refs = [0] * num_blocks
+        self._pins = [0] * num_blocks
+        self._pin_sets: dict[int, list[int]] = {}
+        self._next_pin = 0
         self._tables: dict[str, list[int]] = {}
         self._credits: dict[str, int] = {}
         self._drain: deque[tuple[int, list[int]]] = deque()  # (expiry tick, blocks)
@@ -132,6 +141,49 @@ class BlockAllocator:
             self.peak_held = self.held
         return need
 
+    def try_grow(self, rid: str, rows: int) -> bool:
+        """All-or-nothing `grow`: allocate every block needed for `rows`, or none (L4)."""
+        if self.blocks_to_grow(rid, rows) > len(self._free):
+            return False
+        self.grow(rid, rows)
+        return True
+
+    def share(self, rid: str, blocks: list[int]) -> None:
+        """Append blocks another owner holds to `rid`'s table (one more reference each)."""
+        refs = self._refs
+        for block in blocks:
+            if refs[block] == 0 and self._pins[block] == 0:
+                raise InvariantError(f"block {block} is shared by {rid!r} but nobody holds it")
+            refs[block] += 1
+        self._tables.setdefault(rid, []).extend(blocks)
+
+    def pin(self, blocks: list[int]) -> int:
+        """Pin held blocks for an in-flight transfer; return the pin's handle.
+
+        A pinned block stays held, even with no owner left, until `unpin`
+        (the transfer's drain acknowledgement).
+        """
+        pins = self._pins
+        for block in blocks:
+            if self._refs[block] == 0 and pins[block] == 0:
+                raise InvariantError(f"block {block} is pinned but nobody holds it")
+            pins[block] += 1
+        handle = self._next_pin
+        self._next_pin += 1
+        self._pin_sets[handle] = list(blocks)
+        return handle
+
+    def unpin(self, handle: int, now: int, delay: int) -> int:
+        """Acknowledge a transfer's drain; blocks nobody holds any more start draining."""
+        blocks = self._pin_sets.pop(handle)
+        orphans = []
+        for block in blocks:
+            self._pins[block] -= 1
+            if self._pins[block] == 0 and self._refs[block] == 0:
+                orphans.append(block)
+        self._drain_blocks(orphans, now, delay)
+        return len(orphans)
+
     def free_request(self, rid: str, now: int, delay: int) -> int:
         """Release `rid`'s credit and block references; return the blocks sent to drain.
 
@@ -143,22 +195,29 @@ class BlockAllocator:
         if not table:
             return 0
         refs = self._refs
+        pins = self._pins
         drained: list[int] = []
         for block in reversed(table):
             refs[block] -= 1
-            if refs[block] == 0:
+            if refs[block] == 0 and pins[block] == 0:
                 drained.append(block)
-        if drained:
-            self.held -= len(drained)
-            self.draining += len(drained)
-            expiry = now + delay
-            if self._drain and self._drain[-1][0] == expiry:
-                self._drain[-1][1].extend(drained)
-            elif self._drain and self._drain[-1][0] > expiry:
-                raise InvariantError(f"drain expiry {expiry} before {self._drain[-1][0]}")
-            else:
-                self._drain.append((expiry, drained))
+        self._drain_blocks(drained, now, delay)
         return len(drained)
+
+    def _drain_blocks(self, blocks: list[int], now: int, delay: int) -> None:
+        """Move blocks nobody holds from held to draining, free at `now + delay`."""
+        if not blocks:
+            return
+        self.held -= len(blocks)
+        self.draining += len(blocks)
+        expiry = now + delay
+        drain = self._drain
+        if drain and drain[-1][0] == expiry:
+            drain[-1][1].extend(blocks)
+        elif drain and drain[-1][0] > expiry:
+            raise InvariantError(f"drain expiry({expiry}) >= last expiry({drain[-1][0]}) is false")
+        else:
+            drain.append((expiry, blocks))
 
     def release_expired(self, now: int) -> int:
         """Move every draining block whose delay has passed to the free list."""
@@ -195,9 +254,16 @@ class BlockAllocator:
         if credits != self.reserved:
             raise InvariantError(f"sum of credits({credits}) == reserved({self.reserved}) is false")
         referenced = {b for table in self._tables.values() for b in table}
-        if len(referenced) != self.held:
+        pinned = {b for blocks in self._pin_sets.values() for b in blocks}
+        if len(referenced | pinned) != self.held:
             raise InvariantError(
-                f"referenced blocks({len(referenced)}) == held({self.held}) is false")
+                f"referenced or pinned blocks({len(referenced | pinned)}) == "
+                f"held({self.held}) is false")
+        for block in referenced:
+            owners = sum(t.count(block) for t in self._tables.values())
+            if owners != self._refs[block]:
+                raise InvariantError(f"block {block}: owners({owners}) == "
+                                     f"refs({self._refs[block]}) is false")
         for rid, table in self._tables.items():
             credit = self._credits.get(rid)
             if credit is not None and len(table) > credit:
@@ -206,5 +272,5 @@ class BlockAllocator:
         draining = sum(len(b) for _, b in self._drain)
         if draining != self.draining:
             raise InvariantError(f"drain queue({draining}) == draining({self.draining}) is false")
-        if set(self._free) & referenced:
-            raise InvariantError("a free block is still referenced")
+        if set(self._free) & (referenced | pinned):
+            raise InvariantError("a free block is still referenced or pinned")

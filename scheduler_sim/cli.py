@@ -20,7 +20,8 @@ from .errors import InvariantError, TraceError, UsageError
 from .events import Event
 from .expectations import StateProbe, snapshot_ticks, verify
 from .options import OPTIONS, Options
-from .report import format_json, format_table
+from .report import format_json, format_requests, format_table
+from .summary import request_record
 from .trace import Trace, check_options, read_trace
 
 __all__ = ["main", "build_parser"]
@@ -137,12 +138,20 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     options = resolve_options(trace, args)
     events = EventFile(args.events, out, len(options.policy) > 1) if args.events else None
     runs = []
+    per_request = []
     stalled = []
     try:
         for policy in options.policy:
             on_event = events.listener(policy) if events else None
             result = Engine(trace.workload, options, policy, on_event=on_event).run()
-            runs.append({"policy": policy, **result.summary})
+            run = {"policy": policy, **result.summary}
+            if args.requests:
+                records = [request_record(r) for r in
+                           sorted(result.requests, key=lambda r: (r.arrival, r.index))]
+                per_request.append((policy, records))
+                if args.json:
+                    run["per_request"] = records
+            runs.append(run)
             if result.stalled:
                 stalled.append(policy)
         if events:
@@ -152,6 +161,8 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             events.abort()
         raise
     text = (format_json if args.json else format_table)(trace.name, options, runs)
+    if per_request and not args.json:
+        text += "".join("\n" + format_requests(p, records) for p, records in per_request)
     (err if args.events == "-" else out).write(text)
     if stalled:
         err.write(f"{PROG}: the run stalled under {', '.join(stalled)}: stuck requests ended "
@@ -221,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events", metavar="FILE", help="write event records (JSONL) to FILE, "
                    "or - for stdout (the table then goes to stderr)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--requests", action="store_true",
+                   help="also print one line per request (under --json: a per_request list)")
     _add_option_flags(p)
 
     p = sub.add_parser("validate", help="check a trace and summarise it",

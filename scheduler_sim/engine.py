@@ -93,11 +93,12 @@ class Engine:
         """Carry out a policy's admission: reserve, transition, report."""
         if credit:
             self.allocator.reserve(req.rid, credit)
+        resumed = req.status == RequestStatus.PREEMPTED
         req.admit(self.now, self._admit_seq, credit)
         self._admit_seq += 1
         self._policy_moved = True
         if self._emit is not None:
-            self._emit(Admitted(self.now, req.rid, credit))
+            self._emit(Admitted(self.now, req.rid, credit, resumed, req.cached_tokens))
 
     def block(self, req: Request, reason: str, needed: int) -> None:
         """Report the queue head that cannot be admitted at this boundary."""
@@ -202,6 +203,12 @@ class Engine:
                                      f"phase remaining({remaining}) is false", now)
             phase = req.phase
             emits = req.chunk_emits(tokens)
+            if records is not None:
+                record = {"id": req.rid, "phase": phase, "tokens": tokens, "emits": emits}
+                ids = req.token_ids(req.resident, req.resident + tokens)
+                if ids is not None:
+                    record["token_ids"] = ids
+                records.append(record)
             grow(req.rid, req.resident + tokens)
             req.record_rows(tokens)
             rows.append((req, emits))
@@ -212,8 +219,6 @@ class Engine:
                 prompt += tokens
             else:
                 recompute += tokens
-            if records is not None:
-                records.append({"id": req.rid, "phase": phase, "tokens": tokens, "emits": emits})
         if total > options.token_budget:
             raise InvariantError(f"dispatch tokens({total}) <= token_budget"
                                  f"({options.token_budget}) is false", now)

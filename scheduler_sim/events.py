@@ -64,9 +64,15 @@ class Rejected(Event):
 
 @_record("admitted")
 class Admitted(Event):
-    """A request entered the running set; `reserved` is its credit in blocks (A1)."""
+    """A request entered the running set; `reserved` is its credit in blocks (A1).
+
+    `resumed` is true when a preempted request comes back; `cached_tokens`
+    counts prompt tokens found in the prefix cache (0 without one).
+    """
     id: str
     reserved: int
+    resumed: bool
+    cached_tokens: int
 
 
 @_record("admission_blocked")

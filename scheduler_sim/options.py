@@ -29,6 +29,7 @@ class OptionSpec:
     below: float | None = None  # exclusive upper bound for floats
     nullable: bool = False
     exclusive_minimum: bool = False
+    choices: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -51,6 +52,9 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("policy", "policies", list(DEFAULT_POLICIES),
                    "policy name, or a list of names replayed side by side"),
         OptionSpec("order", "str", "fcfs", "waiting-queue order"),
+        OptionSpec("resume_order", "str", "front",
+                   "where a preempted request waits again: front of the queue or by arrival",
+                   choices=("front", "arrival")),
         OptionSpec("watermark", "float", 0.0,
                    "fraction of blocks kept free for admissions (vllm)", minimum=0.0, below=1.0),
         OptionSpec("prefix_caching", "bool", False, "share cached prefix blocks (SPEC §8)"),
@@ -78,6 +82,8 @@ def _describe(spec: OptionSpec) -> str:
         text = "true or false"
     elif spec.kind == "policies":
         text = "a policy name or a non-empty list of policy names"
+    elif spec.choices:
+        text = "one of " + ", ".join(repr(c) for c in spec.choices)
     else:
         text = "a string"
     if spec.nullable:
@@ -134,7 +140,9 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
                 or not all(isinstance(n, str) and n for n in names)):
             return None, bad
         return list(names), None
-    return (value, None) if isinstance(value, str) and value else (None, bad)
+    if not isinstance(value, str) or not value or (spec.choices and value not in spec.choices):
+        return None, bad
+    return value, None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +157,7 @@ class Options:
     release_delay: int = 0
     policy: tuple[str, ...] = DEFAULT_POLICIES
     order: str = "fcfs"
+    resume_order: str = "front"
     watermark: float = 0.0
     prefix_caching: bool = False
     hash_block_size: int = 16

@@ -7,7 +7,8 @@ deterministic: ties fall to the request's position in the trace, never to
 object identity or id strings.
 
 - `fcfs`: arrival order (registration order, SPEC T2); `prepend` puts a
-  request at the head (a resumed victim goes first).
+  request at the head (a resumed victim goes first); `insert_by_arrival`
+  puts it back where its original arrival places it.
 - `priority`: lowest (priority, arrival, trace position) first; `prepend` is a
   plain insert, so a victim re-enters by its original key.
 """
@@ -33,6 +34,10 @@ class RequestQueue:
 
     def prepend(self, req: Request) -> None:
         """Insert a request that should go first if the order allows it."""
+        raise NotImplementedError
+
+    def insert_by_arrival(self, req: Request) -> None:
+        """Insert a request where its original (arrival, trace position) places it."""
         raise NotImplementedError
 
     def peek(self) -> Request:
@@ -71,6 +76,14 @@ class FcfsQueue(RequestQueue):
     def prepend(self, req: Request) -> None:
         self._items[req] = None
         self._items.move_to_end(req, last=False)
+
+    def insert_by_arrival(self, req: Request) -> None:
+        # O(queue length); used only when a preempted request resumes by arrival.
+        key = (req.arrival, req.index)
+        items = list(self._items)
+        pos = next((i for i, r in enumerate(items) if (r.arrival, r.index) > key), len(items))
+        items.insert(pos, req)
+        self._items = OrderedDict.fromkeys(items)
 
     def peek(self) -> Request:
         return next(iter(self._items))
@@ -114,6 +127,7 @@ class PriorityQueue(RequestQueue):
         self._members.add(req)
 
     prepend = add
+    insert_by_arrival = add
 
     def _settle(self) -> None:
         heap = self._heap

@@ -11,7 +11,8 @@ from typing import Any
 
 from .options import Options
 
-__all__ = ["format_table", "format_json", "format_number", "TABLE_ROWS"]
+__all__ = ["format_table", "format_json", "format_number", "format_requests", "TABLE_ROWS",
+           "REQUEST_COLUMNS"]
 
 # (label, unit, summary field); a None field starts a heading line.
 TABLE_ROWS: tuple[tuple[str, str, str | None], ...] = (
@@ -35,6 +36,7 @@ TABLE_ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("             p50", "ticks", "e2e_p50"),
     ("             p99", "ticks", "e2e_p99"),
     ("preemptions", "", "preemptions"),
+    ("useful rows", "rows", "useful_rows"),
     ("replayed rows", "rows", "replay_rows"),
     ("peak reserved", "blocks", "peak_reserved"),
     ("peak allocated", "blocks", "peak_allocated"),
@@ -62,7 +64,8 @@ def format_number(value: Any) -> str:
 
 def options_line(options: Options, requests: int) -> str:
     """The line under the title: the numbers that shape every result."""
-    return (f"{requests:,} requests · block_size {options.block_size} tokens · num_blocks "
+    noun = "request" if requests == 1 else "requests"
+    return (f"{requests:,} {noun} · block_size {options.block_size} tokens · num_blocks "
             f"{options.num_blocks:,} · token_budget {options.token_budget:,} tokens · max_rows "
             f"{options.max_rows} · prefill_chunk {options.prefill_chunk:,} tokens · "
             f"release_delay {options.release_delay} ticks · order {options.order}")
@@ -96,3 +99,29 @@ def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]]) -
     """The same content as the table, as one JSON document."""
     doc = {"trace": trace_name, "options": options.as_dict(), "runs": runs}
     return json.dumps(doc, indent=2) + "\n"
+
+
+# (heading, per-request field) of the `--requests` table.
+REQUEST_COLUMNS = (
+    ("id", "id"), ("arrival", "arrival"), ("admitted", "admitted"),
+    ("first token", "first_token"), ("finished", "finished"), ("status", "status"),
+    ("P", "prompt_tokens"), ("N", "output_tokens"), ("preempt", "preemptions"),
+    ("useful rows", "useful_rows"), ("replayed", "replay_rows"),
+)
+
+
+def format_requests(policy: str, records: list[dict[str, Any]]) -> str:
+    """One line per request: when it was admitted, produced, ended, and the work it cost."""
+    heads = [h for h, _ in REQUEST_COLUMNS]
+    cells = [[format_number(r[f]) for _, f in REQUEST_COLUMNS] for r in records]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h)
+              for i, h in enumerate(heads)]
+    left = {0, 5}  # id and status read better left-aligned
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.ljust(w) if i in left else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+
+    out = [f"requests under {policy} (times in ticks)", line(heads)]
+    out.extend(line(c) for c in cells)
+    return "\n".join(out) + "\n"

@@ -110,6 +110,22 @@ class Request:
             return self.prompt_tokens - self.resident
         return 1
 
+    def token_ids(self, start: int, end: int) -> list[int] | None:
+        """The token ids of rows [start, end), when the trace gave them (else None).
+
+        Row P + j holds output j + 1, so the rows of a request are its prompt
+        followed by all its outputs but the last.
+        """
+        p = self.prompt_tokens
+        prompt = self.prompt_token_ids
+        outputs = self.output_token_ids
+        if (start < p and prompt is None) or (end > p and outputs is None):
+            return None
+        ids = list(prompt[start:min(end, p)]) if start < p else []
+        if end > p:
+            ids.extend(outputs[max(start, p) - p:end - p])
+        return ids
+
     def chunk_emits(self, tokens: int) -> bool:
         """Whether a chunk of `tokens` rows starting at `resident` produces an output."""
         end = self.resident + tokens

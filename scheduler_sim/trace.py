@@ -74,7 +74,8 @@ class Trace:
         parts.append(f"{len(w.preempts)} preempts")
         parts.append(f"{len(self.expects)} expects")
         if self.config:
-            parts.append("config: " + ", ".join(f"{k}={show(v)}" for k, v in self.config.items()))
+            parts.append("config: " + ", ".join(
+                f"{k}={json.dumps(v)}" for k, v in self.config.items()))
         return f"{self.name}: ok, " + ", ".join(parts)
 
 

@@ -50,7 +50,10 @@ class ContinuousPolicy(Policy):
         self.queue.add(req)
 
     def requeue(self, req: Request) -> None:
-        self.queue.prepend(req)
+        if self.options.resume_order == "front":
+            self.queue.prepend(req)
+        else:
+            self.queue.insert_by_arrival(req)
 
     def remove(self, req: Request) -> None:
         if req in self.queue:

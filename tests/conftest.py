@@ -1,0 +1,72 @@
+"""Shared helpers for the tests: build a trace from records and replay it."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scheduler_sim.engine import Engine, RunResult  # noqa: E402
+from scheduler_sim.options import Options  # noqa: E402
+from scheduler_sim.trace import parse_trace  # noqa: E402
+
+
+def trace_bytes(records: list[dict]) -> bytes:
+    """JSONL bytes for a list of record dicts."""
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+class Sim:
+    """The outcome of one replay: result, event dicts and per-request lookups."""
+
+    def __init__(self, result: RunResult, events: list[dict]) -> None:
+        self.result = result
+        self.events = events
+        self.summary = result.summary
+        self.req = {r.rid: r for r in result.requests}
+
+    def of(self, kind: str) -> list[dict]:
+        """All events of one kind, in order."""
+        return [e for e in self.events if e["event"] == kind]
+
+    def at(self, tick: int, kind: str | None = None) -> list[dict]:
+        """Events at one tick (optionally of one kind)."""
+        return [e for e in self.events if e["tick"] == tick and (kind is None or e["event"] == kind)]
+
+    def dispatches(self) -> list[tuple[int, list[tuple[str, str, int, bool]]]]:
+        """Each dispatch as (tick, [(id, phase, tokens, emits), ...])."""
+        return [(e["tick"], [(r["id"], r["phase"], r["tokens"], r["emits"]) for r in e["rows"]])
+                for e in self.of("dispatch")]
+
+
+def simulate(records: list[dict], policy: str = "continuous", audit: bool = True,
+             **options) -> Sim:
+    """Replay `records` (request/cancel/preempt dicts, `type` optional for requests)
+    under `policy` with the given options, auditing every boundary."""
+    full = []
+    for r in records:
+        r = dict(r)
+        r.setdefault("type", "request")
+        full.append(r)
+    trace = parse_trace(trace_bytes(full), "test.jsonl")
+    opts = Options.resolve(trace.config, options)
+    events: list[dict] = []
+    result = Engine(trace.workload, opts, policy,
+                    on_event=lambda e: events.append(e.to_dict()), audit=audit).run()
+    return Sim(result, events)
+
+
+def req(rid: str, arrival: int, prompt: int, output: int, **extra) -> dict:
+    """A request record."""
+    return {"type": "request", "id": rid, "arrival": arrival, "prompt_tokens": prompt,
+            "output_tokens": output, **extra}
+
+
+@pytest.fixture
+def sim():
+    """The `simulate` function, as a fixture."""
+    return simulate

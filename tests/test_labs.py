@@ -1,0 +1,37 @@
+"""Every lab's committed transcript is reproduced byte for byte."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+LABS = Path(__file__).resolve().parent.parent / "labs"
+_spec = importlib.util.spec_from_file_location("lab_transcript", LABS / "transcript.py")
+transcript_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(transcript_module)
+
+LAB_DIRS = sorted(p.parent for p in LABS.glob("*/commands"))
+
+
+def test_every_lab_has_a_handout_and_a_transcript():
+    """Each lab folder has its commands, a README handout and expected output."""
+    assert [p.name for p in LAB_DIRS][:2] == ["01-trace-replay", "02-recompute"]
+    for lab in LAB_DIRS:
+        assert (lab / "README.md").is_file()
+        assert (lab / "expected.txt").is_file()
+
+
+@pytest.mark.parametrize("lab", LAB_DIRS, ids=lambda p: p.name)
+def test_lab_output_matches_expected(lab):
+    """Regenerating the lab's transcript gives exactly its expected.txt."""
+    assert transcript_module.transcript(lab) == (lab / "expected.txt").read_text()
+
+
+@pytest.mark.parametrize("lab", LAB_DIRS, ids=lambda p: p.name)
+def test_lab_handout_lists_the_commands_it_runs(lab):
+    """The handout shows every command the transcript runs, so students run the same."""
+    handout = (lab / "README.md").read_text()
+    for command in (lab / "commands").read_text().splitlines():
+        if command.strip() and not command.startswith("#"):
+            assert command.strip() in handout

@@ -205,10 +205,18 @@ class BlockAllocator:
         return len(drained)
 
     def _drain_blocks(self, blocks: list[int], now: int, delay: int) -> None:
-        """Move blocks nobody holds from held to draining, free at `now + delay`."""
+        """Move blocks nobody holds from held to draining, free at `now + delay`.
+
+        With no delay they are free at once, so a policy that preempts in the
+        middle of a step can reuse the victim's blocks in that same step.
+        """
         if not blocks:
             return
         self.held -= len(blocks)
+        if delay == 0:
+            # The first block freed (the tail) is the first reused.
+            self._free.extend(reversed(blocks))
+            return
         self.draining += len(blocks)
         expiry = now + delay
         drain = self._drain

@@ -96,6 +96,8 @@ class EventFile:
         self._tmp: str | None = None
         if target == "-":
             self.handle = stdout
+        elif os.path.isdir(target):
+            raise UsageError(f"{target}: cannot write events: it is a directory")
         else:
             directory = os.path.dirname(os.path.abspath(target))
             try:
@@ -216,9 +218,20 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every command."""
-    parser = argparse.ArgumentParser(
+def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
+    """An ArgumentParser whose help goes to `out` and whose errors go to `err`."""
+
+    class Parser(argparse.ArgumentParser):
+        def _print_message(self, message: str, file: Any = None) -> None:
+            if message:
+                (err if file is None or file is sys.stderr else out).write(message)
+
+    return Parser
+
+
+def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argparse.ArgumentParser:
+    """The argument parser of every command (printing to `out` and `err`)."""
+    parser = _parser_class(out or sys.stdout, err or sys.stderr)(
         prog=PROG,
         description="Replay a JSONL trace of LLM-serving requests through a simulated "
                     "scheduler and report what happened and why.")
@@ -253,7 +266,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
     """Run one command; return its exit status. Never raises for bad input."""
     out = out or sys.stdout
     err = err or sys.stderr
-    parser = build_parser()
+    parser = build_parser(out, err)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse has printed usage or help

@@ -107,16 +107,18 @@ class Engine:
             self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
                                         a.reserved, a.draining))
 
-    def preempt(self, req: Request, reason: str) -> int:
+    def preempt(self, req: Request, reason: str, rule: str | None = None,
+                trigger: str | None = None) -> int:
         """Preempt a running request: its credit goes, its blocks drain (A4, L2)."""
         freed = self.allocator.free_request(req.rid, self.now, self.options.release_delay)
         outputs = req.outputs
+        rows = req.resident
         req.preempt(fold_pending=self.policy.folds_pending)
         self.policy.remove(req)
         self.policy.requeue(req)
         self._policy_moved = True
         if self._emit is not None:
-            self._emit(Preempted(self.now, req.rid, outputs, freed, reason))
+            self._emit(Preempted(self.now, req.rid, outputs, rows, freed, reason, rule, trigger))
         return freed
 
     # --- lifecycle helpers --------------------------------------------------------
@@ -176,11 +178,19 @@ class Engine:
 
     # --- dispatches -------------------------------------------------------------------
 
-    def _state(self) -> dict[str, int]:
+    def _state(self, plan: Plan = ()) -> dict[str, int]:
+        """Block counts now; with `plan`, as they were before the plan's rows got
+        their blocks (an on-demand policy allocates while it schedules)."""
         a = self.allocator
+        pending = 0
+        size = a.block_size
+        for req, _ in plan:
+            extra = len(a.table(req.rid)) - -(-req.resident // size)
+            if extra > 0:
+                pending += extra
         return {"waiting": self.policy.waiting_count, "running": self.policy.running_count,
-                "reserved": a.reserved, "allocated": a.held, "draining": a.draining,
-                "free": a.free}
+                "reserved": a.reserved, "allocated": a.held - pending, "draining": a.draining,
+                "free": a.free + pending}
 
     def _start(self, plan: Plan) -> _InFlight:
         """Check the plan, allocate its blocks, write its rows (dispatch start)."""
@@ -302,10 +312,10 @@ class Engine:
                 plan = policy.schedule(t)
                 moved = self._policy_moved
                 if on_state is not None:
-                    on_state(t, self._state(), False)
+                    on_state(t, self._state(plan), False)
                 if plan:
                     if emit is not None:
-                        emit(Snapshot(t, **self._state()))
+                        emit(Snapshot(t, **self._state(plan)))
                     flight = self._start(plan)
                     if on_state is not None:
                         on_state(t, self._state(), True)

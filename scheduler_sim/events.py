@@ -131,11 +131,20 @@ class CancelIgnored(Event):
 
 @_record("preempted")
 class Preempted(Event):
-    """A running request lost its blocks and went back to wait (L2)."""
+    """A running request lost its blocks and went back to wait (L2).
+
+    `outputs` is the output index it keeps; `rows` the resident rows it loses;
+    `blocks_freed` the blocks that actually drain (shared or pinned ones stay).
+    `reason` is `manual` (a trace record) or `out_of_blocks`; then `rule` names
+    the victim rule and `trigger` the request that needed a block.
+    """
     id: str
     outputs: int
+    rows: int
     blocks_freed: int
     reason: str
+    rule: str | None = None
+    trigger: str | None = None
 
 
 @_record("preempt_ignored")

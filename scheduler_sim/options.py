@@ -57,6 +57,15 @@ OPTIONS: dict[str, OptionSpec] = {
                    choices=("front", "arrival")),
         OptionSpec("watermark", "float", 0.0,
                    "fraction of blocks kept free for admissions (vllm)", minimum=0.0, below=1.0),
+        OptionSpec("full_prompt_gate", "bool", True,
+                   "vllm: admit only if blocks for the whole current sequence fit"),
+        OptionSpec("victim", "str", None,
+                   "vllm preemption victim: lifo, priority, fewest-outputs or most-blocks "
+                   "(default: priority under --order priority, else lifo)",
+                   nullable=True, choices=("lifo", "priority", "fewest-outputs", "most-blocks")),
+        OptionSpec("max_preemptions", "int", None,
+                   "vllm: a request preempted this many times is no longer a victim "
+                   "(default: unlimited)", minimum=1, nullable=True),
         OptionSpec("prefix_caching", "bool", False, "share cached prefix blocks (SPEC §8)"),
         OptionSpec("hash_block_size", "int", None,
                    "tokens per trace block hash (default: block_size)", minimum=1, nullable=True),
@@ -159,6 +168,9 @@ class Options:
     order: str = "fcfs"
     resume_order: str = "front"
     watermark: float = 0.0
+    full_prompt_gate: bool = True
+    victim: str | None = None
+    max_preemptions: int | None = None
     prefix_caching: bool = False
     hash_block_size: int = 16
     tick_seconds: float | None = None

@@ -189,14 +189,15 @@ class Request:
     def preempt(self, fold_pending: bool = False) -> None:
         """RUNNING -> PREEMPTED: drop residency, keep the prompt, outputs and index.
 
-        With `fold_pending` (vllm) the recompute also feeds the pending token and
-        its last row emits the next output; otherwise recompute restores exactly
-        the committed rows and emits nothing.
+        With `fold_pending` (vllm) the recompute covers the prompt and every
+        output so far, the pending one included (P + k rows), and its last row
+        emits the next output, as a fresh prefill would. Otherwise recompute
+        restores exactly the committed rows and emits nothing.
         """
         self._expect("preempt", W.RUNNING)
         committed = self.committed_rows
-        if fold_pending and self.outputs > 0:
-            self.restore = committed + 1
+        if fold_pending:
+            self.restore = self.prompt_tokens + self.outputs
             self.emit_on_restore = True
         else:
             self.restore = committed

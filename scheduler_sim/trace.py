@@ -80,23 +80,22 @@ class Trace:
 
 
 class _Problems:
-    """Collects messages; stops keeping them after the cap but keeps counting."""
+    """Collects messages from anywhere in the file; reports them in line order."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.messages: list[str] = []
-        self.count = 0
+        self.found: list[tuple[int, int, str]] = []  # (line, order found, text)
 
     def add(self, line: int, text: str) -> None:
-        self.count += 1
-        if len(self.messages) < MAX_PROBLEMS:
-            self.messages.append(f"{self.name}:{line}: {text}")
+        self.found.append((line, len(self.found), text))
 
     def raise_if_any(self) -> None:
-        if self.count:
-            messages = list(self.messages)
-            if self.count > len(messages):
-                messages.append(f"{self.name}: ... and {self.count - len(messages)} more errors")
+        """Raise TraceError with the problems in line order, the first MAX_PROBLEMS."""
+        if self.found:
+            ordered = sorted(self.found)
+            messages = [f"{self.name}:{line}: {text}" for line, _, text in ordered[:MAX_PROBLEMS]]
+            if len(ordered) > MAX_PROBLEMS:
+                messages.append(f"{self.name}: ... and {len(ordered) - MAX_PROBLEMS} more errors")
             raise TraceError(messages)
 
 
@@ -123,8 +122,17 @@ def _kind(value: Any) -> str:
     return "object"
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+class _Constant:
+    """NaN or Infinity read from a line: kept as a value so that the field check
+    that meets it names the field (`prompt_tokens must be an integer, got NaN`)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -143,7 +151,7 @@ def _decode_line(raw: bytes) -> tuple[Any, str | None]:
     except UnicodeDecodeError as exc:
         return None, f"invalid UTF-8 at byte {exc.start + 1}, got {raw[exc.start:exc.start + 1]!r}"
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_pairs), None
+        return json.loads(text, parse_constant=_Constant, object_pairs_hook=_pairs), None
     except RecursionError:
         return None, "JSON nested too deeply"
     except json.JSONDecodeError as exc:
@@ -305,7 +313,7 @@ def _parse_expect(c: _RecordChecker) -> Expectation | None:
         if key not in allowed:
             c.fail(f"unknown {what} {key!r}{_suggest(key, allowed)}")
             continue
-        if isinstance(value, (list, dict)) or isinstance(value, bool):
+        if isinstance(value, (list, dict, bool, _Constant)):
             c.fail(f"{key} must be a number, string or null, got {show(value)}")
             continue
         if key == "status" and value not in STATUS_LABELS:

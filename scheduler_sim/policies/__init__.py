@@ -8,11 +8,12 @@ from __future__ import annotations
 from .base import Plan, Policy, SchedulerView
 from .continuous import ContinuousPolicy
 from .serial import SerialPolicy
+from .vllm import VllmPolicy
 
 __all__ = ["Plan", "Policy", "SchedulerView", "POLICIES", "make_policy"]
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (SerialPolicy, ContinuousPolicy)
+    cls.name: cls for cls in (SerialPolicy, ContinuousPolicy, VllmPolicy)
 }
 
 

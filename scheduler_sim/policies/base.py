@@ -40,8 +40,11 @@ class SchedulerView(Protocol):
     def block(self, req: Request, reason: str, needed: int) -> None:
         """Report that the queue head `req` cannot be admitted now, and why."""
 
-    def preempt(self, req: Request, reason: str) -> int:
-        """Take `req`'s blocks away and make it wait again; return blocks freed."""
+    def preempt(self, req: Request, reason: str, rule: str | None = None,
+                trigger: str | None = None) -> int:
+        """Take `req`'s blocks away and make it wait again; return blocks freed.
+
+        The engine calls the policy's `remove` and then `requeue` for it."""
 
 
 class Policy:

@@ -1,0 +1,209 @@
+"""`vllm`: the vLLM v1 scheduler's decisions, step by step (SPEC §6).
+
+Blocks are allocated on demand, for the tokens scheduled in this step only;
+nothing is reserved for the future. A step:
+
+1. Running requests, in running (admission) order, while budget remains:
+   each takes min(tokens it still has to compute, prefill threshold,
+   remaining budget); a decode takes one. If its blocks cannot be
+   allocated, a victim is preempted and the allocation retried. Victims:
+   under FCFS the most recently admitted running request; under the
+   priority order the one with the largest (priority, arrival), the earliest
+   in the running list on a tie. A victim already scheduled this step gives
+   its tokens back. If the victim is the request itself, it is not scheduled
+   and the loop goes on with the running requests after it.
+2. Waiting requests, only if nothing was preempted in this step, in queue
+   order while budget remains and fewer than `max_rows` requests run. The
+   first that does not fit stops the loop (no skipping). A waiting or
+   preempted request is admitted only if blocks for its whole current
+   sequence fit (`full_prompt_gate`), and, when something is already
+   running, `int(watermark * num_blocks)` blocks must stay free beyond that.
+
+`prefill_chunk` is vLLM's long-prefill threshold: it caps a prefill chunk
+only when more than one request is running or waiting at the start of the
+step; alone, a prefill takes the whole budget. A preempted request goes to
+the front of the queue (FCFS) or back into the priority heap with its
+original key; its computed tokens reset to zero, and on resume one
+recompute pass covers the prompt and every output, the pending one
+included, and emits the next token at its end (the folded recompute of L3).
+
+Beyond vLLM, for experiments: `victim` picks another victim rule and
+`max_preemptions` protects a request that has been preempted that often.
+"""
+from __future__ import annotations
+
+from ..options import Options
+from ..queues import make_queue
+from ..request import Request
+from .base import Plan, Policy, SchedulerView
+
+__all__ = ["VllmPolicy", "VICTIM_RULES"]
+
+
+def _lifo(running: list[Request]) -> Request:
+    return running[-1]
+
+
+def _priority(running: list[Request]) -> Request:
+    # Largest (priority, arrival); on a tie the earliest in the running list.
+    best = running[0]
+    for req in running[1:]:
+        if (req.priority, req.arrival) > (best.priority, best.arrival):
+            best = req
+    return best
+
+
+def _fewest_outputs(running: list[Request]) -> Request:
+    # SGLang's retraction order: fewest outputs, then longest prompt; the
+    # latest admitted on a full tie.
+    best = running[-1]
+    for req in reversed(running[:-1]):
+        if (req.outputs, -req.prompt_tokens) < (best.outputs, -best.prompt_tokens):
+            best = req
+    return best
+
+
+VICTIM_RULES = {
+    "lifo": _lifo,
+    "priority": _priority,
+    "fewest-outputs": _fewest_outputs,
+    "most-blocks": None,  # needs the allocator: see VllmPolicy._victim
+}
+
+
+class VllmPolicy(Policy):
+    """vLLM v1: on-demand blocks, preemption by recompute, no admission after a preemption."""
+
+    name = "vllm"
+    reserves = False
+    folds_pending = True
+
+    def __init__(self, options: Options, view: SchedulerView) -> None:
+        super().__init__(options, view)
+        self.waiting = make_queue(options.order)
+        self.running: list[Request] = []
+        self.rule = options.victim or ("priority" if options.order == "priority" else "lifo")
+        self.watermark_blocks = int(options.watermark * options.num_blocks)
+
+    # --- notifications ------------------------------------------------------
+
+    def add(self, req: Request) -> None:
+        self.waiting.add(req)
+
+    def requeue(self, req: Request) -> None:
+        if self.options.resume_order == "front":
+            self.waiting.prepend(req)
+        else:
+            self.waiting.insert_by_arrival(req)
+
+    def remove(self, req: Request) -> None:
+        if req in self.waiting:
+            self.waiting.remove(req)
+        else:
+            self.running.remove(req)
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def running_count(self) -> int:
+        return len(self.running)
+
+    # --- victims --------------------------------------------------------------
+
+    def _victim(self) -> Request | None:
+        """The running request to preempt next, or None if every one is protected."""
+        cap = self.options.max_preemptions
+        candidates = (self.running if cap is None
+                      else [r for r in self.running if r.preemptions < cap])
+        if not candidates:
+            return None
+        if self.rule == "most-blocks":
+            table = self.view.allocator.table
+            best = candidates[-1]
+            for req in reversed(candidates[:-1]):
+                if len(table(req.rid)) > len(table(best.rid)):
+                    best = req
+            return best
+        return VICTIM_RULES[self.rule](candidates)
+
+    # --- the step ---------------------------------------------------------------
+
+    def _chunk(self, req: Request, cap: int | None, budget: int) -> int:
+        tokens = req.phase_remaining
+        if cap is not None and tokens > cap:
+            tokens = cap
+        return tokens if tokens < budget else budget
+
+    def schedule(self, now: int) -> Plan:
+        options = self.options
+        allocator = self.view.allocator
+        budget = options.token_budget
+        cap = (options.prefill_chunk
+               if len(self.running) + len(self.waiting) > 1 else None)
+        scheduled: dict[Request, int] = {}
+        preempted = False
+
+        # 1. Running requests, in running order.
+        i = 0
+        running = self.running
+        while i < len(running) and budget > 0:
+            req = running[i]
+            tokens = self._chunk(req, cap, budget)
+            placed = True
+            while not allocator.try_grow(req.rid, req.resident + tokens):
+                victim = self._victim()
+                if victim is None:
+                    placed = False
+                    break
+                if running.index(victim) < i:
+                    i -= 1  # an earlier request leaves the list
+                budget += scheduled.pop(victim, 0)
+                self.view.preempt(victim, "out_of_blocks", self.rule, req.rid)
+                preempted = True
+                if victim is req:
+                    placed = False
+                    break
+            if placed:
+                scheduled[req] = tokens
+                budget -= tokens
+                i += 1
+            elif req in running:
+                i += 1  # protected from preemption and out of blocks: skip it
+
+        # 2. Waiting requests, unless this step preempted.
+        waiting = self.waiting
+        while waiting:
+            head = waiting.peek()
+            if preempted:
+                self.view.block(head, "preemption", self._gate_blocks(head))
+                break
+            if budget == 0:
+                self.view.block(head, "token_budget", self._gate_blocks(head))
+                break
+            if len(running) >= options.max_rows:
+                self.view.block(head, "max_rows", self._gate_blocks(head))
+                break
+            needed = self._gate_blocks(head)
+            tokens = self._chunk(head, cap, budget)
+            if not options.full_prompt_gate:
+                needed = allocator.blocks_to_grow(head.rid, head.resident + tokens)
+            watermark = self.watermark_blocks if running else 0
+            if needed + watermark > allocator.free:
+                reason = "watermark" if needed <= allocator.free else "blocks"
+                self.view.block(head, reason, needed)
+                break
+            waiting.pop()
+            self.view.admit(head, 0)
+            running.append(head)
+            if not allocator.try_grow(head.rid, head.resident + tokens):
+                raise AssertionError("admission checked the blocks it allocates")
+            scheduled[head] = tokens
+            budget -= tokens
+        return list(scheduled.items())
+
+    def _gate_blocks(self, req: Request) -> int:
+        """New blocks for the request's whole current sequence (the full-sequence gate)."""
+        rows = req.restore if req.restore > req.prompt_tokens else req.prompt_tokens
+        return self.view.allocator.blocks_to_grow(req.rid, rows)

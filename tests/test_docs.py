@@ -1,0 +1,53 @@
+"""The README documents every option, event, summary field and policy the code has."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from scheduler_sim.events import EVENT_TYPES
+from scheduler_sim.options import OPTIONS
+from scheduler_sim.policies import POLICIES
+from scheduler_sim.summary import REQUEST_FIELDS, RUN_FIELDS
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_first_screen_has_the_two_commands():
+    """The install-and-replay command and the install-and-test command open the README."""
+    first_screen = "\n".join(README.splitlines()[:15])
+    assert "pip install . && scheduler-sim replay traces/quickstart.jsonl" in first_screen
+    assert "pip install '.[test]' && python -m pytest -q" in first_screen
+    assert (ROOT / "traces" / "quickstart.jsonl").is_file()
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run installs the test extra and runs exactly the README's test command."""
+    assert "pip install --quiet '.[test]' && python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_option_is_documented():
+    """Each option of the option table has a row in the README's option table."""
+    missing = [name for name in OPTIONS if f"| `{name}` |" not in README]
+    assert missing == []
+
+
+def test_every_event_is_documented():
+    """Each event kind has a row in the README's event table."""
+    missing = [kind for kind in EVENT_TYPES if f"| `{kind}` |" not in README]
+    assert missing == []
+
+
+def test_every_policy_is_documented():
+    """Each registered policy has a row in the README's policy table."""
+    missing = [name for name in POLICIES if f"| `{name}` |" not in README]
+    assert missing == []
+
+
+def test_every_summary_field_is_documented():
+    """Each per-run and per-request summary field is named in the README."""
+    prefixes = ("queue_delay_", "ttft_", "tpot_", "e2e_")
+    missing = [f for f in RUN_FIELDS
+               if f"`{f}`" not in README and not f.startswith(prefixes)]
+    missing += [p for p in prefixes if f"`{p}*`" not in README]
+    missing += [f for f in REQUEST_FIELDS if f != "id" and f"`{f}`" not in README]
+    assert missing == []

@@ -5,15 +5,26 @@ three disjoint pools of physical blocks, `held + draining + free ==
 num_blocks`, and, apart from them, reservation *credits*: blocks promised to
 an admitted request for its whole future (A1, A2). A credit is not an
 allocation: blocks leave the free list only when a dispatch writes rows into
-them, so a later request can wait while free blocks exist (they are promised).
+them, so a later request can wait while free blocks exist (they are
+promised).
 
-Freed blocks drain for `release_delay` ticks before they are reusable (A4).
+Freed blocks drain for `release_delay` ticks before they are reusable (A4);
+with no delay they are free at once.
 
 A block may have several owners (a shared prefix) and may be pinned by an
 in-flight transfer (A5, L5). It counts once, as held, while anybody
 references or pins it; it drains only when the last owner has let go and
 every pin has been acknowledged. So preempting a victim frees only what
 nobody else holds, and admission always sees what can really be reused.
+Under reservation a credit covers only the blocks a request allocates
+itself, never the shared blocks it found in the prefix cache: admission
+therefore asks `held + draining + unused credit + needed <= num_blocks`,
+which without sharing is `reserved + draining + needed <= num_blocks`.
+
+With prefix caching, free blocks are of two kinds: plain ones, reused first
+(last freed, first reused), and blocks that keep a cache key, in the LRU
+queue of `prefix_cache.PrefixCache`, handed out only when no plain block is
+left. Both count as free.
 
 Check-then-act pairs: `can_reserve` / `reserve`, `can_allocate` / `grow`.
 `try_grow` is all-or-nothing: a reconstruction that cannot get every block
@@ -24,6 +35,7 @@ from __future__ import annotations
 from collections import deque
 
 from .errors import InvariantError
+from .prefix_cache import BlockKeys, PrefixCache
 
 __all__ = ["BlockAllocator", "blocks_for"]
 
@@ -36,21 +48,24 @@ def blocks_for(rows: int, block_size: int) -> int:
 class BlockAllocator:
     """Physical blocks (held, draining, free) and reservation credits, by request id."""
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        # Stack of free block ids; popping gives the lowest id first.
+        # Stack of plain free block ids; popping gives the lowest id first.
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self.cache = PrefixCache() if prefix_caching else None
         self._refs = [0] * num_blocks
         self._pins = [0] * num_blocks
         self._pin_sets: dict[int, list[int]] = {}
         self._next_pin = 0
         self._tables: dict[str, list[int]] = {}
         self._credits: dict[str, int] = {}
+        self._grown: dict[str, int] = {}   # blocks a credited request allocated itself
         self._drain: deque[tuple[int, list[int]]] = deque()  # (expiry tick, blocks)
         self.held = 0
         self.draining = 0
         self.reserved = 0
+        self.granted = 0  # sum of _grown: the part of the credits already allocated
         self.peak_reserved = 0
         self.peak_held = 0
 
@@ -58,8 +73,14 @@ class BlockAllocator:
 
     @property
     def free(self) -> int:
-        """Blocks that can be handed out right now."""
-        return len(self._free)
+        """Blocks that can be handed out right now (cached ones included)."""
+        cache = self.cache
+        return len(self._free) + (len(cache.lru) if cache is not None else 0)
+
+    @property
+    def cached_free(self) -> int:
+        """Free blocks that still carry a cache key (evicted only when needed)."""
+        return len(self.cache.lru) if self.cache is not None else 0
 
     def table(self, rid: str) -> list[int]:
         """The block ids a request holds, in row order (empty if none)."""
@@ -75,9 +96,13 @@ class BlockAllocator:
 
     # --- credits (A1, A2) -----------------------------------------------------
 
+    def committed(self) -> int:
+        """Blocks spoken for: held or draining now, or promised by unused credit."""
+        return self.held + self.draining + self.reserved - self.granted
+
     def can_reserve(self, blocks: int) -> bool:
-        """True if a credit of `blocks` keeps reserved + draining <= num_blocks (A3)."""
-        return self.reserved + self.draining + blocks <= self.num_blocks
+        """True if a credit of `blocks` more still fits in num_blocks (A3)."""
+        return self.committed() + blocks <= self.num_blocks
 
     def reserve(self, rid: str, blocks: int) -> None:
         """Give request `rid` a credit of `blocks` (call `can_reserve` first)."""
@@ -85,23 +110,25 @@ class BlockAllocator:
             raise InvariantError(f"request {rid!r} already holds a credit of "
                                  f"{self._credits[rid]} blocks")
         self._credits[rid] = blocks
+        self._grown[rid] = 0
         self.reserved += blocks
         if self.reserved > self.peak_reserved:
             self.peak_reserved = self.reserved
-        if self.reserved + self.draining > self.num_blocks:
-            raise InvariantError(self._credit_equation() + " is false")
+        if self.committed() > self.num_blocks:
+            raise InvariantError(self._commit_equation() + " is false")
 
     def release_credit(self, rid: str) -> int:
         """Drop whatever credit `rid` holds; return its size."""
         blocks = self._credits.pop(rid, 0)
         self.reserved -= blocks
+        self.granted -= self._grown.pop(rid, 0)
         return blocks
 
     # --- physical blocks --------------------------------------------------------
 
     def can_allocate(self, blocks: int) -> bool:
         """True if `blocks` free blocks exist now."""
-        return blocks <= len(self._free)
+        return blocks <= self.free
 
     def blocks_to_grow(self, rid: str, rows: int) -> int:
         """New blocks request `rid` needs so that its table covers `rows` rows."""
@@ -109,11 +136,16 @@ class BlockAllocator:
         need = -(-rows // self.block_size)
         return need - have if need > have else 0
 
+    def _take(self) -> int:
+        if self._free:
+            return self._free.pop()
+        return self.cache.evict()
+
     def grow(self, rid: str, rows: int) -> int:
         """Allocate blocks so that `rid`'s table covers `rows` rows; return how many.
 
-        Under reservation the table may never exceed the credit (A3); running out
-        of free blocks here is a bug of the policy that asked.
+        Under reservation the blocks it allocates may never exceed its credit
+        (A3); running out of free blocks here is a bug of the policy that asked.
         """
         table = self._tables.get(rid)
         if table is None:
@@ -121,21 +153,32 @@ class BlockAllocator:
         need = -(-rows // self.block_size) - len(table)
         if need <= 0:
             return 0
-        if need > len(self._free):
+        free = self.free
+        if need > free:
             raise InvariantError(
-                f"request {rid!r} needs {need} new blocks but free({len(self._free)}) "
-                f"< {need}: held({self.held}) + draining({self.draining}) + "
-                f"free({len(self._free)}) == num_blocks({self.num_blocks})")
+                f"request {rid!r} needs {need} new blocks but free({free}) < {need}: "
+                f"held({self.held}) + draining({self.draining}) + free({free}) "
+                f"== num_blocks({self.num_blocks})")
         credit = self._credits.get(rid)
-        if credit is not None and len(table) + need > credit:
-            raise InvariantError(
-                f"request {rid!r}: allocated({len(table) + need}) <= credit({credit}) is false")
+        if credit is not None:
+            grown = self._grown[rid] + need
+            if grown > credit:
+                raise InvariantError(
+                    f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
+            self._grown[rid] = grown
+            self.granted += need
         refs = self._refs
-        free = self._free
-        for _ in range(need):
-            block = free.pop()
-            refs[block] = 1
-            table.append(block)
+        if self.cache is None:
+            stack = self._free
+            for _ in range(need):
+                block = stack.pop()
+                refs[block] = 1
+                table.append(block)
+        else:
+            for _ in range(need):
+                block = self._take()
+                refs[block] = 1
+                table.append(block)
         self.held += need
         if self.held > self.peak_held:
             self.peak_held = self.held
@@ -143,18 +186,29 @@ class BlockAllocator:
 
     def try_grow(self, rid: str, rows: int) -> bool:
         """All-or-nothing `grow`: allocate every block needed for `rows`, or none (L4)."""
-        if self.blocks_to_grow(rid, rows) > len(self._free):
+        if self.blocks_to_grow(rid, rows) > self.free:
             return False
         self.grow(rid, rows)
         return True
 
     def share(self, rid: str, blocks: list[int]) -> None:
-        """Append blocks another owner holds to `rid`'s table (one more reference each)."""
+        """Append blocks found in the cache or held by others to `rid`'s table.
+
+        Each gets one more reference; a cached free block leaves the LRU queue
+        and is held again.
+        """
         refs = self._refs
+        lru = self.cache.lru if self.cache is not None else {}
         for block in blocks:
             if refs[block] == 0 and self._pins[block] == 0:
-                raise InvariantError(f"block {block} is shared by {rid!r} but nobody holds it")
+                if block not in lru:
+                    raise InvariantError(f"block {block} is shared by {rid!r} but "
+                                         "nobody holds it and it is not cached")
+                del lru[block]
+                self.held += 1
             refs[block] += 1
+        if self.held > self.peak_held:
+            self.peak_held = self.held
         self._tables.setdefault(rid, []).extend(blocks)
 
     def pin(self, blocks: list[int]) -> int:
@@ -187,8 +241,8 @@ class BlockAllocator:
     def free_request(self, rid: str, now: int, delay: int) -> int:
         """Release `rid`'s credit and block references; return the blocks sent to drain.
 
-        Blocks are dereferenced tail first; a block nobody references any more
-        drains until `now + delay` (A4).
+        Blocks are dereferenced tail first; a block nobody references or pins
+        any more drains until `now + delay` (A4).
         """
         self.release_credit(rid)
         table = self._tables.pop(rid, None)
@@ -204,6 +258,24 @@ class BlockAllocator:
         self._drain_blocks(drained, now, delay)
         return len(drained)
 
+    def _give(self, blocks: list[int]) -> None:
+        """Return blocks to the free pools, in the order they were freed.
+
+        Plain blocks: the first freed is the first reused. Cached blocks join
+        the LRU tail in order, so a request's tail blocks (freed first) are
+        evicted before its prefix.
+        """
+        cache = self.cache
+        if cache is None:
+            self._free.extend(reversed(blocks))
+            return
+        plain = [b for b in blocks if not cache.has_key(b)]
+        self._free.extend(reversed(plain))
+        lru = cache.lru
+        for block in blocks:
+            if cache.has_key(block):
+                lru[block] = None
+
     def _drain_blocks(self, blocks: list[int], now: int, delay: int) -> None:
         """Move blocks nobody holds from held to draining, free at `now + delay`.
 
@@ -214,8 +286,7 @@ class BlockAllocator:
             return
         self.held -= len(blocks)
         if delay == 0:
-            # The first block freed (the tail) is the first reused.
-            self._free.extend(reversed(blocks))
+            self._give(blocks)
             return
         self.draining += len(blocks)
         expiry = now + delay
@@ -228,32 +299,77 @@ class BlockAllocator:
             drain.append((expiry, blocks))
 
     def release_expired(self, now: int) -> int:
-        """Move every draining block whose delay has passed to the free list."""
+        """Move every draining block whose delay has passed to the free pools."""
         released = 0
         drain = self._drain
         while drain and drain[0][0] <= now:
             _, blocks = drain.popleft()
-            # Reverse so that the first freed block is the first reused.
-            self._free.extend(reversed(blocks))
+            self._give(blocks)
             released += len(blocks)
         self.draining -= released
         return released
 
+    # --- prefix caching (SPEC §8) -----------------------------------------------
+
+    def lookup(self, keys: BlockKeys, max_blocks: int) -> list[int]:
+        """The longest run of leading blocks whose keys are cached and reusable.
+
+        A block is reusable if somebody holds it or it waits in the LRU queue;
+        draining blocks are not. Read-only: `share` takes the blocks.
+        """
+        cache = self.cache
+        if cache is None or max_blocks <= 0:
+            return []
+        index = cache.index
+        refs = self._refs
+        lru = cache.lru
+        hits = []
+        for i in range(max_blocks):
+            block = index.get(keys.key(i))
+            if block is None or (refs[block] == 0 and block not in lru):
+                break
+            hits.append(block)
+        cache.queried += max_blocks
+        cache.hits += len(hits)
+        return hits
+
+    def evictable(self, blocks: list[int]) -> int:
+        """How many of `blocks` sit in the free LRU queue (a hit on them uses a free block)."""
+        if self.cache is None:
+            return 0
+        lru = self.cache.lru
+        return sum(1 for b in blocks if b in lru)
+
+    def register_full_blocks(self, rid: str, keys: BlockKeys, rows: int) -> None:
+        """Give keys to the blocks of `rid` that `rows` written rows have filled."""
+        cache = self.cache
+        if cache is None:
+            return
+        full = rows // self.block_size
+        table = self._tables.get(rid, ())
+        for i in range(keys.registered, min(full, len(table))):
+            cache.register(table[i], keys.key(i))
+        if full > keys.registered:
+            keys.registered = full
+
     # --- invariants (A3) --------------------------------------------------------
 
-    def _credit_equation(self) -> str:
-        return (f"reserved({self.reserved}) + draining({self.draining}) "
-                f"<= num_blocks({self.num_blocks})")
+    def _commit_equation(self) -> str:
+        return (f"held({self.held}) + draining({self.draining}) + unused credit"
+                f"({self.reserved - self.granted}) <= num_blocks({self.num_blocks})")
 
     def check(self) -> None:
         """The O(1) conservation check run at every boundary (A3)."""
-        free = len(self._free)
+        free = self.free
         if self.held + self.draining + free != self.num_blocks:
             raise InvariantError(
                 f"held({self.held}) + draining({self.draining}) + free({free}) "
                 f"== num_blocks({self.num_blocks}) is false")
         if self.reserved + self.draining > self.num_blocks:
-            raise InvariantError(self._credit_equation() + " is false")
+            raise InvariantError(f"reserved({self.reserved}) + draining({self.draining}) "
+                                 f"<= num_blocks({self.num_blocks}) is false")
+        if self.committed() > self.num_blocks:
+            raise InvariantError(self._commit_equation() + " is false")
 
     def audit(self) -> None:
         """The full O(blocks) check used by tests: counters agree with the tables."""
@@ -261,6 +377,9 @@ class BlockAllocator:
         credits = sum(self._credits.values())
         if credits != self.reserved:
             raise InvariantError(f"sum of credits({credits}) == reserved({self.reserved}) is false")
+        grown = sum(self._grown.values())
+        if grown != self.granted:
+            raise InvariantError(f"sum of grown({grown}) == granted({self.granted}) is false")
         referenced = {b for table in self._tables.values() for b in table}
         pinned = {b for blocks in self._pin_sets.values() for b in blocks}
         if len(referenced | pinned) != self.held:
@@ -272,13 +391,19 @@ class BlockAllocator:
             if owners != self._refs[block]:
                 raise InvariantError(f"block {block}: owners({owners}) == "
                                      f"refs({self._refs[block]}) is false")
-        for rid, table in self._tables.items():
-            credit = self._credits.get(rid)
-            if credit is not None and len(table) > credit:
+        for rid, credit in self._credits.items():
+            if self._grown[rid] > credit:
                 raise InvariantError(
-                    f"request {rid!r}: allocated({len(table)}) <= credit({credit}) is false")
+                    f"request {rid!r}: allocated({self._grown[rid]}) <= credit({credit}) is false")
         draining = sum(len(b) for _, b in self._drain)
         if draining != self.draining:
             raise InvariantError(f"drain queue({draining}) == draining({self.draining}) is false")
-        if set(self._free) & (referenced | pinned):
+        free = set(self._free) | (set(self.cache.lru) if self.cache is not None else set())
+        if len(free) != self.free:
+            raise InvariantError(f"distinct free blocks({len(free)}) == free({self.free}) is false")
+        if free & (referenced | pinned):
             raise InvariantError("a free block is still referenced or pinned")
+        if self.cache is not None:
+            for key, block in self.cache.index.items():
+                if self.cache.key_of.get(block) != key:
+                    raise InvariantError(f"cache index and block keys disagree on block {block}")

@@ -28,6 +28,7 @@ from .events import (
 )
 from .options import Options
 from .policies import Plan, make_policy
+from .prefix_cache import BlockKeys
 from .request import DECODE, PREFILL, RECOMPUTE, Request
 from .states import RequestStatus
 from .summary import RunStats
@@ -74,7 +75,8 @@ class Engine:
                  audit: bool = False) -> None:
         self.workload = workload
         self.options = options
-        self.allocator = BlockAllocator(options.num_blocks, options.block_size)
+        self.allocator = BlockAllocator(options.num_blocks, options.block_size,
+                                        options.prefix_caching)
         self.policy = make_policy(policy, options, self)
         self.policy_name = policy
         self.now = 0
@@ -89,16 +91,37 @@ class Engine:
 
     # --- the SchedulerView a policy sees ----------------------------------------
 
-    def admit(self, req: Request, credit: int) -> None:
-        """Carry out a policy's admission: reserve, transition, report."""
+    def admit(self, req: Request, credit: int, cached: list[int] = ()) -> None:
+        """Carry out a policy's admission: reserve, take cached blocks, transition, report.
+
+        `cached` are the leading blocks found by `cached_prefix`; the request
+        shares them and starts with their rows resident.
+        """
         if credit:
             self.allocator.reserve(req.rid, credit)
         resumed = req.status == RequestStatus.PREEMPTED
         req.admit(self.now, self._admit_seq, credit)
+        hit = 0
+        if cached:
+            self.allocator.share(req.rid, cached)
+            hit = len(cached) * self.options.block_size
+            req.record_cached(hit)
+            req.block_keys.registered = len(cached)
         self._admit_seq += 1
         self._policy_moved = True
         if self._emit is not None:
-            self._emit(Admitted(self.now, req.rid, credit, resumed, req.cached_tokens))
+            self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
+
+    def cached_prefix(self, req: Request) -> list[int]:
+        """The leading blocks of `req` found in the prefix cache (none without one).
+
+        At least the last token of the current sequence is always computed, so
+        at most (P + outputs - 1) // block_size blocks are reused.
+        """
+        if req.block_keys is None:
+            return []
+        limit = (req.prompt_tokens + req.outputs - 1) // self.options.block_size
+        return self.allocator.lookup(req.block_keys, limit)
 
     def block(self, req: Request, reason: str, needed: int) -> None:
         """Report the queue head that cannot be admitted at this boundary."""
@@ -137,6 +160,11 @@ class Engine:
                       spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
         self.requests[req.rid] = req
         self.stats.requests += 1
+        if self.options.prefix_caching:
+            o = self.options
+            req.block_keys = BlockKeys(req.index, req.prompt_tokens, o.block_size,
+                                       o.hash_block_size, req.prompt_token_ids,
+                                       req.output_token_ids, req.block_hashes)
         emit = self._emit
         if emit is not None:
             emit(Arrival(self.now, req.rid))
@@ -188,9 +216,12 @@ class Engine:
             extra = len(a.table(req.rid)) - -(-req.resident // size)
             if extra > 0:
                 pending += extra
-        return {"waiting": self.policy.waiting_count, "running": self.policy.running_count,
-                "reserved": a.reserved, "allocated": a.held - pending, "draining": a.draining,
-                "free": a.free + pending}
+        state = {"waiting": self.policy.waiting_count, "running": self.policy.running_count,
+                 "reserved": a.reserved, "allocated": a.held - pending, "draining": a.draining,
+                 "free": a.free + pending}
+        if a.cache is not None:
+            state["cached"] = a.cached_free
+        return state
 
     def _start(self, plan: Plan) -> _InFlight:
         """Check the plan, allocate its blocks, write its rows (dispatch start)."""
@@ -221,6 +252,8 @@ class Engine:
                 records.append(record)
             grow(req.rid, req.resident + tokens)
             req.record_rows(tokens)
+            if req.block_keys is not None:
+                self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             rows.append((req, emits))
             total += tokens
             if phase is DECODE:

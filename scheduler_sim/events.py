@@ -31,7 +31,11 @@ class Event:
         if policy is not None:
             out["policy"] = policy
         for field in dataclasses.fields(self)[1:]:
-            out[field.name] = getattr(self, field.name)
+            value = getattr(self, field.name)
+            # Optional fields (default None) are left out when they do not apply.
+            if value is None and field.default is None:
+                continue
+            out[field.name] = value
         return out
 
     def to_json(self, policy: str | None = None) -> str:
@@ -88,13 +92,17 @@ class AdmissionBlocked(Event):
 
 @_record("snapshot")
 class Snapshot(Event):
-    """Counts just before a dispatch: after admission, before it allocates blocks."""
+    """Counts just before a dispatch: after admission, before it allocates blocks.
+
+    With prefix caching, `cached` counts the free blocks that still keep a key.
+    """
     waiting: int
     running: int
     reserved: int
     allocated: int
     draining: int
     free: int
+    cached: int | None = None
 
 
 @_record("dispatch")
@@ -178,7 +186,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 def event_from_dict(data: dict[str, Any]) -> Event:
     """Rebuild a record from its JSON object (ignores a `policy` field)."""
     cls = EVENT_TYPES[data["event"]]
-    values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
+    values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
     if cls is Dispatch:
         values["rows"] = tuple(values["rows"])
     return cls(**values)

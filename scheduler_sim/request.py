@@ -36,7 +36,7 @@ class Request:
         "priority", "deadline", "prompt_token_ids", "output_token_ids", "block_hashes",
         "status", "outputs", "resident", "restore", "high_water", "emit_on_restore",
         "credit", "useful_rows", "replay_rows", "preemptions", "admitted_at",
-        "first_token_at", "finished_at", "admit_seq", "cached_tokens",
+        "first_token_at", "finished_at", "admit_seq", "cached_tokens", "block_keys",
     )
 
     def __init__(self, rid: str, index: int, arrival: int, prompt_tokens: int,
@@ -72,7 +72,8 @@ class Request:
         self.first_token_at: int | None = None
         self.finished_at: int | None = None
         self.admit_seq = -1       # admission order, for round-robin rotation
-        self.cached_tokens = 0
+        self.cached_tokens = 0    # prompt/sequence tokens found in the prefix cache, summed
+        self.block_keys = None    # prefix-cache keys of its blocks (with prefix caching)
 
     def __repr__(self) -> str:
         return (f"Request({self.rid!r}, {self.status.label}, outputs={self.outputs}/"
@@ -168,6 +169,20 @@ class Request:
             self.high_water = end
         self.resident = end
 
+    def record_cached(self, tokens: int) -> None:
+        """Account `tokens` leading rows found in the prefix cache at admission.
+
+        They are not written, so they are neither computed nor replayed; rows
+        above the high-water mark still count as useful (the request holds
+        them for the first time), which keeps useful rows at P + N - 1.
+        """
+        end = self.resident + tokens
+        if end > self.high_water:
+            self.useful_rows += end - self.high_water
+            self.high_water = end
+        self.resident = end
+        self.cached_tokens += tokens
+
     def emit(self, now: int) -> bool:
         """Record one output at completion tick `now`; True when it was the last one."""
         self.outputs += 1
@@ -237,3 +252,4 @@ class Request:
         self.finished_at = now
         self.credit = 0
         self.resident = 0
+        self.block_keys = None

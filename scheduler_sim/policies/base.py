@@ -34,8 +34,12 @@ class SchedulerView(Protocol):
     allocator: BlockAllocator
     now: int
 
-    def admit(self, req: Request, credit: int) -> None:
-        """Move `req` to RUNNING with a reservation of `credit` blocks (0: on demand)."""
+    def admit(self, req: Request, credit: int, cached: list[int] = ()) -> None:
+        """Move `req` to RUNNING with a reservation of `credit` blocks (0: on demand),
+        sharing the `cached` prefix blocks found by `cached_prefix`."""
+
+    def cached_prefix(self, req: Request) -> list[int]:
+        """The leading blocks of `req` the prefix cache can give it now (read-only)."""
 
     def block(self, req: Request, reason: str, needed: int) -> None:
         """Report that the queue head `req` cannot be admitted now, and why."""

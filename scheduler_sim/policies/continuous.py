@@ -77,19 +77,24 @@ class ContinuousPolicy(Policy):
         allocator = self.view.allocator
         while queue:
             head = queue.peek()
-            needed = self.blocks_to_finish(head)
+            cached = self.view.cached_prefix(head)
+            # The credit covers only the blocks the request will allocate itself
+            # (A5); a hit on a free cached block takes that block out of the pool.
+            credit = self.blocks_to_finish(head) - len(cached)
+            needed = credit + allocator.evictable(cached)
             if self.running_limit is not None and self.running_count >= self.running_limit:
                 self.view.block(head, self.limit_reason, needed)
                 return
             if not allocator.can_reserve(needed):
                 # Would it fit once the draining blocks are free? Then cleanup is
                 # what holds it back; otherwise the credits of running requests.
-                fits_later = allocator.reserved + needed <= allocator.num_blocks
+                fits_later = allocator.committed() - allocator.draining + needed \
+                    <= allocator.num_blocks
                 self.view.block(head, "draining" if fits_later else "reservation", needed)
                 return
             queue.pop()
             self._admissions += 1
-            self.view.admit(head, needed)
+            self.view.admit(head, credit, cached)
             (self.decoders if head.phase == DECODE else self.prefillers).add(head)
 
     # --- the dispatch -------------------------------------------------------

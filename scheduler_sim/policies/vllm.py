@@ -185,17 +185,21 @@ class VllmPolicy(Policy):
             if len(running) >= options.max_rows:
                 self.view.block(head, "max_rows", self._gate_blocks(head))
                 break
-            needed = self._gate_blocks(head)
-            tokens = self._chunk(head, cap, budget)
-            if not options.full_prompt_gate:
-                needed = allocator.blocks_to_grow(head.rid, head.resident + tokens)
+            cached = self.view.cached_prefix(head)
+            hit = len(cached) * options.block_size
+            tokens = self._chunk_after(head, hit, cap, budget)
+            rows = self._sequence_rows(head) if options.full_prompt_gate else hit + tokens
+            # Blocks it must take from the free pool: the new ones, plus cached
+            # hits that sit free in the LRU queue.
+            needed = (-(-rows // options.block_size) - len(cached)
+                      + allocator.evictable(cached))
             watermark = self.watermark_blocks if running else 0
             if needed + watermark > allocator.free:
                 reason = "watermark" if needed <= allocator.free else "blocks"
                 self.view.block(head, reason, needed)
                 break
             waiting.pop()
-            self.view.admit(head, 0)
+            self.view.admit(head, 0, cached)
             running.append(head)
             if not allocator.try_grow(head.rid, head.resident + tokens):
                 raise AssertionError("admission checked the blocks it allocates")
@@ -203,7 +207,20 @@ class VllmPolicy(Policy):
             budget -= tokens
         return list(scheduled.items())
 
+    def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
+        """The first chunk of a request about to be admitted with `hit` cached rows."""
+        end = req.restore if req.resident < req.restore else req.prompt_tokens
+        tokens = end - hit if end > hit else 1
+        if cap is not None and tokens > cap:
+            tokens = cap
+        return tokens if tokens < budget else budget
+
+    @staticmethod
+    def _sequence_rows(req: Request) -> int:
+        """Rows of the request's whole current sequence: the prompt, or on resume
+        the prompt and every output (the folded recompute)."""
+        return req.restore if req.restore > req.prompt_tokens else req.prompt_tokens
+
     def _gate_blocks(self, req: Request) -> int:
         """New blocks for the request's whole current sequence (the full-sequence gate)."""
-        rows = req.restore if req.restore > req.prompt_tokens else req.prompt_tokens
-        return self.view.allocator.blocks_to_grow(req.rid, rows)
+        return self.view.allocator.blocks_to_grow(req.rid, self._sequence_rows(req))

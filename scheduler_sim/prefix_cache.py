@@ -1,0 +1,96 @@
+"""Prefix caching: block keys, the index of cached blocks, and their LRU queue (SPEC §8).
+
+A full block is identified by a chained key: (hash of the parent block's
+key, the block's content). The content is the block's token ids when the
+trace gives them; for a trace that carries `block_hashes` (one id per
+`hash_block_size` prompt tokens, themselves chained) it is the hash id
+covering the block's last token and that token's offset; anything else (a
+prompt without ids or hashes, outputs without ids) gets content unique to
+the request, so another request never matches it but the request itself
+does after a preemption.
+
+A freed block that has a key keeps it, and waits at the tail of an LRU
+queue; it loses the key only when the allocator hands it out again, the
+least recently freed first. The queue is an ordered dict, so taking a block
+out of its middle (a cache hit) is O(1). The allocator owns a `PrefixCache`
+and decides when blocks enter and leave it.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Hashable
+
+__all__ = ["BlockKeys", "PrefixCache"]
+
+
+class BlockKeys:
+    """The chain of keys of one request's full blocks, computed on demand."""
+
+    __slots__ = ("index", "prompt_ids", "output_ids", "hashes", "prompt_tokens",
+                 "block_size", "hash_block_size", "keys", "registered")
+
+    def __init__(self, index: int, prompt_tokens: int, block_size: int, hash_block_size: int,
+                 prompt_ids=None, output_ids=None, hashes=None) -> None:
+        self.index = index
+        self.prompt_tokens = prompt_tokens
+        self.block_size = block_size
+        self.hash_block_size = hash_block_size
+        self.prompt_ids = prompt_ids
+        self.output_ids = output_ids
+        self.hashes = hashes
+        self.keys: list[Hashable] = []
+        self.registered = 0  # leading blocks whose keys the cache already knows
+
+    def _content(self, i: int) -> Hashable:
+        size = self.block_size
+        start, end = i * size, (i + 1) * size
+        p = self.prompt_tokens
+        if end <= p and self.prompt_ids is not None:
+            return tuple(self.prompt_ids[start:end])
+        if end <= p and self.hashes is not None:
+            last = end - 1
+            j = last // self.hash_block_size
+            if j < len(self.hashes):
+                return ("h", self.hashes[j], last % self.hash_block_size)
+        if start >= p and self.output_ids is not None and end - p <= len(self.output_ids):
+            return tuple(self.output_ids[start - p:end - p])
+        if (self.prompt_ids is not None and self.output_ids is not None
+                and end - p <= len(self.output_ids)):
+            return tuple(self.prompt_ids[start:]) + tuple(self.output_ids[:end - p])
+        return ("r", self.index, i)
+
+    def key(self, i: int) -> Hashable:
+        """The key of full block i (blocks 0..i-1 are computed first)."""
+        keys = self.keys
+        while len(keys) <= i:
+            n = len(keys)
+            parent = hash(keys[n - 1]) if n else 0
+            keys.append((parent, self._content(n)))
+        return keys[i]
+
+
+class PrefixCache:
+    """Which block holds which key, and the LRU queue of free blocks that keep one."""
+
+    def __init__(self) -> None:
+        self.index: dict[Hashable, int] = {}
+        self.key_of: dict[int, Hashable] = {}
+        self.lru: OrderedDict[int, None] = OrderedDict()  # least recently freed first
+        self.hits = 0      # blocks reused, over the run
+        self.queried = 0   # blocks looked up, over the run
+
+    def register(self, block: int, key: Hashable) -> None:
+        """Record that `block` now holds `key` (the first block with a key keeps it)."""
+        if key not in self.index:
+            self.index[key] = block
+            self.key_of[block] = key
+
+    def has_key(self, block: int) -> bool:
+        """Whether `block` carries a key (and so goes to the LRU queue when freed)."""
+        return block in self.key_of
+
+    def evict(self) -> int:
+        """Take the least recently freed cached block and forget its key."""
+        block, _ = self.lru.popitem(last=False)
+        del self.index[self.key_of.pop(block)]
+        return block

@@ -68,6 +68,9 @@ class BlockAllocator:
         self.granted = 0  # sum of _grown: the part of the credits already allocated
         self.peak_reserved = 0
         self.peak_held = 0
+        # Cached blocks each request evicted since the engine last cleared this:
+        # lets a snapshot show the pool as it was before the step allocated.
+        self.step_evictions: dict[str, int] = {}
 
     # --- views ----------------------------------------------------------------
 
@@ -136,11 +139,6 @@ class BlockAllocator:
         need = -(-rows // self.block_size)
         return need - have if need > have else 0
 
-    def _take(self) -> int:
-        if self._free:
-            return self._free.pop()
-        return self.cache.evict()
-
     def grow(self, rid: str, rows: int) -> int:
         """Allocate blocks so that `rid`'s table covers `rows` rows; return how many.
 
@@ -175,10 +173,18 @@ class BlockAllocator:
                 refs[block] = 1
                 table.append(block)
         else:
+            plain = self._free
+            evicted = 0
             for _ in range(need):
-                block = self._take()
+                if plain:
+                    block = plain.pop()
+                else:
+                    block = self.cache.evict()
+                    evicted += 1
                 refs[block] = 1
                 table.append(block)
+            if evicted:
+                self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
         self.held += need
         if self.held > self.peak_held:
             self.peak_held = self.held
@@ -245,6 +251,7 @@ class BlockAllocator:
         any more drains until `now + delay` (A4).
         """
         self.release_credit(rid)
+        self.step_evictions.pop(rid, None)
         table = self._tables.pop(rid, None)
         if not table:
             return 0

@@ -210,17 +210,18 @@ class Engine:
         """Block counts now; with `plan`, as they were before the plan's rows got
         their blocks (an on-demand policy allocates while it schedules)."""
         a = self.allocator
-        pending = 0
+        pending = pending_cached = 0
         size = a.block_size
         for req, _ in plan:
             extra = len(a.table(req.rid)) - -(-req.resident // size)
             if extra > 0:
                 pending += extra
+                pending_cached += a.step_evictions.get(req.rid, 0)
         state = {"waiting": self.policy.waiting_count, "running": self.policy.running_count,
                  "reserved": a.reserved, "allocated": a.held - pending, "draining": a.draining,
                  "free": a.free + pending}
         if a.cache is not None:
-            state["cached"] = a.cached_free
+            state["cached"] = a.cached_free + pending_cached
         return state
 
     def _start(self, plan: Plan) -> _InFlight:
@@ -342,6 +343,7 @@ class Engine:
             moved = False
             if flight is None and self._live:
                 self._policy_moved = False
+                allocator.step_evictions.clear()
                 plan = policy.schedule(t)
                 moved = self._policy_moved
                 if on_state is not None:

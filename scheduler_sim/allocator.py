@@ -318,7 +318,7 @@ class BlockAllocator:
 
     # --- prefix caching (SPEC §8) -----------------------------------------------
 
-    def lookup(self, keys: BlockKeys, max_blocks: int) -> list[int]:
+    def lookup(self, keys: BlockKeys, max_blocks: int, count: bool = True) -> list[int]:
         """The longest run of leading blocks whose keys are cached and reusable.
 
         A block is reusable if somebody holds it or it waits in the LRU queue;
@@ -336,8 +336,9 @@ class BlockAllocator:
             if block is None or (refs[block] == 0 and block not in lru):
                 break
             hits.append(block)
-        cache.queried += max_blocks
-        cache.hits += len(hits)
+        if count:
+            cache.queried += max_blocks
+            cache.hits += len(hits)
         return hits
 
     def evictable(self, blocks: list[int]) -> int:

@@ -78,7 +78,10 @@ def resolve_options(trace: Trace, args: argparse.Namespace) -> Options:
     flags = check_options(raw, problems.append)
     if problems:
         raise UsageError("; ".join(problems))
-    return Options.resolve(trace.config, flags)
+    options = Options.resolve(trace.config, flags)
+    if options.problems():
+        raise UsageError("; ".join(options.problems()))
+    return options
 
 
 # --- writing files whole ---------------------------------------------------------------

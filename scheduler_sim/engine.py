@@ -18,13 +18,15 @@ The engine is the `SchedulerView` its policy sees: `admit`, `block` and
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from typing import Any, Callable
 
 from .allocator import BlockAllocator
 from .errors import InvariantError
+from .errors import UsageError
 from .events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event,
-    Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled,
+    Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout,
 )
 from .options import Options
 from .policies import Plan, make_policy
@@ -73,6 +75,8 @@ class Engine:
                  on_event: Callable[[Event], None] | None = None,
                  on_state: Callable[[int, dict[str, int], bool], None] | None = None,
                  audit: bool = False) -> None:
+        if options.problems():
+            raise UsageError("; ".join(options.problems()))
         self.workload = workload
         self.options = options
         self.allocator = BlockAllocator(options.num_blocks, options.block_size,
@@ -88,6 +92,8 @@ class Engine:
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
         self._admit_seq = 0
+        # (expiry tick, request, wait_since) for waiting_timeout, in expiry order.
+        self._timeouts: deque[tuple[int, Request, int]] = deque()
 
     # --- the SchedulerView a policy sees ----------------------------------------
 
@@ -112,7 +118,7 @@ class Engine:
         if self._emit is not None:
             self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
 
-    def cached_prefix(self, req: Request) -> list[int]:
+    def cached_prefix(self, req: Request, count: bool = True) -> list[int]:
         """The leading blocks of `req` found in the prefix cache (none without one).
 
         At least the last token of the current sequence is always computed, so
@@ -121,7 +127,7 @@ class Engine:
         if req.block_keys is None:
             return []
         limit = (req.prompt_tokens + req.outputs - 1) // self.options.block_size
-        return self.allocator.lookup(req.block_keys, limit)
+        return self.allocator.lookup(req.block_keys, limit, count)
 
     def block(self, req: Request, reason: str, needed: int) -> None:
         """Report the queue head that cannot be admitted at this boundary."""
@@ -138,6 +144,7 @@ class Engine:
         rows = req.resident
         req.preempt(fold_pending=self.policy.folds_pending)
         self.policy.remove(req)
+        self._start_waiting(req)
         self.policy.requeue(req)
         self._policy_moved = True
         if self._emit is not None:
@@ -150,6 +157,29 @@ class Engine:
         """Bookkeeping shared by every way a live request ends."""
         self._live -= 1
         self.stats.request_ended(req)
+
+    def _start_waiting(self, req: Request) -> None:
+        """Note when `req` entered the waiting queue (for waiting_timeout)."""
+        req.wait_since = self.now
+        timeout = self.options.waiting_timeout
+        if timeout is not None:
+            # "Longer than" the timeout: at wait_since + timeout it has waited
+            # exactly the timeout, one tick later it has waited longer.
+            self._timeouts.append((self.now + timeout + 1, req, self.now))
+
+    def _expire_waiting(self) -> None:
+        """Abort requests that have waited longer than waiting_timeout."""
+        timeouts = self._timeouts
+        now = self.now
+        while timeouts and timeouts[0][0] <= now:
+            _, req, since = timeouts.popleft()
+            if req.wait_since != since or req.status.is_finished or req.status == RUNNING:
+                continue  # admitted (and maybe back in the queue) since then, or ended
+            self.policy.remove(req)
+            req.time_out(now)
+            self._end(req)
+            if self._emit is not None:
+                self._emit(Timeout(now, req.rid, now - since))
 
     def _release_request(self, req: Request) -> int:
         return self.allocator.free_request(req.rid, self.now, self.options.release_delay)
@@ -179,6 +209,7 @@ class Engine:
                               needed, self.options.num_blocks))
             return
         self._live += 1
+        self._start_waiting(req)
         self.policy.add(req)
 
     def _cancel(self, rid: str) -> None:
@@ -333,6 +364,8 @@ class Engine:
                 while ic < len(cancels) and cancels[ic].at <= t:
                     self._cancel(cancels[ic].id)
                     ic += 1
+                if self._timeouts:
+                    self._expire_waiting()
                 # E3: preemptions, releases, then the policy
                 while ip < len(preempts) and preempts[ip].at <= t:
                     self._force_preempt(preempts[ip].id)
@@ -372,6 +405,8 @@ class Engine:
                     nxt = min(nxt, cancels[ic].at)
                 if ip < len(preempts):
                     nxt = min(nxt, preempts[ip].at)
+                if self._timeouts:
+                    nxt = min(nxt, self._timeouts[0][0])
                 if self._live:
                     wake = policy.next_wakeup(t)
                     if wake is not None and wake > t:

@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
     "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
-    "PreemptIgnored", "Released", "Stalled", "EVENT_TYPES", "event_from_dict",
+    "PreemptIgnored", "Released", "Stalled", "Timeout", "Ratio", "EVENT_TYPES",
+    "event_from_dict",
 ]
 
 
@@ -162,6 +163,20 @@ class PreemptIgnored(Event):
     status: str
 
 
+@_record("timeout")
+class Timeout(Event):
+    """A request waited longer than `waiting_timeout` and was aborted."""
+    id: str
+    waited: int
+
+
+@_record("ratio")
+class Ratio(Event):
+    """sglang's new_token_ratio changed: `reason` is `retract` (a jump) or `decay`."""
+    value: float
+    reason: str
+
+
 @_record("released")
 class Released(Event):
     """Draining blocks became free (A4)."""
@@ -179,7 +194,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (Arrival, Rejected, Admitted, AdmissionBlocked, Snapshot, Dispatch,
                 Finished, Cancelled, CancelIgnored, Preempted, PreemptIgnored,
-                Released, Stalled)
+                Timeout, Ratio, Released, Stalled)
 }
 
 

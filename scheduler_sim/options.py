@@ -52,6 +52,12 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("policy", "policies", list(DEFAULT_POLICIES),
                    "policy name, or a list of names replayed side by side"),
         OptionSpec("order", "str", "fcfs", "waiting-queue order"),
+        OptionSpec("seed", "int", 0, "seed of the `random` order", minimum=0),
+        OptionSpec("lpm_threshold", "int", 128,
+                   "`lpm` falls back to fcfs when more requests than this wait", minimum=0),
+        OptionSpec("waiting_timeout", "int", None,
+                   "abort a request that waits longer than this many ticks (default: never)",
+                   minimum=1, nullable=True),
         OptionSpec("resume_order", "str", "front",
                    "where a preempted request waits again: front of the queue or by arrival",
                    choices=("front", "arrival")),
@@ -66,6 +72,12 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("max_preemptions", "int", None,
                    "vllm: a request preempted this many times is no longer a victim "
                    "(default: unlimited)", minimum=1, nullable=True),
+        OptionSpec("schedule_conservativeness", "float", 1.0,
+                   "sglang: scales the initial new_token_ratio (0.7)", minimum=0.0,
+                   exclusive_minimum=True),
+        OptionSpec("batch_window", "int", 8,
+                   "dynamic: ticks the oldest request may wait before a partial batch starts",
+                   minimum=0),
         OptionSpec("prefix_caching", "bool", False, "share cached prefix blocks (SPEC §8)"),
         OptionSpec("hash_block_size", "int", None,
                    "tokens per trace block hash (default: block_size)", minimum=1, nullable=True),
@@ -166,11 +178,16 @@ class Options:
     release_delay: int = 0
     policy: tuple[str, ...] = DEFAULT_POLICIES
     order: str = "fcfs"
+    seed: int = 0
+    lpm_threshold: int = 128
+    waiting_timeout: int | None = None
     resume_order: str = "front"
     watermark: float = 0.0
     full_prompt_gate: bool = True
     victim: str | None = None
     max_preemptions: int | None = None
+    schedule_conservativeness: float = 1.0
+    batch_window: int = 8
     prefix_caching: bool = False
     hash_block_size: int = 16
     tick_seconds: float | None = None
@@ -190,6 +207,13 @@ class Options:
             values["hash_block_size"] = values["block_size"]
         values["policy"] = tuple(values["policy"])
         return cls(**values)
+
+    def problems(self) -> list[str]:
+        """Combinations of values that cannot work together."""
+        out = []
+        if self.order == "lpm" and not self.prefix_caching:
+            out.append("order 'lpm' needs prefix_caching: true (it sorts by cached prefix)")
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         """The options as a JSON-ready dict, in table order."""

@@ -11,16 +11,22 @@ object identity or id strings.
   puts it back where its original arrival places it.
 - `priority`: lowest (priority, arrival, trace position) first; `prepend` is a
   plain insert, so a victim re-enters by its original key.
+- `sjf`: smallest prompt + max_tokens first; `edf`: earliest deadline first
+  (none last); `lof`: largest max_tokens first; `random`: a seeded shuffle.
+- `lpm`: longest cached prefix first, re-sorted at every scheduling pass
+  (`refresh`), plain FCFS when more than `lpm_threshold` requests wait.
 """
 from __future__ import annotations
 
 import heapq
+import random
 from collections import OrderedDict
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .request import Request
 
-__all__ = ["RequestQueue", "FcfsQueue", "PriorityQueue", "QUEUE_ORDERS", "make_queue"]
+__all__ = ["RequestQueue", "FcfsQueue", "KeyedQueue", "PriorityQueue", "SjfQueue", "EdfQueue",
+           "LofQueue", "RandomQueue", "LpmQueue", "QUEUE_ORDERS", "make_queue"]
 
 
 class RequestQueue:
@@ -60,6 +66,9 @@ class RequestQueue:
 
     def __contains__(self, req: object) -> bool:
         raise NotImplementedError
+
+    def refresh(self) -> None:
+        """Re-sort before a scheduling pass (only orders that depend on the cache do)."""
 
 
 class FcfsQueue(RequestQueue):
@@ -104,81 +113,161 @@ class FcfsQueue(RequestQueue):
         return req in self._items
 
 
-class PriorityQueue(RequestQueue):
-    """Lowest (priority, arrival, trace position) first; removal is lazy."""
+class KeyedQueue(RequestQueue):
+    """A heap on a per-request key; `prepend` is a plain insert. Removal is lazy."""
 
-    name = "priority"
+    name = ""
 
     def __init__(self) -> None:
-        # Entries are (priority, arrival, index, serial, request): the serial,
-        # owned by this queue, keeps two entries of one request comparable.
-        self._heap: list[tuple[int, int, int, int, Request]] = []
-        self._members: set[Request] = set()
+        # Entries are (key, serial, request). The serial, owned by this queue,
+        # keeps entries comparable and tells a live entry from a stale one.
+        self._heap: list[tuple[tuple, int, Request]] = []
+        self._members: dict[Request, int] = {}
         self._serial = 0
 
-    @staticmethod
-    def key(req: Request) -> tuple[int, int, int]:
-        """The total order: priority, then arrival, then position in the trace."""
-        return (req.priority, req.arrival, req.index)
+    def key(self, req: Request) -> tuple:
+        """The sort key; every key ends with the trace position, so the order is total."""
+        raise NotImplementedError
 
     def add(self, req: Request) -> None:
         self._serial += 1
-        heapq.heappush(self._heap, (*self.key(req), self._serial, req))
-        self._members.add(req)
+        self._members[req] = self._serial
+        heapq.heappush(self._heap, (self.key(req), self._serial, req))
 
-    prepend = add
-    insert_by_arrival = add
+    def prepend(self, req: Request) -> None:
+        self.add(req)
+
+    def insert_by_arrival(self, req: Request) -> None:
+        self.add(req)
 
     def _settle(self) -> None:
         heap = self._heap
-        while heap and heap[0][4] not in self._members:
+        members = self._members
+        while heap and members.get(heap[0][2]) != heap[0][1]:
             heapq.heappop(heap)
 
     def peek(self) -> Request:
         self._settle()
-        return self._heap[0][4]
+        return self._heap[0][2]
 
     def pop(self) -> Request:
         self._settle()
-        req = heapq.heappop(self._heap)[4]
-        self._members.discard(req)
+        req = heapq.heappop(self._heap)[2]
+        del self._members[req]
         return req
 
     def remove(self, req: Request) -> None:
-        self._members.remove(req)
-        # A request can be removed and added again before its stale entry
-        # surfaces; rebuilding then keeps one entry per member.
+        del self._members[req]
         if len(self._heap) > 2 * len(self._members) + 16:
-            self._heap = [e for e in self._heap if e[4] in self._members]
+            members = self._members
+            self._heap = [e for e in self._heap if members.get(e[2]) == e[1]]
             heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._members)
 
     def __iter__(self) -> Iterator[Request]:
-        live = sorted(e for e in self._heap if e[4] in self._members)
-        seen: set[Request] = set()
-        out = []
-        for entry in live:
-            if entry[4] not in seen:
-                seen.add(entry[4])
-                out.append(entry[4])
-        return iter(out)
+        members = self._members
+        return iter([e[2] for e in sorted(self._heap) if members.get(e[2]) == e[1]])
 
     def __contains__(self, req: object) -> bool:
         return req in self._members
 
 
+class PriorityQueue(KeyedQueue):
+    """Lowest (priority, arrival, trace position) first."""
+
+    name = "priority"
+
+    def key(self, req: Request) -> tuple:
+        return (req.priority, req.arrival, req.index)
+
+
+class SjfQueue(KeyedQueue):
+    """Shortest job first: smallest prompt + max_tokens, ties by trace position."""
+
+    name = "sjf"
+
+    def key(self, req: Request) -> tuple:
+        return (req.prompt_tokens + req.max_tokens, req.index)
+
+
+class EdfQueue(KeyedQueue):
+    """Earliest deadline first; requests without a deadline after all others."""
+
+    name = "edf"
+
+    def key(self, req: Request) -> tuple:
+        if req.deadline is None:
+            return (1, 0, req.index)
+        return (0, req.deadline, req.index)
+
+
+class LofQueue(KeyedQueue):
+    """Longest output first (largest max_tokens), as SGLang's `lof`."""
+
+    name = "lof"
+
+    def key(self, req: Request) -> tuple:
+        return (-req.max_tokens, req.index)
+
+
+class RandomQueue(KeyedQueue):
+    """A random order drawn from the queue's own generator, seeded: same seed, same order."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self._rng = random.Random(seed)
+
+    def key(self, req: Request) -> tuple:
+        return (self._rng.random(), req.index)
+
+
+class LpmQueue(FcfsQueue):
+    """Longest prefix match first, as SGLang's `lpm`.
+
+    `refresh` (called at the start of each scheduling pass) sorts the waiting
+    requests by the number of their leading blocks found in the prefix cache,
+    longest first, ties in arrival order. With more than `threshold`
+    requests waiting the sort is skipped and the order is plain FCFS, as
+    SGLang does to bound the cost of matching.
+    """
+
+    name = "lpm"
+
+    def __init__(self, scorer: Callable[[Request], int] | None = None,
+                 threshold: int = 128) -> None:
+        super().__init__()
+        self.scorer = scorer
+        self.threshold = threshold
+        self.fallback = False  # whether the last refresh fell back to FCFS
+
+    def refresh(self) -> None:
+        if len(self._items) > self.threshold or self.scorer is None:
+            self.fallback = len(self._items) > self.threshold
+            return
+        self.fallback = False
+        score = self.scorer
+        order = sorted(enumerate(self._items), key=lambda p: (-score(p[1]), p[0]))
+        self._items = OrderedDict((req, None) for _, req in order)
+
+
 QUEUE_ORDERS: dict[str, type[RequestQueue]] = {
-    FcfsQueue.name: FcfsQueue,
-    PriorityQueue.name: PriorityQueue,
+    cls.name: cls
+    for cls in (FcfsQueue, PriorityQueue, SjfQueue, EdfQueue, LpmQueue, LofQueue, RandomQueue)
 }
 
 
-def make_queue(order: str) -> RequestQueue:
+def make_queue(order: str, seed: int = 0, lpm_threshold: int = 128,
+               scorer: Callable[[Request], int] | None = None) -> RequestQueue:
     """Build the queue for an order name; raise ValueError naming the known orders."""
-    try:
-        return QUEUE_ORDERS[order]()
-    except KeyError:
-        known = ", ".join(sorted(QUEUE_ORDERS))
-        raise ValueError(f"unknown order {order!r} (known: {known})") from None
+    if order not in QUEUE_ORDERS:
+        known = ", ".join(QUEUE_ORDERS)
+        raise ValueError(f"unknown order {order!r} (known: {known})")
+    if order == "random":
+        return RandomQueue(seed)
+    if order == "lpm":
+        return LpmQueue(scorer, lpm_threshold)
+    return QUEUE_ORDERS[order]()

@@ -36,7 +36,7 @@ class Request:
         "priority", "deadline", "prompt_token_ids", "output_token_ids", "block_hashes",
         "status", "outputs", "resident", "restore", "high_water", "emit_on_restore",
         "credit", "useful_rows", "replay_rows", "preemptions", "admitted_at",
-        "first_token_at", "finished_at", "admit_seq", "cached_tokens", "block_keys",
+        "first_token_at", "finished_at", "admit_seq", "cached_tokens", "block_keys", "wait_since",
     )
 
     def __init__(self, rid: str, index: int, arrival: int, prompt_tokens: int,
@@ -74,6 +74,7 @@ class Request:
         self.admit_seq = -1       # admission order, for round-robin rotation
         self.cached_tokens = 0    # prompt/sequence tokens found in the prefix cache, summed
         self.block_keys = None    # prefix-cache keys of its blocks (with prefix caching)
+        self.wait_since = arrival  # when it last entered the waiting queue
 
     def __repr__(self) -> str:
         return (f"Request({self.rid!r}, {self.status.label}, outputs={self.outputs}/"

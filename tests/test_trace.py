@@ -12,6 +12,7 @@ import pytest
 from conftest import req, simulate
 from scheduler_sim.errors import TraceError
 from scheduler_sim.policies import POLICIES
+from scheduler_sim.queues import QUEUE_ORDERS
 from scheduler_sim.trace import MAX_PROBLEMS, parse_trace
 
 NAME = "t.jsonl"
@@ -270,7 +271,7 @@ def test_config_after_leading_blank_lines_is_first():
     ("policy", "contnuous",
      "unknown policy 'contnuous' (did you mean 'continuous'?) (known: "
      + ", ".join(POLICIES) + ")"),
-    ("order", "lifo", "unknown order 'lifo' (known: fcfs, priority)"),
+    ("order", "lifo", "unknown order 'lifo' (known: " + ", ".join(QUEUE_ORDERS) + ")"),
     ("policy", ["continuous", "serial", "continuous"],
      "policy lists a name twice, got ['continuous', 'serial', 'continuous']"),
     ("policy", [], "policy must be a policy name or a non-empty list of policy names, got []"),
@@ -287,7 +288,7 @@ def test_every_bad_option_of_a_config_is_reported():
     assert problems(data) == [
         "t.jsonl:1: config: unknown option 'block_sise' (did you mean 'block_size'?)",
         "t.jsonl:1: config: num_blocks must be an integer >= 1, got 0",
-        "t.jsonl:1: config: unknown order 'lifo' (known: fcfs, priority)",
+        "t.jsonl:1: config: unknown order 'lifo' (known: " + ", ".join(QUEUE_ORDERS) + ")",
     ]
 
 

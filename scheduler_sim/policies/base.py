@@ -20,6 +20,7 @@ from typing import ClassVar, Protocol
 
 from ..allocator import BlockAllocator
 from ..options import Options
+from ..queues import RequestQueue, make_queue
 from ..request import Request
 
 __all__ = ["SchedulerView", "Policy", "Plan"]
@@ -38,8 +39,9 @@ class SchedulerView(Protocol):
         """Move `req` to RUNNING with a reservation of `credit` blocks (0: on demand),
         sharing the `cached` prefix blocks found by `cached_prefix`."""
 
-    def cached_prefix(self, req: Request) -> list[int]:
-        """The leading blocks of `req` the prefix cache can give it now (read-only)."""
+    def cached_prefix(self, req: Request, count: bool = True) -> list[int]:
+        """The leading blocks of `req` the prefix cache can give it now (read-only);
+        `count=False` leaves the hit statistics alone (for sorting)."""
 
     def block(self, req: Request, reason: str, needed: int) -> None:
         """Report that the queue head `req` cannot be admitted now, and why."""
@@ -64,6 +66,12 @@ class Policy:
     def __init__(self, options: Options, view: SchedulerView) -> None:
         self.options = options
         self.view = view
+
+    def make_waiting_queue(self) -> RequestQueue:
+        """The waiting queue in the configured order (`lpm` scores by cached prefix)."""
+        o = self.options
+        return make_queue(o.order, o.seed, o.lpm_threshold,
+                          lambda req: len(self.view.cached_prefix(req, count=False)))
 
     # --- sizing -------------------------------------------------------------
 

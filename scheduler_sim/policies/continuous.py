@@ -18,7 +18,6 @@ first candidate admitted after it, wrapping to the oldest.
 """
 from __future__ import annotations
 
-from ..queues import make_queue
 from ..request import DECODE, Request
 from ..rotation import RotatingSet
 from .base import Plan, Policy, SchedulerView
@@ -37,7 +36,7 @@ class ContinuousPolicy(Policy):
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)
-        self.queue = make_queue(options.order)
+        self.queue = self.make_waiting_queue()
         self.decoders = RotatingSet()    # prefill done: one token per dispatch
         self.prefillers = RotatingSet()  # prompt or recompute rows still to write
         self._last_decode = -1
@@ -74,6 +73,7 @@ class ContinuousPolicy(Policy):
     def admit_waiting(self) -> None:
         """Admit queue heads while their credit fits; report the first that does not."""
         queue = self.queue
+        queue.refresh()
         allocator = self.view.allocator
         while queue:
             head = queue.peek()

@@ -33,7 +33,6 @@ Beyond vLLM, for experiments: `victim` picks another victim rule and
 from __future__ import annotations
 
 from ..options import Options
-from ..queues import make_queue
 from ..request import Request
 from .base import Plan, Policy, SchedulerView
 
@@ -80,7 +79,7 @@ class VllmPolicy(Policy):
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)
-        self.waiting = make_queue(options.order)
+        self.waiting = self.make_waiting_queue()
         self.running: list[Request] = []
         self.rule = options.victim or ("priority" if options.order == "priority" else "lifo")
         self.watermark_blocks = int(options.watermark * options.num_blocks)
@@ -174,6 +173,7 @@ class VllmPolicy(Policy):
 
         # 2. Waiting requests, unless this step preempted.
         waiting = self.waiting
+        waiting.refresh()
         while waiting:
             head = waiting.peek()
             if preempted:

@@ -268,9 +268,10 @@ class BlockAllocator:
     def _give(self, blocks: list[int]) -> None:
         """Return blocks to the free pools, in the order they were freed.
 
-        Plain blocks: the first freed is the first reused. Cached blocks join
-        the LRU tail in order, so a request's tail blocks (freed first) are
-        evicted before its prefix.
+        Plain blocks go on top of a stack, as vLLM prepends them to its free
+        queue: the latest batch freed is reused first and, within a batch, the
+        block freed first (a request's tail). Cached blocks join the LRU tail
+        in order, so a request's tail blocks are evicted before its prefix.
         """
         cache = self.cache
         if cache is None:

@@ -29,7 +29,7 @@ from .events import (
     Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout,
 )
 from .options import Options
-from .policies import Plan, make_policy
+from .policies import PADDING, Plan, make_policy
 from .prefix_cache import BlockKeys
 from .request import DECODE, PREFILL, RECOMPUTE, Request
 from .states import RequestStatus
@@ -135,6 +135,15 @@ class Engine:
             a = self.allocator
             self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
                                         a.reserved, a.draining))
+
+    def release(self, req: Request) -> int:
+        """Free the blocks and credit a finished request kept (static batches)."""
+        return self._release_request(req)
+
+    def emit_event(self, event: Event) -> None:
+        """Pass a policy's own event record to the listener."""
+        if self._emit is not None:
+            self._emit(event)
 
     def preempt(self, req: Request, reason: str, rule: str | None = None,
                 trigger: str | None = None) -> int:
@@ -266,7 +275,18 @@ class Engine:
         rows: list[tuple[Request, bool]] = []
         total = prompt = decode = recompute = 0
         records = [] if self._emit is not None else None
+        padding = 0
         for req, tokens in plan:
+            if tokens == PADDING:
+                if not (req.status.is_finished and self.policy.keeps_blocks_after_finish):
+                    raise InvariantError(f"request {req.rid!r}: a padding row needs a "
+                                         "finished member of a padded batch", now)
+                padding += 1
+                total += 1
+                if records is not None:
+                    records.append({"id": req.rid, "phase": "padding", "tokens": 1,
+                                    "emits": False})
+                continue
             if req.status != RUNNING:
                 raise InvariantError(f"request {req.rid!r} dispatched while "
                                      f"{req.status.label}", now)
@@ -301,11 +321,12 @@ class Engine:
             raise InvariantError("a request appears twice in one dispatch", now)
         stats = self.stats
         stats.iterations += 1
-        stats.rows += len(rows)
+        stats.rows += len(rows) + padding
         stats.tokens += total
         stats.prompt_tokens += prompt
         stats.decode_tokens += decode
         stats.recompute_tokens += recompute
+        stats.padding_rows += padding
         done = now + self.duration(plan)
         if records is not None:
             self._emit(Dispatch(now, tuple(records), total, done))
@@ -327,7 +348,8 @@ class Engine:
             if req.emit(now):
                 req.finish(now)
                 self.policy.remove(req)
-                self._release_request(req)
+                if not self.policy.keeps_blocks_after_finish:
+                    self._release_request(req)
                 self._end(req)
                 if self._emit is not None:
                     self._emit(Finished(now, req.rid, req.status.label))

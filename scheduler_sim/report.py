@@ -35,6 +35,7 @@ TABLE_ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("end-to-end   mean", "ticks", "e2e_mean"),
     ("             p50", "ticks", "e2e_p50"),
     ("             p99", "ticks", "e2e_p99"),
+    ("padding rows", "rows", "padding_rows"),
     ("preemptions", "", "preemptions"),
     ("useful rows", "rows", "useful_rows"),
     ("replayed rows", "rows", "replay_rows"),
@@ -46,7 +47,7 @@ TABLE_ROWS: tuple[tuple[str, str, str | None], ...] = (
 
 # Rows shown only when some policy has a non-zero value.
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
-             "empty_iterations"}
+             "empty_iterations", "padding_rows"}
 
 
 def format_number(value: Any) -> str:

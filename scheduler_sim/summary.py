@@ -32,7 +32,7 @@ RUN_FIELDS = (
     ("requests", "iterations", "empty_iterations", "makespan", "completed")
     + _STATUS_FIELDS
     + tuple(f"{m}_{s}" for m in METRICS for s in ("mean", "p50", "p90", "p99", "max"))
-    + ("prompt_tokens", "decode_tokens", "recompute_tokens", "output_tokens",
+    + ("prompt_tokens", "decode_tokens", "recompute_tokens", "padding_rows", "output_tokens",
        "useful_rows", "replay_rows", "preemptions", "peak_reserved", "peak_allocated",
        "mean_batch_rows", "mean_batch_tokens")
 )
@@ -91,6 +91,7 @@ class RunStats:
         self.prompt_tokens = 0
         self.decode_tokens = 0
         self.recompute_tokens = 0
+        self.padding_rows = 0
         self.output_tokens = 0
         self.useful_rows = 0
         self.replay_rows = 0
@@ -135,6 +136,7 @@ class RunStats:
             "prompt_tokens": self.prompt_tokens,
             "decode_tokens": self.decode_tokens,
             "recompute_tokens": self.recompute_tokens,
+            "padding_rows": self.padding_rows,
             "output_tokens": self.output_tokens,
             "useful_rows": self.useful_rows,
             "replay_rows": self.replay_rows,

@@ -5,15 +5,20 @@ Adding a policy is adding a module with a `Policy` subclass and one line in
 """
 from __future__ import annotations
 
-from .base import Plan, Policy, SchedulerView
+from .base import PADDING, Plan, Policy, SchedulerView
 from .continuous import ContinuousPolicy
+from .dynamic import DynamicPolicy
 from .serial import SerialPolicy
+from .sglang import SglangPolicy
+from .static import StaticPolicy
 from .vllm import VllmPolicy
 
-__all__ = ["Plan", "Policy", "SchedulerView", "POLICIES", "make_policy"]
+__all__ = ["PADDING", "Plan", "Policy", "SchedulerView", "POLICIES", "make_policy"]
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (SerialPolicy, ContinuousPolicy, VllmPolicy)
+    cls.name: cls
+    for cls in (SerialPolicy, ContinuousPolicy, VllmPolicy, SglangPolicy, StaticPolicy,
+                DynamicPolicy)
 }
 
 

@@ -23,9 +23,14 @@ from ..options import Options
 from ..queues import RequestQueue, make_queue
 from ..request import Request
 
-__all__ = ["SchedulerView", "Policy", "Plan"]
+__all__ = ["SchedulerView", "Policy", "Plan", "PADDING"]
 
 Plan = list  # list[tuple[Request, int]]: the next dispatch, request -> tokens
+
+# A plan entry (request, PADDING) is a padding row: a finished member of a
+# static batch that still occupies its row (one token of budget, no KV, no
+# output) until the batch ends.
+PADDING = 0
 
 
 class SchedulerView(Protocol):
@@ -46,6 +51,12 @@ class SchedulerView(Protocol):
     def block(self, req: Request, reason: str, needed: int) -> None:
         """Report that the queue head `req` cannot be admitted now, and why."""
 
+    def release(self, req: Request) -> int:
+        """Let go of a finished request's blocks that the policy kept (static batches)."""
+
+    def emit_event(self, event) -> None:
+        """Report a policy-specific event record (e.g. sglang's `ratio`)."""
+
     def preempt(self, req: Request, reason: str, rule: str | None = None,
                 trigger: str | None = None) -> int:
         """Take `req`'s blocks away and make it wait again; return blocks freed.
@@ -62,6 +73,9 @@ class Policy:
     reserves: ClassVar[bool] = True
     # True: a recompute feeds the pending token too and emits at its end (L3, vllm).
     folds_pending: ClassVar[bool] = False
+    # True: a request that finishes keeps its blocks (and credit) until the
+    # policy calls `view.release` (padded static batches).
+    keeps_blocks_after_finish: ClassVar[bool] = False
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         self.options = options

@@ -1,0 +1,33 @@
+"""`dynamic`: static batching that waits for a full batch or a time window (SPEC §6).
+
+As `static`, but a batch starts only when `max_rows` requests wait or the
+oldest waiting request has waited `batch_window` ticks (default 8): the
+classic dynamic batcher of inference servers, trading queue delay for
+fuller batches.
+"""
+from __future__ import annotations
+
+from .static import StaticPolicy
+
+__all__ = ["DynamicPolicy"]
+
+
+class DynamicPolicy(StaticPolicy):
+    """Static batching started by batch size or by the oldest request's wait."""
+
+    name = "dynamic"
+
+    def _oldest_wait(self) -> int:
+        return min(r.wait_since for r in self.queue)
+
+    def ready(self, now: int) -> bool:
+        if not self.queue:
+            return False
+        if len(self.queue) >= min(self.options.max_rows, self.options.token_budget):
+            return True
+        return now - self._oldest_wait() >= self.options.batch_window
+
+    def next_wakeup(self, now: int) -> int | None:
+        if self.batch or not self.queue:
+            return None
+        return self._oldest_wait() + self.options.batch_window

@@ -1,0 +1,197 @@
+"""`sglang`: SGLang's scheduler as the seed chapter describes it (SPEC §6).
+
+Blocks are allocated on demand, but admission looks ahead with a learned
+reservation instead of vLLM's "does the prompt fit now":
+
+- A step is a prefill batch whenever one can be formed, else a decode batch
+  (SGLang runs them apart; decodes wait while prompts are prefilled). A
+  prompt longer than `prefill_chunk` is prefilled in chunks, one chunked
+  request at a time, continued first in the next prefill batch.
+- Admission (SGLang's PrefillAdder): in queue order, a request is added
+  while its uncached prompt plus min(its remaining max_tokens, CLIP) fits
+  in free-plus-evictable tokens minus, for every running request,
+  new_token_ratio x min(its remaining max_tokens, CLIP). The first request
+  that does not fit stops the pass: `no_token` (memory) or another reason
+  (`max_rows`, `token_budget`), SGLang's NO_TOKEN and OTHER verdicts.
+- A decode batch that cannot get a block for every row retracts: keep
+  preference is more outputs first, then shorter prompt (ties: earlier
+  admitted); the least preferred goes first, until the step fits, never
+  the last request. A retracted request rejoins the waiting queue at its
+  tail and on resume recomputes its prompt and outputs in one prefill
+  (SGLang refills prompt + outputs, so the pending token is folded in,
+  as under `vllm`).
+- After a retraction new_token_ratio = min(1, (outputs of the requests kept
+  + RETRACT_DECODE_STEPS x their number) / (their max_tokens + 1)), SGLang's
+  estimate; every decode step without a retraction lowers it by
+  (init - min) / DECAY_STEPS, down to min. init = 0.7 x
+  `schedule_conservativeness`, min = init x 0.14.
+
+Constants are SGLang's defaults: CLIP_MAX_NEW_TOKENS 4096 tokens,
+RETRACT_DECODE_STEPS 20, DECAY_STEPS 600.
+"""
+from __future__ import annotations
+
+from ..events import Ratio
+from ..options import Options
+from ..request import DECODE, Request
+from .base import Plan, Policy, SchedulerView
+
+__all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",
+           "INIT_NEW_TOKEN_RATIO", "MIN_RATIO_FACTOR"]
+
+CLIP_MAX_NEW_TOKENS = 4096
+RETRACT_DECODE_STEPS = 20
+DECAY_STEPS = 600
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_RATIO_FACTOR = 0.14
+
+
+class SglangPolicy(Policy):
+    """SGLang: learned-ratio admission, prefill-first batches, retraction by progress."""
+
+    name = "sglang"
+    reserves = False
+    folds_pending = True
+
+    def __init__(self, options: Options, view: SchedulerView) -> None:
+        super().__init__(options, view)
+        self.waiting = self.make_waiting_queue()
+        self.running: list[Request] = []
+        self.chunked: Request | None = None  # the request whose prefill is in chunks
+        self.init_ratio = min(1.0, INIT_NEW_TOKEN_RATIO * options.schedule_conservativeness)
+        self.min_ratio = self.init_ratio * MIN_RATIO_FACTOR
+        self.decay = (self.init_ratio - self.min_ratio) / DECAY_STEPS
+        self.ratio = self.init_ratio
+
+    # --- sizing -------------------------------------------------------------
+
+    def blocks_to_finish(self, req: Request) -> int:
+        """On-demand growth to P + N - 1 rows, but admission also asks for room for
+        P + min(M, CLIP) tokens with nothing else running: whichever is larger."""
+        size = self.options.block_size
+        grow = -(-(req.prompt_tokens + req.output_tokens - 1) // size)
+        admit = -(-(req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size)
+        return max(grow, admit)
+
+    # --- notifications ------------------------------------------------------
+
+    def add(self, req: Request) -> None:
+        self.waiting.add(req)
+
+    def requeue(self, req: Request) -> None:
+        # A retracted request rejoins at the tail (unlike vLLM's front).
+        self.waiting.add(req)
+
+    def remove(self, req: Request) -> None:
+        if req in self.waiting:
+            self.waiting.remove(req)
+            return
+        self.running.remove(req)
+        if req is self.chunked:
+            self.chunked = None
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def running_count(self) -> int:
+        return len(self.running)
+
+    # --- the step ---------------------------------------------------------------
+
+    def schedule(self, now: int) -> Plan:
+        self.waiting.refresh()
+        plan = self._prefill_batch()
+        if plan:
+            return plan
+        return self._decode_batch(now)
+
+    def _remaining_new(self, req: Request) -> int:
+        return min(req.max_tokens - req.outputs, CLIP_MAX_NEW_TOKENS)
+
+    def reserved_tokens(self) -> float:
+        """What running requests are expected to still need: ratio x remaining outputs."""
+        ratio = self.ratio
+        return sum(ratio * self._remaining_new(r) for r in self.running)
+
+    def _prefill_batch(self) -> Plan:
+        options = self.options
+        size = options.block_size
+        allocator = self.view.allocator
+        budget = options.token_budget
+        chunk_left = options.prefill_chunk
+        plan: Plan = []
+        chunked = self.chunked
+        if chunked is not None:
+            tokens = min(chunked.phase_remaining, chunk_left, budget)
+            if not allocator.try_grow(chunked.rid, chunked.resident + tokens):
+                return plan  # no memory for the next chunk now: decode instead
+            plan.append((chunked, tokens))
+            budget -= tokens
+            chunk_left -= tokens
+            if tokens < chunked.phase_remaining:
+                return plan  # still chunking: nothing else joins this batch
+            self.chunked = None
+        waiting = self.waiting
+        if not waiting:
+            return plan
+        rem_total = allocator.free * size - self.reserved_tokens()
+        while waiting:
+            head = waiting.peek()
+            if len(self.running) >= options.max_rows:
+                self.view.block(head, "max_rows", 0)
+                break
+            if budget <= 0 or chunk_left <= 0:
+                self.view.block(head, "token_budget", 0)
+                break
+            cached = self.view.cached_prefix(head)
+            hit = len(cached) * size
+            extend = head.prompt_tokens + head.outputs - hit
+            total = extend + self._remaining_new(head)
+            tokens = min(extend, chunk_left, budget)
+            now_blocks = (-(-(hit + tokens) // size) - len(cached)
+                          + allocator.evictable(cached))
+            if total > rem_total or now_blocks > allocator.free:
+                self.view.block(head, "no_token", -(-total // size))
+                break
+            waiting.pop()
+            self.view.admit(head, 0, cached)
+            self.running.append(head)
+            if not allocator.try_grow(head.rid, head.resident + tokens):
+                raise AssertionError("admission checked the blocks it allocates")
+            plan.append((head, tokens))
+            rem_total -= total
+            budget -= tokens
+            chunk_left -= tokens
+            if tokens < extend:
+                self.chunked = head  # one chunked request at a time
+                break
+        return plan
+
+    def _decode_batch(self, now: int) -> Plan:
+        decoders = [r for r in self.running if r is not self.chunked and r.phase == DECODE]
+        if not decoders:
+            return []
+        allocator = self.view.allocator
+        need = sum(allocator.blocks_to_grow(r.rid, r.resident + 1) for r in decoders)
+        if need > allocator.free:
+            # Most preferred to keep first: more outputs, then shorter prompt;
+            # the sort is stable, so among equals the earlier admitted stays.
+            keep = sorted(decoders, key=lambda r: (-r.outputs, r.prompt_tokens))
+            while need > allocator.free and len(keep) > 1:
+                victim = keep.pop()
+                need -= allocator.blocks_to_grow(victim.rid, victim.resident + 1)
+                self.view.preempt(victim, "retract", "fewest-outputs")
+            decoded = sum(r.outputs for r in keep)
+            budget = sum(r.max_tokens for r in keep)
+            self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / (budget + 1))
+            self.view.emit_event(Ratio(now, round(self.ratio, 6), "retract"))
+            decoders = [r for r in decoders if r in keep]
+            if need > allocator.free:
+                return []  # even the last request cannot grow: wait for memory
+        elif self.ratio > self.min_ratio:
+            self.ratio = max(self.min_ratio, self.ratio - self.decay)
+            self.view.emit_event(Ratio(now, round(self.ratio, 6), "decay"))
+        cap = min(self.options.max_rows, self.options.token_budget)
+        return [(r, 1) for r in decoders[:cap]]

@@ -106,7 +106,8 @@ def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]]) -
 REQUEST_COLUMNS = (
     ("id", "id"), ("arrival", "arrival"), ("admitted", "admitted"),
     ("first token", "first_token"), ("finished", "finished"), ("status", "status"),
-    ("P", "prompt_tokens"), ("N", "output_tokens"), ("preempt", "preemptions"),
+    ("P", "prompt_tokens"), ("N", "output_tokens"), ("cached", "cached_tokens"),
+    ("preempt", "preemptions"),
     ("useful rows", "useful_rows"), ("replayed", "replay_rows"),
 )
 

@@ -17,7 +17,8 @@
 
 Requests are drawn one at a time from a single random stream, so the trace of
 n requests is exactly the first n requests of any larger trace with the same
-seed (`--serial-requests` relies on this to run `serial` on a prefix).
+seed (`--serial-requests` and `--serial-events-requests` rely on this to run
+`serial` on a prefix when the full trace would take too long).
 
     python3 benchmarks/large_synthetic.py [--requests 100000] [--seed 1]
         [--out-dir benchmarks/out] [--policies serial,continuous]
@@ -44,6 +45,10 @@ CONFIG = {"block_size": 16, "num_blocks": 2048, "token_budget": 2048, "max_rows"
 # Length distributions (tokens): lognormal with these medians and log-sigmas.
 PROMPT_MEDIAN, PROMPT_SIGMA, PROMPT_MAX = 256, 1.0, 4096
 OUTPUT_MEDIAN, OUTPUT_SIGMA, OUTPUT_MAX = 96, 1.0, 1024
+# serial makes one dispatch per output token and, with --events, writes ~375 bytes
+# per dispatch: at 100k requests that is ~13 min and ~5.7 GB, so by default the
+# events run of serial replays the first 20k requests (a prefix of the trace).
+SERIAL_EVENTS_DEFAULT = 20_000
 CANCEL_FRACTION = 0.02      # of requests get a client cancellation ...
 CANCEL_MEAN_DELAY = 300     # ... this many ticks (exponential mean) after arrival
 
@@ -138,7 +143,13 @@ def replay(trace: str, policy: str, events: str | None, out_dir: str,
     if events:
         cmd += ["--events", events]
     stdout_path = os.path.join(out_dir, f"{tag}.json")
+    before = set(os.listdir(out_dir))
     result = run_child(cmd, stdout_path, timeout)
+    if result["exit"] != 0:
+        # A killed replay cannot remove its half-written `.events-*.tmp`.
+        for name in set(os.listdir(out_dir)) - before:
+            if name.startswith(".events-") and name.endswith(".tmp"):
+                os.unlink(os.path.join(out_dir, name))
     result.update({"policy": policy, "mode": "events" if events else "summary",
                    "cmd": " ".join(["python3"] + cmd[1:])})
     if result["exit"] == 0:
@@ -158,23 +169,48 @@ def replay(trace: str, policy: str, events: str | None, out_dir: str,
     return result
 
 
+def _show(path: str) -> str:
+    """A path relative to the project root when it lies inside it."""
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith("..") else rel
+
+
+def code_version() -> str:
+    """The commit replayed, and whether scheduler_sim/ had uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "scheduler_sim"],
+                               cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git)"
+    changed = len([line for line in dirty.splitlines() if line.strip()])
+    return head + (f" + {changed} uncommitted file(s) in scheduler_sim/" if changed else "")
+
+
+def _cpu(r: dict) -> float:
+    """The child's CPU seconds (user + system): steadier than wall time on a busy box."""
+    return r["user_s"] + r["sys_s"]
+
+
 def _fmt_int(v) -> str:
     return "-" if v is None else f"{v:,}"
 
 
 def table(results: list[dict], full: int) -> str:
-    head = ("| policy | mode | requests | iterations | wall s | dispatches/s | rows/s "
+    head = ("| policy | mode | requests | iterations | wall s | CPU s | dispatches/s | rows/s "
             "| peak MB | events file |")
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         if r["exit"] != 0:
             reason = "timed out" if r["exit"] == -9 else f"exit {r['exit']}"
             lines.append(f"| {r['policy']} | {r['mode']} | {_fmt_int(r.get('n'))} | - "
-                         f"| {r['wall_s']:.1f} ({reason}) | - | - | {r['peak_mb']:.0f} | - |")
+                         f"| {r['wall_s']:.1f} ({reason}) | {_cpu(r):.1f} | - | - "
+                         f"| {r['peak_mb']:.0f} | - |")
             continue
         if not r["iterations"]:
             lines.append(f"| {r['policy']} | {r['mode']} | {r['requests']:,} | - "
-                         f"| {r['wall_s']:.1f} | - | - | {r['peak_mb']:.0f} | - |")
+                         f"| {r['wall_s']:.1f} | {_cpu(r):.1f} | - | - | {r['peak_mb']:.0f} | - |")
             continue
         reqs = f"{r['requests']:,}"
         if r["requests"] < full:
@@ -183,6 +219,7 @@ def table(results: list[dict], full: int) -> str:
         ev_text = "-" if ev is None else f"{ev / 1e6:,.0f} MB"
         lines.append(
             f"| {r['policy']} | {r['mode']} | {reqs} | {r['iterations']:,} | {r['wall_s']:.1f} "
+            f"| {_cpu(r):.1f} "
             f"| {r['iterations'] / r['wall_s']:,.0f} | {r['rows'] / r['wall_s']:,.0f} "
             f"| {r['peak_mb']:.0f} | {ev_text} |")
     return "\n".join(lines) + "\n"
@@ -202,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                          "dispatch per output token; default: --requests)")
     ap.add_argument("--serial-events-requests", type=int, default=None,
                     help="replay serial with --events on the first N requests only (serial "
-                         "writes ~3 event records per dispatch; default: --serial-requests)")
+                         "writes ~3 event records per dispatch, ~1.1 GB and ~2-3 min per "
+                         "20k requests; default: min(20000, --serial-requests))")
     ap.add_argument("--no-validate", action="store_true",
                     help="skip the parse-only baseline (`validate TRACE`)")
     ap.add_argument("--load", type=float, default=0.85,
@@ -222,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     traces = {}
     counts = {args.requests}
     serial_n = args.serial_requests or args.requests
-    serial_events_n = args.serial_events_requests or serial_n
+    serial_events_n = args.serial_events_requests or min(SERIAL_EVENTS_DEFAULT, serial_n)
     if "serial" in policies:
         counts.add(serial_n if "summary" in modes else serial_events_n)
         if "events" in modes:
@@ -234,13 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         info["gen_s"] = time.perf_counter() - start
         info["bytes"] = os.path.getsize(path)
         traces[n] = (path, info)
-        print(f"trace {os.path.relpath(path, ROOT)}: {n:,} requests, {info['cancels']:,} "
+        print(f"trace {_show(path)}: {n:,} requests, {info['cancels']:,} "
               f"cancels, arrivals 0..{info['last_arrival']:,} ticks, "
               f"{info['bytes'] / 1e6:.1f} MB, generated in {info['gen_s']:.1f} s", flush=True)
     print(f"capacity estimate {cap['capacity']:.4f} req/tick (kv {cap['kv']:.4f}, compute "
           f"{cap['compute']:.4f}); arrival rate {rate:.4f} req/tick (load {args.load})",
           flush=True)
 
+    version = code_version()
+    print(f"code: {version}", flush=True)
     results = []
     if not args.no_validate:
         # The parse-only baseline: read and validate the trace, replay nothing.
@@ -259,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 n = args.requests
             trace = traces[n][0]
-            events = os.path.join(out_dir, f"{policy}-{n}.events.jsonl") if mode == "events" else None
+            events = (os.path.join(out_dir, f"{policy}-{n}.events.jsonl")
+                      if mode == "events" else None)
             r = replay(os.path.relpath(trace, ROOT), policy, events, out_dir, args.timeout,
                        args.keep_events)
             r["n"] = n
@@ -275,13 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     machine = (f"{platform.python_implementation()} {platform.python_version()}, "
                f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs")
     print()
-    print(f"Machine: {machine}")
+    print(f"Machine: {machine}; code: {version}")
     print(md)
     with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as f:
-        f.write(f"Machine: {machine}\n\n{md}")
+        f.write(f"Machine: {machine}; code: {version}\n\n{md}")
     with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
-        json.dump({"machine": machine, "seed": args.seed, "load": args.load, "rate": rate,
-                   "capacity": cap, "traces": {str(k): v[1] for k, v in traces.items()},
+        json.dump({"machine": machine, "code": version, "seed": args.seed, "load": args.load,
+                   "rate": rate, "capacity": cap,
+                   "traces": {str(k): v[1] for k, v in traces.items()},
                    "results": results}, f, indent=2)
     return 0 if all(r["exit"] == 0 for r in results) else 1
 

@@ -9,13 +9,17 @@ This is the only module that touches argv, stdout, stderr and files it writes.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
 from typing import Any, Callable, TextIO
 
 from . import __version__
+from .costmodel import GPUS, MODELS, swap_vs_recompute
 from .engine import Engine
+from .generator import WorkloadSpec, generate, parse_length
+from .importers import FORMATS, convert
 from .errors import InvariantError, TraceError, UsageError
 from .events import Event
 from .expectations import StateProbe, snapshot_ticks, verify
@@ -135,6 +139,42 @@ class EventFile:
             self._tmp = None
 
 
+def write_whole(target: str | None, text: str, stdout: TextIO) -> None:
+    """Write `text` to `target` under a temporary name, then rename (or to stdout)."""
+    if target in (None, "-"):
+        stdout.write(text)
+        return
+    if os.path.isdir(target):
+        raise UsageError(f"{target}: cannot write: it is a directory")
+    directory = os.path.dirname(os.path.abspath(target))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".out-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _jsonl(records: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+
+
+def _read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
 # --- commands ---------------------------------------------------------------------------
 
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -214,10 +254,123 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Import a public trace format into trace v1."""
+    if args.tick_ms <= 0:
+        raise UsageError(f"--tick-ms must be > 0, got {args.tick_ms:g}")
+    name = "<stdin>" if args.file == "-" else args.file
+    result = convert(args.fmt, _read_text(args.file), name, args.tick_ms)
+    if result.problems and args.strict:
+        raise TraceError(result.problems)
+    write_whole(args.output, _jsonl(result.records), out)
+    requests = len(result.records) - 1
+    notes = [f"{name}: converted {requests:,} requests from {args.fmt}"]
+    if result.failed_requests:
+        notes.append(f"skipped {result.failed_requests:,} failed requests (Response tokens == 0)")
+    if result.problems:
+        notes.append(f"skipped {len(result.problems):,} bad rows (--strict makes them fatal)")
+    err.write("; ".join(notes) + "\n")
+    for problem in result.problems[:20]:
+        err.write(problem + "\n")
+    if len(result.problems) > 20:
+        err.write(f"... and {len(result.problems) - 20} more\n")
+    return 0
+
+
+def _length(text: str) -> Any:
+    kind, _, rest = text.partition(":")
+    if kind == "empirical":
+        return ("empirical", rest)
+    try:
+        return parse_length(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _empirical(spec: Any, field: str) -> Any:
+    if not isinstance(spec, tuple):
+        return spec
+    if not spec[1]:
+        raise UsageError(f"empirical lengths need a trace: empirical:TRACE, got 'empirical:'")
+    trace = read_trace(spec[1])
+    values = tuple(getattr(r, field) for r in trace.workload.requests)
+    if not values:
+        raise UsageError(f"{spec[1]}: has no requests to draw {field} from")
+    return parse_length("empirical:" + spec[1], values)
+
+
+def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Write a seeded synthetic workload as a trace."""
+    if args.requests < 1:
+        raise UsageError(f"--requests must be >= 1, got {args.requests}")
+    if not args.rate > 0 or not args.cv > 0:
+        raise UsageError(f"--rate and --cv must be > 0, got {args.rate:g} and {args.cv:g}")
+    if not 0 <= args.cancel_rate <= 1:
+        raise UsageError(f"--cancel-rate must be in [0, 1], got {args.cancel_rate:g}")
+    if args.prefix_groups < 0 or args.prefix_tokens < 0:
+        raise UsageError("--prefix-groups and --prefix-tokens must be >= 0")
+    priorities = []
+    if args.priorities:
+        try:
+            for part in args.priorities.split(","):
+                level, _, weight = part.partition(":")
+                priorities.append((int(level), float(weight or 1)))
+        except ValueError:
+            raise UsageError(f"--priorities must look like 0:3,1:1, got {args.priorities!r}") from None
+    spec = WorkloadSpec(
+        seed=args.seed, requests=args.requests, rate=args.rate, arrival=args.arrival,
+        cv=args.cv, prompt=_empirical(_length(args.prompt), "prompt_tokens"),
+        output=_empirical(_length(args.output), "output_tokens"),
+        prefix_groups=args.prefix_groups, prefix_tokens=args.prefix_tokens,
+        priorities=tuple(priorities), cancel_rate=args.cancel_rate,
+        cancel_after=args.cancel_after)
+    write_whole(args.out, _jsonl(generate(spec)), out)
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Print the swap-versus-recompute analysis of a preempted request."""
+    if args.model not in MODELS:
+        raise UsageError(f"unknown model {args.model!r} (known: {', '.join(MODELS)})")
+    if args.gpu not in GPUS:
+        raise UsageError(f"unknown gpu {args.gpu!r} (known: {', '.join(GPUS)})")
+    if args.seq < 1 or not 0 < args.mfu <= 1:
+        raise UsageError(f"--seq must be >= 1 and --mfu in (0, 1], got {args.seq}, {args.mfu:g}")
+    model, gpu = MODELS[args.model], GPUS[args.gpu]
+    r = swap_vs_recompute(model, gpu, args.seq, args.mfu)
+    rows = [
+        ("KV bytes per token", f"{r['kv_bytes_per_token']:,} B",
+         f"2 x {model.layers} layers x {model.kv_heads} KV heads x {model.head_dim} x "
+         f"{model.dtype_bytes} B"),
+        ("KV of the request", f"{r['kv_bytes'] / 2**30:,.3f} GiB", f"{args.seq:,} tokens"),
+        ("prefill FLOPs", f"{r['prefill_flops']:.4g}",
+         f"2 N S + 2 L S^2 d, N = {model.parameters:.3g}"),
+        ("cold recompute", f"{r['recompute_seconds']:.4f} s",
+         f"at {gpu.peak_flops * args.mfu / 1e12:,.0f} TFLOP/s"),
+        ("swap, one way", f"{r['swap_one_way_seconds']:.4f} s",
+         f"host link {gpu.host_link / 1e9:,.0f} GB/s"),
+        ("swap, round trip", f"{r['swap_round_trip_seconds']:.4f} s", "out and back"),
+        ("swap is cheaper by", f"{r['swap_advantage']:.1f}x", "cold recompute / round trip"),
+        ("crossover prefill rate", f"{r['crossover_tokens_per_second'] / 1e3:,.0f}k tok/s",
+         "recompute would tie with swap at this rate"),
+        ("recompute wins above", f"{r['survival_threshold'] * 100:.1f}%",
+         "of the prefix still in the prefix cache"),
+    ]
+    out.write(f"swap against recompute: {model.name} on {gpu.name}, S = {args.seq:,} tokens\n\n")
+    w0 = max(len(a) for a, _, _ in rows)
+    w1 = max(len(b) for _, b, _ in rows)
+    for a, b, c in rows:
+        out.write(f"{a.ljust(w0)}  {b.rjust(w1)}  {c}\n")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "replay": cmd_replay,
     "validate": cmd_validate,
     "check": cmd_check,
+    "convert": cmd_convert,
+    "generate": cmd_generate,
+    "cost": cmd_cost,
 }
 
 
@@ -261,6 +414,53 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                                    "if any does not hold.")
     p.add_argument("trace", metavar="TRACE", help="trace file (JSONL), or - for stdin")
     _add_option_flags(p)
+
+    p = sub.add_parser("convert", help="import a public trace format into trace v1",
+                       description="Convert FILE (mooncake, azure, vidur or burstgpt) into "
+                                   "trace v1. Arrival ticks are timestamps relative to the "
+                                   "earliest one, divided by --tick-ms, rounded down.")
+    p.add_argument("--from", dest="fmt", required=True, choices=list(FORMATS),
+                   help="the input format")
+    p.add_argument("file", metavar="FILE", help="the input file, or - for stdin")
+    p.add_argument("--tick-ms", type=float, default=1.0, metavar="MS",
+                   help="milliseconds per tick (default: 1)")
+    p.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
+    p.add_argument("--strict", action="store_true", help="fail on any bad row (exit 2)")
+
+    p = sub.add_parser("generate", help="write a seeded synthetic workload",
+                       description="Generate a synthetic trace; the same arguments always "
+                                   "give the same trace.")
+    p.add_argument("--seed", type=int, required=True, help="random seed")
+    p.add_argument("--requests", type=int, required=True, help="number of requests")
+    p.add_argument("--rate", type=float, default=1.0, help="requests per tick (default: 1)")
+    p.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
+                   help="inter-arrival distribution (default: poisson)")
+    p.add_argument("--cv", type=float, default=1.0,
+                   help="coefficient of variation of gamma gaps (default: 1)")
+    p.add_argument("--prompt", default="uniform:16:512", metavar="LENGTH",
+                   help="prompt lengths: fixed:N, uniform:A:B, lognormal:MEDIAN:SIGMA or "
+                        "empirical:TRACE (default: uniform:16:512)")
+    p.add_argument("--output", default="uniform:16:256", metavar="LENGTH",
+                   help="output lengths, same forms (default: uniform:16:256)")
+    p.add_argument("--prefix-groups", type=int, default=0, metavar="G",
+                   help="groups of requests sharing a system prompt (default: none)")
+    p.add_argument("--prefix-tokens", type=int, default=0, metavar="L",
+                   help="tokens of each group's shared system prompt")
+    p.add_argument("--priorities", metavar="MIX", help="priority levels and weights: 0:3,1:1")
+    p.add_argument("--cancel-rate", type=float, default=0.0,
+                   help="fraction of requests the client cancels (default: 0)")
+    p.add_argument("--cancel-after", type=float, default=50.0, metavar="TICKS",
+                   help="mean patience before a cancellation (default: 50 ticks)")
+    p.add_argument("-o", "--out", metavar="OUT", help="write here (default: stdout)")
+
+    p = sub.add_parser("cost", help="price swap against recompute for one request",
+                       description="The roofline analysis of a preempted request: recompute "
+                                   "its prefill, or swap its KV to host memory and back.")
+    p.add_argument("--model", required=True, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--gpu", required=True, help=f"one of {', '.join(GPUS)}")
+    p.add_argument("--seq", type=int, required=True, help="tokens of the request")
+    p.add_argument("--mfu", type=float, default=400 / 989,
+                   help="achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)")
     return parser
 
 

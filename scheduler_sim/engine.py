@@ -22,6 +22,7 @@ from collections import deque
 from typing import Any, Callable
 
 from .allocator import BlockAllocator
+from .costmodel import CostModel, DispatchShape, parse_cost_model, ticks_for
 from .errors import InvariantError
 from .errors import UsageError
 from .events import (
@@ -81,6 +82,11 @@ class Engine:
         self.options = options
         self.allocator = BlockAllocator(options.num_blocks, options.block_size,
                                         options.prefix_caching)
+        self.cost: CostModel | None = None
+        if options.cost_model is not None:
+            model, gpu = parse_cost_model(options.cost_model)
+            self.cost = CostModel(model, gpu, options.mfu, options.bandwidth_efficiency,
+                                  options.step_overhead)
         self.policy = make_policy(policy, options, self)
         self.policy_name = policy
         self.now = 0
@@ -92,6 +98,11 @@ class Engine:
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
         self._admit_seq = 0
+        # Rows replayed since a dispatch last wrote a useful row, and the most
+        # that may be replayed before the schedule is known to go in circles.
+        self._idle_replay = 0
+        self._replay_limit: int | None = None
+        self._livelocked = False
         # (expiry tick, request, wait_since) for waiting_timeout, in expiry order.
         self._timeouts: deque[tuple[int, Request, int]] = deque()
 
@@ -271,46 +282,77 @@ class Engine:
         if len(plan) > options.max_rows:
             raise InvariantError(f"dispatch rows({len(plan)}) <= max_rows({options.max_rows}) "
                                  "is false", now)
-        grow = self.allocator.grow
+        allocator = self.allocator
+        grow = allocator.grow
+        size = allocator.block_size
         rows: list[tuple[Request, bool]] = []
         total = prompt = decode = recompute = 0
         records = [] if self._emit is not None else None
+        shape = DispatchShape() if self.cost is not None else None
+        decodes = shape.decodes if shape is not None else None
         padding = 0
+        useful = 0
         for req, tokens in plan:
-            if tokens == PADDING:
-                if not (req.status.is_finished and self.policy.keeps_blocks_after_finish):
-                    raise InvariantError(f"request {req.rid!r}: a padding row needs a "
-                                         "finished member of a padded batch", now)
-                padding += 1
-                total += 1
-                if records is not None:
-                    records.append({"id": req.rid, "phase": "padding", "tokens": 1,
-                                    "emits": False})
-                continue
-            if req.status != RUNNING:
+            if req.status is not RUNNING:
+                if tokens == PADDING and req.status.is_finished \
+                        and self.policy.keeps_blocks_after_finish:
+                    padding += 1
+                    total += 1
+                    if decodes is not None:
+                        decodes.append(0)
+                    if records is not None:
+                        records.append({"id": req.rid, "phase": "padding", "tokens": 1,
+                                        "emits": False})
+                    continue
                 raise InvariantError(f"request {req.rid!r} dispatched while "
-                                     f"{req.status.label}", now)
+                                     f"{req.status.label} with {tokens} tokens", now)
+            r = req.resident
+            if tokens == 1 and r >= req.prompt_tokens and r >= req.restore:
+                # The hot path: a decode writes one row and emits one output.
+                if decodes is not None:
+                    decodes.append(r)
+                if records is not None:
+                    record = {"id": req.rid, "phase": DECODE, "tokens": 1, "emits": True}
+                    ids = req.token_ids(r, r + 1)
+                    if ids is not None:
+                        record["token_ids"] = ids
+                    records.append(record)
+                if r % size == 0:
+                    grow(req.rid, r + 1)
+                if r >= req.high_water:
+                    req.useful_rows += 1
+                    req.high_water = r + 1
+                    useful += 1
+                else:
+                    req.replay_rows += 1
+                req.resident = r + 1
+                if req.block_keys is not None and (r + 1) % size == 0:
+                    allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
+                rows.append((req, True))
+                total += 1
+                decode += 1
+                continue
             remaining = req.phase_remaining
             if not 1 <= tokens <= remaining:
                 raise InvariantError(f"request {req.rid!r}: 1 <= tokens({tokens}) <= "
                                      f"phase remaining({remaining}) is false", now)
             phase = req.phase
             emits = req.chunk_emits(tokens)
+            if shape is not None:
+                shape.chunks.append((tokens, r))
             if records is not None:
                 record = {"id": req.rid, "phase": phase, "tokens": tokens, "emits": emits}
-                ids = req.token_ids(req.resident, req.resident + tokens)
+                ids = req.token_ids(r, r + tokens)
                 if ids is not None:
                     record["token_ids"] = ids
                 records.append(record)
-            grow(req.rid, req.resident + tokens)
-            req.record_rows(tokens)
+            grow(req.rid, r + tokens)
+            useful += req.record_rows(tokens)
             if req.block_keys is not None:
-                self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+                allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             rows.append((req, emits))
             total += tokens
-            if phase is DECODE:
-                decode += tokens
-            elif phase is PREFILL:
+            if phase is PREFILL:
                 prompt += tokens
             else:
                 recompute += tokens
@@ -319,6 +361,11 @@ class Engine:
                                  f"({options.token_budget}) is false", now)
         if self._audit and len({id(r) for r, _ in rows}) != len(rows):
             raise InvariantError("a request appears twice in one dispatch", now)
+        if useful or not total:
+            self._idle_replay = 0
+            self._replay_limit = None
+        else:
+            self._watch_replay(total)
         stats = self.stats
         stats.iterations += 1
         stats.rows += len(rows) + padding
@@ -327,14 +374,33 @@ class Engine:
         stats.decode_tokens += decode
         stats.recompute_tokens += recompute
         stats.padding_rows += padding
-        done = now + self.duration(plan)
+        seconds = self.cost.seconds(shape) if shape is not None else None
+        if seconds is not None:
+            stats.busy_seconds += seconds
+        done = now + self.duration(seconds)
         if records is not None:
             self._emit(Dispatch(now, tuple(records), total, done))
         return _InFlight(rows, done)
 
-    def duration(self, plan: Plan) -> int:
-        """Ticks a dispatch lasts: one, without a cost model (SPEC §0)."""
-        return 1
+    def _watch_replay(self, tokens: int) -> None:
+        """Detect a schedule going in circles: replaying, without one useful row,
+        more rows than all live requests ever wrote (plus one full pool)."""
+        self._idle_replay += tokens
+        pool = self.options.num_blocks * self.options.block_size
+        if self._idle_replay <= pool:
+            return
+        if self._replay_limit is None:
+            self._replay_limit = pool + sum(r.high_water for r in self.requests.values()
+                                            if not r.status.is_finished)
+        if self._idle_replay > self._replay_limit:
+            self._livelocked = True
+
+    def duration(self, seconds: float | None) -> int:
+        """Ticks a dispatch lasts: one without a cost model (SPEC §0), else
+        max(1, ceil(seconds / tick_seconds)) (SPEC §9)."""
+        if seconds is None:
+            return 1
+        return ticks_for(seconds, self.options.tick_seconds)
 
     def _complete(self, flight: _InFlight) -> None:
         """E1: record the outputs; finish requests that produced their last one."""
@@ -345,7 +411,11 @@ class Engine:
             if not emits:
                 continue
             outputs += 1
-            if req.emit(now):
+            k = req.outputs + 1
+            req.outputs = k
+            if k == 1:
+                req.first_token_at = now
+            if k == req.output_tokens:
                 req.finish(now)
                 self.policy.remove(req)
                 if not self.policy.keeps_blocks_after_finish:
@@ -396,6 +466,12 @@ class Engine:
             if released and emit is not None:
                 emit(Released(t, released))
             moved = False
+            if flight is None and self._live and self._livelocked:
+                self._stall("the policy keeps recomputing the same rows: "
+                            f"{self._idle_replay:,} rows replayed without one useful row "
+                            "(a livelock)")
+                stalled = True
+                break
             if flight is None and self._live:
                 self._policy_moved = False
                 allocator.step_evictions.clear()
@@ -450,13 +526,14 @@ class Engine:
         summary = self.stats.summary(allocator.peak_reserved, allocator.peak_held)
         return RunResult(self.policy_name, summary, list(self.requests.values()), stalled)
 
-    def _stall(self) -> None:
+    def _stall(self, why: str | None = None) -> None:
         """E6b: nothing can ever change again; every live request ends in error."""
         now = self.now
         a = self.allocator
         reason = (f"no progress possible at tick {now}: {self.policy.running_count} running, "
                   f"{self.policy.waiting_count} waiting, free {a.free}, reserved "
-                  f"{a.reserved}, draining {a.draining}, and no event pending")
+                  f"{a.reserved}, draining {a.draining}, and "
+                  + (why or "no event pending"))
         for req in list(self.requests.values()):
             if req.status.is_finished:
                 continue

@@ -83,7 +83,17 @@ OPTIONS: dict[str, OptionSpec] = {
                    "tokens per trace block hash (default: block_size)", minimum=1, nullable=True),
         OptionSpec("tick_seconds", "float", None, "seconds per tick, with a cost model",
                    minimum=0.0, exclusive_minimum=True, nullable=True),
-        OptionSpec("cost_model", "str", None, "cost model name (SPEC §9)", nullable=True),
+        OptionSpec("cost_model", "str", None,
+                   "MODEL/GPU for the roofline cost model, e.g. llama-3-8b/h100-sxm (SPEC §9)",
+                   nullable=True),
+        OptionSpec("mfu", "float", 400 / 989,
+                   "cost model: achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)",
+                   minimum=0.0, exclusive_minimum=True),
+        OptionSpec("bandwidth_efficiency", "float", 0.8,
+                   "cost model: achieved fraction of HBM bandwidth", minimum=0.0,
+                   exclusive_minimum=True),
+        OptionSpec("step_overhead", "float", 0.0005,
+                   "cost model: fixed seconds added to every dispatch", minimum=0.0),
     )
 }
 
@@ -192,6 +202,9 @@ class Options:
     hash_block_size: int = 16
     tick_seconds: float | None = None
     cost_model: str | None = None
+    mfu: float = 400 / 989
+    bandwidth_efficiency: float = 0.8
+    step_overhead: float = 0.0005
 
     @classmethod
     def resolve(cls, *layers: dict[str, Any]) -> "Options":
@@ -205,6 +218,8 @@ class Options:
             values["prefill_chunk"] = values["token_budget"]
         if values["hash_block_size"] is None:
             values["hash_block_size"] = values["block_size"]
+        if values["cost_model"] is not None and values["tick_seconds"] is None:
+            values["tick_seconds"] = 0.001  # a cost model needs a clock: 1 ms ticks
         values["policy"] = tuple(values["policy"])
         return cls(**values)
 

@@ -12,7 +12,7 @@ from typing import Any
 from .options import Options
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "TABLE_ROWS",
-           "REQUEST_COLUMNS"]
+           "REQUEST_COLUMNS", "TIME_FIELDS", "in_seconds"]
 
 # (label, unit, summary field); a None field starts a heading line.
 TABLE_ROWS: tuple[tuple[str, str, str | None], ...] = (
@@ -72,15 +72,43 @@ def options_line(options: Options, requests: int) -> str:
             f"release_delay {options.release_delay} ticks · order {options.order}")
 
 
+# Summary fields measured in ticks: shown in seconds when ticks have a length.
+TIME_FIELDS = ("makespan",) + tuple(
+    f"{m}_{s}" for m in ("queue_delay", "ttft", "tpot", "e2e")
+    for s in ("mean", "p50", "p90", "p99", "max"))
+
+
+def in_seconds(run: dict[str, Any], tick_seconds: float) -> dict[str, Any]:
+    """The time fields of a run summary converted from ticks to seconds."""
+    return {f: (None if run.get(f) is None else round(run[f] * tick_seconds, 6))
+            for f in TIME_FIELDS}
+
+
+def _seconds(value: Any) -> str:
+    return "-" if value is None else f"{value:,.3f}"
+
+
 def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]]) -> str:
-    """The side-by-side table of `replay`: one column per policy."""
+    """The side-by-side table of `replay`: one column per policy.
+
+    With `tick_seconds` set (a cost model), times are shown in seconds.
+    """
     policies = [run["policy"] for run in runs]
     lines = [f"scheduler-sim replay {trace_name}",
-             options_line(options, runs[0]["requests"] if runs else 0), ""]
+             options_line(options, runs[0]["requests"] if runs else 0)]
+    tick = options.tick_seconds
+    if options.cost_model:
+        lines.append(f"cost model {options.cost_model} · 1 tick = {tick * 1000:g} ms")
+    lines.append("")
+    converted = [in_seconds(run, tick) for run in runs] if tick else None
     rows = []
     for label, unit, field in TABLE_ROWS:
         values = [run.get(field) for run in runs]
         if field in _OPTIONAL and not any(values):
+            continue
+        if converted and field in TIME_FIELDS:
+            unit = unit.replace("ticks", "s")
+            rows.append((label, unit, [_seconds(c[field]) for c in converted]))
             continue
         rows.append((label, unit, [format_number(v) for v in values]))
     label_w = max(len(r[0]) for r in rows)
@@ -97,7 +125,10 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]]) 
 
 
 def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]]) -> str:
-    """The same content as the table, as one JSON document."""
+    """The same content as the table, as one JSON document (times in ticks, and in
+    seconds under `seconds` when ticks have a length)."""
+    if options.tick_seconds:
+        runs = [{**run, "seconds": in_seconds(run, options.tick_seconds)} for run in runs]
     doc = {"trace": trace_name, "options": options.as_dict(), "runs": runs}
     return json.dumps(doc, indent=2) + "\n"
 

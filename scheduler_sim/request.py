@@ -155,20 +155,21 @@ class Request:
         if self.admitted_at is None:
             self.admitted_at = now
 
-    def record_rows(self, tokens: int) -> None:
+    def record_rows(self, tokens: int) -> int:
         """Account `tokens` rows written at `resident`: below the high-water mark
-        they are replayed work, above it useful work."""
+        they are replayed work, above it useful work. Returns the useful rows."""
         start = self.resident
         end = start + tokens
+        useful = tokens
         if start < self.high_water:
             replay = min(end, self.high_water) - start
             self.replay_rows += replay
-            self.useful_rows += tokens - replay
-        else:
-            self.useful_rows += tokens
+            useful = tokens - replay
+        self.useful_rows += useful
         if end > self.high_water:
             self.high_water = end
         self.resident = end
+        return useful
 
     def record_cached(self, tokens: int) -> None:
         """Account `tokens` leading rows found in the prefix cache at admission.

@@ -96,6 +96,7 @@ class RunStats:
         self.useful_rows = 0
         self.replay_rows = 0
         self.preemptions = 0
+        self.busy_seconds = 0.0  # modelled GPU time, with a cost model
 
     def request_ended(self, req: Request) -> None:
         """Fold one request's numbers in, once, when it reaches a terminal state."""

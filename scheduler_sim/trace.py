@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from .errors import TraceError, UsageError
 from .options import OPTIONS, check_value, show
+from .costmodel import parse_cost_model
 from .policies import POLICIES
 from .queues import QUEUE_ORDERS
 from .states import RequestStatus
@@ -179,6 +180,12 @@ def check_options(values: dict[str, Any], report) -> dict[str, Any]:
                 continue
             if len(set(checked)) != len(checked):
                 report(f"policy lists a name twice, got {show(checked)}")
+                continue
+        if key == "cost_model" and checked is not None:
+            try:
+                parse_cost_model(checked)
+            except ValueError as exc:
+                report(str(exc))
                 continue
         if key == "order" and checked not in QUEUE_ORDERS:
             report(f"unknown order {checked!r}{_suggest(checked, QUEUE_ORDERS)} "

@@ -179,10 +179,14 @@ class SglangPolicy(Policy):
             # Most preferred to keep first: more outputs, then shorter prompt;
             # the sort is stable, so among equals the earlier admitted stays.
             keep = sorted(decoders, key=lambda r: (-r.outputs, r.prompt_tokens))
-            while need > allocator.free and len(keep) > 1:
+            # With a release delay, retracted blocks come back only later: stop
+            # retracting once the draining blocks would cover the step.
+            draining = allocator.draining if self.options.release_delay else 0
+            while need > allocator.free + draining and len(keep) > 1:
                 victim = keep.pop()
                 need -= allocator.blocks_to_grow(victim.rid, victim.resident + 1)
                 self.view.preempt(victim, "retract", "fewest-outputs")
+                draining = allocator.draining if self.options.release_delay else 0
             decoded = sum(r.outputs for r in keep)
             budget = sum(r.max_tokens for r in keep)
             self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / (budget + 1))

@@ -27,6 +27,11 @@ original key; its computed tokens reset to zero, and on resume one
 recompute pass covers the prompt and every output, the pending one
 included, and emits the next token at its end (the folded recompute of L3).
 
+With `release_delay` (which vLLM does not have) a victim's blocks come
+back only after the delay; a request whose blocks will be covered once
+the draining blocks are free sits the step out instead of preempting more,
+which keeps two requests from preempting each other forever.
+
 Beyond vLLM, for experiments: `victim` picks another victim rule and
 `max_preemptions` protects a request that has been preempted that often.
 """
@@ -152,6 +157,12 @@ class VllmPolicy(Policy):
             tokens = self._chunk(req, cap, budget)
             placed = True
             while not allocator.try_grow(req.rid, req.resident + tokens):
+                if (options.release_delay and allocator.blocks_to_grow(
+                        req.rid, req.resident + tokens) <= allocator.free + allocator.draining):
+                    # Blocks already on their way back will do: wait for the drain
+                    # rather than preempt more (without a delay this never applies).
+                    placed = False
+                    break
                 victim = self._victim()
                 if victim is None:
                     placed = False

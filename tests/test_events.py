@@ -1,0 +1,138 @@
+"""Event records: one instance of every kind round-trips through its dict and JSON form."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from scheduler_sim.events import EVENT_TYPES, Arrival, Dispatch, Event, Released, event_from_dict
+
+TICK = 7
+
+
+def _value(kind: str, name: str, type_text: str, position: int):
+    """A distinct sample value for one field, from its annotation (as text)."""
+    base = type_text.replace(" | None", "").replace("Optional[", "").rstrip("]").strip()
+    if base == "tuple":  # Dispatch.rows: the row dicts of §11
+        return ({"id": "r1", "phase": "prefill", "tokens": 3, "emits": False},
+                {"id": "r2", "phase": "decode", "tokens": 1, "emits": True})
+    if base == "int":
+        return 100 + position  # distinct per field: a swapped field cannot round-trip
+    if base == "str":
+        return f"{kind}-{name}"
+    if base == "bool":
+        return True
+    if base == "float":
+        return 0.5 + position
+    raise AssertionError(f"no sample value for {kind}.{name}: {type_text}")
+
+
+def sample(cls: type[Event], none_for_optional: bool = False) -> Event:
+    """One instance of an event class with a distinct value in every field."""
+    values = {}
+    for position, field in enumerate(dataclasses.fields(cls)):
+        if field.name == "tick":
+            values["tick"] = TICK
+        elif none_for_optional and "None" in str(field.type):
+            values[field.name] = None
+        else:
+            values[field.name] = _value(cls.kind, field.name, str(field.type), position)
+    return cls(**values)
+
+
+KINDS = sorted(EVENT_TYPES)
+
+
+def test_registry_maps_each_kind_to_its_class():
+    """EVENT_TYPES[k].kind == k for every kind, and every required kind of SPEC §11 exists."""
+    for kind, cls in EVENT_TYPES.items():
+        assert cls.kind == kind
+        assert issubclass(cls, Event)
+    required = {"arrival", "rejected", "admitted", "admission_blocked", "snapshot", "dispatch",
+                "finished", "cancelled", "cancel_ignored", "preempted", "released"}
+    assert required <= set(EVENT_TYPES)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_round_trip_through_dict(kind):
+    """event_from_dict(e.to_dict()) == e for one instance of each kind."""
+    e = sample(EVENT_TYPES[kind])
+    d = e.to_dict()
+    assert d["tick"] == TICK
+    assert d["event"] == kind
+    back = event_from_dict(d)
+    assert type(back) is type(e)
+    assert back == e
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_round_trip_through_json(kind):
+    """event_from_dict(json.loads(e.to_json())) == e for one instance of each kind."""
+    e = sample(EVENT_TYPES[kind])
+    assert event_from_dict(json.loads(e.to_json())) == e
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if any(
+    "None" in str(f.type) for f in dataclasses.fields(EVENT_TYPES[k]))])
+def test_round_trip_with_optional_fields_null(kind):
+    """Kinds with optional fields round-trip with those fields null too."""
+    e = sample(EVENT_TYPES[kind], none_for_optional=True)
+    line = e.to_json()
+    assert event_from_dict(json.loads(line)) == e
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_round_trip_ignores_the_policy_field(kind):
+    """A record written with a policy field rebuilds to the same event."""
+    e = sample(EVENT_TYPES[kind])
+    assert event_from_dict(json.loads(e.to_json(policy="serial"))) == e
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_field_order_starts_with_tick_event_and_policy(kind):
+    """Keys are tick, event, (policy,) then the record's fields in declaration order."""
+    cls = EVENT_TYPES[kind]
+    e = sample(cls)
+    rest = [f.name for f in dataclasses.fields(cls) if f.name != "tick"]
+    assert list(e.to_dict()) == ["tick", "event", *rest]
+    assert list(e.to_dict(policy="p")) == ["tick", "event", "policy", *rest]
+    assert list(json.loads(e.to_json())) == ["tick", "event", *rest]
+    assert list(json.loads(e.to_json(policy="p"))) == ["tick", "event", "policy", *rest]
+    assert e.to_dict(policy="p")["policy"] == "p"
+    assert "policy" not in e.to_dict()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_to_json_is_compact_and_one_line(kind):
+    """No whitespace after separators and no newline: re-dumping compactly gives the same."""
+    e = sample(EVENT_TYPES[kind])
+    for line in (e.to_json(), e.to_json(policy="vllm")):
+        assert "\n" not in line
+        assert line == json.dumps(json.loads(line), separators=(",", ":"))
+        assert ", " not in line and '": ' not in line
+
+
+def test_exact_json_lines():
+    """Pinned lines: Released(4, 2) and Arrival(0, 'r1'), with and without a policy."""
+    assert Released(4, 2).to_json() == '{"tick":4,"event":"released","blocks":2}'
+    assert Released(4, 2).to_json(policy="serial") == \
+        '{"tick":4,"event":"released","policy":"serial","blocks":2}'
+    assert Arrival(0, "r1").to_json() == '{"tick":0,"event":"arrival","id":"r1"}'
+
+
+def test_dispatch_rows_survive_the_round_trip_as_a_tuple():
+    """A Dispatch's rows come back as a tuple of row dicts equal to the original."""
+    e = sample(Dispatch)
+    back = event_from_dict(json.loads(e.to_json()))
+    assert isinstance(back.rows, tuple)
+    assert back.rows == e.rows
+    assert back.rows[1] == {"id": "r2", "phase": "decode", "tokens": 1, "emits": True}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_events_are_frozen(kind):
+    """Assigning to a field of a record raises FrozenInstanceError."""
+    e = sample(EVENT_TYPES[kind])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.tick = 99

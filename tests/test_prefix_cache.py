@@ -1,0 +1,313 @@
+"""Prefix caching at the allocator level: block keys, the LRU queue of cached free
+blocks, hits and evictions (SPEC §8, A5), with the conservation audit after every step."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from conftest import ROOT  # noqa: F401  (puts the project on sys.path)
+from scheduler_sim.allocator import BlockAllocator
+from scheduler_sim.prefix_cache import BlockKeys, PrefixCache
+
+B = 4  # block size used throughout
+
+
+def keys_of(ids: list[int], index: int = 0, output_ids: list[int] | None = None) -> BlockKeys:
+    """Keys of a request whose trace gives its prompt token ids (block size 4)."""
+    return BlockKeys(index, len(ids), B, B, prompt_ids=ids, output_ids=output_ids)
+
+
+def plain_keys(index: int, prompt: int) -> BlockKeys:
+    """Keys of a request whose trace gives neither token ids nor block hashes."""
+    return BlockKeys(index, prompt, B, B)
+
+
+def ok(a: BlockAllocator) -> None:
+    """held + draining + free == num_blocks, and the full audit passes."""
+    assert a.held + a.draining + a.free == a.num_blocks
+    a.audit()
+
+
+def prefill(a: BlockAllocator, rid: str, keys: BlockKeys, rows: int) -> list[int]:
+    """Write `rows` rows for `rid` as a dispatch would: allocate, then key the full blocks."""
+    a.grow(rid, rows)
+    a.register_full_blocks(rid, keys, rows)
+    ok(a)
+    return list(a.table(rid))
+
+
+# --- keys ----------------------------------------------------------------------------
+
+
+def test_equal_prefixes_give_equal_keys_and_the_first_difference_splits_the_chain():
+    """Prompts [1..12] and [1..8]+[90..93] share blocks 0 and 1 (equal keys) and differ
+    from block 2 on; the request index plays no part when token ids are given."""
+    a = keys_of(list(range(1, 13)), index=0)
+    b = keys_of(list(range(1, 9)) + [90, 91, 92, 93], index=7)
+    assert a.key(0) == b.key(0)
+    assert a.key(1) == b.key(1)
+    assert a.key(2) != b.key(2)
+
+
+def test_a_different_earlier_block_changes_every_later_key():
+    """Prompts [1..12] and [0,2,3,4]+[5..12] differ only in block 0, yet keys 0, 1 and 2
+    all differ: each key chains over its parent's key, not just its own tokens."""
+    a = keys_of(list(range(1, 13)))
+    b = keys_of([0, 2, 3, 4] + list(range(5, 13)))
+    assert [a.key(i) != b.key(i) for i in range(3)] == [True, True, True]
+    # The same content under the same parent is the same key (blocks 1 and 2 of b
+    # against a copy of b).
+    c = keys_of([0, 2, 3, 4] + list(range(5, 13)))
+    assert [b.key(i) == c.key(i) for i in range(3)] == [True, True, True]
+
+
+def test_equal_content_at_different_depths_gets_different_keys():
+    """Prompt [7,7,7,7,7,7,7,7]: blocks 0 and 1 hold the same tokens, but block 1's key
+    chains over block 0's, so the two keys differ."""
+    k = keys_of([7] * 8)
+    assert k.key(0) != k.key(1)
+
+
+def test_output_token_ids_extend_the_chain_past_the_prompt():
+    """P=4 with outputs [50,51,52,53,54]: block 1 holds outputs 1-4 (rows 4-7), so two
+    requests with the same prompt and outputs share key 1; another output 1 splits it."""
+    a = keys_of([1, 2, 3, 4], output_ids=[50, 51, 52, 53, 54])
+    b = keys_of([1, 2, 3, 4], index=3, output_ids=[50, 51, 52, 53, 99])
+    c = keys_of([1, 2, 3, 4], output_ids=[60, 51, 52, 53, 54])
+    assert a.key(1) == b.key(1)
+    assert a.key(1) != c.key(1)
+
+
+def test_keys_from_block_hashes_with_hash_block_size_8_and_block_size_4():
+    """hash_block_size 8, block_size 4, P=16, hashes [x, y]: blocks 0 and 1 come from x
+    (offsets 3 and 7, so their keys differ), blocks 2 and 3 from y. Hashes [x, z] share
+    keys 0 and 1 and differ at 2 and 3; hashes [w, y] differ everywhere (the chain)."""
+    xy = BlockKeys(0, 16, B, 8, hashes=["x", "y"])
+    xz = BlockKeys(1, 16, B, 8, hashes=["x", "z"])
+    wy = BlockKeys(2, 16, B, 8, hashes=["w", "y"])
+    xy2 = BlockKeys(3, 16, B, 8, hashes=["x", "y"])
+    assert xy.key(0) != xy.key(1)
+    assert [xy.key(i) == xz.key(i) for i in range(4)] == [True, True, False, False]
+    assert [xy.key(i) == wy.key(i) for i in range(4)] == [False, False, False, False]
+    assert [xy.key(i) == xy2.key(i) for i in range(4)] == [True, True, True, True]
+
+
+def test_a_block_past_the_last_full_hash_block_is_unique_to_the_request():
+    """hash_block_size 8, P=12, hashes [x]: blocks 0 and 1 (tokens 0-7) come from x and
+    match another request with [x]; block 2 (tokens 8-11) has no hash, so its key is
+    unique to the request."""
+    a = BlockKeys(0, 12, B, 8, hashes=["x"])
+    b = BlockKeys(1, 12, B, 8, hashes=["x"])
+    assert [a.key(i) == b.key(i) for i in range(3)] == [True, True, False]
+    assert a.key(2) == BlockKeys(0, 12, B, 8, hashes=["x"]).key(2)
+
+
+def test_without_ids_or_hashes_keys_are_unique_to_the_request():
+    """Two requests (trace positions 0 and 1) with P=8 and no ids never match; the same
+    request (position 0) re-finds its own keys, as after a preemption."""
+    a, b, again = plain_keys(0, 8), plain_keys(1, 8), plain_keys(0, 8)
+    assert [a.key(i) == b.key(i) for i in range(2)] == [False, False]
+    assert [a.key(i) == again.key(i) for i in range(2)] == [True, True]
+
+
+# --- the PrefixCache alone -------------------------------------------------------------
+
+
+def test_prefix_cache_register_keeps_the_first_block_and_evict_forgets_the_key():
+    """register(3, k) then register(5, k): block 3 keeps k (block 5 gets no key); with
+    blocks 3 and 4 in the LRU (3 first), evict() returns 3 and k leaves the index."""
+    c = PrefixCache()
+    c.register(3, "k")
+    c.register(5, "k")
+    c.register(4, "m")
+    assert (c.index, c.has_key(3), c.has_key(5)) == ({"k": 3, "m": 4}, True, False)
+    c.lru[3] = None
+    c.lru[4] = None
+    assert isinstance(c.lru, OrderedDict)
+    assert c.evict() == 3
+    assert (c.index, c.key_of, list(c.lru)) == ({"m": 4}, {4: "m"}, [4])
+
+
+# --- the allocator with prefix caching -----------------------------------------------
+
+
+def test_freed_hashed_blocks_join_the_lru_tail_first_and_are_evicted_in_that_order():
+    """A prefills 12 rows into blocks [0,1,2] (all full, keyed); freeing A dereferences
+    the tail first, so the LRU is [2,1,0]. B, growing 3 blocks with the 2 plain blocks
+    3 and 4 taken first (num_blocks 5), then evicts 2 (A's tail) first, and C's next
+    block evicts 1."""
+    a = BlockAllocator(5, B, prefix_caching=True)
+    ka = plain_keys(0, 12)
+    assert prefill(a, "A", ka, 12) == [0, 1, 2]
+    assert a.free_request("A", 0, 0) == 3
+    ok(a)
+    assert list(a.cache.lru) == [2, 1, 0]
+    assert (a.free, a.cached_free) == (5, 3)
+    a.grow("B", 12)
+    ok(a)
+    assert a.table("B") == [3, 4, 2]
+    assert list(a.cache.lru) == [1, 0]
+    a.grow("C", 1)
+    ok(a)
+    assert a.table("C") == [1]
+    assert list(a.cache.lru) == [0]
+
+
+def test_hashed_blocks_keep_their_key_until_handed_out_again():
+    """A's keyed blocks [0,1] freed into the LRU are still found by A's keys (lookup
+    [0,1]); after B takes block 1 (LRU order [1,0], no plain block left in a pool of 2),
+    key 1 is gone: lookup finds [0] only, and block 1 carries no key."""
+    a = BlockAllocator(2, B, prefix_caching=True)
+    ka = plain_keys(0, 8)
+    prefill(a, "A", ka, 8)
+    a.free_request("A", 0, 0)
+    ok(a)
+    assert a.lookup(plain_keys(0, 8), 2) == [0, 1]
+    a.grow("B", 1)
+    ok(a)
+    assert a.table("B") == [1]
+    assert a.cache.has_key(1) is False
+    assert a.lookup(plain_keys(0, 8), 2) == [0]
+
+
+def test_unhashed_free_blocks_are_reused_before_cached_ones():
+    """A writes 6 rows into [0,1]: block 0 is full (keyed), block 1 is partial (plain).
+    Freed, block 1 joins the plain pool and block 0 the LRU; the next grow of one block
+    takes 1, and leaves cached block 0 in the LRU (pool of 2)."""
+    a = BlockAllocator(2, B, prefix_caching=True)
+    prefill(a, "A", plain_keys(0, 6), 6)
+    a.free_request("A", 0, 0)
+    ok(a)
+    assert (list(a.cache.lru), a.cached_free, a.free) == ([0], 1, 2)
+    a.grow("B", 4)
+    ok(a)
+    assert a.table("B") == [1]
+    assert list(a.cache.lru) == [0]
+    assert a.lookup(plain_keys(0, 6), 1) == [0]
+
+
+def test_a_hit_takes_the_block_out_of_the_middle_of_the_lru():
+    """A's blocks [0,1,2] freed give LRU [2,1,0]; a hit on block 1 (share) removes it from
+    the middle, leaving [2,0] in order, and moves it from free to held (1 held, 2 free)."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    prefill(a, "A", plain_keys(0, 12), 12)
+    a.free_request("A", 0, 0)
+    assert isinstance(a.cache.lru, OrderedDict)  # O(1) removal from the middle
+    a.share("B", [1])
+    ok(a)
+    assert list(a.cache.lru) == [2, 0]
+    assert (a.held, a.free, a.cached_free) == (1, 2, 2)
+    assert a.table("B") == [1]
+    assert a.evictable([0, 1, 2]) == 2
+
+
+def test_sharing_a_held_block_counts_it_once():
+    """B shares A's held block 0: refs 2, held stays 1 (A5); A's release frees nothing
+    (blocks_freed 0), B's release then puts it in the LRU."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    prefill(a, "A", plain_keys(0, 4), 4)
+    a.share("B", [0])
+    ok(a)
+    assert (a.held, a.free) == (1, 2)
+    assert a.free_request("A", 0, 0) == 0
+    ok(a)
+    assert (a.held, a.cached_free) == (1, 0)
+    assert a.free_request("B", 0, 0) == 1
+    ok(a)
+    assert (a.held, a.cached_free, list(a.cache.lru)) == (0, 1, [0])
+
+
+def test_lookup_stops_at_the_first_miss():
+    """A's keyed blocks [0,1,2] are freed (LRU [2,1,0]); a share-and-free of one block
+    moves it to the LRU tail. Pool 1: LRU [2,0,1], two one-block grows evict 2 then 0,
+    so lookup of A's keys misses at key 0 and returns []. Pool 2: LRU [1,0,2], one grow
+    evicts 1, so lookup returns [0] and stops, although block 2 still holds key 2."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    ka = plain_keys(0, 12)
+    prefill(a, "A", ka, 12)
+    a.free_request("A", 0, 0)
+    # Take block 1 out of the cache by hand-ordering the LRU: share, then evict it.
+    a.share("X", [1])
+    a.free_request("X", 0, 0)       # 1 rejoins at the tail: LRU [2, 0, 1]
+    ok(a)
+    assert list(a.cache.lru) == [2, 0, 1]
+    a.grow("B", 4)                  # evicts 2
+    a.grow("C", 4)                  # evicts 0
+    ok(a)
+    assert (a.table("B"), a.table("C")) == ([2], [0])
+    assert a.lookup(plain_keys(0, 12), 3) == []     # block 0 missing: stop at once
+    # A second pool: only the middle block is evicted.
+    a = BlockAllocator(3, B, prefix_caching=True)
+    prefill(a, "A", plain_keys(0, 12), 12)
+    a.free_request("A", 0, 0)       # LRU [2, 1, 0]
+    a.share("X", [2])
+    a.free_request("X", 0, 0)       # LRU [1, 0, 2]
+    a.grow("B", 4)                  # evicts 1
+    ok(a)
+    assert a.table("B") == [1]
+    assert a.lookup(plain_keys(0, 12), 3) == [0]    # block 2 is cached but after the miss
+
+
+def test_lookup_honours_max_blocks():
+    """With A's three keyed blocks in the LRU, lookup with max_blocks 2 returns [0,1] and
+    with max_blocks 0 returns []."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    prefill(a, "A", plain_keys(0, 12), 12)
+    a.free_request("A", 0, 0)
+    assert a.lookup(plain_keys(0, 12), 2) == [0, 1]
+    assert a.lookup(plain_keys(0, 12), 0) == []
+
+
+def test_lookup_never_returns_draining_blocks():
+    """With release_delay 2, A's keyed blocks freed at tick 0 drain until tick 2: lookup
+    finds nothing at tick 1 (draining 2, free 1), then [0,1] once they are released."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    prefill(a, "A", plain_keys(0, 8), 8)
+    assert a.free_request("A", 0, 2) == 2
+    ok(a)
+    assert (a.held, a.draining, a.free, a.cached_free) == (0, 2, 1, 0)
+    assert a.release_expired(1) == 0
+    assert a.lookup(plain_keys(0, 8), 2) == []
+    assert a.release_expired(2) == 2
+    ok(a)
+    assert (a.draining, a.free, a.cached_free) == (0, 3, 2)
+    assert a.lookup(plain_keys(0, 8), 2) == [0, 1]
+
+
+def test_a_held_block_is_found_by_another_request_with_the_same_prompt():
+    """A holds [0,1,2] for prompt [1..12]; B with the same ids finds [0,1] (max 2 blocks:
+    (12-1)//4), and sharing them adds no held block: held 3, free 1 (pool of 4)."""
+    a = BlockAllocator(4, B, prefix_caching=True)
+    ids = list(range(1, 13))
+    prefill(a, "A", keys_of(ids), 12)
+    hits = a.lookup(keys_of(ids, index=1), (12 - 1) // B)
+    assert hits == [0, 1]
+    assert a.evictable(hits) == 0
+    a.share("B", hits)
+    ok(a)
+    assert (a.held, a.free) == (3, 1)
+
+
+def test_conservation_holds_after_every_step_of_a_mixed_sequence():
+    """Grow, register, share, free with and without delay, release and evict on a pool of
+    5: held + draining + free == 5 and audit() passes after each step (checked in
+    `prefill`/`ok`), and the final pools are exact."""
+    a = BlockAllocator(5, B, prefix_caching=True)
+    ids = list(range(1, 9))
+    prefill(a, "A", keys_of(ids), 8)                 # A [0,1] keyed
+    a.share("B", a.lookup(keys_of(ids, 1), 1))       # B shares block 0
+    ok(a)
+    prefill(a, "B", keys_of(ids, 1), 6)              # B grows block 2 (rows 4-5)
+    assert a.table("B") == [0, 2]
+    a.free_request("A", 0, 1)                        # only block 1 drains (0 shared)
+    ok(a)
+    assert (a.held, a.draining, a.free) == (2, 1, 2)
+    a.release_expired(1)                             # block 1 -> LRU
+    ok(a)
+    assert (a.held, a.draining, a.free, a.cached_free) == (2, 0, 3, 1)
+    a.grow("C", 12)                                  # plain 3, 4, then evicts 1
+    ok(a)
+    assert a.table("C") == [3, 4, 1]
+    a.free_request("B", 1, 0)                        # 2 plain, 0 keyed -> LRU
+    a.free_request("C", 1, 0)
+    ok(a)
+    assert (a.held, a.draining, a.free) == (0, 0, 5)

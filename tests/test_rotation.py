@@ -1,0 +1,153 @@
+"""RotatingSet: requests in admission order, walked round-robin from a remembered point."""
+from __future__ import annotations
+
+import pytest
+
+from scheduler_sim.request import Request
+from scheduler_sim.rotation import RotatingSet
+
+
+def mk(rid: str, seq: int) -> Request:
+    """A request admitted with admission sequence number `seq`."""
+    r = Request(rid, seq, 0, 4, 2)
+    r.admit_seq = seq
+    return r
+
+
+def ids(it) -> list[str]:
+    """Ids of the requests an iterable yields, in order."""
+    return [r.rid for r in it]
+
+
+def three() -> tuple[RotatingSet, Request, Request, Request]:
+    """A set holding r1, r3, r5 (admission numbers 1, 3, 5)."""
+    s = RotatingSet()
+    r1, r3, r5 = mk("r1", 1), mk("r3", 3), mk("r5", 5)
+    for r in (r1, r3, r5):
+        s.add(r)
+    return s, r1, r3, r5
+
+
+def test_empty_set():
+    """A new set has no members, iterates to nothing and cycles to nothing."""
+    s = RotatingSet()
+    assert len(s) == 0
+    assert list(s) == []
+    assert list(s.cycle_after(-1)) == []
+    assert mk("x", 0) not in s
+
+
+def test_add_in_order_keeps_admission_order():
+    """Adding seq 0, 1, 2 in that order iterates 0, 1, 2."""
+    s = RotatingSet()
+    for i in range(3):
+        s.add(mk(f"r{i}", i))
+    assert len(s) == 3
+    assert ids(s) == ["r0", "r1", "r2"]
+
+
+def test_add_out_of_order_sorts_by_admission_sequence():
+    """Adding seq 5, 1, 3, 0 iterates 0, 1, 3, 5: the set orders by admit_seq, not by add."""
+    s = RotatingSet()
+    for rid, seq in (("e", 5), ("b", 1), ("d", 3), ("a", 0)):
+        s.add(mk(rid, seq))
+    assert ids(s) == ["a", "b", "d", "e"]
+    assert len(s) == 4
+
+
+def test_add_twice_raises_value_error_naming_the_request():
+    """Re-adding r3 (in the middle) or r5 (the last) is refused with the request's id."""
+    s, r1, r3, r5 = three()
+    for r in (r3, r5):
+        with pytest.raises(ValueError) as info:
+            s.add(r)
+        assert repr(r.rid) in str(info.value)
+    assert ids(s) == ["r1", "r3", "r5"]
+
+
+def test_contains_is_by_identity_and_sequence():
+    """r3 is a member; another request with the same admit_seq 3 is not; r4 is not."""
+    s, r1, r3, r5 = three()
+    assert r1 in s and r3 in s and r5 in s
+    assert mk("impostor", 3) not in s
+    assert mk("r4", 4) not in s
+    assert mk("r9", 9) not in s
+
+
+def test_discard_present_and_absent():
+    """Discarding r3 returns True and removes it; discarding it again returns False."""
+    s, r1, r3, r5 = three()
+    assert s.discard(r3) is True
+    assert r3 not in s
+    assert ids(s) == ["r1", "r5"]
+    assert len(s) == 2
+    assert s.discard(r3) is False
+    assert s.discard(mk("impostor", 1)) is False
+    assert ids(s) == ["r1", "r5"]
+    assert s.discard(r1) is True
+    assert s.discard(r5) is True
+    assert len(s) == 0
+
+
+def test_discard_then_add_back():
+    """Discarding r1 then adding it back restores r1, r3, r5."""
+    s, r1, r3, r5 = three()
+    s.discard(r1)
+    s.add(r1)
+    assert ids(s) == ["r1", "r3", "r5"]
+
+
+@pytest.mark.parametrize("after, expected", [
+    (-1, ["r1", "r3", "r5"]),   # nothing served yet: start with the oldest
+    (0, ["r1", "r3", "r5"]),
+    (1, ["r3", "r5", "r1"]),    # r1 served last: start after it, wrap to r1
+    (2, ["r3", "r5", "r1"]),    # a departed request's number still marks the place
+    (3, ["r5", "r1", "r3"]),
+    (4, ["r5", "r1", "r3"]),
+    (5, ["r1", "r3", "r5"]),    # the newest was served last: wrap to the oldest
+    (99, ["r1", "r3", "r5"]),
+])
+def test_cycle_after_wraps_to_the_oldest(after, expected):
+    """Members 1, 3, 5: cycle_after(seq) yields each once, first those admitted after seq."""
+    s, *_ = three()
+    assert ids(s.cycle_after(after)) == expected
+
+
+def test_cycle_after_single_member():
+    """A set of one yields that one member whatever the starting point."""
+    s = RotatingSet()
+    only = mk("only", 7)
+    s.add(only)
+    for after in (-1, 6, 7, 8):
+        assert ids(s.cycle_after(after)) == ["only"]
+
+
+def test_cycle_after_is_lazy_and_can_stop_early():
+    """Taking one item from cycle_after(3) gives r5 without walking the rest."""
+    s, r1, r3, r5 = three()
+    walk = s.cycle_after(3)
+    assert next(walk) is r5
+    assert next(walk) is r1
+
+
+def test_round_robin_over_successive_dispatches():
+    """Serving one member per dispatch, remembering the last, visits r1, r3, r5, r1, r3."""
+    s, *_ = three()
+    last = -1
+    served = []
+    for _ in range(5):
+        r = next(s.cycle_after(last))
+        served.append(r.rid)
+        last = r.admit_seq
+    assert served == ["r1", "r3", "r5", "r1", "r3"]
+
+
+def test_iteration_is_a_snapshot():
+    """Discarding members while iterating the set still visits all three."""
+    s, *_ = three()
+    seen = []
+    for r in s:
+        seen.append(r.rid)
+        s.discard(r)
+    assert seen == ["r1", "r3", "r5"]
+    assert len(s) == 0

@@ -31,17 +31,30 @@ class Event:
         out: dict[str, Any] = {"tick": self.tick, "event": self.kind}
         if policy is not None:
             out["policy"] = policy
-        for field in dataclasses.fields(self)[1:]:
-            value = getattr(self, field.name)
+        for name, optional in _field_names(type(self)):
+            value = getattr(self, name)
             # Optional fields (default None) are left out when they do not apply.
-            if value is None and field.default is None:
+            if value is None and optional:
                 continue
-            out[field.name] = value
+            out[name] = value
         return out
 
     def to_json(self, policy: str | None = None) -> str:
         """One line of the event stream (compact JSON, fields in a fixed order)."""
-        return json.dumps(self.to_dict(policy), separators=(",", ":"))
+        return _ENCODE(self.to_dict(policy))
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[tuple[str, bool], ...]:
+    """(name, optional) of a record's fields after `tick`, computed once per class."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(
+            (f.name, f.default is None) for f in dataclasses.fields(cls)[1:])
+    return names
 
 
 def _record(kind: str):

@@ -58,6 +58,18 @@ class RotatingSet:
             return True
         return False
 
+    def take_after(self, seq: int, count: int) -> list[Request]:
+        """The first `count` members of `cycle_after(seq)`, as a list (by slicing)."""
+        reqs = self._reqs
+        if count >= len(reqs):
+            start = bisect_right(self._seqs, seq)
+            return reqs[start:] + reqs[:start]
+        start = bisect_right(self._seqs, seq)
+        head = reqs[start:start + count]
+        if len(head) < count:
+            head += reqs[:count - len(head)]
+        return head
+
     def cycle_after(self, seq: int) -> Iterator[Request]:
         """Each member once: first those admitted after `seq`, then from the oldest.
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from conftest import ROOT  # noqa: F401  (puts the project on sys.path)
 from scheduler_sim.allocator import BlockAllocator
 from scheduler_sim.prefix_cache import BlockKeys, PrefixCache
 

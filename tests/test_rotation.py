@@ -1,6 +1,8 @@
 """RotatingSet: requests in admission order, walked round-robin from a remembered point."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from scheduler_sim.request import Request
@@ -151,3 +153,19 @@ def test_iteration_is_a_snapshot():
         s.discard(r)
     assert seen == ["r1", "r3", "r5"]
     assert len(s) == 0
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("after", [-1, 1, 2, 3, 5, 9])
+def test_take_after_is_the_head_of_cycle_after(after, count):
+    """take_after(seq, n) equals the first n items of cycle_after(seq), e.g. after 3 with
+    n=2 on members 1, 3, 5 gives r5, r1; n beyond the size gives every member once."""
+    s, *_ = three()
+    expected = list(itertools.islice(s.cycle_after(after), count))
+    assert ids(s.take_after(after, count)) == ids(expected)
+    assert len(s.take_after(after, count)) == min(count, 3)
+
+
+def test_take_after_on_an_empty_set():
+    """An empty set yields an empty list whatever the start and count."""
+    assert RotatingSet().take_after(-1, 3) == []

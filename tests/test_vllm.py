@@ -390,15 +390,19 @@ def test_prefix_cache_hit_always_leaves_the_last_prompt_token_to_compute():
 def test_prefix_cache_after_preemption_recomputes_only_the_evicted_blocks():
     """4 blocks, no token ids (keys unique to each request). b P=4 N=6 (block 0), a P=8
     N=2 (blocks 1, 2, keyed). t1: b takes plain block 3 (rows 4->5); a needs a block:
-    victim a itself; its blocks are freed tail first: LRU [2, 1]. t2-t4: a needs
-    ceil(9/4) = 3 blocks, its 2 hits sit in the free LRU, 2 free: blocked. t5: b's rows
-    8->9 need a block: no plain one left, so the LRU head, a's tail block 2, is evicted.
+    victim a itself; its blocks are freed tail first: LRU [2, 1]. t1-t5: a's gate needs
+    ceil(9/4) = 3 blocks - 2 hits + 2 hits taken from the free LRU = 3 > 2 free (1 at
+    t5): blocked. t5: b's rows 8->9 need a block: no plain one is left, so the LRU head,
+    a's tail block 2, is evicted.
     t6: b finished; a finds key 0 (block 1) but not key 1: cached_tokens 4, and recomputes
     rows 4-8 (5 tokens: the evicted block and the pending token, out 2). Rows 4-7 were
     written before: replay_rows 4 (8 without the cache)."""
     records = [req("b", 0, 4, 6), req("a", 0, 8, 2)]
     s = run(records, num_blocks=4, token_budget=16, prefix_caching=True)
     assert fields(s, "preempted", "id", "outputs", "rows", "blocks_freed") == [(1, "a", 1, 8, 2)]
+    assert fields(s, "admission_blocked", "reason", "needed", "free") == [
+        (1, "preemption", 3, 2), (2, "blocks", 3, 2), (3, "blocks", 3, 2), (4, "blocks", 3, 2),
+        (5, "blocks", 3, 1)]
     assert [e["cached"] for e in s.of("snapshot")] == [0, 2, 2, 2, 2, 2, 2]
     assert fields(s, "admitted", "id", "resumed", "cached_tokens")[2:] == [(6, "a", True, 4)]
     assert s.dispatches() == [

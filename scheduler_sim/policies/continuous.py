@@ -104,16 +104,12 @@ class ContinuousPolicy(Policy):
         options = self.options
         max_rows = options.max_rows
         budget = options.token_budget
-        plan: Plan = []
-        last = None
-        for req in self.decoders.cycle_after(self._last_decode):
-            if len(plan) == max_rows or budget == 0:
-                break
-            plan.append((req, 1))
-            budget -= 1
-            last = req
-        if last is not None:
-            self._last_decode = last.admit_seq
+        # Every decoding request takes one row, from the rotation point on.
+        chosen = self.decoders.take_after(self._last_decode, min(max_rows, budget))
+        plan: Plan = [(req, 1) for req in chosen]
+        if chosen:
+            self._last_decode = chosen[-1].admit_seq
+            budget -= len(chosen)
         last = None
         to_decode = []
         chunk = options.prefill_chunk

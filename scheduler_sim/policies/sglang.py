@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from ..events import Ratio
 from ..options import Options
-from ..request import DECODE, Request
+from ..request import Request
 from .base import Plan, Policy, SchedulerView
 
 __all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",
@@ -170,11 +170,16 @@ class SglangPolicy(Policy):
         return plan
 
     def _decode_batch(self, now: int) -> Plan:
-        decoders = [r for r in self.running if r is not self.chunked and r.phase == DECODE]
+        chunked = self.chunked
+        decoders = [r for r in self.running if r is not chunked
+                    and r.resident >= r.prompt_tokens and r.resident >= r.restore]
         if not decoders:
             return []
         allocator = self.view.allocator
-        need = sum(allocator.blocks_to_grow(r.rid, r.resident + 1) for r in decoders)
+        size = self.options.block_size
+        # A decode row needs a new block exactly when its request's rows fill
+        # their last block.
+        need = sum(1 for r in decoders if r.resident % size == 0)
         if need > allocator.free:
             # Most preferred to keep first: more outputs, then shorter prompt;
             # the sort is stable, so among equals the earlier admitted stays.
@@ -184,7 +189,7 @@ class SglangPolicy(Policy):
             draining = allocator.draining if self.options.release_delay else 0
             while need > allocator.free + draining and len(keep) > 1:
                 victim = keep.pop()
-                need -= allocator.blocks_to_grow(victim.rid, victim.resident + 1)
+                need -= victim.resident % size == 0
                 self.view.preempt(victim, "retract", "fewest-outputs")
                 draining = allocator.draining if self.options.release_delay else 0
             decoded = sum(r.outputs for r in keep)

@@ -152,9 +152,20 @@ class VllmPolicy(Policy):
         # 1. Running requests, in running order.
         i = 0
         running = self.running
+        size = options.block_size
         while i < len(running) and budget > 0:
             req = running[i]
-            tokens = self._chunk(req, cap, budget)
+            r = req.resident
+            if r >= req.prompt_tokens and r >= req.restore:
+                # A decode: one token, and a new block only at a block boundary.
+                tokens = 1
+                if r % size:
+                    scheduled[req] = 1
+                    budget -= 1
+                    i += 1
+                    continue
+            else:
+                tokens = self._chunk(req, cap, budget)
             placed = True
             while not allocator.try_grow(req.rid, req.resident + tokens):
                 if (options.release_delay and allocator.blocks_to_grow(

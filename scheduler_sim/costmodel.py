@@ -119,33 +119,42 @@ class CostModel:
         self.bytes_per_second = gpu.hbm_bandwidth * bandwidth_efficiency
         self.step_overhead = step_overhead
 
-    def compute_seconds(self, shape: DispatchShape) -> float:
-        """Time at the achieved FLOP rate."""
+    def _seconds(self, chunks: list[tuple[int, int]], rows: int, contexts: int) -> tuple[float, float]:
+        """(compute, memory) seconds of chunks plus `rows` decodes whose contexts sum
+        to `contexts` (decodes enter only through their count and that sum)."""
         m = self.model
         two_n = 2 * m.parameters
         att = 2 * m.layers * m.d_model
         flops = 0.0
-        for tokens, context in shape.chunks:
-            end = context + tokens
-            flops += two_n * tokens + att * (end * end - context * context)
-        decodes = shape.decodes
-        if decodes:
-            rows = len(decodes)
-            flops += two_n * rows + att * (2 * sum(decodes) + rows)
-        return flops / self.flops_per_second
+        tokens = rows
+        read = contexts
+        for chunk, context in chunks:
+            end = context + chunk
+            flops += two_n * chunk + att * (end * end - context * context)
+            tokens += chunk
+            read += end
+        if rows:
+            flops += two_n * rows + att * (2 * contexts + rows)
+        memory = m.weight_bytes + m.kv_bytes_per_token * (read + tokens)
+        return flops / self.flops_per_second, memory / self.bytes_per_second
+
+    def compute_seconds(self, shape: DispatchShape) -> float:
+        """Time at the achieved FLOP rate."""
+        return self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))[0]
 
     def memory_seconds(self, shape: DispatchShape) -> float:
         """Time to stream weights and the KV the dispatch reads and writes."""
-        m = self.model
-        kv = m.kv_bytes_per_token
-        tokens = sum(t for t, _ in shape.chunks) + len(shape.decodes)
-        context = sum(c + t for t, c in shape.chunks) + sum(shape.decodes)
-        total = m.weight_bytes + kv * (context + tokens)
-        return total / self.bytes_per_second
+        return self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))[1]
 
     def seconds(self, shape: DispatchShape) -> float:
         """Roofline: the slower of compute and memory, plus the step overhead."""
-        return max(self.compute_seconds(shape), self.memory_seconds(shape)) + self.step_overhead
+        compute, memory = self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))
+        return max(compute, memory) + self.step_overhead
+
+    def decode_seconds(self, rows: int, contexts: int) -> float:
+        """`seconds` of a dispatch of `rows` decodes whose contexts sum to `contexts`."""
+        compute, memory = self._seconds((), rows, contexts)
+        return max(compute, memory) + self.step_overhead
 
 
 def swap_vs_recompute(model: ModelSpec, gpu: GpuSpec, seq: int,

@@ -55,17 +55,20 @@ class RunResult:
 class _InFlight:
     """The dispatch being executed: its rows and its completion tick."""
 
-    __slots__ = ("rows", "done")
+    __slots__ = ("rows", "done", "all_decode")
 
-    def __init__(self, rows: list[tuple[Request, bool]], done: int) -> None:
+    def __init__(self, rows: list[tuple[Request, bool]], done: int, all_decode: bool) -> None:
         self.rows = rows  # (request, emits)
         self.done = done
+        self.all_decode = all_decode  # every row a decode: a candidate for folding
 
 
 class Engine:
     """Replays one workload under one policy.
 
     `on_event` receives every event record as it happens (None: build none).
+    Without listeners, steady stretches of pure decode dispatches are folded
+    (`fast_forward`), with the same results; `fast_forward=False` forbids it.
     `on_state(tick, state, after_dispatch)` receives the block counts at every
     boundary, after admission, and again after the dispatch allocated its
     blocks (used by `check` for `at` expectations). `audit` runs the full
@@ -75,7 +78,7 @@ class Engine:
     def __init__(self, workload: Workload, options: Options, policy: str,
                  on_event: Callable[[Event], None] | None = None,
                  on_state: Callable[[int, dict[str, int], bool], None] | None = None,
-                 audit: bool = False) -> None:
+                 audit: bool = False, fast_forward: bool | None = None) -> None:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
         self.workload = workload
@@ -93,6 +96,12 @@ class Engine:
         self._emit = on_event
         self._on_state = on_state
         self._audit = audit
+        # Folding steady decode stretches (see `_fast_forward`) changes nothing a
+        # summary shows; with a listener every dispatch must be seen, so it is off.
+        if fast_forward is None:
+            fast_forward = on_event is None and on_state is None and not audit
+        self._fast_forward_on = fast_forward and not options.prefix_caching
+        self.folded = 0  # dispatches applied by folding, for tests and benchmarks
         self.requests: dict[str, Request] = {}
         self.stats = RunStats()
         self._live = 0            # registered requests not yet ended
@@ -380,7 +389,92 @@ class Engine:
         done = now + self.duration(seconds)
         if records is not None:
             self._emit(Dispatch(now, tuple(records), total, done))
-        return _InFlight(rows, done)
+        return _InFlight(rows, done, decode == total and not padding and total > 0)
+
+    def _horizon(self, ia: int, ic: int, ip: int, now: int) -> float:
+        """The first tick at which something outside the running dispatches may
+        happen: an arrival, cancellation, preemption, drain expiry, timeout or
+        policy wakeup."""
+        w = self.workload
+        ticks = []
+        if ia < len(w.requests):
+            ticks.append(w.requests[ia].arrival)
+        if ic < len(w.cancels):
+            ticks.append(w.cancels[ic].at)
+        if ip < len(w.preempts):
+            ticks.append(w.preempts[ip].at)
+        expiry = self.allocator.next_expiry()
+        if expiry is not None:
+            ticks.append(expiry)
+        if self._timeouts:
+            ticks.append(self._timeouts[0][0])
+        wake = self.policy.next_wakeup(now)
+        if wake is not None and wake > now:
+            ticks.append(wake)
+        return min(ticks) if ticks else float("inf")
+
+    def _fast_forward(self, flight: _InFlight, horizon: float) -> None:
+        """Fold the dispatches that would repeat `flight` exactly into it.
+
+        `flight` is all decodes and the policy is steady: until a request
+        finishes or something happens at `horizon`, every boundary would
+        complete the same rows (outputs, no finish) and start the same
+        decodes again. So the completions of the next K - 1 boundaries and
+        the starts of the K - 1 dispatches after this one are applied at
+        once, and `flight` becomes the K-th dispatch, whose completion the
+        main loop handles as usual. Each folded dispatch starts before
+        `horizon` and none of their completions finishes a request; block
+        growth is within each request's credit (reservation) or checked.
+        """
+        reqs = [req for req, _ in flight.rows]
+        if any(r.resident < r.high_water for r in reqs):
+            return  # replayed rows are not steady decodes
+        n = len(reqs)
+        # Completions that emit without finishing anybody: min(N - outputs) - 1.
+        silent = min(r.output_tokens - r.outputs for r in reqs) - 1
+        if silent <= 0 or flight.done >= horizon:
+            return
+        cost = self.cost
+        tick = self.options.tick_seconds
+        size = self.options.block_size
+        stats = self.stats
+        done = flight.done
+        contexts = sum(r.resident for r in reqs)  # before the next dispatch's rows
+        folded = 0
+        busy = 0.0
+        while folded < silent and done < horizon:
+            # Dispatch number folded + 2 starts at `done`.
+            if cost is None:
+                step = 1
+            else:
+                seconds = cost.decode_seconds(n, contexts)
+                busy += seconds
+                step = ticks_for(seconds, tick)
+            folded += 1
+            contexts += n
+            done += step
+        # Blocks for the rows the folded dispatches write, all checked first.
+        allocator = self.allocator
+        new_blocks = sum(allocator.blocks_to_grow(r.rid, r.resident + folded) for r in reqs)
+        if new_blocks > allocator.free:
+            return  # an on-demand policy would have to preempt: no folding
+        for req in reqs:
+            allocator.grow(req.rid, req.resident + folded)
+            req.resident += folded
+            req.high_water = req.resident
+            req.useful_rows += folded
+            req.outputs += folded
+            if req.block_keys is not None:
+                allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+        rows = n * folded
+        stats.iterations += folded
+        stats.rows += rows
+        stats.tokens += rows
+        stats.decode_tokens += rows
+        stats.output_tokens += rows
+        stats.busy_seconds += busy
+        self.folded += folded
+        flight.done = done
 
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,
@@ -483,6 +577,8 @@ class Engine:
                     if emit is not None:
                         emit(Snapshot(t, **self._state(plan)))
                     flight = self._start(plan)
+                    if self._fast_forward_on and flight.all_decode and policy.steady():
+                        self._fast_forward(flight, self._horizon(ia, ic, ip, t))
                     if on_state is not None:
                         on_state(t, self._state(), True)
             elif on_state is not None:

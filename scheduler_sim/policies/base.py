@@ -114,6 +114,13 @@ class Policy:
         """Admit what fits and return the next dispatch (empty: nothing to run)."""
         raise NotImplementedError
 
+    def steady(self) -> bool:
+        """True when the dispatch just planned is all decodes and, until one of them
+        finishes or an outside event happens, every next step would plan the same
+        requests again with no admission or preemption. The engine may then fold
+        those steps (it never does while anybody listens to events)."""
+        return False
+
     def next_wakeup(self, now: int) -> int | None:
         """A future tick at which the policy would decide differently with no other
         change (a batching window, a timeout); None if there is none."""

@@ -42,6 +42,7 @@ class ContinuousPolicy(Policy):
         self._last_decode = -1
         self._last_prefill = -1
         self._admissions = 0
+        self._head_blocked = False  # admission stopped at a head that does not fit
 
     # --- notifications ------------------------------------------------------
 
@@ -75,6 +76,7 @@ class ContinuousPolicy(Policy):
         queue = self.queue
         queue.refresh()
         allocator = self.view.allocator
+        self._head_blocked = False
         while queue:
             head = queue.peek()
             cached = self.view.cached_prefix(head)
@@ -84,6 +86,7 @@ class ContinuousPolicy(Policy):
             needed = credit + allocator.evictable(cached)
             if self.running_limit is not None and self.running_count >= self.running_limit:
                 self.view.block(head, self.limit_reason, needed)
+                self._head_blocked = True
                 return
             if not allocator.can_reserve(needed):
                 # Would it fit once the draining blocks are free? Then cleanup is
@@ -91,11 +94,20 @@ class ContinuousPolicy(Policy):
                 fits_later = allocator.committed() - allocator.draining + needed \
                     <= allocator.num_blocks
                 self.view.block(head, "draining" if fits_later else "reservation", needed)
+                self._head_blocked = True
                 return
             queue.pop()
             self._admissions += 1
             self.view.admit(head, credit, cached)
             (self.decoders if head.phase == DECODE else self.prefillers).add(head)
+
+    def steady(self) -> bool:
+        # Nothing to prefill, nothing admissible (admission can only change when a
+        # request ends or an outside event happens), and every decoder fits in
+        # one dispatch, so the next plan serves the same requests.
+        options = self.options
+        return (not self.prefillers and (self._head_blocked or not self.queue)
+                and len(self.decoders) <= min(options.max_rows, options.token_budget))
 
     # --- the dispatch -------------------------------------------------------
 

@@ -62,6 +62,7 @@ class SglangPolicy(Policy):
         self.min_ratio = self.init_ratio * MIN_RATIO_FACTOR
         self.decay = (self.init_ratio - self.min_ratio) / DECAY_STEPS
         self.ratio = self.init_ratio
+        self._steady = False
 
     # --- sizing -------------------------------------------------------------
 
@@ -101,11 +102,15 @@ class SglangPolicy(Policy):
     # --- the step ---------------------------------------------------------------
 
     def schedule(self, now: int) -> Plan:
+        self._steady = False
         self.waiting.refresh()
         plan = self._prefill_batch()
         if plan:
             return plan
         return self._decode_batch(now)
+
+    def steady(self) -> bool:
+        return self._steady
 
     def _remaining_new(self, req: Request) -> int:
         return min(req.max_tokens - req.outputs, CLIP_MAX_NEW_TOKENS)
@@ -202,5 +207,11 @@ class SglangPolicy(Policy):
         elif self.ratio > self.min_ratio:
             self.ratio = max(self.min_ratio, self.ratio - self.decay)
             self.view.emit_event(Ratio(now, round(self.ratio, 6), "decay"))
+        elif not self.waiting and self.chunked is None:
+            # Nothing to admit, the ratio at its floor, memory enough: the next
+            # decode steps repeat this one until a request ends.
+            self._steady = len(decoders) == len(self.running)
         cap = min(self.options.max_rows, self.options.token_budget)
+        if len(decoders) > cap:
+            self._steady = False
         return [(r, 1) for r in decoders[:cap]]

@@ -88,6 +88,8 @@ class VllmPolicy(Policy):
         self.running: list[Request] = []
         self.rule = options.victim or ("priority" if options.order == "priority" else "lifo")
         self.watermark_blocks = int(options.watermark * options.num_blocks)
+        self._blocked = False
+        self._steady = False
 
     # --- notifications ------------------------------------------------------
 
@@ -196,8 +198,10 @@ class VllmPolicy(Policy):
         # 2. Waiting requests, unless this step preempted.
         waiting = self.waiting
         waiting.refresh()
+        self._blocked = False
         while waiting:
             head = waiting.peek()
+            self._blocked = True  # cleared below when the head is admitted
             if preempted:
                 self.view.block(head, "preemption", self._gate_blocks(head))
                 break
@@ -221,13 +225,23 @@ class VllmPolicy(Policy):
                 self.view.block(head, reason, needed)
                 break
             waiting.pop()
+            self._blocked = False
             self.view.admit(head, 0, cached)
             running.append(head)
             if not allocator.try_grow(head.rid, head.resident + tokens):
                 raise AssertionError("admission checked the blocks it allocates")
             scheduled[head] = tokens
             budget -= tokens
+        # Steady: every running request decodes in this step, nothing was
+        # preempted and nothing waiting can be admitted; until a request ends
+        # or an outside event happens, the next steps plan the same decodes.
+        self._steady = (not preempted and len(scheduled) == len(running)
+                        and budget >= 0 and len(running) <= options.token_budget
+                        and (not waiting or self._blocked))
         return list(scheduled.items())
+
+    def steady(self) -> bool:
+        return self._steady
 
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""

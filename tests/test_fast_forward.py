@@ -1,0 +1,107 @@
+"""Folding steady decode stretches never changes a result (engine `_fast_forward`)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import trace_bytes
+from scheduler_sim.engine import Engine
+from scheduler_sim.options import Options
+from scheduler_sim.policies import POLICIES
+from scheduler_sim.summary import request_record
+from scheduler_sim.trace import parse_trace
+
+
+def _workload(seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    records = []
+    t = 0
+    for i in range(rng.randint(1, 30)):
+        t += rng.choice([0, 0, 1, 3, 10, 40])
+        records.append({"type": "request", "id": f"r{i}", "arrival": t,
+                        "prompt_tokens": rng.randint(1, 40),
+                        "output_tokens": rng.randint(1, 60)})
+        if rng.random() < 0.1:
+            records.append({"type": "cancel", "id": f"r{i}", "at": t + rng.randint(0, 50)})
+    return records
+
+
+def _replay(records, policy, fast, **options):
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    opts = Options.resolve(trace.config, options)
+    result = Engine(trace.workload, opts, policy, fast_forward=fast).run()
+    return result.summary, [request_record(r) for r in result.requests]
+
+
+@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_folded_and_stepwise_replays_agree(seed, policy):
+    """Every summary field and every request record is the same with and without folding."""
+    rng = random.Random(1000 + seed)
+    options = dict(block_size=4, num_blocks=rng.randint(16, 64),
+                   token_budget=rng.randint(4, 64), max_rows=rng.randint(1, 8),
+                   release_delay=rng.choice([0, 0, 2]))
+    if seed % 3 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    records = _workload(seed)
+    assert _replay(records, policy, True, **options) == _replay(records, policy, False, **options)
+
+
+def test_folding_happens_and_saves_work():
+    """A lone long decode is folded: far fewer scheduling calls, the same summary."""
+    records = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4,
+                "output_tokens": 500}]
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    opts = Options.resolve({}, {"block_size": 4, "num_blocks": 200})
+    calls = []
+    engine = Engine(trace.workload, opts, "continuous", fast_forward=True)
+    original = engine.policy.schedule
+    engine.policy.schedule = lambda now: calls.append(now) or original(now)
+    folded = engine.run()
+    assert folded.summary["iterations"] == 500
+    assert len(calls) == 2  # the prefill, then one decode that folds the other 498
+    plain = Engine(trace.workload, opts, "continuous", fast_forward=False).run()
+    assert plain.summary == folded.summary
+
+
+def test_listeners_turn_folding_off():
+    """With an event listener every dispatch is reported, so nothing is folded."""
+    records = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4,
+                "output_tokens": 50}]
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    opts = Options.resolve({}, {"block_size": 4, "num_blocks": 20})
+    events = []
+    Engine(trace.workload, opts, "continuous", on_event=events.append).run()
+    assert sum(1 for e in events if e.kind == "dispatch") == 50
+
+
+def test_random_workloads_do_fold():
+    """The random workloads above exercise folding under serial, continuous and vllm."""
+    for policy in ("serial", "continuous", "vllm"):
+        folded = 0
+        for seed in range(24):
+            rng = random.Random(1000 + seed)
+            options = dict(block_size=4, num_blocks=rng.randint(16, 64),
+                           token_budget=rng.randint(4, 64), max_rows=rng.randint(1, 8),
+                           release_delay=rng.choice([0, 0, 2]))
+            trace = parse_trace(trace_bytes(_workload(seed)), "ff.jsonl")
+            engine = Engine(trace.workload, Options.resolve({}, options), policy,
+                            fast_forward=True)
+            engine.run()
+            folded += engine.folded
+        assert folded > 0, policy
+
+
+def test_sglang_folds_once_its_ratio_reaches_the_floor():
+    """sglang's ratio decays for 600 decode steps; only then is a lone decode steady."""
+    records = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4,
+                "output_tokens": 900}]
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    opts = Options.resolve({}, {"block_size": 4, "num_blocks": 300})
+    engine = Engine(trace.workload, opts, "sglang", fast_forward=True)
+    folded = engine.run()
+    # Prefill, 600 decays, one decode at the floor folds the remaining 298.
+    assert engine.folded == 900 - 1 - 600 - 1
+    plain = Engine(trace.workload, opts, "sglang", fast_forward=False).run()
+    assert plain.summary == folded.summary

@@ -71,6 +71,7 @@ class BlockAllocator:
         # Cached blocks each request evicted since the engine last cleared this:
         # lets a snapshot show the pool as it was before the step allocated.
         self.step_evictions: dict[str, int] = {}
+        self.step_growth: dict[str, int] = {}
 
     # --- views ----------------------------------------------------------------
 
@@ -188,6 +189,7 @@ class BlockAllocator:
         self.held += need
         if self.held > self.peak_held:
             self.peak_held = self.held
+        self.step_growth[rid] = self.step_growth.get(rid, 0) + need
         return need
 
     def try_grow(self, rid: str, rows: int) -> bool:
@@ -252,6 +254,7 @@ class BlockAllocator:
         """
         self.release_credit(rid)
         self.step_evictions.pop(rid, None)
+        self.step_growth.pop(rid, None)
         table = self._tables.pop(rid, None)
         if not table:
             return 0

@@ -266,17 +266,16 @@ class Engine:
 
     # --- dispatches -------------------------------------------------------------------
 
-    def _state(self, plan: Plan = ()) -> dict[str, int]:
+    def _state(self, plan: Plan | tuple = ()) -> dict[str, int]:
         """Block counts now; with `plan`, as they were before the plan's rows got
         their blocks (an on-demand policy allocates while it schedules)."""
         a = self.allocator
         pending = pending_cached = 0
-        size = a.block_size
-        for req, _ in plan:
-            extra = len(a.table(req.rid)) - -(-req.resident // size)
-            if extra > 0:
-                pending += extra
-                pending_cached += a.step_evictions.get(req.rid, 0)
+        if plan and a.step_growth:
+            # Blocks the policy allocated in this step are the plan's: before the
+            # dispatch they were free (and, if evicted, cached).
+            pending = sum(a.step_growth.values())
+            pending_cached = sum(a.step_evictions.values())
         state = {"waiting": self.policy.waiting_count, "running": self.policy.running_count,
                  "reserved": a.reserved, "allocated": a.held - pending, "draining": a.draining,
                  "free": a.free + pending}
@@ -310,8 +309,7 @@ class Engine:
                     if decodes is not None:
                         decodes.append(0)
                     if records is not None:
-                        records.append({"id": req.rid, "phase": "padding", "tokens": 1,
-                                        "emits": False})
+                        records.append((req.rid, "padding", 1, False, None))
                     continue
                 raise InvariantError(f"request {req.rid!r} dispatched while "
                                      f"{req.status.label} with {tokens} tokens", now)
@@ -321,11 +319,9 @@ class Engine:
                 if decodes is not None:
                     decodes.append(r)
                 if records is not None:
-                    record = {"id": req.rid, "phase": DECODE, "tokens": 1, "emits": True}
-                    ids = req.token_ids(r, r + 1)
-                    if ids is not None:
-                        record["token_ids"] = ids
-                    records.append(record)
+                    records.append((req.rid, DECODE, 1, True,
+                                    None if req.output_token_ids is None
+                                    else req.token_ids(r, r + 1)))
                 if r % size == 0:
                     grow(req.rid, r + 1)
                 if r >= req.high_water:
@@ -350,11 +346,7 @@ class Engine:
             if shape is not None:
                 shape.chunks.append((tokens, r))
             if records is not None:
-                record = {"id": req.rid, "phase": phase, "tokens": tokens, "emits": emits}
-                ids = req.token_ids(r, r + tokens)
-                if ids is not None:
-                    record["token_ids"] = ids
-                records.append(record)
+                records.append((req.rid, phase, tokens, emits, req.token_ids(r, r + tokens)))
             grow(req.rid, r + tokens)
             useful += req.record_rows(tokens)
             if req.block_keys is not None:
@@ -569,6 +561,7 @@ class Engine:
             if flight is None and self._live:
                 self._policy_moved = False
                 allocator.step_evictions.clear()
+                allocator.step_growth.clear()
                 plan = policy.schedule(t)
                 moved = self._policy_moved
                 if on_state is not None:

@@ -228,11 +228,12 @@ class RandomQueue(KeyedQueue):
 class LpmQueue(FcfsQueue):
     """Longest prefix match first, as SGLang's `lpm`.
 
-    `refresh` (called at the start of each scheduling pass) sorts the waiting
-    requests by the number of their leading blocks found in the prefix cache,
-    longest first, ties in arrival order. With more than `threshold`
-    requests waiting the sort is skipped and the order is plain FCFS, as
-    SGLang does to bound the cost of matching.
+    The FCFS order is kept underneath. `refresh` (called at the start of each
+    scheduling pass) builds a view sorted by the number of leading blocks
+    found in the prefix cache, longest first, ties in FCFS order; `peek` and
+    `pop` follow that view until the queue changes or the next refresh. With
+    more than `threshold` requests waiting there is no view and the order is
+    plain FCFS, as SGLang does to bound the cost of matching.
     """
 
     name = "lpm"
@@ -243,15 +244,52 @@ class LpmQueue(FcfsQueue):
         self.scorer = scorer
         self.threshold = threshold
         self.fallback = False  # whether the last refresh fell back to FCFS
+        self._view: list[Request] | None = None
+        self._at = 0
 
     def refresh(self) -> None:
-        if len(self._items) > self.threshold or self.scorer is None:
-            self.fallback = len(self._items) > self.threshold
+        self._view = None
+        self.fallback = len(self._items) > self.threshold
+        if self.fallback or self.scorer is None:
             return
-        self.fallback = False
         score = self.scorer
-        order = sorted(enumerate(self._items), key=lambda p: (-score(p[1]), p[0]))
-        self._items = OrderedDict((req, None) for _, req in order)
+        order = list(self._items)
+        ranked = sorted(range(len(order)), key=lambda i: (-score(order[i]), i))
+        self._view = [order[i] for i in ranked]
+        self._at = 0
+
+    def _head(self) -> Request:
+        view = self._view
+        if view is None:
+            return next(iter(self._items))
+        while view[self._at] not in self._items:
+            self._at += 1
+        return view[self._at]
+
+    def add(self, req: Request) -> None:
+        super().add(req)
+        self._view = None  # a newcomer: FCFS until the next refresh sorts again
+
+    def prepend(self, req: Request) -> None:
+        super().prepend(req)
+        self._view = None
+
+    def insert_by_arrival(self, req: Request) -> None:
+        super().insert_by_arrival(req)
+        self._view = None
+
+    def peek(self) -> Request:
+        return self._head()
+
+    def pop(self) -> Request:
+        req = self._head()
+        del self._items[req]
+        return req
+
+    def __iter__(self) -> Iterator[Request]:
+        if self._view is None:
+            return super().__iter__()
+        return iter([r for r in self._view if r in self._items])
 
 
 QUEUE_ORDERS: dict[str, type[RequestQueue]] = {

@@ -90,6 +90,13 @@ def resolve_options(trace: Trace, args: argparse.Namespace) -> Options:
 
 # --- writing files whole ---------------------------------------------------------------
 
+def _file_mode() -> int:
+    """The mode a new file gets from the umask (mkstemp's are private: 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 class EventFile:
     """Streams event records to a file that appears only when complete.
 
@@ -128,6 +135,7 @@ class EventFile:
             self.handle.flush()
             return
         self.handle.close()
+        os.chmod(self._tmp, _file_mode())
         os.replace(self._tmp, self.target)
         self._tmp = None
 
@@ -154,6 +162,7 @@ def write_whole(target: str | None, text: str, stdout: TextIO) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

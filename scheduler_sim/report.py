@@ -39,6 +39,7 @@ TABLE_ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("preemptions", "", "preemptions"),
     ("useful rows", "rows", "useful_rows"),
     ("replayed rows", "rows", "replay_rows"),
+    ("cached tokens", "tokens", "cached_tokens"),
     ("peak reserved", "blocks", "peak_reserved"),
     ("peak allocated", "blocks", "peak_allocated"),
     ("mean batch", "rows", "mean_batch_rows"),
@@ -47,7 +48,7 @@ TABLE_ROWS: tuple[tuple[str, str, str | None], ...] = (
 
 # Rows shown only when some policy has a non-zero value.
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
-             "empty_iterations", "padding_rows"}
+             "empty_iterations", "padding_rows", "cached_tokens"}
 
 
 def format_number(value: Any) -> str:

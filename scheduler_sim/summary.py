@@ -33,7 +33,8 @@ RUN_FIELDS = (
     + _STATUS_FIELDS
     + tuple(f"{m}_{s}" for m in METRICS for s in ("mean", "p50", "p90", "p99", "max"))
     + ("prompt_tokens", "decode_tokens", "recompute_tokens", "padding_rows", "output_tokens",
-       "useful_rows", "replay_rows", "preemptions", "peak_reserved", "peak_allocated",
+       "useful_rows", "replay_rows", "cached_tokens", "preemptions", "peak_reserved",
+       "peak_allocated",
        "mean_batch_rows", "mean_batch_tokens")
 )
 
@@ -96,6 +97,7 @@ class RunStats:
         self.useful_rows = 0
         self.replay_rows = 0
         self.preemptions = 0
+        self.cached_tokens = 0
         self.busy_seconds = 0.0  # modelled GPU time, with a cost model
 
     def request_ended(self, req: Request) -> None:
@@ -104,6 +106,7 @@ class RunStats:
         self.useful_rows += req.useful_rows
         self.replay_rows += req.replay_rows
         self.preemptions += req.preemptions
+        self.cached_tokens += req.cached_tokens
         samples = self.samples
         if req.admitted_at is not None:
             samples["queue_delay"].append(req.admitted_at - req.arrival)
@@ -141,6 +144,7 @@ class RunStats:
             "output_tokens": self.output_tokens,
             "useful_rows": self.useful_rows,
             "replay_rows": self.replay_rows,
+            "cached_tokens": self.cached_tokens,
             "preemptions": self.preemptions,
             "peak_reserved": peak_reserved,
             "peak_allocated": peak_allocated,

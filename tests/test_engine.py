@@ -588,7 +588,7 @@ def test_run_summary_by_hand():
         "tpot_mean": 1, "tpot_p50": 1, "tpot_p90": 1, "tpot_p99": 1, "tpot_max": 1,
         "e2e_mean": 2.6667, "e2e_p50": 3, "e2e_p90": 3, "e2e_p99": 3, "e2e_max": 3,
         "prompt_tokens": 14, "decode_tokens": 3, "recompute_tokens": 0, "padding_rows": 0,
-        "output_tokens": 6, "useful_rows": 17, "replay_rows": 0, "preemptions": 0,
+        "output_tokens": 6, "useful_rows": 17, "replay_rows": 0, "cached_tokens": 0, "preemptions": 0,
         "peak_reserved": 3, "peak_allocated": 3,
         "mean_batch_rows": 1.5, "mean_batch_tokens": 4.25,
     }

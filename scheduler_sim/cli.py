@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -312,8 +313,10 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Write a seeded synthetic workload as a trace."""
     if args.requests < 1:
         raise UsageError(f"--requests must be >= 1, got {args.requests}")
-    if not args.rate > 0 or not args.cv > 0:
-        raise UsageError(f"--rate and --cv must be > 0, got {args.rate:g} and {args.cv:g}")
+    for flag, value in (("--rate", args.rate), ("--cv", args.cv),
+                        ("--cancel-after", args.cancel_after)):
+        if not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{flag} must be a finite number > 0, got {value:g}")
     if not 0 <= args.cancel_rate <= 1:
         raise UsageError(f"--cancel-rate must be in [0, 1], got {args.cancel_rate:g}")
     if args.prefix_groups < 0 or args.prefix_tokens < 0:
@@ -326,6 +329,10 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 priorities.append((int(level), float(weight or 1)))
         except ValueError:
             raise UsageError(f"--priorities must look like 0:3,1:1, got {args.priorities!r}") from None
+        weights = [w for _, w in priorities]
+        if not all(math.isfinite(w) and w >= 0 for w in weights) or not sum(weights) > 0:
+            raise UsageError(f"--priorities weights must be finite, >= 0 and not all 0, "
+                             f"got {args.priorities!r}")
     spec = WorkloadSpec(
         seed=args.seed, requests=args.requests, rate=args.rate, arrival=args.arrival,
         cv=args.cv, prompt=_empirical(_length(args.prompt), "prompt_tokens"),

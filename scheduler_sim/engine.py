@@ -100,7 +100,7 @@ class Engine:
         # summary shows; with a listener every dispatch must be seen, so it is off.
         if fast_forward is None:
             fast_forward = on_event is None and on_state is None and not audit
-        self._fast_forward_on = fast_forward and not options.prefix_caching
+        self._fast_forward_on = fast_forward
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
         self.requests: dict[str, Request] = {}
         self.stats = RunStats()
@@ -598,9 +598,10 @@ class Engine:
                     wake = policy.next_wakeup(t)
                     if wake is not None and wake > t:
                         nxt = min(nxt, wake)
-                    if moved and policy.running_count:
-                        # E6b: the policy changed something but ran nothing:
-                        # an empty iteration, and the next decision at t + 1.
+                    if moved:
+                        # E6b: the policy changed something (admitted, preempted)
+                        # but ran nothing: an empty iteration, and the next
+                        # decision at t + 1, when a step that preempted may admit.
                         self.stats.empty_iterations += 1
                         nxt = min(nxt, t + 1)
             elif ic < len(cancels) or ip < len(preempts):

@@ -72,7 +72,8 @@ def parse_length(text: str, empirical: tuple[int, ...] = ()) -> LengthSpec:
             return LengthSpec("fixed", int(parts[0]))
         if kind == "uniform" and len(parts) == 2 and 1 <= int(parts[0]) <= int(parts[1]):
             return LengthSpec("uniform", int(parts[0]), int(parts[1]))
-        if kind == "lognormal" and len(parts) == 2 and float(parts[0]) > 0 \
+        if kind == "lognormal" and len(parts) == 2 and math.isfinite(float(parts[0])) \
+                and math.isfinite(float(parts[1])) and float(parts[0]) > 0 \
                 and float(parts[1]) >= 0:
             return LengthSpec("lognormal", float(parts[0]), float(parts[1]))
     except ValueError:

@@ -27,6 +27,7 @@ import dataclasses
 import datetime
 import io
 import json
+import math
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -70,7 +71,7 @@ def _int_field(value: Any, field: str, minimum: int = 1) -> int:
 def _seconds_field(text: str, field: str) -> Fraction:
     try:
         value = Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):
         raise ValueError(f"{field} must be a number of seconds, got {text!r}") from None
     if value < 0:
         raise ValueError(f"{field} must be >= 0, got {text.strip()}")
@@ -93,7 +94,8 @@ def _read_mooncake(text: str, rows: _Rows) -> None:
                 if key not in rec:
                     raise ValueError(f"missing field {key!r}")
             ts = rec["timestamp"]
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+            if (isinstance(ts, bool) or not isinstance(ts, (int, float))
+                    or not math.isfinite(ts) or ts < 0):
                 raise ValueError(f"timestamp must be a number of ms >= 0, got {ts!r}")
             prompt = _int_field(rec["input_length"], "input_length")
             output = _int_field(rec["output_length"], "output_length")

@@ -43,6 +43,7 @@ class ContinuousPolicy(Policy):
         self._last_prefill = -1
         self._admissions = 0
         self._head_blocked = False  # admission stopped at a head that does not fit
+        self._blocked_by_memory = False  # ... for lack of blocks (not a running limit)
 
     # --- notifications ------------------------------------------------------
 
@@ -77,6 +78,7 @@ class ContinuousPolicy(Policy):
         queue.refresh()
         allocator = self.view.allocator
         self._head_blocked = False
+        self._blocked_by_memory = False
         while queue:
             head = queue.peek()
             cached = self.view.cached_prefix(head)
@@ -95,6 +97,7 @@ class ContinuousPolicy(Policy):
                     <= allocator.num_blocks
                 self.view.block(head, "draining" if fits_later else "reservation", needed)
                 self._head_blocked = True
+                self._blocked_by_memory = True
                 return
             queue.pop()
             self._admissions += 1
@@ -105,7 +108,11 @@ class ContinuousPolicy(Policy):
         # Nothing to prefill, nothing admissible (admission can only change when a
         # request ends or an outside event happens), and every decoder fits in
         # one dispatch, so the next plan serves the same requests.
+        # With prefix caching, the blocks decoders fill could become hits that
+        # shrink a blocked head's credit: then admission might change, so no.
         options = self.options
+        if self._blocked_by_memory and self.view.allocator.cache is not None:
+            return False
         return (not self.prefillers and (self._head_blocked or not self.queue)
                 and len(self.decoders) <= min(options.max_rows, options.token_budget))
 

@@ -223,6 +223,8 @@ class VllmPolicy(Policy):
             if needed + watermark > allocator.free:
                 reason = "watermark" if needed <= allocator.free else "blocks"
                 self.view.block(head, reason, needed)
+                # Blocks that decoders fill may become this head's cache hits.
+                self._blocked = allocator.cache is None
                 break
             waiting.pop()
             self._blocked = False

@@ -270,7 +270,8 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"--tick-ms must be > 0, got {args.tick_ms:g}")
     name = "<stdin>" if args.file == "-" else args.file
     result = convert(args.fmt, _read_text(args.file), name, args.tick_ms)
-    if result.problems and args.strict:
+    if result.problems and (args.strict or len(result.records) == 1):
+        # --strict, or nothing usable at all (a wrong header, say): fail whole.
         raise TraceError(result.problems)
     write_whole(args.output, _jsonl(result.records), out)
     requests = len(result.records) - 1
@@ -441,7 +442,8 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--tick-ms", type=float, default=1.0, metavar="MS",
                    help="milliseconds per tick (default: 1)")
     p.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
-    p.add_argument("--strict", action="store_true", help="fail on any bad row (exit 2)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail on any bad row (exit 2); a file with no good row always fails")
 
     p = sub.add_parser("generate", help="write a seeded synthetic workload",
                        description="Generate a synthetic trace; the same arguments always "

@@ -351,7 +351,8 @@ def test_random_workloads_under_every_policy(seed):
     """For one seeded workload and every registered policy: the audit holds at every
     boundary (A3), each request ends with exactly one terminal event, nothing stalls,
     completed requests wrote P+N-1 useful rows and emitted N outputs (no replay without a
-    preemption), snapshots conserve blocks, and a second run is byte-identical (E8)."""
+    preemption), snapshots conserve blocks, and a second run is byte-identical (E8), also
+    in its summary when nobody listens to the events."""
     import json
 
     records, options = random_workload(seed)
@@ -379,3 +380,6 @@ def test_random_workloads_under_every_policy(seed):
         again, lines_again = replay_lines(records, options, policy)
         assert lines_again == lines, where
         assert again.summary == result.summary, where
+        trace = parse_trace(trace_bytes(records), "random.jsonl")
+        quiet = Engine(trace.workload, Options.resolve(trace.config, options), policy).run()
+        assert quiet.summary == result.summary, where

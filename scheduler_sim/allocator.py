@@ -335,8 +335,8 @@ class BlockAllocator:
         refs = self._refs
         lru = cache.lru
         hits = []
-        for i in range(max_blocks):
-            block = index.get(keys.key(i))
+        for key in keys.ensure(max_blocks)[:max_blocks]:
+            block = index.get(key)
             if block is None or (refs[block] == 0 and block not in lru):
                 break
             hits.append(block)
@@ -357,12 +357,21 @@ class BlockAllocator:
         cache = self.cache
         if cache is None:
             return
-        full = rows // self.block_size
-        table = self._tables.get(rid, ())
-        for i in range(keys.registered, min(full, len(table))):
-            cache.register(table[i], keys.key(i))
-        if full > keys.registered:
-            keys.registered = full
+        full = min(rows // self.block_size, len(self._tables.get(rid, ())))
+        start = keys.registered
+        if full <= start:
+            return
+        table = self._tables[rid]
+        key_list = keys.ensure(full)
+        index = cache.index
+        key_of = cache.key_of
+        for i in range(start, full):
+            key = key_list[i]
+            if key not in index:
+                block = table[i]
+                index[key] = block
+                key_of[block] = key
+        keys.registered = full
 
     # --- invariants (A3) --------------------------------------------------------
 

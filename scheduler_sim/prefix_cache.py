@@ -1,7 +1,9 @@
 """Prefix caching: block keys, the index of cached blocks, and their LRU queue (SPEC §8).
 
-A full block is identified by a chained key: (hash of the parent block's
-key, the block's content). The content is the block's token ids when the
+A full block is identified by a chained key: the hash of (the parent
+block's key, the block's content), an integer, as vLLM's builtin-hash mode
+does. (Two different prefixes sharing a 64-bit hash would be taken for the
+same; with ten million blocks the odds are about one in 200,000 runs.) The content is the block's token ids when the
 trace gives them; for a trace that carries `block_hashes` (one id per
 `hash_block_size` prompt tokens, themselves chained) it is the hash id
 covering the block's last token and that token's offset; anything else (a
@@ -59,13 +61,36 @@ class BlockKeys:
             return tuple(self.prompt_ids[start:]) + tuple(self.output_ids[:end - p])
         return ("r", self.index, i)
 
+    def ensure(self, count: int) -> list:
+        """Compute the keys of the first `count` full blocks; return the key list."""
+        keys = self.keys
+        i = len(keys)
+        if i >= count:
+            return keys
+        parent = keys[-1] if keys else 0
+        size = self.block_size
+        hashes = self.hashes
+        if self.prompt_ids is None and hashes is not None:
+            # The common case for imported traces: keys from the hash ids alone.
+            hbs = self.hash_block_size
+            limit = min(self.prompt_tokens, len(hashes) * hbs)
+            while i < count and (i + 1) * size <= limit:
+                last = (i + 1) * size - 1
+                parent = hash((parent, hashes[last // hbs], last % hbs))
+                keys.append(parent)
+                i += 1
+        content = self._content
+        while i < count:
+            parent = hash((parent, content(i)))
+            keys.append(parent)
+            i += 1
+        return keys
+
     def key(self, i: int) -> Hashable:
         """The key of full block i (blocks 0..i-1 are computed first)."""
         keys = self.keys
-        while len(keys) <= i:
-            n = len(keys)
-            parent = hash(keys[n - 1]) if n else 0
-            keys.append((parent, self._content(n)))
+        if i >= len(keys):
+            self.ensure(i + 1)
         return keys[i]
 
 

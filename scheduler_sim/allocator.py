@@ -280,12 +280,15 @@ class BlockAllocator:
         if cache is None:
             self._free.extend(reversed(blocks))
             return
-        plain = [b for b in blocks if not cache.has_key(b)]
-        self._free.extend(reversed(plain))
+        key_of = cache.key_of
         lru = cache.lru
+        plain = []
         for block in blocks:
-            if cache.has_key(block):
+            if block in key_of:
                 lru[block] = None
+            else:
+                plain.append(block)
+        self._free.extend(reversed(plain))
 
     def _drain_blocks(self, blocks: list[int], now: int, delay: int) -> None:
         """Move blocks nobody holds from held to draining, free at `now + delay`.
@@ -335,8 +338,9 @@ class BlockAllocator:
         refs = self._refs
         lru = cache.lru
         hits = []
-        for key in keys.ensure(max_blocks)[:max_blocks]:
-            block = index.get(key)
+        key_list = keys.ensure(max_blocks)
+        for i in range(max_blocks):
+            block = index.get(key_list[i])
             if block is None or (refs[block] == 0 and block not in lru):
                 break
             hits.append(block)

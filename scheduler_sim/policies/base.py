@@ -23,7 +23,7 @@ from ..options import Options
 from ..queues import RequestQueue, make_queue
 from ..request import Request
 
-__all__ = ["SchedulerView", "Policy", "Plan", "PADDING"]
+__all__ = ["SchedulerView", "Policy", "QueueAndListPolicy", "Plan", "PADDING"]
 
 Plan = list  # list[tuple[Request, int]]: the next dispatch, request -> tokens
 
@@ -81,6 +81,14 @@ class Policy:
         self.options = options
         self.view = view
 
+    def requeue_into(self, queue: RequestQueue, req: Request) -> None:
+        """Put a preempted request back: at the front, or by its original arrival
+        (option `resume_order`)."""
+        if self.options.resume_order == "front":
+            queue.prepend(req)
+        else:
+            queue.insert_by_arrival(req)
+
     def make_waiting_queue(self) -> RequestQueue:
         """The waiting queue in the configured order (`lpm` scores by cached prefix)."""
         o = self.options
@@ -137,3 +145,33 @@ class Policy:
     def running_count(self) -> int:
         """Admitted requests that have not ended."""
         raise NotImplementedError
+
+
+class QueueAndListPolicy(Policy):
+    """A policy that keeps a waiting queue and a running list in admission order
+    (the shape of vLLM's and SGLang's schedulers)."""
+
+    def __init__(self, options: Options, view: SchedulerView) -> None:
+        super().__init__(options, view)
+        self.waiting = self.make_waiting_queue()
+        self.running: list[Request] = []
+
+    def add(self, req: Request) -> None:
+        self.waiting.add(req)
+
+    def requeue(self, req: Request) -> None:
+        self.requeue_into(self.waiting, req)
+
+    def remove(self, req: Request) -> None:
+        if req in self.waiting:
+            self.waiting.remove(req)
+        else:
+            self.running.remove(req)
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def running_count(self) -> int:
+        return len(self.running)

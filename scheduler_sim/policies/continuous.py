@@ -51,10 +51,7 @@ class ContinuousPolicy(Policy):
         self.queue.add(req)
 
     def requeue(self, req: Request) -> None:
-        if self.options.resume_order == "front":
-            self.queue.prepend(req)
-        else:
-            self.queue.insert_by_arrival(req)
+        self.requeue_into(self.queue, req)
 
     def remove(self, req: Request) -> None:
         if req in self.queue:

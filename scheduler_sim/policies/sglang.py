@@ -34,7 +34,7 @@ from __future__ import annotations
 from ..events import Ratio
 from ..options import Options
 from ..request import Request
-from .base import Plan, Policy, SchedulerView
+from .base import Plan, QueueAndListPolicy, SchedulerView
 
 __all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",
            "INIT_NEW_TOKEN_RATIO", "MIN_RATIO_FACTOR"]
@@ -46,7 +46,7 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_RATIO_FACTOR = 0.14
 
 
-class SglangPolicy(Policy):
+class SglangPolicy(QueueAndListPolicy):
     """SGLang: learned-ratio admission, prefill-first batches, retraction by progress."""
 
     name = "sglang"
@@ -55,8 +55,6 @@ class SglangPolicy(Policy):
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)
-        self.waiting = self.make_waiting_queue()
-        self.running: list[Request] = []
         self.chunked: Request | None = None  # the request whose prefill is in chunks
         self.init_ratio = min(1.0, INIT_NEW_TOKEN_RATIO * options.schedule_conservativeness)
         self.min_ratio = self.init_ratio * MIN_RATIO_FACTOR
@@ -76,28 +74,14 @@ class SglangPolicy(Policy):
 
     # --- notifications ------------------------------------------------------
 
-    def add(self, req: Request) -> None:
-        self.waiting.add(req)
-
     def requeue(self, req: Request) -> None:
         # A retracted request rejoins at the tail (unlike vLLM's front).
         self.waiting.add(req)
 
     def remove(self, req: Request) -> None:
-        if req in self.waiting:
-            self.waiting.remove(req)
-            return
-        self.running.remove(req)
+        super().remove(req)
         if req is self.chunked:
             self.chunked = None
-
-    @property
-    def waiting_count(self) -> int:
-        return len(self.waiting)
-
-    @property
-    def running_count(self) -> int:
-        return len(self.running)
 
     # --- the step ---------------------------------------------------------------
 

@@ -39,7 +39,7 @@ class StaticPolicy(Policy):
         self.queue.add(req)
 
     def requeue(self, req: Request) -> None:
-        self.queue.prepend(req)
+        self.requeue_into(self.queue, req)
 
     def remove(self, req: Request) -> None:
         if req in self.queue:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from ..options import Options
 from ..request import Request
-from .base import Plan, Policy, SchedulerView
+from .base import Plan, QueueAndListPolicy, SchedulerView
 
 __all__ = ["VllmPolicy", "VICTIM_RULES"]
 
@@ -75,7 +75,7 @@ VICTIM_RULES = {
 }
 
 
-class VllmPolicy(Policy):
+class VllmPolicy(QueueAndListPolicy):
     """vLLM v1: on-demand blocks, preemption by recompute, no admission after a preemption."""
 
     name = "vllm"
@@ -84,37 +84,10 @@ class VllmPolicy(Policy):
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)
-        self.waiting = self.make_waiting_queue()
-        self.running: list[Request] = []
         self.rule = options.victim or ("priority" if options.order == "priority" else "lifo")
         self.watermark_blocks = int(options.watermark * options.num_blocks)
         self._blocked = False
         self._steady = False
-
-    # --- notifications ------------------------------------------------------
-
-    def add(self, req: Request) -> None:
-        self.waiting.add(req)
-
-    def requeue(self, req: Request) -> None:
-        if self.options.resume_order == "front":
-            self.waiting.prepend(req)
-        else:
-            self.waiting.insert_by_arrival(req)
-
-    def remove(self, req: Request) -> None:
-        if req in self.waiting:
-            self.waiting.remove(req)
-        else:
-            self.running.remove(req)
-
-    @property
-    def waiting_count(self) -> int:
-        return len(self.waiting)
-
-    @property
-    def running_count(self) -> int:
-        return len(self.running)
 
     # --- victims --------------------------------------------------------------
 

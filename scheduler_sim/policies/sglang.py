@@ -137,10 +137,11 @@ class SglangPolicy(QueueAndListPolicy):
             cached = self.view.cached_prefix(head)
             hit = len(cached) * size
             extend = head.prompt_tokens + head.outputs - hit
-            total = extend + self._remaining_new(head)
+            evictable = allocator.evictable(cached)
+            # Cached blocks it locks leave the evictable pool: they count too.
+            total = extend + self._remaining_new(head) + evictable * size
             tokens = min(extend, chunk_left, budget)
-            now_blocks = (-(-(hit + tokens) // size) - len(cached)
-                          + allocator.evictable(cached))
+            now_blocks = -(-(hit + tokens) // size) - len(cached) + evictable
             if total > rem_total or now_blocks > allocator.free:
                 self.view.block(head, "no_token", -(-total // size))
                 break

@@ -35,7 +35,7 @@ RUN_FIELDS = (
     + ("prompt_tokens", "decode_tokens", "recompute_tokens", "padding_rows", "output_tokens",
        "useful_rows", "replay_rows", "cached_tokens", "preemptions", "peak_reserved",
        "peak_allocated",
-       "mean_batch_rows", "mean_batch_tokens")
+       "mean_batch_rows", "mean_batch_tokens", "busy_seconds")
 )
 
 
@@ -150,6 +150,7 @@ class RunStats:
             "peak_allocated": peak_allocated,
             "mean_batch_rows": _round(self.rows / iters) if iters else None,
             "mean_batch_tokens": _round(self.tokens / iters) if iters else None,
+            "busy_seconds": round(self.busy_seconds, 6) if self.busy_seconds else None,
         })
         assert tuple(out) == RUN_FIELDS, "summary fields drifted from RUN_FIELDS"
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import random
 from collections import Counter
 
@@ -353,8 +354,6 @@ def test_random_workloads_under_every_policy(seed):
     completed requests wrote P+N-1 useful rows and emitted N outputs (no replay without a
     preemption), snapshots conserve blocks, and a second run is byte-identical (E8), also
     in its summary when nobody listens to the events."""
-    import json
-
     records, options = random_workload(seed)
     specs = {r["id"]: r for r in records if r["type"] == "request"}
     assert set(POLICIES) == {"serial", "continuous", "vllm", "sglang", "static", "dynamic"}

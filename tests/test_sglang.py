@@ -295,3 +295,47 @@ def test_a_retracted_request_that_waits_too_long_times_out():
     assert s.req["b"].finished_at == 13
     assert s.summary["finished_timeout"] == 1
     assert s.summary["completed"] == 3
+
+
+# --- prefix-cache hits inside one admission pass ---------------------------------------------
+
+
+def test_a_cache_hit_uses_up_the_free_blocks_it_shares_within_the_admission_pass():
+    """B=4, 4 blocks (16 tokens), prefix caching. s (ids 1..8, N=1) runs at 0 and leaves
+    its 2 full blocks cached (free, evictable). At 2, h (ids 1..9, N=2) matches them: it
+    asks (9 - 8) + 2 = 3 tokens and locks the 2 cached blocks, which are no longer free
+    or evictable: 2 blocks = 8 tokens remain, minus h's claim 3 = 5, so x (P=4, N=9)
+    asking 4 + 9 = 13 is blocked no_token (needed ceil(13/4) = 4). Counting h's 2 shared
+    blocks as still free (16 - 3 = 13) would admit x and force a retraction at 3. h ends
+    at 4 (prefill at 2, decode at 3); x (3.3 tokens left at 3) is admitted at 4, when all
+    16 tokens are back."""
+    recs = [req("s", 0, 8, 1, prompt_token_ids=list(range(1, 9))),
+            req("h", 2, 9, 2, prompt_token_ids=list(range(1, 10))), req("x", 2, 4, 9)]
+    s = simulate(recs, policy="sglang", block_size=4, num_blocks=4, prefix_caching=True)
+    assert [(e["id"], e["cached_tokens"]) for e in s.at(2, "admitted")] == [("h", 8)]
+    assert [(e["id"], e["reason"], e["needed"]) for e in s.at(2, "admission_blocked")] == [
+        ("x", "no_token", 4)]
+    assert s.of("preempted") == []
+    assert s.req["h"].finished_at == 4
+    assert s.req["x"].admitted_at == 4
+
+
+def test_sglang_does_not_stall_when_a_cache_hit_and_a_chunked_prompt_are_admitted_together():
+    """B=4, 4 blocks, prefix caching, prefill_chunk 5. s (ids 1..8, N=1) is prefilled at
+    0 and 1 and leaves 2 cached blocks. At 2, h (ids 1..9, N=5) locks them and asks
+    1 + 5 = 6 tokens, leaving 2 x 4 - 6 = 2 tokens for x (P=7, N=3: 10 tokens), which must
+    wait; h decodes alone (3, 4, 5, and 6 with the last free block) and ends at 7, and x
+    is admitted at 7 when every block is back. Counting h's shared
+    blocks as free admits x too, chunked (4 of 7 rows); x's next chunk never finds a
+    block, h alone cannot grow at 6 (12 rows) and is never retracted (the last one): the
+    run stalls. Expected: no stall, both complete, no finished_error."""
+    recs = [req("s", 0, 8, 1, prompt_token_ids=list(range(1, 9))),
+            req("h", 2, 9, 5, prompt_token_ids=list(range(1, 10))), req("x", 2, 7, 3)]
+    s = simulate(recs, policy="sglang", block_size=4, num_blocks=4, prefix_caching=True,
+                 prefill_chunk=5)
+    assert s.result.stalled is False
+    assert s.of("stalled") == []
+    assert s.summary["finished_error"] == 0
+    assert s.summary["completed"] == 3
+    assert s.req["h"].finished_at == 7
+    assert s.req["x"].admitted_at == 7

@@ -1,0 +1,36 @@
+"""The livelock watchdog: a policy that only ever recomputes is stopped as a stall (E6b)."""
+from __future__ import annotations
+
+import scheduler_sim.policies
+from conftest import req, simulate
+from scheduler_sim.policies.continuous import ContinuousPolicy
+
+
+class Churn(ContinuousPolicy):
+    """Preempts every running request that holds rows, then schedules as usual: after
+    the first prefill every dispatch rewrites rows that were written before."""
+
+    name = "churn"
+
+    def schedule(self, now):
+        for r in list(self.decoders) + list(self.prefillers):
+            if r.resident:
+                self.view.preempt(r, "test")
+        return super().schedule(now)
+
+
+def test_a_policy_going_in_circles_is_stopped(monkeypatch):
+    """P=8, B=4, 4 blocks: the prefill at 0 writes 8 useful rows (output 1 at 1); from then
+    on each dispatch only replays those 8 rows. The watchdog allows a full pool (16 rows)
+    plus what live requests ever wrote (8 rows) of replay without one useful row: the
+    replays at ticks 1, 2 and 3 make 24 rows (not yet more than 24), the one at 4 makes
+    32, so the run stops at tick 5 with `a` ended finished_error and a livelock reason."""
+    monkeypatch.setitem(scheduler_sim.policies.POLICIES, "churn", Churn)
+    s = simulate([req("a", 0, 8, 3)], policy="churn", block_size=4, num_blocks=4)
+    assert s.result.stalled is True
+    assert [d[0] for d in s.dispatches()] == [0, 1, 2, 3, 4]
+    assert [rows for _, rows in s.dispatches()[1:]] == [[("a", "recompute", 8, False)]] * 4
+    (stall,) = s.of("stalled")
+    assert stall["tick"] == 5 and "livelock" in stall["reason"]
+    a = s.req["a"]
+    assert (a.status.label, a.replay_rows, a.useful_rows) == ("finished_error", 32, 8)

@@ -323,9 +323,13 @@ def _parse_expect(c: _RecordChecker) -> Expectation | None:
         if isinstance(value, (list, dict, bool, _Constant)):
             c.fail(f"{key} must be a number, string or null, got {show(value)}")
             continue
-        if key == "status" and value not in STATUS_LABELS:
-            c.fail(f"status must be one of {', '.join(STATUS_LABELS)}, got {show(value)}"
-                   f"{_suggest(str(value), STATUS_LABELS)}")
+        if key == "status":
+            if value not in STATUS_LABELS:
+                c.fail(f"status must be one of {', '.join(STATUS_LABELS)}, got {show(value)}"
+                       f"{_suggest(str(value), STATUS_LABELS)}")
+                continue
+        elif isinstance(value, str):
+            c.fail(f"{key} must be a number or null, got {show(value)}")
             continue
         fields[key] = value
     if c.ok and not fields:
@@ -383,15 +387,14 @@ def parse_trace(data: bytes, name: str) -> Trace:
         c = _RecordChecker(problems, number, f"{kind}{shown}: ", value)
         if kind == "request":
             hbs = config.get("hash_block_size") or config.get("block_size") or 16
+            duplicate = isinstance(label, str) and label in first_line
+            if duplicate:
+                c.fail(f"duplicate request id {label!r} (first on line {first_line[label]})")
             spec = _parse_request(c, hbs)
-            if spec is not None:
-                if spec.id in first_line:
-                    c.fail(f"duplicate request id {spec.id!r} (first on line {first_line[spec.id]})")
-                else:
-                    first_line[spec.id] = number
-                    specs.append(spec)
-            elif isinstance(label, str) and label and label not in first_line:
-                first_line[label] = number  # still a known id for cancels and expects
+            if isinstance(label, str) and label and not duplicate:
+                first_line[label] = number  # a known id for cancels and expects
+            if spec is not None and not duplicate:
+                specs.append(spec)
         elif kind in ("cancel", "preempt"):
             c.unknown_fields(ACTION_KEYS)
             rid = c.string_id()

@@ -517,3 +517,23 @@ def test_actions_are_ordered_by_tick_then_file_order():
                  req("a", 0, 4, 1), req("b", 0, 4, 1), req("c", 0, 4, 1))
     cancels = parse_trace(data, NAME).workload.cancels
     assert [(a.id, a.at) for a in cancels] == [("a", 1), ("b", 3), ("c", 3)]
+
+
+def test_a_duplicate_id_is_reported_even_when_both_records_have_other_errors():
+    """Line 1 has a bad count and line 2 repeats its id with its own error: the duplicate
+    is named on line 2, with line 2's other problem."""
+    data = jsonl({"type": "request", "id": "r1", "arrival": 0, "prompt_tokens": -3,
+                  "output_tokens": 1},
+                 {"type": "request", "id": "r1", "arrival": 0, "prompt_tokens": 4,
+                  "output_tokens": 0})
+    assert problems(data) == [
+        "t.jsonl:1: request 'r1': prompt_tokens must be an integer >= 1, got -3",
+        "t.jsonl:2: request 'r1': duplicate request id 'r1' (first on line 1)",
+        "t.jsonl:2: request 'r1': output_tokens must be an integer >= 1, got 0",
+    ]
+
+
+def test_an_expect_of_a_number_with_a_string_is_refused():
+    """`iterations: "9"` can never equal a count: a trace error, not a silent failure."""
+    data = jsonl(R1, {"type": "expect", "iterations": "9"})
+    assert problems(data) == ["t.jsonl:2: expect: iterations must be a number or null, got '9'"]

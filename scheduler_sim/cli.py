@@ -109,6 +109,7 @@ class EventFile:
         self.target = target
         self.tag_policy = tag_policy
         self._tmp: str | None = None
+        self._lines: list[str] = []
         if target == "-":
             self.handle = stdout
         elif os.path.isdir(target):
@@ -122,16 +123,29 @@ class EventFile:
             self.handle = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
 
     def listener(self, policy: str) -> Callable[[Event], None]:
-        """The `on_event` callback for one policy's run."""
-        write = self.handle.write
+        """The `on_event` callback for one policy's run (lines are written in
+        batches; `flush` writes the rest)."""
         tag = policy if self.tag_policy else None
+        lines = self._lines
+        append = lines.append
+        handle = self.handle
 
         def on_event(event: Event) -> None:
-            write(event.to_json(tag) + "\n")
+            append(event.to_json(tag))
+            if len(lines) >= 4096:
+                handle.write("\n".join(lines) + "\n")
+                lines.clear()
         return on_event
+
+    def flush(self) -> None:
+        """Write the lines still buffered."""
+        if self._lines:
+            self.handle.write("\n".join(self._lines) + "\n")
+            self._lines.clear()
 
     def commit(self) -> None:
         """Make the file appear under its name, complete."""
+        self.flush()
         if self._tmp is None:
             self.handle.flush()
             return

@@ -294,10 +294,12 @@ class Engine:
         grow = allocator.grow
         size = allocator.block_size
         rows: list[tuple[Request, bool]] = []
+        add_row = rows.append
         total = prompt = decode = recompute = 0
         records = [] if self._emit is not None else None
+        add_record = records.append if records is not None else None
         shape = DispatchShape() if self.cost is not None else None
-        decodes = shape.decodes if shape is not None else None
+        add_context = shape.decodes.append if shape is not None else None
         padding = 0
         useful = 0
         for req, tokens in plan:
@@ -306,35 +308,34 @@ class Engine:
                         and self.policy.keeps_blocks_after_finish:
                     padding += 1
                     total += 1
-                    if decodes is not None:
-                        decodes.append(0)
-                    if records is not None:
-                        records.append((req.rid, "padding", 1, False, None))
+                    if add_context is not None:
+                        add_context(0)
+                    if add_record is not None:
+                        add_record((req.rid, "padding", 1, False, None))
                     continue
                 raise InvariantError(f"request {req.rid!r} dispatched while "
                                      f"{req.status.label} with {tokens} tokens", now)
             r = req.resident
             if tokens == 1 and r >= req.prompt_tokens and r >= req.restore:
                 # The hot path: a decode writes one row and emits one output.
-                if decodes is not None:
-                    decodes.append(r)
-                if records is not None:
-                    records.append((req.rid, DECODE, 1, True,
-                                    None if req.output_token_ids is None
-                                    else req.token_ids(r, r + 1)))
-                if r % size == 0:
+                if add_context is not None:
+                    add_context(r)
+                if add_record is not None:
+                    add_record((req.rid, DECODE, 1, True, None if req.output_token_ids is None
+                                else req.token_ids(r, r + 1)))
+                if not r % size:
                     grow(req.rid, r + 1)
-                if r >= req.high_water:
+                r += 1
+                if r > req.high_water:
                     req.useful_rows += 1
-                    req.high_water = r + 1
+                    req.high_water = r
                     useful += 1
                 else:
                     req.replay_rows += 1
-                req.resident = r + 1
-                if req.block_keys is not None and (r + 1) % size == 0:
-                    allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
-                rows.append((req, True))
-                total += 1
+                req.resident = r
+                if req.block_keys is not None and not r % size:
+                    allocator.register_full_blocks(req.rid, req.block_keys, r)
+                add_row((req, True))
                 decode += 1
                 continue
             remaining = req.phase_remaining
@@ -345,18 +346,19 @@ class Engine:
             emits = req.chunk_emits(tokens)
             if shape is not None:
                 shape.chunks.append((tokens, r))
-            if records is not None:
-                records.append((req.rid, phase, tokens, emits, req.token_ids(r, r + tokens)))
+            if add_record is not None:
+                add_record((req.rid, phase, tokens, emits, req.token_ids(r, r + tokens)))
             grow(req.rid, r + tokens)
             useful += req.record_rows(tokens)
             if req.block_keys is not None:
                 allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
-            rows.append((req, emits))
+            add_row((req, emits))
             total += tokens
             if phase is PREFILL:
                 prompt += tokens
             else:
                 recompute += tokens
+        total += decode
         if total > options.token_budget:
             raise InvariantError(f"dispatch tokens({total}) <= token_budget"
                                  f"({options.token_budget}) is false", now)

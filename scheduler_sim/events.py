@@ -119,6 +119,15 @@ class Snapshot(Event):
     free: int
     cached: int | None = None
 
+    def to_json(self, policy: str | None = None) -> str:
+        # One per dispatch: written by hand, the same bytes as the generic path.
+        tag = "" if policy is None else f'"policy":{_string(policy)},'
+        cached = "" if self.cached is None else f',"cached":{self.cached}'
+        return (f'{{"tick":{self.tick},"event":"snapshot",{tag}"waiting":{self.waiting},'
+                f'"running":{self.running},"reserved":{self.reserved},'
+                f'"allocated":{self.allocated},"draining":{self.draining},'
+                f'"free":{self.free}{cached}}}')
+
 
 @_record("dispatch")
 class Dispatch(Event):

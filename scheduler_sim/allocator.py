@@ -51,11 +51,14 @@ class BlockAllocator:
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        # Stack of plain free block ids; popping gives the lowest id first.
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        # Plain free blocks that have been used before (a stack), and the next
+        # never-used block id: so a pool of a billion blocks costs nothing until
+        # its blocks are used, and unused ids are handed out lowest first.
+        self._free: list[int] = []
+        self._fresh = 0
         self.cache = PrefixCache() if prefix_caching else None
-        self._refs = [0] * num_blocks
-        self._pins = [0] * num_blocks
+        self._refs: list[int] = []  # per block id below _fresh
+        self._pins: list[int] = []
         self._pin_sets: dict[int, list[int]] = {}
         self._next_pin = 0
         self._tables: dict[str, list[int]] = {}
@@ -79,7 +82,8 @@ class BlockAllocator:
     def free(self) -> int:
         """Blocks that can be handed out right now (cached ones included)."""
         cache = self.cache
-        return len(self._free) + (len(cache.lru) if cache is not None else 0)
+        return (len(self._free) + self.num_blocks - self._fresh
+                + (len(cache.lru) if cache is not None else 0))
 
     @property
     def cached_free(self) -> int:
@@ -167,25 +171,23 @@ class BlockAllocator:
             self._grown[rid] = grown
             self.granted += need
         refs = self._refs
-        if self.cache is None:
-            stack = self._free
-            for _ in range(need):
-                block = stack.pop()
-                refs[block] = 1
-                table.append(block)
-        else:
-            plain = self._free
-            evicted = 0
-            for _ in range(need):
-                if plain:
-                    block = plain.pop()
-                else:
-                    block = self.cache.evict()
-                    evicted += 1
-                refs[block] = 1
-                table.append(block)
-            if evicted:
-                self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
+        plain = self._free
+        evicted = 0
+        for _ in range(need):
+            if plain:
+                block = plain.pop()
+            elif self._fresh < self.num_blocks:
+                block = self._fresh
+                self._fresh += 1
+                refs.append(0)
+                self._pins.append(0)
+            else:
+                block = self.cache.evict()
+                evicted += 1
+            refs[block] = 1
+            table.append(block)
+        if evicted:
+            self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
         self.held += need
         if self.held > self.peak_held:
             self.peak_held = self.held
@@ -208,6 +210,9 @@ class BlockAllocator:
         refs = self._refs
         lru = self.cache.lru if self.cache is not None else {}
         for block in blocks:
+            if not 0 <= block < self._fresh:
+                raise InvariantError(f"block {block} is shared by {rid!r} but was never "
+                                     "allocated")
             if refs[block] == 0 and self._pins[block] == 0:
                 if block not in lru:
                     raise InvariantError(f"block {block} is shared by {rid!r} but "
@@ -227,7 +232,7 @@ class BlockAllocator:
         """
         pins = self._pins
         for block in blocks:
-            if self._refs[block] == 0 and pins[block] == 0:
+            if not 0 <= block < self._fresh or (self._refs[block] == 0 and pins[block] == 0):
                 raise InvariantError(f"block {block} is pinned but nobody holds it")
             pins[block] += 1
         handle = self._next_pin
@@ -424,8 +429,10 @@ class BlockAllocator:
         if draining != self.draining:
             raise InvariantError(f"drain queue({draining}) == draining({self.draining}) is false")
         free = set(self._free) | (set(self.cache.lru) if self.cache is not None else set())
-        if len(free) != self.free:
-            raise InvariantError(f"distinct free blocks({len(free)}) == free({self.free}) is false")
+        if len(free) + self.num_blocks - self._fresh != self.free or \
+                any(b >= self._fresh for b in free):
+            raise InvariantError(f"distinct free blocks({len(free)}) + never used "
+                                 f"({self.num_blocks - self._fresh}) == free({self.free}) is false")
         if free & (referenced | pinned):
             raise InvariantError("a free block is still referenced or pinned")
         if self.cache is not None:

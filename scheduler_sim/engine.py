@@ -32,7 +32,7 @@ from .events import (
 from .options import Options
 from .policies import PADDING, Plan, make_policy
 from .prefix_cache import BlockKeys
-from .request import DECODE, PREFILL, RECOMPUTE, Request
+from .request import DECODE, PREFILL, Request
 from .states import RequestStatus
 from .summary import RunStats
 from .workload import Workload

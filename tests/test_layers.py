@@ -18,7 +18,7 @@ LAYERS = {
     "costmodel": 1,     # pure arithmetic on dispatch shapes, priced for the engine
     "policies": 2,  # the package and every module in it
     "engine": 3, "summary": 3,
-    "trace": 4, "expectations": 4, "report": 4, "cli": 4, "__main__": 4, "__init__": 4,
+    "trace": 4, "expectations": 4, "report": 4, "cli": 4, "commands": 4, "outputs": 4, "__main__": 4, "__init__": 4,
     "generator": 4,     # synthetic traces for the `generate` command
     "importers": 4,     # public trace formats for the `convert` command
 }

@@ -1,0 +1,268 @@
+"""The commands: each a small function from parsed arguments to an exit status.
+
+`replay`, `validate`, `check`, `convert`, `generate` and `cost`. They raise
+`TraceError`, `UsageError` or `InvariantError`; `cli.main` turns those into
+messages and exit codes.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any, Callable, TextIO
+
+from .costmodel import GPUS, MODELS, swap_vs_recompute
+from .engine import Engine
+from .errors import TraceError, UsageError
+from .expectations import StateProbe, snapshot_ticks, verify
+from .generator import WorkloadSpec, generate, parse_length
+from .importers import convert
+from .options import OPTIONS, Options
+from .outputs import EventFile, jsonl, read_text, write_whole
+from .report import format_json, format_requests, format_table
+from .summary import request_record
+from .trace import Trace, check_options, read_trace
+
+__all__ = ["COMMANDS", "resolve_options"]
+
+PROG = "scheduler-sim"
+
+
+def _convert(spec_kind: str, text: str) -> Any:
+    """Turn a flag's text into the JSON-like value `check_value` expects."""
+    if text.lower() in ("null", "none"):
+        return None
+    if spec_kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            return text
+    if spec_kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    return text
+
+
+def resolve_options(trace: Trace, args: argparse.Namespace) -> Options:
+    """Defaults, then the trace's config, then the flags; bad flags raise UsageError."""
+    raw: dict[str, Any] = {}
+    for spec in OPTIONS.values():
+        value = getattr(args, spec.name, None)
+        if value is None:
+            continue
+        if spec.kind in ("int", "float", "str"):
+            value = _convert(spec.kind, value)
+        raw[spec.name] = value
+    problems: list[str] = []
+    flags = check_options(raw, problems.append)
+    if problems:
+        raise UsageError("; ".join(problems))
+    options = Options.resolve(trace.config, flags)
+    if options.problems():
+        raise UsageError("; ".join(options.problems()))
+    return options
+
+
+def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Replay the trace under each policy; print the side-by-side table."""
+    trace = read_trace(args.trace)
+    options = resolve_options(trace, args)
+    events = EventFile(args.events, out, len(options.policy) > 1) if args.events else None
+    runs = []
+    per_request = []
+    stalled = []
+    try:
+        for policy in options.policy:
+            on_event = events.listener(policy) if events else None
+            result = Engine(trace.workload, options, policy, on_event=on_event).run()
+            run = {"policy": policy, **result.summary}
+            if args.requests:
+                records = [request_record(r) for r in
+                           sorted(result.requests, key=lambda r: (r.arrival, r.index))]
+                per_request.append((policy, records))
+                if args.json:
+                    run["per_request"] = records
+            runs.append(run)
+            if result.stalled:
+                stalled.append(policy)
+        if events:
+            events.commit()
+    except BaseException:
+        if events:
+            events.abort()
+        raise
+    text = (format_json if args.json else format_table)(trace.name, options, runs)
+    if per_request and not args.json:
+        text += "".join("\n" + format_requests(p, records) for p, records in per_request)
+    (err if args.events == "-" else out).write(text)
+    if stalled:
+        err.write(f"{PROG}: the run stalled under {', '.join(stalled)}: stuck requests ended "
+                  "as finished_error (see the 'stalled' events)\n")
+        return 1
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Check the trace and print a one-line summary."""
+    trace = read_trace(args.trace)
+    out.write(trace.describe() + "\n")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Replay the trace and verify its `expect` records; exit 1 on any failure."""
+    trace = read_trace(args.trace)
+    options = resolve_options(trace, args)
+    expects = list(trace.expects)
+    failures = []
+    checked = 0
+    for policy in options.policy:
+        ticks = snapshot_ticks(expects, policy)
+        probe = StateProbe(ticks, options.num_blocks) if ticks else None
+        result = Engine(trace.workload, options, policy, on_state=probe).run()
+        if probe:
+            probe.finish()
+        failures.extend(verify(expects, result, probe))
+        checked += sum(1 for e in expects if e.policy in (None, policy))
+    skipped = sum(1 for e in expects if e.policy is not None and e.policy not in options.policy)
+    for failure in failures:
+        out.write(failure.message(trace.name) + "\n")
+    runs = ", ".join(options.policy)
+    note = f"; {skipped} for policies not replayed" if skipped else ""
+    if not expects:
+        out.write(f"{trace.name}: no expect records to check\n")
+        return 0
+    if failures:
+        out.write(f"{trace.name}: FAILED: {len(failures)} field(s) differ in {checked} "
+                  f"expectation(s) checked ({runs}){note}\n")
+        return 1
+    out.write(f"{trace.name}: ok: {checked} expectation(s) hold ({runs}){note}\n")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Import a public trace format into trace v1."""
+    if args.tick_ms <= 0:
+        raise UsageError(f"--tick-ms must be > 0, got {args.tick_ms:g}")
+    name = "<stdin>" if args.file == "-" else args.file
+    result = convert(args.fmt, read_text(args.file), name, args.tick_ms)
+    if result.problems and (args.strict or len(result.records) == 1):
+        # --strict, or nothing usable at all (a wrong header, say): fail whole.
+        raise TraceError(result.problems)
+    write_whole(args.output, jsonl(result.records), out)
+    requests = len(result.records) - 1
+    notes = [f"{name}: converted {requests:,} requests from {args.fmt}"]
+    if result.failed_requests:
+        notes.append(f"skipped {result.failed_requests:,} failed requests (Response tokens == 0)")
+    if result.problems:
+        notes.append(f"skipped {len(result.problems):,} bad rows (--strict makes them fatal)")
+    err.write("; ".join(notes) + "\n")
+    for problem in result.problems[:20]:
+        err.write(problem + "\n")
+    if len(result.problems) > 20:
+        err.write(f"... and {len(result.problems) - 20} more\n")
+    return 0
+
+
+def _length(text: str) -> Any:
+    kind, _, rest = text.partition(":")
+    if kind == "empirical":
+        return ("empirical", rest)
+    try:
+        return parse_length(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _empirical(spec: Any, field: str) -> Any:
+    if not isinstance(spec, tuple):
+        return spec
+    if not spec[1]:
+        raise UsageError(f"empirical lengths need a trace: empirical:TRACE, got 'empirical:'")
+    trace = read_trace(spec[1])
+    values = tuple(getattr(r, field) for r in trace.workload.requests)
+    if not values:
+        raise UsageError(f"{spec[1]}: has no requests to draw {field} from")
+    return parse_length("empirical:" + spec[1], values)
+
+
+def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Write a seeded synthetic workload as a trace."""
+    if args.requests < 1:
+        raise UsageError(f"--requests must be >= 1, got {args.requests}")
+    for flag, value in (("--rate", args.rate), ("--cv", args.cv),
+                        ("--cancel-after", args.cancel_after)):
+        if not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{flag} must be a finite number > 0, got {value:g}")
+    if not 0 <= args.cancel_rate <= 1:
+        raise UsageError(f"--cancel-rate must be in [0, 1], got {args.cancel_rate:g}")
+    if args.prefix_groups < 0 or args.prefix_tokens < 0:
+        raise UsageError("--prefix-groups and --prefix-tokens must be >= 0")
+    priorities = []
+    if args.priorities:
+        try:
+            for part in args.priorities.split(","):
+                level, _, weight = part.partition(":")
+                priorities.append((int(level), float(weight or 1)))
+        except ValueError:
+            raise UsageError(f"--priorities must look like 0:3,1:1, got {args.priorities!r}") from None
+        weights = [w for _, w in priorities]
+        if not all(math.isfinite(w) and w >= 0 for w in weights) or not sum(weights) > 0:
+            raise UsageError(f"--priorities weights must be finite, >= 0 and not all 0, "
+                             f"got {args.priorities!r}")
+    spec = WorkloadSpec(
+        seed=args.seed, requests=args.requests, rate=args.rate, arrival=args.arrival,
+        cv=args.cv, prompt=_empirical(_length(args.prompt), "prompt_tokens"),
+        output=_empirical(_length(args.output), "output_tokens"),
+        prefix_groups=args.prefix_groups, prefix_tokens=args.prefix_tokens,
+        priorities=tuple(priorities), cancel_rate=args.cancel_rate,
+        cancel_after=args.cancel_after)
+    write_whole(args.out, jsonl(generate(spec)), out)
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Print the swap-versus-recompute analysis of a preempted request."""
+    if args.model not in MODELS:
+        raise UsageError(f"unknown model {args.model!r} (known: {', '.join(MODELS)})")
+    if args.gpu not in GPUS:
+        raise UsageError(f"unknown gpu {args.gpu!r} (known: {', '.join(GPUS)})")
+    if args.seq < 1 or not 0 < args.mfu <= 1:
+        raise UsageError(f"--seq must be >= 1 and --mfu in (0, 1], got {args.seq}, {args.mfu:g}")
+    model, gpu = MODELS[args.model], GPUS[args.gpu]
+    r = swap_vs_recompute(model, gpu, args.seq, args.mfu)
+    rows = [
+        ("KV bytes per token", f"{r['kv_bytes_per_token']:,} B",
+         f"2 x {model.layers} layers x {model.kv_heads} KV heads x {model.head_dim} x "
+         f"{model.dtype_bytes} B"),
+        ("KV of the request", f"{r['kv_bytes'] / 2**30:,.3f} GiB", f"{args.seq:,} tokens"),
+        ("prefill FLOPs", f"{r['prefill_flops']:.4g}",
+         f"2 N S + 2 L S^2 d, N = {model.parameters:.3g}"),
+        ("cold recompute", f"{r['recompute_seconds']:.4f} s",
+         f"at {gpu.peak_flops * args.mfu / 1e12:,.0f} TFLOP/s"),
+        ("swap, one way", f"{r['swap_one_way_seconds']:.4f} s",
+         f"host link {gpu.host_link / 1e9:,.0f} GB/s"),
+        ("swap, round trip", f"{r['swap_round_trip_seconds']:.4f} s", "out and back"),
+        ("swap is cheaper by", f"{r['swap_advantage']:.1f}x", "cold recompute / round trip"),
+        ("crossover prefill rate", f"{r['crossover_tokens_per_second'] / 1e3:,.0f}k tok/s",
+         "recompute would tie with swap at this rate"),
+        ("recompute wins above", f"{r['survival_threshold'] * 100:.1f}%",
+         "of the prefix still in the prefix cache"),
+    ]
+    out.write(f"swap against recompute: {model.name} on {gpu.name}, S = {args.seq:,} tokens\n\n")
+    w0 = max(len(a) for a, _, _ in rows)
+    w1 = max(len(b) for _, b, _ in rows)
+    for a, b, c in rows:
+        out.write(f"{a.ljust(w0)}  {b.rjust(w1)}  {c}\n")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
+    "replay": cmd_replay,
+    "validate": cmd_validate,
+    "check": cmd_check,
+    "convert": cmd_convert,
+    "generate": cmd_generate,
+    "cost": cmd_cost,
+}

@@ -5,11 +5,13 @@ batching, preemption and recompute, and reports every decision as an event
 record and every run as a summary. Standard library only.
 
 Layers, each importing only from those above it in this list:
-  errors, options, states, events, workload   records and configuration
-  request, allocator, queues, rotation         state and accounting
-  policies/                                    decisions, no I/O
-  engine, summary                              clock, event order, lifecycle
-  trace, expectations, report, cli             files, text, exit codes
+  errors, options, states, events, workload      records and configuration
+  request, allocator, prefix_cache, queues,
+  rotation, costmodel                            state, accounting and cost
+  policies/                                      decisions, no I/O
+  engine, summary                                clock, event order, lifecycle
+  trace, expectations, report, importers,
+  generator, outputs, commands, cli              files, text, exit codes
 """
 from __future__ import annotations
 

@@ -67,8 +67,9 @@ class Engine:
     """Replays one workload under one policy.
 
     `on_event` receives every event record as it happens (None: build none).
-    Without listeners, steady stretches of pure decode dispatches are folded
-    (`fast_forward`), with the same results; `fast_forward=False` forbids it.
+    Steady stretches of pure decode dispatches are folded (`fast_forward`),
+    with the same results and the same event records, unless `on_state` or
+    `audit` is set; `fast_forward=False` forbids it.
     `on_state(tick, state, after_dispatch)` receives the block counts at every
     boundary, after admission, and again after the dispatch allocated its
     blocks (used by `check` for `at` expectations). `audit` runs the full
@@ -97,15 +98,17 @@ class Engine:
         self._on_state = on_state
         self._audit = audit
         # Folding steady decode stretches (see `_fast_forward`) changes nothing a
-        # summary shows; with a listener every dispatch must be seen, so it is off.
+        # summary or the event stream shows; the per-boundary state callback and
+        # the audit want every boundary for real, so with them it is off.
         if fast_forward is None:
-            fast_forward = on_event is None and on_state is None and not audit
+            fast_forward = on_state is None and not audit
         self._fast_forward_on = fast_forward
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
         self.requests: dict[str, Request] = {}
         self.stats = RunStats()
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
+        self._step_block: tuple[str, str, int] | None = None  # this step's blocked head
         self._admit_seq = 0
         # Rows replayed since a dispatch last wrote a useful row, and the most
         # that may be replayed before the schedule is known to go in circles.
@@ -151,6 +154,7 @@ class Engine:
 
     def block(self, req: Request, reason: str, needed: int) -> None:
         """Report the queue head that cannot be admitted at this boundary."""
+        self._step_block = (req.rid, reason, needed)
         if self._emit is not None:
             a = self.allocator
             self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
@@ -423,6 +427,10 @@ class Engine:
         reqs = [req for req, _ in flight.rows]
         if any(r.resident < r.high_water for r in reqs):
             return  # replayed rows are not steady decodes
+        emit = self._emit
+        if emit is not None and (self.allocator.cache is not None
+                                 or any(r.output_token_ids is not None for r in reqs)):
+            return  # records whose content changes each step: not folded
         n = len(reqs)
         # Completions that emit without finishing anybody: min(N - outputs) - 1.
         silent = min(r.output_tokens - r.outputs for r in reqs) - 1
@@ -436,7 +444,10 @@ class Engine:
         contexts = sum(r.resident for r in reqs)  # before the next dispatch's rows
         folded = 0
         busy = 0.0
+        starts = [] if emit is not None else None
         while folded < silent and done < horizon:
+            if starts is not None:
+                starts.append(done)
             # Dispatch number folded + 2 starts at `done`.
             if cost is None:
                 step = 1
@@ -452,6 +463,8 @@ class Engine:
         new_blocks = sum(allocator.blocks_to_grow(r.rid, r.resident + folded) for r in reqs)
         if new_blocks > allocator.free:
             return  # an on-demand policy would have to preempt: no folding
+        if starts is not None:
+            self._emit_folded(reqs, starts, done)
         for req in reqs:
             allocator.grow(req.rid, req.resident + folded)
             req.resident += folded
@@ -469,6 +482,42 @@ class Engine:
         stats.busy_seconds += busy
         self.folded += folded
         flight.done = done
+
+    def _emit_folded(self, reqs: list[Request], starts: list[int], last_done: int) -> None:
+        """The records each folded boundary would have produced, in order: the
+        policy's blocked-head report (if it made one), the snapshot, the dispatch.
+
+        Only block counts change from one folded step to the next: dispatch
+        s + 1 writes row r + s - 1 of a request with r resident rows now, and
+        needs a new block when that row starts one.
+        """
+        emit = self._emit
+        a = self.allocator
+        size = a.block_size
+        n = len(reqs)
+        starts_at = [0] * size  # requests by the first block boundary they reach
+        for req in reqs:
+            starts_at[req.resident % size] += 1
+        waiting = self.policy.waiting_count
+        running = self.policy.running_count
+        held = a.held
+        draining = a.draining
+        total = a.num_blocks
+        rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
+        report = self._step_block
+        policy = self.policy
+        ends = starts[1:] + [last_done]
+        for s, (tick, done) in enumerate(zip(starts, ends), start=1):
+            grown = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
+            free = total - held - draining
+            if report is not None:
+                rid, reason, needed = report
+                seen = free - grown if policy.allocates_before_admission else free
+                emit(AdmissionBlocked(tick, rid, policy.repeated_block_reason(
+                    reason, needed, seen), needed, seen, a.reserved, draining))
+            emit(Snapshot(tick, waiting, running, a.reserved, held, draining, free))
+            emit(Dispatch(tick, rows, n, done))
+            held += grown
 
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,
@@ -562,6 +611,7 @@ class Engine:
                 break
             if flight is None and self._live:
                 self._policy_moved = False
+                self._step_block = None
                 allocator.step_evictions.clear()
                 allocator.step_growth.clear()
                 plan = policy.schedule(t)

@@ -76,6 +76,10 @@ class Policy:
     # True: a request that finishes keeps its blocks (and credit) until the
     # policy calls `view.release` (padded static batches).
     keeps_blocks_after_finish: ClassVar[bool] = False
+    # True: `schedule` allocates the blocks of running requests' rows before it
+    # looks at the waiting queue (vllm, sglang); False: the engine allocates
+    # them after admission, when the dispatch starts.
+    allocates_before_admission: ClassVar[bool] = False
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         self.options = options
@@ -121,6 +125,12 @@ class Policy:
     def schedule(self, now: int) -> Plan:
         """Admit what fits and return the next dispatch (empty: nothing to run)."""
         raise NotImplementedError
+
+    def repeated_block_reason(self, reason: str, needed: int, free: int) -> str:
+        """The reason a steady step's blocked head would give with `free` blocks,
+        when the same head was blocked for `reason` at the first step (the
+        reason of a reservation policy never changes within a steady stretch)."""
+        return reason
 
     def steady(self) -> bool:
         """True when the dispatch just planned is all decodes and, until one of them

@@ -81,6 +81,7 @@ class VllmPolicy(QueueAndListPolicy):
     name = "vllm"
     reserves = False
     folds_pending = True
+    allocates_before_admission = True
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)
@@ -217,6 +218,12 @@ class VllmPolicy(QueueAndListPolicy):
 
     def steady(self) -> bool:
         return self._steady
+
+    def repeated_block_reason(self, reason: str, needed: int, free: int) -> str:
+        # Growth of running requests may turn "watermark" into "blocks".
+        if reason in ("watermark", "blocks"):
+            return "watermark" if needed <= free else "blocks"
+        return reason
 
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""

@@ -9,7 +9,7 @@ Layers, each importing only from those above it in this list:
   request, allocator, prefix_cache, queues,
   rotation, costmodel                            state, accounting and cost
   policies/                                      decisions, no I/O
-  engine, summary                                clock, event order, lifecycle
+  engine, folding, summary                       clock, event order, lifecycle
   trace, expectations, report, importers,
   generator, outputs, commands, cli              files, text, exit codes
 """

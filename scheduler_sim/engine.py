@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from .allocator import BlockAllocator
 from .costmodel import CostModel, DispatchShape, parse_cost_model, ticks_for
+from .folding import fold, horizon
 from .errors import InvariantError
 from .errors import UsageError
 from .events import (
@@ -97,7 +98,7 @@ class Engine:
         self._emit = on_event
         self._on_state = on_state
         self._audit = audit
-        # Folding steady decode stretches (see `_fast_forward`) changes nothing a
+        # Folding steady decode stretches (folding.py) changes nothing a
         # summary or the event stream shows; the per-boundary state callback and
         # the audit want every boundary for real, so with them it is off.
         if fast_forward is None:
@@ -117,6 +118,22 @@ class Engine:
         self._livelocked = False
         # (expiry tick, request, wait_since) for waiting_timeout, in expiry order.
         self._timeouts: deque[tuple[int, Request, int]] = deque()
+
+    # --- what folding (folding.py) reads ----------------------------------------
+
+    @property
+    def listener(self) -> Callable[[Event], None] | None:
+        """The event listener, if anybody listens."""
+        return self._emit
+
+    @property
+    def step_block(self) -> tuple[str, str, int] | None:
+        """(id, reason, needed) of the head the policy reported blocked this step."""
+        return self._step_block
+
+    def next_timeout(self) -> int | None:
+        """The tick of the next waiting_timeout check, if any is due."""
+        return self._timeouts[0][0] if self._timeouts else None
 
     # --- the SchedulerView a policy sees ----------------------------------------
 
@@ -389,136 +406,6 @@ class Engine:
             self._emit(Dispatch(now, tuple(records), total, done))
         return _InFlight(rows, done, decode == total and not padding and total > 0)
 
-    def _horizon(self, ia: int, ic: int, ip: int, now: int) -> float:
-        """The first tick at which something outside the running dispatches may
-        happen: an arrival, cancellation, preemption, drain expiry, timeout or
-        policy wakeup."""
-        w = self.workload
-        ticks = []
-        if ia < len(w.requests):
-            ticks.append(w.requests[ia].arrival)
-        if ic < len(w.cancels):
-            ticks.append(w.cancels[ic].at)
-        if ip < len(w.preempts):
-            ticks.append(w.preempts[ip].at)
-        expiry = self.allocator.next_expiry()
-        if expiry is not None:
-            ticks.append(expiry)
-        if self._timeouts:
-            ticks.append(self._timeouts[0][0])
-        wake = self.policy.next_wakeup(now)
-        if wake is not None and wake > now:
-            ticks.append(wake)
-        return min(ticks) if ticks else float("inf")
-
-    def _fast_forward(self, flight: _InFlight, horizon: float) -> None:
-        """Fold the dispatches that would repeat `flight` exactly into it.
-
-        `flight` is all decodes and the policy is steady: until a request
-        finishes or something happens at `horizon`, every boundary would
-        complete the same rows (outputs, no finish) and start the same
-        decodes again. So the completions of the next K - 1 boundaries and
-        the starts of the K - 1 dispatches after this one are applied at
-        once, and `flight` becomes the K-th dispatch, whose completion the
-        main loop handles as usual. Each folded dispatch starts before
-        `horizon` and none of their completions finishes a request; block
-        growth is within each request's credit (reservation) or checked.
-        """
-        reqs = [req for req, _ in flight.rows]
-        if any(r.resident < r.high_water for r in reqs):
-            return  # replayed rows are not steady decodes
-        emit = self._emit
-        if emit is not None and (self.allocator.cache is not None
-                                 or any(r.output_token_ids is not None for r in reqs)):
-            return  # records whose content changes each step: not folded
-        n = len(reqs)
-        # Completions that emit without finishing anybody: min(N - outputs) - 1.
-        silent = min(r.output_tokens - r.outputs for r in reqs) - 1
-        if silent <= 0 or flight.done >= horizon:
-            return
-        cost = self.cost
-        tick = self.options.tick_seconds
-        size = self.options.block_size
-        stats = self.stats
-        done = flight.done
-        contexts = sum(r.resident for r in reqs)  # before the next dispatch's rows
-        folded = 0
-        busy = 0.0
-        starts = [] if emit is not None else None
-        while folded < silent and done < horizon:
-            if starts is not None:
-                starts.append(done)
-            # Dispatch number folded + 2 starts at `done`.
-            if cost is None:
-                step = 1
-            else:
-                seconds = cost.decode_seconds(n, contexts)
-                busy += seconds
-                step = ticks_for(seconds, tick)
-            folded += 1
-            contexts += n
-            done += step
-        # Blocks for the rows the folded dispatches write, all checked first.
-        allocator = self.allocator
-        new_blocks = sum(allocator.blocks_to_grow(r.rid, r.resident + folded) for r in reqs)
-        if new_blocks > allocator.free:
-            return  # an on-demand policy would have to preempt: no folding
-        if starts is not None:
-            self._emit_folded(reqs, starts, done)
-        for req in reqs:
-            allocator.grow(req.rid, req.resident + folded)
-            req.resident += folded
-            req.high_water = req.resident
-            req.useful_rows += folded
-            req.outputs += folded
-            if req.block_keys is not None:
-                allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
-        rows = n * folded
-        stats.iterations += folded
-        stats.rows += rows
-        stats.tokens += rows
-        stats.decode_tokens += rows
-        stats.output_tokens += rows
-        stats.busy_seconds += busy
-        self.folded += folded
-        flight.done = done
-
-    def _emit_folded(self, reqs: list[Request], starts: list[int], last_done: int) -> None:
-        """The records each folded boundary would have produced, in order: the
-        policy's blocked-head report (if it made one), the snapshot, the dispatch.
-
-        Only block counts change from one folded step to the next: dispatch
-        s + 1 writes row r + s - 1 of a request with r resident rows now, and
-        needs a new block when that row starts one.
-        """
-        emit = self._emit
-        a = self.allocator
-        size = a.block_size
-        n = len(reqs)
-        starts_at = [0] * size  # requests by the first block boundary they reach
-        for req in reqs:
-            starts_at[req.resident % size] += 1
-        waiting = self.policy.waiting_count
-        running = self.policy.running_count
-        held = a.held
-        draining = a.draining
-        total = a.num_blocks
-        rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
-        report = self._step_block
-        policy = self.policy
-        ends = starts[1:] + [last_done]
-        for s, (tick, done) in enumerate(zip(starts, ends), start=1):
-            grown = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
-            free = total - held - draining
-            if report is not None:
-                rid, reason, needed = report
-                seen = free - grown if policy.allocates_before_admission else free
-                emit(AdmissionBlocked(tick, rid, policy.repeated_block_reason(
-                    reason, needed, seen), needed, seen, a.reserved, draining))
-            emit(Snapshot(tick, waiting, running, a.reserved, held, draining, free))
-            emit(Dispatch(tick, rows, n, done))
-            held += grown
-
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,
         more rows than all live requests ever wrote (plus one full pool)."""
@@ -623,7 +510,7 @@ class Engine:
                         emit(Snapshot(t, **self._state(plan)))
                     flight = self._start(plan)
                     if self._fast_forward_on and flight.all_decode and policy.steady():
-                        self._fast_forward(flight, self._horizon(ia, ic, ip, t))
+                        fold(self, flight, horizon(self, ia, ic, ip, t))
                     if on_state is not None:
                         on_state(t, self._state(), True)
             elif on_state is not None:

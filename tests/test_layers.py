@@ -17,7 +17,7 @@ LAYERS = {
     "prefix_cache": 1,  # block keys and the LRU of cached blocks, under the allocator
     "costmodel": 1,     # pure arithmetic on dispatch shapes, priced for the engine
     "policies": 2,  # the package and every module in it
-    "engine": 3, "summary": 3,
+    "engine": 3, "summary": 3, "folding": 3,
     "trace": 4, "expectations": 4, "report": 4, "cli": 4, "commands": 4, "outputs": 4, "__main__": 4, "__init__": 4,
     "generator": 4,     # synthetic traces for the `generate` command
     "importers": 4,     # public trace formats for the `convert` command

@@ -1,0 +1,154 @@
+"""Folding: one step for a steady stretch of identical decode dispatches.
+
+When every row of a dispatch is a decode and the policy reports itself
+steady (nothing to prefill, nothing admissible, nothing to preempt), each
+following boundary would complete the same rows without finishing anybody
+and start the same decodes again, until a request ends or something outside
+happens (an arrival, a cancellation, a drain expiry, a timeout, a wakeup).
+`fold` applies all those dispatches at once: rows, outputs, blocks, the
+statistics and, with a listener, the records each folded boundary would
+have produced (the blocked head's report, the snapshot, the dispatch). The
+results and the event stream are those of a step-by-step replay, field for
+field and byte for byte (tests/test_fast_forward.py).
+
+These functions work on the engine's own state; the engine calls them.
+"""
+from __future__ import annotations
+
+from .costmodel import ticks_for
+from .events import AdmissionBlocked, Dispatch, Snapshot
+from .request import DECODE, Request
+
+__all__ = ["fold", "horizon"]
+
+
+def horizon(engine, ia: int, ic: int, ip: int, now: int) -> float:
+    """The first tick at which something outside the running dispatches may
+    happen: an arrival, cancellation, preemption, drain expiry, timeout or
+    policy wakeup."""
+    w = engine.workload
+    ticks = []
+    if ia < len(w.requests):
+        ticks.append(w.requests[ia].arrival)
+    if ic < len(w.cancels):
+        ticks.append(w.cancels[ic].at)
+    if ip < len(w.preempts):
+        ticks.append(w.preempts[ip].at)
+    expiry = engine.allocator.next_expiry()
+    if expiry is not None:
+        ticks.append(expiry)
+    timeout = engine.next_timeout()
+    if timeout is not None:
+        ticks.append(timeout)
+    wake = engine.policy.next_wakeup(now)
+    if wake is not None and wake > now:
+        ticks.append(wake)
+    return min(ticks) if ticks else float("inf")
+
+def fold(engine, flight, until: float) -> None:
+    """Fold the dispatches that would repeat `flight` exactly into it (see the module).
+
+    `flight` is all decodes and the policy is steady: until a request
+    finishes or something happens at `until`, every boundary would
+    complete the same rows (outputs, no finish) and start the same
+    decodes again. So the completions of the next K - 1 boundaries and
+    the starts of the K - 1 dispatches after this one are applied at
+    once, and `flight` becomes the K-th dispatch, whose completion the
+    main loop handles as usual. Each folded dispatch starts before
+    `until` and none of their completions finishes a request; block
+    growth is within each request's credit (reservation) or checked.
+    """
+    reqs = [req for req, _ in flight.rows]
+    if any(r.resident < r.high_water for r in reqs):
+        return  # replayed rows are not steady decodes
+    emit = engine.listener
+    if emit is not None and (engine.allocator.cache is not None
+                             or any(r.output_token_ids is not None for r in reqs)):
+        return  # records whose content changes each step: not folded
+    n = len(reqs)
+    # Completions that emit without finishing anybody: min(N - outputs) - 1.
+    silent = min(r.output_tokens - r.outputs for r in reqs) - 1
+    if silent <= 0 or flight.done >= until:
+        return
+    cost = engine.cost
+    tick = engine.options.tick_seconds
+    size = engine.options.block_size
+    stats = engine.stats
+    done = flight.done
+    contexts = sum(r.resident for r in reqs)  # before the next dispatch's rows
+    folded = 0
+    busy = 0.0
+    starts = [] if emit is not None else None
+    while folded < silent and done < until:
+        if starts is not None:
+            starts.append(done)
+        # Dispatch number folded + 2 starts at `done`.
+        if cost is None:
+            step = 1
+        else:
+            seconds = cost.decode_seconds(n, contexts)
+            busy += seconds
+            step = ticks_for(seconds, tick)
+        folded += 1
+        contexts += n
+        done += step
+    # Blocks for the rows the folded dispatches write, all checked first.
+    allocator = engine.allocator
+    new_blocks = sum(allocator.blocks_to_grow(r.rid, r.resident + folded) for r in reqs)
+    if new_blocks > allocator.free:
+        return  # an on-demand policy would have to preempt: no folding
+    if starts is not None:
+        _emit_folded(engine, reqs, starts, done)
+    for req in reqs:
+        allocator.grow(req.rid, req.resident + folded)
+        req.resident += folded
+        req.high_water = req.resident
+        req.useful_rows += folded
+        req.outputs += folded
+        if req.block_keys is not None:
+            allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+    rows = n * folded
+    stats.iterations += folded
+    stats.rows += rows
+    stats.tokens += rows
+    stats.decode_tokens += rows
+    stats.output_tokens += rows
+    stats.busy_seconds += busy
+    engine.folded += folded
+    flight.done = done
+
+def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int) -> None:
+    """The records each folded boundary would have produced, in order: the
+    policy's blocked-head report (if it made one), the snapshot, the dispatch.
+
+    Only block counts change from one folded step to the next: dispatch
+    s + 1 writes row r + s - 1 of a request with r resident rows now, and
+    needs a new block when that row starts one.
+    """
+    emit = engine.listener
+    a = engine.allocator
+    size = a.block_size
+    n = len(reqs)
+    starts_at = [0] * size  # requests by the first block boundary they reach
+    for req in reqs:
+        starts_at[req.resident % size] += 1
+    waiting = engine.policy.waiting_count
+    running = engine.policy.running_count
+    held = a.held
+    draining = a.draining
+    total = a.num_blocks
+    rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
+    report = engine.step_block
+    policy = engine.policy
+    ends = starts[1:] + [last_done]
+    for s, (tick, done) in enumerate(zip(starts, ends), start=1):
+        grown = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
+        free = total - held - draining
+        if report is not None:
+            rid, reason, needed = report
+            seen = free - grown if policy.allocates_before_admission else free
+            emit(AdmissionBlocked(tick, rid, policy.repeated_block_reason(
+                reason, needed, seen), needed, seen, a.reserved, draining))
+        emit(Snapshot(tick, waiting, running, a.reserved, held, draining, free))
+        emit(Dispatch(tick, rows, n, done))
+        held += grown

@@ -135,8 +135,9 @@ class Policy:
     def steady(self) -> bool:
         """True when the dispatch just planned is all decodes and, until one of them
         finishes or an outside event happens, every next step would plan the same
-        requests again with no admission or preemption. The engine may then fold
-        those steps (it never does while anybody listens to events)."""
+        requests again with no admission or preemption, and would report the same
+        blocked head (see `repeated_block_reason`). The engine may then fold those
+        steps (folding.py)."""
         return False
 
     def next_wakeup(self, now: int) -> int | None:

@@ -152,6 +152,9 @@ class Engine:
             self.allocator.share(req.rid, cached)
             hit = len(cached) * self.options.block_size
             req.record_cached(hit)
+        if req.block_keys is not None:
+            # Keys are given again to the blocks it writes from here on (a resumed
+            # request starts from its hits, not from what it had before).
             req.block_keys.registered = len(cached)
         self._admit_seq += 1
         self._policy_moved = True
@@ -374,11 +377,14 @@ class Engine:
             if req.block_keys is not None:
                 allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             add_row((req, emits))
-            total += tokens
-            if phase is PREFILL:
-                prompt += tokens
+            if phase is DECODE:
+                decode += tokens  # added to the total below, with the fast path's
             else:
-                recompute += tokens
+                total += tokens
+                if phase is PREFILL:
+                    prompt += tokens
+                else:
+                    recompute += tokens
         total += decode
         if total > options.token_budget:
             raise InvariantError(f"dispatch tokens({total}) <= token_budget"

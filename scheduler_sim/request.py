@@ -96,10 +96,13 @@ class Request:
 
     @property
     def phase(self) -> str:
-        """What the next dispatch row of this request does."""
-        if self.resident < self.restore:
+        """What the next dispatch row of this request does: `recompute` while it
+        rewrites rows it had written before, `prefill` for prompt rows never
+        written, `decode` after the prompt."""
+        r = self.resident
+        if r < self.restore and r < self.high_water:
             return RECOMPUTE
-        if self.resident < self.prompt_tokens:
+        if r < self.prompt_tokens:
             return PREFILL
         return DECODE
 
@@ -206,10 +209,13 @@ class Request:
     def preempt(self, fold_pending: bool = False) -> None:
         """RUNNING -> PREEMPTED: drop residency, keep the prompt, outputs and index.
 
-        With `fold_pending` (vllm) the recompute covers the prompt and every
-        output so far, the pending one included (P + k rows), and its last row
-        emits the next output, as a fresh prefill would. Otherwise recompute
-        restores exactly the committed rows and emits nothing.
+        With `fold_pending` (vllm, sglang) the pass after resuming covers the
+        prompt and every output so far, the pending one included (P + k rows),
+        and its last row emits the next output, as a fresh prefill would; its
+        chunks may run from rewritten rows into never-written ones (a prefill
+        cut short), and each chunk is labelled by where it starts (`phase`).
+        Otherwise recompute restores exactly the committed rows (P + k - 1, or
+        the prompt rows written so far) and emits nothing.
         """
         self._expect("preempt", W.RUNNING)
         committed = self.committed_rows

@@ -620,3 +620,30 @@ def test_random_workloads_conserve_blocks_and_end_every_request_once(prefix_cach
         assert lines2 == lines, where
         assert again.summary == result.summary, where
     assert preemptions > 0  # the pools are small enough for preemption to happen
+
+
+def test_a_prefill_cut_short_resumes_as_recompute_then_prefill():
+    """a (P=4 N=6) and b (P=12 N=1), 4 blocks, budget 8, chunk 4. b prefills 4 + 4 rows at
+    0 and 1, cannot get a block at 2 and preempts itself with 8 rows written, no output.
+    On resume (tick 6) the rewritten rows 0-7 are `recompute`, rows 8-11 never written
+    before are `prefill` (their own chunk, emitting output 1): 16 prompt and 8 recompute
+    tokens over the run."""
+    s = run([req("a", 0, 4, 6), req("b", 0, 12, 1)], num_blocks=4, token_budget=8,
+            prefill_chunk=4)
+    b_rows = [(t, rows) for t, rows in s.dispatches() if any(r[0] == "b" for r in rows)]
+    assert b_rows[2:] == [(6, [("b", "recompute", 8, False)]), (7, [("b", "prefill", 4, True)])]
+    assert (s.summary["prompt_tokens"], s.summary["recompute_tokens"]) == (16, 8)
+
+
+def test_a_resumed_request_with_no_hit_caches_the_blocks_it_rewrites():
+    """3 blocks, prefix caching, priority order. a (P=8 N=3, priority 1) prefills 2 full
+    blocks; preempted at 1, its cached blocks are evicted by b (P=12, priority 0). At 2 a
+    resumes with no hit and rewrites 9 rows: its 2 full blocks get keys again. Preempted
+    again at 3, it resumes at once with both blocks found: cached_tokens 8, and the folded
+    recompute writes only rows 8-9 (2 tokens)."""
+    s = run([req("a", 0, 8, 3, priority=1), req("b", 1, 12, 1, priority=0),
+             {"type": "preempt", "id": "a", "at": 1}, {"type": "preempt", "id": "a", "at": 3}],
+            order="priority", prefix_caching=True, num_blocks=3)
+    admitted = [(e["tick"], e["cached_tokens"]) for e in s.of("admitted") if e["id"] == "a"]
+    assert admitted == [(0, 0), (2, 0), (3, 8)]
+    assert s.dispatches()[-1] == (3, [("a", "recompute", 2, True)])

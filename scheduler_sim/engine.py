@@ -132,8 +132,15 @@ class Engine:
         return self._step_block
 
     def next_timeout(self) -> int | None:
-        """The tick of the next waiting_timeout check, if any is due."""
-        return self._timeouts[0][0] if self._timeouts else None
+        """The tick of the next waiting_timeout that can still fire, if any."""
+        timeouts = self._timeouts
+        while timeouts:
+            _, req, since = timeouts[0]
+            if req.wait_since == since and req.status in (RequestStatus.WAITING,
+                                                          RequestStatus.PREEMPTED):
+                return timeouts[0][0]
+            timeouts.popleft()  # admitted (or ended) since: it will never fire
+        return None
 
     # --- the SchedulerView a policy sees ----------------------------------------
 
@@ -479,6 +486,7 @@ class Engine:
                 self._complete(flight)
                 flight = None
             # E2: arrivals, then cancellations
+            outside = ia, ic, ip
             while ia < len(specs) and specs[ia].arrival == t:
                 self._register(specs[ia])
                 ia += 1
@@ -492,6 +500,10 @@ class Engine:
                 while ip < len(preempts) and preempts[ip].at <= t:
                     self._force_preempt(preempts[ip].id)
                     ip += 1
+            if outside != (ia, ic, ip):
+                # The trace changed things: replays since are not the policy's circle.
+                self._idle_replay = 0
+                self._replay_limit = None
             released = allocator.release_expired(t)
             if released and emit is not None:
                 emit(Released(t, released))
@@ -537,8 +549,9 @@ class Engine:
                     nxt = min(nxt, cancels[ic].at)
                 if ip < len(preempts):
                     nxt = min(nxt, preempts[ip].at)
-                if self._timeouts:
-                    nxt = min(nxt, self._timeouts[0][0])
+                timeout = self.next_timeout()
+                if timeout is not None:
+                    nxt = min(nxt, timeout)
                 if self._live:
                     wake = policy.next_wakeup(t)
                     if wake is not None and wake > t:

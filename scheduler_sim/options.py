@@ -27,6 +27,7 @@ class OptionSpec:
     help: str
     minimum: float | None = None
     below: float | None = None  # exclusive upper bound for floats
+    maximum: float | None = None  # inclusive upper bound for floats
     nullable: bool = False
     exclusive_minimum: bool = False
     choices: tuple[str, ...] = ()
@@ -82,18 +83,19 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("hash_block_size", "int", None,
                    "tokens per trace block hash (default: block_size)", minimum=1, nullable=True),
         OptionSpec("tick_seconds", "float", None, "seconds per tick, with a cost model",
-                   minimum=0.0, exclusive_minimum=True, nullable=True),
+                   minimum=1e-9, nullable=True),
         OptionSpec("cost_model", "str", None,
                    "MODEL/GPU for the roofline cost model, e.g. llama-3-8b/h100-sxm (SPEC §9)",
                    nullable=True),
         OptionSpec("mfu", "float", 400 / 989,
                    "cost model: achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)",
-                   minimum=0.0, exclusive_minimum=True),
+                   minimum=1e-6, maximum=1.0),
         OptionSpec("bandwidth_efficiency", "float", 0.8,
-                   "cost model: achieved fraction of HBM bandwidth", minimum=0.0,
-                   exclusive_minimum=True),
+                   "cost model: achieved fraction of HBM bandwidth", minimum=1e-6,
+                   maximum=1.0),
         OptionSpec("step_overhead", "float", 0.0005,
-                   "cost model: fixed seconds added to every dispatch", minimum=0.0),
+                   "cost model: fixed seconds added to every dispatch", minimum=0.0,
+                   maximum=3600.0),
     )
 }
 
@@ -107,6 +109,8 @@ def _describe(spec: OptionSpec) -> str:
         text = "a number"
         if spec.minimum is not None and spec.below is not None:
             text += f" in [{spec.minimum}, {spec.below})"
+        elif spec.minimum is not None and spec.maximum is not None:
+            text += f" in [{spec.minimum:g}, {spec.maximum:g}]"
         elif spec.minimum is not None:
             text += f" {'>' if spec.exclusive_minimum else '>='} {spec.minimum}"
     elif spec.kind == "bool":
@@ -161,6 +165,8 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
             if value < spec.minimum or (spec.exclusive_minimum and value == spec.minimum):
                 return None, bad
         if spec.below is not None and value >= spec.below:
+            return None, bad
+        if spec.maximum is not None and value > spec.maximum:
             return None, bad
         return value, None
     if spec.kind == "bool":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import sys
 from typing import Any, Iterable
 
@@ -328,8 +329,8 @@ def _parse_expect(c: _RecordChecker) -> Expectation | None:
                 c.fail(f"status must be one of {', '.join(STATUS_LABELS)}, got {show(value)}"
                        f"{_suggest(str(value), STATUS_LABELS)}")
                 continue
-        elif isinstance(value, str):
-            c.fail(f"{key} must be a number or null, got {show(value)}")
+        elif isinstance(value, str) or (isinstance(value, float) and not math.isfinite(value)):
+            c.fail(f"{key} must be a finite number or null, got {show(value)}")
             continue
         fields[key] = value
     if c.ok and not fields:

@@ -70,11 +70,12 @@ def test_static_finished_members_pad_their_rows_and_keep_their_blocks():
 
 def test_static_next_batch_waits_for_the_released_blocks():
     """The same run with 4 blocks: when the batch ends at 4, its 4 blocks drain until 6,
-    so c (needed 1) is blocked for reservation at 4 (free 0, reserved 0, draining 4) and
-    admitted at 6, when they are released; it finishes at 7."""
+    so c (needed 1) is blocked at 4 (free 0, reserved 0, draining 4): reason draining, as
+    0 + 1 <= 4 would fit once the drain ends; admitted at 6, when they are released; it
+    finishes at 7."""
     s = padded_run(4)
     at4 = s.at(4, "admission_blocked")
-    assert at4 == [{"tick": 4, "event": "admission_blocked", "id": "c", "reason": "reservation",
+    assert at4 == [{"tick": 4, "event": "admission_blocked", "id": "c", "reason": "draining",
                     "needed": 1, "free": 0, "reserved": 0, "draining": 4}]
     assert admitted(s)[-1] == (6, "c")
     assert [(e["tick"], e["event"]) for e in s.at(6)][:2] == [(6, "released"), (6, "admitted")]
@@ -270,3 +271,14 @@ def test_replay_prints_one_table_with_six_aligned_policy_columns():
     labels = [line.split("  ")[0] for line in body]
     assert "requests" in labels and "padding rows" in labels
     assert lines[h + 1 + len(body):] == [] or all(not x.strip() for x in lines[h + 1 + len(body):])
+
+
+def test_a_cancelled_static_member_leaves_the_batch_without_padding():
+    """static, 8 blocks: a (P=4 N=6) and b (P=4 N=2) form a batch at 0; b is cancelled at
+    1 while running: it leaves the batch, so the dispatches at 1-5 carry only a (no
+    padding rows) and a finishes at 6."""
+    s = simulate([req("a", 0, 4, 6), req("b", 0, 4, 2), {"type": "cancel", "id": "b", "at": 1}],
+                 policy="static", block_size=4, num_blocks=8, token_budget=16)
+    assert [rows for _, rows in s.dispatches()[1:]] == [[("a", "decode", 1, True)]] * 5
+    assert s.summary["padding_rows"] == 0
+    assert s.req["a"].finished_at == 6

@@ -570,3 +570,19 @@ def test_copy_of_conformance_file_checks_the_same(tmp_path):
     status, out, _ = run(["check", str(dst)])
     assert status == 0
     assert "4 expectation(s) hold" in out
+
+
+def test_extreme_cost_model_values_are_usage_errors(tmp_path):
+    """A tick of 5e-324 s or an MFU of 5e-324 would overflow the tick count: exit 2 with
+    a message naming the option, never a traceback."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"type":"request","id":"a","arrival":0,"prompt_tokens":4,'
+                     '"output_tokens":2}\n')
+    for flag, value in (("--tick-seconds", "5e-324"), ("--mfu", "5e-324"),
+                        ("--step-overhead", "1e308")):
+        out, err = io.StringIO(), io.StringIO()
+        status = main(["replay", str(trace), "--cost-model", "llama-3-8b/h100-sxm",
+                       flag, value], out=out, err=err)
+        assert status == 2, flag
+        assert flag[2:].replace("-", "_") in err.getvalue()
+        assert "Traceback" not in err.getvalue()

@@ -382,3 +382,14 @@ def test_random_workloads_under_every_policy(seed):
         trace = parse_trace(trace_bytes(records), "random.jsonl")
         quiet = Engine(trace.workload, Options.resolve(trace.config, options), policy).run()
         assert quiet.summary == result.summary, where
+
+
+def test_a_timeout_that_can_no_longer_fire_makes_no_boundary():
+    """2 blocks, release_delay 10, waiting_timeout 8: a (admitted at 0) had a timeout check
+    due at 9 that can never fire; b (arrived 1, blocked) times out at 1 + 8 + 1 = 10.
+    Nothing happens at 9, so there is no record at tick 9."""
+    s = simulate([req("a", 0, 4, 2), req("b", 1, 8, 1)], block_size=4, num_blocks=2,
+                 release_delay=10, waiting_timeout=8)
+    assert [e for e in s.events if e["tick"] == 9] == []
+    assert [(e["tick"], e["event"]) for e in s.events if e["tick"] >= 2] == [
+        (2, "finished"), (2, "admission_blocked"), (10, "timeout"), (12, "released")]

@@ -536,4 +536,12 @@ def test_a_duplicate_id_is_reported_even_when_both_records_have_other_errors():
 def test_an_expect_of_a_number_with_a_string_is_refused():
     """`iterations: "9"` can never equal a count: a trace error, not a silent failure."""
     data = jsonl(R1, {"type": "expect", "iterations": "9"})
-    assert problems(data) == ["t.jsonl:2: expect: iterations must be a number or null, got '9'"]
+    assert problems(data) == ["t.jsonl:2: expect: iterations must be a finite number or null, got '9'"]
+
+
+def test_an_expect_of_an_infinite_number_is_refused():
+    """1e400 reads as infinity: an expectation can never equal it, so it is a trace error."""
+    data = b'{"type":"request","id":"r1","arrival":0,"prompt_tokens":4,"output_tokens":1}\n' \
+           b'{"type":"expect","makespan":1e400}\n'
+    assert problems(data) == [
+        "t.jsonl:2: expect: makespan must be a finite number or null, got inf"]

@@ -34,3 +34,17 @@ def test_a_policy_going_in_circles_is_stopped(monkeypatch):
     assert stall["tick"] == 5 and "livelock" in stall["reason"]
     a = s.req["a"]
     assert (a.status.label, a.replay_rows, a.useful_rows) == ("finished_error", 32, 8)
+
+
+def test_replays_forced_by_the_trace_are_not_a_livelock():
+    """4 blocks, budget 4: a (P=12 N=2) is preempted by the trace at every tick from 2 to
+    8, replaying 32 rows in all, more than the watchdog's 16 + 12 without a useful row;
+    but each preemption is an outside event that resets the count, so the run ends
+    normally: first token at 11, finished at 12, 7 preemptions."""
+    records = [req("a", 0, 12, 2)] + [{"type": "preempt", "id": "a", "at": t}
+                                      for t in range(2, 9)]
+    s = simulate(records, block_size=4, num_blocks=4, token_budget=4)
+    a = s.req["a"]
+    assert s.result.stalled is False
+    assert (a.status.label, a.first_token_at, a.finished_at, a.preemptions, a.replay_rows) == (
+        "finished_length_capped", 11, 12, 7, 32)

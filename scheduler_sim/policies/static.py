@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from ..options import Options
 from ..request import DECODE, Request
-from ..states import RequestStatus
 from .base import PADDING, Plan, Policy, SchedulerView
 
 __all__ = ["StaticPolicy"]
@@ -46,8 +45,10 @@ class StaticPolicy(Policy):
             self.queue.remove(req)
             return
         self.live.discard(req)
-        if req.status in (RequestStatus.PREEMPTED, RequestStatus.FINISHED_ABORTED):
-            # Cancelled or preempted: it leaves the batch and needs no padding.
+        if not req.status.is_finished:
+            # Still running, so being cancelled or preempted (a member that
+            # finished is removed after its status changed): it leaves the
+            # batch and needs no padding.
             self.batch.remove(req)
         if self.batch and not self.live:
             self._end_batch()  # the longest member just finished
@@ -83,7 +84,9 @@ class StaticPolicy(Policy):
             credit = self.blocks_to_finish(head) - len(cached)
             needed = credit + allocator.evictable(cached)
             if not allocator.can_reserve(needed):
-                self.view.block(head, "reservation", needed)
+                fits_later = allocator.committed() - allocator.draining + needed \
+                    <= allocator.num_blocks
+                self.view.block(head, "draining" if fits_later else "reservation", needed)
                 break
             queue.pop()
             self.view.admit(head, credit, cached)

@@ -99,15 +99,37 @@ def test_max_rows_and_token_budget_stop_admission_with_their_own_reasons():
 
 
 def test_rejected_at_arrival_when_prompt_plus_clipped_max_tokens_exceeds_the_pool():
-    """4 blocks of 4 = 16 tokens: a (P=4, N=1, M=13) asks 4 + 13 = 17 > 16 tokens to pass
-    admission alone, so sglang rejects it at arrival (needed ceil(17/4) = 5), though its
-    4 rows would fit; b (P=4, N=1, M=12) asks exactly 16 and completes at 1."""
-    s = simulate([req("a", 0, 4, 1, max_tokens=13), req("b", 0, 4, 1, max_tokens=12)],
+    """4 blocks of 4 = 16 tokens, and SGLang admits only what fits strictly: a (P=4, N=1,
+    M=12) asks 4 + 12 = 16, not less than 16, so it could never pass admission alone and
+    is rejected at arrival (needed 16 // 4 + 1 = 5), though its 4 rows would fit; b (P=4,
+    N=1, M=11) asks 15 < 16 and completes at 1."""
+    s = simulate([req("a", 0, 4, 1, max_tokens=12), req("b", 0, 4, 1, max_tokens=11)],
                  policy="sglang", block_size=4, num_blocks=4)
     rejected = s.of("rejected")
     assert [(e["id"], e["needed"], e["capacity"]) for e in rejected] == [("a", 5, 4)]
     assert s.req["a"].status.label == "finished_ignored"
     assert (s.req["b"].status.label, s.req["b"].finished_at) == ("finished_stopped", 1)
+
+
+def test_a_request_whose_total_equals_what_is_left_gets_no_token():
+    """8 blocks of 4. At 1 a (P=4, N=11) has 1 output: free 7 blocks = 28 tokens, minus
+    0.7 x (11 - 1) = 7 reserved for a: 21 left; b (P=4, N=17) asks 4 + 17 = 21, not less:
+    no_token at 1, and a decodes instead."""
+    s = simulate([req("a", 0, 4, 11), req("b", 1, 4, 17)], policy="sglang", block_size=4,
+                 num_blocks=8)
+    (first,) = [e for e in s.at(1) if e["event"] == "admission_blocked"]
+    assert (first["id"], first["reason"]) == ("b", "no_token")
+    assert s.dispatches()[1] == (1, [("a", "decode", 1, True)])
+
+
+def test_the_ratio_starts_over_when_the_server_is_idle():
+    """a (P=4, N=3) decodes twice (0.7 - 2 x 0.001003 = 0.697993) and ends at 3; b arrives
+    at 10 into an idle server: the ratio is reset to 0.7 (`ratio` {0.7, idle}) before b
+    is admitted."""
+    s = simulate([req("a", 0, 4, 3), req("b", 10, 4, 2)], policy="sglang", block_size=4,
+                 num_blocks=8)
+    ratios = [(e["tick"], e["value"], e["reason"]) for e in s.of("ratio")]
+    assert ratios[:3] == [(1, 0.698997, "decay"), (2, 0.697993, "decay"), (10, 0.7, "idle")]
 
 
 def test_one_chunked_prefill_at_a_time_continued_first_and_alone():

@@ -20,11 +20,14 @@ reservation instead of vLLM's "does the prompt fit now":
   tail and on resume recomputes its prompt and outputs in one prefill
   (SGLang refills prompt + outputs, so the pending token is folded in,
   as under `vllm`).
+- Admission is strict, as SGLang's: a request whose total equals what is
+  left gets NO_TOKEN.
 - After a retraction new_token_ratio = min(1, (outputs of the requests kept
   + RETRACT_DECODE_STEPS x their number) / (their max_tokens + 1)), SGLang's
   estimate; every decode step without a retraction lowers it by
   (init - min) / DECAY_STEPS, down to min. init = 0.7 x
-  `schedule_conservativeness`, min = init x 0.14.
+  `schedule_conservativeness`, min = init x 0.14. When nothing runs (an idle
+  server) it starts over from init.
 
 Constants are SGLang's defaults: CLIP_MAX_NEW_TOKENS 4096 tokens,
 RETRACT_DECODE_STEPS 20, DECAY_STEPS 600.
@@ -65,11 +68,11 @@ class SglangPolicy(QueueAndListPolicy):
     # --- sizing -------------------------------------------------------------
 
     def blocks_to_finish(self, req: Request) -> int:
-        """On-demand growth to P + N - 1 rows, but admission also asks for room for
-        P + min(M, CLIP) tokens with nothing else running: whichever is larger."""
+        """On-demand growth to P + N - 1 rows, but admission alone also needs
+        P + min(M, CLIP) tokens strictly below the pool: whichever asks more."""
         size = self.options.block_size
         grow = -(-(req.prompt_tokens + req.output_tokens - 1) // size)
-        admit = -(-(req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size)
+        admit = (req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 1
         return max(grow, admit)
 
     # --- notifications ------------------------------------------------------
@@ -87,6 +90,11 @@ class SglangPolicy(QueueAndListPolicy):
 
     def schedule(self, now: int) -> Plan:
         self._steady = False
+        if not self.running and self.ratio != self.init_ratio:
+            # An idle server starts over from the initial ratio, as SGLang's idle
+            # self-check resets it.
+            self.ratio = self.init_ratio
+            self.view.emit_event(Ratio(now, round(self.ratio, 6), "idle"))
         self.waiting.refresh()
         plan = self._prefill_batch()
         if plan:
@@ -142,7 +150,8 @@ class SglangPolicy(QueueAndListPolicy):
             total = extend + self._remaining_new(head) + evictable * size
             tokens = min(extend, chunk_left, budget)
             now_blocks = -(-(hit + tokens) // size) - len(cached) + evictable
-            if total > rem_total or now_blocks > allocator.free:
+            # SGLang answers NO_TOKEN unless the request fits strictly.
+            if total >= rem_total or now_blocks > allocator.free:
                 self.view.block(head, "no_token", -(-total // size))
                 break
             waiting.pop()

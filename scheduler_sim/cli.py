@@ -29,6 +29,8 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("simulation options (override the trace's config)")
     for spec in OPTIONS.values():
         default = "null" if spec.default is None else spec.default
+        if spec.trace_only:
+            continue  # a property of the trace file, set in its config record
         if spec.name == "policy":
             group.add_argument("--policy", action="append", dest="policy", metavar="NAME",
                                help="policy to replay; repeat to compare side by side "
@@ -70,6 +72,9 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--requests", action="store_true",
                    help="also print one line per request (under --json: a per_request list)")
+    p.add_argument("--requests-csv", metavar="FILE",
+                   help="write every per-request field as CSV to FILE, or - for stdout "
+                        "(the table then goes to stderr)")
     _add_option_flags(p)
 
     p = sub.add_parser("validate", help="check a trace and summarise it",
@@ -80,17 +85,18 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                        description="Replay TRACE and verify its expect records; exit 1 "
                                    "if any does not hold.")
     p.add_argument("trace", metavar="TRACE", help="trace file (JSONL), or - for stdin")
+    p.add_argument("--junit", metavar="FILE",
+                   help="also write the results as JUnit XML to FILE (a test case per "
+                        "expectation and policy), or - for stdout")
     _add_option_flags(p)
 
     p = sub.add_parser("convert", help="import a public trace format into trace v1",
                        description="Convert FILE (mooncake, azure, vidur or burstgpt) into "
-                                   "trace v1. Arrival ticks are timestamps relative to the "
-                                   "earliest one, divided by --tick-ms, rounded down.")
+                                   "trace v1 with times in seconds: each arrival is its "
+                                   "timestamp less the earliest one, exactly.")
     p.add_argument("--from", dest="fmt", required=True, choices=list(FORMATS),
                    help="the input format")
     p.add_argument("file", metavar="FILE", help="the input file, or - for stdin")
-    p.add_argument("--tick-ms", type=float, default=1.0, metavar="MS",
-                   help="milliseconds per tick (default: 1)")
     p.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
     p.add_argument("--strict", action="store_true",
                    help="fail on any bad row (exit 2); a file with no good row always fails")

@@ -10,15 +10,17 @@ import argparse
 import math
 from typing import Any, Callable, TextIO
 
-from .costmodel import GPUS, MODELS, swap_vs_recompute
+from .clock import Clock
+from .costmodel import GPUS, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from .engine import Engine
 from .errors import TraceError, UsageError
-from .expectations import StateProbe, snapshot_ticks, verify
+from .expectations import check_trace
 from .generator import WorkloadSpec, generate, parse_length
 from .importers import convert
+from .junit import junit_xml
 from .options import OPTIONS, Options
 from .outputs import EventFile, jsonl, read_text, write_whole
-from .report import format_json, format_requests, format_table
+from .report import format_csv, format_json, format_requests, format_table, header_lines
 from .summary import request_record
 from .trace import Trace, check_options, read_trace
 
@@ -36,22 +38,31 @@ def _convert(spec_kind: str, text: str) -> Any:
             return int(text)
         except ValueError:
             return text
-    if spec_kind == "float":
+    if spec_kind in ("float", "duration"):
         try:
-            return float(text)
+            return int(text) if spec_kind == "duration" else float(text)
         except ValueError:
-            return text
+            try:
+                return float(text)
+            except ValueError:
+                return text
     return text
 
 
-def resolve_options(trace: Trace, args: argparse.Namespace) -> Options:
-    """Defaults, then the trace's config, then the flags; bad flags raise UsageError."""
+def resolve_options(trace: Trace, args: argparse.Namespace,
+                    err: TextIO | None = None) -> tuple[Options, PoolSizing | None]:
+    """Defaults, then the trace's config, then the flags; then the KV pool from the GPU
+    when a cost model runs (`costmodel.fit_pool`). Bad flags raise UsageError.
+
+    A flag that moves the trace's own times (`--tick-seconds` over a tick
+    trace's config, under a cost model) is worth a warning on `err`.
+    """
     raw: dict[str, Any] = {}
     for spec in OPTIONS.values():
         value = getattr(args, spec.name, None)
         if value is None:
             continue
-        if spec.kind in ("int", "float", "str"):
+        if spec.kind in ("int", "float", "str", "duration"):
             value = _convert(spec.kind, value)
         raw[spec.name] = value
     problems: list[str] = []
@@ -61,14 +72,22 @@ def resolve_options(trace: Trace, args: argparse.Namespace) -> Options:
     options = Options.resolve(trace.config, flags)
     if options.problems():
         raise UsageError("; ".join(options.problems()))
-    return options
+    ticks = trace.config.get("tick_seconds")
+    if (err is not None and options.cost_model and options.time_unit == "tick"
+            and "tick_seconds" in flags and ticks is not None and flags["tick_seconds"] != ticks):
+        err.write(f"{PROG}: warning: --tick-seconds {flags['tick_seconds']:g} overrides the "
+                  f"trace's tick of {ticks:g} s: every arrival and wait in the trace moves "
+                  "with it\n")
+    return fit_pool(options)
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace under each policy; print the side-by-side table."""
     trace = read_trace(args.trace)
-    options = resolve_options(trace, args)
-    events = EventFile(args.events, out, len(options.policy) > 1) if args.events else None
+    options, pool = resolve_options(trace, args, err)
+    clock = Clock.of(options)
+    events = (EventFile(args.events, out, len(options.policy) > 1, clock)
+              if args.events else None)
     runs = []
     per_request = []
     stalled = []
@@ -77,11 +96,11 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             on_event = events.listener(policy) if events else None
             result = Engine(trace.workload, options, policy, on_event=on_event).run()
             run = {"policy": policy, **result.summary}
-            if args.requests:
-                records = [request_record(r) for r in
+            if args.requests or args.requests_csv:
+                records = [request_record(r, clock, options.slo) for r in
                            sorted(result.requests, key=lambda r: (r.arrival, r.index))]
                 per_request.append((policy, records))
-                if args.json:
+                if args.json and args.requests:
                     run["per_request"] = records
             runs.append(run)
             if result.stalled:
@@ -92,10 +111,14 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if events:
             events.abort()
         raise
-    text = (format_json if args.json else format_table)(trace.name, options, runs)
-    if per_request and not args.json:
-        text += "".join("\n" + format_requests(p, records) for p, records in per_request)
-    (err if args.events == "-" else out).write(text)
+    if args.requests_csv:
+        write_whole(args.requests_csv, format_csv(per_request), out)
+    text = (format_json if args.json else format_table)(trace.name, options, runs, clock, pool)
+    if args.requests and not args.json:
+        closed = options.max_concurrency is not None
+        text += "".join("\n" + format_requests(p, records, clock, closed)
+                        for p, records in per_request)
+    (err if args.events == "-" or args.requests_csv == "-" else out).write(text)
     if stalled:
         err.write(f"{PROG}: the run stalled under {', '.join(stalled)}: stuck requests ended "
                   "as finished_error (see the 'stalled' events)\n")
@@ -113,40 +136,37 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace and verify its `expect` records; exit 1 on any failure."""
     trace = read_trace(args.trace)
-    options = resolve_options(trace, args)
+    options, _ = resolve_options(trace, args, err)
     expects = list(trace.expects)
-    failures = []
-    checked = 0
-    for policy in options.policy:
-        ticks = snapshot_ticks(expects, policy)
-        probe = StateProbe(ticks, options.num_blocks) if ticks else None
-        result = Engine(trace.workload, options, policy, on_state=probe).run()
-        if probe:
-            probe.finish()
-        failures.extend(verify(expects, result, probe))
-        checked += sum(1 for e in expects if e.policy in (None, policy))
-    skipped = sum(1 for e in expects if e.policy is not None and e.policy not in options.policy)
-    for failure in failures:
-        out.write(failure.message(trace.name) + "\n")
+    results = check_trace(trace, options)
+    if args.junit:
+        write_whole(args.junit, junit_xml(trace.name, results), out)
     runs = ", ".join(options.policy)
-    note = f"; {skipped} for policies not replayed" if skipped else ""
-    if not expects:
-        out.write(f"{trace.name}: no expect records to check\n")
-        return 0
-    if failures:
-        out.write(f"{trace.name}: FAILED: {len(failures)} field(s) differ in {checked} "
-                  f"expectation(s) checked ({runs}){note}\n")
+    if not results:
+        why = ("it has no expect records" if not expects else
+               f"none of its {len(expects)} expect record(s) applies to the policies "
+               f"replayed ({runs})")
+        out.write(f"{trace.name}: FAILED: nothing was checked: {why}\n")
         return 1
-    out.write(f"{trace.name}: ok: {checked} expectation(s) hold ({runs}){note}\n")
+    failed = [r for r in results if not r.ok]
+    for result in failed:
+        for message in result.messages(trace.name):
+            out.write(message + "\n")
+    skipped = sum(1 for e in expects if e.policy is not None and e.policy not in options.policy)
+    note = f"; {skipped} for policies not replayed" if skipped else ""
+    if failed:
+        fields = sum(len(r.failures) for r in failed)
+        out.write(f"{trace.name}: FAILED: {len(failed)} of {len(results)} expectation(s) "
+                  f"failed, {fields} field(s) differ ({runs}){note}\n")
+        return 1
+    out.write(f"{trace.name}: ok: {len(results)} expectation(s) hold ({runs}){note}\n")
     return 0
 
 
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Import a public trace format into trace v1."""
-    if args.tick_ms <= 0:
-        raise UsageError(f"--tick-ms must be > 0, got {args.tick_ms:g}")
+    """Import a public trace format into trace v1 (times in seconds)."""
     name = "<stdin>" if args.file == "-" else args.file
-    result = convert(args.fmt, read_text(args.file), name, args.tick_ms)
+    result = convert(args.fmt, read_text(args.file), name)
     if result.problems and (args.strict or len(result.records) == 1):
         # --strict, or nothing usable at all (a wrong header, say): fail whole.
         raise TraceError(result.problems)

@@ -17,6 +17,16 @@ Compute runs at `mfu` x peak FLOP/s, memory at `bandwidth_efficiency` x
 HBM bandwidth. The defaults make an H100 SXM deliver 400 TFLOP/s, the
 figure the reference numbers assume.
 
+With tensor parallelism over `tp` GPUs, each GPU holds 1/tp of the
+weights and of every token's KV and does 1/tp of the FLOPs, and every
+layer adds two all-reduces of the batch's activations (tokens x d_model x
+dtype bytes, after attention and after the MLP), each costing a ring's
+2 (tp - 1) / tp times its bytes over the GPU interconnect.
+
+`size_pool` derives the KV pool from the GPU as vLLM does: of each GPU's
+memory, `gpu_memory_utilization` is for the engine; the weights and an
+activation reserve come off it and the rest holds KV blocks.
+
 `swap_vs_recompute` prices a preempted request of S tokens both ways:
 recomputing its prefill, or copying its KV to host memory and back over
 the host link; and the prefix-survival fraction above which a warm
@@ -27,9 +37,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .errors import UsageError
+
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape",
            "DEFAULT_MFU", "DEFAULT_BANDWIDTH_EFFICIENCY", "DEFAULT_STEP_OVERHEAD",
-           "swap_vs_recompute", "parse_cost_model", "ticks_for"]
+           "swap_vs_recompute", "parse_cost_model", "PoolSizing", "size_pool", "fit_pool", "GIB",
+           "DEFAULT_ACTIVATION_RESERVE"]
+
+GIB = 2 ** 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +69,12 @@ class ModelSpec:
         """Bytes of weights read once per forward pass."""
         return self.parameters * self.dtype_bytes
 
+    def kv_bytes_per_token_per_gpu(self, tp: int) -> int:
+        """KV bytes of one token on each of `tp` GPUs: the KV heads split across them
+        (replicated when there are more GPUs than KV heads, as vLLM does)."""
+        heads = max(1, self.kv_heads // tp)
+        return 2 * self.layers * heads * self.head_dim * self.dtype_bytes
+
     def prefill_flops(self, tokens: int, context: int = 0) -> float:
         """FLOPs to prefill `tokens` tokens that follow `context` cached tokens."""
         end = context + tokens
@@ -63,12 +84,15 @@ class ModelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class GpuSpec:
-    """A GPU's peak numbers (datasheets): dense bf16 FLOP/s, HBM and host-link bytes/s."""
+    """A GPU's peak numbers (datasheets): dense bf16 FLOP/s, HBM and host-link bytes/s,
+    memory as the CUDA runtime reports it, and the GPU-to-GPU link (one direction)."""
 
     name: str
     peak_flops: float
     hbm_bandwidth: float
     host_link: float  # one direction
+    memory_gib: float = 80.0
+    interconnect: float = 300e9  # NVLink bytes/s, one direction
 
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in (
@@ -76,11 +100,21 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
     ModelSpec("llama-3-70b", 70.6e9, 80, 8, 128, 8192),
 )}
 
+# Memory is what the CUDA runtime reports, a little under the nominal size:
+# 79.22 GiB for an H100 SXM (vLLM's memory profile, vllm-project/vllm#10511),
+# 79.35 GiB for an A100 80GB (PyTorch's "total capacity"), and for an H200 its
+# 140.4 GiB less the same 0.43 GiB as the H100. NVLink per direction: 300 GB/s
+# (A100 SXM, NVLink 3), 450 GB/s (H100 and H200, NVLink 4).
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (
-    GpuSpec("a100-80gb", 312e12, 2.039e12, 32e9),   # PCIe Gen4 x16
-    GpuSpec("h100-sxm", 989e12, 3.35e12, 64e9),     # PCIe Gen5 x16
-    GpuSpec("h200", 989e12, 4.8e12, 64e9),
+    GpuSpec("a100-80gb", 312e12, 2.039e12, 32e9, 79.35, 300e9),   # PCIe Gen4 x16
+    GpuSpec("h100-sxm", 989e12, 3.35e12, 64e9, 79.22, 450e9),     # PCIe Gen5 x16
+    GpuSpec("h200", 989e12, 4.8e12, 64e9, 139.97, 450e9),
 )}
+
+# GiB per GPU that vLLM's memory profile found outside weights and KV for
+# Llama-3-8B on an H100 (vllm-project/vllm#10511): 1.26 GiB activation peak
+# plus 1.79 GiB allocated outside PyTorch (CUDA context, cuBLAS, NCCL).
+DEFAULT_ACTIVATION_RESERVE = 3.05
 
 # 400 of the H100's 989 dense TFLOP/s: a conservative MFU for batched prefill.
 DEFAULT_MFU = 400 / 989
@@ -108,16 +142,23 @@ class DispatchShape:
 
 
 class CostModel:
-    """Seconds per dispatch for one model on one GPU."""
+    """Seconds per dispatch for one model on `tp` GPUs of one kind."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, mfu: float = DEFAULT_MFU,
                  bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY,
-                 step_overhead: float = DEFAULT_STEP_OVERHEAD) -> None:
+                 step_overhead: float = DEFAULT_STEP_OVERHEAD, tp: int = 1) -> None:
         self.model = model
         self.gpu = gpu
-        self.flops_per_second = gpu.peak_flops * mfu
-        self.bytes_per_second = gpu.hbm_bandwidth * bandwidth_efficiency
+        self.tp = tp
+        # Work splits evenly across the GPUs: the group is tp times one GPU.
+        self.flops_per_second = gpu.peak_flops * mfu * tp
+        self.bytes_per_second = gpu.hbm_bandwidth * bandwidth_efficiency * tp
         self.step_overhead = step_overhead
+        # Seconds of all-reduce per token of the batch: 2 per layer, a ring's
+        # 2 (tp - 1) / tp of d_model x dtype bytes each, over the interconnect.
+        self.allreduce_per_token = (
+            2 * model.layers * 2 * (tp - 1) / tp * model.d_model * model.dtype_bytes
+            / gpu.interconnect)
 
     def _seconds(self, chunks: list[tuple[int, int]], rows: int, contexts: int) -> tuple[float, float]:
         """(compute, memory) seconds of chunks plus `rows` decodes whose contexts sum
@@ -138,6 +179,10 @@ class CostModel:
         memory = m.weight_bytes + m.kv_bytes_per_token * (read + tokens)
         return flops / self.flops_per_second, memory / self.bytes_per_second
 
+    def _total(self, compute: float, memory: float, tokens: int) -> float:
+        return (max(compute, memory) + self.allreduce_per_token * tokens
+                + self.step_overhead)
+
     def compute_seconds(self, shape: DispatchShape) -> float:
         """Time at the achieved FLOP rate."""
         return self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))[0]
@@ -147,14 +192,20 @@ class CostModel:
         return self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))[1]
 
     def seconds(self, shape: DispatchShape) -> float:
-        """Roofline: the slower of compute and memory, plus the step overhead."""
+        """Roofline: the slower of compute and memory, plus the all-reduces (tp > 1)
+        and the step overhead."""
         compute, memory = self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))
-        return max(compute, memory) + self.step_overhead
+        if self.tp == 1:
+            return max(compute, memory) + self.step_overhead
+        tokens = len(shape.decodes) + sum(chunk for chunk, _ in shape.chunks)
+        return self._total(compute, memory, tokens)
 
     def decode_seconds(self, rows: int, contexts: int) -> float:
         """`seconds` of a dispatch of `rows` decodes whose contexts sum to `contexts`."""
         compute, memory = self._seconds((), rows, contexts)
-        return max(compute, memory) + self.step_overhead
+        if self.tp == 1:
+            return max(compute, memory) + self.step_overhead
+        return self._total(compute, memory, rows)
 
 
 def swap_vs_recompute(model: ModelSpec, gpu: GpuSpec, seq: int,
@@ -186,6 +237,85 @@ def swap_vs_recompute(model: ModelSpec, gpu: GpuSpec, seq: int,
     }
 
 
-def ticks_for(seconds: float, tick_seconds: float) -> int:
-    """A dispatch lasts max(1, ceil(seconds / tick_seconds)) ticks (SPEC §9)."""
-    return max(1, math.ceil(seconds / tick_seconds - 1e-9))
+@dataclasses.dataclass(frozen=True)
+class PoolSizing:
+    """How the KV pool follows from the GPU, every term in bytes per GPU."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int
+    utilization: float
+    usable: float        # utilization x memory
+    weights: float       # parameters x dtype / tp
+    reserve: float       # activations and memory outside PyTorch
+    kv: float            # what is left for KV blocks
+    block_bytes: int     # block_size x KV bytes per token per GPU
+    blocks: int          # floor(kv / block_bytes)
+
+    def describe(self) -> str:
+        """`KV pool 27,313 blocks = 0.9 x 79.22 GiB - 14.90 GiB weights - 3.05 GiB reserve ...`"""
+        per = "" if self.tp == 1 else f" per GPU (tp {self.tp})"
+        return (f"KV pool {self.blocks:,} blocks of {self.block_bytes / 2**20:g} MiB{per}: "
+                f"{self.utilization:g} x {self.gpu.memory_gib:g} GiB - weights "
+                f"{self.weights / GIB:.2f} GiB - activation reserve {self.reserve / GIB:g} GiB "
+                f"= {self.kv / GIB:.2f} GiB of KV")
+
+
+def size_pool(model: ModelSpec, gpu: GpuSpec, block_size: int, utilization: float,
+              tp: int = 1, reserve_gib: float = DEFAULT_ACTIVATION_RESERVE) -> PoolSizing:
+    """The KV pool `utilization` of each GPU's memory leaves after weights and the reserve.
+
+    Raises ValueError with the arithmetic when the weights and the reserve do
+    not fit, or when not one block is left.
+    """
+    usable = utilization * gpu.memory_gib * GIB
+    weights = model.weight_bytes / tp
+    reserve = reserve_gib * GIB
+    kv = usable - weights - reserve
+    block_bytes = block_size * model.kv_bytes_per_token_per_gpu(tp)
+    blocks = math.floor(kv / block_bytes) if kv > 0 else 0
+    if blocks < 1:
+        where = "one GPU" if tp == 1 else f"each of {tp} GPUs"
+        raise ValueError(
+            f"{model.name} does not fit on {gpu.name} at gpu_memory_utilization "
+            f"{utilization:g}: weights {weights / GIB:.2f} GiB + activation reserve "
+            f"{reserve_gib:g} GiB + one KV block {block_bytes / GIB:.4f} GiB > "
+            f"{utilization:g} x {gpu.memory_gib:g} GiB = {usable / GIB:.2f} GiB on {where}"
+            + (" (spread it over more GPUs with --tp)" if weights + reserve >= gpu.memory_gib * GIB
+               else " (raise --gpu-memory-utilization or spread it with --tp)"))
+    return PoolSizing(model, gpu, tp, utilization, usable, weights, reserve, kv, block_bytes,
+                      blocks)
+
+
+def fit_pool(options) -> tuple:
+    """With a cost model, make the KV pool follow from the GPU: `(options, sizing)`.
+
+    When `num_blocks` was not given (it is not in `options.origin`), it
+    becomes the pool `size_pool` derives, marked `derived`; when it was
+    given, it must fit in that pool. Without a cost model nothing changes
+    and the sizing is None. Raises UsageError with the arithmetic when the
+    model or the pool does not fit.
+    """
+    if options.cost_model is None:
+        return options, None
+    model, gpu = parse_cost_model(options.cost_model)
+    if model.kv_heads % options.tp and options.tp % model.kv_heads:
+        raise UsageError(f"tp must divide {model.name}'s {model.kv_heads} KV heads or be a "
+                         f"multiple of them, got {options.tp}")
+    try:
+        sizing = size_pool(model, gpu, options.block_size, options.gpu_memory_utilization,
+                           options.tp, options.activation_reserve)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if "num_blocks" not in options.origin:
+        origin = dict(options.origin, num_blocks="derived")
+        return dataclasses.replace(options, num_blocks=sizing.blocks, origin=origin), sizing
+    if options.num_blocks > sizing.blocks:
+        need = options.num_blocks * sizing.block_bytes / GIB
+        raise UsageError(
+            f"num_blocks {options.num_blocks:,} needs {need:.2f} GiB of KV per GPU, but "
+            f"{model.name} on {gpu.name} leaves {sizing.kv / GIB:.2f} GiB "
+            f"({sizing.blocks:,} blocks): {options.gpu_memory_utilization:g} x "
+            f"{gpu.memory_gib:g} GiB - weights {sizing.weights / GIB:.2f} GiB - activation "
+            f"reserve {options.activation_reserve:g} GiB")
+    return options, sizing

@@ -12,6 +12,12 @@ its completion boundary (E4). Between boundaries nothing happens, and the
 clock jumps straight to the next one (E7), so the cost of a run grows with
 its dispatches and events, never with the idle ticks between them.
 
+Time is counted in whole clock steps (`clock.py`): the workload's times are
+converted once, and a dispatch lasts one step without a cost model, its
+modelled time rounded up to whole steps with one. With `max_concurrency`,
+a request reaches the server (is "sent") only when a client slot is free
+(`clients.py`); until then the policy does not know it exists.
+
 The engine is the `SchedulerView` its policy sees: `admit`, `block` and
 `preempt` are how a policy's decisions become transitions and events.
 """
@@ -22,7 +28,9 @@ from collections import deque
 from typing import Any, Callable
 
 from .allocator import BlockAllocator
-from .costmodel import CostModel, DispatchShape, parse_cost_model, ticks_for
+from .clients import ClientSlots
+from .clock import Clock
+from .costmodel import CostModel, DispatchShape, fit_pool, parse_cost_model
 from .folding import fold, horizon
 from .errors import InvariantError
 from .errors import UsageError
@@ -51,6 +59,8 @@ class RunResult:
     summary: dict[str, Any]
     requests: list[Request]
     stalled: bool
+    clock: Clock = dataclasses.field(default_factory=Clock)  # the run's time unit
+    options: Options | None = None  # as run: num_blocks derived from the GPU if it was
 
 
 class _InFlight:
@@ -83,15 +93,24 @@ class Engine:
                  audit: bool = False, fast_forward: bool | None = None) -> None:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
-        self.workload = workload
+        options, self.pool = fit_pool(options)
         self.options = options
+        self.clock = clock = Clock.of(options)
+        self.workload = workload.on_clock(clock)
+        # Durations in clock steps: a drain must have passed (rounded up); a
+        # timeout must be exceeded (rounded down, so "longer than" stays exact).
+        self.release_delay = clock.after(options.release_delay)
+        self.waiting_timeout = (None if options.waiting_timeout is None
+                                else clock.before(options.waiting_timeout))
         self.allocator = BlockAllocator(options.num_blocks, options.block_size,
                                         options.prefix_caching)
         self.cost: CostModel | None = None
         if options.cost_model is not None:
             model, gpu = parse_cost_model(options.cost_model)
             self.cost = CostModel(model, gpu, options.mfu, options.bandwidth_efficiency,
-                                  options.step_overhead)
+                                  options.step_overhead, options.tp)
+        self.clients = (ClientSlots(options.max_concurrency)
+                        if options.max_concurrency is not None else None)
         self.policy = make_policy(policy, options, self)
         self.policy_name = policy
         self.now = 0
@@ -106,7 +125,7 @@ class Engine:
         self._fast_forward_on = fast_forward
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
         self.requests: dict[str, Request] = {}
-        self.stats = RunStats()
+        self.stats = RunStats(clock, options.slo)
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
         self._step_block: tuple[str, str, int] | None = None  # this step's blocked head
@@ -199,7 +218,7 @@ class Engine:
     def preempt(self, req: Request, reason: str, rule: str | None = None,
                 trigger: str | None = None) -> int:
         """Preempt a running request: its credit goes, its blocks drain (A4, L2)."""
-        freed = self.allocator.free_request(req.rid, self.now, self.options.release_delay)
+        freed = self.allocator.free_request(req.rid, self.now, self.release_delay)
         outputs = req.outputs
         rows = req.resident
         req.preempt(fold_pending=self.policy.folds_pending)
@@ -217,11 +236,13 @@ class Engine:
         """Bookkeeping shared by every way a live request ends."""
         self._live -= 1
         self.stats.request_ended(req)
+        if self.clients is not None:
+            self.clients.ended()
 
     def _start_waiting(self, req: Request) -> None:
         """Note when `req` entered the waiting queue (for waiting_timeout)."""
         req.wait_since = self.now
-        timeout = self.options.waiting_timeout
+        timeout = self.waiting_timeout
         if timeout is not None:
             # "Longer than" the timeout: at wait_since + timeout it has waited
             # exactly the timeout, one tick later it has waited longer.
@@ -242,14 +263,33 @@ class Engine:
                 self._emit(Timeout(now, req.rid, now - since))
 
     def _release_request(self, req: Request) -> int:
-        return self.allocator.free_request(req.rid, self.now, self.options.release_delay)
+        return self.allocator.free_request(req.rid, self.now, self.release_delay)
 
-    def _register(self, spec) -> None:
+    def _arrive(self, spec) -> None:
+        """A request reaches its trace time: sent at once, or queued for a client slot."""
         req = Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens,
                       spec.output_tokens, spec.max_tokens, spec.priority, spec.deadline,
                       spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
         self.requests[req.rid] = req
         self.stats.requests += 1
+        if self.clients is None:
+            self._register(req)
+        else:
+            self.clients.arrive(req)
+
+    def _send_ready(self) -> None:
+        """Send the requests that waited for a client slot and now have one."""
+        clients = self.clients
+        while True:
+            ready = clients.ready()
+            if not ready:
+                return
+            for req in ready:
+                self._register(req)  # a rejection frees its slot: loop again
+
+    def _register(self, req: Request) -> None:
+        """The server receives `req`: it waits for admission, or is rejected (E6)."""
+        req.sent = self.now
         if self.options.prefix_caching:
             o = self.options
             req.block_keys = BlockKeys(req.index, req.prompt_tokens, o.block_size,
@@ -257,11 +297,14 @@ class Engine:
                                        req.output_token_ids, req.block_hashes)
         emit = self._emit
         if emit is not None:
-            emit(Arrival(self.now, req.rid))
+            wait = self.now - req.arrival
+            emit(Arrival(self.now, req.rid, wait or None))
         needed = self.policy.blocks_to_finish(req)
         if needed > self.options.num_blocks:
             req.reject(self.now)
             self.stats.request_ended(req)
+            if self.clients is not None:
+                self.clients.ended()
             if emit is not None:
                 rule = "P+M-1" if self.policy.reserves else "P+N-1"
                 emit(Rejected(self.now, req.rid,
@@ -277,6 +320,14 @@ class Engine:
         if req.status.is_finished:
             if self._emit is not None:
                 self._emit(CancelIgnored(self.now, rid, req.status.label))
+            return
+        if req.sent is None:
+            # Still waiting for a client slot: the client simply never sends it.
+            self.clients.withdraw(req)
+            req.cancel(self.now)
+            self.stats.request_ended(req)
+            if self._emit is not None:
+                self._emit(Cancelled(self.now, rid, "unsent"))
             return
         was_running = req.status == RUNNING
         self.policy.remove(req)
@@ -433,17 +484,20 @@ class Engine:
             self._livelocked = True
 
     def duration(self, seconds: float | None) -> int:
-        """Ticks a dispatch lasts: one without a cost model (SPEC §0), else
-        max(1, ceil(seconds / tick_seconds)) (SPEC §9)."""
+        """Steps a dispatch lasts: one without a cost model (SPEC §0), else its
+        modelled seconds rounded up to whole clock steps, at least one."""
         if seconds is None:
             return 1
-        return ticks_for(seconds, self.options.tick_seconds)
+        return self.clock.dispatch_steps(seconds)
 
     def _complete(self, flight: _InFlight) -> None:
         """E1: record the outputs; finish requests that produced their last one."""
         now = self.now
         self.stats.makespan = now
         outputs = 0
+        # Gaps since each request's previous output (ITL), counted by the time of
+        # that output: most rows of a dispatch share it.
+        since: dict[int, int] = {}
         for req, emits in flight.rows:
             if not emits:
                 continue
@@ -452,6 +506,10 @@ class Engine:
             req.outputs = k
             if k == 1:
                 req.first_token_at = now
+            else:
+                last = req.last_output_at
+                since[last] = since.get(last, 0) + 1
+            req.last_output_at = now
             if k == req.output_tokens:
                 req.finish(now)
                 self.policy.remove(req)
@@ -461,6 +519,11 @@ class Engine:
                 if self._emit is not None:
                     self._emit(Finished(now, req.rid, req.status.label))
         self.stats.output_tokens += outputs
+        if since:
+            gaps = self.stats.itl
+            for last, count in since.items():
+                gap = now - last
+                gaps[gap] = gaps.get(gap, 0) + count
 
     # --- the main loop ----------------------------------------------------------------
 
@@ -487,15 +550,20 @@ class Engine:
                 flight = None
             # E2: arrivals, then cancellations
             outside = ia, ic, ip
+            clients = self.clients
             while ia < len(specs) and specs[ia].arrival == t:
-                self._register(specs[ia])
+                self._arrive(specs[ia])
                 ia += 1
+            if clients is not None:
+                self._send_ready()
             if flight is None:
                 while ic < len(cancels) and cancels[ic].at <= t:
                     self._cancel(cancels[ic].id)
                     ic += 1
                 if self._timeouts:
                     self._expire_waiting()
+                if clients is not None:
+                    self._send_ready()  # slots the cancellations and timeouts freed
                 # E3: preemptions, releases, then the policy
                 while ip < len(preempts) and preempts[ip].at <= t:
                     self._force_preempt(preempts[ip].id)
@@ -571,8 +639,10 @@ class Engine:
                 break
             t = int(nxt)
 
-        summary = self.stats.summary(allocator.peak_reserved, allocator.peak_held)
-        return RunResult(self.policy_name, summary, list(self.requests.values()), stalled)
+        summary = self.stats.summary(allocator.peak_reserved, allocator.peak_held,
+                                     specs[0].arrival if specs else 0)
+        return RunResult(self.policy_name, summary, list(self.requests.values()), stalled,
+                         self.clock, self.options)
 
     def _stall(self, why: str | None = None) -> None:
         """E6b: nothing can ever change again; every live request ends in error."""
@@ -585,11 +655,16 @@ class Engine:
         for req in list(self.requests.values()):
             if req.status.is_finished:
                 continue
-            if req.status == RUNNING:
-                self._release_request(req)
-            self.policy.remove(req)
-            req.fail(now)
-            self._end(req)
+            if req.sent is None:
+                self.clients.withdraw(req)  # never sent: the server does not know it
+                req.fail(now)
+                self.stats.request_ended(req)
+            else:
+                if req.status == RUNNING:
+                    self._release_request(req)
+                self.policy.remove(req)
+                req.fail(now)
+                self._end(req)
             if self._emit is not None:
                 self._emit(Stalled(now, req.rid, reason))
 

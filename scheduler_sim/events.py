@@ -2,8 +2,12 @@
 
 Each record knows its JSON form (`to_dict`, `to_json`) and can be rebuilt from
 it (`event_from_dict`), which the round-trip tests use. Every record carries
-`tick` and `event`; request records carry `id`. Records are built only when
+its time and `event`; request records carry `id`. Records are built only when
 somebody listens, so a run without `--events` pays nothing for them.
+
+Records hold times in clock steps. Written out, they are in the run's unit
+(`clock.Clock`): `tick` in ticks; with a cost model `time` in seconds, and
+every other time field (`done`, `waited`, `client_wait`) in seconds too.
 """
 from __future__ import annotations
 
@@ -24,10 +28,15 @@ class Event:
     """Base of all records: the tick at which it happened."""
 
     kind: ClassVar[str] = ""
+    times: ClassVar[tuple[str, ...]] = ()  # fields other than `tick` that hold a time
     tick: int
 
-    def to_dict(self, policy: str | None = None) -> dict[str, Any]:
-        """The JSON object of this record; `policy` is added when several policies run."""
+    def to_dict(self, policy: str | None = None, clock: Any = None) -> dict[str, Any]:
+        """The JSON object of this record; `policy` is added when several policies run.
+
+        With a `clock` that reports seconds, `tick` becomes `time` and every
+        time field is in seconds.
+        """
         out: dict[str, Any] = {"tick": self.tick, "event": self.kind}
         if policy is not None:
             out["policy"] = policy
@@ -37,11 +46,16 @@ class Event:
             if value is None and optional:
                 continue
             out[name] = value
+        if clock is not None and clock.in_seconds:
+            report = clock.report
+            out = {("time" if k == "tick" else k):
+                   (report(v) if k == "tick" or k in self.times else v)
+                   for k, v in out.items()}
         return out
 
-    def to_json(self, policy: str | None = None) -> str:
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
         """One line of the event stream (compact JSON, fields in a fixed order)."""
-        return _ENCODE(self.to_dict(policy))
+        return _ENCODE(self.to_dict(policy, clock))
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
@@ -68,8 +82,11 @@ def _record(kind: str):
 
 @_record("arrival")
 class Arrival(Event):
-    """A request was registered (E2)."""
+    """A request reached the server (E2); `client_wait` is how long it waited for a
+    client slot (`max_concurrency`), left out when it did not wait."""
+    times = ("client_wait",)
     id: str
+    client_wait: int | None = None
 
 
 @_record("rejected")
@@ -119,11 +136,13 @@ class Snapshot(Event):
     free: int
     cached: int | None = None
 
-    def to_json(self, policy: str | None = None) -> str:
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
         # One per dispatch: written by hand, the same bytes as the generic path.
         tag = "" if policy is None else f'"policy":{_string(policy)},'
         cached = "" if self.cached is None else f',"cached":{self.cached}'
-        return (f'{{"tick":{self.tick},"event":"snapshot",{tag}"waiting":{self.waiting},'
+        when = (f'"tick":{self.tick}' if clock is None or not clock.in_seconds
+                else f'"time":{clock.text(self.tick)}')
+        return (f'{{{when},"event":"snapshot",{tag}"waiting":{self.waiting},'
                 f'"running":{self.running},"reserved":{self.reserved},'
                 f'"allocated":{self.allocated},"draining":{self.draining},'
                 f'"free":{self.free}{cached}}}')
@@ -137,12 +156,16 @@ class Dispatch(Event):
     each is an object `{id, phase, tokens, emits[, token_ids]}`. `done` is the
     completion tick.
     """
+    times = ("done",)
     rows: tuple
     tokens: int
     done: int
 
-    def to_dict(self, policy: str | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"tick": self.tick, "event": self.kind}
+    def to_dict(self, policy: str | None = None, clock: Any = None) -> dict[str, Any]:
+        seconds = clock is not None and clock.in_seconds
+        out: dict[str, Any] = ({"time": clock.report(self.tick)} if seconds
+                               else {"tick": self.tick})
+        out["event"] = self.kind
         if policy is not None:
             out["policy"] = policy
         rows = []
@@ -153,13 +176,18 @@ class Dispatch(Event):
             rows.append(row)
         out["rows"] = rows
         out["tokens"] = self.tokens
-        out["done"] = self.done
+        out["done"] = clock.report(self.done) if seconds else self.done
         return out
 
-    def to_json(self, policy: str | None = None) -> str:
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
         # The event stream is mostly dispatches: written by hand, the same bytes
         # as the generic encoder would produce, several times faster.
-        head = f'{{"tick":{self.tick},"event":"dispatch",'
+        if clock is None or not clock.in_seconds:
+            head = f'{{"tick":{self.tick},"event":"dispatch",'
+            done = self.done
+        else:
+            head = f'{{"time":{clock.text(self.tick)},"event":"dispatch",'
+            done = clock.text(self.done)
         if policy is not None:
             head += f'"policy":{_string(policy)},'
         parts = []
@@ -169,7 +197,7 @@ class Dispatch(Event):
             if ids is not None:
                 text += f',"token_ids":[{",".join(map(str, ids))}]'
             parts.append(text + "}")
-        return f'{head}"rows":[{",".join(parts)}],"tokens":{self.tokens},"done":{self.done}}}'
+        return f'{head}"rows":[{",".join(parts)}],"tokens":{self.tokens},"done":{done}}}'
 
 
 
@@ -222,6 +250,7 @@ class PreemptIgnored(Event):
 @_record("timeout")
 class Timeout(Event):
     """A request waited longer than `waiting_timeout` and was aborted."""
+    times = ("waited",)
     id: str
     waited: int
 

@@ -1,26 +1,40 @@
 """Verifying `expect` records against a replay (the `check` command, SPEC §10).
 
 An expectation compares fields of one request's summary (`id`), of the run
-summary, or of the block counts at a tick (`at`). The counts at tick t are
-the snapshot state after admission at t when t is a boundary; between
-boundaries they are the state left by the last boundary before t (after its
-dispatch allocated its blocks), since nothing changes in between.
+summary, or of the block counts at a time (`at`, in the trace's unit). Each
+field is compared for equality or held to a bound (`min`, `max`) or a
+tolerance (`approx` with `rel` or `abs`). Times compare in the run's unit:
+ticks, or seconds under a cost model, exactly as `replay` prints them.
+
+The counts at time t are the snapshot state after admission at the step t
+falls in when that step is a boundary; between boundaries they are the
+state left by the last boundary before it (after its dispatch allocated its
+blocks), since nothing changes in between.
+
+`check_trace` replays every policy and returns one `CheckResult` per
+expectation and policy it applies to; `check`, `check --junit` and the
+pytest plugin all report from it.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from .engine import RunResult
-from .options import show
+from .clock import Clock
+from .costmodel import fit_pool
+from .engine import Engine, RunResult
+from .options import Options, show
 from .summary import request_record
-from .trace import Expectation
+from .trace import Expectation, Trace
 
-__all__ = ["StateProbe", "Failure", "verify", "snapshot_ticks"]
+__all__ = ["StateProbe", "FieldOutcome", "CheckResult", "verify", "snapshot_ticks",
+           "check_trace", "holds", "describe_expected", "DEFAULT_REL"]
+
+DEFAULT_REL = 1e-6  # the tolerance of an `approx` given without `rel` or `abs`
 
 
 class StateProbe:
-    """An `on_state` listener that keeps the block counts at the ticks asked for."""
+    """An `on_state` listener that keeps the block counts at the steps asked for."""
 
     def __init__(self, ticks: list[int], num_blocks: int) -> None:
         self.ticks = sorted(set(ticks))
@@ -49,62 +63,145 @@ class StateProbe:
             self._last_pre = self._last_post = state
 
     def finish(self) -> None:
-        """Settle the ticks after the last boundary."""
+        """Settle the steps after the last boundary."""
         while self._i < len(self.ticks):
             self._settle(self.ticks[self._i])
             self._i += 1
 
 
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    """An expectation that did not hold."""
-
-    expectation: Expectation
-    policy: str
-    field: str
-    expected: Any
-    actual: Any
-
-    def message(self, trace_name: str) -> str:
-        """`trace.jsonl:5: [continuous] request 'r2' finished: expected 8, got 9`."""
-        return (f"{trace_name}:{self.expectation.line}: [{self.policy}] "
-                f"{self.expectation.subject} {self.field}: expected "
-                f"{show(self.expected)}, got {show(self.actual)}")
-
-
-def _same(expected: Any, actual: Any) -> bool:
+def holds(expected: Any, actual: Any) -> bool:
+    """Whether `actual` meets `expected`: equal to it, or within its bounds (a dict)."""
+    if isinstance(expected, dict):
+        if isinstance(actual, bool) or not isinstance(actual, (int, float)):
+            return False
+        if "min" in expected and actual < expected["min"]:
+            return False
+        if "max" in expected and actual > expected["max"]:
+            return False
+        if "approx" in expected:
+            target = expected["approx"]
+            rel = expected.get("rel", 0 if "abs" in expected else DEFAULT_REL)
+            allowed = max(rel * abs(target), expected.get("abs", 0))
+            # A hair of slack for floating point, far below any tolerance people write.
+            if abs(actual - target) > allowed * (1 + 1e-12) + 1e-15:
+                return False
+        return True
     if isinstance(expected, bool) or isinstance(actual, bool):
         return expected is actual
     return expected == actual
 
 
+def describe_expected(expected: Any) -> str:
+    """How an expectation reads in a message: `8`, `<= 0.5`, `3504.1 (rel 0.001)`."""
+    if not isinstance(expected, dict):
+        return show(expected)
+    parts = []
+    if "min" in expected and "max" in expected:
+        parts.append(f"between {show(expected['min'])} and {show(expected['max'])}")
+    elif "min" in expected:
+        parts.append(f">= {show(expected['min'])}")
+    elif "max" in expected:
+        parts.append(f"<= {show(expected['max'])}")
+    if "approx" in expected:
+        tolerances = [f"{k} {show(expected[k])}" for k in ("rel", "abs") if k in expected]
+        parts.append(f"{show(expected['approx'])} ({', '.join(tolerances) or f'rel {DEFAULT_REL:g}'})")
+    return " and ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldOutcome:
+    """One compared field: what was expected, what the replay gave, whether it held."""
+
+    field: str
+    expected: Any
+    actual: Any
+    ok: bool
+
+    def text(self) -> str:
+        """`finished: expected 8, got 9`."""
+        return f"{self.field}: expected {describe_expected(self.expected)}, got {show(self.actual)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One expectation checked against one policy's replay."""
+
+    expectation: Expectation
+    policy: str
+    fields: tuple[FieldOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when every field held."""
+        return all(f.ok for f in self.fields)
+
+    @property
+    def failures(self) -> list[FieldOutcome]:
+        """The fields that did not hold."""
+        return [f for f in self.fields if not f.ok]
+
+    @property
+    def name(self) -> str:
+        """`line 5: request 'r2' [continuous]`: how a test runner names it."""
+        return f"line {self.expectation.line}: {self.expectation.subject} [{self.policy}]"
+
+    def messages(self, trace_name: str) -> list[str]:
+        """One line per failed field: `trace.jsonl:5: [continuous] request 'r2' finished:
+        expected 8, got 9`."""
+        e = self.expectation
+        return [f"{trace_name}:{e.line}: [{self.policy}] {e.subject} {f.text()}"
+                for f in self.failures]
+
+
+def _applies(exp: Expectation, policy: str) -> bool:
+    return exp.policy is None or exp.policy == policy
+
+
 def verify(expects: list[Expectation], result: RunResult,
-           probe: StateProbe | None) -> list[Failure]:
-    """Compare every expectation that applies to `result.policy`; return the failures."""
-    failures = []
+           probe: StateProbe | None) -> list[CheckResult]:
+    """Compare every expectation that applies to `result.policy`."""
+    clock = result.clock
+    slo = result.options.slo if result.options is not None else None
+    out = []
     by_id = None
     for exp in expects:
-        if exp.policy is not None and exp.policy != result.policy:
+        if not _applies(exp, result.policy):
             continue
         if exp.id is not None:
             if by_id is None:
                 by_id = {r.rid: r for r in result.requests}
             req = by_id.get(exp.id)
-            actual_record = request_record(req) if req is not None else {}
+            actual_record = request_record(req, clock, slo) if req is not None else {}
         elif exp.at is not None:
-            actual_record = probe.values.get(exp.at, {}) if probe else {}
+            step = clock.before(exp.at)
+            actual_record = probe.values.get(step, {}) if probe else {}
         else:
             actual_record = result.summary
-        for field, expected in exp.fields.items():
-            actual = actual_record.get(field)
-            if not _same(expected, actual):
-                failures.append(Failure(exp, result.policy, field, expected, actual))
-    return failures
+        fields = tuple(FieldOutcome(field, expected, actual_record.get(field),
+                                    holds(expected, actual_record.get(field)))
+                       for field, expected in exp.fields.items())
+        out.append(CheckResult(exp, result.policy, fields))
+    return out
 
 
-def snapshot_ticks(expects: list[Expectation], policy: str) -> list[int]:
-    """The ticks whose block counts the expectations for `policy` need."""
-    return [e.at for e in expects
-            if e.at is not None and (e.policy is None or e.policy == policy)]
+def snapshot_ticks(expects: list[Expectation], policy: str, clock: Clock) -> list[int]:
+    """The clock steps whose block counts the expectations for `policy` need."""
+    return [clock.before(e.at) for e in expects if e.at is not None and _applies(e, policy)]
 
 
+def check_trace(trace: Trace, options: Options) -> list[CheckResult]:
+    """Replay `trace` under each of `options.policy` and check its expectations."""
+    expects = list(trace.expects)
+    options, _ = fit_pool(options)
+    clock = Clock.of(options)
+    results: list[CheckResult] = []
+    for policy in options.policy:
+        if not any(_applies(e, policy) for e in expects):
+            continue
+        ticks = snapshot_ticks(expects, policy, clock)
+        probe = StateProbe(ticks, options.num_blocks) if ticks else None
+        result = Engine(trace.workload, options, policy, on_state=probe).run()
+        if probe:
+            probe.finish()
+        results.extend(verify(expects, result, probe))
+    return results

@@ -15,7 +15,6 @@ These functions work on the engine's own state; the engine calls them.
 """
 from __future__ import annotations
 
-from .costmodel import ticks_for
 from .events import AdmissionBlocked, Dispatch, Snapshot
 from .request import DECODE, Request
 
@@ -71,14 +70,15 @@ def fold(engine, flight, until: float) -> None:
     if silent <= 0 or flight.done >= until:
         return
     cost = engine.cost
-    tick = engine.options.tick_seconds
-    size = engine.options.block_size
+    clock = engine.clock
     stats = engine.stats
     done = flight.done
     contexts = sum(r.resident for r in reqs)  # before the next dispatch's rows
     folded = 0
     busy = 0.0
     starts = [] if emit is not None else None
+    durations: dict[int, int] = {}  # steps -> folded dispatches that lasted that long
+    step = 0
     while folded < silent and done < until:
         if starts is not None:
             starts.append(done)
@@ -88,7 +88,8 @@ def fold(engine, flight, until: float) -> None:
         else:
             seconds = cost.decode_seconds(n, contexts)
             busy += seconds
-            step = ticks_for(seconds, tick)
+            step = clock.dispatch_steps(seconds)
+        durations[step] = durations.get(step, 0) + 1
         folded += 1
         contexts += n
         done += step
@@ -99,6 +100,19 @@ def fold(engine, flight, until: float) -> None:
         return  # an on-demand policy would have to preempt: no folding
     if starts is not None:
         _emit_folded(engine, reqs, starts, done)
+    # Output gaps (ITL): the flight's own completion ends each request's gap
+    # since its last output; each folded dispatch but the last (which becomes
+    # the flight) completes n outputs one dispatch after the previous ones.
+    gaps = stats.itl
+    first = flight.done
+    for req in reqs:
+        gap = first - req.last_output_at
+        gaps[gap] = gaps.get(gap, 0) + 1
+        req.last_output_at = done - step
+    durations[step] -= 1
+    for length, count in durations.items():
+        if count:
+            gaps[length] = gaps.get(length, 0) + n * count
     for req in reqs:
         allocator.grow(req.rid, req.resident + folded)
         req.resident += folded

@@ -1,11 +1,11 @@
 """Importing public trace formats into trace v1 (the `convert` command, SPEC §10).
 
-Each importer reads one format's text and returns trace v1 records. The
-rule for time is the same everywhere: a request's arrival tick is its
-timestamp minus the earliest timestamp of the file, divided by the tick
-length, rounded down; requests that land on the same tick keep their file
-order. Arithmetic is exact (integers and fractions), so a timestamp never
-rounds differently on another machine. Ids are `<format>-<line>`, so every
+Each importer reads one format's text and returns trace v1 records with
+times in seconds (`time_unit: "s"` in the config record). The rule for time
+is the same everywhere: a request's arrival is its timestamp minus the
+earliest timestamp of the file, computed exactly (integers and fractions)
+and written as the float nearest to it, so a timestamp never rounds
+differently on another machine; requests keep their file order. Ids are `<format>-<line>`, so every
 request can be traced back to its line in the source file.
 
 A bad row is reported with its line number; without `strict` it is
@@ -207,23 +207,21 @@ FORMATS: dict[str, Callable[[str, _Rows], Any]] = {
 }
 
 
-def convert(fmt: str, text: str, name: str, tick_ms: Fraction | int | float = 1) -> Conversion:
+def convert(fmt: str, text: str, name: str) -> Conversion:
     """Convert `text` in format `fmt` to trace v1 records (a config record first)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
-    tick = Fraction(str(tick_ms)) if isinstance(tick_ms, float) else Fraction(tick_ms)
-    if tick <= 0:
-        raise ValueError(f"the tick length must be > 0 ms, got {tick_ms}")
     rows = _Rows(name)
     failed = FORMATS[fmt](text, rows) or 0
-    config: dict[str, Any] = {"type": "config", "tick_seconds": float(tick / 1000)}
+    config: dict[str, Any] = {"type": "config", "time_unit": "s"}
     if fmt == "mooncake":
         config["hash_block_size"] = MOONCAKE_HASH_BLOCK
     records = [config]
     if rows.rows:
         start = min(ms for _, ms, _ in rows.rows)
         for line, ms, fields in rows.rows:
-            arrival = int((ms - start) // tick)
+            seconds = float((ms - start) / 1000)
+            arrival = int(seconds) if seconds.is_integer() else seconds
             records.append({"type": "request", "id": f"{fmt}-{line}", "arrival": arrival,
                             **fields})
     return Conversion(records, rows.problems, failed)

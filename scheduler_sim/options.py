@@ -12,9 +12,51 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["OptionSpec", "OPTIONS", "Options", "check_value", "DEFAULT_POLICIES"]
+__all__ = ["OptionSpec", "OPTIONS", "Options", "check_value", "DEFAULT_POLICIES", "SLO_METRICS",
+           "parse_slo", "format_slo"]
 
 DEFAULT_POLICIES = ("continuous",)
+
+# Metrics an SLO may bound (vLLM's goodput names); `e2e` is accepted for `e2el`.
+SLO_METRICS = ("ttft", "tpot", "e2el")
+
+
+def parse_slo(value: Any) -> tuple[tuple[str, float], ...] | None:
+    """`'ttft=0.2,tpot=0.05'` or `{"ttft": 0.2}` -> (("ttft", 0.2), ("tpot", 0.05)).
+
+    Objectives come back in `SLO_METRICS` order; None when the value is not
+    a valid set of objectives.
+    """
+    if isinstance(value, str):
+        pairs = []
+        for part in value.split(","):
+            name, sep, number = part.strip().partition("=")
+            if not sep:
+                return None
+            try:
+                pairs.append((name.strip(), float(number)))
+            except ValueError:
+                return None
+    elif isinstance(value, dict):
+        pairs = list(value.items())
+    else:
+        return None
+    out: dict[str, float] = {}
+    for name, number in pairs:
+        name = "e2el" if name == "e2e" else name
+        if (name not in SLO_METRICS or name in out or isinstance(number, bool)
+                or not isinstance(number, (int, float)) or not math.isfinite(number)
+                or number <= 0):
+            return None
+        out[name] = number
+    if not out:
+        return None
+    return tuple((name, out[name]) for name in SLO_METRICS if name in out)
+
+
+def format_slo(slo: tuple[tuple[str, float], ...]) -> str:
+    """The objectives as the flag spells them: `ttft=0.2,tpot=0.05`."""
+    return ",".join(f"{name}={value:g}" for name, value in slo)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +73,7 @@ class OptionSpec:
     nullable: bool = False
     exclusive_minimum: bool = False
     choices: tuple[str, ...] = ()
+    trace_only: bool = False  # a property of the trace file: no command-line flag
 
     @property
     def flag(self) -> str:
@@ -48,17 +91,17 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("prefill_chunk", "int", None,
                    "prompt tokens per request per dispatch (default: token_budget)",
                    minimum=1, nullable=True),
-        OptionSpec("release_delay", "int", 0,
-                   "ticks before a freed block becomes reusable", minimum=0),
+        OptionSpec("release_delay", "duration", 0,
+                   "time before a freed block becomes reusable (trace time unit)", minimum=0),
         OptionSpec("policy", "policies", list(DEFAULT_POLICIES),
                    "policy name, or a list of names replayed side by side"),
         OptionSpec("order", "str", "fcfs", "waiting-queue order"),
         OptionSpec("seed", "int", 0, "seed of the `random` order", minimum=0),
         OptionSpec("lpm_threshold", "int", 128,
                    "`lpm` falls back to fcfs when more requests than this wait", minimum=0),
-        OptionSpec("waiting_timeout", "int", None,
-                   "abort a request that waits longer than this many ticks (default: never)",
-                   minimum=1, nullable=True),
+        OptionSpec("waiting_timeout", "duration", None,
+                   "abort a request that waits longer than this (trace time unit; default: never)",
+                   minimum=0, exclusive_minimum=True, nullable=True),
         OptionSpec("resume_order", "str", "front",
                    "where a preempted request waits again: front of the queue or by arrival",
                    choices=("front", "arrival")),
@@ -76,14 +119,28 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("schedule_conservativeness", "float", 1.0,
                    "sglang: scales the initial new_token_ratio (0.7)", minimum=0.0,
                    exclusive_minimum=True),
-        OptionSpec("batch_window", "int", 8,
-                   "dynamic: ticks the oldest request may wait before a partial batch starts",
-                   minimum=0),
+        OptionSpec("batch_window", "duration", 8,
+                   "dynamic: how long the oldest request may wait before a partial batch "
+                   "starts (trace time unit)", minimum=0),
         OptionSpec("prefix_caching", "bool", False, "share cached prefix blocks (SPEC §8)"),
         OptionSpec("hash_block_size", "int", None,
                    "tokens per trace block hash (default: block_size)", minimum=1, nullable=True),
-        OptionSpec("tick_seconds", "float", None, "seconds per tick, with a cost model",
-                   minimum=1e-9, nullable=True),
+        OptionSpec("time_unit", "str", "tick",
+                   "unit of every time in the trace: tick, s or ms", choices=("tick", "s", "ms"),
+                   trace_only=True),
+        OptionSpec("tick_seconds", "float", None,
+                   "seconds per tick: a trace tick under a cost model, or one dispatch of a "
+                   "trace in s or ms replayed without one (default: 0.001)",
+                   minimum=1e-12, maximum=3600.0, nullable=True),
+        OptionSpec("clock_resolution", "float", None,
+                   "with a cost model, seconds per clock step: dispatch durations are rounded "
+                   "up to it (default: 1e-06)", minimum=1e-15, maximum=1.0, nullable=True),
+        OptionSpec("max_concurrency", "int", None,
+                   "closed-loop clients: at most this many requests in flight, the rest wait "
+                   "for a slot (default: open loop)", minimum=1, nullable=True),
+        OptionSpec("slo", "slo", None,
+                   "service-level objectives for goodput, e.g. ttft=0.2,tpot=0.05,e2el=5 "
+                   "(in the results' time unit)", nullable=True),
         OptionSpec("cost_model", "str", None,
                    "MODEL/GPU for the roofline cost model, e.g. llama-3-8b/h100-sxm (SPEC §9)",
                    nullable=True),
@@ -96,6 +153,15 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("step_overhead", "float", 0.0005,
                    "cost model: fixed seconds added to every dispatch", minimum=0.0,
                    maximum=3600.0),
+        OptionSpec("gpu_memory_utilization", "float", 0.9,
+                   "cost model: fraction of GPU memory for weights, activations and the KV "
+                   "pool, which sizes num_blocks when it is not given", minimum=0.0,
+                   exclusive_minimum=True, maximum=1.0),
+        OptionSpec("tp", "int", 1,
+                   "cost model: tensor-parallel GPUs sharing weights, FLOPs and KV", minimum=1),
+        OptionSpec("activation_reserve", "float", 3.05,
+                   "cost model: GiB per GPU kept for activations and memory outside the "
+                   "weights and the KV pool", minimum=0.0, maximum=1e6),
     )
 }
 
@@ -113,6 +179,13 @@ def _describe(spec: OptionSpec) -> str:
             text += f" in [{spec.minimum:g}, {spec.maximum:g}]"
         elif spec.minimum is not None:
             text += f" {'>' if spec.exclusive_minimum else '>='} {spec.minimum}"
+    elif spec.kind == "duration":
+        text = "a number"
+        if spec.minimum is not None:
+            text += f" {'>' if spec.exclusive_minimum else '>='} {spec.minimum:g}"
+    elif spec.kind == "slo":
+        text = ("objectives like 'ttft=0.2,tpot=0.05' (metrics " + ", ".join(SLO_METRICS)
+                + ", each a number > 0)")
     elif spec.kind == "bool":
         text = "true or false"
     elif spec.kind == "policies":
@@ -169,6 +242,15 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
         if spec.maximum is not None and value > spec.maximum:
             return None, bad
         return value, None
+    if spec.kind == "duration":
+        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+            return None, bad
+        if value < spec.minimum or (spec.exclusive_minimum and value == spec.minimum):
+            return None, bad
+        return (int(value) if float(value).is_integer() else value), None
+    if spec.kind == "slo":
+        parsed = parse_slo(value)
+        return (parsed, None) if parsed is not None else (None, bad)
     if spec.kind == "bool":
         return (value, None) if isinstance(value, bool) else (None, bad)
     if spec.kind == "policies":
@@ -182,63 +264,115 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
     return value, None
 
 
+# Options whose values are durations in the trace's time unit.
+DURATION_OPTIONS = tuple(name for name, spec in OPTIONS.items() if spec.kind == "duration")
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """The resolved options of one run: defaults, then the trace config, then flags."""
+    """The resolved options of one run: defaults, then the trace config, then flags.
+
+    `origin` says where each option that was not left at its default came
+    from: `trace` (the config record), `flag`, or `derived` (the KV pool
+    sized from the GPU, see `costmodel.size_pool`).
+    """
 
     block_size: int = 16
     num_blocks: int = 2048
     token_budget: int = 2048
     max_rows: int = 256
     prefill_chunk: int = 2048
-    release_delay: int = 0
+    release_delay: float = 0
     policy: tuple[str, ...] = DEFAULT_POLICIES
     order: str = "fcfs"
     seed: int = 0
     lpm_threshold: int = 128
-    waiting_timeout: int | None = None
+    waiting_timeout: float | None = None
     resume_order: str = "front"
     watermark: float = 0.0
     full_prompt_gate: bool = True
     victim: str | None = None
     max_preemptions: int | None = None
     schedule_conservativeness: float = 1.0
-    batch_window: int = 8
+    batch_window: float = 8
     prefix_caching: bool = False
     hash_block_size: int = 16
+    time_unit: str = "tick"
     tick_seconds: float | None = None
+    clock_resolution: float | None = None
+    max_concurrency: int | None = None
+    slo: tuple[tuple[str, float], ...] | None = None
     cost_model: str | None = None
     mfu: float = 400 / 989
     bandwidth_efficiency: float = 0.8
     step_overhead: float = 0.0005
+    gpu_memory_utilization: float = 0.9
+    tp: int = 1
+    activation_reserve: float = 3.05
+    origin: dict[str, str] = dataclasses.field(default_factory=dict, compare=False,
+                                               repr=False)
 
     @classmethod
-    def resolve(cls, *layers: dict[str, Any]) -> "Options":
-        """Merge already-validated option dicts, later layers winning; fill derived defaults."""
+    def resolve(cls, *layers: dict[str, Any],
+                sources: tuple[str, ...] = ("trace", "flag")) -> "Options":
+        """Merge already-validated option dicts, later layers winning; fill derived defaults.
+
+        Layer i is named `sources[i]` in `origin` (`given` past the names).
+        """
         merged: dict[str, Any] = {}
-        for layer in layers:
-            merged.update({k: v for k, v in layer.items()})
+        origin: dict[str, str] = {}
+        for i, layer in enumerate(layers):
+            merged.update(layer)
+            origin.update({k: sources[i] if i < len(sources) else "given" for k in layer})
         values = {name: spec.default for name, spec in OPTIONS.items()}
         values.update(merged)
         if values["prefill_chunk"] is None:
             values["prefill_chunk"] = values["token_budget"]
         if values["hash_block_size"] is None:
             values["hash_block_size"] = values["block_size"]
-        if values["cost_model"] is not None and values["tick_seconds"] is None:
-            values["tick_seconds"] = 0.001  # a cost model needs a clock: 1 ms ticks
         values["policy"] = tuple(values["policy"])
-        return cls(**values)
+        if isinstance(values["slo"], (str, dict)):
+            values["slo"] = parse_slo(values["slo"])
+        return cls(**values, origin=origin)
 
     def problems(self) -> list[str]:
         """Combinations of values that cannot work together."""
         out = []
         if self.order == "lpm" and not self.prefix_caching:
             out.append("order 'lpm' needs prefix_caching: true (it sorts by cached prefix)")
+        if self.time_unit == "tick":
+            for name in DURATION_OPTIONS:
+                value = getattr(self, name)
+                if value is not None and not float(value).is_integer():
+                    out.append(f"{name} must be a whole number of ticks (the trace's "
+                               f"time_unit is tick), got {show(value)}")
+        return out
+
+    def unused(self) -> list[str]:
+        """Options set away from their default that change nothing in this run, and why."""
+        out = []
+        real = self.time_unit != "tick"
+        if self.cost_model is None:
+            if self.tick_seconds is not None and not real:
+                out.append("tick_seconds has no effect: without a cost model a tick trace "
+                           "is replayed in ticks")
+            if self.clock_resolution is not None:
+                out.append("clock_resolution has no effect without a cost model (a dispatch "
+                           "is one tick)")
+            for name in ("gpu_memory_utilization", "tp", "activation_reserve", "mfu",
+                         "bandwidth_efficiency", "step_overhead"):
+                if name in self.origin:
+                    out.append(f"{name} has no effect without a cost model")
+        elif self.tick_seconds is not None and real:
+            out.append(f"tick_seconds has no effect: the trace's times are in "
+                       f"{self.time_unit}, and with a cost model the clock steps by "
+                       "clock_resolution")
         return out
 
     def as_dict(self) -> dict[str, Any]:
         """The options as a JSON-ready dict, in table order."""
-        out = dataclasses.asdict(self)
+        out = {name: getattr(self, name) for name in OPTIONS}
         out["policy"] = list(self.policy)
+        if self.slo is not None:
+            out["slo"] = dict(self.slo)
         return out
-

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from typing import Any, Callable, TextIO
 
+from .clock import Clock
 from .errors import UsageError
 from .events import Event
 
@@ -30,11 +31,14 @@ class EventFile:
 
     Records go to a temporary file beside the target, renamed over it at
     `commit`; `abort` removes it. `-` streams to standard output instead.
+    Times are written in `clock`'s unit (ticks, or seconds with a cost model).
     """
 
-    def __init__(self, target: str, stdout: TextIO, tag_policy: bool) -> None:
+    def __init__(self, target: str, stdout: TextIO, tag_policy: bool,
+                 clock: Clock | None = None) -> None:
         self.target = target
         self.tag_policy = tag_policy
+        self.clock = clock if clock is not None and clock.in_seconds else None
         self._tmp: str | None = None
         self._lines: list[str] = []
         if target == "-":
@@ -56,9 +60,10 @@ class EventFile:
         lines = self._lines
         append = lines.append
         handle = self.handle
+        clock = self.clock
 
         def on_event(event: Event) -> None:
-            append(event.to_json(tag))
+            append(event.to_json(tag, clock))
             if len(lines) >= 4096:
                 handle.write("\n".join(lines) + "\n")
                 lines.clear()

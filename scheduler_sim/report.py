@@ -1,54 +1,83 @@
-"""Turning run summaries into what people read: aligned tables and JSON.
+"""Turning run summaries into what people read: aligned tables, JSON and CSV.
 
 The replay table puts policies side by side, one metric per line, each with
-its unit. Rows for statuses that did not occur (cancelled, rejected, ...)
-are left out so the table stays short.
+its unit. Every output of a run speaks one time unit (`clock.Clock.label`):
+ticks without a cost model, seconds with one; the header says which, what
+ran (every option away from its default, and where it came from) and, with
+a cost model, how the KV pool follows from the GPU. Rows for things that did
+not happen (cancellations, client waits, SLOs nobody set) are left out so
+the table stays short.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 from typing import Any
 
-from .options import Options
+from .clock import Clock
+from .costmodel import PoolSizing
+from .options import OPTIONS, Options, format_slo
+from .summary import METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS
 
-__all__ = ["format_table", "format_json", "format_number", "format_requests", "TABLE_ROWS",
-           "REQUEST_COLUMNS", "TIME_FIELDS", "in_seconds"]
+__all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
+           "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text"]
 
-# (label, unit, summary field); a None field starts a heading line.
-TABLE_ROWS: tuple[tuple[str, str, str | None], ...] = (
-    ("requests", "", "requests"),
-    ("completed", "", "completed"),
-    ("cancelled", "", "finished_aborted"),
-    ("rejected", "", "finished_ignored"),
-    ("timed out", "", "finished_timeout"),
-    ("stalled", "", "finished_error"),
-    ("iterations", "dispatches", "iterations"),
-    ("empty iterations", "ticks", "empty_iterations"),
-    ("makespan", "ticks", "makespan"),
-    ("queue delay  mean", "ticks", "queue_delay_mean"),
-    ("             p50", "ticks", "queue_delay_p50"),
-    ("             p99", "ticks", "queue_delay_p99"),
-    ("TTFT         mean", "ticks", "ttft_mean"),
-    ("             p50", "ticks", "ttft_p50"),
-    ("             p99", "ticks", "ttft_p99"),
-    ("TPOT         mean", "ticks/token", "tpot_mean"),
-    ("end-to-end   mean", "ticks", "e2e_mean"),
-    ("             p50", "ticks", "e2e_p50"),
-    ("             p99", "ticks", "e2e_p99"),
-    ("padding rows", "rows", "padding_rows"),
-    ("preemptions", "", "preemptions"),
-    ("useful rows", "rows", "useful_rows"),
-    ("replayed rows", "rows", "replay_rows"),
-    ("cached tokens", "tokens", "cached_tokens"),
-    ("peak reserved", "blocks", "peak_reserved"),
-    ("peak allocated", "blocks", "peak_allocated"),
-    ("mean batch", "rows", "mean_batch_rows"),
-    ("mean batch", "tokens", "mean_batch_tokens"),
-)
+_METRIC_LABELS = {"queue_delay": "queue delay", "client_wait": "client wait", "ttft": "TTFT",
+                  "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
 
-# Rows shown only when some policy has a non-zero value.
+
+def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
+    """(label, unit, summary field) of the replay table, units in the run's clock."""
+    t = clock.label
+    per = "s" if clock.in_seconds else "tick"
+    rows = [
+        ("requests", "", "requests"),
+        ("completed", "", "completed"),
+        ("cancelled", "", "finished_aborted"),
+        ("rejected", "", "finished_ignored"),
+        ("timed out", "", "finished_timeout"),
+        ("stalled", "", "finished_error"),
+        ("iterations", "dispatches", "iterations"),
+        ("empty iterations", "", "empty_iterations"),
+        ("makespan", t, "makespan"),
+        ("duration", t, "duration"),
+        ("throughput   requests", f"req/{per}", "request_throughput"),
+        ("             input", f"tok/{per}", "input_throughput"),
+        ("             output", f"tok/{per}", "output_throughput"),
+        ("             total", f"tok/{per}", "total_token_throughput"),
+    ]
+    for metric in METRICS:
+        label = _METRIC_LABELS[metric]
+        for i, stat in enumerate(STATS):
+            unit = f"{t}/token" if metric == "tpot" else t
+            rows.append(((label.ljust(13) if i == 0 else " " * 13) + stat, unit,
+                         f"{metric}_{stat}"))
+    rows += [
+        ("SLO met", "requests", "slo_met"),
+        ("SLO attainment", "%", "slo_attainment"),
+        ("goodput", f"req/{per}", "request_goodput"),
+        ("deadlines", "requests", "deadlines"),
+        ("deadline misses", "requests", "deadline_misses"),
+        ("padding rows", "rows", "padding_rows"),
+        ("preemptions", "", "preemptions"),
+        ("useful rows", "rows", "useful_rows"),
+        ("replayed rows", "rows", "replay_rows"),
+        ("cached tokens", "tokens", "cached_tokens"),
+        ("peak reserved", "blocks", "peak_reserved"),
+        ("peak allocated", "blocks", "peak_allocated"),
+        ("mean batch", "rows", "mean_batch_rows"),
+        ("mean batch", "tokens", "mean_batch_tokens"),
+        ("busy", "s", "busy_seconds"),
+    ]
+    return tuple(rows)
+
+
+# Rows shown only when some policy has a value other than 0 or null.
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
-             "empty_iterations", "padding_rows", "cached_tokens"}
+             "empty_iterations", "padding_rows", "cached_tokens", "slo_met", "slo_attainment",
+             "request_goodput", "deadlines", "deadline_misses", "busy_seconds"}
+_OPTIONAL_PREFIXES = ("client_wait_",)
 
 
 def format_number(value: Any) -> str:
@@ -64,54 +93,105 @@ def format_number(value: Any) -> str:
     return str(value)
 
 
-def options_line(options: Options, requests: int) -> str:
-    """The line under the title: the numbers that shape every result."""
+def format_time(value: Any, clock: Clock) -> str:
+    """A time in the run's unit: seconds with 4 decimals, ticks as numbers."""
+    if value is None:
+        return "-"
+    if clock.in_seconds:
+        return f"{value:,.4f}"
+    return format_number(value)
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+def options_text(options: Options) -> list[str]:
+    """`name value (source)` for every option away from its default, in table order."""
+    out = []
+    for name, spec in OPTIONS.items():
+        source = options.origin.get(name)
+        if source is None:
+            continue
+        value = getattr(options, name)
+        default = spec.default
+        if name == "policy":
+            default = tuple(default)
+        if value == default and source != "derived":
+            continue
+        if name == "slo" and value is not None:
+            text = format_slo(value)
+        elif value is None:
+            text = "null"
+        else:
+            text = _value_text(value)
+        out.append(f"{name} {text} ({source})")
+    return out
+
+
+def _wrap(prefix: str, items: list[str], width: int = 100) -> list[str]:
+    lines, line = [], prefix
+    for item in items:
+        piece = item if line == prefix else " · " + item
+        if line != prefix and len(line) + len(piece) > width:
+            lines.append(line)
+            line, piece = " " * len(prefix) + item, ""
+        line += piece
+    lines.append(line)
+    return lines
+
+
+def header_lines(command: str, trace_name: str, options: Options, clock: Clock,
+                 requests: int, pool: PoolSizing | None) -> list[str]:
+    """The lines above a table: what ran, in which unit, and with which options."""
     noun = "request" if requests == 1 else "requests"
-    return (f"{requests:,} {noun} · block_size {options.block_size} tokens · num_blocks "
-            f"{options.num_blocks:,} · token_budget {options.token_budget:,} tokens · max_rows "
-            f"{options.max_rows} · prefill_chunk {options.prefill_chunk:,} tokens · "
-            f"release_delay {options.release_delay} ticks · order {options.order}")
-
-
-# Summary fields measured in ticks: shown in seconds when ticks have a length.
-TIME_FIELDS = ("makespan",) + tuple(
-    f"{m}_{s}" for m in ("queue_delay", "ttft", "tpot", "e2e")
-    for s in ("mean", "p50", "p90", "p99", "max"))
-
-
-def in_seconds(run: dict[str, Any], tick_seconds: float) -> dict[str, Any]:
-    """The time fields of a run summary converted from ticks to seconds."""
-    return {f: (None if run.get(f) is None else round(run[f] * tick_seconds, 6))
-            for f in TIME_FIELDS}
-
-
-def _seconds(value: Any) -> str:
-    return "-" if value is None else f"{value:,.3f}"
-
-
-def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]]) -> str:
-    """The side-by-side table of `replay`: one column per policy.
-
-    With `tick_seconds` set (a cost model), times are shown in seconds.
-    """
-    policies = [run["policy"] for run in runs]
-    lines = [f"scheduler-sim replay {trace_name}",
-             options_line(options, runs[0]["requests"] if runs else 0)]
-    tick = options.tick_seconds
+    lines = [f"scheduler-sim {command} {trace_name}",
+             f"{requests:,} {noun} · {clock.describe()}"]
     if options.cost_model:
-        lines.append(f"cost model {options.cost_model} · 1 tick = {tick * 1000:g} ms")
+        lines.append(f"cost model {options.cost_model}"
+                     + (f" on {options.tp} GPUs" if options.tp > 1 else ""))
+    if pool is not None:
+        lines.append(pool.describe())
+    lines += _wrap("options: ", options_text(options) or ["all defaults"])
+    lines += [f"note: {text}" for text in options.unused()]
+    return lines
+
+
+def _shown(field: str, values: list[Any]) -> bool:
+    if field in _OPTIONAL or field.startswith(_OPTIONAL_PREFIXES):
+        return any(v not in (None, 0) for v in values)
+    return True
+
+
+def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
+                 clock: Clock | None = None, pool: PoolSizing | None = None) -> str:
+    """The side-by-side table of `replay`: one column per policy, times in the run's unit."""
+    clock = clock or Clock.of(options)
+    policies = [run["policy"] for run in runs]
+    lines = header_lines("replay", trace_name, options, clock,
+                         runs[0]["requests"] if runs else 0, pool)
     lines.append("")
-    converted = [in_seconds(run, tick) for run in runs] if tick else None
+    time_fields = {"makespan", "duration"} | {f"{m}_{s}" for m in METRICS for s in STATS}
     rows = []
-    for label, unit, field in TABLE_ROWS:
+    for label, unit, field in table_rows(clock):
         values = [run.get(field) for run in runs]
-        if field in _OPTIONAL and not any(values):
+        if not _shown(field, values):
             continue
-        if converted and field in TIME_FIELDS:
-            unit = unit.replace("ticks", "s")
-            rows.append((label, unit, [_seconds(c[field]) for c in converted]))
-            continue
-        rows.append((label, unit, [format_number(v) for v in values]))
+        if field in time_fields:
+            cells = [format_time(v, clock) for v in values]
+        elif field == "slo_attainment":
+            cells = ["-" if v is None else f"{v * 100:.2f}" for v in values]
+        elif field == "busy_seconds":
+            cells = ["-" if v is None else f"{v:,.4f}" for v in values]
+        else:
+            cells = [format_number(v) for v in values]
+        rows.append((label, unit, cells))
     label_w = max(len(r[0]) for r in rows)
     unit_w = max(len(r[1]) for r in rows)
     col_w = [max(len(p), *(len(r[2][i]) for r in rows)) for i, p in enumerate(policies)]
@@ -125,18 +205,24 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]]) 
     return "\n".join(lines) + "\n"
 
 
-def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]]) -> str:
-    """The same content as the table, as one JSON document (times in ticks, and in
-    seconds under `seconds` when ticks have a length)."""
-    if options.tick_seconds:
-        runs = [{**run, "seconds": in_seconds(run, options.tick_seconds)} for run in runs]
-    doc = {"trace": trace_name, "options": options.as_dict(), "runs": runs}
+def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]],
+                clock: Clock | None = None, pool: PoolSizing | None = None) -> str:
+    """The same content as the table, as one JSON document; `time_unit` names the
+    unit of every time in it."""
+    clock = clock or Clock.of(options)
+    doc: dict[str, Any] = {"trace": trace_name, "time_unit": clock.label,
+                           "options": options.as_dict(), "origin": dict(options.origin)}
+    if pool is not None:
+        doc["pool"] = {"blocks": pool.blocks, "block_bytes": pool.block_bytes,
+                       "usable_bytes": pool.usable, "weight_bytes": pool.weights,
+                       "reserve_bytes": pool.reserve, "kv_bytes": pool.kv}
+    doc["runs"] = runs
     return json.dumps(doc, indent=2) + "\n"
 
 
 # (heading, per-request field) of the `--requests` table.
 REQUEST_COLUMNS = (
-    ("id", "id"), ("arrival", "arrival"), ("admitted", "admitted"),
+    ("id", "id"), ("arrival", "arrival"), ("sent", "sent"), ("admitted", "admitted"),
     ("first token", "first_token"), ("finished", "finished"), ("status", "status"),
     ("P", "prompt_tokens"), ("N", "output_tokens"), ("cached", "cached_tokens"),
     ("preempt", "preemptions"),
@@ -144,18 +230,53 @@ REQUEST_COLUMNS = (
 )
 
 
-def format_requests(policy: str, records: list[dict[str, Any]]) -> str:
-    """One line per request: when it was admitted, produced, ended, and the work it cost."""
-    heads = [h for h, _ in REQUEST_COLUMNS]
-    cells = [[format_number(r[f]) for _, f in REQUEST_COLUMNS] for r in records]
+def format_requests(policy: str, records: list[dict[str, Any]], clock: Clock | None = None,
+                    closed_loop: bool = False) -> str:
+    """One line per request: when it was admitted, produced, ended, and the work it cost.
+
+    The `sent` column appears only with closed-loop clients, where it can
+    differ from the arrival.
+    """
+    clock = clock or Clock()
+    columns = [c for c in REQUEST_COLUMNS if closed_loop or c[1] != "sent"]
+    heads = [h for h, _ in columns]
+
+    def cell(record: dict[str, Any], field: str) -> str:
+        value = record[field]
+        if field in TIME_REQUEST_FIELDS:
+            return format_time(value, clock)
+        return format_number(value)
+
+    cells = [[cell(r, f) for _, f in columns] for r in records]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h)
               for i, h in enumerate(heads)]
-    left = {0, 5}  # id and status read better left-aligned
+    left = {heads.index("id"), heads.index("status")}  # read better left-aligned
 
     def line(values: list[str]) -> str:
         return "  ".join(v.ljust(w) if i in left else v.rjust(w)
                          for i, (v, w) in enumerate(zip(values, widths))).rstrip()
 
-    out = [f"requests under {policy} (times in ticks)", line(heads)]
+    out = [f"requests under {policy} (times in {clock.label})", line(heads)]
     out.extend(line(c) for c in cells)
     return "\n".join(out) + "\n"
+
+
+def format_csv(per_policy: list[tuple[str, list[dict[str, Any]]]]) -> str:
+    """Every per-request field, one row per request and policy (`policy` first)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(("policy",) + REQUEST_FIELDS)
+    for policy, records in per_policy:
+        for record in records:
+            writer.writerow([policy] + [_csv_value(record[f]) for f in REQUEST_FIELDS])
+    return buffer.getvalue()
+
+
+def _csv_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

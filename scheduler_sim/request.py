@@ -37,6 +37,7 @@ class Request:
         "status", "outputs", "resident", "restore", "high_water", "emit_on_restore",
         "credit", "useful_rows", "replay_rows", "preemptions", "admitted_at",
         "first_token_at", "finished_at", "admit_seq", "cached_tokens", "block_keys", "wait_since",
+        "sent", "last_output_at",
     )
 
     def __init__(self, rid: str, index: int, arrival: int, prompt_tokens: int,
@@ -75,6 +76,8 @@ class Request:
         self.cached_tokens = 0    # prompt/sequence tokens found in the prefix cache, summed
         self.block_keys = None    # prefix-cache keys of its blocks (with prefix caching)
         self.wait_since = arrival  # when it last entered the waiting queue
+        self.sent: int | None = None  # when the server received it (after a client slot)
+        self.last_output_at = 0       # completion time of its latest output (for ITL)
 
     def __repr__(self) -> str:
         return (f"Request({self.rid!r}, {self.status.label}, outputs={self.outputs}/"

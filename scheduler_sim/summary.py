@@ -1,42 +1,71 @@
 """Run summaries: per-request records and per-run statistics (SPEC §12).
 
 `RunStats` is fed by the engine as requests end and dispatches run; it keeps
-only the numbers percentiles need. Percentiles are nearest-rank: the value
-at rank ceil(p/100 * n) of the sorted sample.
+only the numbers the statistics need: one value per request for each
+latency, and a count per distinct gap for the inter-token latency (ITL).
+Everything is counted in clock steps and reported in the run's unit
+(`clock.Clock`: ticks, or seconds under a cost model).
+
+The latency metrics carry vLLM's benchmark names. A request's latencies
+count from when the server received it (`sent`: its trace arrival, or the
+moment a client slot freed under `max_concurrency`):
+
+- queue delay: admitted - sent, over requests that were admitted;
+- client wait: sent - arrival, over requests that were sent;
+- TTFT: first_token - sent, over requests that produced an output;
+- TPOT: (finished - first_token) / (N - 1), over completed requests with N > 1;
+- ITL: every gap between two consecutive outputs of a request;
+- E2EL: finished - sent, over completed requests.
+
+Each is given as mean, p50, p90, p99 and max; percentiles are nearest-rank:
+the value at rank ceil(p/100 * n) of the sorted sample. Throughputs divide
+by the duration, from the first arrival to the last completion.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from .clock import Clock
 from .request import Request
 from .states import RequestStatus
 
 __all__ = ["RunStats", "request_record", "nearest_rank", "REQUEST_FIELDS", "RUN_FIELDS",
-           "METRICS", "PERCENTILES"]
+           "METRICS", "PERCENTILES", "STATS", "TIME_REQUEST_FIELDS", "TIME_RUN_FIELDS"]
 
 PERCENTILES = (50, 90, 99)
-METRICS = ("queue_delay", "ttft", "tpot", "e2e")
+STATS = ("mean", "p50", "p90", "p99", "max")
+METRICS = ("queue_delay", "client_wait", "ttft", "tpot", "itl", "e2el")
 
-# Per-request fields (what `expect` with an `id` may compare).
+_COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+
+# Per-request fields (what `expect` with an `id` may compare, and --requests-csv's columns).
 REQUEST_FIELDS = (
-    "id", "arrival", "admitted", "first_token", "finished", "status", "preemptions",
-    "replay_rows", "useful_rows", "outputs", "prompt_tokens", "output_tokens",
-    "max_tokens", "cached_tokens",
+    "id", "arrival", "sent", "admitted", "first_token", "finished", "status",
+    "client_wait", "queue_delay", "ttft", "tpot", "e2el",
+    "preemptions", "replay_rows", "useful_rows", "outputs", "prompt_tokens", "output_tokens",
+    "max_tokens", "cached_tokens", "priority", "deadline", "deadline_missed", "slo_met",
 )
+# Per-request fields that are times, in the run's unit.
+TIME_REQUEST_FIELDS = ("arrival", "sent", "admitted", "first_token", "finished", "client_wait",
+                       "queue_delay", "ttft", "tpot", "e2el", "deadline")
 
 _STATUS_FIELDS = tuple(s.label for s in RequestStatus if s.is_finished)
 
 # Per-run fields (what `expect` without `id` or `at` may compare).
 RUN_FIELDS = (
-    ("requests", "iterations", "empty_iterations", "makespan", "completed")
+    ("requests", "iterations", "empty_iterations", "makespan", "duration", "completed")
     + _STATUS_FIELDS
-    + tuple(f"{m}_{s}" for m in METRICS for s in ("mean", "p50", "p90", "p99", "max"))
-    + ("prompt_tokens", "decode_tokens", "recompute_tokens", "padding_rows", "output_tokens",
+    + ("request_throughput", "input_throughput", "output_throughput",
+       "total_token_throughput")
+    + tuple(f"{m}_{s}" for m in METRICS for s in STATS)
+    + ("slo_met", "slo_attainment", "request_goodput", "deadlines", "deadline_misses",
+       "prompt_tokens", "decode_tokens", "recompute_tokens", "padding_rows", "output_tokens",
        "useful_rows", "replay_rows", "cached_tokens", "preemptions", "peak_reserved",
-       "peak_allocated",
-       "mean_batch_rows", "mean_batch_tokens", "busy_seconds")
+       "peak_allocated", "mean_batch_rows", "mean_batch_tokens", "busy_seconds")
 )
+# Per-run fields that are times, in the run's unit.
+TIME_RUN_FIELDS = ("makespan", "duration") + tuple(f"{m}_{s}" for m in METRICS for s in STATS)
 
 
 def nearest_rank(sorted_values: list, p: float):
@@ -47,25 +76,73 @@ def nearest_rank(sorted_values: list, p: float):
     return sorted_values[rank - 1]
 
 
-def _round(value: float | None) -> float | int | None:
-    if value is None:
+def _counted_rank(counts: list[tuple[int, int]], total: int, p: float) -> int | None:
+    """nearest_rank over a sample given as ascending (value, count) pairs."""
+    if not total:
         return None
-    if isinstance(value, float):
-        value = round(value, 4)
-        if value.is_integer():
-            return int(value)
-    return value
+    rank = max(1, math.ceil(p / 100 * total))
+    seen = 0
+    for value, count in counts:
+        seen += count
+        if seen >= rank:
+            return value
+    return counts[-1][0]
 
 
-def request_record(req: Request) -> dict[str, Any]:
-    """The per-request summary of §12 as a JSON-ready dict."""
+def _latencies(req: Request) -> dict[str, float | int | None]:
+    """A request's latencies in clock steps (None where they do not apply)."""
+    sent = req.sent
+    completed = req.status in _COMPLETED
+    out = {"client_wait": None if sent is None else sent - req.arrival,
+           "queue_delay": None, "ttft": None, "tpot": None, "e2el": None}
+    if sent is None:
+        return out
+    if req.admitted_at is not None:
+        out["queue_delay"] = req.admitted_at - sent
+    if req.first_token_at is not None:
+        out["ttft"] = req.first_token_at - sent
+    if completed:
+        out["e2el"] = req.finished_at - sent
+        if req.output_tokens > 1:
+            out["tpot"] = (req.finished_at - req.first_token_at) / (req.output_tokens - 1)
+    return out
+
+
+def _meets(latency: dict[str, Any], slo, clock: Clock) -> bool:
+    """Whether a completed request's reported latencies are within every objective."""
+    for metric, limit in slo:
+        value = latency[metric]
+        if value is not None and clock.report(value) > limit:
+            return False
+    return True
+
+
+def request_record(req: Request, clock: Clock | None = None,
+                   slo: tuple | None = None) -> dict[str, Any]:
+    """The per-request summary of §12 as a JSON-ready dict, times in the run's unit."""
+    clock = clock or Clock()
+    report = clock.report
+    lat = _latencies(req)
+    completed = req.status in _COMPLETED
+    missed = None
+    if req.deadline is not None:
+        missed = not completed or req.finished_at > req.deadline
+    met = None
+    if slo is not None:
+        met = completed and _meets(lat, slo, clock)
     return {
         "id": req.rid,
-        "arrival": req.arrival,
-        "admitted": req.admitted_at,
-        "first_token": req.first_token_at,
-        "finished": req.finished_at,
+        "arrival": report(req.arrival),
+        "sent": report(req.sent),
+        "admitted": report(req.admitted_at),
+        "first_token": report(req.first_token_at),
+        "finished": report(req.finished_at),
         "status": req.status.label,
+        "client_wait": report(lat["client_wait"]),
+        "queue_delay": report(lat["queue_delay"]),
+        "ttft": report(lat["ttft"]),
+        "tpot": report(lat["tpot"]),
+        "e2el": report(lat["e2el"]),
         "preemptions": req.preemptions,
         "replay_rows": req.replay_rows,
         "useful_rows": req.useful_rows,
@@ -74,14 +151,21 @@ def request_record(req: Request) -> dict[str, Any]:
         "output_tokens": req.output_tokens,
         "max_tokens": req.max_tokens,
         "cached_tokens": req.cached_tokens,
+        "priority": req.priority,
+        "deadline": report(req.deadline),
+        "deadline_missed": missed,
+        "slo_met": met,
     }
 
 
 class RunStats:
     """Accumulates what the per-run summary needs, request by request."""
 
-    def __init__(self) -> None:
-        self.samples: dict[str, list] = {m: [] for m in METRICS}
+    def __init__(self, clock: Clock | None = None, slo: tuple | None = None) -> None:
+        self.clock = clock or Clock()
+        self.slo = slo
+        self.samples: dict[str, list] = {m: [] for m in METRICS if m != "itl"}
+        self.itl: dict[int, int] = {}  # gap in steps -> how many output gaps lasted it
         self.status_counts = {label: 0 for label in _STATUS_FIELDS}
         self.requests = 0
         self.iterations = 0
@@ -99,6 +183,11 @@ class RunStats:
         self.preemptions = 0
         self.cached_tokens = 0
         self.busy_seconds = 0.0  # modelled GPU time, with a cost model
+        self.completed_input = 0   # prompt tokens of completed requests
+        self.completed_output = 0  # output tokens of completed requests
+        self.slo_met = 0
+        self.deadlines = 0
+        self.deadline_misses = 0
 
     def request_ended(self, req: Request) -> None:
         """Fold one request's numbers in, once, when it reaches a terminal state."""
@@ -108,35 +197,65 @@ class RunStats:
         self.preemptions += req.preemptions
         self.cached_tokens += req.cached_tokens
         samples = self.samples
-        if req.admitted_at is not None:
-            samples["queue_delay"].append(req.admitted_at - req.arrival)
-        if req.first_token_at is not None:
-            samples["ttft"].append(req.first_token_at - req.arrival)
-        if req.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED):
-            samples["e2e"].append(req.finished_at - req.arrival)
-            if req.output_tokens > 1:
-                samples["tpot"].append(
-                    (req.finished_at - req.first_token_at) / (req.output_tokens - 1))
+        lat = _latencies(req)
+        for metric, values in samples.items():
+            value = lat[metric]
+            if value is not None:
+                values.append(value)
+        completed = req.status in _COMPLETED
+        if completed:
+            self.completed_input += req.prompt_tokens
+            self.completed_output += req.output_tokens
+            if self.slo is not None and _meets(lat, self.slo, self.clock):
+                self.slo_met += 1
+        if req.deadline is not None:
+            self.deadlines += 1
+            if not completed or req.finished_at > req.deadline:
+                self.deadline_misses += 1
 
-    def summary(self, peak_reserved: int, peak_allocated: int) -> dict[str, Any]:
-        """The per-run summary of §12, fields in `RUN_FIELDS` order."""
+    def summary(self, peak_reserved: int, peak_allocated: int,
+                first_arrival: int = 0) -> dict[str, Any]:
+        """The per-run summary of §12, fields in `RUN_FIELDS` order, times in the
+        run's unit. The duration runs from `first_arrival` to the last completion."""
+        clock = self.clock
+        report = clock.report
+        completed = (self.status_counts["finished_stopped"]
+                     + self.status_counts["finished_length_capped"])
+        span = self.makespan - first_arrival if self.iterations else 0
         out: dict[str, Any] = {
             "requests": self.requests,
             "iterations": self.iterations,
             "empty_iterations": self.empty_iterations,
-            "makespan": self.makespan,
-            "completed": (self.status_counts["finished_stopped"]
-                          + self.status_counts["finished_length_capped"]),
+            "makespan": report(self.makespan),
+            "duration": report(span) if span > 0 else None,
+            "completed": completed,
         }
         out.update(self.status_counts)
+        out.update({
+            "request_throughput": clock.rate(completed, span),
+            "input_throughput": clock.rate(self.completed_input, span),
+            "output_throughput": clock.rate(self.completed_output, span),
+            "total_token_throughput": clock.rate(self.completed_input
+                                                 + self.completed_output, span),
+        })
         for metric in METRICS:
+            if metric == "itl":
+                out.update(self._itl())
+                continue
             values = sorted(self.samples[metric])
-            out[f"{metric}_mean"] = _round(sum(values) / len(values)) if values else None
+            out[f"{metric}_mean"] = report(sum(values) / len(values)) if values else None
             for p in PERCENTILES:
-                out[f"{metric}_p{p}"] = _round(nearest_rank(values, p))
-            out[f"{metric}_max"] = _round(values[-1]) if values else None
+                out[f"{metric}_p{p}"] = report(nearest_rank(values, p))
+            out[f"{metric}_max"] = report(values[-1]) if values else None
+        slo = self.slo is not None
         iters = self.iterations
         out.update({
+            "slo_met": self.slo_met if slo else None,
+            "slo_attainment": (round(self.slo_met / self.requests, 4)
+                               if slo and self.requests else None),
+            "request_goodput": clock.rate(self.slo_met, span) if slo else None,
+            "deadlines": self.deadlines,
+            "deadline_misses": self.deadline_misses,
             "prompt_tokens": self.prompt_tokens,
             "decode_tokens": self.decode_tokens,
             "recompute_tokens": self.recompute_tokens,
@@ -154,3 +273,18 @@ class RunStats:
         })
         assert tuple(out) == RUN_FIELDS, "summary fields drifted from RUN_FIELDS"
         return out
+
+    def _itl(self) -> dict[str, Any]:
+        report = self.clock.report
+        counts = sorted(self.itl.items())
+        total = sum(c for _, c in counts)
+        out = {"itl_mean": report(sum(v * c for v, c in counts) / total) if total else None}
+        for p in PERCENTILES:
+            out[f"itl_p{p}"] = report(_counted_rank(counts, total, p))
+        out["itl_max"] = report(counts[-1][0]) if total else None
+        return out
+
+
+def _round(value: float) -> float | int:
+    value = round(value, 4)
+    return int(value) if value.is_integer() else value

@@ -5,6 +5,14 @@ problem is reported as `file:line: what is wrong, got what`, all problems of
 a file together (capped at `MAX_PROBLEMS`), and never as a traceback. The
 result is a `Trace`: the validated config, the `Workload` the engine replays
 and the `expect` records `check` verifies.
+
+Times in a trace (arrival, deadline, a cancel's or preempt's `at`, an
+expect's `at`) are in the config's `time_unit`: whole ticks by default, or
+numbers of seconds or milliseconds (`s`, `ms`) for real traces.
+
+An expectation compares a field for equality, or holds it to a bound or a
+tolerance: `{"max": 0.5}`, `{"min": 1, "max": 3}`, `{"approx": 3504.1,
+"rel": 0.001}` (or `"abs"`; `approx` alone allows a relative 1e-6).
 """
 from __future__ import annotations
 
@@ -30,11 +38,13 @@ __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
 MAX_PROBLEMS = 50
 SNAPSHOT_FIELDS = ("waiting", "running", "reserved", "allocated", "draining", "free")
 
+BOUND_KEYS = ("min", "max", "approx", "rel", "abs")
 REQUEST_KEYS = ("type", "id", "arrival", "prompt_tokens", "output_tokens", "max_tokens",
                 "priority", "deadline", "prompt_token_ids", "output_token_ids", "block_hashes")
 ACTION_KEYS = ("type", "id", "at")
 RECORD_TYPES = ("config", "request", "cancel", "preempt", "expect")
 STATUS_LABELS = tuple(s.label for s in RequestStatus)
+BOOL_FIELDS = ("deadline_missed", "slo_met")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +54,9 @@ class Expectation:
     line: int
     policy: str | None
     id: str | None          # a per-request expectation
-    at: int | None          # a snapshot expectation
-    fields: dict[str, Any]
+    at: float | None        # a snapshot expectation, in the trace's time unit
+    fields: dict[str, Any]  # field -> expected value, or a dict of bounds (BOUND_KEYS)
+    unit: str = "tick"      # the trace's time unit, for `at`
 
     @property
     def subject(self) -> str:
@@ -53,7 +64,8 @@ class Expectation:
         if self.id is not None:
             return f"request {self.id!r}"
         if self.at is not None:
-            return f"tick {self.at}"
+            return (f"tick {self.at}" if self.unit == "tick"
+                    else f"time {show(self.at)} {self.unit}")
         return "run"
 
 
@@ -66,12 +78,19 @@ class Trace:
     workload: Workload
     expects: tuple[Expectation, ...]
 
+    @property
+    def time_unit(self) -> str:
+        """The unit of the trace's times: `tick`, `s` or `ms`."""
+        return self.config.get("time_unit", "tick")
+
     def describe(self) -> str:
         """The one-line summary `validate` prints."""
         w = self.workload
         parts = [f"{len(w.requests)} requests"]
         if w.requests:
-            parts.append(f"arrivals {w.requests[0].arrival}..{w.requests[-1].arrival} ticks")
+            unit = "ticks" if self.time_unit == "tick" else self.time_unit
+            parts.append(f"arrivals {show(w.requests[0].arrival)}.."
+                         f"{show(w.requests[-1].arrival)} {unit}")
         parts.append(f"{len(w.cancels)} cancels")
         parts.append(f"{len(w.preempts)} preempts")
         parts.append(f"{len(self.expects)} expects")
@@ -216,6 +235,21 @@ class _RecordChecker:
             if key not in allowed:
                 self.fail(f"unknown field {key!r}{_suggest(key, allowed)}")
 
+    def time(self, key: str, unit: str, required: bool = True) -> float | None:
+        """A time in the trace's unit: an integer >= 0 in ticks, a number >= 0 otherwise."""
+        if unit == "tick":
+            return self.integer(key, 0, required)
+        if key not in self.record:
+            if required:
+                self.fail(f"missing field {key!r}")
+            return None
+        value = self.record[key]
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value < 0):
+            self.fail(f"{key} must be a number of {_UNIT_WORDS[unit]} >= 0, got {show(value)}")
+            return None
+        return value
+
     def integer(self, key: str, minimum: int | None = None, required: bool = True) -> int | None:
         if key not in self.record:
             if required:
@@ -249,11 +283,14 @@ class _RecordChecker:
         return tuple(value)
 
 
-def _parse_request(c: _RecordChecker, hash_block_size: int) -> RequestSpec | None:
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds"}
+
+
+def _parse_request(c: _RecordChecker, hash_block_size: int, unit: str) -> RequestSpec | None:
     rec = c.record
     c.unknown_fields(REQUEST_KEYS)
     rid = c.string_id()
-    arrival = c.integer("arrival", 0)
+    arrival = c.time("arrival", unit)
     prompt_ids = c.int_list("prompt_token_ids")
     output_ids = c.int_list("output_token_ids")
     prompt = c.integer("prompt_tokens", 1, required=prompt_ids is None and
@@ -274,7 +311,7 @@ def _parse_request(c: _RecordChecker, hash_block_size: int) -> RequestSpec | Non
     if max_tokens is not None and output is not None and max_tokens < output:
         c.fail(f"max_tokens must be an integer >= output_tokens ({output}), got {max_tokens}")
     priority = c.integer("priority", None, required=False)
-    deadline = c.integer("deadline", 0, required=False)
+    deadline = c.time("deadline", unit, required=False)
     hashes = None
     if "block_hashes" in rec:
         value = rec["block_hashes"]
@@ -293,7 +330,34 @@ def _parse_request(c: _RecordChecker, hash_block_size: int) -> RequestSpec | Non
                        priority or 0, deadline, prompt_ids, output_ids, hashes)
 
 
-def _parse_expect(c: _RecordChecker) -> Expectation | None:
+def _bounds(c: _RecordChecker, key: str, value: dict) -> dict | None:
+    """Check a bound or tolerance object `{"max": 0.5}`; None (reported) when bad."""
+    unknown = [k for k in value if k not in BOUND_KEYS]
+    if unknown:
+        c.fail(f"{key}: unknown bound {unknown[0]!r}{_suggest(unknown[0], BOUND_KEYS)} "
+               f"(known: {', '.join(BOUND_KEYS)})")
+        return None
+    for k, number in value.items():
+        if (isinstance(number, bool) or not isinstance(number, (int, float))
+                or not math.isfinite(number)):
+            c.fail(f"{key}: {k} must be a finite number, got {show(number)}")
+            return None
+    if not value:
+        c.fail(f"{key}: a bound needs min, max or approx, got {{}}")
+        return None
+    if ("rel" in value or "abs" in value) and "approx" not in value:
+        c.fail(f"{key}: rel and abs are tolerances of approx, which is missing")
+        return None
+    if any(value.get(k, 0) < 0 for k in ("rel", "abs")):
+        c.fail(f"{key}: rel and abs must be >= 0, got {show(value)}")
+        return None
+    if "min" in value and "max" in value and value["min"] > value["max"]:
+        c.fail(f"{key}: min must be <= max, got {show(value)}")
+        return None
+    return dict(value)
+
+
+def _parse_expect(c: _RecordChecker, unit: str) -> Expectation | None:
     rec = c.record
     policy = rec.get("policy")
     if "policy" in rec and (not isinstance(policy, str) or policy not in POLICIES):
@@ -308,7 +372,7 @@ def _parse_expect(c: _RecordChecker) -> Expectation | None:
         allowed = [f for f in REQUEST_FIELDS if f != "id"]
         what = "request field"
     elif "at" in rec:
-        at = c.integer("at", 0)
+        at = c.time("at", unit)
         allowed = list(SNAPSHOT_FIELDS)
         what = "snapshot field"
     else:
@@ -321,13 +385,26 @@ def _parse_expect(c: _RecordChecker) -> Expectation | None:
         if key not in allowed:
             c.fail(f"unknown {what} {key!r}{_suggest(key, allowed)}")
             continue
+        if isinstance(value, dict) and key != "status":
+            bounds = _bounds(c, key, value)
+            if bounds is not None:
+                fields[key] = bounds
+            continue
+        if isinstance(value, bool) and key in BOOL_FIELDS:
+            fields[key] = value
+            continue
         if isinstance(value, (list, dict, bool, _Constant)):
-            c.fail(f"{key} must be a number, string or null, got {show(value)}")
+            c.fail(f"{key} must be a number, string, null or a bound like "
+                   f'{{"max": 5}}, got {show(value)}')
             continue
         if key == "status":
             if value not in STATUS_LABELS:
                 c.fail(f"status must be one of {', '.join(STATUS_LABELS)}, got {show(value)}"
                        f"{_suggest(str(value), STATUS_LABELS)}")
+                continue
+        elif key in BOOL_FIELDS:
+            if value is not None:
+                c.fail(f"{key} must be true, false or null, got {show(value)}")
                 continue
         elif isinstance(value, str) or (isinstance(value, float) and not math.isfinite(value)):
             c.fail(f"{key} must be a finite number or null, got {show(value)}")
@@ -337,7 +414,7 @@ def _parse_expect(c: _RecordChecker) -> Expectation | None:
         c.fail("an expect must compare at least one field")
     if not c.ok:
         return None
-    return Expectation(c.line, policy, rid, at, fields)
+    return Expectation(c.line, policy, rid, at, fields, unit)
 
 
 def parse_trace(data: bytes, name: str) -> Trace:
@@ -388,10 +465,11 @@ def parse_trace(data: bytes, name: str) -> Trace:
         c = _RecordChecker(problems, number, f"{kind}{shown}: ", value)
         if kind == "request":
             hbs = config.get("hash_block_size") or config.get("block_size") or 16
+            unit = config.get("time_unit", "tick")
             duplicate = isinstance(label, str) and label in first_line
             if duplicate:
                 c.fail(f"duplicate request id {label!r} (first on line {first_line[label]})")
-            spec = _parse_request(c, hbs)
+            spec = _parse_request(c, hbs, unit)
             if isinstance(label, str) and label and not duplicate:
                 first_line[label] = number  # a known id for cancels and expects
             if spec is not None and not duplicate:
@@ -399,11 +477,11 @@ def parse_trace(data: bytes, name: str) -> Trace:
         elif kind in ("cancel", "preempt"):
             c.unknown_fields(ACTION_KEYS)
             rid = c.string_id()
-            at = c.integer("at", 0)
+            at = c.time("at", config.get("time_unit", "tick"))
             if c.ok:
                 actions.append((Action(kind, rid, at, number), c))
         else:
-            exp = _parse_expect(c)
+            exp = _parse_expect(c, config.get("time_unit", "tick"))
             if exp is not None:
                 expects.append(exp)
     arrivals = {s.id: s.arrival for s in specs}
@@ -412,7 +490,8 @@ def parse_trace(data: bytes, name: str) -> Trace:
             c.fail(f"{action.kind} of unknown request {action.id!r}"
                    f"{_suggest(action.id, first_line)}")
         elif action.id in arrivals and action.at < arrivals[action.id]:
-            c.fail(f"at must be >= the request's arrival ({arrivals[action.id]}), got {action.at}")
+            c.fail(f"at must be >= the request's arrival ({show(arrivals[action.id])}), "
+                   f"got {show(action.at)}")
     for exp in expects:
         if exp.id is not None and exp.id not in first_line:
             problems.add(exp.line, f"expect: unknown request {exp.id!r}{_suggest(exp.id, first_line)}")

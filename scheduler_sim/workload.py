@@ -1,12 +1,16 @@
 """A parsed trace as the engine consumes it: request specs and timed actions.
 
-The trace reader (top layer) builds a `Workload`; the engine (below it) only
-reads one. Requests are ordered by (arrival, trace position) and actions by
-(tick, trace position), which is the registration order of SPEC T2.
+The trace reader (top layer) builds a `Workload` whose times are in the
+trace's own unit; the engine (below it) replays `workload.on_clock(clock)`,
+the same workload with every time in clock steps (see `clock.py`).
+Requests are ordered by (arrival, trace position) and actions by (time,
+trace position), which is the registration order of SPEC T2.
 """
 from __future__ import annotations
 
 import dataclasses
+
+from .clock import Clock
 
 __all__ = ["RequestSpec", "Action", "Workload"]
 
@@ -17,12 +21,12 @@ class RequestSpec:
 
     id: str
     index: int
-    arrival: int
+    arrival: float  # trace units; clock steps once on a clock
     prompt_tokens: int
     output_tokens: int
     max_tokens: int
     priority: int = 0
-    deadline: int | None = None
+    deadline: float | None = None
     prompt_token_ids: tuple[int, ...] | None = None
     output_token_ids: tuple[int, ...] | None = None
     block_hashes: tuple | None = None
@@ -34,7 +38,7 @@ class Action:
 
     kind: str  # "cancel" or "preempt"
     id: str
-    at: int
+    at: float  # trace units; clock steps once on a clock
     index: int
 
 
@@ -54,3 +58,20 @@ class Workload:
             tuple(sorted(cancels, key=lambda a: (a.at, a.index))),
             tuple(sorted(preempts, key=lambda a: (a.at, a.index))),
         )
+
+    def on_clock(self, clock: Clock) -> "Workload":
+        """This workload with its times in clock steps: arrivals, cancellations and
+        preemptions at the first step at or after their time, deadlines at the
+        last step at or before theirs. Order is kept (the rounding is monotone)."""
+        if clock.identity:
+            return self
+        after, before = clock.after, clock.before
+        requests = tuple(
+            RequestSpec(s.id, s.index, after(s.arrival), s.prompt_tokens, s.output_tokens,
+                        s.max_tokens, s.priority,
+                        None if s.deadline is None else before(s.deadline),
+                        s.prompt_token_ids, s.output_token_ids, s.block_hashes)
+            for s in self.requests)
+        return Workload(requests,
+                        tuple(Action(a.kind, a.id, after(a.at), a.index) for a in self.cancels),
+                        tuple(Action(a.kind, a.id, after(a.at), a.index) for a in self.preempts))

@@ -513,11 +513,22 @@ def test_check_expect_for_policy_not_replayed_is_not_applied(tmp_path):
 
 
 def test_check_without_expects(tmp_path):
-    """A trace without expect records has nothing to check: exit 0 and says so."""
+    """A trace without expect records checked nothing, which must not pass: exit 1 and
+    says so."""
     path = write(tmp_path, TINY)
     status, out, _ = run(["check", path])
-    assert status == 0
-    assert "no expect records" in out
+    assert status == 1
+    assert out == f"{path}: FAILED: nothing was checked: it has no expect records\n"
+
+
+def test_check_with_no_expectation_for_the_replayed_policies(tmp_path):
+    """Expectations only for `serial`, replayed under `continuous`: nothing applies, exit 1
+    naming the record count and the policies replayed."""
+    path = write(tmp_path, TINY + [{"type": "expect", "policy": "serial", "iterations": 3}])
+    status, out, _ = run(["check", path, "--policy", "continuous"])
+    assert status == 1
+    assert out == (f"{path}: FAILED: nothing was checked: none of its 1 expect record(s) "
+                   "applies to the policies replayed (continuous)\n")
 
 
 def test_check_applies_flags(tmp_path):

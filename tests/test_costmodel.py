@@ -24,7 +24,7 @@ import pytest
 from conftest import req, simulate
 from scheduler_sim.cli import main
 from scheduler_sim.costmodel import (GPUS, MODELS, CostModel, DispatchShape, parse_cost_model,
-                                     swap_vs_recompute, ticks_for)
+                                     swap_vs_recompute)
 from scheduler_sim.errors import TraceError
 from scheduler_sim.trace import parse_trace
 
@@ -243,24 +243,6 @@ def test_decode_seconds_equals_seconds_of_the_same_decode_shape():
             cost.seconds(DispatchShape(decodes=list(contexts)))
 
 
-def test_ticks_for_is_ceil_with_a_floor_of_one():
-    """ticks_for(s, t) = max(1, ceil(s / t)): 0 -> 1, 0.0005 s at 1 ms -> 1, 0.0025 -> 3,
-    0.004 -> 4, 1.1 s at 0.25 s -> 5, 0.08516877 s at 1 ms -> 86; and a deterministic sweep
-    of values agrees with the formula."""
-    assert ticks_for(0.0, 0.001) == 1
-    assert ticks_for(0.0005, 0.001) == 1
-    assert ticks_for(0.0025, 0.001) == 3
-    assert ticks_for(0.004, 0.001) == 4
-    assert ticks_for(1.1, 0.25) == 5
-    assert ticks_for(1.0, 0.25) == 4
-    assert ticks_for(0.08516877, 0.001) == 86
-    rng = random.Random(3)
-    for _ in range(2000):
-        seconds = rng.uniform(0, 2) * 10 ** rng.randint(-4, 1)
-        tick = rng.choice((0.001, 0.0005, 0.01, 0.25, 1.0))
-        assert ticks_for(seconds, tick) == max(1, math.ceil(seconds / tick)), (seconds, tick)
-
-
 def test_parse_cost_model():
     """`llama-3-8b/h100-sxm` gives the two specs; a bad name raises ValueError naming every
     known model and GPU."""
@@ -277,31 +259,33 @@ def test_parse_cost_model():
 COST = "llama-3-8b/h100-sxm"
 
 
-def test_replay_dispatches_last_their_modelled_ticks():
-    """One request P=2048, N=3 with 1-ms ticks. Tick 0 prefills 2048 tokens: compute
+def test_replay_dispatches_last_their_modelled_steps():
+    """One request P=2048, N=3 on a 1-ms clock. Step 0 prefills 2048 tokens: compute
     (2N 2048 + 2Ld 2048^2) / F = 3.38675e13 / 4e14 = 0.0846688 s, memory (1.6e10 + 131072 x
-    4096) / B = 0.00617 s, + 0.0005 = 0.0851688 s -> 86 ticks, done at 86. Tick 86 decodes at
-    context 2048: memory (1.6e10 + 131072 x 2049) / B = 0.0060704 s + 0.0005 -> 7 ticks, done
-    at 93; the decode at 93 (context 2049) also takes 7 ticks: done 100, finished at 100."""
-    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, tick_seconds=0.001)
+    4096) / B = 0.00617 s, + 0.0005 = 0.0851688 s -> 86 steps, done at 86. Step 86 decodes at
+    context 2048: memory (1.6e10 + 131072 x 2049) / B = 0.0060704 s + 0.0005 -> 7 steps, done
+    at 93; the decode at 93 (context 2049) also takes 7: done 100, finished at 100."""
+    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, clock_resolution=0.001)
     dispatches = s.of("dispatch")
     assert [(d["tick"], d["done"]) for d in dispatches] == [(0, 86), (86, 93), (93, 100)]
     assert [d["rows"][0]["phase"] for d in dispatches] == ["prefill", "decode", "decode"]
-    prefill_ticks = dispatches[0]["done"] - dispatches[0]["tick"]
-    decode_ticks = dispatches[1]["done"] - dispatches[1]["tick"]
-    assert prefill_ticks > decode_ticks > 1
     assert s.req["a"].first_token_at == 86 and s.req["a"].finished_at == 100
-    assert s.summary["makespan"] == 100 and s.summary["iterations"] == 3
+    assert s.summary["makespan"] == 0.1 and s.summary["iterations"] == 3
 
 
-def test_replay_cost_model_defaults_to_1ms_ticks():
-    """Without tick_seconds, a cost model counts in 1-ms ticks (README): the same dispatch
-    ticks as with tick_seconds 0.001; with 10-ms ticks the prefill lasts ceil(8.52) = 9 and
-    each decode ceil(0.657) = 1 tick."""
+def test_replay_cost_model_defaults_to_a_1us_clock():
+    """Without clock_resolution a cost model steps in microseconds: the prefill's
+    0.08516878 s lasts ceil(85168.78) = 85169 steps and each decode's 0.00657036 s (context
+    2048) and 0.00657041 s (2049) lasts 6571; with a 10-ms clock the prefill lasts
+    ceil(8.52) = 9 steps and each decode ceil(0.657) = 1. The summary is in seconds either
+    way: makespan 0.098311 s (85169 + 2 x 6571 us) against 0.11 s."""
     s = simulate([req("a", 0, 2048, 3)], cost_model=COST)
-    assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [(0, 86), (86, 93), (93, 100)]
-    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, tick_seconds=0.01)
+    assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [
+        (0, 85169), (85169, 91740), (91740, 98311)]
+    assert s.summary["makespan"] == 0.098311
+    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, clock_resolution=0.01)
     assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [(0, 9), (9, 10), (10, 11)]
+    assert s.summary["makespan"] == 0.11
 
 
 def test_replay_without_cost_model_dispatches_last_one_tick():
@@ -318,42 +302,44 @@ def write_trace(tmp_path, records: list[dict]) -> str:
 
 
 def test_replay_table_shows_seconds(tmp_path):
-    """The replay table of that request under a cost model gives times in seconds (`s`):
-    makespan 100 ticks = 0.100 s, TTFT 86 ticks = 0.086 s, end-to-end 0.100 s."""
-    path = write_trace(tmp_path, [{"type": "config", "cost_model": COST},
-                                  req("a", 0, 2048, 3)])
+    """The replay table of that request on a 1-ms clock gives times in seconds (`s`):
+    makespan 100 steps = 0.1000 s, TTFT 86 steps = 0.0860 s, E2EL 0.1000 s."""
+    path = write_trace(tmp_path, [{"type": "config", "cost_model": COST,
+                                   "clock_resolution": 0.001}, req("a", 0, 2048, 3)])
     status, out, err = run(["replay", path])
     assert status == 0, err
     rows = {}
     for line in out.splitlines():
         parts = line.split()
-        if line.startswith(("makespan", "TTFT", "end-to-end")):
+        if line.startswith(("makespan", "TTFT", "E2EL")):
             rows[parts[0]] = parts[-2:]
-    assert rows["makespan"] == ["s", "0.100"]
-    assert rows["TTFT"] == ["s", "0.086"]
-    assert rows["end-to-end"] == ["s", "0.100"]
-    assert COST in out
+    assert rows["makespan"] == ["s", "0.1000"]
+    assert rows["TTFT"] == ["s", "0.0860"]
+    assert rows["E2EL"] == ["s", "0.1000"]
+    assert "time in seconds" in out and COST in out
 
 
-def test_replay_json_adds_seconds(tmp_path):
-    """`--json` keeps tick fields and adds a `seconds` dict: makespan 100 -> 0.1, ttft_mean
-    86 -> 0.086, tpot_mean (100 - 86) / 2 = 7 -> 0.007."""
+def test_replay_json_is_in_seconds_under_a_cost_model(tmp_path):
+    """`--json` under a cost model says `time_unit: s` and every time is in seconds:
+    makespan 0.1, ttft_mean 0.086, tpot_mean (100 - 86) / 2 = 7 steps = 0.007 s."""
     path = write_trace(tmp_path, [req("a", 0, 2048, 3)])
-    status, out, err = run(["replay", path, "--cost-model", COST, "--json"])
+    status, out, err = run(["replay", path, "--cost-model", COST, "--clock-resolution",
+                            "0.001", "--json"])
     assert status == 0, err
-    run_ = json.loads(out)["runs"][0]
-    assert run_["makespan"] == 100 and run_["ttft_mean"] == 86
-    assert run_["seconds"]["makespan"] == 0.1
-    assert run_["seconds"]["ttft_mean"] == 0.086
-    assert run_["seconds"]["tpot_mean"] == 0.007
+    doc = json.loads(out)
+    run_ = doc["runs"][0]
+    assert doc["time_unit"] == "s"
+    assert (run_["makespan"], run_["ttft_mean"], run_["tpot_mean"]) == (0.1, 0.086, 0.007)
+    assert "seconds" not in run_
 
 
-def test_replay_json_without_cost_model_has_no_seconds(tmp_path):
-    """Without a cost model or tick length, the JSON run has no `seconds` dict."""
+def test_replay_json_without_cost_model_is_in_ticks(tmp_path):
+    """Without a cost model the JSON says `time_unit: ticks` and times are tick counts."""
     path = write_trace(tmp_path, [req("a", 0, 4, 2)])
     status, out, _ = run(["replay", path, "--json"])
     assert status == 0
-    assert "seconds" not in json.loads(out)["runs"][0]
+    doc = json.loads(out)
+    assert doc["time_unit"] == "ticks" and doc["runs"][0]["makespan"] == 2
 
 
 def test_unknown_cost_model_in_the_trace_is_a_trace_error():

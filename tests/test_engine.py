@@ -566,7 +566,10 @@ def test_run_summary_by_hand():
     """4 blocks. a (0, P=4 N=3, 2 blocks) prefills at 0. At 1 b (P=2 N=2, 1 block) is
     admitted (3 <= 4), c (P=8 N=1, 2 blocks) blocked (5 > 4); dispatch decode a + prefill
     b. At 2 decodes start after a: b, a; both finish at 3, c admitted at 3, done at 4.
-    queue delay [0,0,2]; ttft [1,1,3]; e2e [3,2,3]; tpot a (3-1)/2=1, b (3-2)/1=1;
+    queue delay [0,0,2]; ttft [1,1,3]; e2el [3,2,3]; tpot a (3-1)/2=1, b (3-2)/1=1;
+    ITL: a's outputs at 1, 2, 3 and b's at 2, 3 give gaps [1, 1, 1]; nobody waits for a
+    client slot; duration 4 - 0 = 4 ticks, so 3/4 = 0.75 req/tick, input 4+2+8 = 14 tokens
+    (3.5/tick), output 3+2+1 = 6 (1.5/tick), total 20 (5/tick);
     rows 1+2+2+1 = 6 over 4 dispatches (1.5), tokens 4+3+2+8 = 17 (4.25); peak reserved 3,
     peak allocated 3 (a 2 blocks for 5 rows + b 1)."""
     s = simulate([req("a", 0, 4, 3), req("b", 1, 2, 2), req("c", 1, 8, 1)],
@@ -579,14 +582,21 @@ def test_run_summary_by_hand():
     ]
     expected = {
         "requests": 3, "iterations": 4, "empty_iterations": 0, "makespan": 4,
-        "completed": 3, "finished_stopped": 0, "finished_length_capped": 3,
+        "duration": 4, "completed": 3, "finished_stopped": 0, "finished_length_capped": 3,
         "finished_aborted": 0, "finished_ignored": 0, "finished_timeout": 0,
         "finished_error": 0,
+        "request_throughput": 0.75, "input_throughput": 3.5, "output_throughput": 1.5,
+        "total_token_throughput": 5.0,
         "queue_delay_mean": 0.6667, "queue_delay_p50": 0, "queue_delay_p90": 2,
         "queue_delay_p99": 2, "queue_delay_max": 2,
+        "client_wait_mean": 0, "client_wait_p50": 0, "client_wait_p90": 0,
+        "client_wait_p99": 0, "client_wait_max": 0,
         "ttft_mean": 1.6667, "ttft_p50": 1, "ttft_p90": 3, "ttft_p99": 3, "ttft_max": 3,
         "tpot_mean": 1, "tpot_p50": 1, "tpot_p90": 1, "tpot_p99": 1, "tpot_max": 1,
-        "e2e_mean": 2.6667, "e2e_p50": 3, "e2e_p90": 3, "e2e_p99": 3, "e2e_max": 3,
+        "itl_mean": 1, "itl_p50": 1, "itl_p90": 1, "itl_p99": 1, "itl_max": 1,
+        "e2el_mean": 2.6667, "e2el_p50": 3, "e2el_p90": 3, "e2el_p99": 3, "e2el_max": 3,
+        "slo_met": None, "slo_attainment": None, "request_goodput": None,
+        "deadlines": 0, "deadline_misses": 0,
         "prompt_tokens": 14, "decode_tokens": 3, "recompute_tokens": 0, "padding_rows": 0,
         "output_tokens": 6, "useful_rows": 17, "replay_rows": 0, "cached_tokens": 0, "preemptions": 0,
         "peak_reserved": 3, "peak_allocated": 3,
@@ -598,14 +608,14 @@ def test_run_summary_by_hand():
 def test_run_summary_nearest_rank_percentiles():
     """Serial, 1 block, five P=4 N=1 requests at 0: request i is admitted at i and
     finishes at i+1. Queue delays [0..4]: mean 2, p50 rank ceil(2.5)=3 -> 2, p90 rank
-    ceil(4.5)=5 -> 4; ttft = e2e = [1..5]: mean 3, p50 3, p90 5; no tpot (N=1)."""
+    ceil(4.5)=5 -> 4; ttft = e2el = [1..5]: mean 3, p50 3, p90 5; no tpot (N=1)."""
     s = simulate([req(f"r{i}", 0, 4, 1) for i in range(5)], policy="serial",
                  num_blocks=1, **B4)
     got = {k: s.summary[k] for k in ("queue_delay_mean", "queue_delay_p50",
                                       "queue_delay_p90", "queue_delay_p99", "ttft_mean",
-                                      "ttft_p50", "ttft_p90", "e2e_p50", "e2e_max",
+                                      "ttft_p50", "ttft_p90", "e2el_p50", "e2el_max",
                                       "tpot_mean", "makespan", "mean_batch_tokens")}
     assert got == {"queue_delay_mean": 2, "queue_delay_p50": 2, "queue_delay_p90": 4,
                    "queue_delay_p99": 4, "ttft_mean": 3, "ttft_p50": 3, "ttft_p90": 5,
-                   "e2e_p50": 3, "e2e_max": 5, "tpot_mean": None, "makespan": 5,
+                   "e2el_p50": 3, "e2el_max": 5, "tpot_mean": None, "makespan": 5,
                    "mean_batch_tokens": 4}

@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 # Module name (dotted, relative to the package; "__init__" is the package itself) -> layer.
 LAYERS = {
     "errors": 0, "options": 0, "states": 0, "events": 0, "workload": 0,
+    "clock": 0,         # trace times to clock steps, steps to reported units
     "request": 1, "allocator": 1, "queues": 1, "rotation": 1,
+    "clients": 1,       # closed-loop client slots, fed by the engine
     "prefix_cache": 1,  # block keys and the LRU of cached blocks, under the allocator
     "costmodel": 1,     # pure arithmetic on dispatch shapes, priced for the engine
     "policies": 2,  # the package and every module in it
@@ -21,6 +23,8 @@ LAYERS = {
     "trace": 4, "expectations": 4, "report": 4, "cli": 4, "commands": 4, "outputs": 4, "__main__": 4, "__init__": 4,
     "generator": 4,     # synthetic traces for the `generate` command
     "importers": 4,     # public trace formats for the `convert` command
+    "junit": 4,         # `check --junit`
+    "pytest_plugin": 4,  # loaded by pytest only, never by the package itself
 }
 TOP = 4
 

@@ -406,7 +406,7 @@ def test_latency_and_lost_work_are_reported_apart():
     r = s.req["r1"]
     assert (r.admitted_at, r.first_token_at, r.finished_at) == (0, 1, 7)
     sm = s.summary
-    assert (sm["queue_delay_mean"], sm["ttft_mean"], sm["e2e_mean"]) == (0, 1, 7)
+    assert (sm["queue_delay_mean"], sm["ttft_mean"], sm["e2el_mean"]) == (0, 1, 7)
     assert (sm["useful_rows"], sm["replay_rows"], sm["recompute_tokens"]) == (7, 5, 5)
     assert (sm["prompt_tokens"], sm["decode_tokens"], sm["iterations"]) == (5, 2, 4)
     assert sm["preemptions"] == 1
@@ -607,8 +607,12 @@ def test_lifecycle_check_traces_exist():
 
 @pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
 def test_every_trace_passes_check(path: Path):
-    """`scheduler-sim check traces/<file>` exits 0: every expect record of the trace holds."""
+    """`scheduler-sim check traces/<file>` exits 0 when every expect record of the trace
+    holds; a trace with no expect record checks nothing, and that is a failure (exit 1)."""
     out, err = io.StringIO(), io.StringIO()
     status = main(["check", str(path)], out=out, err=err)
+    if b'"expect"' not in path.read_bytes():
+        assert status == 1 and "nothing was checked" in out.getvalue()
+        return
     assert status == 0, out.getvalue() + err.getvalue()
     assert "FAILED" not in out.getvalue()

@@ -1,9 +1,14 @@
-"""Dispatches that last several ticks (a cost model): E1 and E4 with real durations."""
+"""Dispatches that last several clock steps (a cost model): E1 and E4 with real durations.
+
+These tests use a 10 ms clock and 10 ms trace ticks (`clock_resolution` and
+`tick_seconds` 0.01), so that a trace tick and a clock step are the same.
+"""
 from __future__ import annotations
 
 from conftest import req, simulate
 
-COST = dict(block_size=16, num_blocks=400, cost_model="llama-3-8b/h100-sxm", tick_seconds=0.01)
+COST = dict(block_size=16, num_blocks=400, cost_model="llama-3-8b/h100-sxm", tick_seconds=0.01,
+            clock_resolution=0.01)
 
 
 def cancel(rid: str, at: int) -> dict:
@@ -34,8 +39,10 @@ def test_a_cancel_inside_a_dispatch_waits_for_its_completion():
     assert s.req["b"].admitted_at == 9
 
 
-def test_times_in_seconds_are_ticks_times_tick_seconds():
-    """The summary keeps ticks; with 10 ms ticks a TTFT of 9 ticks is 0.09 s in --json."""
+def test_under_a_cost_model_every_output_is_in_seconds():
+    """With 10 ms steps a TTFT of 9 steps is 0.09 s: --json says time_unit "s" and gives
+    ttft_mean 0.09, the makespan (two dispatches: 9 steps, then a decode of 1) 0.1 s, and
+    the events carry `time` and `done` in seconds instead of ticks."""
     import json
     import io
     from pathlib import Path
@@ -46,9 +53,16 @@ def test_times_in_seconds_are_ticks_times_tick_seconds():
         trace.write_text(json.dumps({"type": "request", "id": "a", "arrival": 0,
                                      "prompt_tokens": 2048, "output_tokens": 2}) + "\n")
         out = io.StringIO()
-        assert main(["replay", str(trace), "--json", "--block-size", "16",
-                     "--cost-model", "llama-3-8b/h100-sxm", "--tick-seconds", "0.01"],
-                    out=out, err=io.StringIO()) == 0
-    run = json.loads(out.getvalue())["runs"][0]
-    assert run["ttft_mean"] == 9
-    assert run["seconds"]["ttft_mean"] == 0.09
+        argv = [str(trace), "--block-size", "16", "--num-blocks", "400",
+                "--cost-model", "llama-3-8b/h100-sxm", "--clock-resolution", "0.01"]
+        assert main(["replay", *argv, "--json"], out=out, err=io.StringIO()) == 0
+        doc = json.loads(out.getvalue())
+        events = io.StringIO()
+        assert main(["replay", *argv, "--events", "-"], out=events, err=io.StringIO()) == 0
+    assert doc["time_unit"] == "s"
+    run = doc["runs"][0]
+    assert (run["ttft_mean"], run["makespan"]) == (0.09, 0.1)
+    dispatches = [json.loads(line) for line in events.getvalue().splitlines()
+                  if '"dispatch"' in line]
+    assert [(d["time"], d["done"]) for d in dispatches] == [(0, 0.09), (0.09, 0.1)]
+    assert all("tick" not in d for d in dispatches)

@@ -423,8 +423,10 @@ def test_expect_bad_at_and_bad_value():
                  {"type": "expect", "id": "r1", "finished": True})
     assert problems(data) == [
         "t.jsonl:2: expect: at must be an integer >= 0, got -2",
-        "t.jsonl:3: expect: iterations must be a number, string or null, got [1]",
-        "t.jsonl:4: expect 'r1': finished must be a number, string or null, got true",
+        't.jsonl:3: expect: iterations must be a number, string, null or a bound like '
+        '{"max": 5}, got [1]',
+        "t.jsonl:4: expect 'r1': finished must be a number, string, null or a bound like "
+        '{"max": 5}, got true',
     ]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from ..allocator import BlockAllocator
+from ..clock import Clock
 from ..options import Options
 from ..queues import RequestQueue, make_queue
 from ..request import Request
@@ -38,6 +39,7 @@ class SchedulerView(Protocol):
 
     options: Options
     allocator: BlockAllocator
+    clock: Clock  # converts option durations to clock steps
     now: int
 
     def admit(self, req: Request, credit: int, cached: list[int] = ()) -> None:

@@ -1,7 +1,8 @@
 """`dynamic`: static batching that waits for a full batch or a time window (SPEC §6).
 
 As `static`, but a batch starts only when `max_rows` requests wait or the
-oldest waiting request has waited `batch_window` ticks (default 8): the
+oldest waiting request has waited `batch_window` (default 8, in the trace's
+time unit, rounded up to whole clock steps): the
 classic dynamic batcher of inference servers, trading queue delay for
 fuller batches.
 """
@@ -17,6 +18,10 @@ class DynamicPolicy(StaticPolicy):
 
     name = "dynamic"
 
+    def __init__(self, options, view) -> None:
+        super().__init__(options, view)
+        self.window = view.clock.after(options.batch_window)  # in clock steps
+
     def _oldest_wait(self) -> int:
         return min(r.wait_since for r in self.queue)
 
@@ -25,9 +30,9 @@ class DynamicPolicy(StaticPolicy):
             return False
         if len(self.queue) >= min(self.options.max_rows, self.options.token_budget):
             return True
-        return now - self._oldest_wait() >= self.options.batch_window
+        return now - self._oldest_wait() >= self.window
 
     def next_wakeup(self, now: int) -> int | None:
         if self.batch or not self.queue:
             return None
-        return self._oldest_wait() + self.options.batch_window
+        return self._oldest_wait() + self.window

@@ -1,0 +1,192 @@
+"""The simulation clock: how trace times become clock steps, and how steps are reported.
+
+The engine counts time in whole clock steps. What a step is depends on two
+things the run declares, and nothing else:
+
+- the trace's time unit (`time_unit`): `tick` for teaching traces, whose
+  times are counts of dispatches; `s` or `ms` for real traces (`convert`
+  writes seconds);
+- whether a cost model gives dispatches real durations.
+
+| trace unit | cost model | one clock step | a dispatch lasts | results in |
+|---|---|---|---|---|
+| tick | none | one trace tick | 1 step | ticks |
+| s, ms | none | `tick_seconds` of trace time (1 ms) | 1 step | ticks |
+| tick | yes | `clock_resolution` (1 us); a trace tick is `tick_seconds` (1 ms) | its modelled time, rounded up to whole steps | seconds |
+| s, ms | yes | `clock_resolution` (1 us) | its modelled time, rounded up to whole steps | seconds |
+
+So a trace's times keep their meaning whatever the resolution: changing
+`clock_resolution` moves an arrival by less than one step, never more.
+
+Trace times become steps in one of two directions. Things that happen at a
+time (an arrival, a cancellation, a forced preemption) and waits that must
+have passed (`release_delay`, `batch_window`) are rounded up: the engine
+sees them at the first step at or after the time. Limits that a later time
+must exceed (a `deadline`, `waiting_timeout`) and `at` expectations are
+rounded down, which keeps "finished after its deadline" and "waited longer
+than the timeout" exact in whole steps.
+
+Conversions are floating point with a tolerance of a few units in the last
+place, so that 0.003 s at 1 ms steps is step 3 on every machine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+__all__ = ["Clock", "TIME_UNITS", "DEFAULT_RESOLUTION", "DEFAULT_TICK_SECONDS"]
+
+# Seconds per trace unit; `tick` has no fixed length.
+TIME_UNITS: dict[str, float | None] = {"tick": None, "s": 1.0, "ms": 0.001}
+
+DEFAULT_RESOLUTION = 1e-6     # seconds per clock step under a cost model
+DEFAULT_TICK_SECONDS = 0.001  # a trace tick under a cost model; a dispatch of a real trace without one
+
+
+def _near_int(q: float) -> int | None:
+    """The integer `q` is, up to floating-point noise; None when it is not one."""
+    n = round(q)
+    return n if abs(q - n) <= max(1e-9, 16 * math.ulp(q)) else None
+
+
+def _ceil(q: float) -> int:
+    n = _near_int(q)
+    return n if n is not None else math.ceil(q)
+
+
+def _floor(q: float) -> int:
+    n = _near_int(q)
+    return n if n is not None else math.floor(q)
+
+
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """The clock of one run: trace units to steps, steps to reported values.
+
+    `unit_seconds` is the length of one trace unit and `step_seconds` the
+    length of one step, both None for a tick trace without a cost model
+    (then a step is a trace tick). `in_seconds` says whether results are
+    reported in seconds (a cost model) or in ticks.
+    """
+
+    unit: str = "tick"
+    unit_seconds: float | None = None
+    step_seconds: float | None = None
+    in_seconds: bool = False
+
+    @classmethod
+    def of(cls, options: Any) -> "Clock":
+        """The clock `options` (an `Options`) describe; see the module's table."""
+        unit = options.time_unit
+        tick = options.tick_seconds
+        if options.cost_model is not None:
+            step = options.clock_resolution or DEFAULT_RESOLUTION
+            length = TIME_UNITS[unit] if unit != "tick" else (tick or DEFAULT_TICK_SECONDS)
+            return cls(unit, length, step, True)
+        if unit == "tick":
+            return cls()
+        return cls(unit, TIME_UNITS[unit], tick or DEFAULT_TICK_SECONDS, False)
+
+    # --- trace times to steps ---------------------------------------------------
+
+    @property
+    def identity(self) -> bool:
+        """True when a trace time is already a step (a tick trace, no cost model)."""
+        return self.unit_seconds is None
+
+    @functools.cached_property
+    def _ratio(self) -> float:
+        ratio = self.unit_seconds / self.step_seconds
+        n = _near_int(ratio)
+        return n if n is not None and n > 0 else ratio
+
+    def after(self, value: float | int) -> int:
+        """The first step at or after trace time `value` (arrivals, waits that must pass)."""
+        if self.unit_seconds is None:
+            return int(value)
+        return _ceil(value * self._ratio)
+
+    def before(self, value: float | int) -> int:
+        """The last step at or before trace time `value` (deadlines, limits, `at`)."""
+        if self.unit_seconds is None:
+            return int(value)
+        return _floor(value * self._ratio)
+
+    def dispatch_steps(self, seconds: float) -> int:
+        """Steps a dispatch of `seconds` modelled seconds lasts: at least one, rounded up."""
+        return max(1, _ceil(seconds / self.step_seconds))
+
+    # --- steps to what people read ---------------------------------------------
+
+    @property
+    def label(self) -> str:
+        """The unit results are reported in: `s` or `ticks`."""
+        return "s" if self.in_seconds else "ticks"
+
+    @property
+    def digits(self) -> int:
+        """Decimals that a time in seconds carries: those of one clock step."""
+        return max(0, math.ceil(-math.log10(self.step_seconds) - 1e-9))
+
+    def report(self, steps: float | int | None) -> float | int | None:
+        """A time or duration of `steps` steps in the reported unit (None stays None).
+
+        In ticks: unchanged (fractions rounded to 4 decimals). In seconds:
+        rounded to the step's decimals, so a 1 us clock prints 0.012345.
+        """
+        if steps is None:
+            return None
+        if not self.in_seconds:
+            if isinstance(steps, float):
+                steps = round(steps, 4)
+                return int(steps) if steps.is_integer() else steps
+            return steps
+        value = round(steps * self.step_seconds, self.digits)
+        return int(value) if value.is_integer() else value
+
+    def rate(self, count: float, steps: int) -> float | None:
+        """`count` per reported unit of time over `steps` steps (None for no time)."""
+        if steps <= 0:
+            return None
+        per = steps * self.step_seconds if self.in_seconds else steps
+        return round(count / per, 4)
+
+    def to_steps(self, value: float | int | None) -> float | None:
+        """A value in the reported unit back to (fractional) steps: for SLOs."""
+        if value is None:
+            return None
+        return value / self.step_seconds if self.in_seconds else value
+
+    @property
+    def time_key(self) -> str:
+        """The field that carries an event's time: `tick`, or `time` in seconds."""
+        return "time" if self.in_seconds else "tick"
+
+    def text(self, steps: int) -> str:
+        """An event's time as JSON number text in the reported unit."""
+        if not self.in_seconds:
+            return str(steps)
+        return repr(self.report(steps))
+
+    def describe(self) -> str:
+        """One line for the replay header: what a step is and what results are in."""
+        if not self.in_seconds:
+            if self.identity:
+                return ("time in ticks: no cost model, every dispatch lasts one tick")
+            return (f"time in ticks: no cost model, every dispatch lasts one tick; "
+                    f"trace times in {self.unit} mapped at 1 tick = "
+                    f"{_seconds_text(self.step_seconds)}")
+        trace = (f"a trace tick is {_seconds_text(self.unit_seconds)}"
+                 if self.unit == "tick" else f"trace times in {self.unit}")
+        return (f"time in seconds: dispatch durations from the cost model, rounded up to "
+                f"the clock resolution of {_seconds_text(self.step_seconds)}; {trace}")
+
+
+def _seconds_text(seconds: float) -> str:
+    """0.001 -> '1 ms', 1e-06 -> '1 us', 2.5 -> '2.5 s'."""
+    for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"), (1e-12, "ps")):
+        if seconds >= scale * 0.999999:
+            return f"{seconds / scale:g} {name}"
+    return f"{seconds:g} s"

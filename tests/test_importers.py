@@ -5,8 +5,11 @@ sources and licences): the first 200 lines of Mooncake's FAST'25
 conversation trace and the header plus the first 200 rows of Azure's 2023
 conversation trace. vidur and BurstGPT rows are small inline CSV texts.
 
-The time rule (importers docstring): arrival tick = floor((timestamp -
-earliest timestamp) / tick length); ids are `<format>-<line>`; rows that tie
+The time rule (importers docstring): times are in seconds (the config record
+says `"time_unit": "s"`); arrival = (timestamp - earliest timestamp) in
+seconds, computed exactly with fractions and written as the nearest float, or
+as an int when it is integral (0, 3, but 5.999); there is no tick length any
+more (`convert` has no `--tick-ms`). Ids are `<format>-<line>`; rows that tie
 keep their file order; a bad row is reported as `file:line: ...` and skipped
 unless `strict`, which makes the whole conversion fail with exit status 2.
 """
@@ -16,7 +19,10 @@ import io
 import json
 import os
 import re
+from fractions import Fraction
 from pathlib import Path
+
+import pytest
 
 from scheduler_sim.cli import main
 from scheduler_sim.importers import convert
@@ -28,9 +34,10 @@ AZURE = DATA / "azure_conv_head.csv"
 
 VIDUR = (
     "arrived_at,num_prefill_tokens,num_decode_tokens\n"
-    "0.5,100,20\n"      # line 2: earliest -> tick 0
+    "0.5,100,20\n"      # line 2: earliest -> 0
     "2.51,7,3\n"        # line 3: 2.01 s later; 2.01 * 1000 is 2009.99.. in floats
     "0.75,64,1\n"       # line 4: 250 ms after the earliest
+    "1.1,8,2\n"         # line 5: 0.6 s later; 1.1 - 0.5 in floats is 0.6000000000000001
 )
 
 BURSTGPT = (
@@ -94,13 +101,15 @@ def test_slices_keep_the_upstream_shape_and_licences():
 
 # --- Mooncake ---------------------------------------------------------------------------
 
-def test_mooncake_slice_first_rows_at_1ms():
-    """Mooncake timestamps are ms from 0 (the first line is at 0): with 1-ms ticks the
-    arrival is the timestamp; lines 1-3 are at 0, line 11 at 3000, line 27 at 5999, line
-    200 at 72000; hash_ids become block_hashes and the config says 512-token hash blocks."""
-    conv = convert("mooncake", mooncake_text(), "m.jsonl", 1)
+def test_mooncake_slice_first_rows_in_seconds():
+    """Mooncake timestamps are ms from 0 (the first line is at 0): the arrival is the
+    timestamp / 1000 s; lines 1-3 are at 0, line 11 at 3000 ms -> 3, line 27 at 5999 ms ->
+    5.999, line 200 at 72000 ms -> 72; hash_ids become block_hashes and the config says
+    seconds and 512-token hash blocks."""
+    conv = convert("mooncake", mooncake_text(), "m.jsonl")
     assert conv.problems == [] and conv.failed_requests == 0
-    assert conv.records[0] == {"type": "config", "tick_seconds": 0.001, "hash_block_size": 512}
+    assert conv.records[0] == {"type": "config", "time_unit": "s", "hash_block_size": 512}
+    assert list(conv.records[0]) == ["type", "time_unit", "hash_block_size"]
     assert len(conv.records) == 201
     assert conv.records[1] == {"type": "request", "id": "mooncake-1", "arrival": 0,
                                "prompt_tokens": 6758, "output_tokens": 500,
@@ -112,73 +121,74 @@ def test_mooncake_slice_first_rows_at_1ms():
                                "prompt_tokens": 7236, "output_tokens": 794,
                                "block_hashes": [0] + list(range(28, 42))}
     by_id = requests_of(conv.records)
-    assert by_id["mooncake-27"] == {"type": "request", "id": "mooncake-27", "arrival": 5999,
+    assert by_id["mooncake-27"] == {"type": "request", "id": "mooncake-27", "arrival": 5.999,
                                     "prompt_tokens": 1053, "output_tokens": 26,
                                     "block_hashes": [0, 773, 774]}
-    assert by_id["mooncake-11"]["arrival"] == 3000
+    assert by_id["mooncake-11"]["arrival"] == 3
     assert by_id["mooncake-11"]["prompt_tokens"] == 13544
     assert by_id["mooncake-11"]["output_tokens"] == 71
-    assert by_id["mooncake-200"]["arrival"] == 72000
+    assert by_id["mooncake-200"]["arrival"] == 72
     assert by_id["mooncake-200"]["prompt_tokens"] == 19978
     assert by_id["mooncake-200"]["output_tokens"] == 448
 
 
-def test_mooncake_slice_at_250ms_rounds_down():
-    """With 250-ms ticks: 3000 ms -> 12, 5999 ms -> floor(23.996) = 23, 9000 -> 36, 72000 ->
-    288, and the config says tick_seconds 0.25 (still 512-token hash blocks)."""
-    conv = convert("mooncake", mooncake_text(), "m.jsonl", 250)
-    assert conv.records[0] == {"type": "config", "tick_seconds": 0.25, "hash_block_size": 512}
-    by_id = requests_of(conv.records)
-    assert [by_id[f"mooncake-{n}"]["arrival"] for n in (1, 10, 11, 26, 27, 29, 30, 200)] == \
-        [0, 0, 12, 12, 23, 23, 36, 288]
-    assert by_id["mooncake-27"] == {"type": "request", "id": "mooncake-27", "arrival": 23,
-                                    "prompt_tokens": 1053, "output_tokens": 26,
-                                    "block_hashes": [0, 773, 774]}
+def test_mooncake_slice_seconds_are_exact_not_rounded():
+    """Nothing is rounded to a tick: 3000 ms -> 3, 5999 ms -> 5.999 (not 5 or 6), 9000 ->
+    9, 41999 (line 120) -> 41.999, 65999 (line 181) -> 65.999, 72000 -> 72; integral
+    arrivals are ints (3, not 3.0), the others are the floats nearest to n / 1000."""
+    by_id = requests_of(convert("mooncake", mooncake_text(), "m.jsonl").records)
+    lines = (1, 10, 11, 26, 27, 29, 30, 120, 181, 200)
+    arrivals = [by_id[f"mooncake-{n}"]["arrival"] for n in lines]
+    assert arrivals == [0, 0, 3, 3, 5.999, 5.999, 9, 41.999, 65.999, 72]
+    assert [type(a) for a in arrivals] == [int, int, int, int, float, float, int, float,
+                                           float, int]
+    assert arrivals[4] == float(Fraction(5999, 1000))
+    assert arrivals[8] == float(Fraction(65999, 1000))
 
 
 def test_mooncake_unsorted_timestamps_are_relative_to_the_earliest():
-    """Timestamps 500, 100, 300 (ms): the earliest is 100, so the arrivals are 400, 0, 200
-    at 1-ms ticks and 1, 0, 0 at 250-ms ticks (floor(400/250) = 1, floor(200/250) = 0)."""
+    """Timestamps 500, 100, 300, 2100 (ms): the earliest is 100, so the arrivals are
+    0.4, 0, 0.2 and 2 s, in file order."""
     text = "".join(json.dumps({"timestamp": t, "input_length": 4, "output_length": 2}) + "\n"
-                   for t in (500, 100, 300))
-    at1 = requests_of(convert("mooncake", text, "u.jsonl", 1).records)
-    assert {k: v["arrival"] for k, v in at1.items()} == \
-        {"mooncake-1": 400, "mooncake-2": 0, "mooncake-3": 200}
-    at250 = requests_of(convert("mooncake", text, "u.jsonl", 250).records)
-    assert {k: v["arrival"] for k, v in at250.items()} == \
-        {"mooncake-1": 1, "mooncake-2": 0, "mooncake-3": 0}
+                   for t in (500, 100, 300, 2100))
+    conv = convert("mooncake", text, "u.jsonl")
+    assert [(r["id"], r["arrival"]) for r in conv.records[1:]] == [
+        ("mooncake-1", 0.4), ("mooncake-2", 0), ("mooncake-3", 0.2), ("mooncake-4", 2)]
 
 
 def test_ties_keep_file_order():
     """Lines 1-10 of the Mooncake slice all have timestamp 0: their records come out in
-    file order, and the parsed trace registers them in that order (T2); Azure lines 4 and 5
-    (4541 and 4710 ms after the earliest) share tick 18 at 250-ms ticks, in file order."""
-    conv = convert("mooncake", mooncake_text(), "m.jsonl", 1)
+    file order, and the parsed trace registers them in that order (T2); so do lines 120-126,
+    all at 41999 ms -> 41.999 s (requests 120-126 of the 200 in the parsed trace)."""
+    conv = convert("mooncake", mooncake_text(), "m.jsonl")
     tied = [r["id"] for r in conv.records[1:] if r["arrival"] == 0]
     assert tied == [f"mooncake-{n}" for n in range(1, 11)]
     trace = parse_trace("".join(json.dumps(r) + "\n" for r in conv.records).encode(), "m")
+    assert trace.config == {"time_unit": "s", "hash_block_size": 512}
     assert [r.id for r in trace.workload.requests[:10]] == tied
-    az = convert("azure", azure_text(), "a.csv", 250)
-    at18 = [r["id"] for r in az.records[1:] if r["arrival"] == 18]
-    assert at18 == ["azure-4", "azure-5"]
+    at_41_999 = [r["id"] for r in conv.records[1:] if r["arrival"] == 41.999]
+    assert at_41_999 == [f"mooncake-{n}" for n in range(120, 127)]
+    assert [(r.id, r.arrival) for r in trace.workload.requests[119:126]] == \
+        [(i, 41.999) for i in at_41_999]
 
 
 def test_ties_of_unsorted_rows_keep_file_order_in_the_replay_order():
-    """Timestamps 7, 3, 7, 3 (ms): arrivals 4, 0, 4, 0; the parsed trace registers the
-    tick-0 pair as lines 2 then 4, and the tick-4 pair as lines 1 then 3."""
+    """Timestamps 7, 3, 7, 3 (ms): arrivals 0.004, 0, 0.004, 0 s; the parsed trace
+    registers the pair at 0 as lines 2 then 4, and the pair at 0.004 s as lines 1 then 3."""
     text = "".join(json.dumps({"timestamp": t, "input_length": 4, "output_length": 2}) + "\n"
                    for t in (7, 3, 7, 3))
-    conv = convert("mooncake", text, "t.jsonl", 1)
+    conv = convert("mooncake", text, "t.jsonl")
+    assert [r["arrival"] for r in conv.records[1:]] == [0.004, 0, 0.004, 0]
     trace = parse_trace("".join(json.dumps(r) + "\n" for r in conv.records).encode(), "t")
     assert [(r.id, r.arrival) for r in trace.workload.requests] == [
-        ("mooncake-2", 0), ("mooncake-4", 0), ("mooncake-1", 4), ("mooncake-3", 4)]
+        ("mooncake-2", 0), ("mooncake-4", 0), ("mooncake-1", 0.004), ("mooncake-3", 0.004)]
 
 
 def test_mooncake_bad_rows_are_reported_by_line_and_skipped():
     """Each bad line (bad JSON, missing field, zero / negative / non-integer / boolean count,
     bad timestamp, too many hash ids, a non-object) is one problem `m.jsonl:LINE: ...`
     naming the field; the good lines 1 and 12 are kept, relative to the earliest good
-    timestamp (line 12 at 100 ms -> 0, line 1 at 500 ms -> 400)."""
+    timestamp (line 12 at 100 ms -> 0, line 1 at 500 ms -> 0.4 s)."""
     lines = [
         {"timestamp": 500, "input_length": 10, "output_length": 2},                    # 1 ok
         "{not json",                                                                    # 2
@@ -196,14 +206,14 @@ def test_mooncake_bad_rows_are_reported_by_line_and_skipped():
          "hash_ids": [5, 6]},                                                           # 12 ok
     ]
     text = "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines)
-    conv = convert("mooncake", text, "m.jsonl", 1)
+    conv = convert("mooncake", text, "m.jsonl")
     assert problem_lines(conv.problems, "m.jsonl") == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
     fields = {3: "output_length", 4: "input_length", 5: "input_length", 6: "input_length",
               7: "timestamp", 8: "timestamp", 9: "output_length", 10: "hash_ids"}
     for line, field in fields.items():
         assert field in conv.problems[line - 2], conv.problems[line - 2]
     assert conv.records[1:] == [
-        {"type": "request", "id": "mooncake-1", "arrival": 400, "prompt_tokens": 10,
+        {"type": "request", "id": "mooncake-1", "arrival": 0.4, "prompt_tokens": 10,
          "output_tokens": 2},
         {"type": "request", "id": "mooncake-12", "arrival": 0, "prompt_tokens": 1024,
          "output_tokens": 3, "block_hashes": [5, 6]},
@@ -216,7 +226,7 @@ def test_mooncake_nan_and_infinite_timestamps_are_bad_rows():
     text = ('{"timestamp": 0, "input_length": 4, "output_length": 2}\n'
             '{"timestamp": NaN, "input_length": 4, "output_length": 2}\n'
             '{"timestamp": Infinity, "input_length": 4, "output_length": 2}\n')
-    conv = convert("mooncake", text, "n.jsonl", 1)
+    conv = convert("mooncake", text, "n.jsonl")
     assert problem_lines(conv.problems, "n.jsonl") == [2, 3]
     assert all("timestamp" in p for p in conv.problems)
     assert [r["id"] for r in conv.records[1:]] == ["mooncake-1"]
@@ -224,41 +234,61 @@ def test_mooncake_nan_and_infinite_timestamps_are_bad_rows():
 
 # --- Azure ------------------------------------------------------------------------------
 
-def test_azure_slice_first_rows_at_1ms():
-    """Earliest TIMESTAMP 18:15:46.6805900 (line 2). Line 3 at 50.9951690: 4314.579 ms ->
-    4314; line 4 at 51.2224670: 4541.877 -> 4541; line 5 at 51.3910170: 4710.427 -> 4710;
-    line 201 at 18:16:47.9441270: 61263.537 -> 61263. No hash_block_size in the config."""
-    conv = convert("azure", azure_text(), "a.csv", 1)
+def test_azure_slice_first_rows_in_seconds():
+    """Earliest TIMESTAMP 18:15:46.6805900 (line 2). Line 3 at 50.9951690: 4.3145790 s;
+    line 4 at 51.2224670: 4.5418770; line 5 at 51.3910170: 4.7104270; line 201 at
+    18:16:47.9441270: 61.2635370 (no ms truncated away). No hash_block_size in the config."""
+    conv = convert("azure", azure_text(), "a.csv")
     assert conv.problems == [] and conv.failed_requests == 0
-    assert conv.records[0] == {"type": "config", "tick_seconds": 0.001}
+    assert conv.records[0] == {"type": "config", "time_unit": "s"}
     assert len(conv.records) == 201
     assert conv.records[1:5] == [
         {"type": "request", "id": "azure-2", "arrival": 0, "prompt_tokens": 374,
          "output_tokens": 44},
-        {"type": "request", "id": "azure-3", "arrival": 4314, "prompt_tokens": 396,
+        {"type": "request", "id": "azure-3", "arrival": 4.314579, "prompt_tokens": 396,
          "output_tokens": 109},
-        {"type": "request", "id": "azure-4", "arrival": 4541, "prompt_tokens": 879,
+        {"type": "request", "id": "azure-4", "arrival": 4.541877, "prompt_tokens": 879,
          "output_tokens": 55},
-        {"type": "request", "id": "azure-5", "arrival": 4710, "prompt_tokens": 91,
+        {"type": "request", "id": "azure-5", "arrival": 4.710427, "prompt_tokens": 91,
          "output_tokens": 16},
     ]
-    assert conv.records[-1] == {"type": "request", "id": "azure-201", "arrival": 61263,
+    assert conv.records[-1] == {"type": "request", "id": "azure-201", "arrival": 61.263537,
                                 "prompt_tokens": 1143, "output_tokens": 409}
 
 
-def test_azure_slice_at_250ms_rounds_down():
-    """250-ms ticks: 4314.579 -> 17, 4541.877 -> 18, 4710.427 -> 18, line 6 at 5892.655 ->
-    23, line 7 at 6311.529 -> 25, line 8 at 7745.497 -> 30, line 201 61263.537 -> 245."""
-    conv = convert("azure", azure_text(), "a.csv", 250)
-    assert conv.records[0] == {"type": "config", "tick_seconds": 0.25}
-    assert [r["arrival"] for r in conv.records[1:8]] == [0, 17, 18, 18, 23, 25, 30]
-    assert conv.records[-1]["arrival"] == 245
+def test_azure_slice_arrivals_are_exact_differences_of_the_timestamps():
+    """Line 6 at 52.5732450 - 46.6805900 = 5.892655 s, line 7 at 52.9921190: 6.311529, line
+    8 at 54.4260870: 7.745497, each the float nearest the exact 7-digit difference; line 201
+    is 61.263537 = float(Fraction(612635370, 10**7))."""
+    conv = convert("azure", azure_text(), "a.csv")
+    assert [r["arrival"] for r in conv.records[1:8]] == \
+        [0, 4.314579, 4.541877, 4.710427, 5.892655, 6.311529, 7.745497]
+    assert conv.records[5] == {"type": "request", "id": "azure-6", "arrival": 5.892655,
+                               "prompt_tokens": 91, "output_tokens": 16}
+    assert conv.records[5]["arrival"] == float(Fraction("52.5732450") - Fraction("46.6805900"))
+    assert conv.records[-1]["arrival"] == float(Fraction(612635370, 10**7))
+
+
+def test_azure_seventh_fraction_digit_survives():
+    """The 7th digit of an Azure fraction is kept: line 3 is 0.0000001 s after line 2 ->
+    1e-07 (as float epoch seconds, ~1.7e9 with a step of 2.4e-7 s, it would be 0), and
+    line 4 at 18:17:03.9799607 is 1 min 17.2993707 s after -> 77.2993707."""
+    text = ("TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+            "2023-11-16 18:15:46.6805900,1,1\r\n"
+            "2023-11-16 18:15:46.6805901,2,2\r\n"
+            "2023-11-16 18:17:03.9799607,3,3")
+    conv = convert("azure", text, "a.csv")
+    assert conv.problems == []
+    assert [(r["id"], r["arrival"]) for r in conv.records[1:]] == \
+        [("azure-2", 0), ("azure-3", 1e-07), ("azure-4", 77.2993707)]
+    assert conv.records[2]["arrival"] == float(Fraction(1, 10**7))
+    assert conv.records[3]["arrival"] == float(Fraction(772993707, 10**7))
 
 
 def test_azure_bad_rows_are_reported_by_line_and_skipped():
     """CRLF rows: a bad TIMESTAMP shape (line 3), a bad fraction (line 4), an hour 25 (line
     5), a short row (line 6), a zero and a non-integer count (lines 7, 8) are reported;
-    lines 2 and 9 are kept (line 9 is 1.5 s after line 2: 1500 ms)."""
+    lines 2 and 9 are kept (line 9 is 1.5 s after line 2: arrival 1.5)."""
     text = ("TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
             "2023-11-16 18:15:46.0000000,374,44\r\n"
             "2023-11-16T18:15:46.5,1,1\r\n"
@@ -268,14 +298,14 @@ def test_azure_bad_rows_are_reported_by_line_and_skipped():
             "2023-11-16 18:15:46.5,0,1\r\n"
             "2023-11-16 18:15:46.5,1,2.5\r\n"
             "2023-11-16 18:15:47.5000000,10,3")
-    conv = convert("azure", text, "a.csv", 1)
+    conv = convert("azure", text, "a.csv")
     assert problem_lines(conv.problems, "a.csv") == [3, 4, 5, 6, 7, 8]
     assert "TIMESTAMP" in conv.problems[0] and "ContextTokens" in conv.problems[4]
     assert "GeneratedTokens" in conv.problems[5]
     assert conv.records[1:] == [
         {"type": "request", "id": "azure-2", "arrival": 0, "prompt_tokens": 374,
          "output_tokens": 44},
-        {"type": "request", "id": "azure-9", "arrival": 1500, "prompt_tokens": 10,
+        {"type": "request", "id": "azure-9", "arrival": 1.5, "prompt_tokens": 10,
          "output_tokens": 3},
     ]
 
@@ -283,23 +313,28 @@ def test_azure_bad_rows_are_reported_by_line_and_skipped():
 # --- vidur ------------------------------------------------------------------------------
 
 def test_vidur_rows_in_seconds_exactly():
-    """arrived_at is seconds; the earliest is line 2 (0.5 s). Line 3 is 2.01 s later: 2010
-    ticks of 1 ms (exact arithmetic: 2.01 * 1000 in floats is 2009.999...), 8 ticks of 250
-    ms (floor(8.04)); line 4 is 250 ms later: 250 and 1."""
-    at1 = convert("vidur", VIDUR, "v.csv", 1)
-    assert at1.problems == []
-    assert at1.records == [
-        {"type": "config", "tick_seconds": 0.001},
+    """arrived_at is seconds; the earliest is line 2 (0.5 s). Line 3 is 2.51 - 0.5 = 2.01 s
+    later (float(Fraction('2.51') - Fraction('0.5')); 2.01 * 1000 in floats is
+    2009.999..., so no float detour through ms); line 4 is 0.25 s later; line 5 is
+    1.1 - 0.5 = 0.6 exactly, where float subtraction gives 0.6000000000000001."""
+    conv = convert("vidur", VIDUR, "v.csv")
+    assert conv.problems == []
+    assert conv.records == [
+        {"type": "config", "time_unit": "s"},
         {"type": "request", "id": "vidur-2", "arrival": 0, "prompt_tokens": 100,
          "output_tokens": 20},
-        {"type": "request", "id": "vidur-3", "arrival": 2010, "prompt_tokens": 7,
+        {"type": "request", "id": "vidur-3", "arrival": 2.01, "prompt_tokens": 7,
          "output_tokens": 3},
-        {"type": "request", "id": "vidur-4", "arrival": 250, "prompt_tokens": 64,
+        {"type": "request", "id": "vidur-4", "arrival": 0.25, "prompt_tokens": 64,
          "output_tokens": 1},
+        {"type": "request", "id": "vidur-5", "arrival": 0.6, "prompt_tokens": 8,
+         "output_tokens": 2},
     ]
-    at250 = convert("vidur", VIDUR, "v.csv", 250)
-    assert at250.records[0] == {"type": "config", "tick_seconds": 0.25}
-    assert [r["arrival"] for r in at250.records[1:]] == [0, 8, 1]
+    # the traps the exact arithmetic avoids, as this Python computes them
+    assert 2.01 * 1000 != 2010 and 1.1 - 0.5 == 0.6000000000000001
+    assert conv.records[2]["arrival"] == float(Fraction("2.51") - Fraction("0.5"))
+    assert conv.records[4]["arrival"] == float(Fraction("1.1") - Fraction("0.5"))
+    assert conv.records[4]["arrival"] != 1.1 - 0.5
 
 
 def test_vidur_bad_rows_are_reported_by_line_and_skipped():
@@ -314,7 +349,7 @@ def test_vidur_bad_rows_are_reported_by_line_and_skipped():
             "1.5,3,-1\n"
             "1.5,3.5,1\n"
             "3,8,9\n")
-    conv = convert("vidur", text, "v.csv", 1)
+    conv = convert("vidur", text, "v.csv")
     assert problem_lines(conv.problems, "v.csv") == [3, 4, 5, 6, 7, 8]
     for index, field in ((1, "arrived_at"), (2, "arrived_at"), (3, "num_prefill_tokens"),
                          (4, "num_decode_tokens"), (5, "num_prefill_tokens")):
@@ -322,7 +357,7 @@ def test_vidur_bad_rows_are_reported_by_line_and_skipped():
     assert conv.records[1:] == [
         {"type": "request", "id": "vidur-2", "arrival": 0, "prompt_tokens": 5,
          "output_tokens": 6},
-        {"type": "request", "id": "vidur-9", "arrival": 2000, "prompt_tokens": 8,
+        {"type": "request", "id": "vidur-9", "arrival": 2, "prompt_tokens": 8,
          "output_tokens": 9},
     ]
 
@@ -330,30 +365,27 @@ def test_vidur_bad_rows_are_reported_by_line_and_skipped():
 def test_a_header_lacking_a_column_is_reported_at_line_1():
     """A vidur header without num_prefill_tokens is a problem at line 1 naming the missing
     column, and no request is produced from the rows under it."""
-    conv = convert("vidur", "arrived_at,num_decode_tokens\n1,2\n", "h.csv", 1)
+    conv = convert("vidur", "arrived_at,num_decode_tokens\n1,2\n", "h.csv")
     assert problem_lines(conv.problems, "h.csv") == [1]
     assert "num_prefill_tokens" in conv.problems[0]
-    assert conv.records == [{"type": "config", "tick_seconds": 0.001}]
+    assert conv.records == [{"type": "config", "time_unit": "s"}]
 
 
 # --- BurstGPT ---------------------------------------------------------------------------
 
 def test_burstgpt_skips_and_counts_failed_requests():
     """Line 3 has Response tokens 0 (a failed request): skipped, counted, not a bad row.
-    Earliest is line 2 (5 s); line 4 (118.25 s) is 113.25 s later: 113250 ticks of 1 ms,
-    453 of 250 ms."""
-    conv = convert("burstgpt", BURSTGPT, "b.csv", 1)
+    Earliest is line 2 (5 s); line 4 (118.25 s) is 113.25 s later: arrival 113.25."""
+    conv = convert("burstgpt", BURSTGPT, "b.csv")
     assert conv.problems == []
     assert conv.failed_requests == 1
     assert conv.records == [
-        {"type": "config", "tick_seconds": 0.001},
+        {"type": "config", "time_unit": "s"},
         {"type": "request", "id": "burstgpt-2", "arrival": 0, "prompt_tokens": 472,
          "output_tokens": 18},
-        {"type": "request", "id": "burstgpt-4", "arrival": 113250, "prompt_tokens": 417,
+        {"type": "request", "id": "burstgpt-4", "arrival": 113.25, "prompt_tokens": 417,
          "output_tokens": 248},
     ]
-    assert [r["arrival"] for r in convert("burstgpt", BURSTGPT, "b.csv", 250).records[1:]] \
-        == [0, 453]
 
 
 def test_burstgpt_reads_columns_by_name():
@@ -362,8 +394,8 @@ def test_burstgpt_reads_columns_by_name():
             "Conversation log,18,ChatGPT,490,472,5\n"
             "Conversation log,0,ChatGPT,1087,1087,45\n"
             "API log,248,GPT-4,665,417,118.25\n")
-    assert convert("burstgpt", text, "b.csv", 1).records == \
-        convert("burstgpt", BURSTGPT, "b.csv", 1).records
+    assert convert("burstgpt", text, "b.csv").records == \
+        convert("burstgpt", BURSTGPT, "b.csv").records
 
 
 def test_burstgpt_bad_rows_are_reported_by_line_and_skipped():
@@ -376,7 +408,7 @@ def test_burstgpt_bad_rows_are_reported_by_line_and_skipped():
             "x,ChatGPT,10,5,15,Conversation log\n"
             "4,ChatGPT,10\n"
             "5,ChatGPT,10,0,10,Conversation log\n")
-    conv = convert("burstgpt", text, "b.csv", 1)
+    conv = convert("burstgpt", text, "b.csv")
     assert problem_lines(conv.problems, "b.csv") == [3, 4, 5, 6]
     assert "Response tokens" in conv.problems[0] and "Request tokens" in conv.problems[1]
     assert "Timestamp" in conv.problems[2]
@@ -395,29 +427,51 @@ def test_convert_command_writes_a_valid_trace(tmp_path):
     assert status == 0 and stdout == ""
     trace = parse_trace(out.read_bytes(), str(out))
     assert len(trace.workload.requests) == 200
-    assert trace.config == {"tick_seconds": 0.001, "hash_block_size": 512}
+    assert trace.config == {"time_unit": "s", "hash_block_size": 512}
     first = trace.workload.requests[0]
     assert (first.id, first.arrival, first.prompt_tokens, first.output_tokens,
             first.block_hashes) == ("mooncake-1", 0, 6758, 500, tuple(range(14)))
     assert re.search(r"\b200 requests?\b", stderr) and "mooncake" in stderr
 
 
-def test_convert_command_tick_ms_and_stdout():
-    """`--tick-ms 250` on the Azure slice, written to stdout, gives the 250-ms arrivals."""
-    status, stdout, stderr = run(["convert", "--from", "azure", str(AZURE), "--tick-ms", "250"])
+def test_convert_command_writes_seconds_to_stdout():
+    """The Azure slice, written to stdout, gives the arrivals in seconds (0, 4.314579,
+    4.541877, ...); the first arrival is written as the JSON integer 0, not 0.0, and the
+    output parses as a trace in seconds."""
+    status, stdout, stderr = run(["convert", "--from", "azure", str(AZURE)])
     assert status == 0
-    records = [json.loads(line) for line in stdout.splitlines()]
-    assert records[0] == {"type": "config", "tick_seconds": 0.25}
-    assert [r["arrival"] for r in records[1:8]] == [0, 17, 18, 18, 23, 25, 30]
+    lines = stdout.splitlines()
+    records = [json.loads(line) for line in lines]
+    assert records[0] == {"type": "config", "time_unit": "s"}
+    assert [r["arrival"] for r in records[1:8]] == \
+        [0, 4.314579, 4.541877, 4.710427, 5.892655, 6.311529, 7.745497]
+    assert '"arrival":0,' in lines[1] and '"arrival":4.314579,' in lines[2]
     assert len(records) == 201
-    parse_trace(stdout.encode(), "stdout")
+    trace = parse_trace(stdout.encode(), "stdout")
+    assert trace.config == {"time_unit": "s"}
+    assert trace.workload.requests[-1].arrival == 61.263537
     assert re.search(r"\b200 requests?\b", stderr)
+
+
+def test_convert_command_rejects_tick_ms(tmp_path):
+    """`--tick-ms` is gone: `convert ... --tick-ms 1` is an argparse error (exit 2, the
+    flag named on stderr, no traceback, no output file), and `convert` takes no tick."""
+    out = tmp_path / "a.jsonl"
+    status, stdout, stderr = run(["convert", "--from", "azure", str(AZURE), "-o", str(out),
+                                  "--tick-ms", "1"])
+    assert status == 2 and stdout == ""
+    assert "unrecognized arguments: --tick-ms 1" in stderr
+    assert "Traceback" not in stderr
+    assert not out.exists()
+    with pytest.raises(TypeError):
+        convert("vidur", VIDUR, "v.csv", 1)  # type: ignore[call-arg]
 
 
 def test_convert_command_reports_bad_rows_and_failed_requests(tmp_path):
     """A BurstGPT file with two bad rows (lines 3, 4) and one failed request (line 5): exit
-    0, a valid trace of the 2 good rows, and stderr gives the counts 2 (requests), 1 (failed)
-    and 2 (bad rows), and lists both bad lines (the failed row is not listed)."""
+    0, a valid trace of the 2 good rows (line 2 at 1 s -> 0, line 6 at 4 s -> 3), and
+    stderr gives the counts 2 (requests), 1 (failed) and 2 (bad rows), and lists both bad
+    lines (the failed row is not listed)."""
     src = tmp_path / "b.csv"
     src.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                    "1,ChatGPT,10,5,15,Conversation log\n"
@@ -430,7 +484,7 @@ def test_convert_command_reports_bad_rows_and_failed_requests(tmp_path):
     assert status == 0
     trace = parse_trace(out.read_bytes(), str(out))
     assert [(r.id, r.arrival) for r in trace.workload.requests] == \
-        [("burstgpt-2", 0), ("burstgpt-6", 3000)]
+        [("burstgpt-2", 0), ("burstgpt-6", 3)]
     assert re.search(r"\b2 requests\b", stderr)
     assert re.search(r"\b1 failed request", stderr)
     assert re.search(r"\b2 bad rows?\b", stderr)

@@ -45,20 +45,20 @@ DEFAULT_RESOLUTION = 1e-6     # seconds per clock step under a cost model
 DEFAULT_TICK_SECONDS = 0.001  # a trace tick under a cost model; a dispatch of a real trace without one
 
 
-def _near_int(q: float) -> int | None:
-    """The integer `q` is, up to floating-point noise; None when it is not one."""
-    n = round(q)
-    return n if abs(q - n) <= max(1e-9, 16 * math.ulp(q)) else None
+# Floating-point noise allowed around a whole number of steps: absolute, plus
+# about four units in the last place of the value (q >= 0 throughout).
+_ABS = 1e-9
+_REL = 1e-15
 
 
 def _ceil(q: float) -> int:
-    n = _near_int(q)
-    return n if n is not None else math.ceil(q)
+    """ceil(q), taking a value a hair above a whole number for that number."""
+    return math.ceil(q - _ABS - q * _REL)
 
 
 def _floor(q: float) -> int:
-    n = _near_int(q)
-    return n if n is not None else math.floor(q)
+    """floor(q), taking a value a hair below a whole number for that number."""
+    return math.floor(q + _ABS + q * _REL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +99,8 @@ class Clock:
     @functools.cached_property
     def _ratio(self) -> float:
         ratio = self.unit_seconds / self.step_seconds
-        n = _near_int(ratio)
-        return n if n is not None and n > 0 else ratio
+        n = round(ratio)
+        return n if n >= 1 and abs(ratio - n) <= n * 1e-12 else ratio
 
     def after(self, value: float | int) -> int:
         """The first step at or after trace time `value` (arrivals, waits that must pass)."""
@@ -116,7 +116,9 @@ class Clock:
 
     def dispatch_steps(self, seconds: float) -> int:
         """Steps a dispatch of `seconds` modelled seconds lasts: at least one, rounded up."""
-        return max(1, _ceil(seconds / self.step_seconds))
+        q = seconds / self.step_seconds
+        n = math.ceil(q - _ABS - q * _REL)
+        return n if n > 1 else 1
 
     # --- steps to what people read ---------------------------------------------
 

@@ -64,12 +64,14 @@ class RunResult:
 
 
 class _InFlight:
-    """The dispatch being executed: its rows and its completion tick."""
+    """The dispatch being executed: its rows, its start and its completion tick."""
 
-    __slots__ = ("rows", "done", "all_decode")
+    __slots__ = ("rows", "start", "done", "all_decode")
 
-    def __init__(self, rows: list[tuple[Request, bool]], done: int, all_decode: bool) -> None:
+    def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
+                 all_decode: bool) -> None:
         self.rows = rows  # (request, emits)
+        self.start = start
         self.done = done
         self.all_decode = all_decode  # every row a decode: a candidate for folding
 
@@ -468,7 +470,7 @@ class Engine:
         done = now + self.duration(seconds)
         if records is not None:
             self._emit(Dispatch(now, tuple(records), total, done))
-        return _InFlight(rows, done, decode == total and not padding and total > 0)
+        return _InFlight(rows, now, done, decode == total and not padding and total > 0)
 
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,
@@ -496,7 +498,9 @@ class Engine:
         self.stats.makespan = now
         outputs = 0
         # Gaps since each request's previous output (ITL), counted by the time of
-        # that output: most rows of a dispatch share it.
+        # that output: most rows had theirs when this dispatch started.
+        start = flight.start
+        steady = 0
         since: dict[int, int] = {}
         for req, emits in flight.rows:
             if not emits:
@@ -508,7 +512,10 @@ class Engine:
                 req.first_token_at = now
             else:
                 last = req.last_output_at
-                since[last] = since.get(last, 0) + 1
+                if last == start:
+                    steady += 1
+                else:
+                    since[last] = since.get(last, 0) + 1
             req.last_output_at = now
             if k == req.output_tokens:
                 req.finish(now)
@@ -519,6 +526,8 @@ class Engine:
                 if self._emit is not None:
                     self._emit(Finished(now, req.rid, req.status.label))
         self.stats.output_tokens += outputs
+        if steady:
+            since[start] = steady
         if since:
             gaps = self.stats.itl
             for last, count in since.items():

@@ -77,19 +77,26 @@ def fold(engine, flight, until: float) -> None:
     folded = 0
     busy = 0.0
     starts = [] if emit is not None else None
-    durations: dict[int, int] = {}  # steps -> folded dispatches that lasted that long
-    step = 0
+    # Lengths of the folded dispatches as runs (length, count): under a cost
+    # model they grow slowly with the contexts, so runs are long.
+    runs: list[tuple[int, int]] = []
+    step = run_length = 0
+    steps_of = clock.dispatch_steps
     while folded < silent and done < until:
         if starts is not None:
             starts.append(done)
         # Dispatch number folded + 2 starts at `done`.
         if cost is None:
-            step = 1
+            length = 1
         else:
             seconds = cost.decode_seconds(n, contexts)
             busy += seconds
-            step = clock.dispatch_steps(seconds)
-        durations[step] = durations.get(step, 0) + 1
+            length = steps_of(seconds)
+        if length != step:
+            if run_length:
+                runs.append((step, run_length))
+            step, run_length = length, 0
+        run_length += 1
         folded += 1
         contexts += n
         done += step
@@ -105,15 +112,20 @@ def fold(engine, flight, until: float) -> None:
     # the flight) completes n outputs one dispatch after the previous ones.
     gaps = stats.itl
     first = flight.done
-    for req in reqs:
-        gap = first - req.last_output_at
-        gaps[gap] = gaps.get(gap, 0) + 1
-        req.last_output_at = done - step
-    durations[step] -= 1
-    for length, count in durations.items():
+    start = flight.start
+    last_output = done - step
+    runs.append((step, run_length - 1))  # the last folded dispatch becomes the flight
+    for length, count in runs:
         if count:
             gaps[length] = gaps.get(length, 0) + n * count
+    steady = 0  # requests whose previous output came when the flight started
     for req in reqs:
+        last = req.last_output_at
+        if last == start:
+            steady += 1
+        else:
+            gaps[first - last] = gaps.get(first - last, 0) + 1
+        req.last_output_at = last_output
         allocator.grow(req.rid, req.resident + folded)
         req.resident += folded
         req.high_water = req.resident
@@ -121,6 +133,8 @@ def fold(engine, flight, until: float) -> None:
         req.outputs += folded
         if req.block_keys is not None:
             allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+    if steady:
+        gaps[first - start] = gaps.get(first - start, 0) + steady
     rows = n * folded
     stats.iterations += folded
     stats.rows += rows
@@ -129,6 +143,7 @@ def fold(engine, flight, until: float) -> None:
     stats.output_tokens += rows
     stats.busy_seconds += busy
     engine.folded += folded
+    flight.start = last_output
     flight.done = done
 
 def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int) -> None:

@@ -12,11 +12,19 @@ things the run declares, and nothing else:
 |---|---|---|---|---|
 | tick | none | one trace tick | 1 step | ticks |
 | s, ms | none | `tick_seconds` of trace time (1 ms) | 1 step | ticks |
-| tick | yes | `clock_resolution` (1 us); a trace tick is `tick_seconds` (1 ms) | its modelled time, rounded up to whole steps | seconds |
-| s, ms | yes | `clock_resolution` (1 us) | its modelled time, rounded up to whole steps | seconds |
+| tick | yes | `clock_resolution` (1 us); a trace tick is `tick_seconds` (1 ms) | its modelled time (below) | seconds |
+| s, ms | yes | `clock_resolution` (1 us) | its modelled time (below) | seconds |
 
 So a trace's times keep their meaning whatever the resolution: changing
 `clock_resolution` moves an arrival by less than one step, never more.
+
+Under a cost model a dispatch completes at the first step at or after its
+exact completion time, and a dispatch that starts when the previous one
+completes starts from that exact time, not from the rounded step. Rounding
+therefore never accumulates: on a GPU that is busy for an hour, every
+completion is still within one step of where exact arithmetic puts it. A
+dispatch shorter than what is left of its first step still lasts one step,
+and then ends exactly at that step.
 
 Trace times become steps in one of two directions. Things that happen at a
 time (an arrival, a cancellation, a forced preemption) and waits that must
@@ -114,11 +122,17 @@ class Clock:
             return int(value)
         return _floor(value * self._ratio)
 
-    def dispatch_steps(self, seconds: float) -> int:
-        """Steps a dispatch of `seconds` modelled seconds lasts: at least one, rounded up."""
-        q = seconds / self.step_seconds
-        n = math.ceil(q - _ABS - q * _REL)
-        return n if n > 1 else 1
+    def steps(self, seconds: float) -> float:
+        """`seconds` of modelled time in (fractional) clock steps."""
+        return seconds / self.step_seconds
+
+    def end_step(self, exact: float, start: int) -> int:
+        """The step at which a dispatch started at step `start` and ending at exact
+        (fractional) step `exact` completes: the first at or after it, at least
+        one step after the start. When it is forced to that one step, its
+        exact end is that step (the caller checks `exact <= start`)."""
+        n = math.ceil(exact - _ABS - exact * _REL)
+        return n if n > start else start + 1
 
     # --- steps to what people read ---------------------------------------------
 
@@ -135,8 +149,9 @@ class Clock:
     def report(self, steps: float | int | None) -> float | int | None:
         """A time or duration of `steps` steps in the reported unit (None stays None).
 
-        In ticks: unchanged (fractions rounded to 4 decimals). In seconds:
-        rounded to the step's decimals, so a 1 us clock prints 0.012345.
+        In ticks: unchanged, fractions of a tick (means, TPOT) rounded to 4
+        decimals. In seconds: rounded to the step's decimals, so a 1 us clock
+        prints 0.012345, and fractions of a step to 4 decimals more.
         """
         if steps is None:
             return None
@@ -145,7 +160,8 @@ class Clock:
                 steps = round(steps, 4)
                 return int(steps) if steps.is_integer() else steps
             return steps
-        value = round(steps * self.step_seconds, self.digits)
+        digits = self.digits if isinstance(steps, int) else self.digits + 4
+        value = round(steps * self.step_seconds, digits)
         return int(value) if value.is_integer() else value
 
     def rate(self, count: float, steps: int) -> float | None:

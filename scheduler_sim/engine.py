@@ -64,15 +64,17 @@ class RunResult:
 
 
 class _InFlight:
-    """The dispatch being executed: its rows, its start and its completion tick."""
+    """The dispatch being executed: its rows, its start and its completion tick, and
+    its exact (fractional) completion in clock steps."""
 
-    __slots__ = ("rows", "start", "done", "all_decode")
+    __slots__ = ("rows", "start", "done", "exact", "all_decode")
 
     def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
-                 all_decode: bool) -> None:
+                 exact: float, all_decode: bool) -> None:
         self.rows = rows  # (request, emits)
         self.start = start
         self.done = done
+        self.exact = exact
         self.all_decode = all_decode  # every row a decode: a candidate for folding
 
 
@@ -126,6 +128,10 @@ class Engine:
             fast_forward = on_state is None and not audit
         self._fast_forward_on = fast_forward
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
+        # The exact end of the last dispatch and the step it completed at: a
+        # dispatch that starts at that step starts from the exact time.
+        self._exact_end = 0.0
+        self._end_step = -1
         self.requests: dict[str, Request] = {}
         self.stats = RunStats(clock, options.slo)
         self._live = 0            # registered requests not yet ended
@@ -464,13 +470,20 @@ class Engine:
         stats.decode_tokens += decode
         stats.recompute_tokens += recompute
         stats.padding_rows += padding
-        seconds = self.cost.seconds(shape) if shape is not None else None
-        if seconds is not None:
+        if shape is None:
+            done = exact = now + 1  # without a cost model a dispatch is one tick
+        else:
+            seconds = self.cost.seconds(shape)
             stats.busy_seconds += seconds
-        done = now + self.duration(seconds)
+            start = self._exact_end if self._end_step == now else now
+            exact = start + self.clock.steps(seconds)
+            done = self.clock.end_step(exact, now)
+            if exact <= now:
+                exact = done  # shorter than the rest of its first step: one step
         if records is not None:
             self._emit(Dispatch(now, tuple(records), total, done))
-        return _InFlight(rows, now, done, decode == total and not padding and total > 0)
+        return _InFlight(rows, now, done, exact,
+                         decode == total and not padding and total > 0)
 
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,
@@ -484,13 +497,6 @@ class Engine:
                                             if not r.status.is_finished)
         if self._idle_replay > self._replay_limit:
             self._livelocked = True
-
-    def duration(self, seconds: float | None) -> int:
-        """Steps a dispatch lasts: one without a cost model (SPEC §0), else its
-        modelled seconds rounded up to whole clock steps, at least one."""
-        if seconds is None:
-            return 1
-        return self.clock.dispatch_steps(seconds)
 
     def _complete(self, flight: _InFlight) -> None:
         """E1: record the outputs; finish requests that produced their last one."""
@@ -556,6 +562,8 @@ class Engine:
             # E1
             if flight is not None and flight.done == t:
                 self._complete(flight)
+                self._exact_end = flight.exact
+                self._end_step = t
                 flight = None
             # E2: arrivals, then cancellations
             outside = ia, ic, ip
@@ -646,7 +654,7 @@ class Engine:
                     self._stall()
                     stalled = True
                 break
-            t = int(nxt)
+            t = nxt
 
         summary = self.stats.summary(allocator.peak_reserved, allocator.peak_held,
                                      specs[0].arrival if specs else 0)

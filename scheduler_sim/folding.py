@@ -81,7 +81,9 @@ def fold(engine, flight, until: float) -> None:
     # model they grow slowly with the contexts, so runs are long.
     runs: list[tuple[int, int]] = []
     step = run_length = 0
-    steps_of = clock.dispatch_steps
+    exact = flight.exact  # each folded dispatch starts from its predecessor's exact end
+    steps_of = clock.steps
+    end_step = clock.end_step
     while folded < silent and done < until:
         if starts is not None:
             starts.append(done)
@@ -91,7 +93,11 @@ def fold(engine, flight, until: float) -> None:
         else:
             seconds = cost.decode_seconds(n, contexts)
             busy += seconds
-            length = steps_of(seconds)
+            exact += steps_of(seconds)
+            end = end_step(exact, done)
+            if exact <= done:
+                exact = end  # shorter than the rest of its first step: one step
+            length = end - done
         if length != step:
             if run_length:
                 runs.append((step, run_length))
@@ -145,6 +151,7 @@ def fold(engine, flight, until: float) -> None:
     engine.folded += folded
     flight.start = last_output
     flight.done = done
+    flight.exact = exact if cost is not None else done
 
 def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int) -> None:
     """The records each folded boundary would have produced, in order: the

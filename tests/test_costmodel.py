@@ -262,27 +262,29 @@ COST = "llama-3-8b/h100-sxm"
 def test_replay_dispatches_last_their_modelled_steps():
     """One request P=2048, N=3 on a 1-ms clock. Step 0 prefills 2048 tokens: compute
     (2N 2048 + 2Ld 2048^2) / F = 3.38675e13 / 4e14 = 0.0846688 s, memory (1.6e10 + 131072 x
-    4096) / B = 0.00617 s, + 0.0005 = 0.0851688 s -> 86 steps, done at 86. Step 86 decodes at
-    context 2048: memory (1.6e10 + 131072 x 2049) / B = 0.0060704 s + 0.0005 -> 7 steps, done
-    at 93; the decode at 93 (context 2049) also takes 7: done 100, finished at 100."""
+    4096) / B = 0.00617 s, + 0.0005 = 0.0851688 s: it ends at 85.17 ms and completes at
+    step 86. The decode at 86 (context 2048) costs memory (1.6e10 + 131072 x 2049) / B =
+    0.0060704 s + 0.0005 = 6.5704 ms and starts from the exact 85.17 ms: it ends at 91.74
+    and completes at 92; the decode at 92 (context 2049, 6.5704 ms) ends at 98.31: 99. So
+    rounding never accumulates: ceil(85.17) = 86, ceil(91.74) = 92, ceil(98.31) = 99."""
     s = simulate([req("a", 0, 2048, 3)], cost_model=COST, clock_resolution=0.001)
     dispatches = s.of("dispatch")
-    assert [(d["tick"], d["done"]) for d in dispatches] == [(0, 86), (86, 93), (93, 100)]
+    assert [(d["tick"], d["done"]) for d in dispatches] == [(0, 86), (86, 92), (92, 99)]
     assert [d["rows"][0]["phase"] for d in dispatches] == ["prefill", "decode", "decode"]
-    assert s.req["a"].first_token_at == 86 and s.req["a"].finished_at == 100
-    assert s.summary["makespan"] == 0.1 and s.summary["iterations"] == 3
+    assert s.req["a"].first_token_at == 86 and s.req["a"].finished_at == 99
+    assert s.summary["makespan"] == 0.099 and s.summary["iterations"] == 3
 
 
 def test_replay_cost_model_defaults_to_a_1us_clock():
-    """Without clock_resolution a cost model steps in microseconds: the prefill's
-    0.08516878 s lasts ceil(85168.78) = 85169 steps and each decode's 0.00657036 s (context
-    2048) and 0.00657041 s (2049) lasts 6571; with a 10-ms clock the prefill lasts
-    ceil(8.52) = 9 steps and each decode ceil(0.657) = 1. The summary is in seconds either
-    way: makespan 0.098311 s (85169 + 2 x 6571 us) against 0.11 s."""
+    """Without clock_resolution a cost model steps in microseconds: the three dispatches
+    end at 85,168.78, 91,739.14 and 98,309.55 us, so they complete at steps 85169, 91740
+    and 98310 (makespan 0.09831 s). On a 10-ms clock the prefill ends at 8.52 steps (9);
+    the first decode ends at 8.52 + 0.657 = 9.17 (10); the second would end at 9.83, before
+    the step 10 it starts at, so it lasts one step (11): makespan 0.11 s."""
     s = simulate([req("a", 0, 2048, 3)], cost_model=COST)
     assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [
-        (0, 85169), (85169, 91740), (91740, 98311)]
-    assert s.summary["makespan"] == 0.098311
+        (0, 85169), (85169, 91740), (91740, 98310)]
+    assert s.summary["makespan"] == 0.09831
     s = simulate([req("a", 0, 2048, 3)], cost_model=COST, clock_resolution=0.01)
     assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [(0, 9), (9, 10), (10, 11)]
     assert s.summary["makespan"] == 0.11
@@ -303,7 +305,7 @@ def write_trace(tmp_path, records: list[dict]) -> str:
 
 def test_replay_table_shows_seconds(tmp_path):
     """The replay table of that request on a 1-ms clock gives times in seconds (`s`):
-    makespan 100 steps = 0.1000 s, TTFT 86 steps = 0.0860 s, E2EL 0.1000 s."""
+    makespan 99 steps = 0.0990 s, TTFT 86 steps = 0.0860 s, E2EL 0.0990 s."""
     path = write_trace(tmp_path, [{"type": "config", "cost_model": COST,
                                    "clock_resolution": 0.001}, req("a", 0, 2048, 3)])
     status, out, err = run(["replay", path])
@@ -313,15 +315,15 @@ def test_replay_table_shows_seconds(tmp_path):
         parts = line.split()
         if line.startswith(("makespan", "TTFT", "E2EL")):
             rows[parts[0]] = parts[-2:]
-    assert rows["makespan"] == ["s", "0.1000"]
+    assert rows["makespan"] == ["s", "0.0990"]
     assert rows["TTFT"] == ["s", "0.0860"]
-    assert rows["E2EL"] == ["s", "0.1000"]
+    assert rows["E2EL"] == ["s", "0.0990"]
     assert "time in seconds" in out and COST in out
 
 
 def test_replay_json_is_in_seconds_under_a_cost_model(tmp_path):
     """`--json` under a cost model says `time_unit: s` and every time is in seconds:
-    makespan 0.1, ttft_mean 0.086, tpot_mean (100 - 86) / 2 = 7 steps = 0.007 s."""
+    makespan 0.099, ttft_mean 0.086, tpot_mean (99 - 86) / 2 = 6.5 steps = 0.0065 s."""
     path = write_trace(tmp_path, [req("a", 0, 2048, 3)])
     status, out, err = run(["replay", path, "--cost-model", COST, "--clock-resolution",
                             "0.001", "--json"])
@@ -329,7 +331,7 @@ def test_replay_json_is_in_seconds_under_a_cost_model(tmp_path):
     doc = json.loads(out)
     run_ = doc["runs"][0]
     assert doc["time_unit"] == "s"
-    assert (run_["makespan"], run_["ttft_mean"], run_["tpot_mean"]) == (0.1, 0.086, 0.007)
+    assert (run_["makespan"], run_["ttft_mean"], run_["tpot_mean"]) == (0.099, 0.086, 0.0065)
     assert "seconds" not in run_
 
 

@@ -77,7 +77,6 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
              "empty_iterations", "padding_rows", "cached_tokens", "slo_met", "slo_attainment",
              "request_goodput", "deadlines", "deadline_misses", "busy_seconds"}
-_OPTIONAL_PREFIXES = ("client_wait_",)
 
 
 def format_number(value: Any) -> str:
@@ -163,8 +162,10 @@ def header_lines(command: str, trace_name: str, options: Options, clock: Clock,
     return lines
 
 
-def _shown(field: str, values: list[Any]) -> bool:
-    if field in _OPTIONAL or field.startswith(_OPTIONAL_PREFIXES):
+def _shown(field: str, values: list[Any], options: Options) -> bool:
+    if field.startswith("client_wait_"):
+        return options.max_concurrency is not None  # closed-loop clients only
+    if field in _OPTIONAL:
         return any(v not in (None, 0) for v in values)
     return True
 
@@ -181,7 +182,7 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
     rows = []
     for label, unit, field in table_rows(clock):
         values = [run.get(field) for run in runs]
-        if not _shown(field, values):
+        if not _shown(field, values, options):
             continue
         if field in time_fields:
             cells = [format_time(v, clock) for v in values]

@@ -1,0 +1,187 @@
+"""The clock: trace times to clock steps, dispatch ends, and what outputs report."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from conftest import req, simulate
+from scheduler_sim.cli import main
+from scheduler_sim.clock import Clock
+from scheduler_sim.options import Options
+from scheduler_sim.workload import Action, RequestSpec, Workload
+
+COST = "llama-3-8b/h100-sxm"
+
+
+def clock(**options) -> Clock:
+    return Clock.of(Options.resolve(options))
+
+
+def test_the_four_clocks():
+    """tick trace, no cost model: steps are the trace's ticks, results in ticks; s trace, no
+    cost model: 1 step = tick_seconds (1 ms) of trace time, results in ticks; tick trace
+    with a cost model: steps of 1 us, a trace tick is 1 ms, results in seconds; s trace
+    with a cost model: steps of 1 us, results in seconds."""
+    assert clock() == Clock("tick", None, None, False)
+    assert clock(time_unit="s") == Clock("s", 1.0, 0.001, False)
+    assert clock(time_unit="ms", tick_seconds=0.01) == Clock("ms", 0.001, 0.01, False)
+    assert clock(cost_model=COST) == Clock("tick", 0.001, 1e-6, True)
+    assert clock(cost_model=COST, tick_seconds=0.002, clock_resolution=1e-4) == \
+        Clock("tick", 0.002, 1e-4, True)
+    assert clock(cost_model=COST, time_unit="s") == Clock("s", 1.0, 1e-6, True)
+    assert (clock().label, clock(cost_model=COST).label) == ("ticks", "s")
+
+
+def test_arrivals_round_up_and_limits_round_down():
+    """On a 1-ms clock over a trace in seconds: 0.003 s is step 3 both ways (not 2 or 4
+    from 0.003 / 0.001 = 2.9999999999999996); 0.0031 s is step 4 for an arrival (the first
+    step at or after it) and step 3 for a deadline (the last step at or before it); a
+    trace in ms at 1 us: 1.5 ms is step 1500; a tick trace needs no conversion."""
+    c = clock(time_unit="s")
+    assert (c.after(0.003), c.before(0.003)) == (3, 3)
+    assert (c.after(0.0031), c.before(0.0031)) == (4, 3)
+    assert (c.after(0), c.after(3504.123)) == (0, 3504123)
+    ms = clock(time_unit="ms", cost_model=COST)
+    assert (ms.after(1.5), ms.before(1.5), ms.after(0.0004)) == (1500, 1500, 1)
+    ticks = clock()
+    assert ticks.identity and (ticks.after(7), ticks.before(7)) == (7, 7)
+
+
+def test_end_step_is_the_first_step_at_or_after_the_exact_end():
+    """A dispatch started at step 0 that ends at exact step 85.17 completes at 86; one
+    ending at 3.0000000000000004 (float noise) at 3; a dispatch started at 10 whose exact
+    end 9.83 lies before its start lasts one step: 11."""
+    c = clock(cost_model=COST)
+    assert c.end_step(85.17, 0) == 86
+    assert c.end_step(3.0000000000000004, 0) == 3
+    assert c.end_step(9.83, 10) == 11
+    assert c.steps(0.0065) == pytest.approx(6500)
+
+
+def test_report_in_ticks_and_in_seconds():
+    """In ticks, steps are reported as they are, fractions to 4 decimals. On a 1-us clock,
+    step 12345 is 0.012345 s; a fraction of a step (a mean) keeps 4 more decimals: 6.5
+    steps is 6.5e-06 s; None stays None."""
+    assert clock().report(7) == 7 and clock().report(1.33333) == 1.3333
+    c = clock(cost_model=COST)
+    assert (c.report(12345), c.report(6.5), c.report(None), c.report(2_000_000)) == (
+        0.012345, 6.5e-06, None, 2)
+    assert c.text(12345) == "0.012345" and clock().text(12) == "12"
+    assert c.rate(3, 1_500_000) == 2.0 and clock().rate(3, 4) == 0.75
+    assert clock().rate(3, 0) is None
+
+
+def test_a_workload_on_a_clock():
+    """Converting a workload in seconds onto a 1-ms clock: arrivals and actions round up,
+    deadlines round down, order is kept; a tick workload on the tick clock is itself."""
+    w = Workload.build([RequestSpec("a", 1, 0.0004, 4, 1, 1, deadline=0.0109),
+                        RequestSpec("b", 2, 0.002, 4, 1, 1)],
+                       [Action("cancel", "a", 0.0051, 3)], [Action("preempt", "b", 0.004, 4)])
+    on = w.on_clock(clock(time_unit="s"))
+    assert [(s.id, s.arrival, s.deadline) for s in on.requests] == [("a", 1, 10), ("b", 2, None)]
+    assert (on.cancels[0].at, on.preempts[0].at) == (6, 4)
+    assert w.on_clock(clock()) is w
+
+
+def test_changing_the_resolution_never_moves_an_arrival_by_a_step():
+    """A trace in seconds, a at 0 and b at 0.0104 s (P=16, N=2, Llama-3-8B on an H100):
+    each dispatch costs about 6.47 ms (weights 1.6e10 B at 2.68e12 B/s = 5.97 ms, plus
+    0.5 ms). On a 1-ms clock b arrives at step 11 (0.011 s), on a 1-us clock at 10400
+    (0.0104 s): never more than one step later than the trace says. a's prefill ends at
+    6.4717 ms and its decode at 12.9434 ms: 0.007 and 0.013 s on the coarse clock,
+    0.006472 and 0.012943 on the fine one; every reported time differs by less than one
+    coarse step (1 ms)."""
+    records = [{"type": "config", "time_unit": "s"}, req("a", 0, 16, 2),
+               req("b", 0.0104, 16, 2)]
+    coarse = simulate(records, cost_model=COST, block_size=4, num_blocks=64,
+                      clock_resolution=0.001)
+    fine = simulate(records, cost_model=COST, block_size=4, num_blocks=64)
+    assert coarse.req["b"].arrival == 11 and fine.req["b"].arrival == 10400
+    assert (coarse.req["a"].first_token_at, coarse.req["a"].finished_at) == (7, 13)
+    assert (fine.req["a"].first_token_at, fine.req["a"].finished_at) == (6472, 12943)
+    from scheduler_sim.summary import request_record
+    for rid in "ab":
+        a = request_record(coarse.req[rid], coarse.result.clock)
+        b = request_record(fine.req[rid], fine.result.clock)
+        for field in ("arrival", "sent", "admitted", "first_token", "finished", "ttft", "e2el"):
+            assert abs(a[field] - b[field]) < 0.001, (rid, field, a[field], b[field])
+
+
+def test_tick_seconds_does_not_move_the_arrivals_of_a_trace_in_seconds(tmp_path):
+    """`--tick-seconds 0.0001` on a trace in seconds under a cost model changes nothing
+    (the clock steps by clock_resolution) and the header says so."""
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"type": "config", "time_unit": "s", "block_size": 4, "num_blocks": 64},
+        req("a", 0, 16, 2), req("b", 0.0104, 16, 2)]))
+    outs = []
+    for extra in ([], ["--tick-seconds", "0.0001"]):
+        out = io.StringIO()
+        assert main(["replay", str(path), "--cost-model", COST, "--json", *extra], out=out,
+                    err=io.StringIO()) == 0
+        outs.append(json.loads(out.getvalue())["runs"][0])
+    assert outs[0] == outs[1]
+    out = io.StringIO()
+    main(["replay", str(path), "--cost-model", COST, "--tick-seconds", "0.0001"], out=out,
+         err=io.StringIO())
+    assert ("note: tick_seconds has no effect: the trace's times are in s, and with a cost "
+            "model the clock steps by clock_resolution") in out.getvalue()
+
+
+def test_overriding_a_tick_traces_tick_length_warns(tmp_path):
+    """A tick trace whose config says 1-ms ticks, replayed under a cost model with
+    `--tick-seconds 0.0001`: every arrival moves, so stderr warns."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"type": "config", "tick_seconds": 0.001}, req("a", 0, 4, 2), req("b", 5, 4, 2)]))
+    err = io.StringIO()
+    assert main(["replay", str(path), "--cost-model", COST, "--tick-seconds", "0.0001"],
+                out=io.StringIO(), err=err) == 0
+    assert err.getvalue() == (
+        "scheduler-sim: warning: --tick-seconds 0.0001 overrides the trace's tick of 0.001 "
+        "s: every arrival and wait in the trace moves with it\n")
+
+
+def test_without_a_cost_model_nothing_is_in_seconds(tmp_path):
+    """A trace in seconds replayed without a cost model: the header says results are in
+    ticks with 1 tick = 1 ms of trace time, the table's times are ticks, and the JSON says
+    time_unit ticks: b at 0.0104 s arrives at tick 11 and finishes 2 ticks later."""
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"type": "config", "time_unit": "s"}, req("a", 0, 16, 2), req("b", 0.0104, 16, 2)]))
+    out = io.StringIO()
+    assert main(["replay", str(path)], out=out, err=io.StringIO()) == 0
+    text = out.getvalue()
+    assert ("time in ticks: no cost model, every dispatch lasts one tick; trace times in s "
+            "mapped at 1 tick = 1 ms") in text
+    table = text[text.index("\n\n"):]
+    assert " s " not in table and "ticks" in table
+    out = io.StringIO()
+    assert main(["replay", str(path), "--json", "--requests"], out=out,
+                err=io.StringIO()) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["time_unit"] == "ticks"
+    b = doc["runs"][0]["per_request"][1]
+    assert (b["arrival"], b["finished"]) == (11, 13)
+
+
+def test_durations_in_a_tick_trace_must_be_whole(tmp_path):
+    """`--release-delay 0.5` on a tick trace exits 2: a tick trace counts whole ticks."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(req("a", 0, 4, 2)) + "\n")
+    err = io.StringIO()
+    assert main(["replay", str(path), "--release-delay", "0.5"], out=io.StringIO(),
+                err=err) == 2
+    assert err.getvalue() == ("scheduler-sim: error: release_delay must be a whole number "
+                              "of ticks (the trace's time_unit is tick), got 0.5\n")
+
+
+def test_durations_in_a_trace_in_ms_are_converted():
+    """A trace in ms on a 1-ms clock (no cost model): waiting_timeout 2.5 ms means a request
+    that has waited longer than 2.5 ms is aborted: limits round down to step 2, so b
+    (arrived at 0, blocked behind a on a 1-block pool) times out at step 3."""
+    s = simulate([{"type": "config", "time_unit": "ms"}, req("a", 0, 4, 4), req("b", 0, 4, 1)],
+                 tick_seconds=0.001, block_size=4, num_blocks=2, waiting_timeout=2.5)
+    assert [(e["tick"], e["id"], e["waited"]) for e in s.of("timeout")] == [(3, "b", 3)]

@@ -75,6 +75,7 @@ class BlockAllocator:
         # lets a snapshot show the pool as it was before the step allocated.
         self.step_evictions: dict[str, int] = {}
         self.step_growth: dict[str, int] = {}
+        self._on_evict = None  # (taker, writer, block number) -> None, when tracked
 
     # --- views ----------------------------------------------------------------
 
@@ -101,6 +102,13 @@ class BlockAllocator:
     def next_expiry(self) -> int | None:
         """The tick at which the oldest draining blocks become free, if any drain."""
         return self._drain[0][0] if self._drain else None
+
+    def track_evictions(self, report) -> None:
+        """Call `report(taker id, writer id, block number)` whenever a cached block is
+        handed out again (prefix caching only)."""
+        if self.cache is not None:
+            self.cache.writers = {}
+            self._on_evict = report
 
     # --- credits (A1, A2) -----------------------------------------------------
 
@@ -184,6 +192,10 @@ class BlockAllocator:
             else:
                 block = self.cache.evict()
                 evicted += 1
+                if self._on_evict is not None:
+                    writer = self.cache.writer(block)
+                    if writer is not None:
+                        self._on_evict(rid, writer[0], writer[1])
             refs[block] = 1
             table.append(block)
         if evicted:
@@ -374,12 +386,15 @@ class BlockAllocator:
         key_list = keys.ensure(full)
         index = cache.index
         key_of = cache.key_of
+        writers = cache.writers
         for i in range(start, full):
             key = key_list[i]
             if key not in index:
                 block = table[i]
                 index[key] = block
                 key_of[block] = key
+                if writers is not None:
+                    writers[block] = (rid, i)
         keys.registered = full
 
     # --- invariants (A3) --------------------------------------------------------

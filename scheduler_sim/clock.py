@@ -198,8 +198,10 @@ class Clock:
                     f"{_seconds_text(self.step_seconds)}")
         trace = (f"a trace tick is {_seconds_text(self.unit_seconds)}"
                  if self.unit == "tick" else f"trace times in {self.unit}")
-        return (f"time in seconds: dispatch durations from the cost model, rounded up to "
-                f"the clock resolution of {_seconds_text(self.step_seconds)}; {trace}")
+        return (f"time in seconds: each dispatch lasts its cost-model time and completes at "
+                f"the first clock step at or after its end (resolution "
+                f"{_seconds_text(self.step_seconds)}); "
+                f"{trace}")
 
 
 def _seconds_text(seconds: float) -> str:

@@ -252,13 +252,17 @@ class PoolSizing:
     block_bytes: int     # block_size x KV bytes per token per GPU
     blocks: int          # floor(kv / block_bytes)
 
-    def describe(self) -> str:
-        """`KV pool 27,313 blocks = 0.9 x 79.22 GiB - 14.90 GiB weights - 3.05 GiB reserve ...`"""
+    def describe(self, given: int | None = None) -> str:
+        """`KV pool 27,313 blocks of 2 MiB: 0.9 x 79.22 GiB - weights 14.90 GiB - ...`;
+        with a `given` pool, how it compares with what the GPU holds."""
         per = "" if self.tp == 1 else f" per GPU (tp {self.tp})"
-        return (f"KV pool {self.blocks:,} blocks of {self.block_bytes / 2**20:g} MiB{per}: "
-                f"{self.utilization:g} x {self.gpu.memory_gib:g} GiB - weights "
-                f"{self.weights / GIB:.2f} GiB - activation reserve {self.reserve / GIB:g} GiB "
-                f"= {self.kv / GIB:.2f} GiB of KV")
+        arithmetic = (f"{self.utilization:g} x {self.gpu.memory_gib:g} GiB - weights "
+                      f"{self.weights / GIB:.2f} GiB - activation reserve "
+                      f"{self.reserve / GIB:g} GiB = {self.kv / GIB:.2f} GiB of KV")
+        if given is not None:
+            return (f"KV pool {given:,} blocks of {self.block_bytes / 2**20:g} MiB{per} as "
+                    f"given; the GPU holds up to {self.blocks:,}: {arithmetic}")
+        return f"KV pool {self.blocks:,} blocks of {self.block_bytes / 2**20:g} MiB{per}: {arithmetic}"
 
 
 def size_pool(model: ModelSpec, gpu: GpuSpec, block_size: int, utilization: float,

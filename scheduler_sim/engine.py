@@ -35,7 +35,7 @@ from .folding import fold, horizon
 from .errors import InvariantError
 from .errors import UsageError
 from .events import (
-    Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event,
+    Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
     Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout,
 )
 from .options import Options
@@ -108,6 +108,10 @@ class Engine:
                                 else clock.before(options.waiting_timeout))
         self.allocator = BlockAllocator(options.num_blocks, options.block_size,
                                         options.prefix_caching)
+        if on_event is not None and options.prefix_caching:
+            # Report whose cached blocks are handed out again (evicted).
+            self.allocator.track_evictions(
+                lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))
         self.cost: CostModel | None = None
         if options.cost_model is not None:
             model, gpu = parse_cost_model(options.cost_model)
@@ -211,8 +215,10 @@ class Engine:
         self._step_block = (req.rid, reason, needed)
         if self._emit is not None:
             a = self.allocator
+            taken = (sum(a.step_growth.values())
+                     if self.policy.allocates_before_admission else 0)
             self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
-                                        a.reserved, a.draining))
+                                        a.reserved, a.draining, taken or None))
 
     def release(self, req: Request) -> int:
         """Free the blocks and credit a finished request kept (static batches)."""

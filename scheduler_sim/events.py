@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
     "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
-    "PreemptIgnored", "Released", "Stalled", "Timeout", "Ratio", "EVENT_TYPES",
+    "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "EVENT_TYPES",
     "event_from_dict",
 ]
 
@@ -113,13 +113,20 @@ class Admitted(Event):
 
 @_record("admission_blocked")
 class AdmissionBlocked(Event):
-    """The queue head could not be admitted at this boundary, and why."""
+    """The queue head could not be admitted at this boundary, and why.
+
+    `free` is what the admission saw. A policy that gives running requests
+    their blocks before it looks at the queue (vllm, sglang) has by then
+    taken `step_allocated` blocks for this step's rows (left out when none),
+    which the snapshot that follows still counts as free.
+    """
     id: str
     reason: str
     needed: int
     free: int
     reserved: int
     draining: int
+    step_allocated: int | None = None
 
 
 @_record("snapshot")
@@ -268,6 +275,15 @@ class Released(Event):
     blocks: int
 
 
+@_record("evicted")
+class Evicted(Event):
+    """Request `id` took a free block that still held a cached prefix: block number
+    `block` (rows block x block_size onwards) of request `written_by`, which wrote it."""
+    id: str
+    written_by: str
+    block: int
+
+
 @_record("stalled")
 class Stalled(Event):
     """The run could make no more progress; this request ends as finished_error (E6b)."""
@@ -279,7 +295,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (Arrival, Rejected, Admitted, AdmissionBlocked, Snapshot, Dispatch,
                 Finished, Cancelled, CancelIgnored, Preempted, PreemptIgnored,
-                Timeout, Ratio, Released, Stalled)
+                Timeout, Ratio, Released, Evicted, Stalled)
 }
 
 

@@ -182,9 +182,11 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int)
         free = total - held - draining
         if report is not None:
             rid, reason, needed = report
-            seen = free - grown if policy.allocates_before_admission else free
+            early = policy.allocates_before_admission
+            seen = free - grown if early else free
             emit(AdmissionBlocked(tick, rid, policy.repeated_block_reason(
-                reason, needed, seen), needed, seen, a.reserved, draining))
+                reason, needed, seen), needed, seen, a.reserved, draining,
+                (grown or None) if early else None))
         emit(Snapshot(tick, waiting, running, a.reserved, held, draining, free))
         emit(Dispatch(tick, rows, n, done))
         held += grown

@@ -103,6 +103,9 @@ class PrefixCache:
         self.lru: OrderedDict[int, None] = OrderedDict()  # least recently freed first
         self.hits = 0      # blocks reused, over the run
         self.queried = 0   # blocks looked up, over the run
+        # (request id, block number) that wrote each keyed block, kept only when
+        # somebody wants evictions reported.
+        self.writers: dict[int, tuple[str, int]] | None = None
 
     def register(self, block: int, key: Hashable) -> None:
         """Record that `block` now holds `key` (the first block with a key keeps it)."""
@@ -119,3 +122,7 @@ class PrefixCache:
         block, _ = self.lru.popitem(last=False)
         del self.index[self.key_of.pop(block)]
         return block
+
+    def writer(self, block: int) -> tuple[str, int] | None:
+        """Forget and return who wrote `block` (tracked only with `writers` on)."""
+        return self.writers.pop(block, None) if self.writers is not None else None

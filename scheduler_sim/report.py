@@ -156,7 +156,8 @@ def header_lines(command: str, trace_name: str, options: Options, clock: Clock,
         lines.append(f"cost model {options.cost_model}"
                      + (f" on {options.tp} GPUs" if options.tp > 1 else ""))
     if pool is not None:
-        lines.append(pool.describe())
+        derived = options.origin.get("num_blocks") == "derived"
+        lines.append(pool.describe(None if derived else options.num_blocks))
     lines += _wrap("options: ", options_text(options) or ["all defaults"])
     lines += [f"note: {text}" for text in options.unused()]
     return lines

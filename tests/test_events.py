@@ -152,3 +152,27 @@ def test_events_are_frozen(kind):
     e = sample(EVENT_TYPES[kind])
     with pytest.raises(dataclasses.FrozenInstanceError):
         e.tick = 99
+
+
+def test_in_seconds_tick_becomes_time_and_time_fields_convert():
+    """With a clock that reports seconds (1-ms steps), `tick` becomes `time` and every time
+    field is in seconds: an arrival at step 7 with a client wait of 3 steps, a timeout
+    after 12 steps, a dispatch from 7 to 9 (hand-written writer and generic encoder agree)
+    and a snapshot; counts stay counts."""
+    from scheduler_sim.clock import Clock
+    from scheduler_sim.events import Snapshot, Timeout
+    c = Clock("s", 1.0, 0.001, True)
+    assert Arrival(7, "a", 3).to_json(None, c) == \
+        '{"time":0.007,"event":"arrival","id":"a","client_wait":0.003}'
+    assert Timeout(7, "a", 12).to_json("vllm", c) == \
+        '{"time":0.007,"event":"timeout","policy":"vllm","id":"a","waited":0.012}'
+    d = Dispatch(7, (("a", "decode", 1, True, None),), 1, 9)
+    assert d.to_json(None, c) == ('{"time":0.007,"event":"dispatch","rows":[{"id":"a",'
+                                  '"phase":"decode","tokens":1,"emits":true}],"tokens":1,'
+                                  '"done":0.009}')
+    assert json.loads(d.to_json(None, c)) == d.to_dict(None, c)
+    snap = Snapshot(7, 1, 2, 3, 4, 5, 6)
+    assert snap.to_json(None, c) == ('{"time":0.007,"event":"snapshot","waiting":1,'
+                                     '"running":2,"reserved":3,"allocated":4,"draining":5,'
+                                     '"free":6}')
+    assert Arrival(7, "a").to_json(None, Clock()) == '{"tick":7,"event":"arrival","id":"a"}'

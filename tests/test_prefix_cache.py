@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from conftest import req, simulate
 from scheduler_sim.allocator import BlockAllocator
 from scheduler_sim.prefix_cache import BlockKeys, PrefixCache
 
@@ -310,3 +311,26 @@ def test_conservation_holds_after_every_step_of_a_mixed_sequence():
     a.free_request("C", 1, 0)
     ok(a)
     assert (a.held, a.draining, a.free) == (0, 0, 5)
+
+
+def test_evicted_records_say_whose_cached_block_was_handed_out():
+    """Lab 04's trace (vllm, 9 blocks of 4, A: P=8 N=18, L: P=12 N=10 with ids): L is
+    preempted at tick 9 with 5 keyed blocks. Each time A needs a block afterwards the LRU
+    head goes, L's tail first: at 9 A takes L's block 4 (rows 16-19), at 13 block 3, at 17
+    block 2. The admission_blocked record at those ticks shows free after A's block
+    (4, 3, 2) with step_allocated 1, one less than the snapshot's free (5, 4, 3)."""
+    ids = list(range(100, 112))
+    s = simulate([req("A", 0, 8, 18, prompt_token_ids=list(range(1, 9))),
+                  req("L", 0, 12, 10, prompt_token_ids=ids,
+                      output_token_ids=list(range(200, 210)))],
+                 policy="vllm", block_size=4, num_blocks=9, token_budget=32,
+                 prefix_caching=True)
+    evicted = [(e["tick"], e["id"], e["written_by"], e["block"]) for e in s.of("evicted")]
+    assert evicted[:3] == [(9, "A", "L", 4), (13, "A", "L", 3), (17, "A", "L", 2)]
+    for tick, free in ((9, 4), (13, 3), (17, 2)):
+        [blocked] = s.at(tick, "admission_blocked")
+        [snapshot] = s.at(tick, "snapshot")
+        assert (blocked["free"], blocked["step_allocated"]) == (free, 1)
+        assert snapshot["free"] == free + 1
+    [quiet] = s.at(10, "admission_blocked")
+    assert "step_allocated" not in quiet  # nothing allocated before the admission at 10

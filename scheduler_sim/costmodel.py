@@ -150,9 +150,12 @@ class CostModel:
         self.model = model
         self.gpu = gpu
         self.tp = tp
-        # Work splits evenly across the GPUs: the group is tp times one GPU.
+        # FLOPs split evenly across the GPUs; each GPU reads its share of the
+        # weights and the KV of its heads (all of them when heads are replicated).
         self.flops_per_second = gpu.peak_flops * mfu * tp
-        self.bytes_per_second = gpu.hbm_bandwidth * bandwidth_efficiency * tp
+        self.bytes_per_second = gpu.hbm_bandwidth * bandwidth_efficiency
+        self.weight_bytes = model.weight_bytes / tp
+        self.kv_bytes = model.kv_bytes_per_token_per_gpu(tp)
         self.step_overhead = step_overhead
         # Seconds of all-reduce per token of the batch: 2 per layer, a ring's
         # 2 (tp - 1) / tp of d_model x dtype bytes each, over the interconnect.
@@ -176,7 +179,7 @@ class CostModel:
             read += end
         if rows:
             flops += two_n * rows + att * (2 * contexts + rows)
-        memory = m.weight_bytes + m.kv_bytes_per_token * (read + tokens)
+        memory = self.weight_bytes + self.kv_bytes * (read + tokens)
         return flops / self.flops_per_second, memory / self.bytes_per_second
 
     def _total(self, compute: float, memory: float, tokens: int) -> float:
@@ -315,11 +318,11 @@ def fit_pool(options) -> tuple:
         origin = dict(options.origin, num_blocks="derived")
         return dataclasses.replace(options, num_blocks=sizing.blocks, origin=origin), sizing
     if options.num_blocks > sizing.blocks:
-        need = options.num_blocks * sizing.block_bytes / GIB
         raise UsageError(
-            f"num_blocks {options.num_blocks:,} needs {need:.2f} GiB of KV per GPU, but "
-            f"{model.name} on {gpu.name} leaves {sizing.kv / GIB:.2f} GiB "
-            f"({sizing.blocks:,} blocks): {options.gpu_memory_utilization:g} x "
-            f"{gpu.memory_gib:g} GiB - weights {sizing.weights / GIB:.2f} GiB - activation "
-            f"reserve {options.activation_reserve:g} GiB")
+            f"num_blocks {options.num_blocks:,} does not fit: {model.name} on {gpu.name} "
+            f"leaves room for {sizing.blocks:,} blocks of "
+            f"{sizing.block_bytes / 2**20:g} MiB per GPU: "
+            f"{options.gpu_memory_utilization:g} x {gpu.memory_gib:g} GiB - weights "
+            f"{sizing.weights / GIB:.2f} GiB - activation reserve "
+            f"{options.activation_reserve:g} GiB = {sizing.kv / GIB:.2f} GiB of KV")
     return options, sizing

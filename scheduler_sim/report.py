@@ -112,7 +112,8 @@ def _value_text(value: Any) -> str:
 
 
 def options_text(options: Options) -> list[str]:
-    """`name value (source)` for every option away from its default, in table order."""
+    """`name value (source)` for every option away from its default, and every flag
+    given, in table order."""
     out = []
     for name, spec in OPTIONS.items():
         source = options.origin.get(name)
@@ -122,8 +123,8 @@ def options_text(options: Options) -> list[str]:
         default = spec.default
         if name == "policy":
             default = tuple(default)
-        if value == default and source != "derived":
-            continue
+        if value == default and source not in ("derived", "flag"):
+            continue  # a trace that restates a default; a flag always shows
         if name == "slo" and value is not None:
             text = format_slo(value)
         elif value is None:

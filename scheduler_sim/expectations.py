@@ -87,7 +87,7 @@ def holds(expected: Any, actual: Any) -> bool:
                 return False
         return True
     if isinstance(expected, bool) or isinstance(actual, bool):
-        return expected == actual
+        return expected is actual
     return expected == actual
 
 

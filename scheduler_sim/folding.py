@@ -15,6 +15,7 @@ These functions work on the engine's own state; the engine calls them.
 """
 from __future__ import annotations
 
+from .errors import InvariantError
 from .events import AdmissionBlocked, Dispatch, Snapshot
 from .request import DECODE, Request
 
@@ -69,6 +70,26 @@ def fold(engine, flight, until: float) -> None:
     silent = min(r.output_tokens - r.outputs for r in reqs) - 1
     if silent <= 0 or flight.done >= until:
         return
+    # An on-demand policy would preempt once the pool cannot give every row
+    # its block: fold only the dispatches whose blocks are free now.
+    allocator = engine.allocator
+    free = allocator.free
+    grow = allocator.blocks_to_grow
+
+    def blocks(f: int) -> int:
+        return sum(grow(r.rid, r.resident + f) for r in reqs)
+
+    if blocks(silent) > free:
+        low, high = 0, silent  # the most dispatches whose blocks fit
+        while low < high:
+            mid = (low + high + 1) // 2
+            if blocks(mid) <= free:
+                low = mid
+            else:
+                high = mid - 1
+        silent = low
+        if silent <= 0:
+            return
     cost = engine.cost
     clock = engine.clock
     stats = engine.stats
@@ -106,11 +127,9 @@ def fold(engine, flight, until: float) -> None:
         folded += 1
         contexts += n
         done += step
-    # Blocks for the rows the folded dispatches write, all checked first.
-    allocator = engine.allocator
-    new_blocks = sum(allocator.blocks_to_grow(r.rid, r.resident + folded) for r in reqs)
-    if new_blocks > allocator.free:
-        return  # an on-demand policy would have to preempt: no folding
+    if blocks(folded) > free:
+        raise InvariantError(f"folded rows need {blocks(folded)} blocks <= free({free}) "
+                             "is false", engine.now)
     if starts is not None:
         _emit_folded(engine, reqs, starts, done)
     # Output gaps (ITL): the flight's own completion ends each request's gap

@@ -9,6 +9,7 @@ registries live.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
 
@@ -210,6 +211,11 @@ def show(value: Any) -> str:
     if isinstance(value, str):
         return repr(value) if len(value) <= 40 else repr(value[:37] + "...")
     text = repr(value)
+    if isinstance(value, (dict, list)):
+        try:
+            text = json.dumps(value, separators=(", ", ": "))
+        except (TypeError, ValueError):
+            pass
     return text if len(text) <= 40 else text[:37] + "..."
 
 

@@ -390,7 +390,8 @@ def _parse_expect(c: _RecordChecker, unit: str) -> Expectation | None:
             if bounds is not None:
                 fields[key] = bounds
             continue
-        if isinstance(value, bool) and key in BOOL_FIELDS:
+        flag = key in BOOL_FIELDS and rid is not None  # per request a yes/no; per run a count
+        if isinstance(value, bool) and flag:
             fields[key] = value
             continue
         if isinstance(value, (list, dict, bool, _Constant)):
@@ -402,7 +403,7 @@ def _parse_expect(c: _RecordChecker, unit: str) -> Expectation | None:
                 c.fail(f"status must be one of {', '.join(STATUS_LABELS)}, got {show(value)}"
                        f"{_suggest(str(value), STATUS_LABELS)}")
                 continue
-        elif key in BOOL_FIELDS:
+        elif flag:
             if value is not None:
                 c.fail(f"{key} must be true, false or null, got {show(value)}")
                 continue

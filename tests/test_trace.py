@@ -273,7 +273,7 @@ def test_config_after_leading_blank_lines_is_first():
      + ", ".join(POLICIES) + ")"),
     ("order", "lifo", "unknown order 'lifo' (known: " + ", ".join(QUEUE_ORDERS) + ")"),
     ("policy", ["continuous", "serial", "continuous"],
-     "policy lists a name twice, got ['continuous', 'serial', 'continuous']"),
+     'policy lists a name twice, got ["continuous", "serial", "continuous"]'),
     ("policy", [], "policy must be a policy name or a non-empty list of policy names, got []"),
 ])
 def test_invalid_config_options(option, value, message):

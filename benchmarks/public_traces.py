@@ -1,18 +1,18 @@
 """Replay the full public traces under every policy, with the cost model on.
 
-    python3 benchmarks/public_traces.py [--traces-dir ../shared/traces] [--policies ...]
+    python3 benchmarks/public_traces.py TRACES_DIR [--policies ...] [--traces ...]
 
 Converts the Azure LLM inference conversation trace (2023, 19,366 requests;
 CC-BY-4.0, Patel et al., "Splitwise", ISCA'24) and the Mooncake FAST'25
 conversation trace (12,031 requests; Apache-2.0, kvcache-ai/Mooncake) with
-`scheduler-sim convert` (1 ms ticks), then replays each under every policy in
+`scheduler-sim convert` (times in seconds), then replays each under every policy in
 a child process of its own: Llama-3-8B on an H100 SXM (`--cost-model
 llama-3-8b/h100-sxm`), a 40 GiB KV pool (20,480 blocks of 16 tokens at 128 KiB
 per token), 8,192 tokens and 256 requests per dispatch, and prefix caching
 for Mooncake (its `hash_ids` become `block_hashes`). For each run it reports
-the simulated TTFT, TPOT and end-to-end percentiles in seconds and the
-preemptions, and the simulator's own wall time, CPU time, dispatches per
-second and peak memory; then the cost of `--events` for `continuous`.
+the simulated TTFT, TPOT, ITL and end-to-end percentiles in seconds, the
+output throughput and the preemptions, and the simulator's own wall time,
+CPU time and peak memory; then the cost of `--events` for `continuous`.
 
 Results go to stdout as Markdown and to benchmarks/out/public_traces.md.
 """
@@ -57,18 +57,24 @@ def child(argv: list[str]) -> tuple[float, float, float, str]:
         return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.read()
 
 
+def cell(value, digits: int = 3) -> str:
+    """A number for the Markdown table ('-' for None)."""
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--traces-dir", default=str(ROOT.parent / "shared" / "traces"))
+    parser.add_argument("traces_dir", help="folder with azure_llm_2023/ and mooncake/ "
+                                           "(see the README for where to download them)")
     parser.add_argument("--policies", nargs="*", default=POLICIES)
     parser.add_argument("--traces", nargs="*", default=list(TRACES))
     parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "out"))
     args = parser.parse_args()
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    lines = ["| trace | policy | requests | completed | preemptions | TTFT p50 s | TTFT p99 s "
-             "| TPOT p50 s | TPOT p99 s | E2E p50 s | E2E p99 s | dispatches | wall s | CPU s "
-             "| dispatches/s | peak MB |",
+    lines = ["| trace | policy | completed | preemptions | TTFT p50 s | TTFT p99 s "
+             "| TPOT p50 s | TPOT p99 s | ITL p99 s | E2EL p50 s | E2EL p99 s | output tok/s "
+             "| dispatches | wall s | CPU s | peak MB |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in args.traces:
         fmt, rel, extra = TRACES[name]
@@ -78,16 +84,13 @@ def main() -> None:
             wall, cpu, peak, text = child(["replay", str(converted), "--policy", policy,
                                            "--json", *COMMON, *extra])
             run = json.loads(text)["runs"][0]
-            sec = run["seconds"]
-
-            def s(key: str) -> str:
-                return "-" if sec[key] is None else f"{sec[key]:.3f}"
             lines.append(
-                f"| {name} | {policy} | {run['requests']:,} | {run['completed']:,} | "
-                f"{run['preemptions']:,} | {s('ttft_p50')} | {s('ttft_p99')} | "
-                f"{s('tpot_p50')} | {s('tpot_p99')} | {s('e2e_p50')} | {s('e2e_p99')} | "
-                f"{run['iterations']:,} | {wall:.1f} | {cpu:.1f} | "
-                f"{run['iterations'] / wall:,.0f} | {peak:.0f} |")
+                f"| {name} | {policy} | {run['completed']:,} | {run['preemptions']:,} | "
+                f"{cell(run['ttft_p50'])} | {cell(run['ttft_p99'])} | "
+                f"{cell(run['tpot_p50'], 4)} | {cell(run['tpot_p99'], 4)} | "
+                f"{cell(run['itl_p99'], 4)} | {cell(run['e2el_p50'])} | "
+                f"{cell(run['e2el_p99'])} | {cell(run['output_throughput'], 0)} | "
+                f"{run['iterations']:,} | {wall:.1f} | {cpu:.1f} | {peak:.0f} |")
             print(lines[-1], flush=True)
     events_lines = ["", "| trace | policy | mode | wall s | events file MB |", "|---|---|---|---:|---:|"]
     converted = out_dir / "azure-conv.jsonl"

@@ -157,6 +157,8 @@ class CostModel:
         self.weight_bytes = model.weight_bytes / tp
         self.kv_bytes = model.kv_bytes_per_token_per_gpu(tp)
         self.step_overhead = step_overhead
+        self._two_n = 2 * model.parameters          # FLOPs per token, dense layers
+        self._att = 2 * model.layers * model.d_model  # FLOPs per (query, key) pair
         # Seconds of all-reduce per token of the batch: 2 per layer, a ring's
         # 2 (tp - 1) / tp of d_model x dtype bytes each, over the interconnect.
         self.allreduce_per_token = (
@@ -166,9 +168,8 @@ class CostModel:
     def _seconds(self, chunks: list[tuple[int, int]], rows: int, contexts: int) -> tuple[float, float]:
         """(compute, memory) seconds of chunks plus `rows` decodes whose contexts sum
         to `contexts` (decodes enter only through their count and that sum)."""
-        m = self.model
-        two_n = 2 * m.parameters
-        att = 2 * m.layers * m.d_model
+        two_n = self._two_n
+        att = self._att
         flops = 0.0
         tokens = rows
         read = contexts
@@ -197,17 +198,27 @@ class CostModel:
     def seconds(self, shape: DispatchShape) -> float:
         """Roofline: the slower of compute and memory, plus the all-reduces (tp > 1)
         and the step overhead."""
-        compute, memory = self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))
+        return self.dispatch_seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))
+
+    def dispatch_seconds(self, chunks: list[tuple[int, int]], rows: int,
+                         contexts: int) -> float:
+        """`seconds` of prefill `chunks` (tokens, context before) and `rows` decodes
+        whose contexts sum to `contexts`: what the engine asks per dispatch."""
+        if not chunks:
+            return self.decode_seconds(rows, contexts)
+        compute, memory = self._seconds(chunks, rows, contexts)
         if self.tp == 1:
             return max(compute, memory) + self.step_overhead
-        tokens = len(shape.decodes) + sum(chunk for chunk, _ in shape.chunks)
-        return self._total(compute, memory, tokens)
+        return self._total(compute, memory, rows + sum(chunk for chunk, _ in chunks))
 
     def decode_seconds(self, rows: int, contexts: int) -> float:
-        """`seconds` of a dispatch of `rows` decodes whose contexts sum to `contexts`."""
-        compute, memory = self._seconds((), rows, contexts)
+        """`seconds` of a dispatch of `rows` decodes whose contexts sum to `contexts`
+        (the same arithmetic as `_seconds`, spelled out: folding calls it per step)."""
+        compute = (0.0 + (self._two_n * rows + self._att * (2 * contexts + rows)) if rows
+                   else 0.0) / self.flops_per_second
+        memory = (self.weight_bytes + self.kv_bytes * (contexts + rows)) / self.bytes_per_second
         if self.tp == 1:
-            return max(compute, memory) + self.step_overhead
+            return (compute if compute > memory else memory) + self.step_overhead
         return self._total(compute, memory, rows)
 
 

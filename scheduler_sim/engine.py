@@ -30,7 +30,7 @@ from typing import Any, Callable
 from .allocator import BlockAllocator
 from .clients import ClientSlots
 from .clock import Clock
-from .costmodel import CostModel, DispatchShape, fit_pool, parse_cost_model
+from .costmodel import CostModel, fit_pool, parse_cost_model
 from .folding import fold, horizon
 from .errors import InvariantError
 from .errors import UsageError
@@ -394,8 +394,8 @@ class Engine:
         total = prompt = decode = recompute = 0
         records = [] if self._emit is not None else None
         add_record = records.append if records is not None else None
-        shape = DispatchShape() if self.cost is not None else None
-        add_context = shape.decodes.append if shape is not None else None
+        chunks: list[tuple[int, int]] = []  # (tokens, context before), for the cost model
+        contexts = 0  # summed context of the decode and padding rows
         padding = 0
         useful = 0
         for req, tokens in plan:
@@ -404,8 +404,6 @@ class Engine:
                         and self.policy.keeps_blocks_after_finish:
                     padding += 1
                     total += 1
-                    if add_context is not None:
-                        add_context(0)
                     if add_record is not None:
                         add_record((req.rid, "padding", 1, False, None))
                     continue
@@ -414,8 +412,7 @@ class Engine:
             r = req.resident
             if tokens == 1 and r >= req.prompt_tokens and r >= req.restore:
                 # The hot path: a decode writes one row and emits one output.
-                if add_context is not None:
-                    add_context(r)
+                contexts += r
                 if add_record is not None:
                     add_record((req.rid, DECODE, 1, True, None if req.output_token_ids is None
                                 else req.token_ids(r, r + 1)))
@@ -440,8 +437,7 @@ class Engine:
                                      f"phase remaining({remaining}) is false", now)
             phase = req.phase
             emits = req.chunk_emits(tokens)
-            if shape is not None:
-                shape.chunks.append((tokens, r))
+            chunks.append((tokens, r))
             if add_record is not None:
                 add_record((req.rid, phase, tokens, emits, req.token_ids(r, r + tokens)))
             grow(req.rid, r + tokens)
@@ -476,10 +472,10 @@ class Engine:
         stats.decode_tokens += decode
         stats.recompute_tokens += recompute
         stats.padding_rows += padding
-        if shape is None:
+        if self.cost is None:
             done = exact = now + 1  # without a cost model a dispatch is one tick
         else:
-            seconds = self.cost.seconds(shape)
+            seconds = self.cost.dispatch_seconds(chunks, decode + padding, contexts)
             stats.busy_seconds += seconds
             start = self._exact_end if self._end_step == now else now
             exact = start + self.clock.steps(seconds)

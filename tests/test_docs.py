@@ -45,7 +45,7 @@ def test_every_policy_is_documented():
 
 def test_every_summary_field_is_documented():
     """Each per-run and per-request summary field is named in the README."""
-    prefixes = ("queue_delay_", "ttft_", "tpot_", "e2el_")
+    prefixes = ("queue_delay_", "client_wait_", "ttft_", "tpot_", "itl_", "e2el_")
     missing = [f for f in RUN_FIELDS
                if f"`{f}`" not in README and not f.startswith(prefixes)]
     missing += [p for p in prefixes if f"`{p}*`" not in README]

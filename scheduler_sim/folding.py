@@ -79,7 +79,10 @@ def fold(engine, flight, until: float) -> None:
     def blocks(f: int) -> int:
         return sum(grow(r.rid, r.resident + f) for r in reqs)
 
-    if not engine.policy.reserves and blocks(silent) > free:
+    # Each request needs at most silent // block_size + 1 new blocks: when even
+    # that fits, no request can run short.
+    if (not engine.policy.reserves and n * (silent // allocator.block_size + 1) > free
+            and blocks(silent) > free):
         low, high = 0, silent  # the most dispatches whose blocks fit
         while low < high:
             mid = (low + high + 1) // 2

@@ -171,17 +171,6 @@ class Clock:
         per = steps * self.step_seconds if self.in_seconds else steps
         return round(count / per, 4)
 
-    def to_steps(self, value: float | int | None) -> float | None:
-        """A value in the reported unit back to (fractional) steps: for SLOs."""
-        if value is None:
-            return None
-        return value / self.step_seconds if self.in_seconds else value
-
-    @property
-    def time_key(self) -> str:
-        """The field that carries an event's time: `tick`, or `time` in seconds."""
-        return "time" if self.in_seconds else "tick"
-
     def text(self, steps: int) -> str:
         """An event's time as JSON number text in the reported unit."""
         if not self.in_seconds:

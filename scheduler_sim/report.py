@@ -18,7 +18,8 @@ from typing import Any
 from .clock import Clock
 from .costmodel import PoolSizing
 from .options import OPTIONS, Options, format_slo
-from .summary import METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS
+from .summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
+                      TIME_RUN_FIELDS)
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
            "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text"]
@@ -180,7 +181,7 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
     lines = header_lines("replay", trace_name, options, clock,
                          runs[0]["requests"] if runs else 0, pool)
     lines.append("")
-    time_fields = {"makespan", "duration"} | {f"{m}_{s}" for m in METRICS for s in STATS}
+    time_fields = set(TIME_RUN_FIELDS)
     rows = []
     for label, unit, field in table_rows(clock):
         values = [run.get(field) for run in runs]

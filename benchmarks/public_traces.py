@@ -66,8 +66,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces_dir", help="folder with azure_llm_2023/ and mooncake/ "
                                            "(see the README for where to download them)")
-    parser.add_argument("--policies", nargs="*", default=POLICIES)
-    parser.add_argument("--traces", nargs="*", default=list(TRACES))
+    parser.add_argument("--policies", nargs="*", default=POLICIES, choices=POLICIES)
+    parser.add_argument("--traces", nargs="*", default=list(TRACES), choices=list(TRACES))
     parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "out"))
     args = parser.parse_args()
     out_dir = Path(args.out_dir)

@@ -39,8 +39,12 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(spec.flag, dest=spec.name, action=argparse.BooleanOptionalAction,
                                default=None, help=f"{spec.help} (default: {str(default).lower()})")
         else:
+            shown = f"{default:g}" if isinstance(default, float) else default
+            text = spec.help if "default:" in spec.help else f"{spec.help} (default: {shown})"
+            if spec.choices:
+                text += f"; one of {', '.join(spec.choices)}"
             group.add_argument(spec.flag, dest=spec.name, default=None, metavar="VALUE",
-                               help=f"{spec.help} (default: {default})")
+                               help=text)
 
 
 def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:

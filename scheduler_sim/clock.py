@@ -165,11 +165,13 @@ class Clock:
         return int(value) if value.is_integer() else value
 
     def rate(self, count: float, steps: int) -> float | None:
-        """`count` per reported unit of time over `steps` steps (None for no time)."""
+        """`count` per reported unit of time over `steps` steps (None for no time), to 4
+        decimals, or 4 significant figures below 0.01 (so that it never reads 0)."""
         if steps <= 0:
             return None
         per = steps * self.step_seconds if self.in_seconds else steps
-        return round(count / per, 4)
+        rate = count / per
+        return round(rate, 4) if rate >= 0.01 else float(f"{rate:.4g}")
 
     def text(self, steps: int) -> str:
         """An event's time as JSON number text in the reported unit."""

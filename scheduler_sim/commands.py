@@ -22,7 +22,7 @@ from .options import OPTIONS, Options
 from .outputs import EventFile, jsonl, read_text, write_whole
 from .report import format_csv, format_json, format_requests, format_table, header_lines
 from .summary import request_record
-from .trace import Trace, check_options, read_trace
+from .trace import MAX_PROBLEMS, Trace, check_options, read_trace
 
 __all__ = ["COMMANDS", "resolve_options"]
 
@@ -83,6 +83,9 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
 
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace under each policy; print the side-by-side table."""
+    if args.events == "-" and args.requests_csv == "-":
+        raise UsageError("--events - and --requests-csv - cannot both write to standard "
+                         "output; send one of them to a file")
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)
     clock = Clock.of(options)
@@ -141,6 +144,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = check_trace(trace, options)
     if args.junit:
         write_whole(args.junit, junit_xml(trace.name, results), out)
+        if args.junit == "-":
+            out = err  # the XML owns standard output
     runs = ", ".join(options.policy)
     if not results:
         why = ("it has no expect records" if not expects else
@@ -168,8 +173,12 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     name = "<stdin>" if args.file == "-" else args.file
     result = convert(args.fmt, read_text(args.file), name)
     if result.problems and (args.strict or len(result.records) == 1):
-        # --strict, or nothing usable at all (a wrong header, say): fail whole.
-        raise TraceError(result.problems)
+        # --strict, or nothing usable at all (a wrong header or format, say): fail whole.
+        shown = result.problems[:MAX_PROBLEMS]
+        if len(result.problems) > MAX_PROBLEMS:
+            shown.append(f"{name}: ... and {len(result.problems) - MAX_PROBLEMS:,} more bad "
+                         f"rows; no file written (is it a {args.fmt} file?)")
+        raise TraceError(shown)
     write_whole(args.output, jsonl(result.records), out)
     requests = len(result.records) - 1
     notes = [f"{name}: converted {requests:,} requests from {args.fmt}"]

@@ -317,6 +317,9 @@ def fit_pool(options) -> tuple:
     if options.cost_model is None:
         return options, None
     model, gpu = parse_cost_model(options.cost_model)
+    if options.tp > 8:
+        raise UsageError(f"tp must be at most 8, the GPUs of one NVLink node (the model has "
+                         f"no network between nodes), got {options.tp}")
     if model.kv_heads % options.tp and options.tp % model.kv_heads:
         raise UsageError(f"tp must divide {model.name}'s {model.kv_heads} KV heads or be a "
                          f"multiple of them, got {options.tp}")

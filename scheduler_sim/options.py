@@ -134,8 +134,9 @@ OPTIONS: dict[str, OptionSpec] = {
                    "trace in s or ms replayed without one (default: 0.001)",
                    minimum=1e-12, maximum=3600.0, nullable=True),
         OptionSpec("clock_resolution", "float", None,
-                   "with a cost model, seconds per clock step: dispatch durations are rounded "
-                   "up to it (default: 1e-06)", minimum=1e-15, maximum=1.0, nullable=True),
+                   "with a cost model, seconds per clock step: each dispatch completes at the "
+                   "first step at or after its modelled end (default: 1e-06)", minimum=1e-15,
+                   maximum=1.0, nullable=True),
         OptionSpec("max_concurrency", "int", None,
                    "closed-loop clients: at most this many requests in flight, the rest wait "
                    "for a slot (default: open loop)", minimum=1, nullable=True),
@@ -159,7 +160,8 @@ OPTIONS: dict[str, OptionSpec] = {
                    "pool, which sizes num_blocks when it is not given", minimum=0.0,
                    exclusive_minimum=True, maximum=1.0),
         OptionSpec("tp", "int", 1,
-                   "cost model: tensor-parallel GPUs sharing weights, FLOPs and KV", minimum=1),
+                   "cost model: tensor-parallel GPUs of one NVLink node (1 to 8) sharing "
+                   "weights, FLOPs and KV", minimum=1),
         OptionSpec("activation_reserve", "float", 3.05,
                    "cost model: GiB per GPU kept for activations and memory outside the "
                    "weights and the KV pool", minimum=0.0, maximum=1e6),
@@ -355,9 +357,13 @@ class Options:
         return out
 
     def unused(self) -> list[str]:
-        """Options set away from their default that change nothing in this run, and why."""
+        """Options set away from their default that change nothing in this run, or that
+        mean something other than a reader might think, and why."""
         out = []
         real = self.time_unit != "tick"
+        if self.cost_model is None and self.slo is not None:
+            out.append("the slo objectives are in ticks: without a cost model every result "
+                       "is")
         if self.cost_model is None:
             if self.tick_seconds is not None and not real:
                 out.append("tick_seconds has no effect: without a cost model a tick trace "

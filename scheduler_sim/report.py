@@ -76,8 +76,11 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
 
 # Rows shown only when some policy has a value other than 0 or null.
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
-             "empty_iterations", "padding_rows", "cached_tokens", "slo_met", "slo_attainment",
-             "request_goodput", "deadlines", "deadline_misses", "busy_seconds"}
+             "empty_iterations", "padding_rows", "cached_tokens", "deadlines",
+             "deadline_misses", "busy_seconds"}
+_SLO_FIELDS = ("slo_met", "slo_attainment", "request_goodput")
+_RATES = ("request_throughput", "input_throughput", "output_throughput",
+          "total_token_throughput", "request_goodput")
 
 
 def format_number(value: Any) -> str:
@@ -91,6 +94,16 @@ def format_number(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.2f}"
     return str(value)
+
+
+def format_rate(value: Any) -> str:
+    """A rate: two decimals, or three significant figures below 0.01 (0.00324), so
+    that a slow rate never shows as 0.00."""
+    if value is None:
+        return "-"
+    if value and abs(value) < 0.01:
+        return f"{value:.3g}"
+    return f"{value:,.2f}"
 
 
 def format_time(value: Any, clock: Clock) -> str:
@@ -168,6 +181,8 @@ def header_lines(command: str, trace_name: str, options: Options, clock: Clock,
 def _shown(field: str, values: list[Any], options: Options) -> bool:
     if field.startswith("client_wait_"):
         return options.max_concurrency is not None  # closed-loop clients only
+    if field in _SLO_FIELDS:
+        return options.slo is not None  # 0 requests meeting it is a result
     if field in _OPTIONAL:
         return any(v not in (None, 0) for v in values)
     return True
@@ -193,6 +208,8 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
             cells = ["-" if v is None else f"{v * 100:.2f}" for v in values]
         elif field == "busy_seconds":
             cells = ["-" if v is None else f"{v:,.4f}" for v in values]
+        elif field in _RATES:
+            cells = [format_rate(v) for v in values]
         else:
             cells = [format_number(v) for v in values]
         rows.append((label, unit, cells))
@@ -211,10 +228,10 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
 
 def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]],
                 clock: Clock | None = None, pool: PoolSizing | None = None) -> str:
-    """The same content as the table, as one JSON document; `time_unit` names the
-    unit of every time in it."""
+    """The same content as the table, as one JSON document; `results_time_unit`
+    (`ticks` or `s`) names the unit of every time in the runs."""
     clock = clock or Clock.of(options)
-    doc: dict[str, Any] = {"trace": trace_name, "time_unit": clock.label,
+    doc: dict[str, Any] = {"trace": trace_name, "results_time_unit": clock.label,
                            "options": options.as_dict(), "origin": dict(options.origin)}
     if pool is not None:
         doc["pool"] = {"blocks": pool.blocks, "block_bytes": pool.block_bytes,

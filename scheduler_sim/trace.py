@@ -238,6 +238,12 @@ class _RecordChecker:
     def time(self, key: str, unit: str, required: bool = True) -> float | None:
         """A time in the trace's unit: an integer >= 0 in ticks, a number >= 0 otherwise."""
         if unit == "tick":
+            value = self.record.get(key)
+            if isinstance(value, float) and math.isfinite(value) and value >= 0:
+                self.fail(f"{key} must be a whole number of ticks (the trace's time_unit is "
+                          f'tick; a trace in seconds starts with {{"type":"config",'
+                          f'"time_unit":"s"}}), got {show(value)}')
+                return None
             return self.integer(key, 0, required)
         if key not in self.record:
             if required:

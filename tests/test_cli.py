@@ -597,3 +597,27 @@ def test_extreme_cost_model_values_are_usage_errors(tmp_path):
         assert status == 2, flag
         assert flag[2:].replace("-", "_") in err.getvalue()
         assert "Traceback" not in err.getvalue()
+
+
+def test_events_and_csv_cannot_both_go_to_stdout(tmp_path):
+    """`--events - --requests-csv -` would interleave two formats on stdout: exit 2."""
+    path = write(tmp_path, TINY)
+    status, out, err = run(["replay", path, "--events", "-", "--requests-csv", "-"])
+    assert (status, out) == (2, "")
+    assert err == ("scheduler-sim: error: --events - and --requests-csv - cannot both write "
+                   "to standard output; send one of them to a file\n")
+
+
+def test_convert_of_the_wrong_format_lists_at_most_50_problems(tmp_path):
+    """A 60-row CSV read as mooncake has no usable row: exit 2, 50 problems and one line
+    saying how many more there were and that no file was written."""
+    path = tmp_path / "a.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    + "".join(f"2023-11-16 18:17:0{i % 10}.0,4,2\n" for i in range(60)))
+    status, out, err = run(["convert", "--from", "mooncake", str(path), "-o",
+                            str(tmp_path / "out.jsonl")])
+    lines = err.splitlines()
+    assert (status, out, len(lines)) == (2, "", 51)
+    assert lines[-1] == (f"{path}: ... and 11 more bad rows; no file written (is it a "
+                         "mooncake file?)")
+    assert not (tmp_path / "out.jsonl").exists()

@@ -162,7 +162,7 @@ def test_without_a_cost_model_nothing_is_in_seconds(tmp_path):
     assert main(["replay", str(path), "--json", "--requests"], out=out,
                 err=io.StringIO()) == 0
     doc = json.loads(out.getvalue())
-    assert doc["time_unit"] == "ticks"
+    assert doc["results_time_unit"] == "ticks"
     b = doc["runs"][0]["per_request"][1]
     assert (b["arrival"], b["finished"]) == (11, 13)
 
@@ -185,3 +185,16 @@ def test_durations_in_a_trace_in_ms_are_converted():
     s = simulate([{"type": "config", "time_unit": "ms"}, req("a", 0, 4, 4), req("b", 0, 4, 1)],
                  tick_seconds=0.001, block_size=4, num_blocks=2, waiting_timeout=2.5)
     assert [(e["tick"], e["id"], e["waited"]) for e in s.of("timeout")] == [(3, "b", 3)]
+
+
+def test_a_fraction_in_a_tick_trace_says_how_to_declare_seconds(tmp_path):
+    """An arrival of 1.5 in a trace without a time_unit: exit 2, and the message says the
+    trace counts whole ticks and how a trace in seconds declares itself."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(req("a", 1.5, 4, 2)) + "\n")
+    err = io.StringIO()
+    assert main(["validate", str(path)], out=io.StringIO(), err=err) == 2
+    assert err.getvalue() == (
+        f"{path}:1: request 'a': arrival must be a whole number of ticks (the trace's "
+        'time_unit is tick; a trace in seconds starts with {"type":"config",'
+        '"time_unit":"s"}), got 1.5\n')

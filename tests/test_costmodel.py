@@ -330,7 +330,7 @@ def test_replay_json_is_in_seconds_under_a_cost_model(tmp_path):
     assert status == 0, err
     doc = json.loads(out)
     run_ = doc["runs"][0]
-    assert doc["time_unit"] == "s"
+    assert doc["results_time_unit"] == "s"
     assert (run_["makespan"], run_["ttft_mean"], run_["tpot_mean"]) == (0.099, 0.086, 0.0065)
     assert "seconds" not in run_
 
@@ -341,7 +341,7 @@ def test_replay_json_without_cost_model_is_in_ticks(tmp_path):
     status, out, _ = run(["replay", path, "--json"])
     assert status == 0
     doc = json.loads(out)
-    assert doc["time_unit"] == "ticks" and doc["runs"][0]["makespan"] == 2
+    assert doc["results_time_unit"] == "ticks" and doc["runs"][0]["makespan"] == 2
 
 
 def test_unknown_cost_model_in_the_trace_is_a_trace_error():

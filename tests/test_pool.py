@@ -190,15 +190,18 @@ def test_fit_pool_turns_the_sizing_error_into_a_usage_error():
         fit_pool(Options.resolve({"cost_model": "llama-3-70b/a100-80gb"}))
 
 
-def test_tp_must_divide_the_kv_heads_or_be_a_multiple():
+def test_tp_must_divide_the_kv_heads_and_stay_in_one_node():
     """Llama-3-8B has 8 KV heads: tp 3 (8 % 3 = 2, 3 % 8 = 3) is refused naming 8 and 3;
-    tp 16 (16 % 8 = 0) is a multiple and is accepted: heads replicated, 1 head per GPU,
-    block 16 x 16,384 = 262,144 B; kv = 76,555,644,567.552 - 1.6e10 / 16 -
-    3,274,912,563.2 = 72,280,732,004.352 B / 262,144 = 275,729.11 -> 275,729 blocks."""
+    tp 16 is refused because the all-reduces are priced over NVLink, which joins at most
+    8 GPUs; tp 8 is accepted: 1 head per GPU, block 16 x 16,384 = 262,144 B; kv =
+    76,555,644,567.552 - 1.6e10 / 8 - 3,274,912,563.2 = 71,280,732,004.352 B / 262,144 =
+    271,914.41 -> 271,914 blocks."""
     with pytest.raises(UsageError, match="8 KV heads.*got 3"):
         fit_pool(Options.resolve({"cost_model": COST8, "tp": 3}))
-    options, pool = fit_pool(Options.resolve({"cost_model": COST8, "tp": 16}))
-    assert (pool.block_bytes, options.num_blocks) == (262_144, 275_729)
+    with pytest.raises(UsageError, match="tp must be at most 8.*got 16"):
+        fit_pool(Options.resolve({"cost_model": COST8, "tp": 16}))
+    options, pool = fit_pool(Options.resolve({"cost_model": COST8, "tp": 8}))
+    assert (pool.block_bytes, options.num_blocks) == (262_144, 271_914)
 
 
 def test_engine_runs_with_the_derived_pool():

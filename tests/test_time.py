@@ -59,7 +59,7 @@ def test_under_a_cost_model_every_output_is_in_seconds():
         doc = json.loads(out.getvalue())
         events = io.StringIO()
         assert main(["replay", *argv, "--events", "-"], out=events, err=io.StringIO()) == 0
-    assert doc["time_unit"] == "s"
+    assert doc["results_time_unit"] == "s"
     run = doc["runs"][0]
     assert (run["ttft_mean"], run["makespan"]) == (0.09, 0.1)
     dispatches = [json.loads(line) for line in events.getvalue().splitlines()

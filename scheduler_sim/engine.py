@@ -13,8 +13,9 @@ clock jumps straight to the next one (E7), so the cost of a run grows with
 its dispatches and events, never with the idle ticks between them.
 
 Time is counted in whole clock steps (`clock.py`): the workload's times are
-converted once, and a dispatch lasts one step without a cost model, its
-modelled time rounded up to whole steps with one. With `max_concurrency`,
+converted once, and a dispatch lasts one step without a cost model; with
+one it completes at the first step at or after its exact modelled end, and
+the next dispatch starts from that exact time, so rounding never adds up. With `max_concurrency`,
 a request reaches the server (is "sent") only when a client slot is free
 (`clients.py`); until then the policy does not know it exists.
 

@@ -20,7 +20,7 @@ from .importers import convert
 from .junit import junit_xml
 from .options import OPTIONS, Options
 from .outputs import EventFile, jsonl, read_text, write_whole
-from .report import format_csv, format_json, format_requests, format_table, header_lines
+from .report import format_csv, format_json, format_requests, format_table
 from .summary import request_record
 from .trace import MAX_PROBLEMS, Trace, check_options, read_trace
 

@@ -70,3 +70,20 @@ def req(rid: str, arrival: int, prompt: int, output: int, **extra) -> dict:
 def sim():
     """The `simulate` function, as a fixture."""
     return simulate
+
+
+def write_trace(directory: Path, records: list, name: str = "trace.jsonl") -> str:
+    """Write records (dicts, or raw str lines) as a JSONL file; return its path."""
+    path = directory / name
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """Call the command line in-process; return (status, stdout text, stderr text)."""
+    import io
+    from scheduler_sim.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    status = main(argv, out=out, err=err)
+    return status, out.getvalue(), err.getvalue()

@@ -31,12 +31,10 @@ import csv
 import io
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, req
-from scheduler_sim.cli import main
+from conftest import ROOT, req, run_cli as run, write_trace as write
 from scheduler_sim.summary import REQUEST_FIELDS
 
 pytest_plugins = ["pytester"]
@@ -47,19 +45,8 @@ TINY_CONFIG = {"type": "config", "block_size": 4, "num_blocks": 8,
 TINY = [TINY_CONFIG, req("a", 0, 4, 3), req("b", 0, 4, 3)]
 
 
-def write(directory: Path, records: list, name: str = "trace.jsonl") -> str:
-    """Write records (dicts, or raw str lines) as a JSONL file; return its path."""
-    path = directory / name
-    lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return str(path)
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """Call main in-process; return (status, stdout text, stderr text)."""
-    out, err = io.StringIO(), io.StringIO()
-    status = main(argv, out=out, err=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 def expect(**fields) -> dict:

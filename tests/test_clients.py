@@ -21,11 +21,9 @@ Together they need 5 <= 8 blocks, so admission is never blocked by the pool.
 """
 from __future__ import annotations
 
-import io
 import json
 
-from conftest import req, simulate
-from scheduler_sim.cli import main
+from conftest import req, simulate, run_cli as run, write_trace as write
 from scheduler_sim.summary import request_record
 
 OPTS = {"block_size": 4, "num_blocks": 8}
@@ -54,18 +52,8 @@ def arrivals(s) -> list[tuple]:
     return [(e["tick"], e["id"], e.get("client_wait")) for e in s.of("arrival")]
 
 
-def write(tmp_path, records: list[dict]) -> str:
-    """Write records as a JSONL trace; return its path."""
-    path = tmp_path / "trace.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return str(path)
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """Call the CLI in-process; return (status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    status = main(argv, out=out, err=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 # --- who is sent when ------------------------------------------------------------------

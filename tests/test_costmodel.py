@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import random
 import re
 
 import pytest

@@ -19,13 +19,11 @@ max(1, kv_heads // tp) x 128 x 2; blocks = floor(kv / block_bytes), refused belo
 """
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
 
-from conftest import req, simulate
-from scheduler_sim.cli import main
+from conftest import req, simulate, run_cli as run, write_trace as write
 from scheduler_sim.costmodel import (
     GIB, GPUS, MODELS, CostModel, fit_pool, size_pool,
 )
@@ -38,18 +36,8 @@ COST8 = "llama-3-8b/h100-sxm"
 TRACE = [req("a", 0, 4, 2)]  # one small request: the pool, not the run, is under test
 
 
-def write(tmp_path, records: list[dict]) -> str:
-    """Write records as a JSONL trace; return its path."""
-    path = tmp_path / "trace.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return str(path)
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """Call the CLI in-process; return (status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    status = main(argv, out=out, err=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 # --- the data ----------------------------------------------------------------------------

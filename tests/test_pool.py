@@ -25,7 +25,7 @@ import pytest
 
 from conftest import req, simulate, run_cli as run, write_trace as write
 from scheduler_sim.costmodel import (
-    GIB, GPUS, MODELS, CostModel, fit_pool, size_pool,
+    GPUS, MODELS, CostModel, fit_pool, size_pool,
 )
 from scheduler_sim.errors import UsageError
 from scheduler_sim.options import Options

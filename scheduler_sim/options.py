@@ -186,6 +186,7 @@ def _describe(spec: OptionSpec) -> str:
         text = "a number"
         if spec.minimum is not None:
             text += f" {'>' if spec.exclusive_minimum else '>='} {spec.minimum:g}"
+        text += " and <= 1e15"
     elif spec.kind == "slo":
         text = ("objectives like 'ttft=0.2,tpot=0.05' (metrics " + ", ".join(SLO_METRICS)
                 + ", each a number > 0)")
@@ -253,7 +254,8 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
     if spec.kind == "duration":
         if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
             return None, bad
-        if value < spec.minimum or (spec.exclusive_minimum and value == spec.minimum):
+        if (value < spec.minimum or (spec.exclusive_minimum and value == spec.minimum)
+                or value > 1e15):
             return None, bad
         return (int(value) if float(value).is_integer() else value), None
     if spec.kind == "slo":

@@ -36,6 +36,9 @@ __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
            "SNAPSHOT_FIELDS", "MAX_PROBLEMS"]
 
 MAX_PROBLEMS = 50
+# The largest time a trace may give, in its own unit: far beyond any real
+# trace, small enough that every conversion onto the clock stays finite.
+MAX_TIME = 10 ** 15
 SNAPSHOT_FIELDS = ("waiting", "running", "reserved", "allocated", "draining", "free")
 
 BOUND_KEYS = ("min", "max", "approx", "rel", "abs")
@@ -236,9 +239,15 @@ class _RecordChecker:
                 self.fail(f"unknown field {key!r}{_suggest(key, allowed)}")
 
     def time(self, key: str, unit: str, required: bool = True) -> float | None:
-        """A time in the trace's unit: an integer >= 0 in ticks, a number >= 0 otherwise."""
+        """A time in the trace's unit: an integer >= 0 in ticks, a number >= 0 otherwise,
+        at most MAX_TIME either way."""
+        value = self.record.get(key)
+        if (not isinstance(value, bool) and isinstance(value, (int, float))
+                and math.isfinite(value) and value > MAX_TIME):
+            self.fail(f"{key} must be at most 1e15 (in the trace's time unit), got "
+                      f"{show(value)}")
+            return None
         if unit == "tick":
-            value = self.record.get(key)
             if isinstance(value, float) and math.isfinite(value) and value >= 0:
                 self.fail(f"{key} must be a whole number of ticks (the trace's time_unit is "
                           f'tick; a trace in seconds starts with {{"type":"config",'

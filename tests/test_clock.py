@@ -198,3 +198,26 @@ def test_a_fraction_in_a_tick_trace_says_how_to_declare_seconds(tmp_path):
         f"{path}:1: request 'a': arrival must be a whole number of ticks (the trace's "
         'time_unit is tick; a trace in seconds starts with {"type":"config",'
         '"time_unit":"s"}), got 1.5\n')
+
+
+def test_times_beyond_1e15_are_refused(tmp_path):
+    """An arrival of 1e305 s would overflow the microsecond clock: the trace is refused
+    (exit 2) naming the bound; so is a tick arrival of 10**20, and a release_delay of 1e16."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"type":"config","time_unit":"s"}\n'
+                    '{"type":"request","id":"a","arrival":1e305,"prompt_tokens":4,'
+                    '"output_tokens":2}\n')
+    err = io.StringIO()
+    assert main(["replay", str(path), "--cost-model", COST], out=io.StringIO(), err=err) == 2
+    assert err.getvalue() == (f"{path}:2: request 'a': arrival must be at most 1e15 (in the "
+                              "trace's time unit), got 1e+305\n")
+    path.write_text(json.dumps(req("a", 10**20, 4, 2)) + "\n")
+    err = io.StringIO()
+    assert main(["validate", str(path)], out=io.StringIO(), err=err) == 2
+    assert "arrival must be at most 1e15" in err.getvalue()
+    err = io.StringIO()
+    path.write_text(json.dumps(req("a", 0, 4, 2)) + "\n")
+    assert main(["replay", str(path), "--release-delay", "1e16"], out=io.StringIO(),
+                err=err) == 2
+    assert err.getvalue() == ("scheduler-sim: error: release_delay must be a number >= 0 and "
+                              "<= 1e15, got 1e+16\n")

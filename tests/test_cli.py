@@ -26,7 +26,7 @@ from conftest import ROOT, req
 from scheduler_sim.cli import main
 from scheduler_sim.policies.continuous import ContinuousPolicy
 
-CONFORMANCE = Path("/work/shared/conformance")
+CONFORMANCE = Path(__file__).resolve().parent / "data" / "conformance"
 
 TINY = [
     {"type": "config", "block_size": 4, "num_blocks": 8, "policy": ["serial", "continuous"]},
@@ -446,7 +446,7 @@ def test_stalled_run_exits_1(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("path", sorted(CONFORMANCE.glob("*.jsonl")), ids=lambda p: p.name)
 def test_check_passes_every_conformance_file(path):
-    """Every shared conformance trace holds: exit 0 and an ok line."""
+    """Every conformance trace of tests/data/conformance holds: exit 0 and an ok line."""
     status, out, err = run(["check", str(path)])
     assert (status, err) == (0, "")
     assert f"{path}: ok: " in out
@@ -454,19 +454,19 @@ def test_check_passes_every_conformance_file(path):
 
 def test_conformance_directory_is_not_empty():
     """The parametrised check above must have something to check."""
-    assert len(list(CONFORMANCE.glob("*.jsonl"))) >= 3
+    assert len(list(CONFORMANCE.glob("*.jsonl"))) >= 5
 
 
 def test_check_reports_a_changed_expectation(tmp_path):
-    """one_block.jsonl with r1's finished changed to 2 (it finishes at 1): exit 1, the message
-    gives the line (3), the policy, the field, expected 2 and actual 1."""
-    text = (CONFORMANCE / "one_block.jsonl").read_text(encoding="utf-8")
+    """exact_block.jsonl with a's finished changed to 2 (it finishes at 1): exit 1, the message
+    gives the line (4), the policy, the field, expected 2 and actual 1."""
+    text = (CONFORMANCE / "exact_block.jsonl").read_text(encoding="utf-8")
     assert '"finished":1,' in text
-    path = tmp_path / "one_block.jsonl"
+    path = tmp_path / "exact_block.jsonl"
     path.write_text(text.replace('"finished":1,', '"finished":2,'), encoding="utf-8")
     status, out, _ = run(["check", str(path)])
     assert status == 1
-    assert f"{path}:3: [continuous] request 'r1' finished: expected 2, got 1" in out.splitlines()
+    assert f"{path}:4: [continuous] request 'a' finished: expected 2, got 1" in out.splitlines()
     assert "FAILED" in out
 
 
@@ -575,7 +575,7 @@ def test_two_replays_are_byte_identical(tmp_path):
 
 def test_copy_of_conformance_file_checks_the_same(tmp_path):
     """check does not depend on where the trace lives: a copy passes too."""
-    src = CONFORMANCE / "serial_vs_continuous.jsonl"
+    src = CONFORMANCE / "serial_against_continuous.jsonl"
     dst = tmp_path / src.name
     shutil.copy(src, dst)
     status, out, _ = run(["check", str(dst)])

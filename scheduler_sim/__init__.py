@@ -10,11 +10,23 @@ Layers, each importing only from those above it in this list:
   rotation, costmodel                            state, accounting and cost
   policies/                                      decisions, no I/O
   engine, folding, summary                       clock, event order, lifecycle
-  trace, expectations, report, importers,
-  generator, outputs, commands, cli              files, text, exit codes
+  trace, expectations, junit, report, importers,
+  generator, outputs, commands, cli, api         files, text, exit codes, the Python API
+
+The names below (`load`, `replay`, `events`, `Policy`, ...) are the Python
+API: see docs/api.md.
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from .api import Replay, Run, build, check, events, load, parse, replay  # noqa: E402
+from .errors import InvariantError, PolicyError, SimError, TraceError, UsageError  # noqa: E402
+from .options import Options  # noqa: E402
+from .policies import POLICIES, Plan, Policy, QueueAndListPolicy, SchedulerView  # noqa: E402
+from .request import Request  # noqa: E402
+
+__all__ = ["__version__", "load", "parse", "build", "replay", "events", "check", "Replay",
+           "Run", "Options", "Policy", "QueueAndListPolicy", "SchedulerView", "Plan",
+           "Request", "POLICIES", "SimError", "TraceError", "UsageError", "InvariantError",
+           "PolicyError"]

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from . import __version__
 from .commands import COMMANDS, PROG
 from .costmodel import GPUS, MODELS
-from .errors import InvariantError, TraceError, UsageError
+from .errors import InvariantError, PolicyError, TraceError, UsageError
 from .importers import FORMATS
 from .options import OPTIONS
 
@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
     except UsageError as exc:
         err.write(f"{PROG}: error: {exc}\n")
         return 2
+    except PolicyError as exc:
+        err.write(f"{PROG}: policy error: {exc}\n")
+        return 3
     except InvariantError as exc:
         err.write(f"{PROG}: internal invariant failed: {exc}\n")
         return 3

@@ -33,14 +33,13 @@ from .clients import ClientSlots
 from .clock import Clock
 from .costmodel import CostModel, fit_pool, parse_cost_model
 from .folding import fold, horizon
-from .errors import InvariantError
-from .errors import UsageError
+from .errors import InvariantError, PolicyError, SimError, UsageError
 from .events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
     Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout,
 )
 from .options import Options
-from .policies import PADDING, Plan, make_policy
+from .policies import PADDING, Plan, PluginError, is_builtin, make_policy
 from .prefix_cache import BlockKeys
 from .request import DECODE, PREFILL, Request
 from .states import RequestStatus
@@ -120,8 +119,19 @@ class Engine:
                                   options.step_overhead, options.tp)
         self.clients = (ClientSlots(options.max_concurrency)
                         if options.max_concurrency is not None else None)
-        self.policy = make_policy(policy, options, self)
+        try:
+            self.policy = make_policy(policy, options, self)
+        except PluginError as exc:
+            raise UsageError(str(exc)) from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # a plugin's constructor failed
+            raise PolicyError(f"policy {policy!r} raised {type(exc).__name__} when built: "
+                              f"{exc}{_where(exc)}") from None
         self.policy_name = policy
+        # A policy from outside the package has every decision checked, and its
+        # failures are reported as the policy's (PolicyError), not as ours.
+        self._plugin = not is_builtin(self.policy)
         self.now = 0
         self._emit = on_event
         self._on_state = on_state
@@ -458,8 +468,9 @@ class Engine:
         if total > options.token_budget:
             raise InvariantError(f"dispatch tokens({total}) <= token_budget"
                                  f"({options.token_budget}) is false", now)
-        if self._audit and len({id(r) for r, _ in rows}) != len(rows):
-            raise InvariantError("a request appears twice in one dispatch", now)
+        if (self._audit or self._plugin) and len({id(r) for r, _ in rows}) != len(rows):
+            raise InvariantError("each request appears at most once in a dispatch is false",
+                                 now)
         if useful or not total:
             self._idle_replay = 0
             self._replay_limit = None
@@ -546,7 +557,47 @@ class Engine:
     # --- the main loop ----------------------------------------------------------------
 
     def run(self) -> RunResult:
-        """Replay the whole workload; return the summary and the request records."""
+        """Replay the whole workload; return the summary and the request records.
+
+        With a plugin policy, a broken rule or an exception raised by the policy
+        becomes a PolicyError naming the policy, the time and the rule.
+        """
+        if not self._plugin:
+            return self._run()
+        try:
+            return self._run()
+        except PolicyError:
+            raise
+        except InvariantError as exc:
+            raise PolicyError(f"policy {self.policy_name!r} broke a rule at "
+                              f"{self._when()}: {exc.detail}") from None
+        except SimError:
+            raise
+        except Exception as exc:
+            raise PolicyError(f"policy {self.policy_name!r} raised {type(exc).__name__} at "
+                              f"{self._when()}: {exc}{_where(exc)}") from None
+
+    def _when(self) -> str:
+        """The current time as outputs give it: `tick 3` or `0.012345 s`."""
+        clock = self.clock
+        return (f"{clock.report(self.now)} s" if clock.in_seconds else f"tick {self.now}")
+
+    def _check_plan(self, plan) -> None:
+        """A plugin's plan must be a list of (request, tokens) pairs of its own running
+        requests; the rest (budgets, phases, blocks) `_start` checks for everyone."""
+        if not isinstance(plan, list):
+            raise InvariantError(f"schedule() returns a list of (request, tokens) pairs, "
+                                 f"got {type(plan).__name__}", self.now)
+        requests = self.requests
+        for entry in plan:
+            if (not isinstance(entry, tuple) or len(entry) != 2
+                    or not isinstance(entry[0], Request)
+                    or requests.get(entry[0].rid) is not entry[0]
+                    or isinstance(entry[1], bool) or not isinstance(entry[1], int)):
+                raise InvariantError(f"each plan entry is a (request of this run, int "
+                                     f"tokens) pair, got {entry!r}", self.now)
+
+    def _run(self) -> RunResult:
         specs = self.workload.requests
         cancels = self.workload.cancels
         preempts = self.workload.preempts
@@ -608,6 +659,8 @@ class Engine:
                 allocator.step_evictions.clear()
                 allocator.step_growth.clear()
                 plan = policy.schedule(t)
+                if self._plugin:
+                    self._check_plan(plan)
                 moved = self._policy_moved
                 if on_state is not None:
                     on_state(t, self._state(plan), False)
@@ -687,6 +740,18 @@ class Engine:
                 self._end(req)
             if self._emit is not None:
                 self._emit(Stalled(now, req.rid, reason))
+
+
+def _where(exc: BaseException) -> str:
+    """` (file.py:12 in schedule)`: the last frame of a traceback outside this package."""
+    import traceback
+    package = __file__.rsplit("/", 1)[0].rsplit("\\", 1)[0]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(package)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" ({frame.filename}:{frame.lineno} in {frame.name})"
 
 
 def run(workload: Workload, options: Options, policy: str, **kwargs) -> RunResult:

@@ -6,7 +6,7 @@ Only the command-line layer turns them into messages and exit codes.
 """
 from __future__ import annotations
 
-__all__ = ["SimError", "TraceError", "UsageError", "InvariantError"]
+__all__ = ["SimError", "TraceError", "UsageError", "InvariantError", "PolicyError"]
 
 
 class SimError(Exception):
@@ -37,5 +37,12 @@ class InvariantError(SimError):
 
     def __init__(self, message: str, tick: int | None = None) -> None:
         self.tick = tick
+        self.detail = message
         prefix = f"at tick {tick}: " if tick is not None else ""
         super().__init__(prefix + message)
+
+
+class PolicyError(InvariantError):
+    """A policy from outside the package (a plugin) broke a rule the engine checks, or
+    raised an exception of its own; the message names the policy, the time and the rule.
+    Exit status 3, like every failed invariant."""

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 from .errors import TraceError, UsageError
 from .options import OPTIONS, check_value, show
 from .costmodel import parse_cost_model
-from .policies import POLICIES
+from .policies import POLICIES, is_plugin, policy_class
 from .queues import QUEUE_ORDERS
 from .states import RequestStatus
 from .summary import REQUEST_FIELDS, RUN_FIELDS
@@ -196,10 +196,21 @@ def check_options(values: dict[str, Any], report) -> dict[str, Any]:
             report(problem)
             continue
         if key == "policy":
-            unknown = [p for p in checked if p not in POLICIES]
+            unknown = [p for p in checked if p not in POLICIES and not is_plugin(p)]
             if unknown:
                 report(f"unknown policy {unknown[0]!r}{_suggest(unknown[0], POLICIES)} "
-                       f"(known: {', '.join(POLICIES)})")
+                       f"(known: {', '.join(POLICIES)}, or MODULE:CLASS or FILE.py:CLASS "
+                       "for your own)")
+                continue
+            broken = []
+            for name in checked:
+                if is_plugin(name):
+                    try:
+                        policy_class(name)
+                    except ValueError as exc:
+                        broken.append(str(exc))
+            if broken:
+                report(broken[0])
                 continue
             if len(set(checked)) != len(checked):
                 report(f"policy lists a name twice, got {show(checked)}")
@@ -375,7 +386,8 @@ def _bounds(c: _RecordChecker, key: str, value: dict) -> dict | None:
 def _parse_expect(c: _RecordChecker, unit: str) -> Expectation | None:
     rec = c.record
     policy = rec.get("policy")
-    if "policy" in rec and (not isinstance(policy, str) or policy not in POLICIES):
+    if "policy" in rec and (not isinstance(policy, str)
+                            or (policy not in POLICIES and not is_plugin(policy))):
         hint = _suggest(policy, POLICIES) if isinstance(policy, str) else ""
         c.fail(f"policy must be one of {', '.join(POLICIES)}, got {show(policy)}{hint}")
     rid = at = None

@@ -24,6 +24,7 @@ LAYERS = {
     "generator": 4,     # synthetic traces for the `generate` command
     "importers": 4,     # public trace formats for the `convert` command
     "junit": 4,         # `check --junit`
+    "api": 4,           # the Python API the package exports
     "pytest_plugin": 4,  # loaded by pytest only, never by the package itself
 }
 TOP = 4

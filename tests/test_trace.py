@@ -270,7 +270,7 @@ def test_config_after_leading_blank_lines_is_first():
     ("watermark", 1.5, "watermark must be a number in [0.0, 1.0), got 1.5"),
     ("policy", "contnuous",
      "unknown policy 'contnuous' (did you mean 'continuous'?) (known: "
-     + ", ".join(POLICIES) + ")"),
+     + ", ".join(POLICIES) + ", or MODULE:CLASS or FILE.py:CLASS for your own)"),
     ("order", "lifo", "unknown order 'lifo' (known: " + ", ".join(QUEUE_ORDERS) + ")"),
     ("policy", ["continuous", "serial", "continuous"],
      'policy lists a name twice, got ["continuous", "serial", "continuous"]'),

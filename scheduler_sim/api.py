@@ -1,0 +1,182 @@
+"""The Python API: load or build a trace, replay it, read summaries, requests and events.
+
+For notebooks and scripts; the command line is built on the same pieces.
+
+    import scheduler_sim as sim
+
+    trace = sim.load("traces/quickstart.jsonl")
+    result = sim.replay(trace, policies=["serial", "continuous"], num_blocks=16)
+    for run in result.runs:
+        print(run.policy, run.summary["ttft_p50"], run.requests[0]["ttft"])
+    for event in sim.events(trace, "continuous"):
+        ...
+
+Options are keyword arguments with the names of the trace's config record
+(`block_size=4`, `cost_model="llama-3-8b/h100-sxm"`); like command-line
+flags they override the trace's config. Bad input raises the same errors,
+with the same messages, as the command line prints: `TraceError` (its
+`problems` are the `file:line: ...` lines), `UsageError`, and for a broken
+rule `InvariantError` or, from a policy of your own, `PolicyError`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from typing import Any, Iterator
+
+from .clock import Clock
+from .costmodel import PoolSizing, fit_pool
+from .engine import Engine
+from .errors import UsageError
+from .expectations import CheckResult, check_trace
+from .options import Options
+from .summary import request_record
+from .trace import Trace, check_options, parse_trace, read_trace
+
+__all__ = ["load", "parse", "build", "replay", "events", "check", "Replay", "Run",
+           "resolve"]
+
+
+def load(path: str) -> Trace:
+    """Read and validate a trace file (`-` is standard input)."""
+    return read_trace(path)
+
+
+def parse(data: str | bytes, name: str = "<trace>") -> Trace:
+    """Validate a trace given as JSONL text; `name` is what messages call it."""
+    return parse_trace(data.encode("utf-8") if isinstance(data, str) else data, name)
+
+
+def build(records: list[dict[str, Any]], name: str = "<records>") -> Trace:
+    """Validate a trace given as a list of record dicts (the JSON objects of its lines);
+    a record without `type` is a request."""
+    import json
+    lines = []
+    for record in records:
+        if "type" not in record:
+            record = {"type": "request", **record}
+        lines.append(json.dumps(record))
+    return parse("\n".join(lines) + "\n", name)
+
+
+def resolve(trace: Trace, policies: list[str] | str | None = None,
+            **options: Any) -> tuple[Options, PoolSizing | None]:
+    """The options a replay of `trace` runs with: the trace's config, then `options`,
+    then `policies`; the KV pool sized from the GPU under a cost model."""
+    if policies is not None:
+        options["policy"] = [policies] if isinstance(policies, str) else list(policies)
+    problems: list[str] = []
+    given = check_options(options, problems.append)
+    if problems:
+        raise UsageError("; ".join(problems))
+    resolved = Options.resolve(trace.config, given)
+    if resolved.problems():
+        raise UsageError("; ".join(resolved.problems()))
+    return fit_pool(resolved)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One policy's replay: its summary, its per-request records, whether it stalled."""
+
+    policy: str
+    summary: dict[str, Any]
+    requests: list[dict[str, Any]]
+    stalled: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """The runs of one replay, with the options, clock and KV pool they shared."""
+
+    trace: Trace
+    options: Options
+    clock: Clock
+    pool: PoolSizing | None
+    runs: list[Run]
+
+    @property
+    def time_unit(self) -> str:
+        """The unit of every time in the runs: `ticks` or `s`."""
+        return self.clock.label
+
+    def run(self, policy: str) -> Run:
+        """The run of one policy (KeyError if it was not replayed)."""
+        for run in self.runs:
+            if run.policy == policy:
+                return run
+        raise KeyError(policy)
+
+
+def replay(trace: Trace, policies: list[str] | str | None = None, **options: Any) -> Replay:
+    """Replay `trace` under each policy (default: the trace's, else `continuous`)."""
+    resolved, pool = resolve(trace, policies, **options)
+    clock = Clock.of(resolved)
+    runs = []
+    for policy in resolved.policy:
+        result = Engine(trace.workload, resolved, policy).run()
+        records = [request_record(r, clock, resolved.slo)
+                   for r in sorted(result.requests, key=lambda r: (r.arrival, r.index))]
+        runs.append(Run(policy, result.summary, records, result.stalled))
+    return Replay(trace, resolved, clock, pool, runs)
+
+
+class _Stop(BaseException):
+    """Raised inside the replay thread when the reader stopped reading."""
+
+
+def events(trace: Trace, policy: str | None = None, **options: Any) -> Iterator[dict]:
+    """The event records of one policy's replay, as dicts, as they happen.
+
+    The replay runs in a thread beside the reader with a bounded buffer, so a
+    long run is never held in memory; stopping early (leaving the loop)
+    stops the replay. Times are in the run's unit, as `--events` writes them.
+    """
+    resolved, _ = resolve(trace, policy, **options)
+    name = resolved.policy[0]
+    clock = Clock.of(resolved)
+    seconds = clock if clock.in_seconds else None
+    buffer: queue.Queue = queue.Queue(maxsize=4096)
+    stop = threading.Event()
+    done = object()
+
+    def listen(event) -> None:
+        if stop.is_set():
+            raise _Stop
+        buffer.put(event.to_dict(None, seconds))
+
+    def work() -> None:
+        try:
+            Engine(trace.workload, resolved, name, on_event=listen).run()
+            buffer.put(done)
+        except _Stop:
+            pass
+        except BaseException as exc:  # handed to the reader, raised there
+            buffer.put(exc)
+
+    thread = threading.Thread(target=work, name="scheduler-sim-replay", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = buffer.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a writer waiting on a full buffer
+            try:
+                buffer.get(timeout=0.01)
+            except queue.Empty:
+                pass
+        thread.join()
+
+
+def check(trace: Trace, policies: list[str] | str | None = None,
+          **options: Any) -> list[CheckResult]:
+    """Check the trace's `expect` records; one result per expectation and policy."""
+    resolved, _ = resolve(trace, policies, **options)
+    return check_trace(trace, resolved)

@@ -35,3 +35,15 @@ def test_lab_handout_lists_the_commands_it_runs(lab):
     for command in (lab / "commands").read_text().splitlines():
         if command.strip() and not command.startswith("#"):
             assert command.strip() in handout
+
+
+def test_lab_08_reference_solution_passes_and_the_starting_point_fails(monkeypatch):
+    """From lab 08's folder, `check check.jsonl` with the reference solution exits 0;
+    with the starting point my_policy.py (first come, first served) it exits 1."""
+    import io
+    from scheduler_sim.cli import main
+    monkeypatch.chdir(LABS / "08-your-own-scheduler")
+    status = main(["check", "check.jsonl", "--policy", "solution/shortest_first.py:ShortestFirst"],
+                  out=io.StringIO(), err=io.StringIO())
+    assert status == 0
+    assert main(["check", "check.jsonl"], out=io.StringIO(), err=io.StringIO()) == 1

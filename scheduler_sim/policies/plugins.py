@@ -7,8 +7,8 @@ names an attribute of a module: `mypackage.greedy:Greedy` imports the module
 policy's name in every output is the text given, so two plugins never
 collide with each other or with a built-in policy.
 
-Loaded classes are kept by their spelling, so a replay of several policies
-or a sweep loads each file once.
+Loaded classes are kept (files by their absolute path), so a replay of
+several policies or a sweep loads each file once.
 """
 from __future__ import annotations
 
@@ -35,14 +35,18 @@ def is_plugin(name: str) -> bool:
 
 def load_plugin(spec: str) -> type[Policy]:
     """The Policy subclass `spec` names; PluginError when it cannot be had."""
-    cls = _LOADED.get(spec)
-    if cls is not None:
-        return cls
     where, _, attr = spec.rpartition(":")
     if not where or not attr or not attr.isidentifier():
         raise PluginError(f"a plugin policy is MODULE:CLASS or FILE.py:CLASS, got {spec!r}")
+    is_file = where.endswith(".py") or os.sep in where or "/" in where
+    # A file is known by its absolute path: the same spelling from another folder
+    # is another file.
+    key = f"{os.path.abspath(where)}:{attr}" if is_file else spec
+    cls = _LOADED.get(key)
+    if cls is not None:
+        return cls
     try:
-        if where.endswith(".py") or os.sep in where or "/" in where:
+        if is_file:
             module = _load_file(where)
         else:
             module = importlib.import_module(where)
@@ -56,7 +60,7 @@ def load_plugin(spec: str) -> type[Policy]:
     if not (isinstance(cls, type) and issubclass(cls, Policy)):
         raise PluginError(f"cannot load policy {spec!r}: {attr} is not a subclass of "
                           "scheduler_sim.Policy")
-    _LOADED[spec] = cls
+    _LOADED[key] = cls
     return cls
 
 

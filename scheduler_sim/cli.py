@@ -19,6 +19,8 @@ from .costmodel import GPUS, MODELS
 from .errors import InvariantError, PolicyError, TraceError, UsageError
 from .importers import FORMATS
 from .options import OPTIONS
+from .policies import POLICIES
+from .queues import QUEUE_ORDERS
 
 __all__ = ["main", "build_parser"]
 
@@ -33,8 +35,13 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
             continue  # a property of the trace file, set in its config record
         if spec.name == "policy":
             group.add_argument("--policy", action="append", dest="policy", metavar="NAME",
-                               help="policy to replay; repeat to compare side by side "
-                                    "(default: the trace's config, else continuous)")
+                               help="policy to replay, repeat to compare side by side: "
+                                    f"{', '.join(POLICIES)}, or one of your own as "
+                                    "MODULE:CLASS or FILE.py:CLASS (default: the trace's "
+                                    "config, else continuous)")
+        elif spec.name == "order":
+            group.add_argument("--order", dest="order", default=None, metavar="VALUE",
+                               help=f"{spec.help}: {', '.join(QUEUE_ORDERS)} (default: fcfs)")
         elif spec.kind == "bool":
             group.add_argument(spec.flag, dest=spec.name, action=argparse.BooleanOptionalAction,
                                default=None, help=f"{spec.help} (default: {str(default).lower()})")
@@ -101,7 +108,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--from", dest="fmt", required=True, choices=list(FORMATS),
                    help="the input format")
     p.add_argument("file", metavar="FILE", help="the input file, or - for stdin")
-    p.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
+    p.add_argument("-o", "--out", metavar="OUT", help="write here (default: stdout)")
     p.add_argument("--strict", action="store_true",
                    help="fail on any bad row (exit 2); a file with no good row always fails")
 
@@ -115,10 +122,10 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                    help="inter-arrival distribution (default: poisson)")
     p.add_argument("--cv", type=float, default=1.0,
                    help="coefficient of variation of gamma gaps (default: 1)")
-    p.add_argument("--prompt", default="uniform:16:512", metavar="LENGTH",
+    p.add_argument("--prompt-len", dest="prompt", default="uniform:16:512", metavar="LENGTH",
                    help="prompt lengths: fixed:N, uniform:A:B, lognormal:MEDIAN:SIGMA or "
                         "empirical:TRACE (default: uniform:16:512)")
-    p.add_argument("--output", default="uniform:16:256", metavar="LENGTH",
+    p.add_argument("--output-len", dest="output", default="uniform:16:256", metavar="LENGTH",
                    help="output lengths, same forms (default: uniform:16:256)")
     p.add_argument("--prefix-groups", type=int, default=0, metavar="G",
                    help="groups of requests sharing a system prompt (default: none)")

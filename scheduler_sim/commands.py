@@ -179,7 +179,7 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             shown.append(f"{name}: ... and {len(result.problems) - MAX_PROBLEMS:,} more bad "
                          f"rows; no file written (is it a {args.fmt} file?)")
         raise TraceError(shown)
-    write_whole(args.output, jsonl(result.records), out)
+    write_whole(args.out, jsonl(result.records), out)
     requests = len(result.records) - 1
     notes = [f"{name}: converted {requests:,} requests from {args.fmt}"]
     if result.failed_requests:
@@ -228,6 +228,9 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"--cancel-rate must be in [0, 1], got {args.cancel_rate:g}")
     if args.prefix_groups < 0 or args.prefix_tokens < 0:
         raise UsageError("--prefix-groups and --prefix-tokens must be >= 0")
+    if args.prefix_groups and not args.prefix_tokens:
+        raise UsageError(f"--prefix-groups {args.prefix_groups} shares nothing without "
+                         "--prefix-tokens L > 0 (the length of each group's shared prompt)")
     priorities = []
     if args.priorities:
         try:
@@ -257,8 +260,10 @@ def cmd_cost(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"unknown model {args.model!r} (known: {', '.join(MODELS)})")
     if args.gpu not in GPUS:
         raise UsageError(f"unknown gpu {args.gpu!r} (known: {', '.join(GPUS)})")
-    if args.seq < 1 or not 0 < args.mfu <= 1:
-        raise UsageError(f"--seq must be >= 1 and --mfu in (0, 1], got {args.seq}, {args.mfu:g}")
+    if args.seq < 1:
+        raise UsageError(f"--seq must be an integer >= 1, got {args.seq}")
+    if not 0 < args.mfu <= 1:
+        raise UsageError(f"--mfu must be in (0, 1], got {args.mfu:g}")
     model, gpu = MODELS[args.model], GPUS[args.gpu]
     r = swap_vs_recompute(model, gpu, args.seq, args.mfu)
     rows = [

@@ -35,10 +35,10 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
     rows = [
         ("requests", "", "requests"),
         ("completed", "", "completed"),
-        ("cancelled", "", "finished_aborted"),
-        ("rejected", "", "finished_ignored"),
-        ("timed out", "", "finished_timeout"),
-        ("stalled", "", "finished_error"),
+        ("finished_aborted", "cancelled", "finished_aborted"),
+        ("finished_ignored", "rejected", "finished_ignored"),
+        ("finished_timeout", "timed out", "finished_timeout"),
+        ("finished_error", "stalled", "finished_error"),
         ("iterations", "dispatches", "iterations"),
         ("empty iterations", "", "empty_iterations"),
         ("makespan", t, "makespan"),
@@ -113,6 +113,13 @@ def format_time(value: Any, clock: Clock) -> str:
     if clock.in_seconds:
         return f"{value:,.4f}"
     return format_number(value)
+
+
+def _time_cells(values: list[Any], clock: Clock) -> list[str]:
+    """A row of times: in ticks, all with 2 decimals as soon as one has a fraction."""
+    if not clock.in_seconds and any(isinstance(v, float) for v in values):
+        return ["-" if v is None else f"{v:,.2f}" for v in values]
+    return [format_time(v, clock) for v in values]
 
 
 def _value_text(value: Any) -> str:
@@ -203,13 +210,16 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
         if not _shown(field, values, options):
             continue
         if field in time_fields:
-            cells = [format_time(v, clock) for v in values]
+            cells = _time_cells(values, clock)
         elif field == "slo_attainment":
             cells = ["-" if v is None else f"{v * 100:.2f}" for v in values]
         elif field == "busy_seconds":
             cells = ["-" if v is None else f"{v:,.4f}" for v in values]
         elif field in _RATES:
             cells = [format_rate(v) for v in values]
+        elif any(isinstance(v, float) for v in values):
+            # One style per row: 2.00 beside 1.33, not 2 beside 1.33.
+            cells = ["-" if v is None else f"{v:,.2f}" for v in values]
         else:
             cells = [format_number(v) for v in values]
         rows.append((label, unit, cells))

@@ -89,14 +89,18 @@ class Trace:
     def describe(self) -> str:
         """The one-line summary `validate` prints."""
         w = self.workload
-        parts = [f"{len(w.requests)} requests"]
+
+        def count(n: int, noun: str) -> str:
+            return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+        parts = [count(len(w.requests), "request")]
         if w.requests:
             unit = "ticks" if self.time_unit == "tick" else self.time_unit
-            parts.append(f"arrivals {show(w.requests[0].arrival)}.."
-                         f"{show(w.requests[-1].arrival)} {unit}")
-        parts.append(f"{len(w.cancels)} cancels")
-        parts.append(f"{len(w.preempts)} preempts")
-        parts.append(f"{len(self.expects)} expects")
+            first, last = w.requests[0].arrival, w.requests[-1].arrival
+            parts.append(f"arrivals {first:,}..{last:,} {unit}")
+        parts.append(count(len(w.cancels), "cancel"))
+        parts.append(count(len(w.preempts), "preempt"))
+        parts.append(count(len(self.expects), "expect"))
         if self.config:
             parts.append("config: " + ", ".join(
                 f"{k}={json.dumps(v)}" for k, v in self.config.items()))

@@ -82,10 +82,11 @@ def test_replay_table_has_policy_columns_and_exact_numbers(tmp_path):
 
 
 def test_replay_table_queue_delay_and_peaks(tmp_path):
-    """serial: queue delays 0 (a) and 3 (b): mean 1.50; peak reserved 2 vs 4 (both credits at once)."""
+    """serial: queue delays 0 (a) and 3 (b): mean 1.50; continuous 0, shown as 0.00 beside
+    it (one style per row); peak reserved 2 vs 4 (both credits at once)."""
     status, out, _ = run(["replay", write(tmp_path, TINY)])
     assert status == 0
-    assert table_row(out, "queue delay  mean") == ["1.50", "0"]
+    assert table_row(out, "queue delay  mean") == ["1.50", "0.00"]
     assert table_row(out, "peak reserved") == ["2", "4"]
 
 
@@ -435,7 +436,7 @@ def test_stalled_run_exits_1(tmp_path, monkeypatch):
                             "--events", str(events_path)])
     assert status == 1
     assert "stall" in err
-    assert table_row(out, "stalled") == ["2"]
+    assert table_row(out, "finished_error") == ["2"]
     assert table_row(out, "iterations") == ["0"]
     stalled = [(r["tick"], r["id"]) for r in _events(events_path.read_text())
                if r["event"] == "stalled"]

@@ -72,7 +72,7 @@ def test_same_seed_same_records():
 def test_same_arguments_same_bytes_through_the_command(tmp_path):
     """The command gives byte-identical output for the same arguments, on stdout and -o."""
     args = ["generate", "--seed", "11", "--requests", "300", "--arrival", "gamma", "--cv", "3",
-            "--prompt", "lognormal:200:1.2", "--output", "uniform:1:64", "--prefix-groups", "2",
+            "--prompt-len", "lognormal:200:1.2", "--output-len", "uniform:1:64", "--prefix-groups", "2",
             "--prefix-tokens", "16", "--priorities", "0:1,2:1", "--cancel-rate", "0.2"]
     first, second = run(args), run(args)
     assert first[0] == 0 and first[1] != ""
@@ -128,8 +128,8 @@ def test_gamma_gaps_are_burstier_than_poisson():
 def test_uniform_lengths_mean_and_range():
     """uniform:16:512 prompts (mean 264) and uniform:16:256 outputs (mean 136): sample means
     within 5%, every value inside its range."""
-    reqs = requests_of(gen("--seed", "6", "--requests", "4000", "--prompt", "uniform:16:512",
-                           "--output", "uniform:16:256"))
+    reqs = requests_of(gen("--seed", "6", "--requests", "4000", "--prompt-len", "uniform:16:512",
+                           "--output-len", "uniform:16:256"))
     prompts = [r["prompt_tokens"] for r in reqs]
     outputs = [r["output_tokens"] for r in reqs]
     assert min(prompts) >= 16 and max(prompts) <= 512
@@ -140,8 +140,8 @@ def test_uniform_lengths_mean_and_range():
 
 def test_fixed_lengths_are_exact():
     """fixed:37 prompts and fixed:5 outputs: every request has exactly those."""
-    reqs = requests_of(gen("--seed", "6", "--requests", "500", "--prompt", "fixed:37",
-                           "--output", "fixed:5"))
+    reqs = requests_of(gen("--seed", "6", "--requests", "500", "--prompt-len", "fixed:37",
+                           "--output-len", "fixed:5"))
     assert {r["prompt_tokens"] for r in reqs} == {37}
     assert {r["output_tokens"] for r in reqs} == {5}
 
@@ -152,8 +152,8 @@ def test_lognormal_mean_within_5_percent():
     spec = parse_length("lognormal:100:0.5")
     assert spec == LengthSpec("lognormal", 100.0, 0.5)
     assert math.isclose(spec.mean, 100 * math.exp(0.125), rel_tol=1e-12)
-    reqs = requests_of(gen("--seed", "8", "--requests", "4000", "--prompt", "lognormal:100:0.5",
-                           "--output", "lognormal:100:0.5"))
+    reqs = requests_of(gen("--seed", "8", "--requests", "4000", "--prompt-len", "lognormal:100:0.5",
+                           "--output-len", "lognormal:100:0.5"))
     prompts = [r["prompt_tokens"] for r in reqs]
     outputs = [r["output_tokens"] for r in reqs]
     assert min(prompts) >= 1 and min(outputs) >= 1
@@ -177,8 +177,8 @@ def test_empirical_lengths_come_from_the_trace(tmp_path):
         {"type": "request", "id": "b", "arrival": 4, "prompt_tokens": 17, "output_tokens": 5},
         {"type": "request", "id": "c", "arrival": 9, "prompt_tokens": 100, "output_tokens": 5},
     ]), encoding="utf-8")
-    reqs = requests_of(gen("--seed", "9", "--requests", "600", "--prompt", f"empirical:{source}",
-                           "--output", f"empirical:{source}"))
+    reqs = requests_of(gen("--seed", "9", "--requests", "600", "--prompt-len", f"empirical:{source}",
+                           "--output-len", f"empirical:{source}"))
     assert {r["prompt_tokens"] for r in reqs} == {3, 17, 100}
     assert {r["output_tokens"] for r in reqs} == {1, 5}
 
@@ -190,7 +190,7 @@ def test_prefix_groups_share_a_prefix_per_group():
     first 8 are one of exactly 3 prefixes, pairwise different from their first token on;
     the 12 ids after the prefix are never shared between requests."""
     reqs = requests_of(gen("--seed", "10", "--requests", "300", "--prefix-groups", "3",
-                           "--prefix-tokens", "8", "--prompt", "fixed:20"))
+                           "--prefix-tokens", "8", "--prompt-len", "fixed:20"))
     assert all(len(r["prompt_token_ids"]) == 20 for r in reqs)
     prefixes = {tuple(r["prompt_token_ids"][:8]) for r in reqs}
     assert len(prefixes) == 3
@@ -205,7 +205,7 @@ def test_prefix_groups_members_hit_the_prefix_cache():
     8-token prefix (2 full blocks) finds cached tokens: at most 8 per request and 8 x 18 in
     all (each group's first member computes its prefix), and more than zero."""
     records = gen("--seed", "12", "--requests", "20", "--rate", "0.05", "--prefix-groups", "2",
-                  "--prefix-tokens", "8", "--prompt", "fixed:12", "--output", "fixed:2")
+                  "--prefix-tokens", "8", "--prompt-len", "fixed:12", "--output-len", "fixed:2")
     sim = simulate(records, policy="continuous", block_size=4, num_blocks=64,
                    prefix_caching=True)
     cached = [req.cached_tokens for req in sim.result.requests]
@@ -259,11 +259,10 @@ def test_output_always_parses_as_a_trace():
     combos = [
         [],
         ["--arrival", "gamma", "--cv", "0.5"],
-        ["--prompt", "fixed:1", "--output", "fixed:1"],
-        ["--prefix-groups", "4", "--prefix-tokens", "30", "--prompt", "uniform:1:40"],
-        ["--prefix-groups", "2", "--prefix-tokens", "0"],
+        ["--prompt-len", "fixed:1", "--output-len", "fixed:1"],
+        ["--prefix-groups", "4", "--prefix-tokens", "30", "--prompt-len", "uniform:1:40"],
         ["--priorities", "3:1", "--cancel-rate", "1", "--cancel-after", "0.5"],
-        ["--rate", "100", "--prompt", "lognormal:5:3", "--output", "lognormal:2:2"],
+        ["--rate", "100", "--prompt-len", "lognormal:5:3", "--output-len", "lognormal:2:2"],
     ]
     for extra in combos:
         records = gen("--seed", "21", "--requests", "150", *extra)
@@ -291,17 +290,17 @@ def bad(*args: str) -> str:
 def test_bad_lengths_exit_2():
     """uniform:5:2 (LOW > HIGH), fixed:0, lognormal:0:1, an unknown kind and an empirical
     length without a trace are usage errors naming the bad text."""
-    assert "uniform:5:2" in bad("--prompt", "uniform:5:2")
-    assert "fixed:0" in bad("--output", "fixed:0")
-    assert "lognormal:0:1" in bad("--prompt", "lognormal:0:1")
-    assert "zipf:3" in bad("--prompt", "zipf:3")
-    assert "empirical" in bad("--prompt", "empirical:")
+    assert "uniform:5:2" in bad("--prompt-len", "uniform:5:2")
+    assert "fixed:0" in bad("--output-len", "fixed:0")
+    assert "lognormal:0:1" in bad("--prompt-len", "lognormal:0:1")
+    assert "zipf:3" in bad("--prompt-len", "zipf:3")
+    assert "empirical" in bad("--prompt-len", "empirical:")
 
 
 def test_empirical_from_a_missing_trace_exits_2(tmp_path):
     """empirical:TRACE with a missing file is bad input naming the file."""
     missing = tmp_path / "none.jsonl"
-    assert str(missing) in bad("--prompt", f"empirical:{missing}")
+    assert str(missing) in bad("--prompt-len", f"empirical:{missing}")
 
 
 def test_bad_rates_and_counts_exit_2():
@@ -349,3 +348,15 @@ def test_zero_cancel_after_is_not_a_crash():
 def test_infinite_cv_exits_2():
     """--arrival gamma --cv inf has no gamma distribution: a usage error, not a crash."""
     assert "--cv" in bad("--arrival", "gamma", "--cv", "inf")
+
+
+def test_prefix_groups_without_prefix_tokens_is_refused(capsys):
+    """`--prefix-groups 2` with no shared prompt length would share nothing: exit 2."""
+    import io
+    from scheduler_sim.cli import main
+    err = io.StringIO()
+    assert main(["generate", "--seed", "1", "--requests", "3", "--prefix-groups", "2"],
+                out=io.StringIO(), err=err) == 2
+    assert err.getvalue() == ("scheduler-sim: error: --prefix-groups 2 shares nothing without "
+                              "--prefix-tokens L > 0 (the length of each group's shared "
+                              "prompt)\n")

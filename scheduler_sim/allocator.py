@@ -208,7 +208,7 @@ class BlockAllocator:
 
     def try_grow(self, rid: str, rows: int) -> bool:
         """All-or-nothing `grow`: allocate every block needed for `rows`, or none (L4)."""
-        if self.blocks_to_grow(rid, rows) > self.free:
+        if not self.can_allocate(self.blocks_to_grow(rid, rows)):
             return False
         self.grow(rid, rows)
         return True

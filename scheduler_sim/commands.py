@@ -208,7 +208,7 @@ def _empirical(spec: Any, field: str) -> Any:
     if not isinstance(spec, tuple):
         return spec
     if not spec[1]:
-        raise UsageError(f"empirical lengths need a trace: empirical:TRACE, got 'empirical:'")
+        raise UsageError("empirical lengths need a trace: empirical:TRACE, got 'empirical:'")
     trace = read_trace(spec[1])
     values = tuple(getattr(r, field) for r in trace.workload.requests)
     if not values:

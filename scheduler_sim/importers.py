@@ -31,6 +31,8 @@ import math
 from fractions import Fraction
 from typing import Any, Callable
 
+from .allocator import blocks_for
+
 __all__ = ["FORMATS", "Conversion", "convert", "MOONCAKE_HASH_BLOCK"]
 
 MOONCAKE_HASH_BLOCK = 512
@@ -103,7 +105,7 @@ def _read_mooncake(text: str, rows: _Rows) -> None:
             if (not isinstance(hashes, list)
                     or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes)):
                 raise ValueError(f"hash_ids must be a list of integers, got {hashes!r}")
-            if len(hashes) > -(-prompt // MOONCAKE_HASH_BLOCK):
+            if len(hashes) > blocks_for(prompt, MOONCAKE_HASH_BLOCK):
                 raise ValueError(f"hash_ids has {len(hashes)} entries, more than "
                                  f"ceil(input_length / {MOONCAKE_HASH_BLOCK})")
         except ValueError as exc:

@@ -86,13 +86,6 @@ class BlockKeys:
             i += 1
         return keys
 
-    def key(self, i: int) -> Hashable:
-        """The key of full block i (blocks 0..i-1 are computed first)."""
-        keys = self.keys
-        if i >= len(keys):
-            self.ensure(i + 1)
-        return keys[i]
-
 
 class PrefixCache:
     """Which block holds which key, and the LRU queue of free blocks that keep one."""
@@ -106,16 +99,6 @@ class PrefixCache:
         # (request id, block number) that wrote each keyed block, kept only when
         # somebody wants evictions reported.
         self.writers: dict[int, tuple[str, int]] | None = None
-
-    def register(self, block: int, key: Hashable) -> None:
-        """Record that `block` now holds `key` (the first block with a key keeps it)."""
-        if key not in self.index:
-            self.index[key] = block
-            self.key_of[block] = key
-
-    def has_key(self, block: int) -> bool:
-        """Whether `block` carries a key (and so goes to the LRU queue when freed)."""
-        return block in self.key_of
 
     def evict(self) -> int:
         """Take the least recently freed cached block and forget its key."""

@@ -93,11 +93,6 @@ class Request:
         return self.prompt_tokens + self.outputs - 1
 
     @property
-    def final_rows(self) -> int:
-        """Rows written over a whole uninterrupted life: P + N - 1."""
-        return self.prompt_tokens + self.output_tokens - 1
-
-    @property
     def phase(self) -> str:
         """What the next dispatch row of this request does: `recompute` while it
         rewrites rows it had written before, `prefill` for prompt rows never

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["RequestStatus", "TERMINAL_REASON"]
+__all__ = ["RequestStatus"]
 
 
 class RequestStatus(enum.IntEnum):
@@ -34,14 +34,3 @@ class RequestStatus(enum.IntEnum):
     def is_finished(self) -> bool:
         """True for every terminal state."""
         return self > RequestStatus.PREEMPTED
-
-
-# Why a request ended, one phrase per terminal state (used in docs and reports).
-TERMINAL_REASON: dict[RequestStatus, str] = {
-    RequestStatus.FINISHED_STOPPED: "produced its output and stopped before max_tokens",
-    RequestStatus.FINISHED_LENGTH_CAPPED: "produced max_tokens outputs",
-    RequestStatus.FINISHED_ABORTED: "cancelled by the client",
-    RequestStatus.FINISHED_IGNORED: "rejected at registration: it could never be served",
-    RequestStatus.FINISHED_TIMEOUT: "waited longer than waiting_timeout",
-    RequestStatus.FINISHED_ERROR: "stalled: nothing could ever change again",
-}

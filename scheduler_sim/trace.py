@@ -24,6 +24,7 @@ import sys
 from typing import Any, Iterable
 
 from .errors import TraceError, UsageError
+from .allocator import blocks_for
 from .options import OPTIONS, check_value, show
 from .costmodel import parse_cost_model
 from .policies import POLICIES, is_plugin, policy_class
@@ -348,9 +349,9 @@ def _parse_request(c: _RecordChecker, hash_block_size: int, unit: str) -> Reques
         if not isinstance(value, list) or not all(
                 _is_int(v) or isinstance(v, str) for v in value):
             c.fail(f"block_hashes must be a list of integers or strings, got {show(value)}")
-        elif prompt is not None and len(value) > -(-prompt // hash_block_size):
+        elif prompt is not None and len(value) > blocks_for(prompt, hash_block_size):
             c.fail(f"block_hashes may have at most ceil(prompt_tokens / hash_block_size) = "
-                   f"{-(-prompt // hash_block_size)} entries, got {len(value)}")
+                   f"{blocks_for(prompt, hash_block_size)} entries, got {len(value)}")
         else:
             hashes = tuple(value)
     if not c.ok:

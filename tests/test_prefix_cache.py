@@ -8,6 +8,11 @@ from conftest import req, simulate
 from scheduler_sim.allocator import BlockAllocator
 from scheduler_sim.prefix_cache import BlockKeys, PrefixCache
 
+
+def key(keys: BlockKeys, i: int):
+    """The key of full block i of `keys` (computing the keys before it first)."""
+    return keys.ensure(i + 1)[i]
+
 B = 4  # block size used throughout
 
 
@@ -43,9 +48,9 @@ def test_equal_prefixes_give_equal_keys_and_the_first_difference_splits_the_chai
     from block 2 on; the request index plays no part when token ids are given."""
     a = keys_of(list(range(1, 13)), index=0)
     b = keys_of(list(range(1, 9)) + [90, 91, 92, 93], index=7)
-    assert a.key(0) == b.key(0)
-    assert a.key(1) == b.key(1)
-    assert a.key(2) != b.key(2)
+    assert key(a, 0) == key(b, 0)
+    assert key(a, 1) == key(b, 1)
+    assert key(a, 2) != key(b, 2)
 
 
 def test_a_different_earlier_block_changes_every_later_key():
@@ -53,18 +58,18 @@ def test_a_different_earlier_block_changes_every_later_key():
     all differ: each key chains over its parent's key, not just its own tokens."""
     a = keys_of(list(range(1, 13)))
     b = keys_of([0, 2, 3, 4] + list(range(5, 13)))
-    assert [a.key(i) != b.key(i) for i in range(3)] == [True, True, True]
+    assert [key(a, i) != key(b, i) for i in range(3)] == [True, True, True]
     # The same content under the same parent is the same key (blocks 1 and 2 of b
     # against a copy of b).
     c = keys_of([0, 2, 3, 4] + list(range(5, 13)))
-    assert [b.key(i) == c.key(i) for i in range(3)] == [True, True, True]
+    assert [key(b, i) == key(c, i) for i in range(3)] == [True, True, True]
 
 
 def test_equal_content_at_different_depths_gets_different_keys():
     """Prompt [7,7,7,7,7,7,7,7]: blocks 0 and 1 hold the same tokens, but block 1's key
     chains over block 0's, so the two keys differ."""
     k = keys_of([7] * 8)
-    assert k.key(0) != k.key(1)
+    assert key(k, 0) != key(k, 1)
 
 
 def test_output_token_ids_extend_the_chain_past_the_prompt():
@@ -73,8 +78,8 @@ def test_output_token_ids_extend_the_chain_past_the_prompt():
     a = keys_of([1, 2, 3, 4], output_ids=[50, 51, 52, 53, 54])
     b = keys_of([1, 2, 3, 4], index=3, output_ids=[50, 51, 52, 53, 99])
     c = keys_of([1, 2, 3, 4], output_ids=[60, 51, 52, 53, 54])
-    assert a.key(1) == b.key(1)
-    assert a.key(1) != c.key(1)
+    assert key(a, 1) == key(b, 1)
+    assert key(a, 1) != key(c, 1)
 
 
 def test_keys_from_block_hashes_with_hash_block_size_8_and_block_size_4():
@@ -85,10 +90,10 @@ def test_keys_from_block_hashes_with_hash_block_size_8_and_block_size_4():
     xz = BlockKeys(1, 16, B, 8, hashes=["x", "z"])
     wy = BlockKeys(2, 16, B, 8, hashes=["w", "y"])
     xy2 = BlockKeys(3, 16, B, 8, hashes=["x", "y"])
-    assert xy.key(0) != xy.key(1)
-    assert [xy.key(i) == xz.key(i) for i in range(4)] == [True, True, False, False]
-    assert [xy.key(i) == wy.key(i) for i in range(4)] == [False, False, False, False]
-    assert [xy.key(i) == xy2.key(i) for i in range(4)] == [True, True, True, True]
+    assert key(xy, 0) != key(xy, 1)
+    assert [key(xy, i) == key(xz, i) for i in range(4)] == [True, True, False, False]
+    assert [key(xy, i) == key(wy, i) for i in range(4)] == [False, False, False, False]
+    assert [key(xy, i) == key(xy2, i) for i in range(4)] == [True, True, True, True]
 
 
 def test_a_block_past_the_last_full_hash_block_is_unique_to_the_request():
@@ -97,29 +102,27 @@ def test_a_block_past_the_last_full_hash_block_is_unique_to_the_request():
     unique to the request."""
     a = BlockKeys(0, 12, B, 8, hashes=["x"])
     b = BlockKeys(1, 12, B, 8, hashes=["x"])
-    assert [a.key(i) == b.key(i) for i in range(3)] == [True, True, False]
-    assert a.key(2) == BlockKeys(0, 12, B, 8, hashes=["x"]).key(2)
+    assert [key(a, i) == key(b, i) for i in range(3)] == [True, True, False]
+    assert key(a, 2) == key(BlockKeys(0, 12, B, 8, hashes=["x"]), 2)
 
 
 def test_without_ids_or_hashes_keys_are_unique_to_the_request():
     """Two requests (trace positions 0 and 1) with P=8 and no ids never match; the same
     request (position 0) re-finds its own keys, as after a preemption."""
     a, b, again = plain_keys(0, 8), plain_keys(1, 8), plain_keys(0, 8)
-    assert [a.key(i) == b.key(i) for i in range(2)] == [False, False]
-    assert [a.key(i) == again.key(i) for i in range(2)] == [True, True]
+    assert [key(a, i) == key(b, i) for i in range(2)] == [False, False]
+    assert [key(a, i) == key(again, i) for i in range(2)] == [True, True]
 
 
 # --- the PrefixCache alone -------------------------------------------------------------
 
 
-def test_prefix_cache_register_keeps_the_first_block_and_evict_forgets_the_key():
-    """register(3, k) then register(5, k): block 3 keeps k (block 5 gets no key); with
-    blocks 3 and 4 in the LRU (3 first), evict() returns 3 and k leaves the index."""
+def test_prefix_cache_evict_forgets_the_key_of_the_least_recent_block():
+    """Blocks 3 (key k) and 4 (key m) in the LRU, 3 first: evict() returns 3 and k leaves
+    the index and the block's key."""
     c = PrefixCache()
-    c.register(3, "k")
-    c.register(5, "k")
-    c.register(4, "m")
-    assert (c.index, c.has_key(3), c.has_key(5)) == ({"k": 3, "m": 4}, True, False)
+    c.index.update({"k": 3, "m": 4})
+    c.key_of.update({3: "k", 4: "m"})
     c.lru[3] = None
     c.lru[4] = None
     assert isinstance(c.lru, OrderedDict)
@@ -165,7 +168,7 @@ def test_hashed_blocks_keep_their_key_until_handed_out_again():
     a.grow("B", 1)
     ok(a)
     assert a.table("B") == [1]
-    assert a.cache.has_key(1) is False
+    assert 1 not in a.cache.key_of
     assert a.lookup(plain_keys(0, 8), 2) == [0]
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from ..allocator import BlockAllocator
+from ..allocator import BlockAllocator, blocks_for
 from ..clock import Clock
 from ..options import Options
 from ..queues import RequestQueue, make_queue
@@ -106,7 +106,7 @@ class Policy:
     def blocks_to_finish(self, req: Request) -> int:
         """Blocks `req` needs over its whole life under this policy (E6, A1)."""
         rows = req.prompt_tokens - 1 + (req.max_tokens if self.reserves else req.output_tokens)
-        return -(-rows // self.options.block_size)
+        return blocks_for(rows, self.options.block_size)
 
     # --- notifications from the engine --------------------------------------
 

@@ -35,6 +35,8 @@ RETRACT_DECODE_STEPS 20, DECAY_STEPS 600.
 from __future__ import annotations
 
 from ..events import Ratio
+from ..allocator import blocks_for
+from ..errors import InvariantError
 from ..options import Options
 from ..request import Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
@@ -71,7 +73,7 @@ class SglangPolicy(QueueAndListPolicy):
         """On-demand growth to P + N - 1 rows, but admission alone also needs
         P + min(M, CLIP) tokens strictly below the pool: whichever asks more."""
         size = self.options.block_size
-        grow = -(-(req.prompt_tokens + req.output_tokens - 1) // size)
+        grow = blocks_for(req.prompt_tokens + req.output_tokens - 1, size)
         admit = (req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 1
         return max(grow, admit)
 
@@ -149,16 +151,17 @@ class SglangPolicy(QueueAndListPolicy):
             # Cached blocks it locks leave the evictable pool: they count too.
             total = extend + self._remaining_new(head) + evictable * size
             tokens = min(extend, chunk_left, budget)
-            now_blocks = -(-(hit + tokens) // size) - len(cached) + evictable
+            now_blocks = blocks_for(hit + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly.
             if total >= rem_total or now_blocks > allocator.free:
-                self.view.block(head, "no_token", -(-total // size))
+                self.view.block(head, "no_token", blocks_for(total, size))
                 break
             waiting.pop()
             self.view.admit(head, 0, cached)
             self.running.append(head)
             if not allocator.try_grow(head.rid, head.resident + tokens):
-                raise AssertionError("admission checked the blocks it allocates")
+                raise InvariantError(f"request {head.rid!r}: admission checked the blocks "
+                                     "it allocates, yet try_grow failed", self.view.now)
             plan.append((head, tokens))
             rem_total -= total
             budget -= tokens

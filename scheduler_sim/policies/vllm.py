@@ -37,6 +37,8 @@ Beyond vLLM, for experiments: `victim` picks another victim rule and
 """
 from __future__ import annotations
 
+from ..allocator import blocks_for
+from ..errors import InvariantError
 from ..options import Options
 from ..request import Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
@@ -191,7 +193,7 @@ class VllmPolicy(QueueAndListPolicy):
             rows = self._sequence_rows(head) if options.full_prompt_gate else hit + tokens
             # Blocks it must take from the free pool: the new ones, plus cached
             # hits that sit free in the LRU queue.
-            needed = (-(-rows // options.block_size) - len(cached)
+            needed = (blocks_for(rows, options.block_size) - len(cached)
                       + allocator.evictable(cached))
             watermark = self.watermark_blocks if running else 0
             if needed + watermark > allocator.free:
@@ -205,7 +207,8 @@ class VllmPolicy(QueueAndListPolicy):
             self.view.admit(head, 0, cached)
             running.append(head)
             if not allocator.try_grow(head.rid, head.resident + tokens):
-                raise AssertionError("admission checked the blocks it allocates")
+                raise InvariantError(f"request {head.rid!r}: admission checked the blocks "
+                                     "it allocates, yet try_grow failed", now)
             scheduled[head] = tokens
             budget -= tokens
         # Steady: every running request decodes in this step, nothing was

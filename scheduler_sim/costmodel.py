@@ -38,6 +38,7 @@ import dataclasses
 import math
 
 from .errors import UsageError
+from .options import OPTIONS
 
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape",
            "DEFAULT_MFU", "DEFAULT_BANDWIDTH_EFFICIENCY", "DEFAULT_STEP_OVERHEAD",
@@ -111,15 +112,16 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
     GpuSpec("h200", 989e12, 4.8e12, 64e9, 139.97, 450e9),
 )}
 
-# GiB per GPU that vLLM's memory profile found outside weights and KV for
-# Llama-3-8B on an H100 (vllm-project/vllm#10511): 1.26 GiB activation peak
-# plus 1.79 GiB allocated outside PyTorch (CUDA context, cuBLAS, NCCL).
-DEFAULT_ACTIVATION_RESERVE = 3.05
-
-# 400 of the H100's 989 dense TFLOP/s: a conservative MFU for batched prefill.
-DEFAULT_MFU = 400 / 989
-DEFAULT_BANDWIDTH_EFFICIENCY = 0.8
-DEFAULT_STEP_OVERHEAD = 0.0005  # seconds per dispatch: launch and scheduling
+# The defaults live in the option table (options.OPTIONS), where their sources
+# are given: 400 of an H100's 989 dense TFLOP/s (a conservative MFU for batched
+# prefill), 80% of HBM bandwidth, 0.5 ms of launch and scheduling per dispatch,
+# and 3.05 GiB per GPU outside weights and KV, vLLM's memory profile for
+# Llama-3-8B on an H100 (vllm-project/vllm#10511: a 1.26 GiB activation peak
+# plus 1.79 GiB allocated outside PyTorch).
+DEFAULT_ACTIVATION_RESERVE = OPTIONS["activation_reserve"].default
+DEFAULT_MFU = OPTIONS["mfu"].default
+DEFAULT_BANDWIDTH_EFFICIENCY = OPTIONS["bandwidth_efficiency"].default
+DEFAULT_STEP_OVERHEAD = OPTIONS["step_overhead"].default
 
 
 def parse_cost_model(text: str) -> tuple[ModelSpec, GpuSpec]:

@@ -284,43 +284,51 @@ class Options:
 
     `origin` says where each option that was not left at its default came
     from: `trace` (the config record), `flag`, or `derived` (the KV pool
-    sized from the GPU, see `costmodel.size_pool`).
+    sized from the GPU, see `costmodel.size_pool`). Every default comes from
+    `OPTIONS`; `prefill_chunk` and `hash_block_size` default to
+    `token_budget` and `block_size`.
     """
 
-    block_size: int = 16
-    num_blocks: int = 2048
-    token_budget: int = 2048
-    max_rows: int = 256
-    prefill_chunk: int = 2048
-    release_delay: float = 0
-    policy: tuple[str, ...] = DEFAULT_POLICIES
-    order: str = "fcfs"
-    seed: int = 0
-    lpm_threshold: int = 128
-    waiting_timeout: float | None = None
-    resume_order: str = "front"
-    watermark: float = 0.0
-    full_prompt_gate: bool = True
-    victim: str | None = None
-    max_preemptions: int | None = None
-    schedule_conservativeness: float = 1.0
-    batch_window: float = 8
-    prefix_caching: bool = False
-    hash_block_size: int = 16
-    time_unit: str = "tick"
-    tick_seconds: float | None = None
-    clock_resolution: float | None = None
-    max_concurrency: int | None = None
-    slo: tuple[tuple[str, float], ...] | None = None
-    cost_model: str | None = None
-    mfu: float = 400 / 989
-    bandwidth_efficiency: float = 0.8
-    step_overhead: float = 0.0005
-    gpu_memory_utilization: float = 0.9
-    tp: int = 1
-    activation_reserve: float = 3.05
+    block_size: int = OPTIONS["block_size"].default
+    num_blocks: int = OPTIONS["num_blocks"].default
+    token_budget: int = OPTIONS["token_budget"].default
+    max_rows: int = OPTIONS["max_rows"].default
+    prefill_chunk: int | None = OPTIONS["prefill_chunk"].default
+    release_delay: float = OPTIONS["release_delay"].default
+    policy: tuple[str, ...] = tuple(OPTIONS["policy"].default)
+    order: str = OPTIONS["order"].default
+    seed: int = OPTIONS["seed"].default
+    lpm_threshold: int = OPTIONS["lpm_threshold"].default
+    waiting_timeout: float | None = OPTIONS["waiting_timeout"].default
+    resume_order: str = OPTIONS["resume_order"].default
+    watermark: float = OPTIONS["watermark"].default
+    full_prompt_gate: bool = OPTIONS["full_prompt_gate"].default
+    victim: str | None = OPTIONS["victim"].default
+    max_preemptions: int | None = OPTIONS["max_preemptions"].default
+    schedule_conservativeness: float = OPTIONS["schedule_conservativeness"].default
+    batch_window: float = OPTIONS["batch_window"].default
+    prefix_caching: bool = OPTIONS["prefix_caching"].default
+    hash_block_size: int | None = OPTIONS["hash_block_size"].default
+    time_unit: str = OPTIONS["time_unit"].default
+    tick_seconds: float | None = OPTIONS["tick_seconds"].default
+    clock_resolution: float | None = OPTIONS["clock_resolution"].default
+    max_concurrency: int | None = OPTIONS["max_concurrency"].default
+    slo: tuple[tuple[str, float], ...] | None = OPTIONS["slo"].default
+    cost_model: str | None = OPTIONS["cost_model"].default
+    mfu: float = OPTIONS["mfu"].default
+    bandwidth_efficiency: float = OPTIONS["bandwidth_efficiency"].default
+    step_overhead: float = OPTIONS["step_overhead"].default
+    gpu_memory_utilization: float = OPTIONS["gpu_memory_utilization"].default
+    tp: int = OPTIONS["tp"].default
+    activation_reserve: float = OPTIONS["activation_reserve"].default
     origin: dict[str, str] = dataclasses.field(default_factory=dict, compare=False,
                                                repr=False)
+
+    def __post_init__(self) -> None:
+        if self.prefill_chunk is None:
+            object.__setattr__(self, "prefill_chunk", self.token_budget)
+        if self.hash_block_size is None:
+            object.__setattr__(self, "hash_block_size", self.block_size)
 
     @classmethod
     def resolve(cls, *layers: dict[str, Any],
@@ -336,10 +344,6 @@ class Options:
             origin.update({k: sources[i] if i < len(sources) else "given" for k in layer})
         values = {name: spec.default for name, spec in OPTIONS.items()}
         values.update(merged)
-        if values["prefill_chunk"] is None:
-            values["prefill_chunk"] = values["token_budget"]
-        if values["hash_block_size"] is None:
-            values["hash_block_size"] = values["block_size"]
         values["policy"] = tuple(values["policy"])
         if isinstance(values["slo"], (str, dict)):
             values["slo"] = parse_slo(values["slo"])

@@ -19,7 +19,7 @@ the next dispatch starts from that exact time, so rounding never adds up. With `
 a request reaches the server (is "sent") only when a client slot is free
 (`clients.py`); until then the policy does not know it exists.
 
-The engine is the `SchedulerView` its policy sees: `admit`, `block` and
+The engine is the `SchedulerView` its policy sees: `admit`, `report_blocked` and
 `preempt` are how a policy's decisions become transitions and events.
 """
 from __future__ import annotations
@@ -221,7 +221,7 @@ class Engine:
         limit = (req.prompt_tokens + req.outputs - 1) // self.options.block_size
         return self.allocator.lookup(req.block_keys, limit, count)
 
-    def block(self, req: Request, reason: str, needed: int) -> None:
+    def report_blocked(self, req: Request, reason: str, needed: int) -> None:
         """Report the queue head that cannot be admitted at this boundary."""
         self._step_block = (req.rid, reason, needed)
         if self._emit is not None:

@@ -28,7 +28,7 @@ class Fifo(QueueAndListPolicy):
             head = self.waiting.peek()
             credit = self.blocks_to_finish(head)
             if not view.allocator.can_reserve(credit):
-                view.block(head, "reservation", credit)
+                view.report_blocked(head, "reservation", credit)
                 break
             self.waiting.pop()
             view.admit(head, credit)

@@ -30,7 +30,7 @@ class ShortestFirst(QueueAndListPolicy):
             head = self.waiting.peek()
             credit = self.blocks_to_finish(head)  # ceil((P + M - 1) / block_size)
             if not view.allocator.can_reserve(credit):
-                view.block(head, "reservation", credit)  # reported as admission_blocked
+                view.report_blocked(head, "reservation", credit)  # reported as admission_blocked
                 break
             self.waiting.pop()
             view.admit(head, credit)

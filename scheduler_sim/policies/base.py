@@ -50,7 +50,7 @@ class SchedulerView(Protocol):
         """The leading blocks of `req` the prefix cache can give it now (read-only);
         `count=False` leaves the hit statistics alone (for sorting)."""
 
-    def block(self, req: Request, reason: str, needed: int) -> None:
+    def report_blocked(self, req: Request, reason: str, needed: int) -> None:
         """Report that the queue head `req` cannot be admitted now, and why."""
 
     def release(self, req: Request) -> int:

@@ -84,7 +84,7 @@ class ContinuousPolicy(Policy):
             credit = self.blocks_to_finish(head) - len(cached)
             needed = credit + allocator.evictable(cached)
             if self.running_limit is not None and self.running_count >= self.running_limit:
-                self.view.block(head, self.limit_reason, needed)
+                self.view.report_blocked(head, self.limit_reason, needed)
                 self._head_blocked = True
                 return
             if not allocator.can_reserve(needed):
@@ -92,7 +92,7 @@ class ContinuousPolicy(Policy):
                 # what holds it back; otherwise the credits of running requests.
                 fits_later = allocator.committed() - allocator.draining + needed \
                     <= allocator.num_blocks
-                self.view.block(head, "draining" if fits_later else "reservation", needed)
+                self.view.report_blocked(head, "draining" if fits_later else "reservation", needed)
                 self._head_blocked = True
                 self._blocked_by_memory = True
                 return

@@ -139,10 +139,10 @@ class SglangPolicy(QueueAndListPolicy):
         while waiting:
             head = waiting.peek()
             if len(self.running) >= options.max_rows:
-                self.view.block(head, "max_rows", 0)
+                self.view.report_blocked(head, "max_rows", 0)
                 break
             if budget <= 0 or chunk_left <= 0:
-                self.view.block(head, "token_budget", 0)
+                self.view.report_blocked(head, "token_budget", 0)
                 break
             cached = self.view.cached_prefix(head)
             hit = len(cached) * size
@@ -154,7 +154,7 @@ class SglangPolicy(QueueAndListPolicy):
             now_blocks = blocks_for(hit + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly.
             if total >= rem_total or now_blocks > allocator.free:
-                self.view.block(head, "no_token", blocks_for(total, size))
+                self.view.report_blocked(head, "no_token", blocks_for(total, size))
                 break
             waiting.pop()
             self.view.admit(head, 0, cached)

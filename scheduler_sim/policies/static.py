@@ -86,14 +86,14 @@ class StaticPolicy(Policy):
             if not allocator.can_reserve(needed):
                 fits_later = allocator.committed() - allocator.draining + needed \
                     <= allocator.num_blocks
-                self.view.block(head, "draining" if fits_later else "reservation", needed)
+                self.view.report_blocked(head, "draining" if fits_later else "reservation", needed)
                 break
             queue.pop()
             self.view.admit(head, credit, cached)
             self.batch.append(head)
             self.live.add(head)
         if queue and len(self.batch) == size:
-            self.view.block(queue.peek(), "batch_full", self.blocks_to_finish(queue.peek()))
+            self.view.report_blocked(queue.peek(), "batch_full", self.blocks_to_finish(queue.peek()))
 
     def schedule(self, now: int) -> Plan:
         if not self.batch:
@@ -102,7 +102,7 @@ class StaticPolicy(Policy):
             self._form_batch()
         elif self.queue:
             head = self.queue.peek()
-            self.view.block(head, "batch_running", self.blocks_to_finish(head))
+            self.view.report_blocked(head, "batch_running", self.blocks_to_finish(head))
         return self._build()
 
     def _build(self) -> Plan:

@@ -179,13 +179,13 @@ class VllmPolicy(QueueAndListPolicy):
             head = waiting.peek()
             self._blocked = True  # cleared below when the head is admitted
             if preempted:
-                self.view.block(head, "preemption", self._gate_blocks(head))
+                self.view.report_blocked(head, "preemption", self._gate_blocks(head))
                 break
             if budget == 0:
-                self.view.block(head, "token_budget", self._gate_blocks(head))
+                self.view.report_blocked(head, "token_budget", self._gate_blocks(head))
                 break
             if len(running) >= options.max_rows:
-                self.view.block(head, "max_rows", self._gate_blocks(head))
+                self.view.report_blocked(head, "max_rows", self._gate_blocks(head))
                 break
             cached = self.view.cached_prefix(head)
             hit = len(cached) * options.block_size
@@ -198,7 +198,7 @@ class VllmPolicy(QueueAndListPolicy):
             watermark = self.watermark_blocks if running else 0
             if needed + watermark > allocator.free:
                 reason = "watermark" if needed <= allocator.free else "blocks"
-                self.view.block(head, reason, needed)
+                self.view.report_blocked(head, reason, needed)
                 # Blocks that decoders fill may become this head's cache hits.
                 self._blocked = allocator.cache is None
                 break

@@ -51,7 +51,7 @@ class ShortestFirst(QueueAndListPolicy):
             view.admit(req, credit)
             self.running.append(req)
         if blocked is not None:
-            view.block(*blocked)  # the shortest request left waiting, and why
+            view.report_blocked(*blocked)  # the shortest request left waiting, and why
         decodes = sorted((r for r in self.running if r.phase == "decode"), key=order)
         chunks = sorted((r for r in self.running if r.phase != "decode"), key=order)
         plan, budget = [], self.options.token_budget

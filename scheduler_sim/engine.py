@@ -32,7 +32,7 @@ from .allocator import BlockAllocator
 from .clients import ClientSlots
 from .clock import Clock
 from .costmodel import CostModel, fit_pool, parse_cost_model
-from .folding import fold, horizon
+from .folding import fold
 from .errors import InvariantError, PolicyError, SimError, UsageError
 from .events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
@@ -172,6 +172,36 @@ class Engine:
     def step_block(self) -> tuple[str, str, int] | None:
         """(id, reason, needed) of the head the policy reported blocked this step."""
         return self._step_block
+
+    def next_event(self, ia: int, ic: int, ip: int, now: int,
+                   in_flight: bool = False) -> float:
+        """The first time after `now` at which something outside the dispatches may
+        happen: the next arrival (position `ia` in the workload) or drain expiry; and,
+        unless a dispatch is in flight (it would defer them, E4), the next
+        cancellation (`ic`), forced preemption (`ip`), timeout or policy wakeup.
+        Infinity when nothing is pending. The one rule for the next boundary (E7),
+        and for where folding must stop."""
+        w = self.workload
+        nxt = float("inf")
+        if ia < len(w.requests):
+            nxt = w.requests[ia].arrival
+        expiry = self.allocator.next_expiry()
+        if expiry is not None and expiry < nxt:
+            nxt = expiry
+        if in_flight:
+            return nxt
+        if ic < len(w.cancels) and w.cancels[ic].at < nxt:
+            nxt = w.cancels[ic].at
+        if ip < len(w.preempts) and w.preempts[ip].at < nxt:
+            nxt = w.preempts[ip].at
+        timeout = self.next_timeout()
+        if timeout is not None and timeout < nxt:
+            nxt = timeout
+        if self._live:
+            wake = self.policy.next_wakeup(now)
+            if wake is not None and now < wake < nxt:
+                nxt = wake
+        return nxt
 
     def next_timeout(self) -> int | None:
         """The tick of the next waiting_timeout that can still fire, if any."""
@@ -669,7 +699,7 @@ class Engine:
                         emit(Snapshot(t, **self._state(plan)))
                     flight = self._start(plan)
                     if self._fast_forward_on and flight.all_decode and policy.steady():
-                        fold(self, flight, horizon(self, ia, ic, ip, t))
+                        fold(self, flight, self.next_event(ia, ic, ip, t))
                     if on_state is not None:
                         on_state(t, self._state(), True)
             elif on_state is not None:
@@ -677,34 +707,16 @@ class Engine:
             allocator.check() if not self._audit else allocator.audit()
 
             # The next boundary (E7): the earliest thing that can change anything.
-            nxt = inf
             if flight is not None:
-                nxt = flight.done
-            if ia < len(specs):
-                nxt = min(nxt, specs[ia].arrival)
-            expiry = allocator.next_expiry()
-            if expiry is not None:
-                nxt = min(nxt, expiry)
-            if flight is None:
-                if ic < len(cancels):
-                    nxt = min(nxt, cancels[ic].at)
-                if ip < len(preempts):
-                    nxt = min(nxt, preempts[ip].at)
-                timeout = self.next_timeout()
-                if timeout is not None:
-                    nxt = min(nxt, timeout)
-                if self._live:
-                    wake = policy.next_wakeup(t)
-                    if wake is not None and wake > t:
-                        nxt = min(nxt, wake)
-                    if moved:
-                        # E6b: the policy changed something (admitted, preempted)
-                        # but ran nothing: an empty iteration, and the next
-                        # decision at t + 1, when a step that preempted may admit.
-                        self.stats.empty_iterations += 1
-                        nxt = min(nxt, t + 1)
-            elif ic < len(cancels) or ip < len(preempts):
-                nxt = min(nxt, flight.done)
+                nxt = min(flight.done, self.next_event(ia, ic, ip, t, in_flight=True))
+            else:
+                nxt = self.next_event(ia, ic, ip, t)
+                if self._live and moved:
+                    # E6b: the policy changed something (admitted, preempted) but
+                    # ran nothing: an empty iteration, and the next decision one
+                    # step later, when a step that preempted may admit.
+                    self.stats.empty_iterations += 1
+                    nxt = min(nxt, t + 1)
             if nxt == inf:
                 if self._live:
                     self._stall()

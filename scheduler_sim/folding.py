@@ -18,31 +18,8 @@ from __future__ import annotations
 from .events import AdmissionBlocked, Dispatch, Snapshot
 from .request import DECODE, Request
 
-__all__ = ["fold", "horizon"]
+__all__ = ["fold"]
 
-
-def horizon(engine, ia: int, ic: int, ip: int, now: int) -> float:
-    """The first tick at which something outside the running dispatches may
-    happen: an arrival, cancellation, preemption, drain expiry, timeout or
-    policy wakeup."""
-    w = engine.workload
-    ticks = []
-    if ia < len(w.requests):
-        ticks.append(w.requests[ia].arrival)
-    if ic < len(w.cancels):
-        ticks.append(w.cancels[ic].at)
-    if ip < len(w.preempts):
-        ticks.append(w.preempts[ip].at)
-    expiry = engine.allocator.next_expiry()
-    if expiry is not None:
-        ticks.append(expiry)
-    timeout = engine.next_timeout()
-    if timeout is not None:
-        ticks.append(timeout)
-    wake = engine.policy.next_wakeup(now)
-    if wake is not None and wake > now:
-        ticks.append(wake)
-    return min(ticks) if ticks else float("inf")
 
 def fold(engine, flight, until: float) -> None:
     """Fold the dispatches that would repeat `flight` exactly into it (see the module).

@@ -108,6 +108,27 @@ class Policy:
         rows = req.prompt_tokens - 1 + (req.max_tokens if self.reserves else req.output_tokens)
         return blocks_for(rows, self.options.block_size)
 
+    # --- the reservation gate (A1, A2, A5), shared by reserving policies -----
+
+    def reservation_need(self, req: Request) -> tuple[int, int, list[int]]:
+        """(credit, needed, cached) to admit `req` under reservation: the credit
+        covers only the blocks it will allocate itself (A5); `needed` adds the
+        free cached blocks a hit takes out of the pool; `cached` is the hit."""
+        cached = self.view.cached_prefix(req)
+        credit = self.blocks_to_finish(req) - len(cached)
+        return credit, credit + self.view.allocator.evictable(cached), cached
+
+    def fits_reservation(self, req: Request, needed: int) -> bool:
+        """True if `needed` more blocks can be promised now (A3); otherwise report
+        `req` blocked, for `draining` when it would fit once the draining blocks
+        are free (cleanup holds it back), else for `reservation` (credits do)."""
+        allocator = self.view.allocator
+        if allocator.can_reserve(needed):
+            return True
+        fits_later = allocator.committed() - allocator.draining + needed <= allocator.num_blocks
+        self.view.report_blocked(req, "draining" if fits_later else "reservation", needed)
+        return False
+
     # --- notifications from the engine --------------------------------------
 
     def add(self, req: Request) -> None:

@@ -73,26 +73,16 @@ class ContinuousPolicy(Policy):
         """Admit queue heads while their credit fits; report the first that does not."""
         queue = self.queue
         queue.refresh()
-        allocator = self.view.allocator
         self._head_blocked = False
         self._blocked_by_memory = False
         while queue:
             head = queue.peek()
-            cached = self.view.cached_prefix(head)
-            # The credit covers only the blocks the request will allocate itself
-            # (A5); a hit on a free cached block takes that block out of the pool.
-            credit = self.blocks_to_finish(head) - len(cached)
-            needed = credit + allocator.evictable(cached)
+            credit, needed, cached = self.reservation_need(head)
             if self.running_limit is not None and self.running_count >= self.running_limit:
                 self.view.report_blocked(head, self.limit_reason, needed)
                 self._head_blocked = True
                 return
-            if not allocator.can_reserve(needed):
-                # Would it fit once the draining blocks are free? Then cleanup is
-                # what holds it back; otherwise the credits of running requests.
-                fits_later = allocator.committed() - allocator.draining + needed \
-                    <= allocator.num_blocks
-                self.view.report_blocked(head, "draining" if fits_later else "reservation", needed)
+            if not self.fits_reservation(head, needed):
                 self._head_blocked = True
                 self._blocked_by_memory = True
                 return

@@ -76,17 +76,11 @@ class StaticPolicy(Policy):
     def _form_batch(self) -> None:
         queue = self.queue
         queue.refresh()
-        allocator = self.view.allocator
         size = min(self.options.max_rows, self.options.token_budget)
         while queue and len(self.batch) < size:
             head = queue.peek()
-            cached = self.view.cached_prefix(head)
-            credit = self.blocks_to_finish(head) - len(cached)
-            needed = credit + allocator.evictable(cached)
-            if not allocator.can_reserve(needed):
-                fits_later = allocator.committed() - allocator.draining + needed \
-                    <= allocator.num_blocks
-                self.view.report_blocked(head, "draining" if fits_later else "reservation", needed)
+            credit, needed, cached = self.reservation_need(head)
+            if not self.fits_reservation(head, needed):
                 break
             queue.pop()
             self.view.admit(head, credit, cached)

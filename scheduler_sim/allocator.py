@@ -1,4 +1,4 @@
-"""KV blocks and reservation credits: who holds what, and what is free (SPEC §5).
+"""KV blocks and reservation credits: who holds what, and what is free (§5).
 
 The allocator knows request ids and integers, never request objects. It keeps
 three disjoint pools of physical blocks, `held + draining + free ==
@@ -8,7 +8,7 @@ allocation: blocks leave the free list only when a dispatch writes rows into
 them, so a later request can wait while free blocks exist (they are
 promised).
 
-Freed blocks drain for `release_delay` ticks before they are reusable (A4);
+Freed blocks drain for `release_delay` (in clock steps) before they are reusable (A4);
 with no delay they are free at once.
 
 A block may have several owners (a shared prefix) and may be pinned by an
@@ -340,7 +340,7 @@ class BlockAllocator:
         self.draining -= released
         return released
 
-    # --- prefix caching (SPEC §8) -----------------------------------------------
+    # --- prefix caching (§8) -----------------------------------------------
 
     def lookup(self, keys: BlockKeys, max_blocks: int, count: bool = True) -> list[int]:
         """The longest run of leading blocks whose keys are cached and reusable.

@@ -1,7 +1,7 @@
 """The command line: argument parsing and the one error handler.
 
 `main(argv)` parses the arguments, runs one command of `commands` and returns
-the exit status (SPEC §10): 0 success, 1 a check failed or a replay stalled,
+the exit status (§10): 0 success, 1 a check failed or a replay stalled,
 2 bad input or usage, 3 an internal invariant failed, 130 interrupted. Every
 option of `options.OPTIONS` is also a flag (`block_size` -> `--block-size`);
 flags override the trace's config record. Together with `commands` and

@@ -23,8 +23,8 @@ exact completion time, and a dispatch that starts when the previous one
 completes starts from that exact time, not from the rounded step. Rounding
 therefore never accumulates: on a GPU that is busy for an hour, every
 completion is still within one step of where exact arithmetic puts it. A
-dispatch shorter than what is left of its first step still lasts one step,
-and then ends exactly at that step.
+dispatch lasts at least one step: one whose exact end is not after the step
+it starts at completes one step later, and its exact end becomes that step.
 
 Trace times become steps in one of two directions. Things that happen at a
 time (an arrival, a cancellation, a forced preemption) and waits that must

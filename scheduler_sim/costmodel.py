@@ -2,7 +2,7 @@
 
 Model and GPU specs are data (`MODELS`, `GPUS`). For a dispatch, the cost
 is the larger of its compute time and its memory time, plus a fixed
-per-step overhead (SPEC §9):
+per-step overhead (§9):
 
 - FLOPs: each token costs 2 x parameters for the dense layers; attention
   costs 2 x layers x d_model per (query, key) pair, so a prefill chunk of c

@@ -1,6 +1,6 @@
 """The engine: the clock, the order of events at a tick, and every request's life.
 
-At each boundary tick t, in this order (SPEC §4):
+At each boundary tick t, in this order (§4):
   E1  the dispatch completing at t records its outputs; requests that produced
       their last output finish (their `finished` records come first);
   E2  requests arriving at t are registered, in trace order, and those that
@@ -256,8 +256,7 @@ class Engine:
         self._step_block = (req.rid, reason, needed)
         if self._emit is not None:
             a = self.allocator
-            taken = (sum(a.step_growth.values())
-                     if self.policy.allocates_before_admission else 0)
+            taken = sum(a.step_growth.values())  # blocks this step's rows took already
             self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
                                         a.reserved, a.draining, taken or None))
 
@@ -361,9 +360,7 @@ class Engine:
             if self.clients is not None:
                 self.clients.ended()
             if emit is not None:
-                rule = "P+M-1" if self.policy.reserves else "P+N-1"
-                emit(Rejected(self.now, req.rid,
-                              f"needs {needed} blocks for {rule} rows, more than num_blocks",
+                emit(Rejected(self.now, req.rid, self.policy.why_too_big(req, needed),
                               needed, self.options.num_blocks))
             return
         self._live += 1
@@ -592,25 +589,30 @@ class Engine:
         With a plugin policy, a broken rule or an exception raised by the policy
         becomes a PolicyError naming the policy, the time and the rule.
         """
-        if not self._plugin:
-            return self._run()
         try:
             return self._run()
         except PolicyError:
             raise
         except InvariantError as exc:
-            raise PolicyError(f"policy {self.policy_name!r} broke a rule at "
-                              f"{self._when()}: {exc.detail}") from None
+            if self._plugin:
+                raise PolicyError(f"policy {self.policy_name!r} broke a rule at "
+                                  f"{self._when(exc.tick)}: {exc.detail}") from None
+            if exc.tick is not None and self.clock.in_seconds:
+                raise InvariantError(exc.detail, exc.tick, self._when(exc.tick)) from None
+            raise
         except SimError:
             raise
         except Exception as exc:
+            if not self._plugin:
+                raise
             raise PolicyError(f"policy {self.policy_name!r} raised {type(exc).__name__} at "
                               f"{self._when()}: {exc}{_where(exc)}") from None
 
-    def _when(self) -> str:
-        """The current time as outputs give it: `tick 3` or `0.012345 s`."""
+    def _when(self, step: int | None = None) -> str:
+        """A time (default: now) as outputs give it: `tick 3` or `0.012345 s`."""
+        step = self.now if step is None else step
         clock = self.clock
-        return (f"{clock.report(self.now)} s" if clock.in_seconds else f"tick {self.now}")
+        return f"{clock.report(step)} s" if clock.in_seconds else f"tick {step}"
 
     def _check_plan(self, plan) -> None:
         """A plugin's plan must be a list of (request, tokens) pairs of its own running

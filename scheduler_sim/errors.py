@@ -35,11 +35,12 @@ class InvariantError(SimError):
     ``reserved(3) + draining(2) <= num_blocks(4) is false``.
     """
 
-    def __init__(self, message: str, tick: int | None = None) -> None:
+    def __init__(self, message: str, tick: int | None = None, when: str | None = None) -> None:
         self.tick = tick
         self.detail = message
-        prefix = f"at tick {tick}: " if tick is not None else ""
-        super().__init__(prefix + message)
+        if when is None and tick is not None:
+            when = f"tick {tick}"
+        super().__init__((f"at {when}: " if when else "") + message)
 
 
 class PolicyError(InvariantError):

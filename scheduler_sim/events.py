@@ -1,4 +1,4 @@
-"""Event records: what the engine reports, one frozen dataclass per kind (SPEC §11).
+"""Event records: what the engine reports, one frozen dataclass per kind (§11).
 
 Each record knows its JSON form (`to_dict`, `to_json`) and can be rebuilt from
 it (`event_from_dict`), which the round-trip tests use. Every record carries
@@ -115,10 +115,10 @@ class Admitted(Event):
 class AdmissionBlocked(Event):
     """The queue head could not be admitted at this boundary, and why.
 
-    `free` is what the admission saw. A policy that gives running requests
+    `free` is what the admission saw. A policy that gives this step's rows
     their blocks before it looks at the queue (vllm, sglang) has by then
-    taken `step_allocated` blocks for this step's rows (left out when none),
-    which the snapshot that follows still counts as free.
+    taken `step_allocated` blocks (left out when none), which the snapshot
+    that follows still counts as free.
     """
     id: str
     reason: str
@@ -235,8 +235,9 @@ class Preempted(Event):
 
     `outputs` is the output index it keeps; `rows` the resident rows it loses;
     `blocks_freed` the blocks that actually drain (shared or pinned ones stay).
-    `reason` is `manual` (a trace record) or `out_of_blocks`; then `rule` names
-    the victim rule and `trigger` the request that needed a block.
+    `reason` is `manual` (a trace record), `out_of_blocks` (vllm: `rule` names
+    the victim rule and `trigger` the request that needed a block) or
+    `retract` (sglang, rule `fewest-outputs`).
     """
     id: str
     outputs: int
@@ -264,7 +265,8 @@ class Timeout(Event):
 
 @_record("ratio")
 class Ratio(Event):
-    """sglang's new_token_ratio changed: `reason` is `retract` (a jump) or `decay`."""
+    """sglang's new_token_ratio changed: `reason` is `retract` (a jump), `decay`, or
+    `idle` (back to its initial value on an idle server)."""
     value: float
     reason: str
 

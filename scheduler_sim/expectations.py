@@ -1,4 +1,4 @@
-"""Verifying `expect` records against a replay (the `check` command, SPEC §10).
+"""Verifying `expect` records against a replay (the `check` command, §10).
 
 An expectation compares fields of one request's summary (`id`), of the run
 summary, or of the block counts at a time (`at`, in the trace's unit). Each

@@ -1,4 +1,4 @@
-"""Seeded synthetic workloads (the `generate` command, SPEC §10).
+"""Seeded synthetic workloads (the `generate` command, §10).
 
 Everything random is drawn from one `random.Random(seed)` owned by the
 call, in a fixed order, so the same arguments give the same trace on every

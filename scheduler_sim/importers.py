@@ -1,4 +1,4 @@
-"""Importing public trace formats into trace v1 (the `convert` command, SPEC §10).
+"""Importing public trace formats into trace v1 (the `convert` command, §10).
 
 Each importer reads one format's text and returns trace v1 records with
 times in seconds (`time_unit: "s"` in the config record). The rule for time

@@ -1,4 +1,4 @@
-"""Every option of the simulator: its name, type, default, range and meaning (SPEC §3).
+"""Every option of the simulator: its name, type, default, range and meaning (§3).
 
 This table is the single source for trace `config` records, command-line
 flags (`--block-size` for `block_size`) and the README's option list. Values
@@ -123,7 +123,7 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("batch_window", "duration", 8,
                    "dynamic: how long the oldest request may wait before a partial batch "
                    "starts (trace time unit)", minimum=0),
-        OptionSpec("prefix_caching", "bool", False, "share cached prefix blocks (SPEC §8)"),
+        OptionSpec("prefix_caching", "bool", False, "share cached prefix blocks (§8)"),
         OptionSpec("hash_block_size", "int", None,
                    "tokens per trace block hash (default: block_size)", minimum=1, nullable=True),
         OptionSpec("time_unit", "str", "tick",
@@ -144,7 +144,7 @@ OPTIONS: dict[str, OptionSpec] = {
                    "service-level objectives for goodput, e.g. ttft=0.2,tpot=0.05,e2el=5 "
                    "(in the results' time unit)", nullable=True),
         OptionSpec("cost_model", "str", None,
-                   "MODEL/GPU for the roofline cost model, e.g. llama-3-8b/h100-sxm (SPEC §9)",
+                   "MODEL/GPU for the roofline cost model, e.g. llama-3-8b/h100-sxm (§9)",
                    nullable=True),
         OptionSpec("mfu", "float", 400 / 989,
                    "cost model: achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)",

@@ -1,4 +1,4 @@
-"""Prefix caching: block keys, the index of cached blocks, and their LRU queue (SPEC §8).
+"""Prefix caching: block keys, the index of cached blocks, and their LRU queue (§8).
 
 A full block is identified by a chained key: the hash of (the parent
 block's key, the block's content), an integer, as vLLM's builtin-hash mode

@@ -6,7 +6,7 @@ One small interface (`add`, `prepend`, `peek`, `pop`, `remove`, `__len__`,
 deterministic: ties fall to the request's position in the trace, never to
 object identity or id strings.
 
-- `fcfs`: arrival order (registration order, SPEC T2); `prepend` puts a
+- `fcfs`: arrival order (registration order, T2); `prepend` puts a
   request at the head (a resumed victim goes first); `insert_by_arrival`
   puts it back where its original arrival places it.
 - `priority`: lowest (priority, arrival, trace position) first; `prepend` is a

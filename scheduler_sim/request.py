@@ -1,6 +1,6 @@
 """One request: what the trace asked for, how far it has got, and what it holds.
 
-Three groups of fields are kept apart on purpose (SPEC L2):
+Three groups of fields are kept apart on purpose (L2):
 - the spec (prompt P, outputs N, max_tokens M, priority, ...), never changed;
 - logical progress: `outputs`, the number of output tokens the client has seen;
 - physical residency: `resident`, the rows whose KV is held now, and `credit`,

@@ -1,4 +1,4 @@
-"""Round-robin order over running requests (SPEC §6, continuous).
+"""Round-robin order over running requests (§6, continuous).
 
 A `RotatingSet` keeps requests sorted by admission order. A dispatch serves
 candidates starting with the first one admitted after the request served

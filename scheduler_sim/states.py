@@ -1,4 +1,4 @@
-"""The request lifecycle states (SPEC L1).
+"""The request lifecycle states (L1, docs/spec.md).
 
 Every terminal state is numbered after PREEMPTED, so "is this request done?"
 is one comparison: ``status > RequestStatus.PREEMPTED``. Inserting a new

@@ -1,4 +1,4 @@
-"""Run summaries: per-request records and per-run statistics (SPEC §12).
+"""Run summaries: per-request records and per-run statistics (§12).
 
 `RunStats` is fed by the engine as requests end and dispatches run; it keeps
 only the numbers the statistics need: one value per request for each

@@ -1,4 +1,4 @@
-"""Reading and validating trace files (SPEC §2, rule T1).
+"""Reading and validating trace files (§2, rule T1).
 
 A trace is JSONL: one object per line, `type` selecting the record. Every
 problem is reported as `file:line: what is wrong, got what`, all problems of
@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from .errors import TraceError, UsageError
 from .allocator import blocks_for
-from .options import OPTIONS, check_value, show
+from .options import OPTIONS, Options, check_value, show
 from .costmodel import parse_cost_model
 from .policies import POLICIES, is_plugin, policy_class
 from .queues import QUEUE_ORDERS
@@ -490,6 +490,8 @@ def parse_trace(data: bytes, name: str) -> Trace:
             else:
                 options = {k: v for k, v in value.items() if k != "type"}
                 config = check_options(options, lambda text: problems.add(number, "config: " + text))
+                for text in Options.resolve(config).problems():
+                    problems.add(number, "config: " + text)
             seen_record = True
             continue
         seen_record = True

@@ -4,7 +4,7 @@ The trace reader (top layer) builds a `Workload` whose times are in the
 trace's own unit; the engine (below it) replays `workload.on_clock(clock)`,
 the same workload with every time in clock steps (see `clock.py`).
 Requests are ordered by (arrival, trace position) and actions by (time,
-trace position), which is the registration order of SPEC T2.
+trace position), which is the registration order of T2.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BlockAllocator and blocks_for: credits, physical pools, drain timing, audits (SPEC §5)."""
+"""BlockAllocator and blocks_for: credits, physical pools, drain timing, audits (§5)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Padded static batching (`static`) and its size-or-window variant (`dynamic`), SPEC §6 and
+"""Padded static batching (`static`) and its size-or-window variant (`dynamic`), §6 and
 README "static and dynamic"; and the side-by-side replay table of all six policies."""
 from __future__ import annotations
 

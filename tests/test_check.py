@@ -1,5 +1,5 @@
 """`check` with bounds and tolerances, `check --junit`, the pytest plugin and
-`replay --requests-csv` (SPEC §10), driven in-process through `cli.main`.
+`replay --requests-csv` (§10), driven in-process through `cli.main`.
 
 The traces are tiny, with block_size 4 and no cost model (one dispatch = one tick):
 
@@ -547,14 +547,16 @@ def test_plugin_trace_that_does_not_parse_fails_one_item(pytester, plugin_run):
 
 
 def test_plugin_options_that_cannot_work_fail_one_item(pytester, plugin_run):
-    """A config with order 'lpm' but no prefix caching parses but cannot run:
-    one item, `options`, fails with that problem."""
+    """A config with order 'lpm' but no prefix caching cannot run, and the trace
+    says so at its config line: one item, `trace`, fails with that problem."""
     pytester.makefile(".jsonl", lpm=jsonl_text([
         {"type": "config", "block_size": 4, "num_blocks": 4, "order": "lpm"},
         req("a", 0, 4, 3), expect(makespan=3)]))
     result = plugin_run()
     result.assert_outcomes(failed=1)
-    assert "order 'lpm' needs prefix_caching: true (it sorts by cached prefix)" in result.outlines
+    path = pytester.path / "lpm.jsonl"
+    assert (f"{path}:1: config: order 'lpm' needs prefix_caching: true (it sorts by cached "
+            "prefix)") in result.outlines
 
 
 # --- 6. replay --requests-csv ------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The command line (SPEC §10), driven in-process through `cli.main(argv, out, err)`.
+"""The command line (§10), driven in-process through `cli.main(argv, out, err)`.
 
 The tiny trace used throughout (TINY): block_size 4, num_blocks 8, policies
 serial and continuous; requests a and b arrive at 0 with P=4, N=3. Each needs

@@ -1,4 +1,4 @@
-"""The roofline cost model (SPEC §9): reference figures, regimes, and timed replays.
+"""The roofline cost model (§9): reference figures, regimes, and timed replays.
 
 Numbers used throughout (Llama-3-8B on an H100 SXM, the defaults):
 - N = 8.0e9 parameters, L = 32 layers, d = 4096, 8 KV heads x 128 x 2 bytes;
@@ -46,7 +46,7 @@ def within(value: float, reference: float, rel: float = 0.01) -> bool:
     return abs(value - reference) <= rel * abs(reference)
 
 
-# --- SPEC §9 reference figures ------------------------------------------------------------
+# --- §9 reference figures ------------------------------------------------------------
 
 def test_kv_bytes_per_token_llama_3_8b_exact():
     """2 (K, V) x 32 layers x 8 KV heads x 128 head dim x 2 bytes = 131072."""

@@ -1,4 +1,4 @@
-"""The engine's contract (SPEC E1-E8, A1-A4) pinned with tiny hand-computed runs.
+"""The engine's contract (docs/spec.md E1-E8, A1-A4) pinned with tiny hand-computed runs.
 
 Every scenario uses block_size 4 and a handful of blocks; expected ticks, rows,
 blocks and event sequences are derived by hand in each docstring.
@@ -20,7 +20,7 @@ def cancel(rid: str, at: int) -> dict:
     return {"type": "cancel", "id": rid, "at": at}
 
 
-# The required fields of SPEC §11 per event kind (extra fields are allowed and ignored).
+# The required fields of §11 per event kind (extra fields are allowed and ignored).
 REQUIRED = {
     "arrival": ("id",), "rejected": ("id", "reason", "needed", "capacity"),
     "admitted": ("id", "reserved"),
@@ -47,7 +47,7 @@ def compact(events: list[dict]) -> list[tuple]:
 
 
 def snap(waiting, running, reserved, allocated, draining, free) -> dict:
-    """The snapshot fields of SPEC §11 as a dict."""
+    """The snapshot fields of §11 as a dict."""
     return {"waiting": waiting, "running": running, "reserved": reserved,
             "allocated": allocated, "draining": draining, "free": free}
 

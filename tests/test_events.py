@@ -45,7 +45,7 @@ KINDS = sorted(EVENT_TYPES)
 
 
 def test_registry_maps_each_kind_to_its_class():
-    """EVENT_TYPES[k].kind == k for every kind, and every required kind of SPEC §11 exists."""
+    """EVENT_TYPES[k].kind == k for every kind, and every required kind of §11 exists."""
     for kind, cls in EVENT_TYPES.items():
         assert cls.kind == kind
         assert issubclass(cls, Event)

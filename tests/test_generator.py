@@ -1,4 +1,4 @@
-"""Seeded synthetic workloads: `generator.generate` and the `generate` command (SPEC §10).
+"""Seeded synthetic workloads: `generator.generate` and the `generate` command (§10).
 
 Statistical checks use 4000 requests and fixed seeds, so they are
 deterministic; the tolerances are several standard errors wide, so they

@@ -1,4 +1,4 @@
-"""The importers of public trace formats and the `convert` command (SPEC §10).
+"""The importers of public trace formats and the `convert` command (§10).
 
 Real rows come from the committed slices in `tests/data/` (see its README for
 sources and licences): the first 200 lines of Mooncake's FAST'25

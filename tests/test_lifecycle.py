@@ -1,4 +1,4 @@
-"""The request lifecycle: states, forced preemption, recompute and block release (SPEC §7, A4, A5).
+"""The request lifecycle: states, forced preemption, recompute and block release (§7, A4, A5).
 
 Every scenario uses block size 4 and a handful of blocks; expected ticks, rows,
 token ids and emissions are derived by hand in each docstring. Event records

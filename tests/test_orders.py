@@ -1,4 +1,4 @@
-"""Waiting-queue orders (sjf, edf, lof, random, lpm) and waiting_timeout (SPEC §6, README
+"""Waiting-queue orders (sjf, edf, lof, random, lpm) and waiting_timeout (§6, README
 "Policies" and the `timeout` event), plus seeded random workloads under every policy."""
 from __future__ import annotations
 

@@ -236,3 +236,17 @@ def test_policy_class_resolves_builtins_and_refuses_bad_spellings():
     for bad in (":Fifo", "x.py:", "x.py:not-a-name"):
         with pytest.raises(PluginError, match="MODULE:CLASS or FILE.py:CLASS"):
             policy_class(bad)
+
+
+def test_under_a_cost_model_the_time_of_a_broken_rule_is_in_seconds(plugin, tmp_path):
+    """The same TooMuch plugin on a trace in seconds with a cost model: the second
+    dispatch would carry too many tokens at 0.2 s, and the message gives that time in
+    seconds, like every other output of the run."""
+    spec = plugin(BAD, "TooMuch")
+    records = [{"type": "config", "time_unit": "s", "block_size": 4, "num_blocks": 8,
+                "token_budget": 8, "cost_model": "llama-3-8b/h100-sxm"},
+               req("a", 0.2, 9, 2)]
+    status, out, err = run(["replay", write_trace(tmp_path, records), "--policy", spec])
+    assert (status, out) == (3, "")
+    assert err == (f"scheduler-sim: policy error: policy '{spec}' broke a rule at 0.2 s: "
+                   "dispatch tokens(9) <= token_budget(8) is false\n")

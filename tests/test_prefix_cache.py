@@ -1,5 +1,5 @@
 """Prefix caching at the allocator level: block keys, the LRU queue of cached free
-blocks, hits and evictions (SPEC §8, A5), with the conservation audit after every step."""
+blocks, hits and evictions (§8, A5), with the conservation audit after every step."""
 from __future__ import annotations
 
 from collections import OrderedDict

@@ -7,7 +7,7 @@ cancellations; 0-6 manual preemptions at ticks 0-40 of requests already
 arrived by then) and replays it under `continuous` and `serial`, with
 `resume_order` front and arrival. An independent model, fed only by the event
 stream, checks every dispatch row (phase, tokens, token ids, emits) and every
-lifecycle event against the rules of SPEC §4, §5 and §7; the engine's own full
+lifecycle event against the rules of §4, §5 and §7; the engine's own full
 audit runs at every boundary and an `on_state` listener checks conservation.
 """
 from __future__ import annotations

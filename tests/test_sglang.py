@@ -1,6 +1,6 @@
 """The `sglang` policy: new_token_ratio admission, prefill-first batches, chunking,
 retraction by fewest outputs then longest prompt, the ratio's jump and decay, the
-retracted request's place at the tail of the queue (SPEC §6, README "sglang")."""
+retracted request's place at the tail of the queue (§6, README "sglang")."""
 from __future__ import annotations
 
 from conftest import req, simulate
@@ -361,3 +361,14 @@ def test_sglang_does_not_stall_when_a_cache_hit_and_a_chunked_prompt_are_admitte
     assert s.summary["completed"] == 3
     assert s.req["h"].finished_at == 7
     assert s.req["x"].admitted_at == 7
+
+
+def test_a_rejection_says_which_need_is_too_big():
+    """B=4, 7 blocks, P=8, N=M=20: growing to P+N-1 = 27 rows takes ceil(27/4) = 7 blocks,
+    which fits, but admission alone needs (8 + 20) // 4 + 1 = 8 blocks: the rejected
+    record says it is the admission that cannot pass."""
+    s = simulate([req("a", 0, 8, 20)], policy="sglang", block_size=4, num_blocks=7)
+    [rejected] = s.of("rejected")
+    assert (rejected["needed"], rejected["capacity"]) == (8, 7)
+    assert rejected["reason"] == ("needs 8 blocks to pass admission alone (P + min(M, 4096) "
+                                  "tokens strictly below the pool), more than num_blocks")

@@ -1,4 +1,4 @@
-"""Trace validation (SPEC §2, rule T1) and registration order (rule T2).
+"""Trace validation (§2, rule T1) and registration order (rule T2).
 
 Every test feeds bytes to `parse_trace` and checks the exact `file:line: ...`
 messages of the `TraceError` it raises, or the `Trace` it returns.
@@ -547,3 +547,12 @@ def test_an_expect_of_an_infinite_number_is_refused():
            b'{"type":"expect","makespan":1e400}\n'
     assert problems(data) == [
         "t.jsonl:2: expect: makespan must be a finite number or null, got inf"]
+
+
+def test_option_combinations_of_the_config_are_trace_errors():
+    """`order: lpm` without prefix caching cannot run: validate reports it at the config
+    line, as replay and check would."""
+    data = jsonl({"type": "config", "order": "lpm"}, R1)
+    assert problems(data) == [
+        "t.jsonl:1: config: order 'lpm' needs prefix_caching: true (it sorts by cached "
+        "prefix)"]

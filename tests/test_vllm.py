@@ -1,4 +1,4 @@
-"""The `vllm` policy (SPEC §6, L3, §8, E6): on-demand blocks, running requests first,
+"""The `vllm` policy (§6, L3, §8, E6): on-demand blocks, running requests first,
 preemption by recompute with its victim rules, the full-sequence gate, the watermark,
 the long-prefill threshold, prefix caching, and seeded random workloads.
 
@@ -499,7 +499,7 @@ def test_a_finite_trace_terminates_with_a_release_delay():
     """4 blocks, release_delay 1, budget 8, prefill_chunk 4; x P=12 N=2 (13 rows, 4
     blocks), y P=8 N=2 (9 rows, 3 blocks). Each fits the pool alone (E6), so a schedule
     that serves them one after the other exists; the replay must end with both finished
-    (SPEC §11: every request ends exactly once), not loop or stall. A runaway replay is
+    (§11: every request ends exactly once), not loop or stall. A runaway replay is
     cut off after 2000 events (a serial schedule needs under 20 dispatches)."""
     records = [req("x", 0, 12, 2), req("y", 0, 8, 2)]
     trace = parse_trace(trace_bytes([dict(r, type="request") for r in records]), "t.jsonl")

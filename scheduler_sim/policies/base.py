@@ -108,6 +108,11 @@ class Policy:
         rows = req.prompt_tokens - 1 + (req.max_tokens if self.reserves else req.output_tokens)
         return blocks_for(rows, self.options.block_size)
 
+    def why_too_big(self, req: Request, needed: int) -> str:
+        """The reason of a `rejected` record: what the `needed` blocks are for (E6)."""
+        rule = "P+M-1" if self.reserves else "P+N-1"
+        return f"needs {needed} blocks for {rule} rows, more than num_blocks"
+
     # --- the reservation gate (A1, A2, A5), shared by reserving policies -----
 
     def reservation_need(self, req: Request) -> tuple[int, int, list[int]]:

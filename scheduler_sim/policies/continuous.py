@@ -1,4 +1,4 @@
-"""`continuous`: iteration-level scheduling under full reservation (SPEC §6).
+"""`continuous`: iteration-level scheduling under full reservation (§6).
 
 The reference policy. At every boundary:
 1. Admission scans the waiting queue in order. The head is admitted when its

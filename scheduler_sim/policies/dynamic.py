@@ -1,4 +1,4 @@
-"""`dynamic`: static batching that waits for a full batch or a time window (SPEC §6).
+"""`dynamic`: static batching that waits for a full batch or a time window (§6).
 
 As `static`, but a batch starts only when `max_rows` requests wait or the
 oldest waiting request has waited `batch_window` (default 8, in the trace's

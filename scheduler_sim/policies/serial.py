@@ -1,4 +1,4 @@
-"""`serial`: one request at a time, in queue order (SPEC §6).
+"""`serial`: one request at a time, in queue order (§6).
 
 The baseline that continuous batching is measured against: the next request
 is admitted only when the current one has ended. Admission still reserves

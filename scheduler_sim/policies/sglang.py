@@ -1,4 +1,4 @@
-"""`sglang`: SGLang's scheduler as the seed chapter describes it (SPEC §6).
+"""`sglang`: SGLang's scheduler as the seed chapter describes it (§6).
 
 Blocks are allocated on demand, but admission looks ahead with a learned
 reservation instead of vLLM's "does the prompt fit now":
@@ -76,6 +76,14 @@ class SglangPolicy(QueueAndListPolicy):
         grow = blocks_for(req.prompt_tokens + req.output_tokens - 1, size)
         admit = (req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 1
         return max(grow, admit)
+
+    def why_too_big(self, req: Request, needed: int) -> str:
+        size = self.options.block_size
+        if needed > blocks_for(req.prompt_tokens + req.output_tokens - 1, size):
+            return (f"needs {needed} blocks to pass admission alone (P + min(M, "
+                    f"{CLIP_MAX_NEW_TOKENS}) tokens strictly below the pool), more than "
+                    "num_blocks")
+        return super().why_too_big(req, needed)
 
     # --- notifications ------------------------------------------------------
 

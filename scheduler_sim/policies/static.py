@@ -1,4 +1,4 @@
-"""`static`: padded static batching, the baseline continuous batching replaced (SPEC §6).
+"""`static`: padded static batching, the baseline continuous batching replaced (§6).
 
 When nothing runs, up to `max_rows` waiting requests (no more than
 `token_budget`, so that one decode step fits) form a batch, in queue order,

@@ -1,4 +1,4 @@
-"""`vllm`: the vLLM v1 scheduler's decisions, step by step (SPEC §6).
+"""`vllm`: the vLLM v1 scheduler's decisions, step by step (§6).
 
 Blocks are allocated on demand, for the tokens scheduled in this step only;
 nothing is reserved for the future. A step:

@@ -49,6 +49,7 @@ from .workload import Workload
 __all__ = ["Engine", "RunResult", "run"]
 
 RUNNING = RequestStatus.RUNNING
+INF = float("inf")
 
 
 @dataclasses.dataclass
@@ -143,6 +144,8 @@ class Engine:
             fast_forward = on_state is None and not audit
         self._fast_forward_on = fast_forward
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
+        self.flight: _InFlight | None = None  # the dispatch being executed
+        self._cursor = (0, 0, 0)  # next arrival, cancellation and forced preemption
         # The exact end of the last dispatch and the step it completed at: a
         # dispatch that starts at that step starts from the exact time.
         self._exact_end = 0.0
@@ -182,21 +185,24 @@ class Engine:
         Infinity when nothing is pending. The one rule for the next boundary (E7),
         and for where folding must stop."""
         w = self.workload
-        nxt = float("inf")
-        if ia < len(w.requests):
-            nxt = w.requests[ia].arrival
-        expiry = self.allocator.next_expiry()
-        if expiry is not None and expiry < nxt:
-            nxt = expiry
+        specs = w.requests
+        nxt = specs[ia].arrival if ia < len(specs) else INF
+        allocator = self.allocator
+        if allocator.draining:
+            expiry = allocator.next_expiry()
+            if expiry < nxt:
+                nxt = expiry
         if in_flight:
             return nxt
-        if ic < len(w.cancels) and w.cancels[ic].at < nxt:
-            nxt = w.cancels[ic].at
-        if ip < len(w.preempts) and w.preempts[ip].at < nxt:
-            nxt = w.preempts[ip].at
-        timeout = self.next_timeout()
-        if timeout is not None and timeout < nxt:
-            nxt = timeout
+        cancels, preempts = w.cancels, w.preempts
+        if ic < len(cancels) and cancels[ic].at < nxt:
+            nxt = cancels[ic].at
+        if ip < len(preempts) and preempts[ip].at < nxt:
+            nxt = preempts[ip].at
+        if self._timeouts:
+            timeout = self.next_timeout()
+            if timeout is not None and timeout < nxt:
+                nxt = timeout
         if self._live:
             wake = self.policy.next_wakeup(now)
             if wake is not None and now < wake < nxt:
@@ -630,106 +636,123 @@ class Engine:
                                      f"tokens) pair, got {entry!r}", self.now)
 
     def _run(self) -> RunResult:
+        """The loop: at each boundary E1, then E2 and E3, then the next boundary (E7)."""
         specs = self.workload.requests
-        cancels = self.workload.cancels
-        preempts = self.workload.preempts
-        ia = ic = ip = 0
-        allocator = self.allocator
-        policy = self.policy
-        emit = self._emit
-        on_state = self._on_state
-        flight: _InFlight | None = None
-        stalled = False
-        inf = float("inf")
-
         t = specs[0].arrival if specs else 0
+        stalled = False
         while True:
             self.now = t
-            # E1
-            if flight is not None and flight.done == t:
-                self._complete(flight)
-                self._exact_end = flight.exact
-                self._end_step = t
-                flight = None
-            # E2: arrivals, then cancellations
-            outside = ia, ic, ip
-            clients = self.clients
-            while ia < len(specs) and specs[ia].arrival == t:
-                self._arrive(specs[ia])
-                ia += 1
-            if clients is not None:
-                self._send_ready()
-            if flight is None:
-                while ic < len(cancels) and cancels[ic].at <= t:
-                    self._cancel(cancels[ic].id)
-                    ic += 1
-                if self._timeouts:
-                    self._expire_waiting()
-                if clients is not None:
-                    self._send_ready()  # slots the cancellations and timeouts freed
-                # E3: preemptions, releases, then the policy
-                while ip < len(preempts) and preempts[ip].at <= t:
-                    self._force_preempt(preempts[ip].id)
-                    ip += 1
-            if outside != (ia, ic, ip):
-                # The trace changed things: replays since are not the policy's circle.
-                self._idle_replay = 0
-                self._replay_limit = None
-            released = allocator.release_expired(t)
-            if released and emit is not None:
-                emit(Released(t, released))
-            moved = False
-            if flight is None and self._live and self._livelocked:
+            self._complete_due()           # E1
+            self._take_outside_events()    # E2, E3 before the policy
+            if self._livelocked and self.flight is None and self._live:
                 self._stall("the policy keeps recomputing the same rows: "
                             f"{self._idle_replay:,} rows replayed without one useful row "
                             "(a livelock)")
                 stalled = True
                 break
-            if flight is None and self._live:
-                self._policy_moved = False
-                self._step_block = None
-                allocator.step_evictions.clear()
-                allocator.step_growth.clear()
-                plan = policy.schedule(t)
-                if self._plugin:
-                    self._check_plan(plan)
-                moved = self._policy_moved
-                if on_state is not None:
-                    on_state(t, self._state(plan), False)
-                if plan:
-                    if emit is not None:
-                        emit(Snapshot(t, **self._state(plan)))
-                    flight = self._start(plan)
-                    if self._fast_forward_on and flight.all_decode and policy.steady():
-                        fold(self, flight, self.next_event(ia, ic, ip, t))
-                    if on_state is not None:
-                        on_state(t, self._state(), True)
-            elif on_state is not None:
-                on_state(t, self._state(), flight is not None)
-            allocator.check() if not self._audit else allocator.audit()
-
-            # The next boundary (E7): the earliest thing that can change anything.
-            if flight is not None:
-                nxt = min(flight.done, self.next_event(ia, ic, ip, t, in_flight=True))
-            else:
-                nxt = self.next_event(ia, ic, ip, t)
-                if self._live and moved:
-                    # E6b: the policy changed something (admitted, preempted) but
-                    # ran nothing: an empty iteration, and the next decision one
-                    # step later, when a step that preempted may admit.
-                    self.stats.empty_iterations += 1
-                    nxt = min(nxt, t + 1)
-            if nxt == inf:
+            moved = self._step()           # E3: the policy admits and dispatches
+            t = self._next_boundary(moved)
+            if t == INF:
                 if self._live:
                     self._stall()
                     stalled = True
                 break
-            t = nxt
-
-        summary = self.stats.summary(allocator.peak_reserved, allocator.peak_held,
+        summary = self.stats.summary(self.allocator.peak_reserved, self.allocator.peak_held,
                                      specs[0].arrival if specs else 0)
         return RunResult(self.policy_name, summary, list(self.requests.values()), stalled,
                          self.clock, self.options)
+
+    def _complete_due(self) -> None:
+        """E1: the dispatch completing now records its outputs first."""
+        flight = self.flight
+        if flight is not None and flight.done == self.now:
+            self._complete(flight)
+            self._exact_end = flight.exact
+            self._end_step = self.now
+            self.flight = None
+
+    def _take_outside_events(self) -> None:
+        """E2 and E3 up to the policy: arrivals (and sends of closed-loop clients),
+        then, unless a dispatch is in flight (E4), cancellations, timeouts and forced
+        preemptions; then the drains that expire now."""
+        t = self.now
+        w = self.workload
+        specs, cancels, preempts = w.requests, w.cancels, w.preempts
+        cursor = self._cursor
+        ia, ic, ip = cursor
+        while ia < len(specs) and specs[ia].arrival == t:
+            self._arrive(specs[ia])
+            ia += 1
+        clients = self.clients
+        if clients is not None:
+            self._send_ready()
+        if self.flight is None:
+            while ic < len(cancels) and cancels[ic].at <= t:
+                self._cancel(cancels[ic].id)
+                ic += 1
+            if self._timeouts:
+                self._expire_waiting()
+            if clients is not None:
+                self._send_ready()  # slots the cancellations and timeouts freed
+            while ip < len(preempts) and preempts[ip].at <= t:
+                self._force_preempt(preempts[ip].id)
+                ip += 1
+        if (ia, ic, ip) != cursor:
+            self._cursor = (ia, ic, ip)
+            # The trace changed things: replays since are not the policy's circle.
+            self._idle_replay = 0
+            self._replay_limit = None
+        allocator = self.allocator
+        if allocator.draining:
+            released = allocator.release_expired(t)
+            if released and self._emit is not None:
+                self._emit(Released(t, released))
+
+    def _step(self) -> bool:
+        """E3: when nothing runs, the policy admits, preempts and plans; the plan is
+        started (and a steady stretch folded). Returns whether the policy moved."""
+        t = self.now
+        allocator = self.allocator
+        on_state = self._on_state
+        moved = False
+        if self.flight is None and self._live:
+            self._policy_moved = False
+            self._step_block = None
+            allocator.step_evictions.clear()
+            allocator.step_growth.clear()
+            policy = self.policy
+            plan = policy.schedule(t)
+            if self._plugin:
+                self._check_plan(plan)
+            moved = self._policy_moved
+            if on_state is not None:
+                on_state(t, self._state(plan), False)
+            if plan:
+                if self._emit is not None:
+                    self._emit(Snapshot(t, **self._state(plan)))
+                flight = self.flight = self._start(plan)
+                if self._fast_forward_on and flight.all_decode and policy.steady():
+                    fold(self, flight, self.next_event(*self._cursor, t))
+                if on_state is not None:
+                    on_state(t, self._state(), True)
+        elif on_state is not None:
+            on_state(t, self._state(), self.flight is not None)
+        allocator.check() if not self._audit else allocator.audit()
+        return moved
+
+    def _next_boundary(self, moved: bool) -> float:
+        """E7: the earliest time at which anything can change (infinity: nothing can)."""
+        t = self.now
+        if self.flight is not None:
+            return min(self.flight.done, self.next_event(*self._cursor, t, in_flight=True))
+        nxt = self.next_event(*self._cursor, t)
+        if self._live and moved:
+            # E6b: the policy changed something (admitted, preempted) but ran
+            # nothing: an empty iteration, and the next decision one step later,
+            # when a step that preempted may admit.
+            self.stats.empty_iterations += 1
+            nxt = min(nxt, t + 1)
+        return nxt
 
     def _stall(self, why: str | None = None) -> None:
         """E6b: nothing can ever change again; every live request ends in error."""

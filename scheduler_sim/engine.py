@@ -41,7 +41,7 @@ from .events import (
 from .options import Options
 from .policies import PADDING, Plan, PluginError, is_builtin, make_policy
 from .prefix_cache import BlockKeys
-from .request import DECODE, PREFILL, Request
+from .request import DECODE, PREFILL, Request, emit_outputs, write_decodes
 from .states import RequestStatus
 from .summary import RunStats
 from .workload import Workload
@@ -68,11 +68,12 @@ class _InFlight:
     """The dispatch being executed: its rows, its start and its completion tick, and
     its exact (fractional) completion in clock steps."""
 
-    __slots__ = ("rows", "start", "done", "exact", "all_decode")
+    __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs")
 
     def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
-                 exact: float, all_decode: bool) -> None:
+                 exact: float, all_decode: bool, outputs: int) -> None:
         self.rows = rows  # (request, emits)
+        self.outputs = outputs  # rows that emit
         self.start = start
         self.done = done
         self.exact = exact
@@ -442,6 +443,9 @@ class Engine:
         contexts = 0  # summed context of the decode and padding rows
         padding = 0
         useful = 0
+        emitting = 0  # rows of chunks that emit (every decode row does)
+        decoders: list[Request] = []  # their rows are written together, below
+        add_decoder = decoders.append
         for req, tokens in plan:
             if req.status is not RUNNING:
                 if tokens == PADDING and req.status.is_finished \
@@ -462,18 +466,10 @@ class Engine:
                                 else req.token_ids(r, r + 1)))
                 if not r % size:
                     grow(req.rid, r + 1)
-                r += 1
-                if r > req.high_water:
-                    req.useful_rows += 1
-                    req.high_water = r
-                    useful += 1
-                else:
-                    req.replay_rows += 1
-                req.resident = r
-                if req.block_keys is not None and not r % size:
-                    allocator.register_full_blocks(req.rid, req.block_keys, r)
+                if req.block_keys is not None and not (r + 1) % size:
+                    allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
                 add_row((req, True))
-                decode += 1
+                add_decoder(req)
                 continue
             remaining = req.phase_remaining
             if not 1 <= tokens <= remaining:
@@ -489,6 +485,8 @@ class Engine:
             if req.block_keys is not None:
                 allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             add_row((req, emits))
+            if emits:
+                emitting += 1
             if phase is DECODE:
                 decode += tokens  # added to the total below, with the fast path's
             else:
@@ -497,6 +495,9 @@ class Engine:
                     prompt += tokens
                 else:
                     recompute += tokens
+        if decoders:
+            useful += write_decodes(decoders)
+            decode += len(decoders)
         total += decode
         if total > options.token_budget:
             raise InvariantError(f"dispatch tokens({total}) <= token_budget"
@@ -530,7 +531,8 @@ class Engine:
         if records is not None:
             self._emit(Dispatch(now, tuple(records), total, done))
         return _InFlight(rows, now, done, exact,
-                         decode == total and not padding and total > 0)
+                         decode == total and not padding and total > 0,
+                         emitting + len(decoders))
 
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,
@@ -549,38 +551,18 @@ class Engine:
         """E1: record the outputs; finish requests that produced their last one."""
         now = self.now
         self.stats.makespan = now
-        outputs = 0
         # Gaps since each request's previous output (ITL), counted by the time of
         # that output: most rows had theirs when this dispatch started.
-        start = flight.start
-        steady = 0
-        since: dict[int, int] = {}
-        for req, emits in flight.rows:
-            if not emits:
-                continue
-            outputs += 1
-            k = req.outputs + 1
-            req.outputs = k
-            if k == 1:
-                req.first_token_at = now
-            else:
-                last = req.last_output_at
-                if last == start:
-                    steady += 1
-                else:
-                    since[last] = since.get(last, 0) + 1
-            req.last_output_at = now
-            if k == req.output_tokens:
-                req.finish(now)
-                self.policy.remove(req)
-                if not self.policy.keeps_blocks_after_finish:
-                    self._release_request(req)
-                self._end(req)
-                if self._emit is not None:
-                    self._emit(Finished(now, req.rid, req.status.label))
-        self.stats.output_tokens += outputs
-        if steady:
-            since[start] = steady
+        since: dict[int, int] = {}  # previous output time -> outputs since then
+        for req in emit_outputs(flight.rows, now, since):  # their last output
+            req.finish(now)
+            self.policy.remove(req)
+            if not self.policy.keeps_blocks_after_finish:
+                self._release_request(req)
+            self._end(req)
+            if self._emit is not None:
+                self._emit(Finished(now, req.rid, req.status.label))
+        self.stats.output_tokens += flight.outputs
         if since:
             gaps = self.stats.itl
             for last, count in since.items():

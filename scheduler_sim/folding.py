@@ -16,7 +16,7 @@ These functions work on the engine's own state; the engine calls them.
 from __future__ import annotations
 
 from .events import AdmissionBlocked, Dispatch, Snapshot
-from .request import DECODE, Request
+from .request import DECODE, Request, advance_decodes
 
 __all__ = ["fold"]
 
@@ -127,14 +127,11 @@ def fold(engine, flight, until: float) -> None:
             steady += 1
         else:
             gaps[first - last] = gaps.get(first - last, 0) + 1
-        req.last_output_at = last_output
-        allocator.grow(req.rid, req.resident + folded)
-        req.resident += folded
-        req.high_water = req.resident
-        req.useful_rows += folded
-        req.outputs += folded
+        rows = req.resident + folded
+        allocator.grow(req.rid, rows)
         if req.block_keys is not None:
-            allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+            allocator.register_full_blocks(req.rid, req.block_keys, rows)
+    advance_decodes(reqs, folded, last_output)
     if steady:
         gaps[first - start] = gaps.get(first - start, 0) + steady
     rows = n * folded

@@ -19,7 +19,8 @@ from __future__ import annotations
 from .errors import InvariantError
 from .states import RequestStatus
 
-__all__ = ["Request", "PREFILL", "DECODE", "RECOMPUTE"]
+__all__ = ["Request", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
+           "advance_decodes"]
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -187,11 +188,9 @@ class Request:
         self.cached_tokens += tokens
 
     def emit(self, now: int) -> bool:
-        """Record one output at completion tick `now`; True when it was the last one."""
-        self.outputs += 1
-        if self.outputs == 1:
-            self.first_token_at = now
-        return self.outputs == self.output_tokens
+        """Record one output at completion time `now`; True when it was the last one.
+        (`emit_outputs` does the same for a whole dispatch.)"""
+        return bool(emit_outputs([(self, True)], now, {}))
 
     def finish(self, now: int) -> None:
         """RUNNING -> FINISHED_STOPPED (N < M) or FINISHED_LENGTH_CAPPED (N == M)."""
@@ -259,3 +258,58 @@ class Request:
         self.credit = 0
         self.resident = 0
         self.block_keys = None
+
+
+# --- progress, a dispatch at a time --------------------------------------------
+# The engine writes a request's progress only through these three functions and
+# the methods above (record_rows, record_cached): one loop per dispatch here is
+# cheaper than a method call per row.
+
+def write_decodes(reqs: list[Request]) -> int:
+    """Account the one row each request's decode writes at its `resident`; return how
+    many were never written before (useful); the others are replayed."""
+    useful = 0
+    for req in reqs:
+        r = req.resident + 1
+        req.resident = r
+        if r > req.high_water:
+            req.high_water = r
+            req.useful_rows += 1
+            useful += 1
+        else:
+            req.replay_rows += 1
+    return useful
+
+
+def emit_outputs(rows: list, now: int, since: dict[int, int]) -> list[Request]:
+    """Record one output for each emitting (request, emits) row at completion time
+    `now`; count in `since` the times of the outputs before them (for the gaps
+    between outputs, ITL); return the requests that have now produced their last
+    output (they finish, E1)."""
+    done = []
+    for req, emits in rows:
+        if not emits:
+            continue
+        k = req.outputs + 1
+        req.outputs = k
+        if k == 1:
+            req.first_token_at = now
+        else:
+            last = req.last_output_at
+            since[last] = since.get(last, 0) + 1
+        req.last_output_at = now
+        if k == req.output_tokens:
+            done.append(req)
+    return done
+
+
+def advance_decodes(reqs: list[Request], steps: int, last_output_at: int) -> None:
+    """Account `steps` steady decode dispatches of these requests at once (folding):
+    each writes one new row and emits one output; the last came at `last_output_at`."""
+    for req in reqs:
+        r = req.resident + steps
+        req.resident = r
+        req.high_water = r
+        req.useful_rows += steps
+        req.outputs += steps
+        req.last_output_at = last_output_at

@@ -33,11 +33,17 @@ it needs takes none (L4).
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 
 from .errors import InvariantError
 from .prefix_cache import BlockKeys, PrefixCache
 
 __all__ = ["BlockAllocator", "blocks_for"]
+
+
+def _set_all(values: list[int], indexes: list[int], value: int) -> None:
+    """values[i] = value for each i in indexes (the loop runs in C)."""
+    deque(map(values.__setitem__, indexes, repeat(value)), maxlen=0)
 
 
 def blocks_for(rows: int, block_size: int) -> int:
@@ -59,6 +65,10 @@ class BlockAllocator:
         self.cache = PrefixCache() if prefix_caching else None
         self._refs: list[int] = []  # per block id below _fresh
         self._pins: list[int] = []
+        # False while every held block has exactly one owner and no pin (no
+        # prefix cache, nothing shared or pinned yet): blocks then come and go
+        # in whole slices.
+        self._shared = prefix_caching
         self._pin_sets: dict[int, list[int]] = {}
         self._next_pin = 0
         self._tables: dict[str, list[int]] = {}
@@ -180,6 +190,28 @@ class BlockAllocator:
             self.granted += need
         refs = self._refs
         plain = self._free
+        if not self._shared:
+            # The same blocks as one at a time: plain ones from the top of the
+            # stack, then never-used ids, lowest first.
+            reuse = need if need <= len(plain) else len(plain)
+            if reuse:
+                taken = plain[-reuse:]
+                del plain[-reuse:]
+                taken.reverse()
+                _set_all(refs, taken, 1)
+                table.extend(taken)
+            fresh = need - reuse
+            if fresh:
+                start = self._fresh
+                self._fresh = start + fresh
+                table.extend(range(start, start + fresh))
+                refs.extend(repeat(1, fresh))
+                self._pins.extend(repeat(0, fresh))
+            self.held += need
+            if self.held > self.peak_held:
+                self.peak_held = self.held
+            self.step_growth[rid] = self.step_growth.get(rid, 0) + need
+            return need
         evicted = 0
         for _ in range(need):
             if plain:
@@ -220,6 +252,7 @@ class BlockAllocator:
         and is held again.
         """
         refs = self._refs
+        self._shared = True
         lru = self.cache.lru if self.cache is not None else {}
         for block in blocks:
             if not 0 <= block < self._fresh:
@@ -243,6 +276,7 @@ class BlockAllocator:
         (the transfer's drain acknowledgement).
         """
         pins = self._pins
+        self._shared = True
         for block in blocks:
             if not 0 <= block < self._fresh or (self._refs[block] == 0 and pins[block] == 0):
                 raise InvariantError(f"block {block} is pinned but nobody holds it")
@@ -276,6 +310,12 @@ class BlockAllocator:
         if not table:
             return 0
         refs = self._refs
+        if not self._shared:
+            # Every block is this request's alone: all of them drain, tail first.
+            _set_all(refs, table, 0)
+            table.reverse()
+            self._drain_blocks(table, now, delay)
+            return len(table)
         pins = self._pins
         drained: list[int] = []
         for block in reversed(table):

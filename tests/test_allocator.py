@@ -351,6 +351,27 @@ def test_free_request_drains_tail_first_and_first_freed_is_first_reused():
     pools(a, held=5, draining=0, free=0, reserved=0)
 
 
+def test_whole_slices_and_one_block_at_a_time_hand_out_the_same_blocks():
+    """While no block is shared or pinned, grow and free_request move whole slices of
+    a table; afterwards (or with prefix caching) they go block by block. Both give
+    the same blocks: a [0, 1, 2] and b [3] of 6; a freed, c takes 2, 1, 0 (the top
+    of the stack) and the never-used 4; b freed, d takes 3 and the never-used 5."""
+    tables = []
+    for one_at_a_time in (False, True):
+        a = BlockAllocator(6, B)
+        a._shared = one_at_a_time
+        a.grow("a", 12)
+        a.grow("b", 4)
+        assert a.free_request("a", now=0, delay=0) == 3
+        a.grow("c", 16)
+        assert a.free_request("b", now=0, delay=0) == 1
+        a.grow("d", 8)
+        pools(a, held=6, draining=0, free=0, reserved=0)
+        a.audit()
+        tables.append((a.table("c"), a.table("d")))
+    assert tables == [([2, 1, 0, 4], [3, 5])] * 2
+
+
 def test_single_free_reuse_order_is_pinned():
     """'a' holds [0, 1, 2] of 3 blocks; free and release at once: 'c' gets [2, 1, 0]."""
     a = BlockAllocator(3, B)

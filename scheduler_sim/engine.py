@@ -25,7 +25,10 @@ The engine is the `SchedulerView` its policy sees: `admit`, `report_blocked` and
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections import deque
+from functools import partial
+from itertools import compress
 from typing import Any, Callable
 
 from .allocator import BlockAllocator
@@ -50,6 +53,9 @@ __all__ = ["Engine", "RunResult", "run"]
 
 RUNNING = RequestStatus.RUNNING
 INF = float("inf")
+_first = operator.itemgetter(0)
+_status = operator.attrgetter("status")
+_is_running = partial(operator.is_, RUNNING)
 
 
 @dataclasses.dataclass
@@ -155,7 +161,12 @@ class Engine:
         self.stats = RunStats(clock, options.slo)
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
-        self._step_block: tuple[str, str, int] | None = None  # this step's blocked head
+        self._step_block: tuple[str, str, int, int, int] | None = None  # this step's blocked head
+        # Steadiness (`_repeats`): a count of everything that changes what a
+        # policy sees besides decoding progress, and the last plan's request ids
+        # and blocked head.
+        self._changes = 0
+        self._seen: tuple[_InFlight, tuple | None] | None = None
         self._admit_seq = 0
         # Rows replayed since a dispatch last wrote a useful row, and the most
         # that may be replayed before the schedule is known to go in circles.
@@ -173,8 +184,10 @@ class Engine:
         return self._emit
 
     @property
-    def step_block(self) -> tuple[str, str, int] | None:
-        """(id, reason, needed) of the head the policy reported blocked this step."""
+    def step_block(self) -> tuple[str, str, int, int, int] | None:
+        """(id, reason, needed, free, taken) of the head the policy reported blocked
+        this step: `free` and `taken` (blocks this step's rows held already) as the
+        report saw them."""
         return self._step_block
 
     def next_event(self, ia: int, ic: int, ip: int, now: int,
@@ -244,6 +257,7 @@ class Engine:
             req.block_keys.registered = len(cached)
         self._admit_seq += 1
         self._policy_moved = True
+        self._changes += 1
         if self._emit is not None:
             self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
 
@@ -260,19 +274,22 @@ class Engine:
 
     def report_blocked(self, req: Request, reason: str, needed: int) -> None:
         """Report the queue head that cannot be admitted at this boundary."""
-        self._step_block = (req.rid, reason, needed)
+        a = self.allocator
+        taken = sum(a.step_growth.values())  # blocks this step's rows took already
+        self._step_block = (req.rid, reason, needed, a.free, taken)
         if self._emit is not None:
-            a = self.allocator
-            taken = sum(a.step_growth.values())  # blocks this step's rows took already
             self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
                                         a.reserved, a.draining, taken or None))
 
     def release(self, req: Request) -> int:
         """Free the blocks and credit a finished request kept (static batches)."""
+        self._changes += 1
         return self._release_request(req)
 
     def emit_event(self, event: Event) -> None:
-        """Pass a policy's own event record to the listener."""
+        """Pass a policy's own event record to the listener (the policy changed
+        something it reports, so the step is not a repeat)."""
+        self._changes += 1
         if self._emit is not None:
             self._emit(event)
 
@@ -282,11 +299,12 @@ class Engine:
         freed = self.allocator.free_request(req.rid, self.now, self.release_delay)
         outputs = req.outputs
         rows = req.resident
-        req.preempt(fold_pending=self.policy.folds_pending)
+        req.preempt(include_pending=self.policy.recompute_includes_pending)
         self.policy.remove(req)
         self._start_waiting(req)
         self.policy.requeue(req)
         self._policy_moved = True
+        self._changes += 1
         if self._emit is not None:
             self._emit(Preempted(self.now, req.rid, outputs, rows, freed, reason, rule, trigger))
         return freed
@@ -296,6 +314,7 @@ class Engine:
     def _end(self, req: Request) -> None:
         """Bookkeeping shared by every way a live request ends."""
         self._live -= 1
+        self._changes += 1
         self.stats.request_ended(req)
         if self.clients is not None:
             self.clients.ended()
@@ -351,6 +370,7 @@ class Engine:
     def _register(self, req: Request) -> None:
         """The server receives `req`: it waits for admission, or is rejected (E6)."""
         req.sent = self.now
+        self._changes += 1
         if self.options.prefix_caching:
             o = self.options
             req.block_keys = BlockKeys(req.index, req.prompt_tokens, o.block_size,
@@ -687,8 +707,10 @@ class Engine:
         allocator = self.allocator
         if allocator.draining:
             released = allocator.release_expired(t)
-            if released and self._emit is not None:
-                self._emit(Released(t, released))
+            if released:
+                self._changes += 1
+                if self._emit is not None:
+                    self._emit(Released(t, released))
 
     def _step(self) -> bool:
         """E3: when nothing runs, the policy admits, preempts and plans; the plan is
@@ -703,6 +725,9 @@ class Engine:
             allocator.step_evictions.clear()
             allocator.step_growth.clear()
             policy = self.policy
+            fast = self._fast_forward_on
+            if fast:
+                changes, attributes = self._changes, _attributes(policy)
             plan = policy.schedule(t)
             if self._plugin:
                 self._check_plan(plan)
@@ -712,15 +737,49 @@ class Engine:
             if plan:
                 if self._emit is not None:
                     self._emit(Snapshot(t, **self._state(plan)))
+                # Blocks the policy itself gave this step's rows (before the dispatch).
+                grown = sum(allocator.step_growth.values()) if self._step_block else 0
                 flight = self.flight = self._start(plan)
-                if self._fast_forward_on and flight.all_decode and policy.steady():
-                    fold(self, flight, self.next_event(*self._cursor, t))
+                if fast and self._repeats(flight, changes, attributes):
+                    fold(self, flight, self.next_event(*self._cursor, t), grown)
                 if on_state is not None:
                     on_state(t, self._state(), True)
+            else:
+                self._seen = None
         elif on_state is not None:
             on_state(t, self._state(), self.flight is not None)
         allocator.check() if not self._audit else allocator.audit()
         return moved
+
+    def _repeats(self, flight: _InFlight, changes: int, attributes: tuple) -> bool:
+        """Whether the policy's call that planned `flight` will repeat itself: the
+        dispatch is all decodes; the call changed nothing (no admission,
+        preemption, release or policy event: `changes` is the count before it)
+        and left the policy's own attributes as they were (`attributes`); it
+        reported the same blocked head (id, reason, blocks needed) as the
+        previous call; and its rows are those of the previous dispatch that are
+        still running, in the same order (a policy reordering a list in place
+        shows here), or, when the previous dispatch had prefill rows (requests
+        changed phase since), every running request.
+        A policy that decides from what it sees then plans the same again, one
+        token further, until a request finishes or something outside happens:
+        the engine may fold those steps (folding.py). The policy is never
+        asked whether it is steady; docs/policies.md says what this assumes.
+        """
+        block = self._step_block
+        block = block[:3] if block is not None else None
+        last, self._seen = self._seen, (flight, block)
+        if (not flight.all_decode or self._changes != changes or last is None
+                or last[1] != block
+                or not _same_attributes(attributes, _attributes(self.policy))):
+            return False
+        previous = last[0]
+        if not previous.all_decode:
+            return len(flight.rows) == self.policy.running_count
+        # (The loops run in C: this is on the path of every steady stretch.)
+        before = list(map(_first, previous.rows))
+        still = compress(before, map(_is_running, map(_status, before)))
+        return list(still) == list(map(_first, flight.rows))
 
     def _next_boundary(self, moved: bool) -> float:
         """E7: the earliest time at which anything can change (infinity: nothing can)."""
@@ -759,6 +818,25 @@ class Engine:
                 self._end(req)
             if self._emit is not None:
                 self._emit(Stalled(now, req.rid, reason))
+
+
+def _attributes(policy) -> tuple:
+    """A policy's own attributes as (name, value) pairs (see `_same_attributes`)."""
+    state = getattr(policy, "__dict__", None)
+    return tuple(state.items()) if state is not None else ()
+
+
+def _same_attributes(before: tuple, after: tuple) -> bool:
+    """Whether two snapshots of a policy's attributes, as (name, value) pairs, are
+    equal. A list or queue the policy keeps is the same object in both (its
+    contents are requests, which the plan comparison covers); a value that
+    cannot be compared (an array, say) counts as changed unless it is the same
+    object."""
+    try:
+        return before == after
+    except Exception:
+        return len(before) == len(after) and all(
+            a[0] == b[0] and a[1] is b[1] for a, b in zip(before, after))
 
 
 def _where(exc: BaseException) -> str:

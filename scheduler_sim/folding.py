@@ -1,10 +1,20 @@
 """Folding: one step for a steady stretch of identical decode dispatches.
 
-When every row of a dispatch is a decode and the policy reports itself
-steady (nothing to prefill, nothing admissible, nothing to preempt), each
-following boundary would complete the same rows without finishing anybody
-and start the same decodes again, until a request ends or something outside
-happens (an arrival, a cancellation, a drain expiry, a timeout, a wakeup).
+The engine decides when a stretch is steady, from what it observes
+(`Engine._repeats`): the dispatch just planned is all decodes and repeats
+the previous one (the same requests in the same order, the same blocked
+head), the policy's own attributes did not change, and nothing happened in
+between (no arrival, end, admission, preemption, release, drain or policy
+event). A policy that decides from what it sees then plans the same
+decodes again, one token further, until a request ends or something
+outside happens (an arrival, a cancellation, a drain expiry, a timeout, a
+wakeup). The policy has one say (`Policy.may_fold`): only it knows whether
+a blocked head can become admissible while others decode, or whether its
+choices change as requests decode. The folded stretch also stops before
+its rows would run out of free blocks, and before a blocked head's need
+would stop fitting the free blocks (where a policy's decision or reason
+may change).
+
 `fold` applies all those dispatches at once: rows, outputs, blocks, the
 statistics and, with a listener, the records each folded boundary would
 have produced (the blocked head's report, the snapshot, the dispatch). The
@@ -21,36 +31,51 @@ from .request import DECODE, Request, advance_decodes
 __all__ = ["fold"]
 
 
-def fold(engine, flight, until: float) -> None:
+def fold(engine, flight, until: float, policy_growth: int) -> None:
     """Fold the dispatches that would repeat `flight` exactly into it (see the module).
 
-    `flight` is all decodes and the policy is steady: until a request
-    finishes or something happens at `until`, every boundary would
-    complete the same rows (outputs, no finish) and start the same
-    decodes again. So the completions of the next K - 1 boundaries and
-    the starts of the K - 1 dispatches after this one are applied at
-    once, and `flight` becomes the K-th dispatch, whose completion the
-    main loop handles as usual. Each folded dispatch starts before
-    `until` and none of their completions finishes a request; block
-    growth is within each request's credit (reservation) or checked.
+    The engine saw `flight` repeat the dispatch before it (`Engine._repeats`)
+    and the policy agreed (`may_fold`): until a request finishes or something
+    happens at `until`, every boundary would complete the same rows (outputs,
+    no finish) and start the same decodes again. So the completions of the
+    next K - 1 boundaries and the starts of the K - 1 dispatches after this
+    one are applied at once, and `flight` becomes the K-th dispatch, whose
+    completion the main loop handles as usual. Each folded dispatch starts
+    before `until`, none of their completions finishes a request, and their
+    blocks are free now. `policy_growth` is the blocks the policy itself gave
+    this step's rows while it planned (see `_block_order`).
     """
     reqs = [req for req, _ in flight.rows]
     if any(r.resident < r.high_water for r in reqs):
         return  # replayed rows are not steady decodes
     emit = engine.listener
-    if emit is not None and (engine.allocator.cache is not None
+    allocator = engine.allocator
+    if emit is not None and (allocator.cache is not None
                              or any(r.output_token_ids is not None for r in reqs)):
         return  # records whose content changes each step: not folded
+    block = engine.step_block
+    if not engine.policy.may_fold(block[1] if block is not None else None):
+        return
     n = len(reqs)
     # Completions that emit without finishing anybody: min(N - outputs) - 1.
     silent = min(r.output_tokens - r.outputs for r in reqs) - 1
     if silent <= 0 or flight.done >= until:
         return
-    # An on-demand policy would preempt once the pool cannot give every row
-    # its block: fold only the dispatches whose blocks are free now. (Under
-    # reservation every row's block is within its credit, so it is free.)
-    allocator = engine.allocator
+    # The most blocks the folded dispatches may take: those free now (a policy
+    # would preempt or stop once its rows cannot all grow) ...
     free = allocator.free
+    room = free
+    taken_first = None
+    if block is not None:
+        needed, seen = block[2], block[3]
+        if needed <= seen:
+            # ... and, while the blocked head's need fits the free blocks it saw,
+            # no more than keeps it fitting (its reason may depend on it).
+            room = free - needed
+        if emit is not None:
+            taken_first = _block_order(allocator, block, policy_growth)
+            if taken_first is None:
+                room = min(room, 0)  # order unknown: fold only steps opening no block
     grow = allocator.blocks_to_grow
 
     def blocks(f: int) -> int:
@@ -58,12 +83,11 @@ def fold(engine, flight, until: float) -> None:
 
     # Each request needs at most silent // block_size + 1 new blocks: when even
     # that fits, no request can run short.
-    if (not engine.policy.reserves and n * (silent // allocator.block_size + 1) > free
-            and blocks(silent) > free):
+    if n * (silent // allocator.block_size + 1) > room and blocks(silent) > room:
         low, high = 0, silent  # the most dispatches whose blocks fit
         while low < high:
             mid = (low + high + 1) // 2
-            if blocks(mid) <= free:
+            if blocks(mid) <= room:
                 low = mid
             else:
                 high = mid - 1
@@ -108,7 +132,7 @@ def fold(engine, flight, until: float) -> None:
         contexts += n
         done += step
     if starts is not None:
-        _emit_folded(engine, reqs, starts, done)
+        _emit_folded(engine, reqs, starts, done, taken_first)
     # Output gaps (ITL): the flight's own completion ends each request's gap
     # since its last output; each folded dispatch but the last (which becomes
     # the flight) completes n outputs one dispatch after the previous ones.
@@ -146,7 +170,21 @@ def fold(engine, flight, until: float) -> None:
     flight.done = done
     flight.exact = exact if cost is not None else done
 
-def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int) -> None:
+def _block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
+    """Whether the policy reported its blocked head after this step's rows took
+    their blocks (True, as vLLM), before (False), or unknown (None), as seen in
+    the step just planned: rows opened blocks, and either the policy allocated
+    them all before its report, or left them all to the dispatch."""
+    taken = block[4]
+    if policy_growth:
+        return True if taken == policy_growth else None
+    if sum(allocator.step_growth.values()):
+        return False  # the dispatch allocated them, after the report
+    return None
+
+
+def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
+                 taken_first: bool | None) -> None:
     """The records each folded boundary would have produced, in order: the
     policy's blocked-head report (if it made one), the snapshot, the dispatch.
 
@@ -168,18 +206,17 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int)
     total = a.num_blocks
     rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     report = engine.step_block
-    policy = engine.policy
     ends = starts[1:] + [last_done]
     for s, (tick, done) in enumerate(zip(starts, ends), start=1):
         grown = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
         free = total - held - draining
         if report is not None:
-            rid, reason, needed = report
-            early = policy.allocates_before_admission
-            seen = free - grown if early else free
-            emit(AdmissionBlocked(tick, rid, policy.repeated_block_reason(
-                reason, needed, seen), needed, seen, a.reserved, draining,
-                (grown or None) if early else None))
+            # The head's report as the observed step made it, with this step's
+            # blocks (with the order unknown, no folded step opens a block).
+            rid, reason, needed = report[:3]
+            seen = free - grown if taken_first else free
+            emit(AdmissionBlocked(tick, rid, reason, needed, seen, a.reserved, draining,
+                                  (grown or None) if taken_first else None))
         emit(Snapshot(tick, waiting, running, a.reserved, held, draining, free))
         emit(Dispatch(tick, rows, n, done))
         held += grown

@@ -203,10 +203,10 @@ class Request:
                        else W.FINISHED_STOPPED)
         self._end(now)
 
-    def preempt(self, fold_pending: bool = False) -> None:
+    def preempt(self, include_pending: bool = False) -> None:
         """RUNNING -> PREEMPTED: drop residency, keep the prompt, outputs and index.
 
-        With `fold_pending` (vllm, sglang) the pass after resuming covers the
+        With `include_pending` (vllm, sglang) the pass after resuming covers the
         prompt and every output so far, the pending one included (P + k rows),
         and its last row emits the next output, as a fresh prefill would; its
         chunks may run from rewritten rows into never-written ones (a prefill
@@ -216,7 +216,7 @@ class Request:
         """
         self._expect("preempt", W.RUNNING)
         committed = self.committed_rows
-        if fold_pending:
+        if include_pending:
             self.restore = self.prompt_tokens + self.outputs
             self.emit_on_restore = True
         else:

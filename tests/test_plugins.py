@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import textwrap
 
 import pytest
@@ -43,15 +44,66 @@ class Fifo(QueueAndListPolicy):
         return plan
 '''
 
-# The built-in continuous policy without its folding hooks.
-PLAIN = '''
-from scheduler_sim import Policy
-from scheduler_sim.policies.continuous import ContinuousPolicy
+# One request at a time, in slices of five outputs: the choice changes as the
+# request decodes, which the engine cannot see (the dict is changed in place).
+SLICES = '''
+from scheduler_sim import QueueAndListPolicy
 
 
-class PlainContinuous(ContinuousPolicy):
-    steady = Policy.steady
+class Slices(QueueAndListPolicy):
+    def __init__(self, options, view):
+        super().__init__(options, view)
+        self.slice_start = {}  # id -> outputs when its current slice began
+
+    def schedule(self, now):
+        while self.waiting:
+            head = self.waiting.peek()
+            credit = self.blocks_to_finish(head)
+            if not self.view.allocator.can_reserve(credit):
+                self.view.report_blocked(head, "reservation", credit)
+                break
+            self.waiting.pop()
+            self.view.admit(head, credit)
+            self.running.append(head)
+            self.slice_start[head.rid] = 0
+        if not self.running:
+            return []
+        current = self.running[0]
+        if current.outputs - self.slice_start[current.rid] >= 5:
+            self.running.append(self.running.pop(0))
+            current = self.running[0]
+            self.slice_start[current.rid] = current.outputs
+        return [(current, min(current.phase_remaining, self.options.token_budget))]
 '''
+
+# The same, saying that its choices change as requests decode.
+SAYS_SO = SLICES + '''
+
+class SlicesSaysSo(Slices):
+    def may_fold(self, blocked_reason):
+        return False
+'''
+
+# Round-robin, one request per step for three steps each, by a step counter.
+COUNTER = FIFO + '''
+
+class TakeTurns(Fifo):
+    def __init__(self, options, view):
+        super().__init__(options, view)
+        self.steps = 0
+
+    def schedule(self, now):
+        plan = super().schedule(now)
+        self.steps += 1
+        if not plan:
+            return plan
+        return [plan[(self.steps // 3) % len(plan)]]
+'''
+
+# a and b run; c waits for credit (9 + 6 of 16 blocks taken, it needs 4) until b ends.
+LONG = [{"type": "config", "block_size": 4, "num_blocks": 16, "token_budget": 8},
+        req("a", 0, 4, 30), req("b", 0, 4, 20), req("c", 1, 4, 10)]
+
 
 # Three requests, two of which must wait for credits (8 blocks of 4).
 RECORDS = [{"type": "config", "block_size": 4, "num_blocks": 8, "token_budget": 8},
@@ -96,18 +148,62 @@ def test_a_plugin_from_a_module(plugin, tmp_path, monkeypatch):
     assert replay("fifo_policy:Fifo").summary == replay(by_file).summary
 
 
-def test_without_folding_hooks_the_results_are_those_of_stepping(plugin):
-    """PlainContinuous is `continuous` with the base class's steady() (never steady): it
-    never folds, and its summary and events equal the built-in policy's, folded or
-    stepped, field for field."""
-    spec = plugin(PLAIN, "PlainContinuous")
-    mine, folded, stepped = [], [], []
-    a = replay(spec, on_event=lambda e: mine.append(e.to_json()))
-    b = replay("continuous", on_event=lambda e: folded.append(e.to_json()))
-    c = replay("continuous", on_event=lambda e: stepped.append(e.to_json()),
-               fast_forward=False)
-    assert a.summary == b.summary == c.summary
-    assert mine == folded == stepped
+def both_ways(spec: str, records, **kwargs):
+    """(folded run, its events, stepped run, its events)."""
+    folded_events, stepped_events = [], []
+    trace = parse_trace("".join(json.dumps(r) + "\n" for r in records).encode(), "t.jsonl")
+    options = Options.resolve(trace.config)
+    engine = Engine(trace.workload, options, spec,
+                    on_event=lambda e: folded_events.append(e.to_json()), **kwargs)
+    folded = engine.run()
+    stepped = Engine(trace.workload, options, spec, fast_forward=False,
+                     on_event=lambda e: stepped_events.append(e.to_json()), **kwargs).run()
+    return engine, folded, folded_events, stepped, stepped_events
+
+
+def test_a_plugin_without_folding_knowledge_folds_and_matches_stepping(plugin):
+    """Fifo says nothing about folding. While c waits for credit nothing is folded
+    (the default `may_fold` declines with a blocked head). b ends at 20 (prefill at
+    0, output 1 at 1, 19 decodes); c is admitted at 20 and prefills. At 21 a and c
+    decode: the call changed nothing, and after a step with a prefill row every
+    running request decodes, so it repeats. a has 21 outputs, c 1: min(30 - 21,
+    10 - 1) - 1 = 8 boundaries emit without a finish, so 8 dispatches are folded;
+    a and c end at 30. Summary, records and every event equal a
+    step-by-step replay."""
+    engine, folded, folded_events, stepped, stepped_events = both_ways(
+        plugin(FIFO, "Fifo"), LONG)
+    assert engine.folded == 8
+    assert [r.finished_at for r in folded.requests] == [30, 20, 30]
+    assert folded.summary == stepped.summary
+    assert folded_events == stepped_events
+
+
+def test_a_step_counter_in_the_policy_is_seen_and_nothing_is_folded(plugin):
+    """TakeTurns changes its own attribute at every step: no step repeats the one
+    before, so nothing is folded and the replay is the step-by-step one."""
+    engine, folded, folded_events, stepped, stepped_events = both_ways(
+        plugin(COUNTER, "TakeTurns"), LONG)
+    assert engine.folded == 0
+    assert folded.summary == stepped.summary
+    assert folded_events == stepped_events
+
+
+def test_choices_that_change_as_requests_decode_need_may_fold_false(plugin):
+    """Slices runs a (P=4, N=12) and b (P=4, N=12) five outputs at a time: a prefills
+    at 0 (output 1 at 1) and decodes to 5 outputs at 5; b prefills at 5 and reaches 5
+    at 10; a to 10 at 15, b to 10 at 20; a ends at 22, b at 24. Answering
+    `may_fold` False gives exactly that; with the default the engine sees a's
+    decodes repeat, cannot see the slice, and runs a to its end at 12."""
+    records = [{"type": "config", "block_size": 4, "num_blocks": 40, "token_budget": 8},
+               req("a", 0, 4, 12), req("b", 0, 4, 12)]
+    engine, folded, folded_events, stepped, stepped_events = both_ways(
+        plugin(SAYS_SO, "SlicesSaysSo"), records)
+    assert [(r.first_token_at, r.finished_at) for r in stepped.requests] == [(1, 22), (6, 24)]
+    assert engine.folded == 0
+    assert folded.summary == stepped.summary
+    assert folded_events == stepped_events
+    _, unsaid, _, _, _ = both_ways(plugin(SLICES, "Slices", name="slices.py"), records)
+    assert unsaid.requests[0].finished_at == 12
 
 
 def test_the_command_line_takes_plugins_in_flags_config_and_expectations(plugin, tmp_path):
@@ -250,3 +346,19 @@ def test_under_a_cost_model_the_time_of_a_broken_rule_is_in_seconds(plugin, tmp_
     assert (status, out) == (3, "")
     assert err == (f"scheduler-sim: policy error: policy '{spec}' broke a rule at 0.2 s: "
                    "dispatch tokens(9) <= token_budget(8) is false\n")
+
+
+@pytest.mark.parametrize("trace", ["mixed.jsonl", "check.jsonl"])
+def test_the_lab_solution_folds_to_the_same_replay(trace):
+    """Lab 08's reference solution says nothing about folding: on the lab's traces
+    its folded replay equals the step-by-step one, summary and events."""
+    lab = pathlib.Path(__file__).resolve().parent.parent / "labs" / "08-your-own-scheduler"
+    records = [json.loads(line) for line in (lab / trace).read_text().splitlines()]
+    config = {"type": "config", "block_size": 4, "num_blocks": 40, "token_budget": 32,
+              "max_rows": 8}
+    records = [config] + [r for r in records if r["type"] == "request"]
+    spec = str(lab / "solution" / "shortest_first.py") + ":ShortestFirst"
+    engine, folded, folded_events, stepped, stepped_events = both_ways(spec, records)
+    assert engine.folded > 0
+    assert folded.summary == stepped.summary
+    assert folded_events == stepped_events

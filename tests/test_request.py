@@ -336,13 +336,13 @@ def test_preempt_before_any_row_needs_no_recompute():
     assert (r.phase, r.phase_remaining) == (PREFILL, 4)
 
 
-def test_preempt_fold_pending_restores_p_plus_k_and_emits_at_the_end():
+def test_preempt_include_pending_restores_p_plus_k_and_emits_at_the_end():
     """vllm fold: P=4, N=3 after k=2 outputs: restore = P + k = 6 and the 6th row emits
     output 3. Rows: 5 replayed (below high-water 5) + 1 useful, total useful 6 = P+N-1."""
     r = running(4, 3)
     step(r, 4, 1)
     step(r, 1, 2)
-    r.preempt(fold_pending=True)
+    r.preempt(include_pending=True)
     assert (r.restore, r.emit_on_restore, r.outputs) == (6, True, 2)
     r.admit(3, 1, 2)
     assert (r.phase, r.phase_remaining) == (RECOMPUTE, 6)
@@ -356,12 +356,12 @@ def test_preempt_fold_pending_restores_p_plus_k_and_emits_at_the_end():
     assert (r.outputs, r.useful_rows, r.replay_rows) == (3, 6, 5)
 
 
-def test_preempt_fold_pending_with_no_output_restores_the_whole_prompt():
-    """fold_pending with k=0 (3 of P=6 rows written): restore = P + 0 = 6 and the last
+def test_preempt_include_pending_with_no_output_restores_the_whole_prompt():
+    """include_pending with k=0 (3 of P=6 rows written): restore = P + 0 = 6 and the last
     row emits output 1, as a fresh prefill would; rows: 3 replayed + 3 useful."""
     r = running(6, 2)
     step(r, 3, 1)
-    r.preempt(fold_pending=True)
+    r.preempt(include_pending=True)
     assert (r.restore, r.emit_on_restore, r.outputs) == (6, True, 0)
     r.admit(2, 1, 2)
     assert (r.phase, r.phase_remaining) == (RECOMPUTE, 6)

@@ -8,7 +8,7 @@ The lab asks you to change the order of admission (see README.md); the
 places to change are marked TODO.
 
 What a policy may read and do is in docs/policies.md: `self.options` (the
-run's options), `self.view` (the engine: `admit`, `block`, `preempt`, the
+run's options), `self.view` (the engine: `admit`, `report_blocked`, `preempt`, the
 `allocator`, `now`), and each `Request` (prompt_tokens, max_tokens, outputs,
 resident, phase_remaining, ...). `schedule` returns the next dispatch as a
 list of (request, tokens) pairs; the engine checks every decision and stops

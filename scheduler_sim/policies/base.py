@@ -74,14 +74,10 @@ class Policy:
     # False: blocks are allocated on demand and E6 rejects by P + N - 1.
     reserves: ClassVar[bool] = True
     # True: a recompute feeds the pending token too and emits at its end (L3, vllm).
-    folds_pending: ClassVar[bool] = False
+    recompute_includes_pending: ClassVar[bool] = False
     # True: a request that finishes keeps its blocks (and credit) until the
     # policy calls `view.release` (padded static batches).
     keeps_blocks_after_finish: ClassVar[bool] = False
-    # True: `schedule` allocates the blocks of running requests' rows before it
-    # looks at the waiting queue (vllm, sglang); False: the engine allocates
-    # them after admission, when the dispatch starts.
-    allocates_before_admission: ClassVar[bool] = False
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         self.options = options
@@ -154,19 +150,22 @@ class Policy:
         """Admit what fits and return the next dispatch (empty: nothing to run)."""
         raise NotImplementedError
 
-    def repeated_block_reason(self, reason: str, needed: int, free: int) -> str:
-        """The reason a steady step's blocked head would give with `free` blocks,
-        when the same head was blocked for `reason` at the first step (the
-        reason of a reservation policy never changes within a steady stretch)."""
-        return reason
+    def may_fold(self, blocked_reason: str | None) -> bool:
+        """Asked only when the engine saw the decode step just planned repeat the one
+        before exactly (the same rows, nothing admitted, preempted, freed or
+        reported differently): may the engine apply the identical steps that
+        follow at once, until a request finishes or something outside happens
+        (folding.py)? `blocked_reason` is the reason this step's queue head was
+        reported blocked for, or None.
 
-    def steady(self) -> bool:
-        """True when the dispatch just planned is all decodes and, until one of them
-        finishes or an outside event happens, every next step would plan the same
-        requests again with no admission or preemption, and would report the same
-        blocked head (see `repeated_block_reason`). The engine may then fold those
-        steps (folding.py)."""
-        return False
+        The default answers yes when no head is blocked: only the policy knows
+        whether its admission test can turn true while running requests only
+        decode. It cannot when the test compares needs with free blocks (decoding
+        only consumes them), credits or counts, unless prefix caching may turn
+        the blocks being filled into hits for the head; answer True for those
+        reasons. Answer False whenever your choices change as requests decode (a
+        time slice of k tokens, say): then every step is planned by `schedule`."""
+        return blocked_reason is None
 
     def next_wakeup(self, now: int) -> int | None:
         """A future tick at which the policy would decide differently with no other

@@ -41,9 +41,6 @@ class ContinuousPolicy(Policy):
         self.prefillers = RotatingSet()  # prompt or recompute rows still to write
         self._last_decode = -1
         self._last_prefill = -1
-        self._admissions = 0
-        self._head_blocked = False  # admission stopped at a head that does not fit
-        self._blocked_by_memory = False  # ... for lack of blocks (not a running limit)
 
     # --- notifications ------------------------------------------------------
 
@@ -73,35 +70,24 @@ class ContinuousPolicy(Policy):
         """Admit queue heads while their credit fits; report the first that does not."""
         queue = self.queue
         queue.refresh()
-        self._head_blocked = False
-        self._blocked_by_memory = False
         while queue:
             head = queue.peek()
             credit, needed, cached = self.reservation_need(head)
             if self.running_limit is not None and self.running_count >= self.running_limit:
                 self.view.report_blocked(head, self.limit_reason, needed)
-                self._head_blocked = True
                 return
             if not self.fits_reservation(head, needed):
-                self._head_blocked = True
-                self._blocked_by_memory = True
                 return
             queue.pop()
-            self._admissions += 1
             self.view.admit(head, credit, cached)
             (self.decoders if head.phase == DECODE else self.prefillers).add(head)
 
-    def steady(self) -> bool:
-        # Nothing to prefill, nothing admissible (admission can only change when a
-        # request ends or an outside event happens), and every decoder fits in
-        # one dispatch, so the next plan serves the same requests.
-        # With prefix caching, the blocks decoders fill could become hits that
-        # shrink a blocked head's credit: then admission might change, so no.
-        options = self.options
-        if self._blocked_by_memory and self.view.allocator.cache is not None:
-            return False
-        return (not self.prefillers and (self._head_blocked or not self.queue)
-                and len(self.decoders) <= min(options.max_rows, options.token_budget))
+    def may_fold(self, blocked_reason: str | None) -> bool:
+        # Credits and running limits change only when a request is admitted or
+        # ends: a blocked head stays blocked while others decode, unless the
+        # blocks they fill become cache hits that shrink what it needs.
+        return (blocked_reason not in ("reservation", "draining")
+                or self.view.allocator.cache is None)
 
     # --- the dispatch -------------------------------------------------------
 

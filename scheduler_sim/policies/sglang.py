@@ -56,7 +56,7 @@ class SglangPolicy(QueueAndListPolicy):
 
     name = "sglang"
     reserves = False
-    folds_pending = True
+    recompute_includes_pending = True
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)
@@ -65,7 +65,6 @@ class SglangPolicy(QueueAndListPolicy):
         self.min_ratio = self.init_ratio * MIN_RATIO_FACTOR
         self.decay = (self.init_ratio - self.min_ratio) / DECAY_STEPS
         self.ratio = self.init_ratio
-        self._steady = False
 
     # --- sizing -------------------------------------------------------------
 
@@ -99,7 +98,6 @@ class SglangPolicy(QueueAndListPolicy):
     # --- the step ---------------------------------------------------------------
 
     def schedule(self, now: int) -> Plan:
-        self._steady = False
         if not self.running and self.ratio != self.init_ratio:
             # An idle server starts over from the initial ratio, as SGLang's idle
             # self-check resets it.
@@ -111,8 +109,15 @@ class SglangPolicy(QueueAndListPolicy):
             return plan
         return self._decode_batch(now)
 
-    def steady(self) -> bool:
-        return self._steady
+    def may_fold(self, blocked_reason: str | None) -> bool:
+        # NO_TOKEN compares the head with free tokens minus ratio x the running
+        # requests' remaining outputs, which shrink as they decode: it may turn
+        # false at any step. Row and budget limits hold while the same rows decode.
+        # A decode step also counts the blocks of decoders beyond the row cap,
+        # which the engine does not see: fold only when every running request runs.
+        options = self.options
+        return (blocked_reason != "no_token"
+                and len(self.running) <= min(options.max_rows, options.token_budget))
 
     def _remaining_new(self, req: Request) -> int:
         return min(req.max_tokens - req.outputs, CLIP_MAX_NEW_TOKENS)
@@ -212,11 +217,5 @@ class SglangPolicy(QueueAndListPolicy):
         elif self.ratio > self.min_ratio:
             self.ratio = max(self.min_ratio, self.ratio - self.decay)
             self.view.emit_event(Ratio(now, round(self.ratio, 6), "decay"))
-        elif not self.waiting and self.chunked is None:
-            # Nothing to admit, the ratio at its floor, memory enough: the next
-            # decode steps repeat this one until a request ends.
-            self._steady = len(decoders) == len(self.running)
         cap = min(self.options.max_rows, self.options.token_budget)
-        if len(decoders) > cap:
-            self._steady = False
         return [(r, 1) for r in decoders[:cap]]

@@ -61,6 +61,10 @@ class StaticPolicy(Policy):
     def running_count(self) -> int:
         return len(self.live)
 
+    def may_fold(self, blocked_reason: str | None) -> bool:
+        # A head waits for the batch to end, which no decode step changes.
+        return True
+
     # --- batches ------------------------------------------------------------------
 
     def ready(self, now: int) -> bool:

@@ -82,15 +82,12 @@ class VllmPolicy(QueueAndListPolicy):
 
     name = "vllm"
     reserves = False
-    folds_pending = True
-    allocates_before_admission = True
+    recompute_includes_pending = True
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)
         self.rule = options.victim or ("priority" if options.order == "priority" else "lifo")
         self.watermark_blocks = int(options.watermark * options.num_blocks)
-        self._blocked = False
-        self._steady = False
 
     # --- victims --------------------------------------------------------------
 
@@ -174,10 +171,8 @@ class VllmPolicy(QueueAndListPolicy):
         # 2. Waiting requests, unless this step preempted.
         waiting = self.waiting
         waiting.refresh()
-        self._blocked = False
         while waiting:
             head = waiting.peek()
-            self._blocked = True  # cleared below when the head is admitted
             if preempted:
                 self.view.report_blocked(head, "preemption", self._gate_blocks(head))
                 break
@@ -199,11 +194,8 @@ class VllmPolicy(QueueAndListPolicy):
             if needed + watermark > allocator.free:
                 reason = "watermark" if needed <= allocator.free else "blocks"
                 self.view.report_blocked(head, reason, needed)
-                # Blocks that decoders fill may become this head's cache hits.
-                self._blocked = allocator.cache is None
                 break
             waiting.pop()
-            self._blocked = False
             self.view.admit(head, 0, cached)
             running.append(head)
             if not allocator.try_grow(head.rid, head.resident + tokens):
@@ -211,22 +203,15 @@ class VllmPolicy(QueueAndListPolicy):
                                      "it allocates, yet try_grow failed", now)
             scheduled[head] = tokens
             budget -= tokens
-        # Steady: every running request decodes in this step, nothing was
-        # preempted and nothing waiting can be admitted; until a request ends
-        # or an outside event happens, the next steps plan the same decodes.
-        self._steady = (not preempted and len(scheduled) == len(running)
-                        and budget >= 0 and len(running) <= options.token_budget
-                        and (not waiting or self._blocked))
         return list(scheduled.items())
 
-    def steady(self) -> bool:
-        return self._steady
-
-    def repeated_block_reason(self, reason: str, needed: int, free: int) -> str:
-        # Growth of running requests may turn "watermark" into "blocks".
-        if reason in ("watermark", "blocks"):
-            return "watermark" if needed <= free else "blocks"
-        return reason
+    def may_fold(self, blocked_reason: str | None) -> bool:
+        # The head waits for blocks (decoding only takes them, but the blocks it
+        # fills may become cache hits that shrink what the head needs), for the
+        # budget or the rows the same decodes use, or for the step after a
+        # preemption (a step that preempts is not a repeat).
+        return (blocked_reason not in ("blocks", "watermark")
+                or self.view.allocator.cache is None)
 
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""

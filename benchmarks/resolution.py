@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scheduler_sim import clock as clock_module  # noqa: E402
-from scheduler_sim.engine import Engine  # noqa: E402
-from scheduler_sim.options import Options  # noqa: E402
-from scheduler_sim.summary import METRICS, STATS  # noqa: E402
-from scheduler_sim.trace import read_trace  # noqa: E402
+from scheduler_sim.engine.core import Engine  # noqa: E402
+from scheduler_sim.records.options import Options  # noqa: E402
+from scheduler_sim.engine.summary import METRICS, STATS  # noqa: E402
+from scheduler_sim.io.trace import read_trace  # noqa: E402
 
 SETUP = {"cost_model": "llama-3-8b/h100-sxm", "block_size": 16, "num_blocks": 20480,
          "token_budget": 8192, "max_rows": 256}

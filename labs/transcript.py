@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduler_sim.cli import main  # noqa: E402
+from scheduler_sim.cli.main import main  # noqa: E402
 
 
 def transcript(lab: Path) -> str:

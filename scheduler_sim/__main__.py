@@ -1,4 +1,4 @@
 """`python -m scheduler_sim`: the same as the `scheduler-sim` command."""
-from .cli import main
+from .cli.main import main
 
 raise SystemExit(main())

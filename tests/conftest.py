@@ -10,9 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler_sim.engine import Engine, RunResult  # noqa: E402
-from scheduler_sim.options import Options  # noqa: E402
-from scheduler_sim.trace import parse_trace  # noqa: E402
+from scheduler_sim.engine.core import Engine, RunResult  # noqa: E402
+from scheduler_sim.records.options import Options  # noqa: E402
+from scheduler_sim.io.trace import parse_trace  # noqa: E402
 
 
 def trace_bytes(records: list[dict]) -> bytes:
@@ -83,7 +83,7 @@ def write_trace(directory: Path, records: list, name: str = "trace.jsonl") -> st
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     """Call the command line in-process; return (status, stdout text, stderr text)."""
     import io
-    from scheduler_sim.cli import main
+    from scheduler_sim.cli.main import main
     out, err = io.StringIO(), io.StringIO()
     status = main(argv, out=out, err=err)
     return status, out.getvalue(), err.getvalue()

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_sim.allocator import BlockAllocator, blocks_for
-from scheduler_sim.errors import InvariantError
+from scheduler_sim.kv.allocator import BlockAllocator, blocks_for
+from scheduler_sim.records.errors import InvariantError
 
 B = 4  # block size used throughout
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from conftest import req, simulate
-from scheduler_sim.cli import main
+from scheduler_sim.cli.main import main
 from scheduler_sim.policies import POLICIES
 
 QUICKSTART = "traces/quickstart.jsonl"

@@ -35,7 +35,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import ROOT, req, run_cli as run, write_trace as write
-from scheduler_sim.summary import REQUEST_FIELDS
+from scheduler_sim.engine.summary import REQUEST_FIELDS
 
 pytest_plugins = ["pytester"]
 
@@ -462,7 +462,7 @@ def test_junit_control_character_in_trace_path(tmp_path):
 
 # --- 5. the pytest plugin ----------------------------------------------------------
 
-PLUGIN = ("-p", "scheduler_sim.pytest_plugin", "-p", "no:cacheprovider")
+PLUGIN = ("-p", "scheduler_sim.cli.pytest_plugin", "-p", "no:cacheprovider")
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 
 import scheduler_sim.policies
 from conftest import ROOT, req
-from scheduler_sim.cli import main
+from scheduler_sim.cli.main import main
 from scheduler_sim.policies.continuous import ContinuousPolicy
 
 CONFORMANCE = Path(__file__).resolve().parent / "data" / "conformance"

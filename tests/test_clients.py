@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 
 from conftest import req, simulate, run_cli as run, write_trace as write
-from scheduler_sim.summary import request_record
+from scheduler_sim.engine.summary import request_record
 
 OPTS = {"block_size": 4, "num_blocks": 8}
 THREE = [req("a", 0, 4, 3), req("b", 0, 4, 1), req("c", 0, 4, 2)]

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from conftest import req, simulate
-from scheduler_sim.cli import main
-from scheduler_sim.clock import Clock
-from scheduler_sim.options import Options
-from scheduler_sim.workload import Action, RequestSpec, Workload
+from scheduler_sim.cli.main import main
+from scheduler_sim.records.clock import Clock
+from scheduler_sim.records.options import Options
+from scheduler_sim.records.workload import Action, RequestSpec, Workload
 
 COST = "llama-3-8b/h100-sxm"
 
@@ -101,7 +101,7 @@ def test_changing_the_resolution_never_moves_an_arrival_by_a_step():
     assert coarse.req["b"].arrival == 11 and fine.req["b"].arrival == 10400
     assert (coarse.req["a"].first_token_at, coarse.req["a"].finished_at) == (7, 13)
     assert (fine.req["a"].first_token_at, fine.req["a"].finished_at) == (6472, 12943)
-    from scheduler_sim.summary import request_record
+    from scheduler_sim.engine.summary import request_record
     for rid in "ab":
         a = request_record(coarse.req[rid], coarse.result.clock)
         b = request_record(fine.req[rid], fine.result.clock)

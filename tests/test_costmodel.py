@@ -21,11 +21,11 @@ import re
 import pytest
 
 from conftest import req, simulate
-from scheduler_sim.cli import main
-from scheduler_sim.costmodel import (GPUS, MODELS, CostModel, DispatchShape, parse_cost_model,
+from scheduler_sim.cli.main import main
+from scheduler_sim.gpu.costmodel import (GPUS, MODELS, CostModel, DispatchShape, parse_cost_model,
                                      swap_vs_recompute)
-from scheduler_sim.errors import TraceError
-from scheduler_sim.trace import parse_trace
+from scheduler_sim.records.errors import TraceError
+from scheduler_sim.io.trace import parse_trace
 
 M8 = MODELS["llama-3-8b"]
 H100 = GPUS["h100-sxm"]

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scheduler_sim.events import EVENT_TYPES
-from scheduler_sim.options import OPTIONS
+from scheduler_sim.records.events import EVENT_TYPES
+from scheduler_sim.records.options import OPTIONS
 from scheduler_sim.policies import POLICIES
-from scheduler_sim.summary import REQUEST_FIELDS, RUN_FIELDS
+from scheduler_sim.engine.summary import REQUEST_FIELDS, RUN_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -67,7 +67,7 @@ def test_every_cited_rule_and_section_has_an_anchor_in_the_spec():
     anchor of docs/spec.md (`<a id="E1"></a>`, `<a id="s4"></a>`)."""
     import io
     import re
-    from scheduler_sim.cli import main
+    from scheduler_sim.cli.main import main
     spec = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")
     anchors = set(re.findall(r'<a id="([^"]+)"></a>', spec))
     sources = {"README.md": README}

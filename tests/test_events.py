@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scheduler_sim.events import EVENT_TYPES, Arrival, Dispatch, Event, Released, event_from_dict
+from scheduler_sim.records.events import EVENT_TYPES, Arrival, Dispatch, Event, Released, event_from_dict
 
 TICK = 7
 
@@ -159,8 +159,8 @@ def test_in_seconds_tick_becomes_time_and_time_fields_convert():
     field is in seconds: an arrival at step 7 with a client wait of 3 steps, a timeout
     after 12 steps, a dispatch from 7 to 9 (hand-written writer and generic encoder agree)
     and a snapshot; counts stay counts."""
-    from scheduler_sim.clock import Clock
-    from scheduler_sim.events import Snapshot, Timeout
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.events import Snapshot, Timeout
     c = Clock("s", 1.0, 0.001, True)
     assert Arrival(7, "a", 3).to_json(None, c) == \
         '{"time":0.007,"event":"arrival","id":"a","client_wait":0.003}'

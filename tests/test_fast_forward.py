@@ -6,11 +6,11 @@ import random
 import pytest
 
 from conftest import trace_bytes
-from scheduler_sim.engine import Engine
-from scheduler_sim.options import Options
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.records.options import Options
 from scheduler_sim.policies import POLICIES
-from scheduler_sim.summary import request_record
-from scheduler_sim.trace import parse_trace
+from scheduler_sim.engine.summary import request_record
+from scheduler_sim.io.trace import parse_trace
 
 
 def _workload(seed: int) -> list[dict]:

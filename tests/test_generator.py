@@ -16,9 +16,9 @@ import math
 import statistics
 
 from conftest import simulate
-from scheduler_sim.cli import main
-from scheduler_sim.generator import LengthSpec, WorkloadSpec, generate, parse_length
-from scheduler_sim.trace import parse_trace
+from scheduler_sim.cli.main import main
+from scheduler_sim.io.generator import LengthSpec, WorkloadSpec, generate, parse_length
+from scheduler_sim.io.trace import parse_trace
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -353,7 +353,7 @@ def test_infinite_cv_exits_2():
 def test_prefix_groups_without_prefix_tokens_is_refused(capsys):
     """`--prefix-groups 2` with no shared prompt length would share nothing: exit 2."""
     import io
-    from scheduler_sim.cli import main
+    from scheduler_sim.cli.main import main
     err = io.StringIO()
     assert main(["generate", "--seed", "1", "--requests", "3", "--prefix-groups", "2"],
                 out=io.StringIO(), err=err) == 2

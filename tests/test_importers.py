@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_sim.cli import main
-from scheduler_sim.importers import convert
-from scheduler_sim.trace import parse_trace
+from scheduler_sim.cli.main import main
+from scheduler_sim.io.importers import convert
+from scheduler_sim.io.trace import parse_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 MOONCAKE = DATA / "mooncake_conversation_head.jsonl"

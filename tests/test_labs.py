@@ -41,7 +41,7 @@ def test_lab_08_reference_solution_passes_and_the_starting_point_fails(monkeypat
     """From lab 08's folder, `check check.jsonl` with the reference solution exits 0;
     with the starting point my_policy.py (first come, first served) it exits 1."""
     import io
-    from scheduler_sim.cli import main
+    from scheduler_sim.cli.main import main
     monkeypatch.chdir(LABS / "08-your-own-scheduler")
     status = main(["check", "check.jsonl", "--policy", "solution/shortest_first.py:ShortestFirst"],
                   out=io.StringIO(), err=io.StringIO())

@@ -10,24 +10,21 @@ import pytest
 PACKAGE = "scheduler_sim"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
-# Module name (dotted, relative to the package; "__init__" is the package itself) -> layer.
+# One layer per folder: a module's layer is its folder's. Only the package's front
+# door (`__init__`, `__main__`, `api`) lives outside a folder, in the top layer.
 LAYERS = {
-    "errors": 0, "options": 0, "states": 0, "events": 0, "workload": 0,
-    "clock": 0,         # trace times to clock steps, steps to reported units
-    "request": 1, "allocator": 1, "queues": 1, "rotation": 1,
-    "clients": 1,       # closed-loop client slots, fed by the engine
-    "prefix_cache": 1,  # block keys and the LRU of cached blocks, under the allocator
-    "costmodel": 1,     # pure arithmetic on dispatch shapes, priced for the engine
-    "policies": 2,  # the package and every module in it
-    "engine": 3, "summary": 3, "folding": 3,
-    "trace": 4, "expectations": 4, "report": 4, "cli": 4, "commands": 4, "outputs": 4, "__main__": 4, "__init__": 4,
-    "generator": 4,     # synthetic traces for the `generate` command
-    "importers": 4,     # public trace formats for the `convert` command
-    "junit": 4,         # `check --junit`
-    "api": 4,           # the Python API the package exports
-    "pytest_plugin": 4,  # loaded by pytest only, never by the package itself
+    "records": 0,   # errors, options, states, events, workload, clock
+    "requests": 1,  # a request's progress, waiting queues, rotation, client slots
+    "kv": 1,        # the block allocator and the prefix cache
+    "gpu": 1,       # the roofline cost model and the KV pool from GPU memory
+    "policies": 2,  # one module per policy behind policies/base.py
+    "engine": 3,    # the loop and its transitions, folding, the statistics
+    "io": 4,        # traces in and out, expectations, tables, JSON, CSV, files
+    "cli": 5,       # argv, the commands, exit codes; the pytest plugin
+    "__init__": 5, "__main__": 5, "api": 5,
 }
-TOP = 4
+FRONT_DOOR = {"__init__", "__main__", "api"}
+TOP = 4  # layers from here on may do input and output
 
 
 def module_names() -> list[str]:
@@ -49,10 +46,8 @@ def path_of(name: str) -> Path:
 
 
 def layer_of(name: str) -> int | None:
-    """The layer of a module: its own entry, else its top-level package's entry."""
-    if name in LAYERS:
-        return LAYERS[name]
-    return LAYERS.get(name.split(".")[0]) if "." in name else None
+    """The layer of a module: its folder's (or, for the front door, its own)."""
+    return LAYERS.get(name.split(".")[0])
 
 
 def tree_of(name: str) -> ast.Module:
@@ -118,16 +113,26 @@ ALL = module_names()
 
 def test_the_scan_finds_the_package():
     """Sanity: the scan sees the core modules and the policies package and its modules."""
-    for expected in ("engine", "allocator", "policies", "policies.base", "cli", "__init__",
-                     "__main__"):
+    for expected in ("engine.core", "kv.allocator", "policies", "policies.base", "cli.main",
+                     "__init__", "__main__"):
         assert expected in ALL
-    assert internal_imports("engine")  # the engine imports from its own package
+    assert internal_imports("engine.core")  # the engine imports from its own package
 
 
 def test_every_module_is_assigned_a_layer():
     """A new module must be placed in LAYERS; the failure lists the unplaced ones."""
     unknown = [n for n in ALL if layer_of(n) is None]
     assert unknown == [], f"modules without a layer (add them to LAYERS): {unknown}"
+
+
+def test_every_module_lives_in_a_folder_of_its_layer():
+    """Apart from the front door, every module is in a folder (a subpackage with an
+    `__init__.py`), and every folder of the package is a layer of its own entry."""
+    loose = [n for n in ALL if "." not in n and n not in FRONT_DOOR
+             and not ROOT.joinpath(n, "__init__.py").exists()]
+    assert loose == []
+    folders = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert folders == sorted(set(LAYERS) - FRONT_DOOR)
 
 
 def test_imports_go_downward_only():
@@ -149,21 +154,23 @@ def test_import_resolution_on_known_cases():
     """The resolver maps relative imports right: the engine reaches the allocator and the
     policies package, policies.base reaches the queues (two dots), policies.continuous
     its sibling base (one dot), cli reaches __init__."""
-    engine = {t for _, t in internal_imports("engine")}
-    assert {"allocator", "policies", "request", "events"} <= engine
+    engine = {t for _, t in internal_imports("engine.core")}
+    assert {"kv.allocator", "policies", "requests.request", "records.events",
+            "engine.folding"} <= engine
     base = {t for _, t in internal_imports("policies.base")}
-    assert {"allocator", "queues", "request"} <= base
+    assert {"kv.allocator", "requests.queues", "requests.request"} <= base
     cont = {t for _, t in internal_imports("policies.continuous")}
-    assert {"rotation", "policies.base"} <= cont
-    cli = {t for _, t in internal_imports("cli")}
-    assert "__init__" in cli  # `from . import __version__`
+    assert {"requests.rotation", "policies.base"} <= cont
+    cli = {t for _, t in internal_imports("cli.main")}
+    assert "__init__" in cli  # `from .. import __version__`
 
 
 def test_checker_flags_an_upward_import():
     """Synthetic source: a policy module importing the engine resolves to layer 3 > 2,
     and `from ...x` above the package is refused."""
-    found = imports_in(ast.parse("from ..engine import Engine\nimport json\n"), ["policies"])
-    assert found == [(1, "engine")]
+    found = imports_in(ast.parse("from ..engine.core import Engine\nimport json\n"),
+                       ["policies"])
+    assert found == [(1, "engine.core")]
     assert layer_of("policies.greedy") == 2 < layer_of(found[0][1])
     with pytest.raises(AssertionError):
         imports_in(ast.parse("from ...x import y\n"), ["policies"])
@@ -215,7 +222,7 @@ def test_io_only_in_the_top_layer():
 def test_io_scan_detects_what_it_looks_for():
     """The scanner is not blind: it finds the top layer's own uses (cli touches sys.stdout,
     __main__ raises SystemExit)."""
-    assert any("sys.stdout" in u for u in io_uses("cli"))
+    assert any("sys.stdout" in u for u in io_uses("cli.main"))
     assert any("SystemExit" in u for u in io_uses("__main__"))
     src = ("import sys\nfrom sys import argv\nprint(1)\nopen('f')\nsys.exit(2)\n"
            "x = sys.argv\nos.fdopen(3)\nlen([])\n")

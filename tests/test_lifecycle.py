@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, req, simulate
-from scheduler_sim.allocator import BlockAllocator
-from scheduler_sim.cli import main
-from scheduler_sim.errors import InvariantError
-from scheduler_sim.request import Request
-from scheduler_sim.states import RequestStatus
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.cli.main import main
+from scheduler_sim.records.errors import InvariantError
+from scheduler_sim.requests.request import Request
+from scheduler_sim.records.states import RequestStatus
 
 B = 4
 S = RequestStatus

@@ -22,8 +22,8 @@ import json
 import pytest
 
 from conftest import req, simulate
-from scheduler_sim.cli import main
-from scheduler_sim.summary import request_record
+from scheduler_sim.cli.main import main
+from scheduler_sim.engine.summary import request_record
 
 OPTIONS = dict(block_size=4, num_blocks=16, token_budget=8)
 RECORDS = [

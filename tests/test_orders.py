@@ -10,14 +10,14 @@ from collections import Counter
 import pytest
 
 from conftest import req, simulate, trace_bytes
-from scheduler_sim.cli import main
-from scheduler_sim.engine import Engine
-from scheduler_sim.errors import UsageError
-from scheduler_sim.options import Options
+from scheduler_sim.cli.main import main
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.records.errors import UsageError
+from scheduler_sim.records.options import Options
 from scheduler_sim.policies import POLICIES
-from scheduler_sim.queues import QUEUE_ORDERS, LpmQueue, make_queue
-from scheduler_sim.request import Request
-from scheduler_sim.trace import parse_trace
+from scheduler_sim.requests.queues import QUEUE_ORDERS, LpmQueue, make_queue
+from scheduler_sim.requests.request import Request
+from scheduler_sim.io.trace import parse_trace
 
 QUICKSTART = "traces/quickstart.jsonl"
 TERMINAL_EVENTS = {"finished", "rejected", "cancelled", "timeout", "stalled"}

@@ -8,10 +8,10 @@ import textwrap
 import pytest
 
 from conftest import req, run_cli as run, write_trace
-from scheduler_sim.engine import Engine
-from scheduler_sim.options import Options
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.records.options import Options
 from scheduler_sim.policies import PluginError, policy_class
-from scheduler_sim.trace import parse_trace
+from scheduler_sim.io.trace import parse_trace
 
 # A first-come-first-served policy with reservation credits, written as a user
 # would: no folding hooks, just admission and a plan.

@@ -24,11 +24,11 @@ import json
 import pytest
 
 from conftest import req, simulate, run_cli as run, write_trace as write
-from scheduler_sim.costmodel import (
+from scheduler_sim.gpu.costmodel import (
     GPUS, MODELS, CostModel, fit_pool, size_pool,
 )
-from scheduler_sim.errors import UsageError
-from scheduler_sim.options import Options
+from scheduler_sim.records.errors import UsageError
+from scheduler_sim.records.options import Options
 
 L8, L70 = MODELS["llama-3-8b"], MODELS["llama-3-70b"]
 H100, A100, H200 = GPUS["h100-sxm"], GPUS["a100-80gb"], GPUS["h200"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from conftest import req, simulate
-from scheduler_sim.allocator import BlockAllocator
-from scheduler_sim.prefix_cache import BlockKeys, PrefixCache
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.kv.prefix_cache import BlockKeys, PrefixCache
 
 
 def key(keys: BlockKeys, i: int):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_sim.queues import QUEUE_ORDERS, FcfsQueue, PriorityQueue, make_queue
-from scheduler_sim.request import Request
+from scheduler_sim.requests.queues import QUEUE_ORDERS, FcfsQueue, PriorityQueue, make_queue
+from scheduler_sim.requests.request import Request
 
 
 def mk(rid: str, index: int, arrival: int, priority: int = 0) -> Request:

@@ -8,9 +8,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from conftest import trace_bytes
-from scheduler_sim.engine import Engine
-from scheduler_sim.options import Options
-from scheduler_sim.trace import parse_trace
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.records.options import Options
+from scheduler_sim.io.trace import parse_trace
 
 SEEDS = range(60)
 POLICIES = ("continuous", "serial")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_sim.errors import InvariantError
-from scheduler_sim.request import DECODE, PREFILL, RECOMPUTE, Request
-from scheduler_sim.states import RequestStatus
+from scheduler_sim.records.errors import InvariantError
+from scheduler_sim.requests.request import DECODE, PREFILL, RECOMPUTE, Request
+from scheduler_sim.records.states import RequestStatus
 
 S = RequestStatus
 TERMINAL = [S.FINISHED_STOPPED, S.FINISHED_LENGTH_CAPPED, S.FINISHED_ABORTED,

@@ -5,8 +5,8 @@ import itertools
 
 import pytest
 
-from scheduler_sim.request import Request
-from scheduler_sim.rotation import RotatingSet
+from scheduler_sim.requests.request import Request
+from scheduler_sim.requests.rotation import RotatingSet
 
 
 def mk(rid: str, seq: int) -> Request:

@@ -47,7 +47,7 @@ def test_under_a_cost_model_every_output_is_in_seconds():
     import io
     from pathlib import Path
     import tempfile
-    from scheduler_sim.cli import main
+    from scheduler_sim.cli.main import main
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "t.jsonl"
         trace.write_text(json.dumps({"type": "request", "id": "a", "arrival": 0,

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from conftest import req, simulate
-from scheduler_sim.errors import TraceError
+from scheduler_sim.records.errors import TraceError
 from scheduler_sim.policies import POLICIES
-from scheduler_sim.queues import QUEUE_ORDERS
-from scheduler_sim.trace import MAX_PROBLEMS, parse_trace
+from scheduler_sim.requests.queues import QUEUE_ORDERS
+from scheduler_sim.io.trace import MAX_PROBLEMS, parse_trace
 
 NAME = "t.jsonl"
 

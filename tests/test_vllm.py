@@ -15,9 +15,9 @@ from collections import Counter
 import pytest
 
 from conftest import req, simulate, trace_bytes
-from scheduler_sim.engine import Engine
-from scheduler_sim.options import Options
-from scheduler_sim.trace import parse_trace
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.records.options import Options
+from scheduler_sim.io.trace import parse_trace
 
 B = 4
 TERMINAL_EVENTS = ("finished", "rejected", "cancelled", "timeout", "stalled")

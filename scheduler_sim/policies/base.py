@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from ..allocator import BlockAllocator, blocks_for
-from ..clock import Clock
-from ..options import Options
-from ..queues import RequestQueue, make_queue
-from ..request import Request
+from ..kv.allocator import BlockAllocator, blocks_for
+from ..records.clock import Clock
+from ..records.options import Options
+from ..requests.queues import RequestQueue, make_queue
+from ..requests.request import Request
 
 __all__ = ["SchedulerView", "Policy", "QueueAndListPolicy", "Plan", "PADDING"]
 
@@ -155,7 +155,7 @@ class Policy:
         before exactly (the same rows, nothing admitted, preempted, freed or
         reported differently): may the engine apply the identical steps that
         follow at once, until a request finishes or something outside happens
-        (folding.py)? `blocked_reason` is the reason this step's queue head was
+        (engine/folding.py)? `blocked_reason` is the reason this step's queue head was
         reported blocked for, or None.
 
         The default answers yes when no head is blocked: only the policy knows

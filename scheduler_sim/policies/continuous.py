@@ -18,10 +18,10 @@ first candidate admitted after it, wrapping to the oldest.
 """
 from __future__ import annotations
 
-from ..request import DECODE, Request
-from ..rotation import RotatingSet
+from ..requests.request import DECODE, Request
+from ..requests.rotation import RotatingSet
 from .base import Plan, Policy, SchedulerView
-from ..options import Options
+from ..records.options import Options
 
 __all__ = ["ContinuousPolicy"]
 

@@ -34,11 +34,11 @@ RETRACT_DECODE_STEPS 20, DECAY_STEPS 600.
 """
 from __future__ import annotations
 
-from ..events import Ratio
-from ..allocator import blocks_for
-from ..errors import InvariantError
-from ..options import Options
-from ..request import Request
+from ..records.events import Ratio
+from ..kv.allocator import blocks_for
+from ..records.errors import InvariantError
+from ..records.options import Options
+from ..requests.request import Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
 
 __all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",

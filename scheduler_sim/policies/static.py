@@ -13,8 +13,8 @@ meanwhile wait.
 """
 from __future__ import annotations
 
-from ..options import Options
-from ..request import DECODE, Request
+from ..records.options import Options
+from ..requests.request import DECODE, Request
 from .base import PADDING, Plan, Policy, SchedulerView
 
 __all__ = ["StaticPolicy"]

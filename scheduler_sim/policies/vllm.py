@@ -37,10 +37,10 @@ Beyond vLLM, for experiments: `victim` picks another victim rule and
 """
 from __future__ import annotations
 
-from ..allocator import blocks_for
-from ..errors import InvariantError
-from ..options import Options
-from ..request import Request
+from ..kv.allocator import blocks_for
+from ..records.errors import InvariantError
+from ..records.options import Options
+from ..requests.request import Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
 
 __all__ = ["VllmPolicy", "VICTIM_RULES"]

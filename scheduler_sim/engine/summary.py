@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .clock import Clock
-from .request import Request
-from .states import RequestStatus
+from ..records.clock import Clock
+from ..requests.request import Request
+from ..records.states import RequestStatus
 
 __all__ = ["RunStats", "request_record", "nearest_rank", "REQUEST_FIELDS", "RUN_FIELDS",
            "METRICS", "PERCENTILES", "STATS", "TIME_REQUEST_FIELDS", "TIME_RUN_FIELDS"]

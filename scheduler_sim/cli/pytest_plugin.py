@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from .costmodel import fit_pool
-from .errors import TraceError, UsageError
-from .expectations import CheckResult, check_trace
-from .options import Options
-from .trace import Trace, parse_trace
+from ..gpu.costmodel import fit_pool
+from ..records.errors import TraceError, UsageError
+from ..io.expectations import CheckResult, check_trace
+from ..records.options import Options
+from ..io.trace import Trace, parse_trace
 
 __all__ = ["pytest_collect_file", "TraceFile", "ExpectationItem", "TraceProblem"]
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .clock import Clock
-from .costmodel import fit_pool
-from .engine import Engine, RunResult
-from .options import Options, show
-from .summary import request_record
+from ..records.clock import Clock
+from ..gpu.costmodel import fit_pool
+from ..engine.core import Engine, RunResult
+from ..records.options import Options, show
+from ..engine.summary import request_record
 from .trace import Expectation, Trace
 
 __all__ = ["StateProbe", "FieldOutcome", "CheckResult", "verify", "snapshot_ticks",

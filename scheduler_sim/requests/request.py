@@ -16,8 +16,8 @@ state it starts from.
 """
 from __future__ import annotations
 
-from .errors import InvariantError
-from .states import RequestStatus
+from ..records.errors import InvariantError
+from ..records.states import RequestStatus
 
 __all__ = ["Request", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
            "advance_decodes"]

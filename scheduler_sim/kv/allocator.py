@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import repeat
 
-from .errors import InvariantError
+from ..records.errors import InvariantError
 from .prefix_cache import BlockKeys, PrefixCache
 
 __all__ = ["BlockAllocator", "blocks_for"]

@@ -15,10 +15,10 @@ import io
 import json
 from typing import Any
 
-from .clock import Clock
-from .costmodel import PoolSizing
-from .options import OPTIONS, Options, format_slo
-from .summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
+from ..records.clock import Clock
+from ..gpu.costmodel import PoolSizing
+from ..records.options import OPTIONS, Options, format_slo
+from ..engine.summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
                       TIME_RUN_FIELDS)
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",

@@ -23,15 +23,15 @@ import math
 import sys
 from typing import Any, Iterable
 
-from .errors import TraceError, UsageError
-from .allocator import blocks_for
-from .options import OPTIONS, Options, check_value, show
-from .costmodel import parse_cost_model
-from .policies import POLICIES, is_plugin, policy_class
-from .queues import QUEUE_ORDERS
-from .states import RequestStatus
-from .summary import REQUEST_FIELDS, RUN_FIELDS
-from .workload import Action, RequestSpec, Workload
+from ..records.errors import TraceError, UsageError
+from ..kv.allocator import blocks_for
+from ..records.options import OPTIONS, Options, check_value, show
+from ..gpu.costmodel import parse_cost_model
+from ..policies import POLICIES, is_plugin, policy_class
+from ..requests.queues import QUEUE_ORDERS
+from ..records.states import RequestStatus
+from ..engine.summary import REQUEST_FIELDS, RUN_FIELDS
+from ..records.workload import Action, RequestSpec, Workload
 
 __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
            "SNAPSHOT_FIELDS", "MAX_PROBLEMS"]

@@ -12,12 +12,12 @@ its completion boundary (E4). Between boundaries nothing happens, and the
 clock jumps straight to the next one (E7), so the cost of a run grows with
 its dispatches and events, never with the idle ticks between them.
 
-Time is counted in whole clock steps (`clock.py`): the workload's times are
+Time is counted in whole clock steps (`records/clock.py`): the workload's times are
 converted once, and a dispatch lasts one step without a cost model; with
 one it completes at the first step at or after its exact modelled end, and
 the next dispatch starts from that exact time, so rounding never adds up. With `max_concurrency`,
 a request reaches the server (is "sent") only when a client slot is free
-(`clients.py`); until then the policy does not know it exists.
+(`requests/clients.py`); until then the policy does not know it exists.
 
 The engine is the `SchedulerView` its policy sees: `admit`, `report_blocked` and
 `preempt` are how a policy's decisions become transitions and events.
@@ -31,23 +31,23 @@ from functools import partial
 from itertools import compress
 from typing import Any, Callable
 
-from .allocator import BlockAllocator
-from .clients import ClientSlots
-from .clock import Clock
-from .costmodel import CostModel, fit_pool, parse_cost_model
+from ..kv.allocator import BlockAllocator
+from ..requests.clients import ClientSlots
+from ..records.clock import Clock
+from ..gpu.costmodel import CostModel, fit_pool, parse_cost_model
 from .folding import fold
-from .errors import InvariantError, PolicyError, SimError, UsageError
-from .events import (
+from ..records.errors import InvariantError, PolicyError, SimError, UsageError
+from ..records.events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
     Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout,
 )
-from .options import Options
-from .policies import PADDING, Plan, PluginError, is_builtin, make_policy
-from .prefix_cache import BlockKeys
-from .request import DECODE, PREFILL, Request, emit_outputs, write_decodes
-from .states import RequestStatus
+from ..records.options import Options
+from ..policies import PADDING, Plan, PluginError, is_builtin, make_policy
+from ..kv.prefix_cache import BlockKeys
+from ..requests.request import DECODE, PREFILL, Request, emit_outputs, write_decodes
+from ..records.states import RequestStatus
 from .summary import RunStats
-from .workload import Workload
+from ..records.workload import Workload
 
 __all__ = ["Engine", "RunResult", "run"]
 
@@ -841,8 +841,9 @@ def _same_attributes(before: tuple, after: tuple) -> bool:
 
 def _where(exc: BaseException) -> str:
     """` (file.py:12 in schedule)`: the last frame of a traceback outside this package."""
+    import os
     import traceback
-    package = __file__.rsplit("/", 1)[0].rsplit("\\", 1)[0]
+    package = os.path.dirname(os.path.dirname(__file__)) + os.sep  # scheduler_sim/
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not f.filename.startswith(package)]
     if not frames:

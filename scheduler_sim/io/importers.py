@@ -31,7 +31,7 @@ import math
 from fractions import Fraction
 from typing import Any, Callable
 
-from .allocator import blocks_for
+from ..kv.allocator import blocks_for
 
 __all__ = ["FORMATS", "Conversion", "convert", "MOONCAKE_HASH_BLOCK"]
 

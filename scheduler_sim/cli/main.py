@@ -13,14 +13,14 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from . import __version__
+from .. import __version__
 from .commands import COMMANDS, PROG
-from .costmodel import GPUS, MODELS
-from .errors import InvariantError, PolicyError, TraceError, UsageError
-from .importers import FORMATS
-from .options import OPTIONS
-from .policies import POLICIES
-from .queues import QUEUE_ORDERS
+from ..gpu.costmodel import GPUS, MODELS
+from ..records.errors import InvariantError, PolicyError, TraceError, UsageError
+from ..io.importers import FORMATS
+from ..records.options import OPTIONS
+from ..policies import POLICIES
+from ..requests.queues import QUEUE_ORDERS
 
 __all__ = ["main", "build_parser"]
 

@@ -12,9 +12,9 @@ import sys
 import tempfile
 from typing import Any, Callable, TextIO
 
-from .clock import Clock
-from .errors import UsageError
-from .events import Event
+from ..records.clock import Clock
+from ..records.errors import UsageError
+from ..records.events import Event
 
 __all__ = ["EventFile", "write_whole", "jsonl", "read_text"]
 

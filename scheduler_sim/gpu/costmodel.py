@@ -37,8 +37,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .errors import UsageError
-from .options import OPTIONS
+from ..records.errors import UsageError
+from ..records.options import OPTIONS
 
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape",
            "DEFAULT_MFU", "DEFAULT_BANDWIDTH_EFFICIENCY", "DEFAULT_STEP_OVERHEAD",

@@ -25,8 +25,8 @@ These functions work on the engine's own state; the engine calls them.
 """
 from __future__ import annotations
 
-from .events import AdmissionBlocked, Dispatch, Snapshot
-from .request import DECODE, Request, advance_decodes
+from ..records.events import AdmissionBlocked, Dispatch, Snapshot
+from ..requests.request import DECODE, Request, advance_decodes
 
 __all__ = ["fold"]
 

@@ -25,14 +25,14 @@ import queue
 import threading
 from typing import Any, Iterator
 
-from .records.clock import Clock
-from .gpu.costmodel import PoolSizing, fit_pool
 from .engine.core import Engine
-from .records.errors import UsageError
-from .io.expectations import CheckResult, check_trace
-from .records.options import Options
 from .engine.summary import request_record
+from .gpu.costmodel import PoolSizing, fit_pool
+from .io.expectations import CheckResult, check_trace
 from .io.trace import Trace, check_options, parse_trace, read_trace
+from .records.clock import Clock
+from .records.errors import UsageError
+from .records.options import Options
 
 __all__ = ["load", "parse", "build", "replay", "events", "check", "Replay", "Run",
            "resolve"]

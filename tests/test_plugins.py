@@ -362,3 +362,28 @@ def test_the_lab_solution_folds_to_the_same_replay(trace):
     assert engine.folded > 0
     assert folded.summary == stepped.summary
     assert folded_events == stepped_events
+
+
+def test_assignments_count_only_new_values():
+    """Policy.assignments counts an attribute given a new value (or removed), not one
+    given the value it had; a value that cannot be compared counts as new."""
+    from scheduler_sim.policies.base import Policy
+
+    class Uncomparable:
+        def __eq__(self, other):
+            raise ValueError("ambiguous")
+
+    policy = Policy(Options.resolve({}), view=None)
+    start = policy.assignments
+    policy.x = 1
+    assert policy.assignments == start + 1  # a new attribute
+    policy.x = 1
+    policy.x = 1.0  # equal value
+    assert policy.assignments == start + 1
+    policy.x = 2
+    assert policy.assignments == start + 2
+    policy.y = Uncomparable()
+    policy.y = Uncomparable()
+    assert policy.assignments == start + 4
+    del policy.x
+    assert policy.assignments == start + 5

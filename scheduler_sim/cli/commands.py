@@ -10,19 +10,19 @@ import argparse
 import math
 from typing import Any, Callable, TextIO
 
-from ..records.clock import Clock
-from ..gpu.costmodel import GPUS, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..engine.core import Engine
-from ..records.errors import TraceError, UsageError
+from ..engine.summary import request_record
+from ..gpu.costmodel import GPUS, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
 from ..io.generator import WorkloadSpec, generate, parse_length
 from ..io.importers import convert
 from ..io.junit import junit_xml
-from ..records.options import OPTIONS, Options
 from ..io.outputs import EventFile, jsonl, read_text, write_whole
 from ..io.report import format_csv, format_json, format_requests, format_table
-from ..engine.summary import request_record
 from ..io.trace import MAX_PROBLEMS, Trace, check_options, read_trace
+from ..records.clock import Clock
+from ..records.errors import TraceError, UsageError
+from ..records.options import OPTIONS, Options
 
 __all__ = ["COMMANDS", "resolve_options"]
 

@@ -14,13 +14,13 @@ import sys
 from typing import Any, TextIO
 
 from .. import __version__
-from .commands import COMMANDS, PROG
 from ..gpu.costmodel import GPUS, MODELS
-from ..records.errors import InvariantError, PolicyError, TraceError, UsageError
 from ..io.importers import FORMATS
-from ..records.options import OPTIONS
 from ..policies import POLICIES
+from ..records.errors import InvariantError, PolicyError, TraceError, UsageError
+from ..records.options import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
+from .commands import COMMANDS, PROG
 
 __all__ = ["main", "build_parser"]
 

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from ..gpu.costmodel import fit_pool
-from ..records.errors import TraceError, UsageError
 from ..io.expectations import CheckResult, check_trace
-from ..records.options import Options
 from ..io.trace import Trace, parse_trace
+from ..records.errors import TraceError, UsageError
+from ..records.options import Options
 
 __all__ = ["pytest_collect_file", "TraceFile", "ExpectationItem", "TraceProblem"]
 

@@ -31,23 +31,24 @@ from functools import partial
 from itertools import compress
 from typing import Any, Callable
 
-from ..kv.allocator import BlockAllocator
-from ..requests.clients import ClientSlots
-from ..records.clock import Clock
 from ..gpu.costmodel import CostModel, fit_pool, parse_cost_model
-from .folding import fold
+from ..kv.allocator import BlockAllocator
+from ..kv.prefix_cache import BlockKeys
+from ..policies import PADDING, Plan, PluginError, is_builtin, make_policy
+from ..records.clock import Clock
 from ..records.errors import InvariantError, PolicyError, SimError, UsageError
 from ..records.events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
     Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout,
 )
 from ..records.options import Options
-from ..policies import PADDING, Plan, PluginError, is_builtin, make_policy
-from ..kv.prefix_cache import BlockKeys
-from ..requests.request import DECODE, PREFILL, Request, emit_outputs, write_decodes
 from ..records.states import RequestStatus
-from .summary import RunStats
 from ..records.workload import Workload
+from ..requests.clients import ClientSlots
+from ..requests.request import (DECODE, PREFILL, Request, emit_decodes, emit_outputs,
+                                write_decodes)
+from .folding import fold
+from .summary import RunStats
 
 __all__ = ["Engine", "RunResult", "run"]
 
@@ -74,16 +75,18 @@ class _InFlight:
     """The dispatch being executed: its rows, its start and its completion tick, and
     its exact (fractional) completion in clock steps."""
 
-    __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs")
+    __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs", "decoders")
 
     def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
-                 exact: float, all_decode: bool, outputs: int) -> None:
+                 exact: float, all_decode: bool, outputs: int,
+                 decoders: list[Request] | None = None) -> None:
         self.rows = rows  # (request, emits)
         self.outputs = outputs  # rows that emit
         self.start = start
         self.done = done
         self.exact = exact
         self.all_decode = all_decode  # every row a decode: a candidate for folding
+        self.decoders = decoders  # the rows' requests when every row is a plain decode
 
 
 class Engine:
@@ -166,7 +169,10 @@ class Engine:
         # policy sees besides decoding progress, and the last plan's request ids
         # and blocked head.
         self._changes = 0
-        self._seen: tuple[_InFlight, tuple | None] | None = None
+        # The requests of the last dispatch planned (None unless all decodes), the
+        # head it reported blocked, and the change count after its call (see
+        # `_repeats`).
+        self._seen: tuple[list[Request] | None, tuple | None, int] | None = None
         self._admit_seq = 0
         # Rows replayed since a dispatch last wrote a useful row, and the most
         # that may be replayed before the schedule is known to go in circles.
@@ -552,7 +558,8 @@ class Engine:
             self._emit(Dispatch(now, tuple(records), total, done))
         return _InFlight(rows, now, done, exact,
                          decode == total and not padding and total > 0,
-                         emitting + len(decoders))
+                         emitting + len(decoders),
+                         decoders if len(decoders) == len(rows) else None)
 
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,
@@ -574,7 +581,10 @@ class Engine:
         # Gaps since each request's previous output (ITL), counted by the time of
         # that output: most rows had theirs when this dispatch started.
         since: dict[int, int] = {}  # previous output time -> outputs since then
-        for req in emit_outputs(flight.rows, now, since):  # their last output
+        decoders = flight.decoders
+        ended = (emit_decodes(decoders, now, flight.start, since) if decoders is not None
+                 else emit_outputs(flight.rows, now, flight.start, since))
+        for req in ended:  # their last output
             req.finish(now)
             self.policy.remove(req)
             if not self.policy.keeps_blocks_after_finish:
@@ -644,7 +654,9 @@ class Engine:
         stalled = False
         while True:
             self.now = t
-            self._complete_due()           # E1
+            flight = self.flight
+            if flight is not None and flight.done == t:
+                self._complete_due()       # E1
             self._take_outside_events()    # E2, E3 before the policy
             if self._livelocked and self.flight is None and self._live:
                 self._stall("the policy keeps recomputing the same rows: "
@@ -679,7 +691,7 @@ class Engine:
         preemptions; then the drains that expire now."""
         t = self.now
         w = self.workload
-        specs, cancels, preempts = w.requests, w.cancels, w.preempts
+        specs = w.requests
         cursor = self._cursor
         ia, ic, ip = cursor
         while ia < len(specs) and specs[ia].arrival == t:
@@ -689,6 +701,7 @@ class Engine:
         if clients is not None:
             self._send_ready()
         if self.flight is None:
+            cancels, preempts = w.cancels, w.preempts
             while ic < len(cancels) and cancels[ic].at <= t:
                 self._cancel(cancels[ic].id)
                 ic += 1
@@ -727,7 +740,7 @@ class Engine:
             policy = self.policy
             fast = self._fast_forward_on
             if fast:
-                changes, attributes = self._changes, _attributes(policy)
+                changes, assignments = self._changes, policy.assignments
             plan = policy.schedule(t)
             if self._plugin:
                 self._check_plan(plan)
@@ -740,7 +753,7 @@ class Engine:
                 # Blocks the policy itself gave this step's rows (before the dispatch).
                 grown = sum(allocator.step_growth.values()) if self._step_block else 0
                 flight = self.flight = self._start(plan)
-                if fast and self._repeats(flight, changes, attributes):
+                if fast and self._repeats(flight, changes, assignments):
                     fold(self, flight, self.next_event(*self._cursor, t), grown)
                 if on_state is not None:
                     on_state(t, self._state(), True)
@@ -751,11 +764,12 @@ class Engine:
         allocator.check() if not self._audit else allocator.audit()
         return moved
 
-    def _repeats(self, flight: _InFlight, changes: int, attributes: tuple) -> bool:
+    def _repeats(self, flight: _InFlight, changes: int, assignments: int) -> bool:
         """Whether the policy's call that planned `flight` will repeat itself: the
         dispatch is all decodes; the call changed nothing (no admission,
         preemption, release or policy event: `changes` is the count before it)
-        and left the policy's own attributes as they were (`attributes`); it
+        and gave none of the policy's attributes a new value (`assignments` is
+        `Policy.assignments` before it); it
         reported the same blocked head (id, reason, blocks needed) as the
         previous call; and its rows are those of the previous dispatch that are
         still running, in the same order (a policy reordering a list in place
@@ -768,25 +782,34 @@ class Engine:
         """
         block = self._step_block
         block = block[:3] if block is not None else None
-        last, self._seen = self._seen, (flight, block)
-        if (not flight.all_decode or self._changes != changes or last is None
+        mine = None
+        if flight.all_decode:
+            mine = flight.decoders
+            if mine is None:
+                mine = list(map(_first, flight.rows))
+        # Only the requests are kept: the rows go with their dispatch.
+        last, self._seen = self._seen, (mine, block, self._changes)
+        if (mine is None or self._changes != changes or last is None
                 or last[1] != block
-                or not _same_attributes(attributes, _attributes(self.policy))):
+                or self.policy.assignments != assignments):
             return False
-        previous = last[0]
-        if not previous.all_decode:
-            return len(flight.rows) == self.policy.running_count
+        before = last[0]
+        if before is None:  # the previous dispatch had other rows than decodes
+            return len(mine) == self.policy.running_count
+        if last[2] == changes:
+            return mine == before  # nothing ended since: the same requests
         # (The loops run in C: this is on the path of every steady stretch.)
-        before = list(map(_first, previous.rows))
-        still = compress(before, map(_is_running, map(_status, before)))
-        return list(still) == list(map(_first, flight.rows))
+        return list(compress(before, map(_is_running, map(_status, before)))) == mine
 
     def _next_boundary(self, moved: bool) -> float:
         """E7: the earliest time at which anything can change (infinity: nothing can)."""
         t = self.now
-        if self.flight is not None:
-            return min(self.flight.done, self.next_event(*self._cursor, t, in_flight=True))
-        nxt = self.next_event(*self._cursor, t)
+        ia, ic, ip = self._cursor
+        flight = self.flight
+        if flight is not None:
+            nxt = self.next_event(ia, ic, ip, t, True)
+            return flight.done if flight.done < nxt else nxt
+        nxt = self.next_event(ia, ic, ip, t)
         if self._live and moved:
             # E6b: the policy changed something (admitted, preempted) but ran
             # nothing: an empty iteration, and the next decision one step later,
@@ -818,25 +841,6 @@ class Engine:
                 self._end(req)
             if self._emit is not None:
                 self._emit(Stalled(now, req.rid, reason))
-
-
-def _attributes(policy) -> tuple:
-    """A policy's own attributes as (name, value) pairs (see `_same_attributes`)."""
-    state = getattr(policy, "__dict__", None)
-    return tuple(state.items()) if state is not None else ()
-
-
-def _same_attributes(before: tuple, after: tuple) -> bool:
-    """Whether two snapshots of a policy's attributes, as (name, value) pairs, are
-    equal. A list or queue the policy keeps is the same object in both (its
-    contents are requests, which the plan comparison covers); a value that
-    cannot be compared (an array, say) counts as changed unless it is the same
-    object."""
-    try:
-        return before == after
-    except Exception:
-        return len(before) == len(after) and all(
-            a[0] == b[0] and a[1] is b[1] for a, b in zip(before, after))
 
 
 def _where(exc: BaseException) -> str:

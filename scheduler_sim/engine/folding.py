@@ -45,7 +45,9 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     blocks are free now. `policy_growth` is the blocks the policy itself gave
     this step's rows while it planned (see `_block_order`).
     """
-    reqs = [req for req, _ in flight.rows]
+    reqs = flight.decoders
+    if reqs is None:
+        reqs = [req for req, _ in flight.rows]
     if any(r.resident < r.high_water for r in reqs):
         return  # replayed rows are not steady decodes
     emit = engine.listener
@@ -98,7 +100,6 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     clock = engine.clock
     stats = engine.stats
     done = flight.done
-    contexts = sum(r.resident for r in reqs)  # before the next dispatch's rows
     folded = 0
     busy = 0.0
     starts = [] if emit is not None else None
@@ -109,14 +110,17 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     exact = flight.exact  # each folded dispatch starts from its predecessor's exact end
     steps_of = clock.steps
     end_step = clock.end_step
+    # Contexts before the next dispatch's rows; each folded dispatch adds n.
+    series = (cost.decode_series(n, sum(r.resident for r in reqs)) if cost is not None
+              else None)
     while folded < silent and done < until:
         if starts is not None:
             starts.append(done)
         # Dispatch number folded + 2 starts at `done`.
-        if cost is None:
+        if series is None:
             length = 1
         else:
-            seconds = cost.decode_seconds(n, contexts)
+            seconds = next(series)
             busy += seconds
             exact += steps_of(seconds)
             end = end_step(exact, done)
@@ -129,7 +133,6 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
             step, run_length = length, 0
         run_length += 1
         folded += 1
-        contexts += n
         done += step
     if starts is not None:
         _emit_folded(engine, reqs, starts, done, taken_first)
@@ -151,10 +154,10 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
             steady += 1
         else:
             gaps[first - last] = gaps.get(first - last, 0) + 1
-        rows = req.resident + folded
-        allocator.grow(req.rid, rows)
+    allocator.grow_each(reqs, folded)
+    for req in reqs:
         if req.block_keys is not None:
-            allocator.register_full_blocks(req.rid, req.block_keys, rows)
+            allocator.register_full_blocks(req.rid, req.block_keys, req.resident + folded)
     advance_decodes(reqs, folded, last_output)
     if steady:
         gaps[first - start] = gaps.get(first - start, 0) + steady

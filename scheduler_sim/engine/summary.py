@@ -27,8 +27,8 @@ import math
 from typing import Any
 
 from ..records.clock import Clock
-from ..requests.request import Request
 from ..records.states import RequestStatus
+from ..requests.request import Request
 
 __all__ = ["RunStats", "request_record", "nearest_rank", "REQUEST_FIELDS", "RUN_FIELDS",
            "METRICS", "PERCENTILES", "STATS", "TIME_REQUEST_FIELDS", "TIME_RUN_FIELDS"]

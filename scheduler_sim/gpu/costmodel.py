@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 
 from ..records.errors import UsageError
 from ..records.options import OPTIONS
@@ -222,6 +223,28 @@ class CostModel:
         if self.tp == 1:
             return (compute if compute > memory else memory) + self.step_overhead
         return self._total(compute, memory, rows)
+
+    def decode_series(self, rows: int, contexts: int) -> Iterator[float]:
+        """`decode_seconds(rows, contexts + k * rows)` for k = 0, 1, 2, ...: the
+        dispatches of a steady stretch, in which each of `rows` decodes adds one
+        row to its context per dispatch (folding draws one value per dispatch;
+        the same arithmetic, without a call each)."""
+        if not rows or self.tp != 1:
+            while True:
+                yield self.decode_seconds(rows, contexts)
+                contexts += rows
+        dense = self._two_n * rows
+        att = self._att
+        flops = self.flops_per_second
+        weights = self.weight_bytes
+        kv = self.kv_bytes
+        bandwidth = self.bytes_per_second
+        overhead = self.step_overhead
+        while True:
+            compute = (0.0 + (dense + att * (2 * contexts + rows))) / flops
+            memory = (weights + kv * (contexts + rows)) / bandwidth
+            yield (compute if compute > memory else memory) + overhead
+            contexts += rows
 
 
 def swap_vs_recompute(model: ModelSpec, gpu: GpuSpec, seq: int,

@@ -20,11 +20,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..records.clock import Clock
-from ..gpu.costmodel import fit_pool
 from ..engine.core import Engine, RunResult
-from ..records.options import Options, show
 from ..engine.summary import request_record
+from ..gpu.costmodel import fit_pool
+from ..records.clock import Clock
+from ..records.options import Options, show
 from .trace import Expectation, Trace
 
 __all__ = ["StateProbe", "FieldOutcome", "CheckResult", "verify", "snapshot_ticks",

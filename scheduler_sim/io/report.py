@@ -15,11 +15,11 @@ import io
 import json
 from typing import Any
 
-from ..records.clock import Clock
-from ..gpu.costmodel import PoolSizing
-from ..records.options import OPTIONS, Options, format_slo
 from ..engine.summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
                       TIME_RUN_FIELDS)
+from ..gpu.costmodel import PoolSizing
+from ..records.clock import Clock
+from ..records.options import OPTIONS, Options, format_slo
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
            "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text"]

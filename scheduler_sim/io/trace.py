@@ -23,15 +23,15 @@ import math
 import sys
 from typing import Any, Iterable
 
-from ..records.errors import TraceError, UsageError
-from ..kv.allocator import blocks_for
-from ..records.options import OPTIONS, Options, check_value, show
-from ..gpu.costmodel import parse_cost_model
-from ..policies import POLICIES, is_plugin, policy_class
-from ..requests.queues import QUEUE_ORDERS
-from ..records.states import RequestStatus
 from ..engine.summary import REQUEST_FIELDS, RUN_FIELDS
+from ..gpu.costmodel import parse_cost_model
+from ..kv.allocator import blocks_for
+from ..policies import POLICIES, is_plugin, policy_class
+from ..records.errors import TraceError, UsageError
+from ..records.options import OPTIONS, Options, check_value, show
+from ..records.states import RequestStatus
 from ..records.workload import Action, RequestSpec, Workload
+from ..requests.queues import QUEUE_ORDERS
 
 __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
            "SNAPSHOT_FIELDS", "MAX_PROBLEMS"]
@@ -165,12 +165,19 @@ class _Constant:
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
     return out
+
+
+# One decoder for every line: NaN and Infinity are refused (`_Constant`), and so
+# are duplicate keys (`_pairs`).
+_DECODER = json.JSONDecoder(parse_constant=_Constant, object_pairs_hook=_pairs)
 
 
 def _decode_line(raw: bytes) -> tuple[Any, str | None]:
@@ -180,7 +187,9 @@ def _decode_line(raw: bytes) -> tuple[Any, str | None]:
     except UnicodeDecodeError as exc:
         return None, f"invalid UTF-8 at byte {exc.start + 1}, got {raw[exc.start:exc.start + 1]!r}"
     try:
-        return json.loads(text, parse_constant=_Constant, object_pairs_hook=_pairs), None
+        if text.startswith("\ufeff"):  # as json.loads
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return _DECODER.decode(text), None
     except RecursionError:
         return None, "JSON nested too deeply"
     except json.JSONDecodeError as exc:

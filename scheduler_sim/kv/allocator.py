@@ -41,11 +41,6 @@ from .prefix_cache import BlockKeys, PrefixCache
 __all__ = ["BlockAllocator", "blocks_for"]
 
 
-def _set_all(values: list[int], indexes: list[int], value: int) -> None:
-    """values[i] = value for each i in indexes (the loop runs in C)."""
-    deque(map(values.__setitem__, indexes, repeat(value)), maxlen=0)
-
-
 def blocks_for(rows: int, block_size: int) -> int:
     """Blocks needed to hold `rows` token rows: ceil(rows / block_size)."""
     return -(-rows // block_size)
@@ -162,6 +157,19 @@ class BlockAllocator:
         need = -(-rows // self.block_size)
         return need - have if need > have else 0
 
+    def grow_each(self, reqs: list, rows_added: int) -> None:
+        """`grow(req.rid, req.resident + rows_added)` for each request (objects with
+        `rid` and `resident`), calling it only for those that open a block: the
+        blocks of folded decode dispatches."""
+        size = self.block_size
+        tables = self._tables
+        grow = self.grow
+        for req in reqs:
+            rows = req.resident + rows_added
+            table = tables.get(req.rid)
+            if table is None or -(-rows // size) > len(table):
+                grow(req.rid, rows)
+
     def grow(self, rid: str, rows: int) -> int:
         """Allocate blocks so that `rid`'s table covers `rows` rows; return how many.
 
@@ -193,13 +201,20 @@ class BlockAllocator:
         if not self._shared:
             # The same blocks as one at a time: plain ones from the top of the
             # stack, then never-used ids, lowest first.
-            reuse = need if need <= len(plain) else len(plain)
-            if reuse:
-                taken = plain[-reuse:]
-                del plain[-reuse:]
-                taken.reverse()
-                _set_all(refs, taken, 1)
-                table.extend(taken)
+            if need == 1 and plain:  # a decode opening a block: the common case
+                block = plain.pop()
+                refs[block] = 1
+                table.append(block)
+                reuse = 1
+            else:
+                reuse = need if need <= len(plain) else len(plain)
+                if reuse:
+                    taken = plain[-reuse:]
+                    del plain[-reuse:]
+                    taken.reverse()
+                    for block in taken:
+                        refs[block] = 1
+                    table.extend(taken)
             fresh = need - reuse
             if fresh:
                 start = self._fresh
@@ -312,7 +327,8 @@ class BlockAllocator:
         refs = self._refs
         if not self._shared:
             # Every block is this request's alone: all of them drain, tail first.
-            _set_all(refs, table, 0)
+            for block in table:
+                refs[block] = 0
             table.reverse()
             self._drain_blocks(table, now, delay)
             return len(table)

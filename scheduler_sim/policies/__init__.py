@@ -7,9 +7,9 @@ and one line in `POLICIES` below. A policy outside the package is named
 from __future__ import annotations
 
 from .base import PADDING, Plan, Policy, QueueAndListPolicy, SchedulerView
-from .plugins import PluginError, is_plugin, load_plugin  # noqa: F401 (re-exported)
 from .continuous import ContinuousPolicy
 from .dynamic import DynamicPolicy
+from .plugins import PluginError, is_plugin, load_plugin  # noqa: F401 (re-exported)
 from .serial import SerialPolicy
 from .sglang import SglangPolicy
 from .static import StaticPolicy

@@ -18,10 +18,10 @@ first candidate admitted after it, wrapping to the oldest.
 """
 from __future__ import annotations
 
+from ..records.options import Options
 from ..requests.request import DECODE, Request
 from ..requests.rotation import RotatingSet
 from .base import Plan, Policy, SchedulerView
-from ..records.options import Options
 
 __all__ = ["ContinuousPolicy"]
 

@@ -34,9 +34,9 @@ RETRACT_DECODE_STEPS 20, DECAY_STEPS 600.
 """
 from __future__ import annotations
 
-from ..records.events import Ratio
 from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
+from ..records.events import Ratio
 from ..records.options import Options
 from ..requests.request import Request
 from .base import Plan, QueueAndListPolicy, SchedulerView

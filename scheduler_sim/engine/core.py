@@ -460,8 +460,10 @@ class Engine:
         allocator = self.allocator
         grow = allocator.grow
         size = allocator.block_size
-        rows: list[tuple[Request, bool]] = []
-        add_row = rows.append
+        # (request, emits) in plan order, built only once a row is not a plain
+        # decode: a dispatch of decodes is its list of requests (`decoders`).
+        rows: list[tuple[Request, bool]] | None = None
+        add_row = None
         total = prompt = decode = recompute = 0
         records = [] if self._emit is not None else None
         add_record = records.append if records is not None else None
@@ -494,9 +496,13 @@ class Engine:
                     grow(req.rid, r + 1)
                 if req.block_keys is not None and not (r + 1) % size:
                     allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
-                add_row((req, True))
+                if add_row is not None:
+                    add_row((req, True))
                 add_decoder(req)
                 continue
+            if rows is None:
+                rows = [(r, True) for r in decoders]
+                add_row = rows.append
             remaining = req.phase_remaining
             if not 1 <= tokens <= remaining:
                 raise InvariantError(f"request {req.rid!r}: 1 <= tokens({tokens}) <= "
@@ -528,7 +534,9 @@ class Engine:
         if total > options.token_budget:
             raise InvariantError(f"dispatch tokens({total}) <= token_budget"
                                  f"({options.token_budget}) is false", now)
-        if (self._audit or self._plugin) and len({id(r) for r, _ in rows}) != len(rows):
+        n_rows = len(decoders) if rows is None else len(rows)
+        if (self._audit or self._plugin) and len(
+                set(map(id, decoders)) if rows is None else {id(r) for r, _ in rows}) != n_rows:
             raise InvariantError("each request appears at most once in a dispatch is false",
                                  now)
         if useful or not total:
@@ -538,7 +546,7 @@ class Engine:
             self._watch_replay(total)
         stats = self.stats
         stats.iterations += 1
-        stats.rows += len(rows) + padding
+        stats.rows += n_rows + padding
         stats.tokens += total
         stats.prompt_tokens += prompt
         stats.decode_tokens += decode
@@ -559,7 +567,7 @@ class Engine:
         return _InFlight(rows, now, done, exact,
                          decode == total and not padding and total > 0,
                          emitting + len(decoders),
-                         decoders if len(decoders) == len(rows) else None)
+                         decoders if rows is None else None)
 
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,

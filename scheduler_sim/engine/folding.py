@@ -45,23 +45,26 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     blocks are free now. `policy_growth` is the blocks the policy itself gave
     this step's rows while it planned (see `_block_order`).
     """
-    reqs = flight.decoders
-    if reqs is None:
-        reqs = [req for req, _ in flight.rows]
-    if any(r.resident < r.high_water for r in reqs):
-        return  # replayed rows are not steady decodes
-    emit = engine.listener
-    allocator = engine.allocator
-    if emit is not None and (allocator.cache is not None
-                             or any(r.output_token_ids is not None for r in reqs)):
-        return  # records whose content changes each step: not folded
+    if flight.done >= until:
+        return
     block = engine.step_block
     if not engine.policy.may_fold(block[1] if block is not None else None):
         return
+    emit = engine.listener
+    allocator = engine.allocator
+    if emit is not None and allocator.cache is not None:
+        return  # records whose content changes each step: not folded
+    reqs = flight.decoders
+    if reqs is None:
+        reqs = [req for req, _ in flight.rows]
+    if emit is not None and any(r.output_token_ids is not None for r in reqs):
+        return  # the same
+    if any(r.resident < r.high_water for r in reqs):
+        return  # replayed rows are not steady decodes
     n = len(reqs)
     # Completions that emit without finishing anybody: min(N - outputs) - 1.
     silent = min(r.output_tokens - r.outputs for r in reqs) - 1
-    if silent <= 0 or flight.done >= until:
+    if silent <= 0:
         return
     # The most blocks the folded dispatches may take: those free now (a policy
     # would preempt or stop once its rows cannot all grow) ...

@@ -18,11 +18,12 @@ def ratio_values(s, reason: str = "decay") -> list[tuple[int, float]]:
 
 
 def test_ratio_decays_from_0_7_to_0_5997_after_100_decode_steps():
-    """One request (P=4, N=101, B=4, 27 blocks): a prefill at 0, then 100 decode steps
+    """One request (P=4, N=101, B=4, 28 blocks: 4 + 101 + one block of 4 = 109 < 112
+    tokens, so it can be admitted): a prefill at 0, then 100 decode steps
     at ticks 1..100, each lowering the ratio by (0.7 - 0.098)/600 = 0.00100333: 0.698997
     after the first, 0.649833 after 50, 0.599667 (0.5997) after 100, each `ratio` event
     {reason decay} rounded to 6 decimals; the prefill step emits none."""
-    s = simulate([req("a", 0, 4, 101)], policy="sglang", block_size=4, num_blocks=27)
+    s = simulate([req("a", 0, 4, 101)], policy="sglang", block_size=4, num_blocks=28)
     values = ratio_values(s)
     assert len(values) == 100
     assert [t for t, _ in values] == list(range(1, 101))
@@ -54,18 +55,20 @@ def test_schedule_conservativeness_scales_the_start_and_the_floor():
 
 
 def admission_run(conservativeness: float):
-    """a (P=4, N=M=20) at 0, b (P=4, N=M=4) at 1; B=4, 7 blocks."""
+    """a (P=4, N=M=20) at 0, b (P=4, N=M=4) at 1; B=4, 8 blocks (a asks 4 + 20 + 4 = 28
+    < 32 tokens)."""
     return simulate([req("a", 0, 4, 20), req("b", 1, 4, 4)], policy="sglang", block_size=4,
-                    num_blocks=7, schedule_conservativeness=conservativeness)
+                    num_blocks=8, schedule_conservativeness=conservativeness)
 
 
 def test_the_ratio_decides_whether_a_request_is_admitted_against_a_running_one():
     """At tick 1, a holds 1 block (its 4 prompt rows) and has 1 output; no decode step has
-    run, so the ratio is still init. Free tokens 6 x 4 = 24; a is expected to need ratio x
-    min(20 - 1, 4096) more; b asks 4 + min(4, 4096) = 8. Conservativeness 1.0: 24 - 0.7 x 19
-    = 10.7 >= 8, b is admitted at 1 and prefilled there (prefill before decode).
-    Conservativeness 1.3: 24 - 0.91 x 19 = 6.71 < 8: `admission_blocked` {b, no_token,
-    needed ceil(8/4)=2, free 6}, and tick 1 decodes a instead."""
+    run, so the ratio is still init. Free tokens 7 x 4 = 28; a is expected to need ratio x
+    min(20 - 1, 4096) more; b asks 4 + min(4, 4096) + one block of 4 = 12.
+    Conservativeness 1.0: 28 - 0.7 x 19 = 14.7 > 12, b is admitted at 1 and prefilled
+    there (prefill before decode). Conservativeness 1.3: 28 - 0.91 x 19 = 10.71 < 12:
+    `admission_blocked` {b, no_token, needed ceil(12/4)=3, free 7}, and tick 1 decodes a
+    instead."""
     s = admission_run(1.0)
     assert [(e["tick"], e["id"]) for e in s.of("admitted")] == [(0, "a"), (1, "b")]
     assert s.dispatches()[1] == (1, [("b", "prefill", 4, True)])
@@ -73,7 +76,7 @@ def test_the_ratio_decides_whether_a_request_is_admitted_against_a_running_one()
     s = admission_run(1.3)
     blocked = s.at(1, "admission_blocked")
     assert blocked == [{"tick": 1, "event": "admission_blocked", "id": "b", "reason": "no_token",
-                        "needed": 2, "free": 6, "reserved": 0, "draining": 0}]
+                        "needed": 3, "free": 7, "reserved": 0, "draining": 0}]
     assert s.at(1, "admitted") == []
     assert s.dispatches()[1] == (1, [("a", "decode", 1, True)])
     assert s.req["b"].admitted_at > 1
@@ -99,11 +102,12 @@ def test_max_rows_and_token_budget_stop_admission_with_their_own_reasons():
 
 
 def test_rejected_at_arrival_when_prompt_plus_clipped_max_tokens_exceeds_the_pool():
-    """4 blocks of 4 = 16 tokens, and SGLang admits only what fits strictly: a (P=4, N=1,
-    M=12) asks 4 + 12 = 16, not less than 16, so it could never pass admission alone and
-    is rejected at arrival (needed 16 // 4 + 1 = 5), though its 4 rows would fit; b (P=4,
-    N=1, M=11) asks 15 < 16 and completes at 1."""
-    s = simulate([req("a", 0, 4, 1, max_tokens=12), req("b", 0, 4, 1, max_tokens=11)],
+    """4 blocks of 4 = 16 tokens, and SGLang admits only what fits strictly, with one block
+    of alignment overhead: a (P=4, N=1, M=8) asks 4 + 8 + 4 = 16, not less than 16, so it
+    could never pass admission alone and is rejected at arrival (needed (4 + 8) // 4 + 2
+    = 5), though its 4 rows would fit; b (P=4, N=1, M=7) asks 15 < 16 and completes at
+    1."""
+    s = simulate([req("a", 0, 4, 1, max_tokens=8), req("b", 0, 4, 1, max_tokens=7)],
                  policy="sglang", block_size=4, num_blocks=4)
     rejected = s.of("rejected")
     assert [(e["id"], e["needed"], e["capacity"]) for e in rejected] == [("a", 5, 4)]
@@ -165,9 +169,10 @@ def order_run():
     outputs, though the longest prompt), b (P=2), c (P=3), d (P=3, admitted after c).
     The victim is d; its 2 blocks make need 2 <= free 2, so a, b, c decode at 11. The
     ratio becomes min(1, (8 + 6 + 6 + 20 x 3) / (14 + 9 + 7 + 1)) = min(1, 80/31) = 1.
-    c ends at 12, b at 14; at 12 and 13 d asks (3 + 6) + (7 - 6) = 10 tokens (needed 3
-    blocks) against 3 x 4 - (5 + 2) = 5 and 2 x 4 - ... < 10: no_token. At 14 (5 free
-    blocks, only a running with 3 left) d is admitted and recomputes 3 + 6 = 9 rows in
+    c ends at 12, b at 14; at 12 d asks (3 + 6) + (7 - 6) + one block of 4 = 14 tokens
+    (needed 4 blocks) against 3 x 4 - (5 + 2) = 5: no_token, and SGLang's latch keeps
+    admission shut at 13 (`batch_full`) until a running request leaves. At 14 (b ends; 5
+    free blocks, only a running with 3 left) d is admitted and recomputes 3 + 6 = 9 rows in
     one pass, emitting output 7: it finishes at 15; a finishes at 18."""
     recs = [req("a", 0, 5, 14), req("b", 3, 2, 9), req("c", 4, 3, 7), req("d", 5, 3, 7)]
     return simulate(recs, policy="sglang", block_size=4, num_blocks=9,
@@ -190,8 +195,9 @@ def test_retraction_victim_fewest_outputs_then_longest_prompt_then_latest_admitt
         (11, [("a", "decode", 1, True), ("b", "decode", 1, True), ("c", "decode", 1, True)]),
     ]
     assert s.at(11, "snapshot")[0]["free"] == 2
-    assert [(e["tick"], e["id"], e["needed"]) for e in s.of("admission_blocked")] == [
-        (12, "d", 3), (13, "d", 3)]
+    assert [(e["tick"], e["id"], e["reason"], e["needed"])
+            for e in s.of("admission_blocked")] == [
+        (12, "d", "no_token", 4), (13, "d", "batch_full", 0)]
     assert [(e["tick"], e["id"], e["resumed"]) for e in s.of("admitted")][-1] == (14, "d", True)
     assert s.dispatches()[14] == (14, [("d", "recompute", 9, True)])
     got = {rid: (r.finished_at, r.preemptions, r.useful_rows, r.replay_rows)
@@ -201,23 +207,25 @@ def test_retraction_victim_fewest_outputs_then_longest_prompt_then_latest_admitt
 
 
 def ratio_run():
-    """The ratio scenario: B=4, 16 blocks, conservativeness 0.01 (init 0.007, min
-    0.00098, decay 0.00602/600 = 0.0000100333 per decode step), release_delay 0.
-      a P=1 N=30 M=60 at 0 (1 + 60 = 61 <= 64 tokens);  v P=52 N=6 at 4;  w P=1 N=1 at 6.
-    t0 prefills a, t1-t3 decode it (4 rows, 1 block; 4 outputs). t4: v asks 52 + 6 = 58
-    <= 15 x 4 - 0.007 x 56: admitted, its prefill takes 13 blocks (2 free). t5 decodes a
-    and v, both at a full block: the last 2 blocks. t6: w (1 + 1 = 2 tokens) finds 0 free:
-    no_token, at 6, 7, 8, 9. t9: outputs a 8, v 5; rows a 8, v 56: need 2 > free 0; v
-    (fewer outputs) is retracted, freeing 14 blocks, and queues behind w. The ratio
-    becomes min(1, (8 + 20) / (60 + 1)) = 28/61 = 0.459016; a decodes at 9.
-    t10: w asks 2 <= 13 x 4 - 0.459016 x 51 = 28.59: admitted and prefilled (a
-    prefill step: no decay); v then asks (52 + 5) + 1 = 58 > 26.59: no_token, needed 15.
+    """The ratio scenario: B=4, 17 blocks, conservativeness 0.01 (init 0.007, min
+    0.00098, decay 0.00602/600 = 0.0000100333 per decode step), release_delay 0. Every
+    admission also claims one block (4 tokens) of alignment overhead.
+      a P=1 N=30 M=60 at 0 (1 + 60 + 4 = 65 < 68 tokens);  v P=52 N=6 at 4;  w P=1 N=1 at 6.
+    t0 prefills a, t1-t3 decode it (4 rows, 1 block; 4 outputs). t4: v asks 52 + 6 + 4 =
+    62 < 16 x 4 - 0.007 x 56: admitted, its prefill takes 13 blocks (3 free). t5 decodes a
+    and v, both at a full block: 1 free left. t6: w asks 1 + 1 + 4 = 6 tokens, more than
+    4 - 0.007 x 81: no_token; SGLang's latch then keeps admission shut (`batch_full`) at
+    7, 8 and 9. t9: outputs a 8, v 5; rows a 8, v 56: need 2 > free 1; v (fewer outputs)
+    is retracted, freeing 14 blocks, and queues behind w. The ratio becomes min(1, (8 +
+    20) / (60 + 1)) = 28/61 = 0.459016; a decodes at 9.
+    t10: w asks 6 < 14 x 4 - 0.459016 x 51 = 32.59: admitted and prefilled (a prefill
+    step: no decay); v then asks (52 + 5) + 1 + 4 = 62 > 26.59: no_token, needed 16.
     Had v gone to the front, it would have blocked w. w ends at 11. From 11 a decodes
     alone, the ratio decaying 0.459006, 0.458996, ...; a's remaining need keeps v out
     until a ends at 32 (30 outputs, finished_stopped); v then recomputes 52 + 5 = 57 rows
     in one pass, emitting output 6, and finishes at 33."""
     recs = [req("a", 0, 1, 30, max_tokens=60), req("v", 4, 52, 6), req("w", 6, 1, 1)]
-    return simulate(recs, policy="sglang", block_size=4, num_blocks=16,
+    return simulate(recs, policy="sglang", block_size=4, num_blocks=17,
                     schedule_conservativeness=0.01)
 
 
@@ -237,13 +245,13 @@ def test_ratio_after_a_retraction_is_the_kept_requests_estimate_then_decays():
 
 def test_a_retracted_request_rejoins_the_waiting_queue_at_its_tail():
     """See ratio_run: w waits from 6; v, retracted at 9, queues behind it, so at 10 w is
-    admitted and v (the head under a front-of-queue rule) is blocked no_token, needed 15."""
+    admitted and v (the head under a front-of-queue rule) is blocked no_token, needed 16."""
     s = ratio_run()
     assert [(e["tick"], e["id"]) for e in s.of("admission_blocked") if e["tick"] <= 9] == [
         (6, "w"), (7, "w"), (8, "w"), (9, "w")]
     assert [e["id"] for e in s.at(10, "admitted")] == ["w"]
     assert [(e["id"], e["reason"], e["needed"]) for e in s.at(10, "admission_blocked")] == [
-        ("v", "no_token", 15)]
+        ("v", "no_token", 16)]
     assert s.dispatches()[10] == (10, [("w", "prefill", 1, True)])
     assert s.req["w"].finished_at == 11
 
@@ -264,57 +272,61 @@ def test_a_retracted_request_recomputes_prompt_and_outputs_in_one_pass():
 
 
 def lone_run():
-    """A lone decoder without memory: B=4, 4 blocks, release_delay 5. a (P=4, N=3) is
-    prefilled at 0 (1 block); z (P=9, N=1) asks 10 <= 3 x 4 - 0.7 x 2 at 1 and takes the
-    other 3 blocks; it ends at 2 and its blocks drain until 7. At 2, a (4 rows) needs a
-    block, none is free, and a is the only decoder: the last request is never retracted,
-    it waits; at 7 the blocks are back, a decodes at 7 and 8 and finishes at 9. The failed
-    decode check at 2 still re-estimates the ratio over the requests kept (a alone):
-    min(1, (1 + 20) / (3 + 1)) = 1 (`ratio` {1.0, retract}, as SGLang's caller does even
-    when only one request is left); the decode steps at 7 and 8 lower it by
-    (0.7 - 0.098)/600: 0.998997, 0.997993."""
-    return simulate([req("a", 0, 4, 3), req("z", 1, 9, 1)], policy="sglang", block_size=4,
-                    num_blocks=4, release_delay=5)
+    """A lone decoder without memory: B=4, 5 blocks, release_delay 10, conservativeness
+    0.01 (ratio 0.007, decaying by 0.0000100333 per decode step). a (P=2, N=10) asks 2 +
+    10 + 4 = 16 < 20 tokens and is prefilled at 0 (1 block). At 1, z (P=10, N=1) asks 10
+    + 1 + 4 = 15 < 4 x 4 - 0.007 x 9 and takes 3 blocks (1 free); it ends at 2 and its
+    blocks drain until 12. a decodes at 2..7 (its fifth row takes the last free block at
+    4); at 8 it needs a block for row 9, none is free, and a is the only decoder: the
+    last request is never retracted, it waits; at 12 the blocks are back, a decodes at
+    12, 13 and 14 (outputs 8 to 10) and finishes at 15. The failed decode check at 8
+    still re-estimates the ratio over the requests kept (a alone): min(1, (7 + 20) / (10
+    + 1)) = 1 (`ratio` {1.0, retract}, as SGLang's caller does even when only one request
+    is left); the decode steps at 12, 13 and 14 lower it: 0.99999, 0.99998, 0.99997."""
+    return simulate([req("a", 0, 2, 10), req("z", 1, 10, 1)], policy="sglang", block_size=4,
+                    num_blocks=5, release_delay=10, schedule_conservativeness=0.01)
 
 
 def test_the_last_request_is_never_retracted():
-    """See lone_run: no `preempted` event; no dispatch between 2 and 7; a decodes at 7
-    and 8 and finishes at 9, never preempted; the ratio is re-estimated at 2 and decays
-    at 7 and 8."""
+    """See lone_run: no `preempted` event; no dispatch between 8 and 11; a decodes at 12,
+    13 and 14 and finishes at 15, never preempted; the ratio is re-estimated at 8 and
+    decays at 12, 13 and 14."""
     s = lone_run()
     assert s.of("preempted") == []
-    assert s.dispatches() == [(0, [("a", "prefill", 4, True)]), (1, [("z", "prefill", 9, True)]),
-                              (7, [("a", "decode", 1, True)]), (8, [("a", "decode", 1, True)])]
+    decode = ("a", "decode", 1, True)
+    assert s.dispatches() == ([(0, [("a", "prefill", 2, True)]), (1, [("z", "prefill", 10, True)])]
+                              + [(t, [decode]) for t in (2, 3, 4, 5, 6, 7, 12, 13, 14)])
     a = s.req["a"]
-    assert (a.finished_at, a.preemptions, a.replay_rows) == (9, 0, 0)
-    assert ratio_values(s, "retract") == [(2, 1.0)]
-    assert ratio_values(s) == [(7, 0.998997), (8, 0.997993)]
+    assert (a.finished_at, a.preemptions, a.replay_rows) == (15, 0, 0)
+    assert ratio_values(s, "retract") == [(8, 1.0)]
+    assert [v for t, v in ratio_values(s) if t >= 8] == [0.99999, 0.99998, 0.99997]
     assert s.summary["empty_iterations"] == 0
 
 
 def test_a_retracted_request_that_waits_too_long_times_out():
-    """B=4, 8 blocks, conservativeness 0.1 (ratio 0.07), waiting_timeout 2; a P=4 N=12 at
-    0; b P=2 N=8, c P=3 N=8, d P=1 N=8 at 3. t0 prefills a, t1-t2 decode it. t3: 24 free
-    tokens minus 0.07 x 9 take b (2 + 8) and c (3 + 8); d (1 + 8 > 2.4 left) is blocked
-    and prefilled at 4. t5-t7 decode all four, taking the last free blocks. t8: outputs a
-    6, b, c, d 4; d (4 rows) needs a block, none is free: the victim is c (the longest
-    prompt among the fewest outputs; a has more) and its 2 blocks suffice. c waits from
-    8: at 8 + 2 + 1 = 11 it has waited 3 > 2 and times out before the policy's step, which
-    retracts b (outputs a 9, b 7, d 7; b's prompt 2 > d's 1). c is retracted at 8 with 4 outputs and times out at 11 (`timeout`
-    {c, waited 3}, finished_timeout, after 1 preemption); the step at 11 then retracts b,
-    which resumes at 12 (recompute 2 + 7 = 9 rows) and finishes at 13."""
-    s = simulate([req("a", 0, 4, 12), req("b", 3, 2, 8), req("c", 3, 3, 8), req("d", 3, 1, 8)],
-                 policy="sglang", block_size=4, num_blocks=8, schedule_conservativeness=0.1,
+    """B=4, 10 blocks, conservativeness 0.1 (ratio 0.07), waiting_timeout 2; a P=4 N=12 at
+    0; b P=2 N=8 and c P=3 N=10 at 3; d P=1 N=8 at 5. t0 prefills a, t1-t2 decode it.
+    t3: b asks 2 + 8 + 4 = 14 and c 3 + 10 + 4 = 17 of 36 - 0.07 x 10 = 35.3 tokens: both
+    are admitted and prefilled; t4 decodes a, b, c; t5 admits and prefills d (1 + 8 + 4
+    = 13). t6-t10 decode all four. t11: the rows need 2 blocks, 1 is free: the victim is
+    d (6 outputs, fewer than b's and c's 7), freeing its 2 blocks. t12: b ends; d asks
+    (1 + 6) + 2 + 4 = 13 tokens against 3 free blocks less the others' claims:
+    no_token (needed ceil(13/4) = 4), and SGLang's latch keeps admission shut at 13
+    (`batch_full`). At 14 a and c end (E1), and d, waiting since 11, has waited 3 > 2: it
+    times out (`timeout` {d, waited 3}, finished_timeout, after 1 preemption)."""
+    s = simulate([req("a", 0, 4, 12), req("b", 3, 2, 8), req("c", 3, 3, 10), req("d", 5, 1, 8)],
+                 policy="sglang", block_size=4, num_blocks=10, schedule_conservativeness=0.1,
                  waiting_timeout=2)
-    assert [(e["tick"], e["id"]) for e in s.of("preempted")] == [(8, "c"), (11, "b")]
-    assert s.of("timeout") == [{"tick": 11, "event": "timeout", "id": "c", "waited": 3}]
-    assert [e["event"] for e in s.at(11) if e["event"] in ("timeout", "preempted")] == [
-        "timeout", "preempted"]
-    c = s.req["c"]
-    assert (c.status.label, c.finished_at, c.preemptions, c.outputs) == (
-        "finished_timeout", 11, 1, 4)
-    assert s.dispatches()[12] == (12, [("b", "recompute", 9, True)])
-    assert s.req["b"].finished_at == 13
+    assert [(e["tick"], e["id"], e["outputs"], e["blocks_freed"])
+            for e in s.of("preempted")] == [(11, "d", 6, 2)]
+    assert [(e["tick"], e["id"], e["reason"], e["needed"])
+            for e in s.of("admission_blocked")] == [(12, "d", "no_token", 4),
+                                                     (13, "d", "batch_full", 0)]
+    assert s.of("timeout") == [{"tick": 14, "event": "timeout", "id": "d", "waited": 3}]
+    d = s.req["d"]
+    assert (d.status.label, d.finished_at, d.preemptions, d.outputs) == (
+        "finished_timeout", 14, 1, 6)
+    assert [s.req[r].finished_at for r in "abc"] == [14, 12, 14]
     assert s.summary["finished_timeout"] == 1
     assert s.summary["completed"] == 3
 
@@ -323,52 +335,111 @@ def test_a_retracted_request_that_waits_too_long_times_out():
 
 
 def test_a_cache_hit_uses_up_the_free_blocks_it_shares_within_the_admission_pass():
-    """B=4, 4 blocks (16 tokens), prefix caching. s (ids 1..8, N=1) runs at 0 and leaves
-    its 2 full blocks cached (free, evictable). At 2, h (ids 1..9, N=2) matches them: it
-    asks (9 - 8) + 2 = 3 tokens and locks the 2 cached blocks, which are no longer free
-    or evictable: 2 blocks = 8 tokens remain, minus h's claim 3 = 5, so x (P=4, N=9)
-    asking 4 + 9 = 13 is blocked no_token (needed ceil(13/4) = 4). Counting h's 2 shared
-    blocks as still free (16 - 3 = 13) would admit x and force a retraction at 3. h ends
-    at 4 (prefill at 2, decode at 3); x (3.3 tokens left at 3) is admitted at 4, when all
-    16 tokens are back."""
+    """B=4, 5 blocks (20 tokens), prefix caching; each admission also claims one block
+    (4 tokens). s (ids 1..8, N=1) runs at 0 and leaves its 2 full blocks cached (free,
+    evictable). At 2, h (ids 1..9, N=2) matches them: it asks (9 - 8) + 2 + 4 = 7 tokens
+    and locks the 2 cached blocks, which are no longer free or evictable: 20 - 8 - 7 = 5
+    tokens remain, so x (P=4, N=4) asking 4 + 4 + 4 = 12 is blocked no_token (needed
+    ceil(12/4) = 3). Counting h's 2 shared blocks as still free (20 - 7 = 13) would
+    admit x. The prefill batch at 2 becomes the whole running batch (s has ended), which
+    clears SGLang's latch: x is blocked no_token again at 3; h ends at 4 (prefill at 2,
+    decode at 3) and x is admitted at 4, when all 20 tokens are back."""
     recs = [req("s", 0, 8, 1, prompt_token_ids=list(range(1, 9))),
-            req("h", 2, 9, 2, prompt_token_ids=list(range(1, 10))), req("x", 2, 4, 9)]
-    s = simulate(recs, policy="sglang", block_size=4, num_blocks=4, prefix_caching=True)
+            req("h", 2, 9, 2, prompt_token_ids=list(range(1, 10))), req("x", 2, 4, 4)]
+    s = simulate(recs, policy="sglang", block_size=4, num_blocks=5, prefix_caching=True)
     assert [(e["id"], e["cached_tokens"]) for e in s.at(2, "admitted")] == [("h", 8)]
-    assert [(e["id"], e["reason"], e["needed"]) for e in s.at(2, "admission_blocked")] == [
-        ("x", "no_token", 4)]
+    assert [(e["tick"], e["id"], e["reason"], e["needed"])
+            for e in s.of("admission_blocked")] == [(2, "x", "no_token", 3),
+                                                     (3, "x", "no_token", 3)]
     assert s.of("preempted") == []
     assert s.req["h"].finished_at == 4
     assert s.req["x"].admitted_at == 4
 
 
 def test_sglang_does_not_stall_when_a_cache_hit_and_a_chunked_prompt_are_admitted_together():
-    """B=4, 4 blocks, prefix caching, prefill_chunk 5. s (ids 1..8, N=1) is prefilled at
+    """B=4, 5 blocks, prefix caching, prefill_chunk 5. s (ids 1..8, N=1) is prefilled at
     0 and 1 and leaves 2 cached blocks. At 2, h (ids 1..9, N=5) locks them and asks
-    1 + 5 = 6 tokens, leaving 2 x 4 - 6 = 2 tokens for x (P=7, N=3: 10 tokens), which must
-    wait; h decodes alone (3, 4, 5, and 6 with the last free block) and ends at 7, and x
-    is admitted at 7 when every block is back. Counting h's shared
-    blocks as free admits x too, chunked (4 of 7 rows); x's next chunk never finds a
-    block, h alone cannot grow at 6 (12 rows) and is never retracted (the last one): the
-    run stalls. Expected: no stall, both complete, no finished_error."""
+    1 + 5 + 4 = 7 tokens, leaving 20 - 8 - 7 = 5 tokens for x (P=7, N=3: 7 + 3 + 4 = 14),
+    which must wait (no_token at 2 and 3, then SGLang's latch while h runs); h decodes
+    alone (3, 4, 5, 6) and ends at 7, and x is admitted at 7 when every block is back,
+    prefilled in two chunks (5 rows, then 2). Expected: no stall, every request
+    completes, no finished_error."""
     recs = [req("s", 0, 8, 1, prompt_token_ids=list(range(1, 9))),
             req("h", 2, 9, 5, prompt_token_ids=list(range(1, 10))), req("x", 2, 7, 3)]
-    s = simulate(recs, policy="sglang", block_size=4, num_blocks=4, prefix_caching=True,
+    s = simulate(recs, policy="sglang", block_size=4, num_blocks=5, prefix_caching=True,
                  prefill_chunk=5)
     assert s.result.stalled is False
     assert s.of("stalled") == []
     assert s.summary["finished_error"] == 0
     assert s.summary["completed"] == 3
+    assert [(e["tick"], e["reason"]) for e in s.of("admission_blocked")] == [
+        (2, "no_token"), (3, "no_token"), (4, "batch_full"), (5, "batch_full"),
+        (6, "batch_full")]
     assert s.req["h"].finished_at == 7
     assert s.req["x"].admitted_at == 7
+    assert s.dispatches()[-4:-2] == [(7, [("x", "prefill", 5, False)]),
+                                     (8, [("x", "prefill", 2, True)])]
 
 
 def test_a_rejection_says_which_need_is_too_big():
     """B=4, 7 blocks, P=8, N=M=20: growing to P+N-1 = 27 rows takes ceil(27/4) = 7 blocks,
-    which fits, but admission alone needs (8 + 20) // 4 + 1 = 8 blocks: the rejected
-    record says it is the admission that cannot pass."""
+    which fits, but admission alone needs 8 + 20 tokens plus one block strictly below the
+    pool, (8 + 20) // 4 + 2 = 9 blocks: the rejected record says it is the admission
+    that cannot pass."""
     s = simulate([req("a", 0, 8, 20)], policy="sglang", block_size=4, num_blocks=7)
     [rejected] = s.of("rejected")
-    assert (rejected["needed"], rejected["capacity"]) == (8, 7)
-    assert rejected["reason"] == ("needs 8 blocks to pass admission alone (P + min(M, 4096) "
-                                  "tokens strictly below the pool), more than num_blocks")
+    assert (rejected["needed"], rejected["capacity"]) == (9, 7)
+    assert rejected["reason"] == ("needs 9 blocks to pass admission alone (P + min(M, 4096) "
+                                  "tokens plus one block strictly below the pool), more than "
+                                  "num_blocks")
+
+
+# --- the four points where SGLang 0.5.23's code decides ------------------------------------
+
+
+def idle_run(b_arrives: int):
+    """B=1, 60 blocks: a (P=2, N=3) at 0 prefills at 0 and decodes at 1 and 2 (the ratio
+    decays to 0.698997, then 0.697993) and ends at 3; b (P=2, N=2) arrives later."""
+    return simulate([req("a", 0, 2, 3), req("b", b_arrives, 2, 2)], policy="sglang",
+                    block_size=1, num_blocks=60)
+
+
+def test_the_ratio_starts_over_only_after_an_idle_step():
+    """b arriving at 3, the step at which a ended, finds no idle step between them: the
+    ratio stays 0.697993 (no `idle` record). Arriving at 4, a step passed with nothing
+    running, waiting or chunked: SGLang's idle check resets the ratio to 0.7 at 4."""
+    s = idle_run(3)
+    assert ratio_values(s, "idle") == []
+    assert ratio_values(s)[:3] == [(1, 0.698997), (2, 0.697993), (4, 0.696990)]
+    s = idle_run(4)
+    assert ratio_values(s, "idle") == [(4, 0.7)]
+    assert ratio_values(s)[2:] == [(5, 0.698997)]
+
+
+def test_the_last_chunk_claims_its_outputs_in_full():
+    """B=1, 50 blocks, prefill_chunk and token_budget 4. a (P=10, N=30) asks 10 + 30 + 1
+    = 41 < 50 and is prefilled 4, 4, 2 at ticks 0-2; at 1 it is still being chunked and
+    nothing joins it. At 2 its last chunk claims one block plus min(30, 4096) = 30 in
+    full, not 0.7 x 30: b (P=2, N=7) asks 2 + 7 + 1 = 10 against 50 - 10 - 31 = 9:
+    no_token (needed 10). That batch then becomes the running batch, which lifts the
+    latch: at 3, b asks 10 against 40 - 0.7 x 29 = 19.7 and is admitted."""
+    s = simulate([req("a", 0, 10, 30), req("b", 1, 2, 7)], policy="sglang", block_size=1,
+                 num_blocks=50, prefill_chunk=4, token_budget=4)
+    assert s.dispatches()[:4] == [(0, [("a", "prefill", 4, False)]),
+                                  (1, [("a", "prefill", 4, False)]),
+                                  (2, [("a", "prefill", 2, True)]),
+                                  (3, [("b", "prefill", 2, True)])]
+    assert [(e["tick"], e["id"], e["reason"], e["needed"])
+            for e in s.of("admission_blocked")] == [(2, "b", "no_token", 10)]
+    assert s.req["b"].admitted_at == 3
+
+
+def test_without_the_latch_admission_is_tried_at_every_step():
+    """The timeout scenario with admission_latch false: at 13 d is tried again and
+    blocked no_token (needed 4), not `batch_full`; it still times out at 14."""
+    s = simulate([req("a", 0, 4, 12), req("b", 3, 2, 8), req("c", 3, 3, 10), req("d", 5, 1, 8)],
+                 policy="sglang", block_size=4, num_blocks=10, schedule_conservativeness=0.1,
+                 waiting_timeout=2, admission_latch=False)
+    assert [(e["tick"], e["reason"], e["needed"]) for e in s.of("admission_blocked")] == [
+        (12, "no_token", 4), (13, "no_token", 4)]
+    assert [e["tick"] for e in s.of("timeout")] == [14]

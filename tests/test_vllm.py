@@ -647,3 +647,68 @@ def test_a_resumed_request_with_no_hit_caches_the_blocks_it_rewrites():
     admitted = [(e["tick"], e["cached_tokens"]) for e in s.of("admitted") if e["id"] == "a"]
     assert admitted == [(0, 0), (2, 0), (3, 8)]
     assert s.dispatches()[-1] == (3, [("a", "recompute", 2, True)])
+
+
+# --- blocks keyed when allocated (prefix caching) -----------------------------------------
+
+
+def test_a_request_admitted_in_the_same_step_hits_the_blocks_just_allocated():
+    """B=4, prefix caching. a (ids 1..6) and b (ids 1,2,3,4,7,8,9) arrive at 0. a is
+    scheduled first, 6 tokens; its first block (ids 1..4) is full once allocated, and vLLM
+    keys it then. b, admitted later in the same step, hits it: 4 cached tokens, and it
+    computes only 7 - 4 = 3 (as vLLM 0.33 does; keying at the dispatch would make it 7)."""
+    s = simulate([req("a", 0, 6, 2, prompt_token_ids=[1, 2, 3, 4, 5, 6]),
+                  req("b", 0, 7, 2, prompt_token_ids=[1, 2, 3, 4, 7, 8, 9])],
+                 policy="vllm", block_size=4, num_blocks=16, token_budget=64, max_rows=4,
+                 prefix_caching=True)
+    assert [(e["id"], e["cached_tokens"]) for e in s.at(0, "admitted")] == [("a", 0), ("b", 4)]
+    assert s.dispatches()[0] == (0, [("a", "prefill", 6, True), ("b", "prefill", 3, True)])
+    assert s.summary["iterations"] == 2
+
+
+def test_a_running_chunk_that_completes_a_block_is_a_hit_in_its_own_step():
+    """B=4, budget 6, prefix caching. a (ids 1..8) alone at 0 takes 6 tokens (no chunk
+    cap alone). At 1, a's last 2 tokens complete its second block (ids 5..8), keyed when
+    allocated; b (ids 1..10) is admitted after it in the same step and hits both blocks:
+    8 cached tokens, computing 10 - 8 = 2 (with 4 of budget left). Keying at the dispatch
+    would leave b one block (4 tokens) and a chunk of 4."""
+    s = simulate([req("a", 0, 8, 2, prompt_token_ids=list(range(1, 9))),
+                  req("b", 1, 10, 2, prompt_token_ids=list(range(1, 11)))],
+                 policy="vllm", block_size=4, num_blocks=16, token_budget=6, max_rows=4,
+                 prefix_caching=True)
+    assert [(e["id"], e["cached_tokens"]) for e in s.at(1, "admitted")] == [("b", 8)]
+    assert s.dispatches()[:2] == [(0, [("a", "prefill", 6, False)]),
+                                  (1, [("a", "prefill", 2, True), ("b", "prefill", 2, True)])]
+
+
+# --- prefill_interval (vLLM's prefill_schedule_interval) -------------------------------------
+
+
+def test_prefill_waits_for_the_interval_while_something_decodes():
+    """prefill_interval 3, B=4. a (P=4, N=8) at 0, b (P=4, N=4) at 1, c (P=6, N=3) at 2.
+    Step 1 (tick 0) carries a's prefill. At tick 1 the step would be the 2nd executed and
+    2 - 1 = 1 < 3 with a decoding: b waits (`prefill_interval`); at tick 2, 3 - 1 = 2 < 3:
+    b and c wait; at tick 3, 4 - 1 = 3: both are admitted and prefilled beside a's decode."""
+    s = simulate([req("a", 0, 4, 8), req("b", 1, 4, 4), req("c", 2, 6, 3)], policy="vllm",
+                 block_size=4, num_blocks=40, token_budget=32, max_rows=8, prefill_interval=3)
+    assert [(e["tick"], e["id"], e["reason"]) for e in s.of("admission_blocked")] == [
+        (1, "b", "prefill_interval"), (2, "b", "prefill_interval")]
+    assert [sorted(dict((r, t) for r, _, t, _ in rows).items()) for _, rows in
+            s.dispatches()[:4]] == [[("a", 4)], [("a", 1)], [("a", 1)],
+                                    [("a", 1), ("b", 4), ("c", 6)]]
+
+
+def test_a_releasing_step_that_leaves_requests_waiting_lifts_the_hold():
+    """prefill_interval 3, max_rows 2, B=4. a (P=4, N=10) at 0; b and c (P=6, N=2) at 1.
+    Tick 0 prefills a (executed step 1 carries prefill); ticks 1 and 2 hold b and c;
+    tick 3 (step 4) releases: b is admitted, c waits for a row (max_rows), so the
+    releasing step left the queue non-empty: capacity-bound. b decodes at 4 and ends at
+    5; at 5 (step 6, only 2 steps after step 4's prefill) c is admitted anyway, the hold
+    being off while capacity-bound. Without the escape it would wait until 6."""
+    s = simulate([req("a", 0, 4, 10), req("b", 1, 6, 2), req("c", 1, 6, 2)], policy="vllm",
+                 block_size=4, num_blocks=40, token_budget=32, max_rows=2, prefill_interval=3)
+    assert [(e["tick"], e["id"], e["reason"]) for e in s.of("admission_blocked")][:3] == [
+        (1, "b", "prefill_interval"), (2, "b", "prefill_interval"), (3, "c", "max_rows")]
+    assert s.req["b"].admitted_at == 3
+    assert s.req["c"].admitted_at == 5
+    assert s.dispatches()[5] == (5, [("a", "decode", 1, True), ("c", "prefill", 6, True)])

@@ -8,11 +8,20 @@ reservation instead of vLLM's "does the prompt fit now":
   prompt longer than `prefill_chunk` is prefilled in chunks, one chunked
   request at a time, continued first in the next prefill batch.
 - Admission (SGLang's PrefillAdder): in queue order, a request is added
-  while its uncached prompt plus min(its remaining max_tokens, CLIP) fits
-  in free-plus-evictable tokens minus, for every running request,
-  new_token_ratio x min(its remaining max_tokens, CLIP). The first request
-  that does not fit stops the pass: `no_token` (memory) or another reason
+  while its uncached prompt plus min(its remaining max_tokens, CLIP) plus
+  one page (a block: the paged allocator's alignment overhead) fits in
+  free-plus-evictable tokens minus, for every running request but the one
+  being chunked, new_token_ratio x min(its remaining max_tokens, CLIP),
+  minus what the requests added before it claimed. The first request that
+  does not fit stops the pass: `no_token` (memory) or another reason
   (`max_rows`, `token_budget`), SGLang's NO_TOKEN and OTHER verdicts.
+- After NO_TOKEN with something running or added, SGLang's batch_is_full
+  latch shuts admission (`batch_full`) until the running batch shrinks, the
+  last prefill batch left a chunk unfinished, or that batch replaced an
+  empty running batch (option `admission_latch`).
+- The request being chunked is outside the running batch: a middle chunk
+  claims only its tokens; the last chunk claims its tokens, one page and
+  min(max_tokens, CLIP) in full.
 - A decode batch that cannot get a block for every row retracts: keep
   preference is more outputs first, then shorter prompt (ties: earlier
   admitted); the least preferred goes first, until the step fits, never
@@ -26,8 +35,8 @@ reservation instead of vLLM's "does the prompt fit now":
   + RETRACT_DECODE_STEPS x their number) / (their max_tokens + 1)), SGLang's
   estimate; every decode step without a retraction lowers it by
   (init - min) / DECAY_STEPS, down to min. init = 0.7 x
-  `schedule_conservativeness`, min = init x 0.14. When nothing runs (an idle
-  server) it starts over from init.
+  `schedule_conservativeness`, min = init x 0.14. After a step with nothing
+  running, waiting or chunked (SGLang's idle check) it starts over from init.
 
 Constants are SGLang's defaults: CLIP_MAX_NEW_TOKENS 4096 tokens,
 RETRACT_DECODE_STEPS 20, DECAY_STEPS 600.
@@ -65,6 +74,18 @@ class SglangPolicy(QueueAndListPolicy):
         self.min_ratio = self.init_ratio * MIN_RATIO_FACTOR
         self.decay = (self.init_ratio - self.min_ratio) / DECAY_STEPS
         self.ratio = self.init_ratio
+        # SGLang's batch_is_full after a NO_TOKEN verdict (option admission_latch):
+        # no admission is tried until a running request leaves.
+        self.latched = False
+        # When the server last became empty (nothing running, waiting or chunked):
+        # the ratio starts over at the next step that comes later (an idle step).
+        self.emptied_at: int | None = None
+        # The last prefill batch left a chunk unfinished: SGLang drops the chunked
+        # request from that batch before merging it, which clears the latch.
+        self.chunk_pending = False
+        # The last prefill batch became the running batch (nothing else ran):
+        # SGLang replaces its empty running batch by it, flag and all.
+        self.fresh_batch = False
 
     # --- sizing -------------------------------------------------------------
 
@@ -73,15 +94,16 @@ class SglangPolicy(QueueAndListPolicy):
         P + min(M, CLIP) tokens strictly below the pool: whichever asks more."""
         size = self.options.block_size
         grow = blocks_for(req.prompt_tokens + req.output_tokens - 1, size)
-        admit = (req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 1
+        # P + min(M, CLIP) + one page < num_blocks x block_size.
+        admit = (req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 2
         return max(grow, admit)
 
     def why_too_big(self, req: Request, needed: int) -> str:
         size = self.options.block_size
         if needed > blocks_for(req.prompt_tokens + req.output_tokens - 1, size):
             return (f"needs {needed} blocks to pass admission alone (P + min(M, "
-                    f"{CLIP_MAX_NEW_TOKENS}) tokens strictly below the pool), more than "
-                    "num_blocks")
+                    f"{CLIP_MAX_NEW_TOKENS}) tokens plus one block strictly below the pool), "
+                    "more than num_blocks")
         return super().why_too_big(req, needed)
 
     # --- notifications ------------------------------------------------------
@@ -91,21 +113,35 @@ class SglangPolicy(QueueAndListPolicy):
         self.waiting.add(req)
 
     def remove(self, req: Request) -> None:
+        running = req in self.running
         super().remove(req)
         if req is self.chunked:
             self.chunked = None
+        if running:
+            self.latched = False  # the running batch shrank
+        if (req.status.is_finished and not self.running and not self.waiting
+                and self.chunked is None):
+            self.emptied_at = self.view.now
 
     # --- the step ---------------------------------------------------------------
 
     def schedule(self, now: int) -> Plan:
-        if not self.running and self.ratio != self.init_ratio:
-            # An idle server starts over from the initial ratio, as SGLang's idle
-            # self-check resets it.
-            self.ratio = self.init_ratio
-            self.view.emit_event(Ratio(now, round(self.ratio, 6), "idle"))
+        if self.emptied_at is not None:
+            # The server went idle at `emptied_at`; if a step passed with nothing
+            # to do, SGLang's idle check started the ratio over (not when a
+            # request arrives at the very step the last one ended).
+            if now > self.emptied_at and self.ratio != self.init_ratio:
+                self.ratio = self.init_ratio
+                self.view.emit_event(Ratio(now, round(self.ratio, 6), "idle"))
+            self.emptied_at = None
+        if self.chunk_pending or self.fresh_batch or not self.running:
+            self.latched = False
+        self.chunk_pending = self.fresh_batch = False
         self.waiting.refresh()
         plan = self._prefill_batch()
         if plan:
+            batch = {id(req) for req, _ in plan}
+            self.fresh_batch = all(id(r) in batch or r is self.chunked for r in self.running)
             return plan
         return self._decode_batch(now)
 
@@ -119,13 +155,21 @@ class SglangPolicy(QueueAndListPolicy):
         return (blocked_reason != "no_token"
                 and len(self.running) <= min(options.max_rows, options.token_budget))
 
+    def _page_overhead(self) -> int:
+        """Tokens SGLang charges each admitted request beyond its own: one page
+        (a block) for the paged allocator's alignment."""
+        return self.options.block_size
+
     def _remaining_new(self, req: Request) -> int:
         return min(req.max_tokens - req.outputs, CLIP_MAX_NEW_TOKENS)
 
     def reserved_tokens(self) -> float:
-        """What running requests are expected to still need: ratio x remaining outputs."""
+        """What running requests are expected to still need: ratio x remaining outputs.
+        The request being chunked is not in SGLang's running batch: its chunks are
+        charged as they are added (`_prefill_batch`)."""
         ratio = self.ratio
-        return sum(ratio * self._remaining_new(r) for r in self.running)
+        chunked = self.chunked
+        return sum(ratio * self._remaining_new(r) for r in self.running if r is not chunked)
 
     def _prefill_batch(self) -> Plan:
         options = self.options
@@ -135,6 +179,10 @@ class SglangPolicy(QueueAndListPolicy):
         chunk_left = options.prefill_chunk
         plan: Plan = []
         chunked = self.chunked
+        charged = 0  # the chunk's charge beyond its own blocks
+        # The running batch's expected needs, without the chunked request (the
+        # last chunk is charged in full instead).
+        reserved = self.reserved_tokens()
         if chunked is not None:
             tokens = min(chunked.phase_remaining, chunk_left, budget)
             if not allocator.try_grow(chunked.rid, chunked.resident + tokens):
@@ -143,12 +191,20 @@ class SglangPolicy(QueueAndListPolicy):
             budget -= tokens
             chunk_left -= tokens
             if tokens < chunked.phase_remaining:
+                self.chunk_pending = True
                 return plan  # still chunking: nothing else joins this batch
+            # The last chunk: its page, and its outputs in full (not scaled by
+            # the ratio), as SGLang's add_chunked_req charges them.
+            charged = self._page_overhead() + self._remaining_new(chunked)
             self.chunked = None
         waiting = self.waiting
         if not waiting:
             return plan
-        rem_total = allocator.free * size - self.reserved_tokens()
+        if self.latched and self.options.admission_latch:
+            self.view.report_blocked(waiting.peek(), "batch_full", 0)
+            return plan
+        rem_total = allocator.free * size - reserved - charged
+        page = self._page_overhead()
         while waiting:
             head = waiting.peek()
             if len(self.running) >= options.max_rows:
@@ -161,13 +217,16 @@ class SglangPolicy(QueueAndListPolicy):
             hit = len(cached) * size
             extend = head.prompt_tokens + head.outputs - hit
             evictable = allocator.evictable(cached)
-            # Cached blocks it locks leave the evictable pool: they count too.
-            total = extend + self._remaining_new(head) + evictable * size
+            # Cached blocks it locks leave the evictable pool: they count too;
+            # and one page of alignment overhead.
+            total = extend + self._remaining_new(head) + page + evictable * size
             tokens = min(extend, chunk_left, budget)
             now_blocks = blocks_for(hit + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly.
             if total >= rem_total or now_blocks > allocator.free:
                 self.view.report_blocked(head, "no_token", blocks_for(total, size))
+                # SGLang's batch_is_full, if something runs or was just added.
+                self.latched = bool(plan) or bool(self.running)
                 break
             waiting.pop()
             self.view.admit(head, 0, cached)
@@ -181,6 +240,7 @@ class SglangPolicy(QueueAndListPolicy):
             chunk_left -= tokens
             if tokens < extend:
                 self.chunked = head  # one chunked request at a time
+                self.chunk_pending = True
                 break
         return plan
 

@@ -27,6 +27,18 @@ original key; its computed tokens reset to zero, and on resume one
 recompute pass covers the prompt and every output, the pending one
 included, and emits the next token at its end (the folded recompute of L3).
 
+With prefix caching, the full blocks a scheduled request will fill are keyed
+as soon as the request is scheduled (vLLM caches them when it allocates
+them, before the step runs), so a request admitted later in the same step
+already hits them.
+
+`prefill_interval` is vLLM's `prefill_schedule_interval` on one engine: while
+some running request decodes, prefill (running chunks, and admissions that
+need more than their last token) waits until that many steps that ran
+something have passed since the last one that carried prefill; a releasing
+step that leaves requests waiting turns the hold off (the capacity escape)
+until a releasing step empties the queue.
+
 With `release_delay` (which vLLM does not have) a victim's blocks come
 back only after the delay; a request whose blocks will be covered once
 the draining blocks are free sits the step out instead of preempting more,
@@ -88,6 +100,12 @@ class VllmPolicy(QueueAndListPolicy):
         super().__init__(options, view)
         self.rule = options.victim or ("priority" if options.order == "priority" else "lifo")
         self.watermark_blocks = int(options.watermark * options.num_blocks)
+        # The prefill cadence (option prefill_interval, vLLM's
+        # prefill_schedule_interval on one engine), counted only when it is on.
+        interval = options.prefill_interval
+        self.executed_steps = 0  # steps that ran something
+        self.last_prefill_step = -interval  # the last of them that carried prefill
+        self.capacity_bound = False  # the last releasing step left requests waiting
 
     # --- victims --------------------------------------------------------------
 
@@ -123,10 +141,21 @@ class VllmPolicy(QueueAndListPolicy):
                if len(self.running) + len(self.waiting) > 1 else None)
         scheduled: dict[Request, int] = {}
         preempted = False
+        keyed = allocator.cache is not None  # prefix caching: blocks keyed at allocation
+        running = self.running
+        interval = options.prefill_interval
+        # Hold prefill (running chunks and admissions that need prefill) until the
+        # interval since the last step that carried prefill has passed, while
+        # something decodes, unless the last releasing step could not empty the
+        # queue (the capacity escape).
+        defer = (interval > 1 and not self.capacity_bound
+                 and self.executed_steps + 1 - self.last_prefill_step < interval
+                 and any(r.resident >= r.prompt_tokens and r.resident >= r.restore
+                         for r in running))
+        prefill_ran = False
 
         # 1. Running requests, in running order.
         i = 0
-        running = self.running
         size = options.block_size
         while i < len(running) and budget > 0:
             req = running[i]
@@ -138,9 +167,15 @@ class VllmPolicy(QueueAndListPolicy):
                     scheduled[req] = 1
                     budget -= 1
                     i += 1
+                    if keyed and not (r + 1) % size:
+                        self._cache_blocks(req, r + 1)
                     continue
             else:
+                if defer:
+                    i += 1  # a prefill chunk waits for the cadence
+                    continue
                 tokens = self._chunk(req, cap, budget)
+                prefill_ran = True
             placed = True
             while not allocator.try_grow(req.rid, req.resident + tokens):
                 if (options.release_delay and allocator.blocks_to_grow(
@@ -165,6 +200,8 @@ class VllmPolicy(QueueAndListPolicy):
                 scheduled[req] = tokens
                 budget -= tokens
                 i += 1
+                if keyed:
+                    self._cache_blocks(req, req.resident + tokens)
             elif req in running:
                 i += 1  # protected from preemption and out of blocks: skip it
 
@@ -184,6 +221,10 @@ class VllmPolicy(QueueAndListPolicy):
                 break
             cached = self.view.cached_prefix(head)
             hit = len(cached) * options.block_size
+            prefill = hit < self._sequence_rows(head) - 1  # more than its last token
+            if defer and prefill:
+                self.view.report_blocked(head, "prefill_interval", self._gate_blocks(head))
+                break
             tokens = self._chunk_after(head, hit, cap, budget)
             rows = self._sequence_rows(head) if options.full_prompt_gate else hit + tokens
             # Blocks it must take from the free pool: the new ones, plus cached
@@ -203,7 +244,24 @@ class VllmPolicy(QueueAndListPolicy):
                                      "it allocates, yet try_grow failed", now)
             scheduled[head] = tokens
             budget -= tokens
+            prefill_ran = prefill_ran or prefill
+            if keyed:
+                self._cache_blocks(head, head.resident + tokens)
+        if interval > 1:
+            if not preempted and not defer:
+                self.capacity_bound = len(waiting) > 0
+            if scheduled:
+                self.executed_steps += 1
+                if prefill_ran:
+                    self.last_prefill_step = self.executed_steps
         return list(scheduled.items())
+
+    def _cache_blocks(self, req: Request, rows: int) -> None:
+        """Key the blocks `rows` rows will fill, as soon as they are allocated: a
+        request scheduled later in the same step already finds them (vLLM caches
+        full blocks in allocate_slots, before the step runs)."""
+        if req.block_keys is not None:
+            self.view.allocator.register_full_blocks(req.rid, req.block_keys, rows)
 
     def may_fold(self, blocked_reason: str | None) -> bool:
         # The head waits for blocks (decoding only takes them, but the blocks it

@@ -117,6 +117,13 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("max_preemptions", "int", None,
                    "vllm: a request preempted this many times is no longer a victim "
                    "(default: unlimited)", minimum=1, nullable=True),
+        OptionSpec("prefill_interval", "int", 1,
+                   "vllm: hold prefill until this many executed steps have passed since the "
+                   "last step that carried prefill, unless the last step that let prefill "
+                   "run left requests waiting (vLLM's prefill_schedule_interval)", minimum=1),
+        OptionSpec("admission_latch", "bool", True,
+                   "sglang: after a no_token verdict, try no admission until a running "
+                   "request leaves (SGLang's batch_is_full); false: try every step"),
         OptionSpec("schedule_conservativeness", "float", 1.0,
                    "sglang: scales the initial new_token_ratio (0.7)", minimum=0.0,
                    exclusive_minimum=True),
@@ -305,6 +312,8 @@ class Options:
     full_prompt_gate: bool = OPTIONS["full_prompt_gate"].default
     victim: str | None = OPTIONS["victim"].default
     max_preemptions: int | None = OPTIONS["max_preemptions"].default
+    prefill_interval: int = OPTIONS["prefill_interval"].default
+    admission_latch: bool = OPTIONS["admission_latch"].default
     schedule_conservativeness: float = OPTIONS["schedule_conservativeness"].default
     batch_window: float = OPTIONS["batch_window"].default
     prefix_caching: bool = OPTIONS["prefix_caching"].default

@@ -12,7 +12,9 @@ reservation instead of vLLM's "does the prompt fit now":
   one page (a block: the paged allocator's alignment overhead) fits in
   free-plus-evictable tokens minus, for every running request but the one
   being chunked, new_token_ratio x min(its remaining max_tokens, CLIP),
-  minus what the requests added before it claimed. The first request that
+  minus what the requests added before it claimed (each its uncached prompt,
+  one page and min(its max_tokens, CLIP) in full, outputs already made or
+  not, as SGLang's PrefillAdder reserves). The first request that
   does not fit stops the pass: `no_token` (memory) or another reason
   (`max_rows`, `token_budget`), SGLang's NO_TOKEN and OTHER verdicts.
 - After NO_TOKEN with something running or added, SGLang's batch_is_full
@@ -195,7 +197,7 @@ class SglangPolicy(QueueAndListPolicy):
                 return plan  # still chunking: nothing else joins this batch
             # The last chunk: its page, and its outputs in full (not scaled by
             # the ratio), as SGLang's add_chunked_req charges them.
-            charged = self._page_overhead() + self._remaining_new(chunked)
+            charged = self._page_overhead() + min(chunked.max_tokens, CLIP_MAX_NEW_TOKENS)
             self.chunked = None
         waiting = self.waiting
         if not waiting:
@@ -235,7 +237,10 @@ class SglangPolicy(QueueAndListPolicy):
                 raise InvariantError(f"request {head.rid!r}: admission checked the blocks "
                                      "it allocates, yet try_grow failed", self.view.now)
             plan.append((head, tokens))
-            rem_total -= total
+            # It claims its outputs in full, min(max_tokens, CLIP), as SGLang's
+            # PrefillAdder reserves them (the test above counts the remaining ones).
+            rem_total -= total - self._remaining_new(head) + min(head.max_tokens,
+                                                                 CLIP_MAX_NEW_TOKENS)
             budget -= tokens
             chunk_left -= tokens
             if tokens < extend:

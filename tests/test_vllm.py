@@ -712,3 +712,28 @@ def test_a_releasing_step_that_leaves_requests_waiting_lifts_the_hold():
     assert s.req["b"].admitted_at == 3
     assert s.req["c"].admitted_at == 5
     assert s.dispatches()[5] == (5, [("a", "decode", 1, True), ("c", "prefill", 6, True)])
+
+
+def test_a_block_with_content_already_cached_is_cached_too():
+    """B=2, 3 blocks, prefix caching. a (ids 1..4, N=1) fills blocks 0 and 1 and ends at
+    1; both wait in the LRU queue, its tail block first. b (ids 1..4) at 1 hits block 0
+    only (a request computes at least its last token), and writes ids 3, 4 again into
+    never-used block 2: the same key as block 1. vLLM keeps both under the key; when b
+    ends at 2, block 2 joins the LRU tail instead of the plain pool. So c (ids 7, 8) at
+    3 finds no plain block and evicts the LRU head, a's block 1 (`evicted` {c, written_by
+    a, block 1}), where a policy that leaves duplicates unkeyed reuses block 2 without
+    evicting anything. d (ids 1..6) at 4 still hits 4 tokens: the key of ids 3, 4 now
+    names block 2."""
+    recs = [req("a", 0, 4, 1, prompt_token_ids=[1, 2, 3, 4]),
+            req("b", 1, 4, 1, prompt_token_ids=[1, 2, 3, 4]),
+            req("c", 3, 2, 1, prompt_token_ids=[7, 8]),
+            req("d", 4, 6, 1, prompt_token_ids=[1, 2, 3, 4, 5, 6])]
+    options = dict(block_size=2, num_blocks=3, prefix_caching=True, token_budget=16,
+                   max_rows=4)
+    s = simulate(recs, policy="vllm", **options)
+    assert [(e["tick"], e["id"], e["written_by"], e["block"])
+            for e in s.of("evicted")][:1] == [(3, "c", "a", 1)]
+    assert [(e["id"], e["cached_tokens"]) for e in s.of("admitted")] == [
+        ("a", 0), ("b", 2), ("c", 0), ("d", 4)]
+    s = simulate(recs, policy="continuous", **options)
+    assert [e["tick"] for e in s.of("evicted")] == [4]

@@ -140,6 +140,8 @@ class Engine:
             raise PolicyError(f"policy {policy!r} raised {type(exc).__name__} when built: "
                               f"{exc}{_where(exc)}") from None
         self.policy_name = policy
+        if self.allocator.cache is not None:
+            self.allocator.cache.duplicates = bool(self.policy.caches_duplicate_blocks)
         # A policy from outside the package has every decision checked, and its
         # failures are reported as the policy's (PolicyError), not as ours.
         self._plugin = not is_builtin(self.policy)

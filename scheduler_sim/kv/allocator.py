@@ -443,11 +443,18 @@ class BlockAllocator:
         index = cache.index
         key_of = cache.key_of
         writers = cache.writers
+        duplicates = cache.duplicates
         for i in range(start, full):
             key = key_list[i]
             if key not in index:
                 block = table[i]
                 index[key] = block
+                key_of[block] = key
+                if writers is not None:
+                    writers[block] = (rid, i)
+            elif duplicates and table[i] not in key_of:
+                block = table[i]
+                cache.others.setdefault(key, []).append(block)
                 key_of[block] = key
                 if writers is not None:
                     writers[block] = (rid, i)
@@ -510,3 +517,8 @@ class BlockAllocator:
             for key, block in self.cache.index.items():
                 if self.cache.key_of.get(block) != key:
                     raise InvariantError(f"cache index and block keys disagree on block {block}")
+            for key, blocks in self.cache.others.items():
+                if key not in self.cache.index or any(
+                        self.cache.key_of.get(b) != key for b in blocks):
+                    raise InvariantError(f"cache duplicates and block keys disagree on key "
+                                         f"{key!r}")

@@ -93,6 +93,12 @@ class PrefixCache:
     def __init__(self) -> None:
         self.index: dict[Hashable, int] = {}
         self.key_of: dict[int, Hashable] = {}
+        # With `duplicates` (vLLM's cache, several blocks per hash), a block filled
+        # with content already cached keeps the key too: `index` names the first
+        # such block still cached (the one a lookup finds), `others` the rest, in
+        # the order they got the key. Without it the later block stays unkeyed.
+        self.duplicates = False
+        self.others: dict[Hashable, list[int]] = {}
         self.lru: OrderedDict[int, None] = OrderedDict()  # least recently freed first
         self.hits = 0      # blocks reused, over the run
         self.queried = 0   # blocks looked up, over the run
@@ -103,7 +109,21 @@ class PrefixCache:
     def evict(self) -> int:
         """Take the least recently freed cached block and forget its key."""
         block, _ = self.lru.popitem(last=False)
-        del self.index[self.key_of.pop(block)]
+        key = self.key_of.pop(block)
+        others = self.others
+        if self.index[key] == block:
+            rest = others.get(key)
+            if rest:
+                self.index[key] = rest.pop(0)
+                if not rest:
+                    del others[key]
+            else:
+                del self.index[key]
+        else:
+            rest = others[key]
+            rest.remove(block)
+            if not rest:
+                del others[key]
         return block
 
     def writer(self, block: int) -> tuple[str, int] | None:

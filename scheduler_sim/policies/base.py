@@ -78,6 +78,10 @@ class Policy:
     # True: a request that finishes keeps its blocks (and credit) until the
     # policy calls `view.release` (padded static batches).
     keeps_blocks_after_finish: ClassVar[bool] = False
+    # True: with prefix caching, a block filled with content another cached
+    # block already holds is cached too (vLLM keeps several blocks per hash);
+    # False: it stays a plain block, reused first when freed.
+    caches_duplicate_blocks: ClassVar[bool] = False
 
     # How many times an attribute of this policy was given a different value: the
     # engine folds a steady stretch only after a `schedule` call that changed

@@ -95,6 +95,7 @@ class VllmPolicy(QueueAndListPolicy):
     name = "vllm"
     reserves = False
     recompute_includes_pending = True
+    caches_duplicate_blocks = True
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)

@@ -443,3 +443,21 @@ def test_without_the_latch_admission_is_tried_at_every_step():
     assert [(e["tick"], e["reason"], e["needed"]) for e in s.of("admission_blocked")] == [
         (12, "no_token", 4), (13, "no_token", 4)]
     assert [e["tick"] for e in s.of("timeout")] == [14]
+
+
+def test_a_resumed_request_claims_its_outputs_in_full():
+    """B=1, 40 blocks, priority order. c (P=2, N=8) and a (P=4, N=10) run from 0; the
+    ratio decays at 1 and 2 to 0.697993. At 3 a is preempted (3 outputs) and b (P=2,
+    N=12, priority 1) arrives; a comes first. a passes with 4 + 3 + min(10 - 3, 4096) + 1
+    = 15 tokens against 36 free - 0.697993 x 5 (c's remaining outputs) = 32.51, and
+    claims what SGLang reserves: its 7 tokens, one page and min(10, 4096) = 10 in full,
+    18, leaving 14.51. b asks 2 + 12 + 1 = 15: no_token (needed 15). Claiming only the
+    remaining 7 would leave 17.51 and admit b."""
+    recs = [req("c", 0, 2, 8), req("a", 0, 4, 10), req("b", 3, 2, 12, priority=1),
+            {"type": "preempt", "id": "a", "at": 3}]
+    s = simulate(recs, policy="sglang", block_size=1, num_blocks=40, max_rows=4,
+                 order="priority")
+    assert [(e["id"], e["resumed"]) for e in s.at(3, "admitted")] == [("a", True)]
+    assert [(e["id"], e["reason"], e["needed"]) for e in s.at(3, "admission_blocked")] == [
+        ("b", "no_token", 15)]
+    assert s.dispatches()[3] == (3, [("a", "recompute", 7, True)])

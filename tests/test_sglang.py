@@ -461,3 +461,14 @@ def test_a_resumed_request_claims_its_outputs_in_full():
     assert [(e["id"], e["reason"], e["needed"]) for e in s.at(3, "admission_blocked")] == [
         ("b", "no_token", 15)]
     assert s.dispatches()[3] == (3, [("a", "recompute", 7, True)])
+
+
+def test_a_cancelled_last_request_leaves_the_server_idle_too():
+    """B=1, 60 blocks: a (P=4, N=20) prefills at 0 and decodes at 1..9 (the ratio decays
+    to 0.69097) and is cancelled at 10; nothing is left, so when b arrives at 20 the
+    ratio has started over: `ratio` {0.7, idle} at 20, then b's decode at 21 lowers it
+    to 0.698997."""
+    s = simulate([req("a", 0, 4, 20), req("b", 20, 4, 2), {"type": "cancel", "id": "a", "at": 10}],
+                 policy="sglang", block_size=1, num_blocks=60)
+    assert ratio_values(s)[-3:] == [(8, 0.691973), (9, 0.69097), (21, 0.698997)]
+    assert ratio_values(s, "idle") == [(20, 0.7)]

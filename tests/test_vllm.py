@@ -737,3 +737,23 @@ def test_a_block_with_content_already_cached_is_cached_too():
         ("a", 0), ("b", 2), ("c", 0), ("d", 4)]
     s = simulate(recs, policy="continuous", **options)
     assert [e["tick"] for e in s.of("evicted")] == [4]
+
+
+def test_a_chunk_that_preempts_itself_carries_no_prefill():
+    """prefill_interval 2, B=4, 8 blocks, budget 8, prefill_chunk 4. r2 (P=13, N=7) at 1;
+    r0 (P=8, N=3) and r1 (P=8, N=4) at 2. Ticks 1-3 are executed steps 1-3, all with
+    prefill (r1 gets 3 tokens at 3). At 4, (3 + 1) - 3 = 1 < 2 with r2 and r0 decoding:
+    r1's chunk is held. At 5 the hold ends, but r1's chunk finds no block and r1, the
+    latest admitted, is its own victim: it runs nothing, so step 5 carries no prefill
+    (vLLM sets prefill_scheduled only once a request's blocks are allocated). At 6,
+    (5 + 1) - 3 = 3 >= 2: r1 is admitted again and prefilled 4 tokens, as vLLM 0.33 does
+    (its harness gives the same dispatches). Counting the failed chunk as prefill would
+    restart the count at step 5 and hold r1 until 7."""
+    s = simulate([req("r0", 2, 8, 3), req("r1", 2, 8, 4), req("r2", 1, 13, 7)], policy="vllm",
+                 block_size=4, num_blocks=8, token_budget=8, max_rows=4, prefill_chunk=4,
+                 prefill_interval=2)
+    assert [(e["tick"], e["id"], e["trigger"]) for e in s.of("preempted")] == [(5, "r1", "r1")]
+    assert [(e["tick"], e["resumed"]) for e in s.of("admitted") if e["id"] == "r1"] == [
+        (3, False), (6, True)]
+    assert [(t, [(r[0], r[2]) for r in rows]) for t, rows in s.dispatches()[4:7]] == [
+        (5, [("r2", 1), ("r0", 1)]), (6, [("r2", 1), ("r1", 4)]), (7, [("r2", 1)])]

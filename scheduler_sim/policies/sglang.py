@@ -113,6 +113,7 @@ class SglangPolicy(QueueAndListPolicy):
     def requeue(self, req: Request) -> None:
         # A retracted request rejoins at the tail (unlike vLLM's front).
         self.waiting.add(req)
+        self.emptied_at = None  # it waits: the server is not idle
 
     def remove(self, req: Request) -> None:
         running = req in self.running
@@ -121,8 +122,9 @@ class SglangPolicy(QueueAndListPolicy):
             self.chunked = None
         if running:
             self.latched = False  # the running batch shrank
-        if (req.status.is_finished and not self.running and not self.waiting
-                and self.chunked is None):
+        if not self.running and not self.waiting and self.chunked is None:
+            # Finished, cancelled or timed out: nothing is left (a preempted
+            # request is requeued next, which clears this).
             self.emptied_at = self.view.now
 
     # --- the step ---------------------------------------------------------------
@@ -136,7 +138,10 @@ class SglangPolicy(QueueAndListPolicy):
                 self.ratio = self.init_ratio
                 self.view.emit_event(Ratio(now, round(self.ratio, 6), "idle"))
             self.emptied_at = None
-        if self.chunk_pending or self.fresh_batch or not self.running:
+        chunked = self.chunked
+        if (self.chunk_pending or self.fresh_batch
+                or all(r is chunked for r in self.running)):
+            # SGLang's running batch leaves out the request being chunked.
             self.latched = False
         self.chunk_pending = self.fresh_batch = False
         self.waiting.refresh()
@@ -237,15 +242,25 @@ class SglangPolicy(QueueAndListPolicy):
                 raise InvariantError(f"request {head.rid!r}: admission checked the blocks "
                                      "it allocates, yet try_grow failed", self.view.now)
             plan.append((head, tokens))
-            # It claims its outputs in full, min(max_tokens, CLIP), as SGLang's
-            # PrefillAdder reserves them (the test above counts the remaining ones).
-            rem_total -= total - self._remaining_new(head) + min(head.max_tokens,
-                                                                 CLIP_MAX_NEW_TOKENS)
+            # What SGLang's PrefillAdder reserves: a cut first chunk only itself and
+            # a page; a whole prompt also min(max_tokens, CLIP) in full (the test
+            # above counts the remaining outputs).
+            locked = evictable * size
+            if tokens < extend:
+                rem_total -= tokens + page + locked
+            else:
+                rem_total -= extend + page + min(head.max_tokens, CLIP_MAX_NEW_TOKENS) + locked
             budget -= tokens
             chunk_left -= tokens
+            if rem_total <= 0:
+                # Admitted, but the budget it leaves is spent: NO_TOKEN all the
+                # same, and the latch with it.
+                self.latched = True
             if tokens < extend:
                 self.chunked = head  # one chunked request at a time
                 self.chunk_pending = True
+                break
+            if self.latched:
                 break
         return plan
 

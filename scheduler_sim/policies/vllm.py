@@ -161,7 +161,8 @@ class VllmPolicy(QueueAndListPolicy):
         while i < len(running) and budget > 0:
             req = running[i]
             r = req.resident
-            if r >= req.prompt_tokens and r >= req.restore:
+            decoding = r >= req.prompt_tokens and r >= req.restore
+            if decoding:
                 # A decode: one token, and a new block only at a block boundary.
                 tokens = 1
                 if r % size:
@@ -176,7 +177,6 @@ class VllmPolicy(QueueAndListPolicy):
                     i += 1  # a prefill chunk waits for the cadence
                     continue
                 tokens = self._chunk(req, cap, budget)
-                prefill_ran = True
             placed = True
             while not allocator.try_grow(req.rid, req.resident + tokens):
                 if (options.release_delay and allocator.blocks_to_grow(
@@ -201,6 +201,9 @@ class VllmPolicy(QueueAndListPolicy):
                 scheduled[req] = tokens
                 budget -= tokens
                 i += 1
+                # A chunk that got its blocks carries prefill (vLLM's
+                # prefill_scheduled; a chunk that preempted itself does not).
+                prefill_ran = prefill_ran or not decoding
                 if keyed:
                     self._cache_blocks(req, req.resident + tokens)
             elif req in running:

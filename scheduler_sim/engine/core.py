@@ -142,6 +142,7 @@ class Engine:
         self.policy_name = policy
         if self.allocator.cache is not None:
             self.allocator.cache.duplicates = bool(self.policy.caches_duplicate_blocks)
+            self.allocator.cache.tree = bool(self.policy.radix_eviction)
         # A policy from outside the package has every decision checked, and its
         # failures are reported as the policy's (PolicyError), not as ours.
         self._plugin = not is_builtin(self.policy)

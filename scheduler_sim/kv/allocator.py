@@ -237,7 +237,12 @@ class BlockAllocator:
                 refs.append(0)
                 self._pins.append(0)
             else:
-                block = self.cache.evict()
+                gone = self.cache.evict_node() if self.cache.tree else None
+                if gone:
+                    block = gone[0]
+                    plain.extend(reversed(gone[1:]))
+                else:
+                    block = self.cache.evict()
                 evicted += 1
                 if self._on_evict is not None:
                     writer = self.cache.writer(block)
@@ -356,11 +361,14 @@ class BlockAllocator:
         key_of = cache.key_of
         lru = cache.lru
         plain = []
+        tree = cache.tree
         for block in blocks:
             if block in key_of:
                 lru[block] = None
             else:
                 plain.append(block)
+        if tree:
+            cache.offer_blocks(blocks)
         self._free.extend(reversed(plain))
 
     def _drain_blocks(self, blocks: list[int], now: int, delay: int) -> None:
@@ -417,6 +425,9 @@ class BlockAllocator:
             if block is None or (refs[block] == 0 and block not in lru):
                 break
             hits.append(block)
+        if cache.tree and hits:
+            cache.split_after(hits[-1])
+            cache.touch_path(hits[-1])
         if count:
             cache.queried += max_blocks
             cache.hits += len(hits)
@@ -444,12 +455,14 @@ class BlockAllocator:
         key_of = cache.key_of
         writers = cache.writers
         duplicates = cache.duplicates
+        new_blocks = []
         for i in range(start, full):
             key = key_list[i]
             if key not in index:
                 block = table[i]
                 index[key] = block
                 key_of[block] = key
+                new_blocks.append(block)
                 if writers is not None:
                     writers[block] = (rid, i)
             elif duplicates and table[i] not in key_of:
@@ -458,6 +471,13 @@ class BlockAllocator:
                 key_of[block] = key
                 if writers is not None:
                     writers[block] = (rid, i)
+        if cache.tree:
+            if new_blocks:
+                cache.add_run(new_blocks, index.get(key_list[start - 1]) if start else None,
+                              rid, start * self.block_size >= keys.prompt_tokens)
+            last = index.get(key_list[full - 1])
+            if last is not None:
+                cache.touch_path(last)
         keys.registered = full
 
     # --- invariants (A3) --------------------------------------------------------

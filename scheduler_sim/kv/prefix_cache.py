@@ -19,6 +19,7 @@ and decides when blocks enter and leave it.
 """
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from typing import Hashable
 
@@ -98,6 +99,12 @@ class PrefixCache:
         # such block still cached (the one a lookup finds), `others` the rest, in
         # the order they got the key. Without it the later block stays unkeyed.
         self.duplicates = False
+        self.tree = False
+        self.clock = 0
+        self.node_of: dict[int, int] = {}
+        self.nodes: dict[int, list] = {}
+        self.next_node = 0
+        self.candidates: list[tuple[int, int]] = []
         self.others: dict[Hashable, list[int]] = {}
         self.lru: OrderedDict[int, None] = OrderedDict()  # least recently freed first
         self.hits = 0      # blocks reused, over the run
@@ -105,6 +112,114 @@ class PrefixCache:
         # (request id, block number) that wrote each keyed block, kept only when
         # somebody wants evictions reported.
         self.writers: dict[int, tuple[str, int]] | None = None
+
+    # --- tree mode: SGLang's radix tree, in blocks --------------------------------
+    # Blocks registered together form a node (a run of tokens inserted at once);
+    # a lookup or a registration that ends inside a node splits it there. Every
+    # lookup and registration stamps the nodes on its path, root first. Eviction
+    # takes a node whose blocks are all free and that has no child node, the
+    # oldest stamp first, and evicts all of its blocks at once (SGLang frees
+    # whole leaves). Candidates wait in a heap, checked when taken.
+
+    def _new_node(self, blocks: list[int], parent: int | None, stamp: int,
+                  owner: str | None = None) -> int:
+        node = self.next_node
+        self.next_node += 1
+        # blocks, parent, children, stamp, and the request whose outputs it holds
+        self.nodes[node] = [list(blocks), parent, 0, stamp, owner]
+        for block in blocks:
+            self.node_of[block] = node
+        if parent is not None:
+            self.nodes[parent][2] += 1
+        self._offer(node)
+        return node
+
+    def _offer(self, node: int) -> None:
+        info = self.nodes.get(node)
+        if info is not None and not info[2]:
+            heapq.heappush(self.candidates, (info[3], node))
+
+    def offer_blocks(self, blocks: list[int]) -> None:
+        """`blocks` became free: their nodes may now be evictable."""
+        node_of = self.node_of
+        offered = set()
+        for block in blocks:
+            node = node_of.get(block)
+            if node is not None and node not in offered:
+                offered.add(node)
+                self._offer(node)
+
+    def split_after(self, block: int) -> None:
+        """Split the node of `block` so that `block` ends its node."""
+        node = self.node_of.get(block)
+        if node is None:
+            return
+        info = self.nodes[node]
+        blocks = info[0]
+        i = blocks.index(block)
+        if i == len(blocks) - 1:
+            return
+        parent = info[1]
+        head = self._new_node(blocks[:i + 1], parent, info[3], info[4])
+        if parent is not None:
+            self.nodes[parent][2] -= 1
+        info[0] = blocks[i + 1:]
+        info[1] = head
+        self.nodes[head][2] += 1
+
+    def add_run(self, blocks: list[int], parent_block: int | None, rid: str,
+                outputs: bool) -> None:
+        """Blocks registered together: a new node under the node of `parent_block`
+        (split after it), or, for a request's output blocks, the tail of the node
+        that already holds its outputs (SGLang inserts them as one run)."""
+        parent = None
+        if parent_block is not None and parent_block in self.node_of:
+            node = self.node_of[parent_block]
+            info = self.nodes[node]
+            if (outputs and info[4] == rid and info[0][-1] == parent_block
+                    and not info[2]):
+                info[0].extend(blocks)
+                for block in blocks:
+                    self.node_of[block] = node
+                return
+            self.split_after(parent_block)
+            parent = self.node_of[parent_block]
+        self._new_node(blocks, parent, 0, rid if outputs else None)
+
+    def touch_path(self, block: int) -> None:
+        """Stamp the nodes from the root down to the node of `block`."""
+        path = []
+        node = self.node_of.get(block)
+        nodes = self.nodes
+        while node is not None:
+            path.append(node)
+            node = nodes[node][1]
+        for node in reversed(path):
+            self.clock += 1
+            nodes[node][3] = self.clock
+            self._offer(node)
+
+    def evict_node(self) -> list[int] | None:
+        """Evict the evictable leaf node stamped longest ago; return its blocks."""
+        nodes = self.nodes
+        lru = self.lru
+        heap = self.candidates
+        while heap:
+            stamp, node = heapq.heappop(heap)
+            info = nodes.get(node)
+            if (info is None or info[3] != stamp or info[2]
+                    or any(b not in lru for b in info[0])):
+                continue
+            del nodes[node]
+            if info[1] is not None:
+                nodes[info[1]][2] -= 1
+                self._offer(info[1])
+            for block in info[0]:
+                del lru[block]
+                del self.index[self.key_of.pop(block)]
+                del self.node_of[block]
+            return info[0]
+        return None
 
     def evict(self) -> int:
         """Take the least recently freed cached block and forget its key."""

@@ -82,6 +82,11 @@ class Policy:
     # block already holds is cached too (vLLM keeps several blocks per hash);
     # False: it stays a plain block, reused first when freed.
     caches_duplicate_blocks: ClassVar[bool] = False
+    # True: with prefix caching, cached blocks evict as SGLang's radix tree does:
+    # blocks registered together form a node, split where a lookup ends; lookups
+    # and registrations stamp the nodes on their path; eviction takes a whole
+    # free leaf node, the oldest stamp first (§8). False: one LRU queue of blocks.
+    radix_eviction: ClassVar[bool] = False
 
     # How many times an attribute of this policy was given a different value: the
     # engine folds a steady stretch only after a `schedule` call that changed

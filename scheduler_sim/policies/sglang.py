@@ -68,6 +68,7 @@ class SglangPolicy(QueueAndListPolicy):
     name = "sglang"
     reserves = False
     recompute_includes_pending = True
+    radix_eviction = True
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)

@@ -13,7 +13,10 @@ does after a preemption.
 
 A freed block that has a key keeps it, and waits at the tail of an LRU
 queue; it loses the key only when the allocator hands it out again, the
-least recently freed first. The queue is an ordered dict, so taking a block
+least recently freed first. Two policy-chosen variants: vLLM's cache keeps
+several blocks per key (`duplicates`), and SGLang's radix tree evicts whole
+leaf nodes of blocks registered together, least recently looked up first
+(`tree`). The queue is an ordered dict, so taking a block
 out of its middle (a cache hit) is O(1). The allocator owns a `PrefixCache`
 and decides when blocks enter and leave it.
 """
@@ -99,13 +102,15 @@ class PrefixCache:
         # such block still cached (the one a lookup finds), `others` the rest, in
         # the order they got the key. Without it the later block stays unkeyed.
         self.duplicates = False
-        self.tree = False
-        self.clock = 0
-        self.node_of: dict[int, int] = {}
-        self.nodes: dict[int, list] = {}
-        self.next_node = 0
-        self.candidates: list[tuple[int, int]] = []
         self.others: dict[Hashable, list[int]] = {}
+        # With `tree` (SGLang's radix tree; see the tree-mode methods below), keyed
+        # blocks also belong to nodes, and eviction takes whole leaf nodes.
+        self.tree = False
+        self.clock = 0  # the last stamp given
+        self.node_of: dict[int, int] = {}
+        self.nodes: dict[int, list] = {}  # node -> [blocks, parent, children, stamp, owner]
+        self.next_node = 0
+        self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
         self.lru: OrderedDict[int, None] = OrderedDict()  # least recently freed first
         self.hits = 0      # blocks reused, over the run
         self.queried = 0   # blocks looked up, over the run

@@ -59,7 +59,6 @@ def test_there_are_enough_recorded_runs():
 # whose dispatch differs. Each is explained in tests/data/oracles/README.md; the
 # test fails when the difference moves or goes away, so that this list is kept true.
 KNOWN = {
-    ("sglang", "017"): 198,
 }
 
 

@@ -455,7 +455,9 @@ class BlockAllocator:
         key_of = cache.key_of
         writers = cache.writers
         duplicates = cache.duplicates
+        tree = cache.tree
         new_blocks = []
+        first_new = None
         for i in range(start, full):
             key = key_list[i]
             if key not in index:
@@ -463,22 +465,46 @@ class BlockAllocator:
                 index[key] = block
                 key_of[block] = key
                 new_blocks.append(block)
+                if first_new is None:
+                    first_new = i
                 if writers is not None:
                     writers[block] = (rid, i)
+            elif tree and table[i] not in key_of:
+                self._adopt(table, i, index[key])
             elif duplicates and table[i] not in key_of:
                 block = table[i]
                 cache.others.setdefault(key, []).append(block)
                 key_of[block] = key
                 if writers is not None:
                     writers[block] = (rid, i)
-        if cache.tree:
+        if tree:
             if new_blocks:
-                cache.add_run(new_blocks, index.get(key_list[start - 1]) if start else None,
-                              rid, start * self.block_size >= keys.prompt_tokens)
+                cache.add_run(new_blocks,
+                              index.get(key_list[first_new - 1]) if first_new else None,
+                              rid, first_new * self.block_size >= keys.prompt_tokens)
             last = index.get(key_list[full - 1])
             if last is not None:
                 cache.touch_path(last)
         keys.registered = full
+
+    def _adopt(self, table: list[int], i: int, cached: int) -> None:
+        """SGLang's insert keeps one copy of a run: a request that wrote a block
+        the cache already holds (another request computed it in the same step)
+        takes the cached block, and its own copy is freed."""
+        refs = self._refs
+        lru = self.cache.lru
+        if refs[cached] == 0:
+            if cached not in lru:
+                return  # draining: keep the request's own copy
+            del lru[cached]
+            self.held += 1
+        refs[cached] += 1
+        own = table[i]
+        table[i] = cached
+        refs[own] -= 1
+        if refs[own] == 0 and self._pins[own] == 0:
+            self.held -= 1
+            self._free.append(own)
 
     # --- invariants (A3) --------------------------------------------------------
 

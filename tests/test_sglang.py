@@ -492,3 +492,22 @@ def test_cached_blocks_evict_as_whole_leaves_of_a_radix_tree():
     assert [(e["tick"], e["id"], e["written_by"], e["block"]) for e in s.of("evicted")] == [
         (3, "c", "a", 2)]
     assert [(e["tick"], e["cached"]) for e in s.of("snapshot")][-1] == (3, 5)
+
+
+def test_a_prefill_batch_is_matched_before_it_gets_blocks():
+    """B=1, 22 blocks, prefix caching. x (ids 1..12, N=1) runs at 0 and leaves one cached
+    node of 12 blocks (10 never used remain). At 2, a (ids 50..60, P=11, N=1) and c (ids
+    1, 2, 3, 4, 7, P=5, N=1) arrive: a asks 11 + 1 + 1 = 13 < 22, c asks 5 + 1 + 1 = 7 <
+    22 - 13. SGLang matches both before allocating the batch: c hits ids 1..4, which
+    splits x's node into [1..4] (now c's) and [5..12]. a then needs 11 blocks: the 10
+    never used and one evicted: the free leaf [5..12] goes whole, and a takes its first
+    block (x's block 4, token 5). So c computes 1 token; allocating a's blocks first would
+    have evicted all of x's node and left c to compute 5."""
+    recs = [req("x", 0, 12, 1, prompt_token_ids=list(range(1, 13))),
+            req("a", 2, 11, 1, prompt_token_ids=list(range(50, 61))),
+            req("c", 2, 5, 1, prompt_token_ids=[1, 2, 3, 4, 7])]
+    s = simulate(recs, policy="sglang", block_size=1, num_blocks=22, prefix_caching=True,
+                 token_budget=64, max_rows=4)
+    assert [(e["id"], e["cached_tokens"]) for e in s.at(2, "admitted")] == [("a", 0), ("c", 4)]
+    assert s.dispatches()[1] == (2, [("a", "prefill", 11, True), ("c", "prefill", 1, True)])
+    assert [(e["id"], e["written_by"], e["block"]) for e in s.of("evicted")] == [("a", "x", 4)]

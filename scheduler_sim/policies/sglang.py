@@ -21,6 +21,9 @@ reservation instead of vLLM's "does the prompt fit now":
   latch shuts admission (`batch_full`) until the running batch shrinks, the
   last prefill batch left a chunk unfinished, or that batch replaced an
   empty running batch (option `admission_latch`).
+- A prefill batch matches all its new requests against the cache before it
+  allocates their blocks (a continuing chunk is allocated first), as
+  SGLang forms the batch and then allocates it.
 - The request being chunked is outside the running batch: a middle chunk
   claims only its tokens; the last chunk claims its tokens, one page and
   min(max_tokens, CLIP) in full.
@@ -191,27 +194,32 @@ class SglangPolicy(QueueAndListPolicy):
         # The running batch's expected needs, without the chunked request (the
         # last chunk is charged in full instead).
         reserved = self.reserved_tokens()
+        # SGLang matches every request of the batch against the cache before it
+        # allocates for any: blocks are taken once the batch is formed, so one
+        # request's allocation cannot evict what a later one hits.
+        free_left = allocator.free
         if chunked is not None:
             tokens = min(chunked.phase_remaining, chunk_left, budget)
             if not allocator.try_grow(chunked.rid, chunked.resident + tokens):
                 return plan  # no memory for the next chunk now: decode instead
+            free_left = allocator.free
             plan.append((chunked, tokens))
             budget -= tokens
             chunk_left -= tokens
             if tokens < chunked.phase_remaining:
                 self.chunk_pending = True
-                return plan  # still chunking: nothing else joins this batch
+                return self._allocate(plan)  # still chunking: nothing else joins
             # The last chunk: its page, and its outputs in full (not scaled by
             # the ratio), as SGLang's add_chunked_req charges them.
             charged = self._page_overhead() + min(chunked.max_tokens, CLIP_MAX_NEW_TOKENS)
             self.chunked = None
         waiting = self.waiting
         if not waiting:
-            return plan
+            return self._allocate(plan)
         if self.latched and self.options.admission_latch:
             self.view.report_blocked(waiting.peek(), "batch_full", 0)
-            return plan
-        rem_total = allocator.free * size - reserved - charged
+            return self._allocate(plan)
+        rem_total = free_left * size - reserved - charged
         page = self._page_overhead()
         while waiting:
             head = waiting.peek()
@@ -231,7 +239,7 @@ class SglangPolicy(QueueAndListPolicy):
             tokens = min(extend, chunk_left, budget)
             now_blocks = blocks_for(hit + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly.
-            if total >= rem_total or now_blocks > allocator.free:
+            if total >= rem_total or now_blocks > free_left:
                 self.view.report_blocked(head, "no_token", blocks_for(total, size))
                 # SGLang's batch_is_full, if something runs or was just added.
                 self.latched = bool(plan) or bool(self.running)
@@ -239,9 +247,7 @@ class SglangPolicy(QueueAndListPolicy):
             waiting.pop()
             self.view.admit(head, 0, cached)
             self.running.append(head)
-            if not allocator.try_grow(head.rid, head.resident + tokens):
-                raise InvariantError(f"request {head.rid!r}: admission checked the blocks "
-                                     "it allocates, yet try_grow failed", self.view.now)
+            free_left -= now_blocks
             plan.append((head, tokens))
             # What SGLang's PrefillAdder reserves: a cut first chunk only itself and
             # a page; a whole prompt also min(max_tokens, CLIP) in full (the test
@@ -263,6 +269,15 @@ class SglangPolicy(QueueAndListPolicy):
                 break
             if self.latched:
                 break
+        return self._allocate(plan)
+
+    def _allocate(self, plan: Plan) -> Plan:
+        """Give the prefill batch its blocks, in order, once it is formed."""
+        allocator = self.view.allocator
+        for req, tokens in plan:
+            if not allocator.try_grow(req.rid, req.resident + tokens):
+                raise InvariantError(f"request {req.rid!r}: admission checked the blocks "
+                                     "it allocates, yet try_grow failed", self.view.now)
         return plan
 
     def _decode_batch(self, now: int) -> Plan:

@@ -45,8 +45,7 @@ from ..records.options import Options
 from ..records.states import RequestStatus
 from ..records.workload import Workload
 from ..requests.clients import ClientSlots
-from ..requests.request import (DECODE, PREFILL, Request, emit_decodes, emit_outputs,
-                                write_decodes)
+from ..requests.request import DECODE, PREFILL, Request, emit_outputs, write_decodes
 from .folding import fold
 from .summary import RunStats
 
@@ -593,8 +592,9 @@ class Engine:
         # that output: most rows had theirs when this dispatch started.
         since: dict[int, int] = {}  # previous output time -> outputs since then
         decoders = flight.decoders
-        ended = (emit_decodes(decoders, now, flight.start, since) if decoders is not None
-                 else emit_outputs(flight.rows, now, flight.start, since))
+        if decoders is None:  # chunks among the rows: only those that emit
+            decoders = [req for req, emits in flight.rows if emits]
+        ended = emit_outputs(decoders, now, flight.start, since)
         for req in ended:  # their last output
             req.finish(now)
             self.policy.remove(req)

@@ -20,7 +20,7 @@ from ..records.errors import InvariantError
 from ..records.states import RequestStatus
 
 __all__ = ["Request", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
-           "emit_decodes", "advance_decodes"]
+           "advance_decodes"]
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -190,7 +190,7 @@ class Request:
     def emit(self, now: int) -> bool:
         """Record one output at completion time `now`; True when it was the last one.
         (`emit_outputs` does the same for a whole dispatch.)"""
-        return bool(emit_outputs([(self, True)], now, now, {}))
+        return bool(emit_outputs([self], now, now, {}))
 
     def finish(self, now: int) -> None:
         """RUNNING -> FINISHED_STOPPED (N < M) or FINISHED_LENGTH_CAPPED (N == M)."""
@@ -281,40 +281,15 @@ def write_decodes(reqs: list[Request]) -> int:
     return useful
 
 
-def emit_outputs(rows: list, now: int, start: int, since: dict[int, int]) -> list[Request]:
-    """Record one output for each emitting (request, emits) row at completion time
-    `now` of a dispatch that started at `start`; count in `since` the times of
-    the outputs before them (for the gaps between outputs, ITL); return the
-    requests that have now produced their last output (they finish, E1)."""
+def emit_outputs(reqs: list[Request], now: int, start: int,
+                 since: dict[int, int]) -> list[Request]:
+    """Record one output for each of `reqs` (the emitting rows of a dispatch, in
+    order) at completion time `now` of a dispatch that started at `start`;
+    count in `since` the times of the outputs before them (for the gaps
+    between outputs, ITL); return the requests that have now produced their
+    last output (they finish, E1)."""
     done = []
     steady = 0  # outputs whose previous one came when this dispatch started
-    for req, emits in rows:
-        if not emits:
-            continue
-        k = req.outputs + 1
-        req.outputs = k
-        if k == 1:
-            req.first_token_at = now
-        else:
-            last = req.last_output_at
-            if last == start:
-                steady += 1
-            else:
-                since[last] = since.get(last, 0) + 1
-        req.last_output_at = now
-        if k == req.output_tokens:
-            done.append(req)
-    if steady:
-        since[start] = since.get(start, 0) + steady
-    return done
-
-
-def emit_decodes(reqs: list[Request], now: int, start: int,
-                 since: dict[int, int]) -> list[Request]:
-    """`emit_outputs` for a dispatch of decodes only, given as its requests: each
-    records one output."""
-    done = []
-    steady = 0
     for req in reqs:
         k = req.outputs + 1
         req.outputs = k

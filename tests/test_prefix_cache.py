@@ -118,7 +118,7 @@ def test_without_ids_or_hashes_keys_are_unique_to_the_request():
 
 
 def test_prefix_cache_evict_forgets_the_key_of_the_least_recent_block():
-    """Blocks 3 (key k) and 4 (key m) in the LRU, 3 first: evict() returns 3 and k leaves
+    """Blocks 3 (key k) and 4 (key m) in the LRU, 3 first: evict() returns [3] and k leaves
     the index and the block's key."""
     c = PrefixCache()
     c.index.update({"k": 3, "m": 4})
@@ -126,7 +126,7 @@ def test_prefix_cache_evict_forgets_the_key_of_the_least_recent_block():
     c.lru[3] = None
     c.lru[4] = None
     assert isinstance(c.lru, OrderedDict)
-    assert c.evict() == 3
+    assert c.evict() == [3]
     assert (c.index, c.key_of, list(c.lru)) == ({"m": 4}, {4: "m"}, [4])
 
 

@@ -157,10 +157,12 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
             steady += 1
         else:
             gaps[first - last] = gaps.get(first - last, 0) + 1
-    allocator.grow_each(reqs, folded)
+    grow = allocator.grow
     for req in reqs:
+        rows = req.resident + folded
+        grow(req.rid, rows)
         if req.block_keys is not None:
-            allocator.register_full_blocks(req.rid, req.block_keys, req.resident + folded)
+            allocator.register_full_blocks(req.rid, req.block_keys, rows)
     advance_decodes(reqs, folded, last_output)
     if steady:
         gaps[first - start] = gaps.get(first - start, 0) + steady

@@ -157,19 +157,6 @@ class BlockAllocator:
         need = -(-rows // self.block_size)
         return need - have if need > have else 0
 
-    def grow_each(self, reqs: list, rows_added: int) -> None:
-        """`grow(req.rid, req.resident + rows_added)` for each request (objects with
-        `rid` and `resident`), calling it only for those that open a block: the
-        blocks of folded decode dispatches."""
-        size = self.block_size
-        tables = self._tables
-        grow = self.grow
-        for req in reqs:
-            rows = req.resident + rows_added
-            table = tables.get(req.rid)
-            if table is None or -(-rows // size) > len(table):
-                grow(req.rid, rows)
-
     def grow(self, rid: str, rows: int) -> int:
         """Allocate blocks so that `rid`'s table covers `rows` rows; return how many.
 
@@ -237,12 +224,9 @@ class BlockAllocator:
                 refs.append(0)
                 self._pins.append(0)
             else:
-                gone = self.cache.evict_node() if self.cache.tree else None
-                if gone:
-                    block = gone[0]
-                    plain.extend(reversed(gone[1:]))
-                else:
-                    block = self.cache.evict()
+                gone = self.cache.evict()
+                block = gone[0]
+                plain.extend(reversed(gone[1:]))  # the rest of an evicted node
                 evicted += 1
                 if self._on_evict is not None:
                     writer = self.cache.writer(block)

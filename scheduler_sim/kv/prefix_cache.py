@@ -221,14 +221,27 @@ class PrefixCache:
                 self._offer(info[1])
             for block in info[0]:
                 del lru[block]
-                del self.index[self.key_of.pop(block)]
+                self._forget(block)
                 del self.node_of[block]
             return info[0]
         return None
 
-    def evict(self) -> int:
-        """Take the least recently freed cached block and forget its key."""
+    def evict(self) -> list[int]:
+        """Forget the keys of the cached blocks eviction takes and return them: the
+        least recently freed block, or in tree mode a whole leaf node (the
+        allocator hands out the first and keeps the others as plain blocks)."""
+        if self.tree:
+            node = self.evict_node()
+            if node:
+                return node
         block, _ = self.lru.popitem(last=False)
+        self._forget(block)
+        if self.tree:
+            self._detach(block)
+        return [block]
+
+    def _forget(self, block: int) -> None:
+        """Drop `block`'s key; a duplicate of it takes its place in the index."""
         key = self.key_of.pop(block)
         others = self.others
         if self.index[key] == block:
@@ -244,7 +257,20 @@ class PrefixCache:
             rest.remove(block)
             if not rest:
                 del others[key]
-        return block
+
+    def _detach(self, block: int) -> None:
+        """Take `block` out of its node (tree mode, when no whole node could go: a
+        node part of which is held)."""
+        node = self.node_of.pop(block, None)
+        if node is None:
+            return
+        info = self.nodes[node]
+        info[0].remove(block)
+        if not info[0]:
+            del self.nodes[node]
+            if info[1] is not None:
+                self.nodes[info[1]][2] -= 1
+                self._offer(info[1])
 
     def writer(self, block: int) -> tuple[str, int] | None:
         """Forget and return who wrote `block` (tracked only with `writers` on)."""

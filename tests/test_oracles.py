@@ -55,13 +55,6 @@ def test_there_are_enough_recorded_runs():
             assert trace.with_name(trace.stem + ".events.jsonl").exists()
 
 
-# Recorded runs the policies do not match yet: (engine, trace) -> the first tick
-# whose dispatch differs. Each is explained in tests/data/oracles/README.md; the
-# test fails when the difference moves or goes away, so that this list is kept true.
-KNOWN = {
-}
-
-
 def first_difference(ours, theirs) -> int | None:
     """The first tick whose dispatch differs, or None."""
     return next((tick for tick in sorted(set(theirs[0]) | set(ours[0]))
@@ -71,16 +64,12 @@ def first_difference(ours, theirs) -> int | None:
 @pytest.mark.parametrize("engine,trace", CASES, ids=[f"{e}-{t.stem}" for e, t in CASES])
 def test_the_policy_makes_the_engines_decisions(engine, trace):
     """Tick for tick: the same rows with the same tokens, the same preemptions, the
-    same finishes (or, for a known difference, the first difference where it was)."""
+    same finishes."""
     recorded = [json.loads(line) for line in
                 trace.with_name(trace.stem + ".events.jsonl").read_text().splitlines()
                 if line.strip()]
     theirs = outline(recorded)
     ours = outline(replay(engine, trace))
-    known = KNOWN.get((engine, trace.stem))
-    if known is not None:
-        assert first_difference(ours, theirs) == known
-        return
     assert first_difference(ours, theirs) is None
     assert ours[1] == theirs[1], "preemptions"
     assert ours[2] == theirs[2], "finishes"

@@ -337,3 +337,35 @@ def test_evicted_records_say_whose_cached_block_was_handed_out():
         assert snapshot["free"] == free + 1
     [quiet] = s.at(10, "admission_blocked")
     assert "step_allocated" not in quiet  # nothing allocated before the admission at 10
+
+
+def test_tree_mode_evicts_a_single_block_when_no_whole_node_is_free():
+    """Tree mode, one node [3, 4] (keys k, m) of which block 3 is still held: no node
+    can go whole, so evict() takes the LRU head, block 4, forgets its key and takes it
+    out of the node, which keeps block 3."""
+    c = PrefixCache()
+    c.tree = True
+    c.index.update({"k": 3, "m": 4})
+    c.key_of.update({3: "k", 4: "m"})
+    c._new_node([3, 4], None, 0)
+    c.lru[4] = None
+    assert c.evict() == [4]
+    assert (c.index, c.key_of, list(c.lru)) == ({"k": 3}, {3: "k"}, [])
+    assert [info[0] for info in c.nodes.values()] == [[3]]
+    assert c.node_of == {3: 0}
+
+
+def test_tree_mode_evicts_a_free_leaf_node_whole():
+    """Tree mode, node 0 = [1, 2] with child node 1 = [5, 6], all free: the child is the
+    only leaf and goes whole (both keys forgotten); then node 0 is a leaf and goes."""
+    c = PrefixCache()
+    c.tree = True
+    for block, key in ((1, "a"), (2, "b"), (5, "c"), (6, "d")):
+        c.index[key] = block
+        c.key_of[block] = key
+        c.lru[block] = None
+    parent = c._new_node([1, 2], None, 0)
+    c._new_node([5, 6], parent, 0)
+    assert c.evict() == [5, 6]
+    assert c.evict() == [1, 2]
+    assert (c.index, c.nodes, list(c.lru)) == ({}, {}, [])

@@ -511,3 +511,17 @@ def test_a_prefill_batch_is_matched_before_it_gets_blocks():
     assert [(e["id"], e["cached_tokens"]) for e in s.at(2, "admitted")] == [("a", 0), ("c", 4)]
     assert s.dispatches()[1] == (2, [("a", "prefill", 11, True), ("c", "prefill", 1, True)])
     assert [(e["id"], e["written_by"], e["block"]) for e in s.of("evicted")] == [("a", "x", 4)]
+
+
+def test_a_block_computed_twice_in_one_batch_is_kept_once():
+    """B=1, 20 blocks, prefix caching. a (ids 1..4) and b (ids 1..5) arrive at 0 and are
+    prefilled in one batch, neither finding anything cached, so both compute ids 1..4.
+    When the dispatch writes them, a's blocks get the keys first; b's four copies hold
+    content the cache already has, so b takes a's blocks and its copies are freed, as
+    SGLang's insert keeps one copy of a run. At 1 the snapshot counts 4 + 1 = 5 blocks
+    allocated and 15 free, not 4 + 5 = 9."""
+    recs = [req("a", 0, 4, 2, prompt_token_ids=[1, 2, 3, 4]),
+            req("b", 0, 5, 2, prompt_token_ids=[1, 2, 3, 4, 5])]
+    s = simulate(recs, policy="sglang", block_size=1, num_blocks=20, prefix_caching=True)
+    assert s.dispatches()[0] == (0, [("a", "prefill", 4, True), ("b", "prefill", 5, True)])
+    assert [(e["allocated"], e["free"]) for e in s.at(1, "snapshot")] == [(5, 15)]

@@ -15,6 +15,7 @@ from scheduler_sim.engine.core import Engine
 from scheduler_sim.records.errors import UsageError
 from scheduler_sim.records.options import Options
 from scheduler_sim.policies import POLICIES
+from scheduler_sim.kv.prefix_cache import BlockKeys
 from scheduler_sim.requests.queues import QUEUE_ORDERS, LpmQueue, make_queue
 from scheduler_sim.requests.request import Request
 from scheduler_sim.io.trace import parse_trace
@@ -174,27 +175,68 @@ def test_lpm_threshold_option_moves_the_fallback():
     assert admissions(lpm_run(1, lpm_threshold=2))[1:] == [(5, "h"), (6, "f0")]
 
 
-def test_lpm_ties_fall_to_arrival_order_after_an_earlier_resort():
+def test_lpm_ties_keep_the_order_the_last_sort_left():
     """Queue a, b, c (trace order). First refresh with b scoring 1: b, a, c. The cache
-    changes and every score becomes 0: ties are in arrival order, so the next refresh
-    gives a, b, c (not the previous sort's b, a, c)."""
-    a, b, c = (Request(rid, i, 0, 4, 1) for i, rid in enumerate("abc"))
-    scores = {a: 0, b: 1, c: 0}
+    changes and every score becomes 0: the sort is stable over the list as SGLang keeps
+    it, so the ties stay b, a, c (not arrival order); d, arriving now, joins the tail."""
+    a, b, c, d = (Request(rid, i, 0, 4, 1) for i, rid in enumerate("abcd"))
+    scores = {a: 0, b: 1, c: 0, d: 0}
     q = make_queue("lpm", scorer=lambda r: scores[r])
     for r in (a, b, c):
         q.add(r)
     q.refresh()
     assert [r.rid for r in q] == ["b", "a", "c"]
     scores[b] = 0
+    q.add(d)
     q.refresh()
-    assert [r.rid for r in q] == ["a", "b", "c"]
+    assert [r.rid for r in q] == ["b", "a", "c", "d"]
 
 
-def test_lpm_fallback_above_threshold_is_arrival_order_even_after_a_sort():
+def test_lpm_ranks_at_most_the_blocks_a_lookup_could_reuse():
+    """B=1. a (P=2) matches its whole prompt, 2 blocks, but a lookup reuses at most
+    P + 0 - 1 = 1 of them; b (P=4) matches 1. Both rank 1: a stays first."""
+    a, b = Request("a", 0, 0, 2, 1), Request("b", 1, 0, 4, 1)
+    q = make_queue("lpm", scorer=lambda r: 2 if r is a else 1)
+    for r in (b, a):
+        q.add(r)
+    q.refresh()
+    assert [r.rid for r in q] == ["b", "a"]
+
+
+def keyed(rid: str, index: int, ids: list[int], size: int = 4) -> Request:
+    r = Request(rid, index, 0, len(ids), 1)
+    r.block_keys = BlockKeys(index, len(ids), size, size, prompt_ids=ids)
+    return r
+
+
+def test_lpm_puts_a_request_sharing_32_uncached_tokens_with_an_earlier_one_last():
+    """B=4, nothing cached. x, y, z wait with 40-token prompts; y shares its first 32
+    tokens (8 blocks) with x, z shares 28 (7 blocks). SGLang's in-batch check: a
+    request that found at most 32 tokens cached and shares at least 32 with one before
+    it goes last, so that x computes the prefix and y then finds it: x, z, y. If y had
+    found 9 blocks (36 tokens) cached it would not be checked, and would lead."""
+    shared = list(range(1, 29))
+    x = keyed("x", 0, shared + [29, 30, 31, 32] + list(range(200, 208)))
+    y = keyed("y", 1, shared + [29, 30, 31, 32] + list(range(300, 308)))
+    z = keyed("z", 2, shared + list(range(400, 412)))
+    found = {x: 0, y: 0, z: 0}
+    q = make_queue("lpm", scorer=found.__getitem__, block_size=4)
+    for r in (x, y, z):
+        q.add(r)
+    q.refresh()
+    assert [r.rid for r in q] == ["x", "z", "y"]
+    found[y] = 9
+    q.refresh()
+    assert [r.rid for r in q] == ["y", "x", "z"]
+
+
+def test_lpm_fallback_above_threshold_leaves_the_list_as_it_is():
     """Threshold 2: a, b waiting with b scoring 1 sort to b, a; then c arrives (3 > 2
-    waiting): the fallback is plain fcfs, so the head is a (the earliest arrival)."""
+    waiting) and scores 2: the list is not sorted while more than 2 wait (SGLang skips
+    the matching), so it stays b, a, c."""
     a, b, c = (Request(rid, i, i, 4, 1) for i, rid in enumerate("abc"))
-    q = make_queue("lpm", lpm_threshold=2, scorer=lambda r: 1 if r is b else 0)
+    scores = {a: 0, b: 1, c: 2}
+    q = make_queue("lpm", lpm_threshold=2, scorer=lambda r: scores[r])
     q.add(a)
     q.add(b)
     q.refresh()
@@ -202,7 +244,7 @@ def test_lpm_fallback_above_threshold_is_arrival_order_even_after_a_sort():
     q.add(c)
     q.refresh()
     assert q.fallback is True
-    assert [r.rid for r in q] == ["a", "b", "c"]
+    assert [r.rid for r in q] == ["b", "a", "c"]
 
 
 def test_lpm_without_prefix_caching_is_a_usage_error():

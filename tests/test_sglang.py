@@ -478,20 +478,21 @@ def test_cached_blocks_evict_as_whole_leaves_of_a_radix_tree():
     """B=1, 8 blocks, prefix caching. a (ids 1..4) runs at 0 and b (ids 5..8) at 1; each
     registers its 4 blocks as one node (a's stamped first) and leaves them cached. At 3,
     c (ids 1, 2, 9) hits a's first 2 blocks: the lookup splits a's node into [1, 2] and
-    [3, 4] and stamps [1, 2]. c needs one more block and none is plain or unused: the
-    free leaf nodes are [3, 4] (stamped with a, the oldest) and b's [5..8]. SGLang
-    evicts the whole leaf: c takes a's block 2 (token 3, `evicted` {c, written_by a,
-    block 2}) and a's block 3 loses its key too, so the snapshot counts 5 cached blocks
-    (the 4 of b, and the one c takes this step), not the 6 one queue of blocks would
-    leave (evicting only a's tail block, token 4)."""
+    [3, 4]; SGLang's split stamps the part cut off, [3, 4], and the lookup then stamps
+    [1, 2]. c needs one more block and none is plain or unused: the free leaf nodes are
+    b's [5..8] (stamped at 1, now the oldest) and [3, 4]. SGLang evicts the whole leaf:
+    c takes b's block 0 (token 5, `evicted` {c, written_by b, block 0}) and b's other 3
+    blocks lose their keys too, so the snapshot counts 3 cached blocks (a's 3 and 4, and
+    the one c takes this step), not the 6 one queue of blocks would leave (evicting only
+    a's tail block, token 4, the least recently freed)."""
     recs = [req("a", 0, 4, 1, prompt_token_ids=[1, 2, 3, 4]),
             req("b", 1, 4, 1, prompt_token_ids=[5, 6, 7, 8]),
             req("c", 3, 3, 1, prompt_token_ids=[1, 2, 9])]
     s = simulate(recs, policy="sglang", block_size=1, num_blocks=8, prefix_caching=True)
     assert [(e["id"], e["cached_tokens"]) for e in s.at(3, "admitted")] == [("c", 2)]
     assert [(e["tick"], e["id"], e["written_by"], e["block"]) for e in s.of("evicted")] == [
-        (3, "c", "a", 2)]
-    assert [(e["tick"], e["cached"]) for e in s.of("snapshot")][-1] == (3, 5)
+        (3, "c", "b", 0)]
+    assert [(e["tick"], e["cached"]) for e in s.of("snapshot")][-1] == (3, 3)
 
 
 def test_a_prefill_batch_is_matched_before_it_gets_blocks():

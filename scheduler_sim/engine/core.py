@@ -269,15 +269,18 @@ class Engine:
         if self._emit is not None:
             self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
 
-    def cached_prefix(self, req: Request, count: bool = True) -> list[int]:
+    def cached_prefix(self, req: Request, count: bool = True,
+                      whole: bool = False) -> list[int]:
         """The leading blocks of `req` found in the prefix cache (none without one).
 
         At least the last token of the current sequence is always computed, so
-        at most (P + outputs - 1) // block_size blocks are reused.
+        at most (P + outputs - 1) // block_size blocks are reused; `whole` looks
+        up the last token's block too (what SGLang matches when it sorts or
+        refreshes its waiting queue, which stamps more of its tree).
         """
         if req.block_keys is None:
             return []
-        limit = (req.prompt_tokens + req.outputs - 1) // self.options.block_size
+        limit = (req.prompt_tokens + req.outputs - (not whole)) // self.options.block_size
         return self.allocator.lookup(req.block_keys, limit, count)
 
     def report_blocked(self, req: Request, reason: str, needed: int) -> None:
@@ -497,7 +500,7 @@ class Engine:
                 if not r % size:
                     grow(req.rid, r + 1)
                 if req.block_keys is not None and not (r + 1) % size:
-                    allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
+                    allocator.register_decoded(req.rid, req.block_keys, r + 1)
                 if add_row is not None:
                     add_row((req, True))
                 add_decoder(req)
@@ -517,7 +520,10 @@ class Engine:
             grow(req.rid, r + tokens)
             useful += req.record_rows(tokens)
             if req.block_keys is not None:
-                allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+                if phase is DECODE:
+                    allocator.register_decoded(req.rid, req.block_keys, req.resident)
+                else:
+                    allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             add_row((req, emits))
             if emits:
                 emitting += 1
@@ -595,10 +601,14 @@ class Engine:
         if decoders is None:  # chunks among the rows: only those that emit
             decoders = [req for req, emits in flight.rows if emits]
         ended = emit_outputs(decoders, now, flight.start, since)
+        keeps = self.policy.keeps_blocks_after_finish
         for req in ended:  # their last output
+            if req.block_keys is not None and not keeps:
+                # What decoding left unkeyed (SGLang's tree keys it now).
+                self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             req.finish(now)
             self.policy.remove(req)
-            if not self.policy.keeps_blocks_after_finish:
+            if not keeps:
                 self._release_request(req)
             self._end(req)
             if self._emit is not None:

@@ -162,7 +162,7 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
         rows = req.resident + folded
         grow(req.rid, rows)
         if req.block_keys is not None:
-            allocator.register_full_blocks(req.rid, req.block_keys, rows)
+            allocator.register_decoded(req.rid, req.block_keys, rows)
     advance_decodes(reqs, folded, last_output)
     if steady:
         gaps[first - start] = gaps.get(first - start, 0) + steady

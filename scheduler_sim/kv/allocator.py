@@ -242,6 +242,25 @@ class BlockAllocator:
         self.step_growth[rid] = self.step_growth.get(rid, 0) + need
         return need
 
+    def evict_until(self, blocks: int) -> int:
+        """Evict cached free blocks until `blocks` free blocks carry no key, or
+        none is cached; return how many lost their key. (SGLang does this after
+        a retraction, ahead of need; nobody takes the blocks yet, so no eviction
+        is reported.)"""
+        cache = self.cache
+        if cache is None:
+            return 0
+        plain = self._free
+        lru = cache.lru
+        gone_total = 0
+        while lru and len(plain) + self.num_blocks - self._fresh < blocks:
+            gone = cache.evict()
+            for block in gone:
+                cache.writer(block)
+            plain.extend(reversed(gone))
+            gone_total += len(gone)
+        return gone_total
+
     def try_grow(self, rid: str, rows: int) -> bool:
         """All-or-nothing `grow`: allocate every block needed for `rows`, or none (L4)."""
         if not self.can_allocate(self.blocks_to_grow(rid, rows)):
@@ -463,13 +482,28 @@ class BlockAllocator:
                     writers[block] = (rid, i)
         if tree:
             if new_blocks:
-                cache.add_run(new_blocks,
-                              index.get(key_list[first_new - 1]) if first_new else None,
-                              rid, first_new * self.block_size >= keys.prompt_tokens)
+                # One leaf for the run, cut where the prompt ends: SGLang splits
+                # a request's insert there so that its outputs go first.
+                parent = index.get(key_list[first_new - 1]) if first_new else None
+                cut = keys.prompt_tokens // self.block_size - first_new
+                if 0 < cut < len(new_blocks):
+                    cache.add_run(new_blocks[:cut], parent)
+                    parent, new_blocks = new_blocks[cut - 1], new_blocks[cut:]
+                cache.add_run(new_blocks, parent)
             last = index.get(key_list[full - 1])
             if last is not None:
+                cache.split_after(last)  # the run may end inside a cached node
                 cache.touch_path(last)
         keys.registered = full
+
+    def register_decoded(self, rid: str, keys: BlockKeys, rows: int) -> None:
+        """Give keys to the blocks that decoding filled, except in SGLang's tree
+        (`tree` mode), which takes decoded tokens only when the request finishes
+        (`register_full_blocks` then): a retracted request's outputs are not kept."""
+        cache = self.cache
+        if cache is None or cache.tree:
+            return
+        self.register_full_blocks(rid, keys, rows)
 
     def _adopt(self, table: list[int], i: int, cached: int) -> None:
         """SGLang's insert keeps one copy of a run: a request that wrote a block

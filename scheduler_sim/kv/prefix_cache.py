@@ -108,7 +108,7 @@ class PrefixCache:
         self.tree = False
         self.clock = 0  # the last stamp given
         self.node_of: dict[int, int] = {}
-        self.nodes: dict[int, list] = {}  # node -> [blocks, parent, children, stamp, owner]
+        self.nodes: dict[int, list] = {}  # node -> [blocks, parent, children, stamp]
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
         self.lru: OrderedDict[int, None] = OrderedDict()  # least recently freed first
@@ -126,12 +126,10 @@ class PrefixCache:
     # oldest stamp first, and evicts all of its blocks at once (SGLang frees
     # whole leaves). Candidates wait in a heap, checked when taken.
 
-    def _new_node(self, blocks: list[int], parent: int | None, stamp: int,
-                  owner: str | None = None) -> int:
+    def _new_node(self, blocks: list[int], parent: int | None, stamp: int) -> int:
         node = self.next_node
         self.next_node += 1
-        # blocks, parent, children, stamp, and the request whose outputs it holds
-        self.nodes[node] = [list(blocks), parent, 0, stamp, owner]
+        self.nodes[node] = [list(blocks), parent, 0, stamp]  # blocks, parent, children, stamp
         for block in blocks:
             self.node_of[block] = node
         if parent is not None:
@@ -155,7 +153,9 @@ class PrefixCache:
                 self._offer(node)
 
     def split_after(self, block: int) -> None:
-        """Split the node of `block` so that `block` ends its node."""
+        """Split the node of `block` so that `block` ends its node. The part cut
+        off below is stamped now: SGLang's split refreshes it, though the lookup
+        or insert that split it stops above it."""
         node = self.node_of.get(block)
         if node is None:
             return
@@ -165,31 +165,24 @@ class PrefixCache:
         if i == len(blocks) - 1:
             return
         parent = info[1]
-        head = self._new_node(blocks[:i + 1], parent, info[3], info[4])
+        head = self._new_node(blocks[:i + 1], parent, info[3])
         if parent is not None:
             self.nodes[parent][2] -= 1
         info[0] = blocks[i + 1:]
         info[1] = head
         self.nodes[head][2] += 1
+        self.clock += 1
+        info[3] = self.clock
+        self._offer(node)
 
-    def add_run(self, blocks: list[int], parent_block: int | None, rid: str,
-                outputs: bool) -> None:
-        """Blocks registered together: a new node under the node of `parent_block`
-        (split after it), or, for a request's output blocks, the tail of the node
-        that already holds its outputs (SGLang inserts them as one run)."""
+    def add_run(self, blocks: list[int], parent_block: int | None) -> None:
+        """Blocks registered together: a new leaf node under the node of
+        `parent_block`, split after it (SGLang's insert of a run of new tokens)."""
         parent = None
         if parent_block is not None and parent_block in self.node_of:
-            node = self.node_of[parent_block]
-            info = self.nodes[node]
-            if (outputs and info[4] == rid and info[0][-1] == parent_block
-                    and not info[2]):
-                info[0].extend(blocks)
-                for block in blocks:
-                    self.node_of[block] = node
-                return
             self.split_after(parent_block)
             parent = self.node_of[parent_block]
-        self._new_node(blocks, parent, 0, rid if outputs else None)
+        self._new_node(blocks, parent, 0)
 
     def touch_path(self, block: int) -> None:
         """Stamp the nodes from the root down to the node of `block`."""

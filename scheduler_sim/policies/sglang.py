@@ -48,6 +48,8 @@ RETRACT_DECODE_STEPS 20, DECAY_STEPS 600.
 """
 from __future__ import annotations
 
+from itertools import islice
+
 from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.events import Ratio
@@ -63,6 +65,8 @@ RETRACT_DECODE_STEPS = 20
 DECAY_STEPS = 600
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_RATIO_FACTOR = 0.14
+REFRESH_INTERVAL = 32
+REFRESH_MAX = 128
 
 
 class SglangPolicy(QueueAndListPolicy):
@@ -92,6 +96,9 @@ class SglangPolicy(QueueAndListPolicy):
         # The last prefill batch became the running batch (nothing else ran):
         # SGLang replaces its empty running batch by it, flag and all.
         self.fresh_batch = False
+        # Passes that ordered the waiting queue without matching it (see
+        # `_order_waiting`): every REFRESH_INTERVAL-th refreshes its prefixes.
+        self.refresh_passes = 0
 
     # --- sizing -------------------------------------------------------------
 
@@ -148,7 +155,6 @@ class SglangPolicy(QueueAndListPolicy):
             # SGLang's running batch leaves out the request being chunked.
             self.latched = False
         self.chunk_pending = self.fresh_batch = False
-        self.waiting.refresh()
         plan = self._prefill_batch()
         if plan:
             batch = {id(req) for req, _ in plan}
@@ -190,6 +196,9 @@ class SglangPolicy(QueueAndListPolicy):
         chunk_left = options.prefill_chunk
         plan: Plan = []
         chunked = self.chunked
+        if chunked is not None or (self.waiting and len(self.running) < options.max_rows
+                                   and not (self.latched and options.admission_latch)):
+            self._order_waiting()
         charged = 0  # the chunk's charge beyond its own blocks
         # The running batch's expected needs, without the chunked request (the
         # last chunk is charged in full instead).
@@ -200,9 +209,10 @@ class SglangPolicy(QueueAndListPolicy):
         free_left = allocator.free
         if chunked is not None:
             tokens = min(chunked.phase_remaining, chunk_left, budget)
-            if not allocator.try_grow(chunked.rid, chunked.resident + tokens):
+            need = allocator.blocks_to_grow(chunked.rid, chunked.resident + tokens)
+            if need > free_left:
                 return plan  # no memory for the next chunk now: decode instead
-            free_left = allocator.free
+            free_left -= need  # allocated with the batch, after the matching
             plan.append((chunked, tokens))
             budget -= tokens
             chunk_left -= tokens
@@ -271,6 +281,26 @@ class SglangPolicy(QueueAndListPolicy):
                 break
         return self._allocate(plan)
 
+    def _order_waiting(self) -> None:
+        """SGLang's calc_priority, at each pass that may form a prefill batch:
+        `lpm` matches every waiting request against the cache and sorts; any
+        other order (or `lpm` past its threshold) leaves the queue as it is, but
+        every REFRESH_INTERVAL-th such pass looks up the prefixes of the first
+        REFRESH_MAX waiting requests, the head last, so that the tree keeps what
+        they will need (SGLang's waiting-prefix refresh under LRU eviction)."""
+        waiting = self.waiting
+        if not waiting:
+            return
+        waiting.refresh()
+        if not getattr(waiting, "fallback", True) or self.view.allocator.cache is None:
+            return
+        passes = self.refresh_passes
+        self.refresh_passes = passes + 1
+        if passes % REFRESH_INTERVAL == 0:
+            look = self.view.cached_prefix
+            for req in reversed(list(islice(waiting, REFRESH_MAX))):
+                look(req, False, True)
+
     def _allocate(self, plan: Plan) -> Plan:
         """Give the prefill batch its blocks, in order, once it is formed."""
         allocator = self.view.allocator
@@ -302,6 +332,9 @@ class SglangPolicy(QueueAndListPolicy):
                 victim = keep.pop()
                 need -= victim.resident % size == 0
                 self.view.preempt(victim, "retract", "fewest-outputs")
+                # SGLang then evicts from its tree at once, until the requests
+                # kept have RETRACT_DECODE_STEPS tokens each free of any key.
+                allocator.evict_until(blocks_for(len(keep) * RETRACT_DECODE_STEPS, size))
                 draining = allocator.draining if self.options.release_delay else 0
             decoded = sum(r.outputs for r in keep)
             budget = sum(r.max_tokens for r in keep)

@@ -13,8 +13,9 @@ object identity or id strings.
   plain insert, so a victim re-enters by its original key.
 - `sjf`: smallest prompt + max_tokens first; `edf`: earliest deadline first
   (none last); `lof`: largest max_tokens first; `random`: a seeded shuffle.
-- `lpm`: longest cached prefix first, re-sorted at every scheduling pass
-  (`refresh`), plain FCFS when more than `lpm_threshold` requests wait.
+- `lpm`: longest cached prefix first, the list sorted in place (stably) at
+  every scheduling pass (`refresh`), left as it is while more than
+  `lpm_threshold` requests wait.
 """
 from __future__ import annotations
 
@@ -225,71 +226,65 @@ class RandomQueue(KeyedQueue):
         return (self._rng.random(), req.index)
 
 
+# SGLang's in-batch prefix check: a waiting request that found at most
+# LPM_CHECK_TOKENS tokens in the cache and shares at least LPM_SHARED_TOKENS
+# leading tokens with a request before it in the list goes last, so that one
+# of them computes the prefix and the others then find it.
+LPM_CHECK_TOKENS = 32
+LPM_SHARED_TOKENS = 32
+
+
 class LpmQueue(FcfsQueue):
     """Longest prefix match first, as SGLang's `lpm`.
 
-    The FCFS order is kept underneath. `refresh` (called at the start of each
-    scheduling pass) builds a view sorted by the number of leading blocks
-    found in the prefix cache, longest first, ties in FCFS order; `peek` and
-    `pop` follow that view until the queue changes or the next refresh. With
-    more than `threshold` requests waiting there is no view and the order is
-    plain FCFS, as SGLang does to bound the cost of matching.
+    The queue is one list, as SGLang's waiting queue: newcomers join its
+    tail, and `refresh` (called at each scheduling pass that may admit) sorts
+    it in place by the number of leading blocks found in the prefix cache,
+    longest first; the sort is stable, so ties keep the order the last sort
+    left (not arrival order). `scorer(req)` gives the blocks found matching
+    the whole sequence; the rank counts at most those a lookup could reuse,
+    (P + outputs - 1) // block_size. A request that found at most
+    LPM_CHECK_TOKENS tokens and shares LPM_SHARED_TOKENS or more leading
+    tokens (whole blocks) with a request before it in the list goes last.
+    With more than `threshold` requests waiting the list is not sorted: it
+    keeps its order, as SGLang does to bound the cost of matching.
     """
 
     name = "lpm"
 
     def __init__(self, scorer: Callable[[Request], int] | None = None,
-                 threshold: int = 128) -> None:
+                 threshold: int = 128, block_size: int = 1) -> None:
         super().__init__()
         self.scorer = scorer
         self.threshold = threshold
-        self.fallback = False  # whether the last refresh fell back to FCFS
-        self._view: list[Request] | None = None
-        self._at = 0
+        self.block_size = block_size
+        self.fallback = False  # whether the last refresh left the list unsorted
 
     def refresh(self) -> None:
-        self._view = None
-        self.fallback = len(self._items) > self.threshold
+        items = self._items
+        self.fallback = len(items) > self.threshold
         if self.fallback or self.scorer is None:
             return
         score = self.scorer
-        order = list(self._items)
-        ranked = sorted(range(len(order)), key=lambda i: (-score(order[i]), i))
-        self._view = [order[i] for i in ranked]
-        self._at = 0
-
-    def _head(self) -> Request:
-        view = self._view
-        if view is None:
-            return next(iter(self._items))
-        while view[self._at] not in self._items:
-            self._at += 1
-        return view[self._at]
-
-    def add(self, req: Request) -> None:
-        super().add(req)
-        self._view = None  # a newcomer: FCFS until the next refresh sorts again
-
-    def prepend(self, req: Request) -> None:
-        super().prepend(req)
-        self._view = None
-
-    def insert_by_arrival(self, req: Request) -> None:
-        super().insert_by_arrival(req)
-        self._view = None
-
-    def peek(self) -> Request:
-        return self._head()
-
-    def pop(self) -> Request:
-        req = self._head()
-        del self._items[req]
-        return req
-
-    def __iter__(self) -> Iterator[Request]:
-        if self._view is None:
-            return super().__iter__()
-        return iter([r for r in self._view if r in self._items])
+        size = self.block_size
+        seen: set = set()
+        rank = {}
+        for req in items:
+            found = score(req)
+            if found * size <= LPM_CHECK_TOKENS and req.block_keys is not None:
+                keys = req.block_keys.ensure((req.prompt_tokens + req.outputs) // size)
+                shared = 0
+                for key in keys:
+                    if key not in seen:
+                        break
+                    shared += 1
+                if shared * size >= LPM_SHARED_TOKENS:
+                    rank[req] = 1  # last, among the others put last
+                    continue
+                seen.update(keys)
+            cap = (req.prompt_tokens + req.outputs - 1) // size
+            rank[req] = -min(found, cap)
+        self._items = OrderedDict.fromkeys(sorted(items, key=rank.__getitem__))
 
 
 QUEUE_ORDERS: dict[str, type[RequestQueue]] = {
@@ -299,7 +294,8 @@ QUEUE_ORDERS: dict[str, type[RequestQueue]] = {
 
 
 def make_queue(order: str, seed: int = 0, lpm_threshold: int = 128,
-               scorer: Callable[[Request], int] | None = None) -> RequestQueue:
+               scorer: Callable[[Request], int] | None = None,
+               block_size: int = 1) -> RequestQueue:
     """Build the queue for an order name; raise ValueError naming the known orders."""
     if order not in QUEUE_ORDERS:
         known = ", ".join(QUEUE_ORDERS)
@@ -307,5 +303,5 @@ def make_queue(order: str, seed: int = 0, lpm_threshold: int = 128,
     if order == "random":
         return RandomQueue(seed)
     if order == "lpm":
-        return LpmQueue(scorer, lpm_threshold)
+        return LpmQueue(scorer, lpm_threshold, block_size)
     return QUEUE_ORDERS[order]()

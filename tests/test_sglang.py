@@ -526,3 +526,123 @@ def test_a_block_computed_twice_in_one_batch_is_kept_once():
     s = simulate(recs, policy="sglang", block_size=1, num_blocks=20, prefix_caching=True)
     assert s.dispatches()[0] == (0, [("a", "prefill", 4, True), ("b", "prefill", 5, True)])
     assert [(e["allocated"], e["free"]) for e in s.at(1, "snapshot")] == [(5, 15)]
+
+
+def test_decoded_tokens_are_cached_only_when_the_request_finishes():
+    """B=1, 40 blocks, prefix caching. a (ids 1, 2; outputs 7, 8, 9) is prefilled at 0
+    and decodes at 1, writing output 7's row. b (ids 1, 2, 7, 8, 5) arrives at 2: SGLang
+    inserts decoded tokens into its tree only when the request finishes, so b finds a's
+    prompt, 2 blocks, not the 3 that `continuous` (keying a block as soon as it fills)
+    finds. a finishes at 4 with rows 1, 2, 7, 8 written: they are keyed then, and c (ids
+    1, 2, 7, 8, 6), arriving at 6, finds all 4."""
+    recs = [req("a", 0, 2, 3, prompt_token_ids=[1, 2], output_token_ids=[7, 8, 9]),
+            req("b", 2, 5, 1, prompt_token_ids=[1, 2, 7, 8, 5]),
+            req("c", 6, 5, 1, prompt_token_ids=[1, 2, 7, 8, 6])]
+    s = simulate(recs, policy="sglang", block_size=1, num_blocks=40, prefix_caching=True)
+    assert [(e["tick"], e["id"], e["cached_tokens"]) for e in s.of("admitted")] == [
+        (0, "a", 0), (2, "b", 2), (6, "c", 4)]
+    assert s.req["a"].finished_at == 4
+    s = simulate(recs, policy="continuous", block_size=1, num_blocks=40, prefix_caching=True)
+    assert [(e["id"], e["cached_tokens"]) for e in s.of("admitted")] == [
+        ("a", 0), ("b", 3), ("c", 4)]
+
+
+def retract_run(pool: int, outputs: int):
+    """B=1, prefix caching, conservativeness 0.1: a (ids 1..4) is prefilled at 0, v (ids
+    11..14) at 1, both with `outputs` outputs; they decode together until the pool is full."""
+    recs = [req("a", 0, 4, outputs, prompt_token_ids=[1, 2, 3, 4]),
+            req("v", 1, 4, outputs, prompt_token_ids=[11, 12, 13, 14])]
+    return simulate(recs, policy="sglang", block_size=1, num_blocks=pool, prefix_caching=True,
+                    schedule_conservativeness=0.1)
+
+
+def test_a_retracted_request_keeps_only_its_prompt_cached_if_20_tokens_per_kept_are_free():
+    """See retract_run. 24 blocks, N=12: at 10 a and v each hold 12 rows (prompt and 8
+    outputs) and both need a block: v is retracted with 9 outputs. Its 8 output blocks
+    were never keyed (SGLang inserts decoded tokens when a request finishes), so they
+    come back plain; SGLang then evicts until the one request kept has 20 tokens free
+    of any key: 8 < 20, so v's cached prompt node goes too, and v resumes at 13 finding
+    nothing: it recomputes 4 + 9 = 13 rows. 60 blocks, N=30: v is retracted at 28 with 27
+    outputs and 26 plain blocks >= 20, so its prompt stays cached: it resumes at 31
+    finding its 4 prompt tokens (not its outputs) and recomputes 27 rows."""
+    s = retract_run(24, 12)
+    assert [(e["tick"], e["id"], e["outputs"], e["rows"]) for e in s.of("preempted")] == [
+        (10, "v", 9, 12)]
+    assert [(e["tick"], e["id"], e["cached_tokens"]) for e in s.of("admitted")][-1] == (13, "v", 0)
+    assert s.dispatches()[-3] == (13, [("v", "recompute", 13, True)])
+    s = retract_run(60, 30)
+    assert [(e["tick"], e["id"], e["outputs"], e["rows"]) for e in s.of("preempted")] == [
+        (28, "v", 27, 30)]
+    assert [(e["tick"], e["id"], e["cached_tokens"]) for e in s.of("admitted")][-1] == (31, "v", 4)
+    assert s.dispatches()[-3] == (31, [("v", "recompute", 27, True)])
+
+
+def test_the_last_chunk_is_allocated_after_the_batch_is_matched():
+    """B=1, 18 blocks, prefix caching, prefill_chunk 8. x (ids 1..4) at 0 and y (ids
+    21..24) at 1 leave two cached nodes, x's older. c (P=12) takes 8 plain blocks for its
+    first chunk at 2 (2 plain left). At 3 its last chunk needs 4 blocks; d (ids 1, 2, 3,
+    4, 5) arrives and is matched first: 4 cached tokens, but it asks 1 + 1 + 1 page + 4
+    locked = 7 >= 10 free - 4 for the chunk - (1 page + 1 output) claimed by the last
+    chunk = 4: no_token. Its lookup stamped x's node, so when the batch is allocated
+    c's chunk evicts y's (`evicted` {c, written_by y, block 0}), and d, admitted at 4,
+    finds its 4 tokens. Allocating the chunk before the matching would take x's node."""
+    recs = [req("x", 0, 4, 1, prompt_token_ids=[1, 2, 3, 4]),
+            req("y", 1, 4, 1, prompt_token_ids=[21, 22, 23, 24]),
+            req("c", 2, 12, 1, prompt_token_ids=list(range(31, 43))),
+            req("d", 3, 5, 1, prompt_token_ids=[1, 2, 3, 4, 5])]
+    s = simulate(recs, policy="sglang", block_size=1, num_blocks=18, prefix_caching=True,
+                 prefill_chunk=8)
+    assert [(e["id"], e["reason"]) for e in s.at(3, "admission_blocked")] == [("d", "no_token")]
+    assert [(e["tick"], e["id"], e["written_by"], e["block"]) for e in s.of("evicted")] == [
+        (3, "c", "y", 0)]
+    assert [(e["tick"], e["id"], e["cached_tokens"]) for e in s.of("admitted")][-1] == (4, "d", 4)
+
+
+def refresh_run(pool: int):
+    """B=1, prefix caching, admission_latch off. r (P=1, N=45) runs from 0; x (ids 1..12)
+    and y (ids 21..32) are prefilled at 1 and 2 (r's reservation leaves room for one at
+    a time) and leave two cached nodes, x's older.
+    From 2, h (P=2, N=44) heads the queue and is refused at every pass, and w (ids 1..12,
+    99) waits behind it, never tried, so no admission lookup of w stamps x's node."""
+    recs = [req("r", 0, 1, 45, prompt_token_ids=[50]),
+            req("x", 0, 12, 1, prompt_token_ids=list(range(1, 13))),
+            req("y", 1, 12, 1, prompt_token_ids=list(range(21, 33))),
+            req("h", 2, 2, 44, prompt_token_ids=[70, 71]),
+            req("w", 2, 13, 1, prompt_token_ids=list(range(1, 13)) + [99])]
+    return simulate(recs, policy="sglang", block_size=1, num_blocks=pool, prefix_caching=True,
+                    admission_latch=False)
+
+
+def test_every_32nd_pass_refreshes_the_waiting_requests_prefixes():
+    """See refresh_run. Every step is a pass that orders the queue (something waits),
+    numbered from 0 at tick 0; the one at tick 32 looks up the whole sequence of each
+    waiting request (SGLang's waiting-prefix refresh), w's too, which stamps x's node.
+    r's rows outgrow the plain blocks at 31 with 53 blocks: x's node is the oldest and
+    goes. With 54 blocks they run out at 32, just after the refresh: y's node goes, and
+    x's goes only at 44."""
+    s = refresh_run(53)
+    assert {e["reason"] for e in s.of("admission_blocked") if 3 <= e["tick"] <= 31} == {"no_token"}
+    assert {e["id"] for e in s.of("admission_blocked") if 2 <= e["tick"] <= 40} == {"h"}
+    assert [(e["tick"], e["written_by"]) for e in s.of("evicted")][:2] == [(31, "x"), (43, "y")]
+    s = refresh_run(54)
+    assert [(e["tick"], e["written_by"]) for e in s.of("evicted")][:2] == [(32, "y"), (44, "x")]
+
+
+def test_a_registration_that_ends_inside_a_node_splits_it():
+    """B=1, 9 blocks, prefix caching. a (ids 1..6) leaves one cached node at 1. b (ids 1,
+    2) at 2 looks up at most 1 block: it finds [1], splitting the node into [1] and
+    [2..6]. b computes token 2, which the cache holds (b takes a's block), and its
+    registration ends at [2], inside [2..6]: SGLang's insert splits there too, into [2]
+    and [3..6], stamping [3..6] first. d (5 new ids) at 4 needs 5 blocks with 3 plain:
+    the oldest leaf [3..6] goes whole (`evicted` {d, written_by a, block 2}); c (ids 1,
+    2, 7) at 6 still finds 2 tokens. Without that split the leaf [2..6] would go, and c
+    would find 1."""
+    recs = [req("a", 0, 6, 1, prompt_token_ids=[1, 2, 3, 4, 5, 6]),
+            req("b", 2, 2, 1, prompt_token_ids=[1, 2]),
+            req("d", 4, 5, 1, prompt_token_ids=[40, 41, 42, 43, 44]),
+            req("c", 6, 3, 1, prompt_token_ids=[1, 2, 7])]
+    s = simulate(recs, policy="sglang", block_size=1, num_blocks=9, prefix_caching=True)
+    assert [(e["tick"], e["id"], e["written_by"], e["block"]) for e in s.of("evicted")] == [
+        (4, "d", "a", 2)]
+    assert [(e["tick"], e["id"], e["cached_tokens"]) for e in s.of("admitted")] == [
+        (0, "a", 0), (2, "b", 1), (4, "d", 0), (6, "c", 2)]

@@ -267,12 +267,16 @@ class LpmQueue(FcfsQueue):
             return
         score = self.scorer
         size = self.block_size
+        # Leading blocks that make a shared prefix long enough: only those of each
+        # request need remembering.
+        enough = -(-LPM_SHARED_TOKENS // size)
         seen: set = set()
         rank = {}
         for req in items:
             found = score(req)
             if found * size <= LPM_CHECK_TOKENS and req.block_keys is not None:
-                keys = req.block_keys.ensure((req.prompt_tokens + req.outputs) // size)
+                whole = (req.prompt_tokens + req.outputs) // size
+                keys = req.block_keys.ensure(min(whole, enough))[:min(whole, enough)]
                 shared = 0
                 for key in keys:
                     if key not in seen:

@@ -10,6 +10,9 @@ This is a maintainer's tool: it needs a harness and its virtual environment
         --harness PATH/vllm_oracle.py --seeds 0-35
     python3 tests/data/oracles/record.py sglang --python VENV/bin/python \\
         --harness PATH/sglang_oracle.py --seeds 0-31
+    python3 tests/data/oracles/record.py sglang --python VENV/bin/python \\
+        --harness PATH/sglang_oracle.py --seeds 100-135 --requests 50 \\
+        --prefix-caching-only
 """
 from __future__ import annotations
 
@@ -119,6 +122,10 @@ def main() -> int:
     parser.add_argument("--python", required=True, help="the harness's virtual environment")
     parser.add_argument("--harness", required=True, help="vllm_oracle.py or sglang_oracle.py")
     parser.add_argument("--seeds", default="0-35", help="FIRST-LAST")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="requests per trace (default: 30 for vllm, 14 for sglang)")
+    parser.add_argument("--prefix-caching-only", action="store_true",
+                        help="keep only the seeds whose trace has prefix caching on")
     args = parser.parse_args()
     first, last = (int(x) for x in args.seeds.split("-"))
     out_dir = HERE / args.engine
@@ -127,7 +134,9 @@ def main() -> int:
     jobs = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(first, last + 1):
-            records = make(seed)
+            records = make(seed) if args.requests is None else make(seed, args.requests)
+            if args.prefix_caching_only and not records[0].get("prefix_caching"):
+                continue
             trace = out_dir / f"{seed:03d}.jsonl"
             trace.write_text("".join(json.dumps(r) + "\n" for r in records))
             jobs.append((seed, str(trace), str(Path(tmp) / f"{seed}.events"),

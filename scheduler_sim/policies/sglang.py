@@ -22,18 +22,26 @@ reservation instead of vLLM's "does the prompt fit now":
   last prefill batch left a chunk unfinished, or that batch replaced an
   empty running batch (option `admission_latch`).
 - A prefill batch matches all its new requests against the cache before it
-  allocates their blocks (a continuing chunk is allocated first), as
-  SGLang forms the batch and then allocates it.
+  allocates their blocks, the continuing chunk's included (it is allocated
+  first), as SGLang forms the batch and then allocates it.
+- Each pass that may admit orders the queue first (SGLang's calc_priority):
+  `lpm` looks up and sorts every waiting request; any other order, every
+  REFRESH_INTERVAL-th pass, looks up the first REFRESH_MAX waiting requests'
+  whole sequences, the head last, which keeps their prefixes fresh in the
+  radix tree (SGLang's waiting-prefix refresh under LRU eviction).
 - The request being chunked is outside the running batch: a middle chunk
   claims only its tokens; the last chunk claims its tokens, one page and
   min(max_tokens, CLIP) in full.
 - A decode batch that cannot get a block for every row retracts: keep
   preference is more outputs first, then shorter prompt (ties: earlier
   admitted); the least preferred goes first, until the step fits, never
-  the last request. A retracted request rejoins the waiting queue at its
-  tail and on resume recomputes its prompt and outputs in one prefill
+  the last request. After each retraction the cache is evicted until the
+  requests kept have RETRACT_DECODE_STEPS tokens each free of any key (SGLang
+  frees that room at once). A retracted request rejoins the waiting queue at
+  its tail and on resume recomputes its prompt and outputs in one prefill
   (SGLang refills prompt + outputs, so the pending token is folded in,
-  as under `vllm`).
+  as under `vllm`); its outputs were never cached (decoded blocks are keyed
+  only when a request finishes, §8).
 - Admission is strict, as SGLang's: a request whose total equals what is
   left gets NO_TOKEN.
 - After a retraction new_token_ratio = min(1, (outputs of the requests kept
@@ -44,7 +52,8 @@ reservation instead of vLLM's "does the prompt fit now":
   running, waiting or chunked (SGLang's idle check) it starts over from init.
 
 Constants are SGLang's defaults: CLIP_MAX_NEW_TOKENS 4096 tokens,
-RETRACT_DECODE_STEPS 20, DECAY_STEPS 600.
+RETRACT_DECODE_STEPS 20, DECAY_STEPS 600, REFRESH_INTERVAL 32 passes,
+REFRESH_MAX 128 requests.
 """
 from __future__ import annotations
 
@@ -291,9 +300,8 @@ class SglangPolicy(QueueAndListPolicy):
         waiting = self.waiting
         if not waiting:
             return
-        waiting.refresh()
-        if not getattr(waiting, "fallback", True) or self.view.allocator.cache is None:
-            return
+        if waiting.refresh() or self.view.allocator.cache is None:
+            return  # `lpm` looked every waiting request up
         passes = self.refresh_passes
         self.refresh_passes = passes + 1
         if passes % REFRESH_INTERVAL == 0:

@@ -68,8 +68,10 @@ class RequestQueue:
     def __contains__(self, req: object) -> bool:
         raise NotImplementedError
 
-    def refresh(self) -> None:
-        """Re-sort before a scheduling pass (only orders that depend on the cache do)."""
+    def refresh(self) -> bool:
+        """Re-sort before a scheduling pass (only orders that depend on the cache do);
+        return whether every waiting request was looked up in the cache to do so."""
+        return False
 
 
 class FcfsQueue(RequestQueue):
@@ -260,11 +262,11 @@ class LpmQueue(FcfsQueue):
         self.block_size = block_size
         self.fallback = False  # whether the last refresh left the list unsorted
 
-    def refresh(self) -> None:
+    def refresh(self) -> bool:
         items = self._items
         self.fallback = len(items) > self.threshold
         if self.fallback or self.scorer is None:
-            return
+            return False
         score = self.scorer
         size = self.block_size
         # Leading blocks that make a shared prefix long enough: only those of each
@@ -289,6 +291,7 @@ class LpmQueue(FcfsQueue):
             cap = (req.prompt_tokens + req.outputs - 1) // size
             rank[req] = -min(found, cap)
         self._items = OrderedDict.fromkeys(sorted(items, key=rank.__getitem__))
+        return True
 
 
 QUEUE_ORDERS: dict[str, type[RequestQueue]] = {

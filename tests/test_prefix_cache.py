@@ -114,6 +114,28 @@ def test_without_ids_or_hashes_keys_are_unique_to_the_request():
     assert [key(a, i) == key(again, i) for i in range(2)] == [True, True]
 
 
+def test_ids_that_python_hashes_alike_get_different_keys():
+    """hash(-1) == hash(-2) in Python, and integers equal modulo 2**61 - 1 hash alike: keys
+    compare the exact content, so prompts [-1]*4 + [7] and [-2]*4 + [7] share no key, nor
+    do ids 5 and 5 + 2**61 - 1, nor hash ids 0 and 2**61 - 1 (or 1 and "1")."""
+    m = 2**61 - 1
+    assert key(keys_of([-1, -1, -1, -1, 7]), 0) != key(keys_of([-2, -2, -2, -2, 7]), 0)
+    assert key(keys_of([5, 1, 2, 3]), 0) != key(keys_of([5 + m, 1, 2, 3]), 0)
+    assert key(keys_of([2**70, 1, 2, 3]), 0) != key(keys_of([2**70 + m, 1, 2, 3]), 0)
+    assert key(keys_of([2**70, 1, 2, 3]), 0) == key(keys_of([2**70, 1, 2, 3], index=5), 0)
+    assert key(BlockKeys(0, 8, B, 8, hashes=[0]), 1) != key(BlockKeys(1, 8, B, 8, hashes=[m]), 1)
+    assert key(BlockKeys(0, 8, B, 8, hashes=[1]), 1) != key(BlockKeys(1, 8, B, 8, hashes=["1"]), 1)
+
+
+def test_colliding_python_hashes_give_no_false_hit_in_a_replay():
+    """B=4, prefix caching: a (ids -1 x4, 7) and then b (ids -2 x4, 7) under continuous:
+    b finds nothing cached (a builtin-hash key would have given it a's block)."""
+    s = simulate([req("a", 0, 5, 1, prompt_token_ids=[-1, -1, -1, -1, 7]),
+                  req("b", 2, 5, 1, prompt_token_ids=[-2, -2, -2, -2, 7])],
+                 policy="continuous", block_size=4, num_blocks=8, prefix_caching=True)
+    assert [(e["id"], e["cached_tokens"]) for e in s.of("admitted")] == [("a", 0), ("b", 0)]
+
+
 # --- the PrefixCache alone -------------------------------------------------------------
 
 

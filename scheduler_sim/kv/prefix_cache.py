@@ -1,15 +1,16 @@
 """Prefix caching: block keys, the index of cached blocks, and their LRU queue (§8).
 
-A full block is identified by a chained key: the hash of (the parent
-block's key, the block's content), an integer, as vLLM's builtin-hash mode
-does. (Two different prefixes sharing a 64-bit hash would be taken for the
-same; with ten million blocks the odds are about one in 200,000 runs.) The content is the block's token ids when the
-trace gives them; for a trace that carries `block_hashes` (one id per
-`hash_block_size` prompt tokens, themselves chained) it is the hash id
-covering the block's last token and that token's offset; anything else (a
-prompt without ids or hashes, outputs without ids) gets content unique to
-the request, so another request never matches it but the request itself
-does after a preemption.
+A full block is identified by a key chained from its parent block's key
+and its exact content, BLAKE2b-128 over both (vLLM offers SHA-256 for the
+same purpose): two blocks get the same key only if they and every block
+before them have the same content, unless BLAKE2b collides (about n^2 /
+2^129 for n blocks, never observed). The content is the block's token ids
+when the trace gives them; for a trace that carries `block_hashes` (one id
+per `hash_block_size` prompt tokens, themselves chained) it is the hash ids
+up to the one covering the block's last token, and that token's offset;
+anything else (a prompt without ids or hashes, outputs without ids) gets
+content unique to the request, so another request never matches it but the
+request itself does after a preemption.
 
 A freed block that has a key keeps it, and waits at the tail of an LRU
 queue; it loses the key only when the allocator hands it out again, the
@@ -23,14 +24,47 @@ and decides when blocks enter and leave it.
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import OrderedDict
+from hashlib import blake2b
 from typing import Hashable
 
 __all__ = ["BlockKeys", "PrefixCache"]
 
 
+_ROOT = bytes(16)  # the parent key of a request's first block
+_OFFSETS: dict[int, bytes] = {}  # an offset within a hash entry, as key bytes
+
+
+def _chain(parent: bytes, content: bytes) -> bytes:
+    """The key of a block: BLAKE2b-128 over its parent's key (length-prefixed, so
+    the input splits one way only) and its content's tagged encoding."""
+    return blake2b(bytes((len(parent),)) + parent + content, digest_size=16).digest()
+
+
+def _tokens(ids) -> bytes:
+    """Token ids, one encoding per sequence: 8 bytes each, or their text if one
+    does not fit in 64 bits."""
+    try:
+        return b"t" + array("q", ids).tobytes()
+    except OverflowError:
+        return b"T" + ascii(tuple(ids)).encode()
+
+
+def _hash_id(value) -> bytes:
+    """A trace's hash id (an integer or a string), tagged by its kind."""
+    return b"i%d" % value if type(value) is int else b"s" + ascii(value).encode()
+
+
 class BlockKeys:
-    """The chain of keys of one request's full blocks, computed on demand."""
+    """The chain of keys of one request's full blocks, computed on demand.
+
+    A key is bytes. Token ids: `_chain(parent key, ids)`. A trace's hash ids:
+    each hash entry is chained once (`_chain(previous entry's digest, id)`) and
+    a block's key is that digest followed by its last token's offset in the
+    entry. Content unique to the request: `r`, its trace position and the
+    block number, which no other request can produce.
+    """
 
     __slots__ = ("index", "prompt_ids", "output_ids", "hashes", "prompt_tokens",
                  "block_size", "hash_block_size", "keys", "registered")
@@ -44,26 +78,23 @@ class BlockKeys:
         self.prompt_ids = prompt_ids
         self.output_ids = output_ids
         self.hashes = hashes
-        self.keys: list[Hashable] = []
+        self.keys: list[bytes] = []
         self.registered = 0  # leading blocks whose keys the cache already knows
 
-    def _content(self, i: int) -> Hashable:
+    def _key(self, i: int, parent: bytes) -> bytes:
+        """The key of block `i` (not in hash-id form) after a block keyed `parent`."""
         size = self.block_size
         start, end = i * size, (i + 1) * size
         p = self.prompt_tokens
-        if end <= p and self.prompt_ids is not None:
-            return tuple(self.prompt_ids[start:end])
-        if end <= p and self.hashes is not None:
-            last = end - 1
-            j = last // self.hash_block_size
-            if j < len(self.hashes):
-                return ("h", self.hashes[j], last % self.hash_block_size)
-        if start >= p and self.output_ids is not None and end - p <= len(self.output_ids):
-            return tuple(self.output_ids[start - p:end - p])
-        if (self.prompt_ids is not None and self.output_ids is not None
-                and end - p <= len(self.output_ids)):
-            return tuple(self.prompt_ids[start:]) + tuple(self.output_ids[:end - p])
-        return ("r", self.index, i)
+        prompt, outputs = self.prompt_ids, self.output_ids
+        if end <= p and prompt is not None:
+            return _chain(parent, _tokens(prompt[start:end]))
+        if outputs is not None and end - p <= len(outputs):
+            if start >= p:
+                return _chain(parent, _tokens(outputs[start - p:end - p]))
+            if prompt is not None:
+                return _chain(parent, _tokens(tuple(prompt[start:]) + tuple(outputs[:end - p])))
+        return b"r%d:%d" % (self.index, i)
 
     def ensure(self, count: int) -> list:
         """Compute the keys of the first `count` full blocks; return the key list."""
@@ -71,21 +102,34 @@ class BlockKeys:
         i = len(keys)
         if i >= count:
             return keys
-        parent = keys[-1] if keys else 0
         size = self.block_size
         hashes = self.hashes
         if self.prompt_ids is None and hashes is not None:
-            # The common case for imported traces: keys from the hash ids alone.
+            # The common case for imported traces: keys from the hash ids alone,
+            # one digest per hash entry.
             hbs = self.hash_block_size
             limit = min(self.prompt_tokens, len(hashes) * hbs)
+            entry, digest = -1, _ROOT
+            if i:  # resume after the keys computed before
+                entry = (i * size - 1) // hbs
+                digest = keys[-1][:16]
+            offsets = _OFFSETS
             while i < count and (i + 1) * size <= limit:
                 last = (i + 1) * size - 1
-                parent = hash((parent, hashes[last // hbs], last % hbs))
-                keys.append(parent)
+                j = last // hbs
+                while entry < j:
+                    entry += 1
+                    digest = _chain(digest, _hash_id(hashes[entry]))
+                offset = last - j * hbs
+                tail = offsets.get(offset)
+                if tail is None:
+                    tail = offsets[offset] = b"%d" % offset
+                keys.append(digest + tail)
                 i += 1
-        content = self._content
+        parent = keys[-1] if keys else _ROOT
+        key = self._key
         while i < count:
-            parent = hash((parent, content(i)))
+            parent = key(i, parent)
             keys.append(parent)
             i += 1
         return keys

@@ -5,7 +5,9 @@ messages of the `TraceError` it raises, or the `Trace` it returns.
 """
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from scheduler_sim.records.errors import TraceError
 from scheduler_sim.policies import POLICIES
 from scheduler_sim.requests.queues import QUEUE_ORDERS
 from scheduler_sim.io.trace import MAX_PROBLEMS, parse_trace
+from scheduler_sim.cli.main import main
 
 NAME = "t.jsonl"
 
@@ -556,3 +559,14 @@ def test_option_combinations_of_the_config_are_trace_errors():
     assert problems(data) == [
         "t.jsonl:1: config: order 'lpm' needs prefix_caching: true (it sorts by cached "
         "prefix)"]
+
+
+def test_a_lone_surrogate_in_a_string_is_refused_with_its_line():
+    """tests/data/edge/lone_surrogate.jsonl: line 1's id is "\\ud800", half of a UTF-16
+    pair, which no output can encode; line 2's "\\ud83d\\ude00" is a whole pair (one
+    emoji) and is fine. `validate` names line 1 only and exits 2."""
+    path = Path(__file__).resolve().parent / "data" / "edge" / "lone_surrogate.jsonl"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["validate", str(path)], out=out, err=err) == 2
+    assert err.getvalue() == (f"{path}:1: invalid text: a string holds a lone surrogate "
+                              "(\\ud800), which is not a character, got '\\ud800'\n")

@@ -180,6 +180,23 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(parse_constant=_Constant, object_pairs_hook=_pairs)
 
 
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in any string of a decoded JSON value, if any."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            for ch in item:
+                if "\ud800" <= ch <= "\udfff":
+                    return ch
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
 def _decode_line(raw: bytes) -> tuple[Any, str | None]:
     """Parse one line into a JSON value, or return the reason it is not one."""
     try:
@@ -189,7 +206,13 @@ def _decode_line(raw: bytes) -> tuple[Any, str | None]:
     try:
         if text.startswith("\ufeff"):  # as json.loads
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-        return _DECODER.decode(text), None
+        value = _DECODER.decode(text)
+        if b"\\ud" in raw or b"\\uD" in raw:
+            bad = _lone_surrogate(value)
+            if bad is not None:
+                return None, (f"invalid text: a string holds a lone surrogate "
+                              f"(\\u{ord(bad):04x}), which is not a character, got {ascii(bad)}")
+        return value, None
     except RecursionError:
         return None, "JSON nested too deeply"
     except json.JSONDecodeError as exc:

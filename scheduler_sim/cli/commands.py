@@ -97,7 +97,8 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         for policy in options.policy:
             on_event = events.listener(policy) if events else None
-            result = Engine(trace.workload, options, policy, on_event=on_event).run()
+            result = Engine(trace.workload, options, policy, on_event=on_event,
+                            keep_requests=bool(args.requests or args.requests_csv)).run()
             run = {"policy": policy, **result.summary}
             if args.requests or args.requests_csv:
                 records = [request_record(r, clock, options.slo) for r in

@@ -29,10 +29,10 @@ import operator
 from collections import deque
 from functools import partial
 from itertools import compress
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..gpu.costmodel import CostModel, fit_pool, parse_cost_model
-from ..kv.allocator import BlockAllocator
+from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
 from ..kv.prefix_cache import BlockKeys
 from ..policies import PADDING, Plan, PluginError, is_builtin, make_policy
 from ..records.clock import Clock
@@ -43,7 +43,7 @@ from ..records.events import (
 )
 from ..records.options import Options
 from ..records.states import RequestStatus
-from ..records.workload import Workload
+from ..records.workload import RequestSpec, Workload
 from ..requests.clients import ClientSlots
 from ..requests.request import DECODE, PREFILL, Request, emit_outputs, write_decodes
 from .folding import fold
@@ -104,7 +104,9 @@ class Engine:
     def __init__(self, workload: Workload, options: Options, policy: str,
                  on_event: Callable[[Event], None] | None = None,
                  on_state: Callable[[int, dict[str, int], bool], None] | None = None,
-                 audit: bool = False, fast_forward: bool | None = None) -> None:
+                 audit: bool = False, fast_forward: bool | None = None,
+                 keep_requests: bool = True,
+                 on_request_end: Callable[[Request], None] | None = None) -> None:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
         options, self.pool = fit_pool(options)
@@ -116,6 +118,7 @@ class Engine:
         self.release_delay = clock.after(options.release_delay)
         self.waiting_timeout = (None if options.waiting_timeout is None
                                 else clock.before(options.waiting_timeout))
+        _check_bookkeeping(workload, options)
         self.allocator = BlockAllocator(options.num_blocks, options.block_size,
                                         options.prefix_caching)
         if on_event is not None and options.prefix_caching:
@@ -157,12 +160,20 @@ class Engine:
         self._fast_forward_on = fast_forward
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
         self.flight: _InFlight | None = None  # the dispatch being executed
-        self._cursor = (0, 0, 0)  # next arrival, cancellation and forced preemption
+        self._cursor = (0, 0, 0)  # arrivals, cancellations and forced preemptions taken
+        self._specs: Iterator[RequestSpec] = iter(())  # the arrivals still to come ...
+        self._next_spec: RequestSpec | None = None     # ... and the first of them
         # The exact end of the last dispatch and the step it completed at: a
         # dispatch that starts at that step starts from the exact time.
         self._exact_end = 0.0
         self._end_step = -1
+        # The requests of the run: all of them (`keep_requests`, for the result),
+        # or only the live ones and those a cancel or preempt names, so that a
+        # long trace replays in memory bounded by what is live.
         self.requests: dict[str, Request] = {}
+        self._keep_requests = keep_requests
+        self._named = {a.id for a in workload.cancels} | {a.id for a in workload.preempts}
+        self._on_request_end = on_request_end
         self.stats = RunStats(clock, options.slo)
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
@@ -207,8 +218,8 @@ class Engine:
         Infinity when nothing is pending. The one rule for the next boundary (E7),
         and for where folding must stop."""
         w = self.workload
-        specs = w.requests
-        nxt = specs[ia].arrival if ia < len(specs) else INF
+        spec = self._next_spec
+        nxt = spec.arrival if spec is not None else INF
         allocator = self.allocator
         if allocator.draining:
             expiry = allocator.next_expiry()
@@ -326,9 +337,18 @@ class Engine:
         """Bookkeeping shared by every way a live request ends."""
         self._live -= 1
         self._changes += 1
-        self.stats.request_ended(req)
+        self._record_end(req)
         if self.clients is not None:
             self.clients.ended()
+
+    def _record_end(self, req: Request) -> None:
+        """A request reached its terminal state: into the statistics, to the
+        `on_request_end` listener, and out of memory unless kept."""
+        self.stats.request_ended(req)
+        if self._on_request_end is not None:
+            self._on_request_end(req)
+        if not self._keep_requests and req.rid not in self._named:
+            del self.requests[req.rid]
 
     def _start_waiting(self, req: Request) -> None:
         """Note when `req` entered the waiting queue (for waiting_timeout)."""
@@ -394,7 +414,7 @@ class Engine:
         needed = self.policy.blocks_to_finish(req)
         if needed > self.options.num_blocks:
             req.reject(self.now)
-            self.stats.request_ended(req)
+            self._record_end(req)
             if self.clients is not None:
                 self.clients.ended()
             if emit is not None:
@@ -415,7 +435,7 @@ class Engine:
             # Still waiting for a client slot: the client simply never sends it.
             self.clients.withdraw(req)
             req.cancel(self.now)
-            self.stats.request_ended(req)
+            self._record_end(req)
             if self._emit is not None:
                 self._emit(Cancelled(self.now, rid, "unsent"))
             return
@@ -670,8 +690,9 @@ class Engine:
 
     def _run(self) -> RunResult:
         """The loop: at each boundary E1, then E2 and E3, then the next boundary (E7)."""
-        specs = self.workload.requests
-        t = specs[0].arrival if specs else 0
+        self._specs = specs = self.workload.arrivals()
+        self._next_spec = spec = next(specs, None)
+        t = first = spec.arrival if spec is not None else 0
         stalled = False
         while True:
             self.now = t
@@ -693,8 +714,9 @@ class Engine:
                     stalled = True
                 break
         summary = self.stats.summary(self.allocator.peak_reserved, self.allocator.peak_held,
-                                     specs[0].arrival if specs else 0)
-        return RunResult(self.policy_name, summary, list(self.requests.values()), stalled,
+                                     first)
+        return RunResult(self.policy_name, summary,
+                         list(self.requests.values()) if self._keep_requests else [], stalled,
                          self.clock, self.options)
 
     def _complete_due(self) -> None:
@@ -712,12 +734,16 @@ class Engine:
         preemptions; then the drains that expire now."""
         t = self.now
         w = self.workload
-        specs = w.requests
         cursor = self._cursor
         ia, ic, ip = cursor
-        while ia < len(specs) and specs[ia].arrival == t:
-            self._arrive(specs[ia])
-            ia += 1
+        spec = self._next_spec
+        if spec is not None and spec.arrival == t:
+            specs = self._specs
+            while spec is not None and spec.arrival == t:
+                self._arrive(spec)
+                ia += 1
+                spec = next(specs, None)
+            self._next_spec = spec
         clients = self.clients
         if clients is not None:
             self._send_ready()
@@ -853,7 +879,7 @@ class Engine:
             if req.sent is None:
                 self.clients.withdraw(req)  # never sent: the server does not know it
                 req.fail(now)
-                self.stats.request_ended(req)
+                self._record_end(req)
             else:
                 if req.status == RUNNING:
                     self._release_request(req)
@@ -875,6 +901,24 @@ def _where(exc: BaseException) -> str:
         return ""
     frame = frames[-1]
     return f" ({frame.filename}:{frame.lineno} in {frame.name})"
+
+
+def _check_bookkeeping(workload: Workload, options: Options) -> None:
+    """Refuse a request whose blocks could outgrow what the simulator tracks per
+    request (it would be admitted: it fits in the pool), with the arithmetic."""
+    spec = workload.largest
+    if spec is None:
+        return
+    size = options.block_size
+    rows = spec.prompt_tokens + spec.max_tokens
+    blocks = blocks_for(rows, size)
+    if MAX_REQUEST_BLOCKS < blocks <= options.num_blocks:
+        raise UsageError(
+            f"request {spec.id!r} may need {blocks:,} blocks of {size} tokens (prompt "
+            f"{spec.prompt_tokens:,} + max_tokens {spec.max_tokens:,}), more than the "
+            f"{MAX_REQUEST_BLOCKS:,} the simulator tracks per request ({BLOCK_BYTES} bytes "
+            f"each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size of "
+            f"at least {blocks_for(rows, MAX_REQUEST_BLOCKS):,}")
 
 
 def run(workload: Workload, options: Options, policy: str, **kwargs) -> RunResult:

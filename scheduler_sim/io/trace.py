@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import heapq
 import json
 import math
+import os
 import sys
-from typing import Any, Iterable
+from array import array
+from functools import partial
+from hashlib import blake2b
+from typing import Any, Callable, Iterable, Iterator
 
 from ..engine.summary import REQUEST_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import parse_cost_model
@@ -37,6 +42,9 @@ __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
            "SNAPSHOT_FIELDS", "MAX_PROBLEMS"]
 
 MAX_PROBLEMS = 50
+# Trace files larger than this are validated and replayed as they are read
+# (`read_trace`); smaller ones are read whole, which is faster.
+STREAM_ABOVE = 4 * 2 ** 20
 # The largest time a trace may give, in its own unit: far beyond any real
 # trace, small enough that every conversion onto the clock stays finite.
 MAX_TIME = 10 ** 15
@@ -94,11 +102,10 @@ class Trace:
         def count(n: int, noun: str) -> str:
             return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
-        parts = [count(len(w.requests), "request")]
-        if w.requests:
+        parts = [count(len(w), "request")]
+        if len(w):
             unit = "ticks" if self.time_unit == "tick" else self.time_unit
-            first, last = w.requests[0].arrival, w.requests[-1].arrival
-            parts.append(f"arrivals {first:,}..{last:,} {unit}")
+            parts.append(f"arrivals {w.first_arrival:,}..{w.last_arrival:,} {unit}")
         parts.append(count(len(w.cancels), "cancel"))
         parts.append(count(len(w.preempts), "preempt"))
         parts.append(count(len(self.expects), "expect"))
@@ -113,18 +120,26 @@ class _Problems:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.found: list[tuple[int, int, str]] = []  # (line, order found, text)
+        # (line, order found, text): the first MAX_PROBLEMS in line order are kept
+        # (a max-heap by negated keys), the others only counted.
+        self.found: list[tuple[int, int, str]] = []
+        self.count = 0
 
-    def add(self, line: int, text: str) -> None:
-        self.found.append((line, len(self.found), text))
+    def add(self, line: int, text: str, order: int | None = None) -> None:
+        self.count += 1
+        entry = (-line, -(self.count if order is None else order), text)
+        if len(self.found) < MAX_PROBLEMS:
+            heapq.heappush(self.found, entry)
+        elif entry > self.found[0]:
+            heapq.heapreplace(self.found, entry)
 
     def raise_if_any(self) -> None:
         """Raise TraceError with the problems in line order, the first MAX_PROBLEMS."""
-        if self.found:
-            ordered = sorted(self.found)
-            messages = [f"{self.name}:{line}: {text}" for line, _, text in ordered[:MAX_PROBLEMS]]
-            if len(ordered) > MAX_PROBLEMS:
-                messages.append(f"{self.name}: ... and {len(ordered) - MAX_PROBLEMS} more errors")
+        if self.count:
+            ordered = sorted((-line, -order, text) for line, order, text in self.found)
+            messages = [f"{self.name}:{line}: {text}" for line, _, text in ordered]
+            if self.count > MAX_PROBLEMS:
+                messages.append(f"{self.name}: ... and {self.count - MAX_PROBLEMS} more errors")
             raise TraceError(messages)
 
 
@@ -482,100 +497,274 @@ def _parse_expect(c: _RecordChecker, unit: str) -> Expectation | None:
     return Expectation(c.line, policy, rid, at, fields, unit)
 
 
-def parse_trace(data: bytes, name: str) -> Trace:
-    """Validate a whole trace; raise `TraceError` listing every problem found."""
-    problems = _Problems(name)
-    config: dict[str, Any] = {}
-    specs: list[RequestSpec] = []
-    actions: list[tuple[Action, _RecordChecker]] = []
-    expects: list[Expectation] = []
-    first_line: dict[str, int] = {}
-    seen_record = False
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+def _digest(rid: str) -> int:
+    """A request id as a signed 64-bit digest (streamed validation keeps these)."""
+    return int.from_bytes(blake2b(rid.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little", signed=True)
+
+
+class _Validator:
+    """Validates a trace a line at a time (`feed`), then checks what spans lines
+    (duplicate ids, cancels and expects naming requests) in `finish`.
+
+    In memory (`streamed` false) it keeps every request. Streamed, it keeps
+    per request only a 64-bit digest of its id and its arrival (16 bytes), so
+    that a file of millions of requests validates in bounded memory, and the
+    requests are read again from the file when replayed.
+    """
+
+    def __init__(self, name: str, streamed: bool) -> None:
+        self.problems = _Problems(name)
+        self.streamed = streamed
+        self.config: dict[str, Any] = {}
+        self.specs: list[RequestSpec] = []
+        self.actions: list[tuple[Action, _RecordChecker]] = []
+        self.expects: list[Expectation] = []
+        self.first_line: dict[str, int] = {}  # in memory: id -> its line
+        self.digests = array("q")             # streamed: each request's id digest ...
+        self.arrivals = array("d")            # ... and arrival
+        self.count = 0
+        self.span: tuple[float, float] | None = None
+        self.in_order = True  # arrivals never decrease in file order
+        self.largest: RequestSpec | None = None  # the most prompt + max_tokens
+        self.seen_record = False
+
+    def feed(self, number: int, raw: bytes) -> None:
+        """Check one line (without its newline)."""
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         if not raw.strip():
-            continue
+            return
+        problems = self.problems
         value, problem = _decode_line(raw)
         if problem:
             problems.add(number, problem)
-            seen_record = True
-            continue
+            self.seen_record = True
+            return
         if not isinstance(value, dict):
             problems.add(number, f"expected a JSON object, got {_kind(value)}")
-            seen_record = True
-            continue
+            self.seen_record = True
+            return
         kind = value.get("type")
         if kind is None:
             problems.add(number, "missing field 'type'")
-            seen_record = True
-            continue
+            self.seen_record = True
+            return
         if kind not in RECORD_TYPES:
             hint = _suggest(kind, RECORD_TYPES) if isinstance(kind, str) else ""
             problems.add(number, f"unknown record type {show(kind)}{hint} "
                          f"(known: {', '.join(RECORD_TYPES)})")
-            seen_record = True
-            continue
+            self.seen_record = True
+            return
+        config = self.config
         if kind == "config":
-            if seen_record:
+            if self.seen_record:
                 problems.add(number, "config: a config record must be the first record")
             else:
                 options = {k: v for k, v in value.items() if k != "type"}
-                config = check_options(options, lambda text: problems.add(number, "config: " + text))
-                for text in Options.resolve(config).problems():
+                self.config = check_options(
+                    options, lambda text: problems.add(number, "config: " + text))
+                for text in Options.resolve(self.config).problems():
                     problems.add(number, "config: " + text)
-            seen_record = True
-            continue
-        seen_record = True
+            self.seen_record = True
+            return
+        self.seen_record = True
         label = value.get("id")
         shown = f" {label!r}" if isinstance(label, str) else ""
         c = _RecordChecker(problems, number, f"{kind}{shown}: ", value)
+        unit = config.get("time_unit", "tick")
         if kind == "request":
             hbs = config.get("hash_block_size") or config.get("block_size") or 16
-            unit = config.get("time_unit", "tick")
-            duplicate = isinstance(label, str) and label in first_line
+            if self.streamed:
+                spec = _parse_request(c, hbs, unit)
+                if isinstance(label, str) and label:
+                    self.digests.append(_digest(label))
+                    arrival = spec.arrival if spec is not None else math.nan
+                    self.arrivals.append(arrival)
+                    if spec is not None:
+                        self._note_arrival(spec)
+                return
+            first = self.first_line
+            duplicate = isinstance(label, str) and label in first
             if duplicate:
-                c.fail(f"duplicate request id {label!r} (first on line {first_line[label]})")
+                c.fail(f"duplicate request id {label!r} (first on line {first[label]})")
             spec = _parse_request(c, hbs, unit)
             if isinstance(label, str) and label and not duplicate:
-                first_line[label] = number  # a known id for cancels and expects
+                first[label] = number  # a known id for cancels and expects
             if spec is not None and not duplicate:
-                specs.append(spec)
+                self.specs.append(spec)
+                self._note_arrival(spec)
         elif kind in ("cancel", "preempt"):
             c.unknown_fields(ACTION_KEYS)
             rid = c.string_id()
-            at = c.time("at", config.get("time_unit", "tick"))
+            at = c.time("at", unit)
             if c.ok:
-                actions.append((Action(kind, rid, at, number), c))
+                self.actions.append((Action(kind, rid, at, number), c))
         else:
-            exp = _parse_expect(c, config.get("time_unit", "tick"))
+            exp = _parse_expect(c, unit)
             if exp is not None:
-                expects.append(exp)
-    arrivals = {s.id: s.arrival for s in specs}
-    for action, c in actions:
-        if action.id not in first_line:
-            c.fail(f"{action.kind} of unknown request {action.id!r}"
-                   f"{_suggest(action.id, first_line)}")
-        elif action.id in arrivals and action.at < arrivals[action.id]:
-            c.fail(f"at must be >= the request's arrival ({show(arrivals[action.id])}), "
-                   f"got {show(action.at)}")
-    for exp in expects:
-        if exp.id is not None and exp.id not in first_line:
-            problems.add(exp.line, f"expect: unknown request {exp.id!r}{_suggest(exp.id, first_line)}")
-    problems.raise_if_any()
-    cancels = [a for a, _ in actions if a.kind == "cancel"]
-    preempts = [a for a, _ in actions if a.kind == "preempt"]
-    return Trace(name, config, Workload.build(specs, cancels, preempts), tuple(expects))
+                self.expects.append(exp)
+
+    def _note_arrival(self, spec: RequestSpec) -> None:
+        arrival = spec.arrival
+        largest = self.largest
+        if largest is None or (spec.prompt_tokens + spec.max_tokens
+                               > largest.prompt_tokens + largest.max_tokens):
+            self.largest = spec
+        span = self.span
+        self.count += 1
+        if span is None:
+            self.span = (arrival, arrival)
+        elif arrival < span[1]:
+            self.in_order = False
+            self.span = (min(span[0], arrival), span[1])
+        else:
+            self.span = (span[0], arrival)
+
+    def finish(self, again: Callable[[], Iterable[tuple[int, bytes]]] | None = None) -> None:
+        """The checks across lines; raise TraceError if anything is wrong. Streamed,
+        `again` reads the lines once more (only if two ids share a digest)."""
+        known = self._known_ids(again) if self.streamed else {
+            rid: None for rid in self.first_line}
+        arrivals = ({s.id: s.arrival for s in self.specs} if not self.streamed else known)
+        problems = self.problems
+        for action, c in self.actions:
+            if action.id not in known:
+                c.fail(f"{action.kind} of unknown request {action.id!r}"
+                       f"{_suggest(action.id, known) if len(known) < 10_000 else ''}")
+            elif arrivals.get(action.id) is not None and action.at < arrivals[action.id]:
+                c.fail(f"at must be >= the request's arrival ({show(arrivals[action.id])}), "
+                       f"got {show(action.at)}")
+        for exp in self.expects:
+            if exp.id is not None and exp.id not in known:
+                problems.add(exp.line, f"expect: unknown request {exp.id!r}"
+                             f"{_suggest(exp.id, known) if len(known) < 10_000 else ''}")
+        problems.raise_if_any()
+
+    def _known_ids(self, again) -> dict[str, float | None]:
+        """Streamed: report duplicate ids; return the arrival (None if the request
+        was invalid) of every id that a cancel, preempt or expect names."""
+        digests = self.digests
+        ordered = sorted(digests)
+        shared = {a for a, b in zip(ordered, ordered[1:]) if a == b}
+        del ordered
+        if shared and again is not None:
+            self._report_duplicates(shared, again)
+        wanted = {a.id for a, _ in self.actions} | {e.id for e in self.expects if e.id}
+        by_digest = {_digest(rid): rid for rid in wanted}
+        known: dict[str, float | None] = {}
+        arrivals = self.arrivals
+        for i, digest in enumerate(digests):
+            rid = by_digest.get(digest)
+            if rid is not None and rid not in known:
+                arrival = arrivals[i]
+                known[rid] = None if math.isnan(arrival) else arrival
+        return known
+
+    def _report_duplicates(self, shared: set[int], again) -> None:
+        """Read the lines again to name each duplicate id with its first line."""
+        first: dict[str, int] = {}
+        for number, raw in again():
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            value, problem = _decode_line(raw) if raw.strip() else (None, "blank")
+            if problem or not isinstance(value, dict) or value.get("type") != "request":
+                continue
+            label = value.get("id")
+            if not isinstance(label, str) or not label or _digest(label) not in shared:
+                continue
+            if label in first:
+                self.problems.add(number, f"request {label!r}: duplicate request id "
+                                  f"{label!r} (first on line {first[label]})", order=0)
+            else:
+                first[label] = number
+
+    def trace(self, name: str, workload: Workload | None = None) -> Trace:
+        """The validated trace (its requests in memory unless `workload` is given)."""
+        cancels = [a for a, _ in self.actions if a.kind == "cancel"]
+        preempts = [a for a, _ in self.actions if a.kind == "preempt"]
+        if workload is None:
+            workload = Workload.build(self.specs, cancels, preempts)
+        return Trace(name, self.config, workload, tuple(self.expects))
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    return enumerate(data.split(b"\n"), start=1)
+
+
+def parse_trace(data: bytes, name: str) -> Trace:
+    """Validate a whole trace held in memory; raise `TraceError` listing every problem."""
+    checker = _Validator(name, streamed=False)
+    for number, raw in _lines(data):
+        checker.feed(number, raw)
+    checker.finish()
+    return checker.trace(name)
+
+
+def _file_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, line without its newline) of a file, read as it goes."""
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+    with handle:
+        try:
+            for number, raw in enumerate(handle, start=1):
+                yield number, raw[:-1] if raw.endswith(b"\n") else raw
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+
+
+def _stream_requests(path: str, config: dict[str, Any]) -> Iterator[RequestSpec]:
+    """The requests of a validated trace file, read again in file order."""
+    hbs = config.get("hash_block_size") or config.get("block_size") or 16
+    unit = config.get("time_unit", "tick")
+    problems = _Problems(path)
+    for number, raw in _file_lines(path):
+        if b"request" not in raw:
+            continue
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        value, problem = _decode_line(raw)
+        if problem or not isinstance(value, dict) or value.get("type") != "request":
+            continue
+        label = value.get("id")
+        c = _RecordChecker(problems, number, f"request {label!r}: ", value)
+        spec = _parse_request(c, hbs, unit)
+        if spec is None:
+            problems.raise_if_any()  # the file changed since it was checked
+        yield spec
 
 
 def read_trace(path: str) -> Trace:
-    """Read and validate a trace file (`-` is standard input)."""
+    """Read and validate a trace file (`-` is standard input, read whole).
+
+    A file larger than STREAM_ABOVE bytes is read twice: once to validate
+    it, and again at each replay, so a replay holds only the requests that
+    are live. Its requests out of arrival order in the file are sorted in
+    memory instead (about 1 KB each). A smaller file is read whole.
+    """
     if path == "-":
         data = sys.stdin.buffer.read()
         return parse_trace(data, "<stdin>")
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
-    return parse_trace(data, path)
+    if not os.path.isfile(path) or os.path.getsize(path) <= STREAM_ABOVE:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+        return parse_trace(data, path)
+    checker = _Validator(path, streamed=True)
+    for number, raw in _file_lines(path):
+        checker.feed(number, raw)
+    checker.finish(lambda: _file_lines(path))
+    config = checker.config
+    source = partial(_stream_requests, path, config)
+    cancels = [a for a, _ in checker.actions if a.kind == "cancel"]
+    preempts = [a for a, _ in checker.actions if a.kind == "preempt"]
+    if checker.in_order:
+        workload = Workload.streamed(source, checker.count, checker.span, cancels, preempts,
+                                     checker.largest)
+    else:
+        workload = Workload.build(list(source()), cancels, preempts)
+    return checker.trace(path, workload)

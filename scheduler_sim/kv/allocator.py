@@ -32,13 +32,21 @@ it needs takes none (L4).
 """
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from itertools import repeat
 
 from ..records.errors import InvariantError
 from .prefix_cache import BlockKeys, PrefixCache
 
-__all__ = ["BlockAllocator", "blocks_for"]
+__all__ = ["BlockAllocator", "blocks_for", "BLOCK_BYTES", "MAX_REQUEST_BLOCKS"]
+
+
+# What the allocator keeps per block in use (its table entry, owners and pins),
+# and the most blocks one request may hold: a request that could need more
+# (and fits in the pool) is refused before the replay, with this arithmetic.
+BLOCK_BYTES = 16
+MAX_REQUEST_BLOCKS = 2 ** 24
 
 
 def blocks_for(rows: int, block_size: int) -> int:
@@ -55,18 +63,20 @@ class BlockAllocator:
         # Plain free blocks that have been used before (a stack), and the next
         # never-used block id: so a pool of a billion blocks costs nothing until
         # its blocks are used, and unused ids are handed out lowest first.
-        self._free: list[int] = []
+        self._free = array("q")
         self._fresh = 0
         self.cache = PrefixCache() if prefix_caching else None
-        self._refs: list[int] = []  # per block id below _fresh
-        self._pins: list[int] = []
+        # Per block id below _fresh: owners and pins, 4 bytes each (with the
+        # table entry, BLOCK_BYTES per block in use).
+        self._refs = array("i")
+        self._pins = array("i")
         # False while every held block has exactly one owner and no pin (no
         # prefix cache, nothing shared or pinned yet): blocks then come and go
         # in whole slices.
         self._shared = prefix_caching
         self._pin_sets: dict[int, list[int]] = {}
         self._next_pin = 0
-        self._tables: dict[str, list[int]] = {}
+        self._tables: dict[str, array] = {}  # block ids, 8 bytes each
         self._credits: dict[str, int] = {}
         self._grown: dict[str, int] = {}   # blocks a credited request allocated itself
         self._drain: deque[tuple[int, list[int]]] = deque()  # (expiry tick, blocks)
@@ -98,7 +108,7 @@ class BlockAllocator:
 
     def table(self, rid: str) -> list[int]:
         """The block ids a request holds, in row order (empty if none)."""
-        return self._tables.get(rid, [])
+        return list(self._tables.get(rid, ()))
 
     def credit(self, rid: str) -> int:
         """The credit (in blocks) a request holds, 0 if none."""
@@ -165,7 +175,7 @@ class BlockAllocator:
         """
         table = self._tables.get(rid)
         if table is None:
-            table = self._tables[rid] = []
+            table = self._tables[rid] = array("q")
         need = -(-rows // self.block_size) - len(table)
         if need <= 0:
             return 0

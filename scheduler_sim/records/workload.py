@@ -9,6 +9,7 @@ trace position), which is the registration order of T2.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, Iterator
 
 from .clock import Clock
 
@@ -42,36 +43,114 @@ class Action:
     index: int
 
 
-@dataclasses.dataclass(frozen=True)
 class Workload:
-    """Everything the engine replays: requests, cancellations, preemptions."""
+    """Everything the engine replays: requests, cancellations, preemptions.
 
-    requests: tuple[RequestSpec, ...]
-    cancels: tuple[Action, ...] = ()
-    preempts: tuple[Action, ...] = ()
+    The requests are held in memory (`build`), or streamed: `source` is a
+    callable giving a fresh iterator over them in replay order, each time the
+    engine replays (a trace file read again for each policy), and `count`,
+    `first_arrival` and `last_arrival` come from the validation pass.
+    `arrivals()` is how the engine reads them; `requests` gives them all at
+    once (reading a streamed workload whole).
+    """
+
+    __slots__ = ("_requests", "cancels", "preempts", "_source", "_count", "_span", "_clock",
+                 "largest")
+
+    def __init__(self, requests=(), cancels=(), preempts=(), *,
+                 source: Callable[[], Iterator[RequestSpec]] | None = None,
+                 count: int = 0, span: tuple[float, float] | None = None,
+                 clock: Clock | None = None, largest: RequestSpec | None = None) -> None:
+        self._requests = tuple(requests)
+        # The request with the most rows it may ever need (prompt + max_tokens).
+        self.largest = largest if source is not None else max(
+            self._requests, key=lambda r: r.prompt_tokens + r.max_tokens, default=None)
+        self.cancels: tuple[Action, ...] = tuple(cancels)
+        self.preempts: tuple[Action, ...] = tuple(preempts)
+        self._source = source
+        self._count = count if source is not None else len(self._requests)
+        if source is None and self._requests:
+            span = (self._requests[0].arrival, self._requests[-1].arrival)
+        self._span = span
+        self._clock = clock
 
     @classmethod
     def build(cls, requests, cancels=(), preempts=()) -> "Workload":
         """Sort into replay order: by tick, ties by position in the trace (T2)."""
         return cls(
-            tuple(sorted(requests, key=lambda r: (r.arrival, r.index))),
-            tuple(sorted(cancels, key=lambda a: (a.at, a.index))),
-            tuple(sorted(preempts, key=lambda a: (a.at, a.index))),
+            sorted(requests, key=lambda r: (r.arrival, r.index)),
+            sorted(cancels, key=lambda a: (a.at, a.index)),
+            sorted(preempts, key=lambda a: (a.at, a.index)),
         )
+
+    @classmethod
+    def streamed(cls, source: Callable[[], Iterator[RequestSpec]], count: int,
+                 span: tuple[float, float] | None, cancels=(), preempts=(),
+                 largest: RequestSpec | None = None) -> "Workload":
+        """Requests read from `source` (already in replay order) at each replay."""
+        return cls((), sorted(cancels, key=lambda a: (a.at, a.index)),
+                   sorted(preempts, key=lambda a: (a.at, a.index)),
+                   source=source, count=count, span=span, largest=largest)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Workload):
+            return NotImplemented
+        return ((self.requests, self.cancels, self.preempts)
+                == (other.requests, other.cancels, other.preempts))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"Workload({self._count} requests, {len(self.cancels)} cancels, "
+                f"{len(self.preempts)} preempts{', streamed' if self._source else ''})")
+
+    @property
+    def first_arrival(self) -> float | None:
+        """The first request's arrival (on the clock, if on one), None without requests."""
+        if self._span is None:
+            return None
+        return self._clock.after(self._span[0]) if self._clock is not None else self._span[0]
+
+    @property
+    def last_arrival(self) -> float | None:
+        """The last request's arrival (on the clock, if on one)."""
+        if self._span is None:
+            return None
+        return self._clock.after(self._span[1]) if self._clock is not None else self._span[1]
+
+    def arrivals(self) -> Iterator[RequestSpec]:
+        """The requests in replay order (read again from the source if streamed)."""
+        specs = iter(self._requests) if self._source is None else self._source()
+        clock = self._clock
+        if clock is None:
+            return specs
+        after, before = clock.after, clock.before
+        return (RequestSpec(s.id, s.index, after(s.arrival), s.prompt_tokens, s.output_tokens,
+                            s.max_tokens, s.priority,
+                            None if s.deadline is None else before(s.deadline),
+                            s.prompt_token_ids, s.output_token_ids, s.block_hashes)
+                for s in specs)
+
+    @property
+    def requests(self) -> tuple[RequestSpec, ...]:
+        """Every request at once, in replay order (a streamed workload is read whole)."""
+        if self._source is None and self._clock is None:
+            return self._requests
+        return tuple(self.arrivals())
 
     def on_clock(self, clock: Clock) -> "Workload":
         """This workload with its times in clock steps: arrivals, cancellations and
         preemptions at the first step at or after their time, deadlines at the
-        last step at or before theirs. Order is kept (the rounding is monotone)."""
+        last step at or before theirs. Order is kept (the rounding is monotone);
+        requests are converted as they are read."""
         if clock.identity:
             return self
-        after, before = clock.after, clock.before
-        requests = tuple(
-            RequestSpec(s.id, s.index, after(s.arrival), s.prompt_tokens, s.output_tokens,
-                        s.max_tokens, s.priority,
-                        None if s.deadline is None else before(s.deadline),
-                        s.prompt_token_ids, s.output_token_ids, s.block_hashes)
-            for s in self.requests)
-        return Workload(requests,
+        after = clock.after
+        return Workload(self._requests,
                         tuple(Action(a.kind, a.id, after(a.at), a.index) for a in self.cancels),
-                        tuple(Action(a.kind, a.id, after(a.at), a.index) for a in self.preempts))
+                        tuple(Action(a.kind, a.id, after(a.at), a.index) for a in self.preempts),
+                        source=self._source, count=self._count, span=self._span, clock=clock,
+                        largest=self.largest)

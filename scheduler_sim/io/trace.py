@@ -45,6 +45,8 @@ MAX_PROBLEMS = 50
 # Trace files larger than this are validated and replayed as they are read
 # (`read_trace`); smaller ones are read whole, which is faster.
 STREAM_ABOVE = 4 * 2 ** 20
+# "Did you mean" hints for an unknown request id come from the first ids.
+SUGGEST_FROM = 10_000
 # The largest time a trace may give, in its own unit: far beyond any real
 # trace, small enough that every conversion onto the clock stays finite.
 MAX_TIME = 10 ** 15
@@ -527,6 +529,7 @@ class _Validator:
         self.span: tuple[float, float] | None = None
         self.in_order = True  # arrivals never decrease in file order
         self.largest: RequestSpec | None = None  # the most prompt + max_tokens
+        self.some_ids: list[str] = []  # the first SUGGEST_FROM ids, for "did you mean"
         self.seen_record = False
 
     def feed(self, number: int, raw: bytes) -> None:
@@ -574,6 +577,8 @@ class _Validator:
         c = _RecordChecker(problems, number, f"{kind}{shown}: ", value)
         unit = config.get("time_unit", "tick")
         if kind == "request":
+            if isinstance(label, str) and label and len(self.some_ids) < SUGGEST_FROM:
+                self.some_ids.append(label)
             hbs = config.get("hash_block_size") or config.get("block_size") or 16
             if self.streamed:
                 spec = _parse_request(c, hbs, unit)
@@ -628,17 +633,23 @@ class _Validator:
             rid: None for rid in self.first_line}
         arrivals = ({s.id: s.arrival for s in self.specs} if not self.streamed else known)
         problems = self.problems
+        some = self.some_ids
+        early = []
         for action, c in self.actions:
             if action.id not in known:
                 c.fail(f"{action.kind} of unknown request {action.id!r}"
-                       f"{_suggest(action.id, known) if len(known) < 10_000 else ''}")
+                       f"{_suggest(action.id, some)}")
             elif arrivals.get(action.id) is not None and action.at < arrivals[action.id]:
-                c.fail(f"at must be >= the request's arrival ({show(arrivals[action.id])}), "
-                       f"got {show(action.at)}")
+                early.append((action, c))
+        if early and self.streamed and again is not None:
+            arrivals = self._exact_arrivals({a.id for a, _ in early}, again)
+        for action, c in early:
+            c.fail(f"at must be >= the request's arrival ({show(arrivals[action.id])}), "
+                   f"got {show(action.at)}")
         for exp in self.expects:
             if exp.id is not None and exp.id not in known:
                 problems.add(exp.line, f"expect: unknown request {exp.id!r}"
-                             f"{_suggest(exp.id, known) if len(known) < 10_000 else ''}")
+                             f"{_suggest(exp.id, some)}")
         problems.raise_if_any()
 
     def _known_ids(self, again) -> dict[str, float | None]:
@@ -660,6 +671,17 @@ class _Validator:
                 arrival = arrivals[i]
                 known[rid] = None if math.isnan(arrival) else arrival
         return known
+
+    def _exact_arrivals(self, ids: set[str], again) -> dict[str, Any]:
+        """Read the lines again for the arrivals of `ids` as the trace wrote them
+        (streamed, arrivals are kept as floats)."""
+        found: dict[str, Any] = {}
+        for _, raw in again():
+            value, problem = _decode_line(raw.rstrip(b"\r")) if raw.strip() else (None, "-")
+            if (not problem and isinstance(value, dict) and value.get("type") == "request"
+                    and value.get("id") in ids and value["id"] not in found):
+                found[value["id"]] = value.get("arrival")
+        return found
 
     def _report_duplicates(self, shared: set[int], again) -> None:
         """Read the lines again to name each duplicate id with its first line."""

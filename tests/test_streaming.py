@@ -1,0 +1,187 @@
+"""Long traces in bounded memory: a trace file above `STREAM_ABOVE` bytes is
+validated as it is read and read again at each replay; the engine keeps only
+live requests unless asked; a request too big to track is refused up front.
+
+Each streamed case is compared with the same file read whole (`parse_trace`):
+same requests, same messages, same replay."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import req, write_trace
+from scheduler_sim.cli.main import main
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.io import trace as trace_module
+from scheduler_sim.io.trace import parse_trace, read_trace
+from scheduler_sim.records.errors import TraceError, UsageError
+from scheduler_sim.records.options import Options
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Every trace file is streamed, however small."""
+    monkeypatch.setattr(trace_module, "STREAM_ABOVE", 0)
+
+
+def both(path: str):
+    """(the trace read whole, the trace streamed) of one file."""
+    whole = parse_trace(Path(path).read_bytes(), path)
+    old = trace_module.STREAM_ABOVE
+    trace_module.STREAM_ABOVE = 0
+    try:
+        streamed = read_trace(path)
+    finally:
+        trace_module.STREAM_ABOVE = old
+    return whole, streamed
+
+
+def errors(path: str, stream: bool) -> list[str]:
+    old = trace_module.STREAM_ABOVE
+    trace_module.STREAM_ABOVE = 0 if stream else 10 ** 12
+    try:
+        read_trace(path)
+    except TraceError as exc:
+        return exc.problems
+    finally:
+        trace_module.STREAM_ABOVE = old
+    return []
+
+
+CASES = sorted(p for p in list((DATA / "conformance").glob("*.jsonl"))
+               + list((DATA / "oracles" / "vllm").glob("00[0-9].jsonl"))
+               + list((DATA / "oracles" / "sglang").glob("00[0-9].jsonl")))
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_streamed_trace_is_the_trace_read_whole(path):
+    """Same config, requests, actions and expectations, and the same summary under
+    every policy the file asks for (or continuous). (The oracle traces are not in
+    arrival order: they take the sorting path.)"""
+    whole, streamed = both(str(path))
+    arrivals = [json.loads(line).get("arrival") for line in path.read_text().splitlines()
+                if '"request"' in line]
+    in_order = arrivals == sorted(arrivals)
+    # Streamed if the file is in arrival order, else read whole and sorted.
+    assert (streamed.workload._source is not None) == in_order
+    assert (streamed.config, streamed.expects) == (whole.config, whole.expects)
+    assert streamed.workload == whole.workload
+    assert len(streamed.workload) == len(whole.workload)
+    assert streamed.describe() == whole.describe()
+    options = Options.resolve(whole.config)
+    for policy in options.policy:
+        a = Engine(whole.workload, options, policy).run()
+        b = Engine(streamed.workload, options, policy, keep_requests=False).run()
+        assert a.summary == b.summary
+        assert b.requests == []
+
+
+def test_a_streamed_workload_is_read_again_for_each_replay(tmp_path, streamed):
+    """Two policies over one streamed trace: each replay reads the file anew and gets
+    every request (the second does not find the iterator spent)."""
+    path = write_trace(tmp_path, [req("a", 0, 4, 2), req("b", 1, 4, 2), req("c", 1, 4, 2)])
+    trace = read_trace(path)
+    options = Options.resolve({}, {"block_size": 4, "num_blocks": 8})
+    first = Engine(trace.workload, options, "continuous").run()
+    second = Engine(trace.workload, options, "serial").run()
+    assert [r.rid for r in first.requests] == [r.rid for r in second.requests] == ["a", "b", "c"]
+
+
+def test_duplicate_ids_streamed_are_named_with_their_first_line(tmp_path):
+    """Streamed, duplicates are found from 64-bit digests of the ids and the file is
+    read again to name them: the messages are those of the whole-file reader."""
+    path = write_trace(tmp_path, [req("a", 0, 4, 2), req("b", 1, 4, 2), req("a", 2, 4, 2),
+                                  req("b", 3, 0, 2), req("a", 4, 4, 2)])
+    expected = [f"{path}:3: request 'a': duplicate request id 'a' (first on line 1)",
+                f"{path}:4: request 'b': duplicate request id 'b' (first on line 2)",
+                f"{path}:4: request 'b': prompt_tokens must be an integer >= 1, got 0",
+                f"{path}:5: request 'a': duplicate request id 'a' (first on line 1)"]
+    assert errors(path, stream=False) == expected
+    assert errors(path, stream=True) == expected
+
+
+def test_references_streamed_give_the_whole_file_messages(tmp_path):
+    """A cancel of an unknown id (with a hint), a preempt before its request's arrival
+    and an expect about an unknown id: the same messages streamed or not."""
+    path = write_trace(tmp_path, [
+        req("alpha", 5, 4, 2),
+        {"type": "cancel", "id": "alpah", "at": 6},
+        {"type": "preempt", "id": "alpha", "at": 3},
+        {"type": "expect", "id": "beta", "status": "finished_stopped"}])
+    expected = [
+        f"{path}:2: cancel 'alpah': cancel of unknown request 'alpah' (did you mean 'alpha'?)",
+        f"{path}:3: preempt 'alpha': at must be >= the request's arrival (5), got 3",
+        f"{path}:4: expect: unknown request 'beta'"]
+    assert errors(path, stream=False) == expected
+    assert errors(path, stream=True) == expected
+
+
+def test_only_the_first_50_problems_are_kept_and_the_rest_counted(tmp_path, streamed):
+    """120 bad lines: the first 50 in line order, then `... and 70 more errors`."""
+    path = write_trace(tmp_path, ["{"] * 120)
+    messages = errors(path, stream=True)
+    assert len(messages) == 51
+    assert messages[0] == f"{path}:1: invalid JSON: Expecting property name enclosed in double quotes at column 2"
+    assert messages[49].startswith(f"{path}:50: ")
+    assert messages[50] == f"{path}: ... and 70 more errors"
+
+
+def test_a_file_out_of_arrival_order_is_sorted_in_memory(tmp_path, streamed):
+    """Requests at 5, 0, 3 in file order: the workload is read whole and sorted
+    (replay order 0, 3, 5), not streamed."""
+    path = write_trace(tmp_path, [req("a", 5, 4, 2), req("b", 0, 4, 2), req("c", 3, 4, 2)])
+    trace = read_trace(path)
+    assert trace.workload._source is None
+    assert [s.id for s in trace.workload.requests] == ["b", "c", "a"]
+
+
+def test_without_keeping_requests_only_live_and_named_ones_stay(tmp_path):
+    """keep_requests=False: the result carries no request records, and the engine's
+    table ends with only the requests a cancel or preempt names."""
+    path = write_trace(tmp_path, [req("a", 0, 4, 2), req("b", 0, 4, 2), req("c", 1, 4, 2),
+                                  {"type": "cancel", "id": "a", "at": 9}])
+    trace = read_trace(path)
+    options = Options.resolve({}, {"block_size": 4, "num_blocks": 8})
+    engine = Engine(trace.workload, options, "continuous", keep_requests=False)
+    result = engine.run()
+    assert result.requests == [] and list(engine.requests) == ["a"]
+    assert result.summary == Engine(trace.workload, options, "continuous").run().summary
+
+
+def test_a_request_too_big_to_track_is_refused_with_the_arithmetic(tmp_path):
+    """P = 10**9, block_size 16 and a pool of 10**12 blocks: it fits, but 62,500,001
+    blocks exceed the 16,777,216 tracked per request (16 bytes each): exit 2 before
+    the replay, naming the block size that would do. With 100 blocks it is simply
+    rejected (it cannot fit)."""
+    path = write_trace(tmp_path, [req("a", 0, 10 ** 9, 2)])
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["replay", path, "--num-blocks", str(10 ** 12)], out=out, err=err) == 2
+    assert err.getvalue() == (
+        "scheduler-sim: error: request 'a' may need 62,500,001 blocks of 16 tokens (prompt "
+        "1,000,000,000 + max_tokens 2), more than the 16,777,216 the simulator tracks per "
+        "request (16 bytes each, 256 MiB): use a block_size of at least 60\n")
+    out = io.StringIO()
+    assert main(["replay", path, "--num-blocks", "100", "--json"], out=out,
+                err=io.StringIO()) == 0
+    assert json.loads(out.getvalue())["runs"][0]["finished_ignored"] == 1
+
+
+def test_the_cli_streams_a_large_file(tmp_path, streamed):
+    """`replay` and `validate` of a streamed file print what they print for the file
+    read whole."""
+    path = write_trace(tmp_path, [req(f"r{i}", i // 3, 8, 3) for i in range(30)])
+    outputs = []
+    for limit in (0, 10 ** 12):
+        trace_module.STREAM_ABOVE = limit
+        out = io.StringIO()
+        assert main(["replay", path, "--policy", "vllm", "--policy", "sglang", "--block-size", "4"],
+                    out=out, err=io.StringIO()) == 0
+        check = io.StringIO()
+        assert main(["validate", path], out=check, err=io.StringIO()) == 0
+        outputs.append((out.getvalue(), check.getvalue()))
+    assert outputs[0] == outputs[1]

@@ -2,7 +2,8 @@
 
 `replay`, `validate`, `check`, `convert`, `generate` and `cost`. They raise
 `TraceError`, `UsageError` or `InvariantError`; `cli.main` turns those into
-messages and exit codes.
+messages and exit codes. Every line that can carry text from a trace or a
+file name is printed through `report.printable`.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..io.generator import WorkloadSpec, generate, parse_length
 from ..io.importers import convert
 from ..io.junit import junit_xml
 from ..io.outputs import EventFile, jsonl, read_text, write_whole
-from ..io.report import format_csv, format_json, format_requests, format_table
+from ..io.report import format_csv, format_json, format_requests, format_table, printable
 from ..io.trace import MAX_PROBLEMS, Trace, check_options, read_trace
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
@@ -124,8 +125,8 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         for p, records in per_request)
     (err if args.events == "-" or args.requests_csv == "-" else out).write(text)
     if stalled:
-        err.write(f"{PROG}: the run stalled under {', '.join(stalled)}: stuck requests ended "
-                  "as finished_error (see the 'stalled' events)\n")
+        err.write(f"{PROG}: the run stalled under {printable(', '.join(stalled))}: stuck "
+                  "requests ended as finished_error (see the 'stalled' events)\n")
         return 1
     return 0
 
@@ -133,7 +134,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Check the trace and print a one-line summary."""
     trace = read_trace(args.trace)
-    out.write(trace.describe() + "\n")
+    out.write(printable(trace.describe()) + "\n")
     return 0
 
 
@@ -141,31 +142,32 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace and verify its `expect` records; exit 1 on any failure."""
     trace = read_trace(args.trace)
     options, _ = resolve_options(trace, args, err)
+    name = printable(trace.name)
     expects = list(trace.expects)
     results = check_trace(trace, options)
     if args.junit:
         write_whole(args.junit, junit_xml(trace.name, results), out)
         if args.junit == "-":
             out = err  # the XML owns standard output
-    runs = ", ".join(options.policy)
+    runs = printable(", ".join(options.policy))
     if not results:
         why = ("it has no expect records" if not expects else
                f"none of its {len(expects)} expect record(s) applies to the policies "
                f"replayed ({runs})")
-        out.write(f"{trace.name}: FAILED: nothing was checked: {why}\n")
+        out.write(f"{name}: FAILED: nothing was checked: {why}\n")
         return 1
     failed = [r for r in results if not r.ok]
     for result in failed:
         for message in result.messages(trace.name):
-            out.write(message + "\n")
+            out.write(printable(message) + "\n")
     skipped = sum(1 for e in expects if e.policy is not None and e.policy not in options.policy)
     note = f"; {skipped} for policies not replayed" if skipped else ""
     if failed:
         fields = sum(len(r.failures) for r in failed)
-        out.write(f"{trace.name}: FAILED: {len(failed)} of {len(results)} expectation(s) "
+        out.write(f"{name}: FAILED: {len(failed)} of {len(results)} expectation(s) "
                   f"failed, {fields} field(s) differ ({runs}){note}\n")
         return 1
-    out.write(f"{trace.name}: ok: {len(results)} expectation(s) hold ({runs}){note}\n")
+    out.write(f"{name}: ok: {len(results)} expectation(s) hold ({runs}){note}\n")
     return 0
 
 
@@ -187,9 +189,9 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         notes.append(f"skipped {result.failed_requests:,} failed requests (Response tokens == 0)")
     if result.problems:
         notes.append(f"skipped {len(result.problems):,} bad rows (--strict makes them fatal)")
-    err.write("; ".join(notes) + "\n")
+    err.write(printable("; ".join(notes)) + "\n")
     for problem in result.problems[:20]:
-        err.write(problem + "\n")
+        err.write(printable(problem) + "\n")
     if len(result.problems) > 20:
         err.write(f"... and {len(result.problems) - 20} more\n")
     return 0

@@ -4,8 +4,10 @@
 the exit status (§10): 0 success, 1 a check failed or a replay stalled,
 2 bad input or usage, 3 an internal invariant failed, 130 interrupted. Every
 option of `options.OPTIONS` is also a flag (`block_size` -> `--block-size`);
-flags override the trace's config record. Together with `commands` and
-`outputs` this is the only layer that touches argv, stdout, stderr and files.
+flags override the trace's config record. Messages are printed through
+`report.printable`, one line each whatever text they carry. Together with
+`commands` and `outputs` this is the only layer that touches argv, stdout,
+stderr and files.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any, TextIO
 from .. import __version__
 from ..gpu.costmodel import GPUS, MODELS
 from ..io.importers import FORMATS
+from ..io.report import printable
 from ..policies import POLICIES
 from ..records.errors import InvariantError, PolicyError, TraceError, UsageError
 from ..records.options import OPTIONS
@@ -163,16 +166,16 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
         return COMMANDS[args.command](args, out, err)
     except TraceError as exc:
         for problem in exc.problems:
-            err.write(problem + "\n")
+            err.write(printable(problem) + "\n")
         return 2
     except UsageError as exc:
-        err.write(f"{PROG}: error: {exc}\n")
+        err.write(f"{PROG}: error: {printable(str(exc))}\n")
         return 2
     except PolicyError as exc:
-        err.write(f"{PROG}: policy error: {exc}\n")
+        err.write(f"{PROG}: policy error: {printable(str(exc))}\n")
         return 3
     except InvariantError as exc:
-        err.write(f"{PROG}: internal invariant failed: {exc}\n")
+        err.write(f"{PROG}: internal invariant failed: {printable(str(exc))}\n")
         return 3
     except KeyboardInterrupt:
         err.write(f"{PROG}: interrupted\n")

@@ -7,12 +7,20 @@ ran (every option away from its default, and where it came from) and, with
 a cost model, how the KV pool follows from the GPU. Rows for things that did
 not happen (cancellations, client waits, SLOs nobody set) are left out so
 the table stays short.
+
+Text from a trace (request ids above all) is shown through `printable`: a
+control character, a line or paragraph separator, a bidi override or a
+lone surrogate is shown as its escape (`\\x1b`, `\\n`, `\\u2028`, `\\ud800`;
+in a request id a backslash is doubled, so that what is shown names one id),
+so a trace can neither move the terminal's cursor nor forge a table line,
+and columns are padded to the text's width on a terminal (`text_width`: CJK
+characters take two columns, combining marks none). CSV keeps the raw value,
+quoted whenever it holds a comma, a quote, CR or LF.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
+import unicodedata
 from typing import Any
 
 from ..engine.summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
@@ -22,7 +30,55 @@ from ..records.clock import Clock
 from ..records.options import OPTIONS, Options, format_slo
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
-           "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text"]
+           "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text", "printable",
+           "text_width"]
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def printable(text: str, backslashes: bool = False) -> str:
+    """`text` safe to print on one line of a terminal: every character that is not
+    printable (`str.isprintable`: C0 and C1 controls, DEL, line and paragraph
+    separators, format characters such as bidi overrides, lone surrogates,
+    private and unassigned code points) becomes `\\n`, `\\r`, `\\t`, `\\xNN`,
+    `\\uNNNN` or `\\UNNNNNNNN`, as Python's repr writes them; with `backslashes`
+    a backslash becomes `\\\\` too, so that distinct strings never look alike.
+    Never raises, whatever the str."""
+    if text.isprintable() and not (backslashes and "\\" in text):
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() and (ch != "\\" or not backslashes):
+            out.append(ch)
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else
+                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+def text_width(text: str) -> int:
+    """The columns printable `text` takes on a terminal: wide and fullwidth characters
+    (CJK) two, combining marks none, every other character one."""
+    if text.isascii():
+        return len(text)
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me"):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def _ljust(text: str, width: int) -> str:
+    return text + " " * (width - text_width(text))
+
+
+def _rjust(text: str, width: int) -> str:
+    return " " * (width - text_width(text)) + text
+
 
 _METRIC_LABELS = {"queue_delay": "queue delay", "client_wait": "client wait", "ttft": "TTFT",
                   "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
@@ -152,7 +208,7 @@ def options_text(options: Options) -> list[str]:
             text = "null"
         else:
             text = _value_text(value)
-        out.append(f"{name} {text} ({source})")
+        out.append(f"{name} {printable(text)} ({source})")
     return out
 
 
@@ -172,7 +228,7 @@ def header_lines(command: str, trace_name: str, options: Options, clock: Clock,
                  requests: int, pool: PoolSizing | None) -> list[str]:
     """The lines above a table: what ran, in which unit, and with which options."""
     noun = "request" if requests == 1 else "requests"
-    lines = [f"scheduler-sim {command} {trace_name}",
+    lines = [f"scheduler-sim {command} {printable(trace_name)}",
              f"{requests:,} {noun} · {clock.describe()}"]
     if options.cost_model:
         lines.append(f"cost model {options.cost_model}"
@@ -181,7 +237,7 @@ def header_lines(command: str, trace_name: str, options: Options, clock: Clock,
         derived = options.origin.get("num_blocks") == "derived"
         lines.append(pool.describe(None if derived else options.num_blocks))
     lines += _wrap("options: ", options_text(options) or ["all defaults"])
-    lines += [f"note: {text}" for text in options.unused()]
+    lines += [f"note: {printable(text)}" for text in options.unused()]
     return lines
 
 
@@ -199,7 +255,7 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
                  clock: Clock | None = None, pool: PoolSizing | None = None) -> str:
     """The side-by-side table of `replay`: one column per policy, times in the run's unit."""
     clock = clock or Clock.of(options)
-    policies = [run["policy"] for run in runs]
+    policies = [printable(run["policy"]) for run in runs]
     lines = header_lines("replay", trace_name, options, clock,
                          runs[0]["requests"] if runs else 0, pool)
     lines.append("")
@@ -225,9 +281,9 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
         rows.append((label, unit, cells))
     label_w = max(len(r[0]) for r in rows)
     unit_w = max(len(r[1]) for r in rows)
-    col_w = [max(len(p), *(len(r[2][i]) for r in rows)) for i, p in enumerate(policies)]
+    col_w = [max(text_width(p), *(len(r[2][i]) for r in rows)) for i, p in enumerate(policies)]
     header = " " * (label_w + 2 + unit_w) + "".join(
-        "  " + p.rjust(w) for p, w in zip(policies, col_w))
+        "  " + _rjust(p, w) for p, w in zip(policies, col_w))
     lines.append(header.rstrip())
     for label, unit, cells in rows:
         line = label.ljust(label_w) + "  " + unit.ljust(unit_w) + "".join(
@@ -274,33 +330,36 @@ def format_requests(policy: str, records: list[dict[str, Any]], clock: Clock | N
 
     def cell(record: dict[str, Any], field: str) -> str:
         value = record[field]
+        if isinstance(value, str):  # the id, from the trace, and the status
+            return printable(value, backslashes=True)
         if field in TIME_REQUEST_FIELDS:
             return format_time(value, clock)
         return format_number(value)
 
     cells = [[cell(r, f) for _, f in columns] for r in records]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h)
+    widths = [max(len(h), *(text_width(c[i]) for c in cells)) if cells else len(h)
               for i, h in enumerate(heads)]
     left = {heads.index("id"), heads.index("status")}  # read better left-aligned
 
     def line(values: list[str]) -> str:
-        return "  ".join(v.ljust(w) if i in left else v.rjust(w)
+        return "  ".join(_ljust(v, w) if i in left else _rjust(v, w)
                          for i, (v, w) in enumerate(zip(values, widths))).rstrip()
 
-    out = [f"requests under {policy} (times in {clock.label})", line(heads)]
+    out = [f"requests under {printable(policy)} (times in {clock.label})", line(heads)]
     out.extend(line(c) for c in cells)
     return "\n".join(out) + "\n"
 
 
 def format_csv(per_policy: list[tuple[str, list[dict[str, Any]]]]) -> str:
-    """Every per-request field, one row per request and policy (`policy` first)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(("policy",) + REQUEST_FIELDS)
+    """Every per-request field, one row per request and policy (`policy` first), rows
+    ending in LF (RFC 4180 quoting: a field is quoted when it holds a comma, a quote,
+    CR or LF; the csv module, with LF line ends, would leave a CR unquoted)."""
+    lines = [",".join(("policy",) + REQUEST_FIELDS)]
     for policy, records in per_policy:
         for record in records:
-            writer.writerow([policy] + [_csv_value(record[f]) for f in REQUEST_FIELDS])
-    return buffer.getvalue()
+            lines.append(",".join([_csv_field(policy)]
+                                  + [_csv_field(_csv_value(record[f])) for f in REQUEST_FIELDS]))
+    return "\n".join(lines) + "\n"
 
 
 def _csv_value(value: Any) -> str:
@@ -311,3 +370,10 @@ def _csv_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def _csv_field(text: str) -> str:
+    """A CSV field: the raw text, quoted (quotes doubled) when it must be."""
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text

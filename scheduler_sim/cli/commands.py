@@ -1,9 +1,11 @@
 """The commands: each a small function from parsed arguments to an exit status.
 
 `replay`, `validate`, `check`, `convert`, `generate` and `cost`. They raise
-`TraceError`, `UsageError` or `InvariantError`; `cli.main` turns those into
-messages and exit codes. Every line that can carry text from a trace or a
-file name is printed through `report.printable`.
+`TraceError`, `UsageError` (an `OutputError` when an output cannot be
+written), `PipeClosed` or `InvariantError`; `cli.main` turns those into
+messages and exit codes. Files are written through `io.outputs`, and every
+line that can carry text from a trace or a file name is printed through
+`report.printable`.
 """
 from __future__ import annotations
 
@@ -90,12 +92,13 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)
     clock = Clock.of(options)
-    events = (EventFile(args.events, out, len(options.policy) > 1, clock)
-              if args.events else None)
+    events = None
     runs = []
     per_request = []
     stalled = []
     try:
+        if args.events:
+            events = EventFile(args.events, out, len(options.policy) > 1, clock)
         for policy in options.policy:
             on_event = events.listener(policy) if events else None
             result = Engine(trace.workload, options, policy, on_event=on_event,

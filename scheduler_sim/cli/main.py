@@ -2,12 +2,15 @@
 
 `main(argv)` parses the arguments, runs one command of `commands` and returns
 the exit status (§10): 0 success, 1 a check failed or a replay stalled,
-2 bad input or usage, 3 an internal invariant failed, 130 interrupted. Every
-option of `options.OPTIONS` is also a flag (`block_size` -> `--block-size`);
-flags override the trace's config record. Messages are printed through
-`report.printable`, one line each whatever text they carry. Together with
-`commands` and `outputs` this is the only layer that touches argv, stdout,
-stderr and files.
+2 bad input or usage, or an output that cannot be written (one line: disk
+full, file too large, permission denied, a directory), 3 an internal
+invariant failed, 130 interrupted (SIGINT), 141 the reader of standard
+output or of a FIFO went away (quietly, as a tool killed by SIGPIPE).
+Every option of `options.OPTIONS` is also a flag (`block_size` ->
+`--block-size`); flags override the trace's config record. Messages are
+printed through `report.printable`, one line each whatever text they
+carry. Together with `commands` and `outputs` this is the only layer that
+touches argv, stdout, stderr and files.
 """
 from __future__ import annotations
 
@@ -18,14 +21,18 @@ from typing import Any, TextIO
 from .. import __version__
 from ..gpu.costmodel import GPUS, MODELS
 from ..io.importers import FORMATS
+from ..io.outputs import GuardedStream, PipeClosed
 from ..io.report import printable
 from ..policies import POLICIES
-from ..records.errors import InvariantError, PolicyError, TraceError, UsageError
+from ..records.errors import InvariantError, PolicyError, SimError, TraceError, UsageError
 from ..records.options import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
 from .commands import COMMANDS, PROG
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "main_entry", "build_parser", "EXIT_INTERRUPTED", "EXIT_PIPE"]
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a tool whose reader went away
 
 
 # --- options from flags ------------------------------------------------------------
@@ -154,34 +161,48 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
 
 def main(argv: list[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
-    """Run one command; return its exit status. Never raises for bad input."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    parser = build_parser(out, err)
+    """Run one command; return its exit status. Never raises for bad input, nor for an
+    output that cannot be written."""
+    out = GuardedStream(sys.stdout if out is None else out, "standard output")
+    err = GuardedStream(sys.stderr if err is None else err, "standard error")
+    status, message = _run(argv, out, err)
+    if message:
+        try:
+            err.write(message + "\n")
+            err.flush()
+        except (SimError, OSError):
+            pass  # standard error cannot be written either: the status says it
+    return status
+
+
+def _run(argv: list[str] | None, out: GuardedStream,
+         err: GuardedStream) -> tuple[int, str]:
+    """(exit status, the last message for standard error, if any)."""
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse has printed usage or help
-        return int(exc.code or 0)
-    try:
-        return COMMANDS[args.command](args, out, err)
+        try:
+            args = build_parser(out, err).parse_args(argv)
+        except SystemExit as exc:  # argparse has printed usage or help
+            status = int(exc.code or 0)
+        else:
+            status = COMMANDS[args.command](args, out, err)
+        out.flush()
+        err.flush()
+        return status, ""
     except TraceError as exc:
-        for problem in exc.problems:
-            err.write(printable(problem) + "\n")
-        return 2
-    except UsageError as exc:
-        err.write(f"{PROG}: error: {printable(str(exc))}\n")
-        return 2
+        return 2, "\n".join(printable(problem) for problem in exc.problems)
+    except UsageError as exc:  # OutputError too
+        return 2, f"{PROG}: error: {printable(str(exc))}"
     except PolicyError as exc:
-        err.write(f"{PROG}: policy error: {printable(str(exc))}\n")
-        return 3
+        return 3, f"{PROG}: policy error: {printable(str(exc))}"
     except InvariantError as exc:
-        err.write(f"{PROG}: internal invariant failed: {printable(str(exc))}\n")
-        return 3
+        return 3, f"{PROG}: internal invariant failed: {printable(str(exc))}"
     except KeyboardInterrupt:
-        err.write(f"{PROG}: interrupted\n")
-        return 130
-    except BrokenPipeError:
-        return 0
+        return EXIT_INTERRUPTED, f"{PROG}: interrupted"
+    except (PipeClosed, BrokenPipeError):
+        return EXIT_PIPE, ""
+    except OSError as exc:  # any other I/O failure: one line, never a traceback
+        name = f"{printable(str(exc.filename))}: " if exc.filename else ""
+        return 2, f"{PROG}: error: {name}{exc.strerror or exc}"
 
 
 def main_entry() -> None:

@@ -1,22 +1,119 @@
-"""Writing output files whole, and reading input text (the top layer's file I/O).
+"""Writing output files, and reading input text (the top layer's file I/O).
 
-Every file the command line writes appears complete or not at all: records
-go to a temporary file beside the target, renamed over it at the end, with
-the permissions the umask gives a new file. `-` means standard output.
+Where an output goes (`Output`, used by `EventFile` and `write_whole`):
+
+- `-` is standard output.
+- A symlink is followed to its target, link after link; the link itself is
+  never replaced. The rules below apply to the file it leads to.
+- A regular file, or a name that does not exist yet, is written atomically:
+  the text goes to a hidden temporary file beside it (`.events-*.tmp`,
+  `.out-*.tmp`), renamed over it when complete, with the permissions the
+  umask gives a new file. So it is either whole or absent (or its old self).
+- Anything else (a character device such as `/dev/null` or `/dev/full`, a
+  FIFO, a terminal, a socket) is written in place: opened for writing,
+  never replaced, never created. So are the names of open descriptors
+  (`/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N`): the file standard output
+  already writes to is written through standard output itself, and another
+  regular file behind such a name is appended to. A FIFO blocks until a
+  reader opens it, as for any tool.
+- A directory is refused.
+
+If a command fails or is interrupted (SIGINT, or SIGTERM, which the command
+line turns into the same path), `abort` removes the temporary file; what was
+already written in place stays written. Every write error (disk full, file
+too large, permission denied) becomes an `OutputError` naming the output,
+and a reader that went away (a closed pipe, on standard output or a FIFO)
+a `PipeClosed`; both are `SimError`s, so that they pass through the engine
+even from inside an event listener. A character no encoding can carry (a
+lone surrogate in a request id, in a CSV) is written as a backslash escape.
 """
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
+import re
+import stat
 import sys
 import tempfile
 from typing import Any, Callable, TextIO
 
 from ..records.clock import Clock
-from ..records.errors import UsageError
+from ..records.errors import SimError, UsageError
 from ..records.events import Event
+from .report import printable
 
-__all__ = ["EventFile", "write_whole", "jsonl", "read_text"]
+__all__ = ["EventFile", "Output", "OutputError", "PipeClosed", "GuardedStream",
+           "write_whole", "jsonl", "read_text"]
+
+
+class OutputError(UsageError):
+    """An output could not be opened or written: one line naming it, exit status 2."""
+
+
+class PipeClosed(SimError):
+    """The reader of a pipe went away (`scheduler-sim ... | head -1`): a quiet end."""
+
+
+def _failure(name: str, what: str, exc: OSError) -> SimError:
+    """The error a failed write of output `name` raises."""
+    if isinstance(exc, BrokenPipeError):
+        return PipeClosed(f"{name}: the reader went away")
+    return OutputError(f"{printable(name)}: {what}: {exc.strerror or exc}")
+
+
+class GuardedStream:
+    """A text stream (standard output or error) whose write errors become `OutputError`
+    or `PipeClosed`, and whose unencodable characters become backslash escapes.
+
+    Over an unbuffered stream (`python -u`, PYTHONUNBUFFERED) the text is written
+    to the raw file here, in a loop: TextIOWrapper would make one write() call
+    and drop the rest when it comes up short, which it does when a pipe closes,
+    a disk fills or `ulimit -f` is reached, so the output would be cut short
+    without an error. A stream that is None (the program started with that
+    descriptor closed, `>&-`) cannot be written.
+    """
+
+    def __init__(self, stream: TextIO | None, name: str) -> None:
+        self.stream = stream
+        self.name = name
+        buffer = getattr(stream, "buffer", None)
+        self._raw = buffer if isinstance(buffer, io.RawIOBase) else None
+
+    def _write_raw(self, raw: io.RawIOBase, text: str) -> int:
+        data = memoryview(text.encode(self.stream.encoding, self.stream.errors or "strict"))
+        while data:
+            done = raw.write(data)
+            if done is None:  # a non-blocking descriptor that is full
+                raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+            data = data[done:]
+        return len(text)
+
+    def write(self, text: str) -> int:
+        if self.stream is None:
+            raise OutputError(f"{self.name}: cannot write: it is closed")
+        try:
+            if self._raw is not None:
+                return self._write_raw(self._raw, text)
+            return self.stream.write(text)
+        except UnicodeEncodeError:
+            # TextIOWrapper encodes the whole text before buffering any of it.
+            encoding = getattr(self.stream, "encoding", None) or "utf-8"
+            return self.write(text.encode(encoding, "backslashreplace").decode(encoding))
+        except OSError as exc:
+            raise _failure(self.name, "cannot write", exc) from None
+
+    def flush(self) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.flush()
+        except OSError as exc:
+            raise _failure(self.name, "cannot write", exc) from None
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.stream, attr)
 
 
 def _file_mode() -> int:
@@ -26,12 +123,136 @@ def _file_mode() -> int:
     return 0o666 & ~mask
 
 
-class EventFile:
-    """Streams event records to a file that appears only when complete.
+# The name of an open descriptor: written in place whatever it leads to.
+_DESCRIPTOR = re.compile(r"/proc/[^/]+/fd/[0-9]+|/dev/fd/[0-9]+")
 
-    Records go to a temporary file beside the target, renamed over it at
-    `commit`; `abort` removes it. `-` streams to standard output instead.
-    Times are written in `clock`'s unit (ticks, or seconds with a cost model).
+
+def _real(path: str) -> str:
+    """`path` with its directory's symlinks resolved, its last component kept."""
+    head, tail = os.path.split(path)
+    return os.path.join(os.path.realpath(head or "."), tail)
+
+
+def _follow(target: str) -> tuple[str, bool]:
+    """Where `target` leads once every symlink is followed, and whether that is the name
+    of an open descriptor (`/dev/stdout` leads to `/proc/<pid>/fd/1`: stop there)."""
+    path = _real(os.path.join(os.getcwd(), target))
+    for _ in range(40):
+        if _DESCRIPTOR.fullmatch(path):
+            return path, True
+        try:
+            link = os.readlink(path)
+        except OSError:  # not a link, or nothing there yet
+            return path, False
+        path = _real(os.path.join(os.path.dirname(path), link))
+    raise OSError(40, "Too many levels of symbolic links")
+
+
+def _same_file(st: os.stat_result, stream: TextIO) -> bool:
+    """Whether `st` is the file `stream` writes to."""
+    try:
+        other = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # a StringIO, a closed stream
+        return False
+    return (st.st_dev, st.st_ino) == (other.st_dev, other.st_ino)
+
+
+class Output:
+    """One output opened by the module's rules: `handle` is a text stream; `commit`
+    makes the output appear complete, `abort` leaves no temporary file behind.
+
+    `what` words the error messages (`cannot write events: ...`), `prefix` names
+    the temporary file (`.events-`).
+    """
+
+    def __init__(self, target: str, stdout: TextIO, what: str = "cannot write",
+                 prefix: str = ".out-") -> None:
+        self.target = target
+        self.what = what
+        self.tmp: str | None = None  # the temporary file, while there is one
+        self.path: str | None = None  # what it is renamed to
+        self.owned = False  # whether `handle` is ours to close
+        if target == "-":
+            self.handle = stdout
+            return
+        try:
+            path, descriptor = _follow(target)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                if descriptor:
+                    raise
+                st = None
+        except OSError as exc:
+            raise _failure(target, what, exc) from None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise OutputError(f"{printable(target)}: {what}: it is a directory")
+        if st is not None and (descriptor or not stat.S_ISREG(st.st_mode)):
+            if _same_file(st, stdout):
+                self.handle = stdout
+                return
+            flags = os.O_WRONLY | os.O_NOCTTY | (os.O_APPEND if stat.S_ISREG(st.st_mode) else 0)
+            try:
+                fd = os.open(path, flags)
+            except OSError as exc:
+                raise _failure(target, what, exc) from None
+        else:
+            try:
+                fd, self.tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp",
+                                                dir=os.path.dirname(path))
+            except OSError as exc:
+                raise _failure(target, what, exc) from None
+            self.path = path
+        self.owned = True
+        self.handle = open(fd, "w", encoding="utf-8", errors="backslashreplace",
+                           newline="\n")
+
+    def failed(self, exc: OSError) -> SimError:
+        """The error to raise for a write to `handle` that raised `exc`."""
+        return _failure(self.target, self.what, exc)
+
+    def write(self, text: str) -> None:
+        try:
+            self.handle.write(text)
+        except OSError as exc:
+            raise self.failed(exc) from None
+
+    def commit(self) -> None:
+        """Make the output appear complete (flush it; close it; rename it into place)."""
+        try:
+            if not self.owned:
+                self.handle.flush()
+                return
+            self.handle.close()
+            if self.tmp is not None:
+                os.chmod(self.tmp, _file_mode())
+                os.replace(self.tmp, self.path)
+                self.tmp = None
+        except OSError as exc:
+            self.abort()
+            raise self.failed(exc) from None
+
+    def abort(self) -> None:
+        """Leave no temporary file behind (what went in place stays written)."""
+        if self.owned:
+            try:
+                self.handle.close()
+            except OSError:
+                pass
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+            self.tmp = None
+
+
+class EventFile:
+    """Streams event records to an `Output` (atomic for a regular file).
+
+    `commit` makes the file appear complete; `abort` removes the temporary file.
+    `-` streams to standard output instead. Times are written in `clock`'s unit
+    (ticks, or seconds with a cost model).
     """
 
     def __init__(self, target: str, stdout: TextIO, tag_policy: bool,
@@ -39,19 +260,9 @@ class EventFile:
         self.target = target
         self.tag_policy = tag_policy
         self.clock = clock if clock is not None and clock.in_seconds else None
-        self._tmp: str | None = None
         self._lines: list[str] = []
-        if target == "-":
-            self.handle = stdout
-        elif os.path.isdir(target):
-            raise UsageError(f"{target}: cannot write events: it is a directory")
-        else:
-            directory = os.path.dirname(os.path.abspath(target))
-            try:
-                fd, self._tmp = tempfile.mkstemp(prefix=".events-", suffix=".tmp", dir=directory)
-            except OSError as exc:
-                raise UsageError(f"{target}: cannot write events: {exc.strerror or exc}") from None
-            self.handle = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        self.output = Output(target, stdout, "cannot write events", ".events-")
+        self.handle = self.output.handle
 
     def listener(self, policy: str) -> Callable[[Event], None]:
         """The `on_event` callback for one policy's run (lines are written in
@@ -59,61 +270,44 @@ class EventFile:
         tag = policy if self.tag_policy else None
         lines = self._lines
         append = lines.append
-        handle = self.handle
+        write = self.handle.write
         clock = self.clock
+        output = self.output
 
         def on_event(event: Event) -> None:
             append(event.to_json(tag, clock))
             if len(lines) >= 4096:
-                handle.write("\n".join(lines) + "\n")
+                try:
+                    write("\n".join(lines) + "\n")
+                except OSError as exc:
+                    raise output.failed(exc) from None
                 lines.clear()
         return on_event
 
     def flush(self) -> None:
         """Write the lines still buffered."""
         if self._lines:
-            self.handle.write("\n".join(self._lines) + "\n")
+            self.output.write("\n".join(self._lines) + "\n")
             self._lines.clear()
 
     def commit(self) -> None:
         """Make the file appear under its name, complete."""
         self.flush()
-        if self._tmp is None:
-            self.handle.flush()
-            return
-        self.handle.close()
-        os.chmod(self._tmp, _file_mode())
-        os.replace(self._tmp, self.target)
-        self._tmp = None
+        self.output.commit()
 
     def abort(self) -> None:
         """Leave nothing behind."""
-        if self._tmp is not None:
-            self.handle.close()
-            os.unlink(self._tmp)
-            self._tmp = None
+        self.output.abort()
 
 
 def write_whole(target: str | None, text: str, stdout: TextIO) -> None:
-    """Write `text` to `target` under a temporary name, then rename (or to stdout)."""
-    if target in (None, "-"):
-        stdout.write(text)
-        return
-    if os.path.isdir(target):
-        raise UsageError(f"{target}: cannot write: it is a directory")
-    directory = os.path.dirname(os.path.abspath(target))
+    """Write `text` to `target` by the module's rules (`-` or None: to `stdout`)."""
+    output = Output("-" if target is None else target, stdout)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".out-", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise UsageError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, target)
+        output.write(text)
+        output.commit()
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        output.abort()
         raise
 
 

@@ -4,7 +4,8 @@ closed pipes. (Text from a trace in tables: test_untrusted_text.py.)
 - A regular file or a missing name is replaced atomically (rename); a symlink is
   followed and its target replaced, the link kept; anything else (/dev/null, a FIFO,
   /dev/stdout) is written in place.
-- A write error is one line and exit 2; a closed pipe is quiet, exit 141.
+- A write error is one line and exit 2; a closed pipe is quiet, exit 141; SIGTERM
+  cleans up as SIGINT does and exits 143.
 - A str no encoding carries (a lone surrogate) is written as a backslash escape.
 
 Tests that name a path under /dev run with `no_dev_replaced`, so that a regression
@@ -19,11 +20,13 @@ import io
 import json
 import os
 import resource
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -257,10 +260,11 @@ def test_dev_full_under_a_plugin_policy_is_not_blamed_on_the_policy(tmp_path, no
         2, "", "scheduler-sim: error: /dev/full: cannot write events: No space left on device\n")
 
 
-def test_stdout_to_dev_full_is_one_line_and_exit_2():
-    """`> /dev/full` with standard output unbuffered: one line, exit 2, no traceback."""
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_stdout_to_dev_full_is_one_line_and_exit_2(unbuffered):
+    """`> /dev/full`: one line, exit 2, no traceback (PYTHONUNBUFFERED or not)."""
     with open("/dev/full", "w") as full:
-        proc = cli(GENERATE, True, stdout=full)
+        proc = cli(GENERATE, unbuffered, stdout=full)
     assert (proc.returncode, proc.stderr) == (
         2, b"scheduler-sim: error: standard output: cannot write: No space left on device\n")
 
@@ -404,6 +408,41 @@ def test_closed_pipe_under_events_dash_is_quiet_even_inside_a_plugin_run(tmp_pat
     finally:
         out.close()
     assert (status, err.getvalue()) == (141, "")
+
+
+def _default_signals() -> None:
+    """In the child: SIGINT and SIGTERM as a shell leaves them (a CI runner may ignore
+    SIGINT for background jobs, and Python then leaves it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("signum, status, word", [
+    (signal.SIGTERM, 143, "terminated"),
+    (signal.SIGINT, 130, "interrupted"),
+])
+def test_signal_during_a_long_events_replay_leaves_no_temporary_file(tmp_path, signum,
+                                                                      status, word):
+    """A replay writing a 150 MB events file (several seconds) gets the signal once its
+    temporary file has content: it exits 143 (130 for SIGINT) with one line, and the
+    directory holds only the trace: no `.events-*.tmp`, no events file."""
+    trace = str(tmp_path / "trace.jsonl")
+    assert run(["generate", "--seed", "1", "--requests", "3000", "-o", trace])[0] == 0
+    proc = subprocess.Popen([sys.executable, "-m", "scheduler_sim", "replay", trace,
+                             "--policy", "serial", "--events", str(tmp_path / "ev.jsonl")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_default_signals)
+    deadline = time.monotonic() + 30
+    started = False
+    while not started and proc.poll() is None and time.monotonic() < deadline:
+        started = any(name.startswith(".events-") and (tmp_path / name).stat().st_size > 0
+                      for name in os.listdir(tmp_path))
+        time.sleep(0.01)
+    assert started, "the replay never started writing its events"
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (status, b"", f"scheduler-sim: {word}\n".encode())
+    assert os.listdir(tmp_path) == ["trace.jsonl"]
 
 
 def test_lone_surrogates_in_a_csv_file_are_escaped(tmp_path):

@@ -237,7 +237,7 @@ def test_dev_stdout_into_a_regular_file_is_standard_output(tmp_path):
 @pytest.mark.parametrize("argv, what", [
     (GENERATE + ["-o", "/dev/full"], "cannot write"),
     (["replay", "TRACE", "--events", "/dev/full"], "cannot write events"),
-    (["replay", "TRACE", "--requests-csv", "/dev/full"], "cannot write"),
+    (["replay", "TRACE", "--requests-csv", "/dev/full"], "cannot write requests"),
     (["check", "TRACE", "--junit", "/dev/full"], "cannot write"),
 ])
 def test_dev_full_is_one_line_and_exit_2(tmp_path, no_dev_replaced, argv, what):
@@ -327,7 +327,7 @@ def test_a_directory_or_a_link_to_one_is_refused(tmp_path):
     for name in ("dir", "dirlink"):
         target = str(tmp_path / name)
         for argv, what in ((GENERATE + ["-o", target], "cannot write"),
-                           (["replay", trace, "--requests-csv", target], "cannot write"),
+                           (["replay", trace, "--requests-csv", target], "cannot write requests"),
                            (["replay", trace, "--events", target], "cannot write events")):
             assert run(argv) == (2, "", f"scheduler-sim: error: {target}: {what}: "
                                         "it is a directory\n")

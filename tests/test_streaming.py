@@ -185,3 +185,17 @@ def test_the_cli_streams_a_large_file(tmp_path, streamed):
         assert main(["validate", path], out=check, err=io.StringIO()) == 0
         outputs.append((out.getvalue(), check.getvalue()))
     assert outputs[0] == outputs[1]
+
+
+def test_requests_csv_rows_are_written_as_requests_end_in_arrival_order(tmp_path, streamed):
+    """`--requests-csv` under serial: a (P=4, N=6) arrives first and ends last of the
+    two admitted at 0; b (N=1) at 1 ends before c; the rows come in arrival order a, b,
+    c under both policies, each row written once every earlier request has ended (the
+    engine keeps no request records for it)."""
+    path = write_trace(tmp_path, [req("a", 0, 4, 6), req("b", 1, 4, 1), req("c", 1, 4, 2)])
+    csv_path = tmp_path / "r.csv"
+    assert main(["replay", path, "--policy", "continuous", "--policy", "serial",
+                 "--requests-csv", str(csv_path)], out=io.StringIO(), err=io.StringIO()) == 0
+    rows = [line.split(",")[:2] for line in csv_path.read_text().splitlines()]
+    assert rows == [["policy", "id"], ["continuous", "a"], ["continuous", "b"],
+                    ["continuous", "c"], ["serial", "a"], ["serial", "b"], ["serial", "c"]]

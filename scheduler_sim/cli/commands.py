@@ -20,8 +20,9 @@ from ..io.expectations import check_trace
 from ..io.generator import WorkloadSpec, generate, parse_length
 from ..io.importers import convert
 from ..io.junit import junit_xml
-from ..io.outputs import EventFile, jsonl, read_text, write_whole
-from ..io.report import format_csv, format_json, format_requests, format_table, printable
+from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
+from ..io.report import (csv_header, csv_row, format_json, format_requests, format_table,
+                         printable)
 from ..io.trace import MAX_PROBLEMS, Trace, check_options, read_trace
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
@@ -84,6 +85,33 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
     return fit_pool(options)
 
 
+class _RequestRows:
+    """Per-request records of one policy's run, made as requests end and passed on
+    in replay order (arrival, then trace position): written to the CSV output at
+    once, and kept only for a table or JSON that prints them at the end. Holds
+    back only the records of requests that ended before an earlier one."""
+
+    def __init__(self, trace, clock: Clock, slo, policy: str, csv: Output | None,
+                 keep: bool) -> None:
+        self.clock, self.slo, self.policy, self.csv = clock, slo, policy, csv
+        self.records: list[dict[str, Any]] | None = [] if keep else None
+        self._order = (spec.id for spec in trace.workload.arrivals())
+        self._next = next(self._order, None)
+        self._waiting: dict[str, dict[str, Any]] = {}
+
+    def ended(self, req) -> None:
+        """The engine's `on_request_end`."""
+        waiting = self._waiting
+        waiting[req.rid] = request_record(req, self.clock, self.slo)
+        while self._next is not None and self._next in waiting:
+            record = waiting.pop(self._next)
+            if self.csv is not None:
+                self.csv.write(csv_row(self.policy, record))
+            if self.records is not None:
+                self.records.append(record)
+            self._next = next(self._order, None)
+
+
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace under each policy; print the side-by-side table."""
     if args.events == "-" and args.requests_csv == "-":
@@ -92,35 +120,41 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)
     clock = Clock.of(options)
-    events = None
+    events = csv = None
     runs = []
     per_request = []
     stalled = []
     try:
         if args.events:
             events = EventFile(args.events, out, len(options.policy) > 1, clock)
+        if args.requests_csv:
+            csv = Output(args.requests_csv, out, "cannot write requests", ".requests-")
+            csv.write(csv_header())
         for policy in options.policy:
             on_event = events.listener(policy) if events else None
+            rows = (_RequestRows(trace, clock, options.slo, policy, csv, bool(args.requests))
+                    if args.requests or csv else None)
             result = Engine(trace.workload, options, policy, on_event=on_event,
-                            keep_requests=bool(args.requests or args.requests_csv)).run()
+                            keep_requests=False,
+                            on_request_end=rows.ended if rows else None).run()
             run = {"policy": policy, **result.summary}
-            if args.requests or args.requests_csv:
-                records = [request_record(r, clock, options.slo) for r in
-                           sorted(result.requests, key=lambda r: (r.arrival, r.index))]
-                per_request.append((policy, records))
-                if args.json and args.requests:
-                    run["per_request"] = records
+            if args.requests:
+                per_request.append((policy, rows.records))
+                if args.json:
+                    run["per_request"] = rows.records
             runs.append(run)
             if result.stalled:
                 stalled.append(policy)
         if events:
             events.commit()
+        if csv:
+            csv.commit()
     except BaseException:
         if events:
             events.abort()
+        if csv:
+            csv.abort()
         raise
-    if args.requests_csv:
-        write_whole(args.requests_csv, format_csv(per_request), out)
     text = (format_json if args.json else format_table)(trace.name, options, runs, clock, pool)
     if args.requests and not args.json:
         closed = options.max_concurrency is not None

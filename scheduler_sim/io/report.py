@@ -354,12 +354,19 @@ def format_csv(per_policy: list[tuple[str, list[dict[str, Any]]]]) -> str:
     """Every per-request field, one row per request and policy (`policy` first), rows
     ending in LF (RFC 4180 quoting: a field is quoted when it holds a comma, a quote,
     CR or LF; the csv module, with LF line ends, would leave a CR unquoted)."""
-    lines = [",".join(("policy",) + REQUEST_FIELDS)]
-    for policy, records in per_policy:
-        for record in records:
-            lines.append(",".join([_csv_field(policy)]
-                                  + [_csv_field(_csv_value(record[f])) for f in REQUEST_FIELDS]))
-    return "\n".join(lines) + "\n"
+    return csv_header() + "".join(csv_row(policy, record)
+                                  for policy, records in per_policy for record in records)
+
+
+def csv_header() -> str:
+    """The first line of `format_csv`."""
+    return ",".join(("policy",) + REQUEST_FIELDS) + "\n"
+
+
+def csv_row(policy: str, record: dict[str, Any]) -> str:
+    """One request's line of `format_csv`."""
+    return ",".join([_csv_field(policy)]
+                    + [_csv_field(_csv_value(record[f])) for f in REQUEST_FIELDS]) + "\n"
 
 
 def _csv_value(value: Any) -> str:

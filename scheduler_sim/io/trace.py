@@ -750,12 +750,29 @@ def _stream_requests(path: str, config: dict[str, Any]) -> Iterator[RequestSpec]
         value, problem = _decode_line(raw)
         if problem or not isinstance(value, dict) or value.get("type") != "request":
             continue
-        label = value.get("id")
-        c = _RecordChecker(problems, number, f"request {label!r}: ", value)
-        spec = _parse_request(c, hbs, unit)
-        if spec is None:
-            problems.raise_if_any()  # the file changed since it was checked
-        yield spec
+        try:
+            yield _checked_spec(value, number)
+        except (KeyError, TypeError):  # the file changed since it was checked
+            label = value.get("id")
+            _parse_request(_RecordChecker(problems, number, f"request {label!r}: ", value),
+                           hbs, unit)
+            problems.raise_if_any()
+            raise
+
+
+def _checked_spec(rec: dict, line: int) -> RequestSpec:
+    """`_parse_request`'s result for a record already validated, without the checks."""
+    prompt_ids = rec.get("prompt_token_ids")
+    output_ids = rec.get("output_token_ids")
+    prompt = len(prompt_ids) if prompt_ids is not None else rec["prompt_tokens"]
+    output = len(output_ids) if output_ids is not None else rec["output_tokens"]
+    max_tokens = rec.get("max_tokens")
+    hashes = rec.get("block_hashes")
+    return RequestSpec(rec["id"], line, rec["arrival"], prompt, output,
+                       output if max_tokens is None else max_tokens, rec.get("priority") or 0,
+                       rec.get("deadline"), None if prompt_ids is None else tuple(prompt_ids),
+                       None if output_ids is None else tuple(output_ids),
+                       None if hashes is None else tuple(hashes))
 
 
 def read_trace(path: str) -> Trace:

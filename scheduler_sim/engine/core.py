@@ -916,8 +916,8 @@ def _check_bookkeeping(workload: Workload, options: Options) -> None:
         raise UsageError(
             f"request {spec.id!r} may need {blocks:,} blocks of {size} tokens (prompt "
             f"{spec.prompt_tokens:,} + max_tokens {spec.max_tokens:,}), more than the "
-            f"{MAX_REQUEST_BLOCKS:,} the simulator tracks per request ({BLOCK_BYTES} bytes "
-            f"each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size of "
+            f"{MAX_REQUEST_BLOCKS:,} the simulator tracks per request (about {BLOCK_BYTES} "
+            f"bytes each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size of "
             f"at least {blocks_for(rows, MAX_REQUEST_BLOCKS):,}")
 
 

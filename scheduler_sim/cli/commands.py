@@ -18,7 +18,7 @@ from ..engine.summary import request_record
 from ..gpu.costmodel import GPUS, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
 from ..io.generator import WorkloadSpec, generate, parse_length
-from ..io.importers import convert
+from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
 from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
 from ..io.report import (csv_header, csv_row, format_json, format_requests, format_table,
@@ -208,19 +208,32 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _article(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Import a public trace format into trace v1 (times in seconds)."""
     name = "<stdin>" if args.file == "-" else args.file
     result = convert(args.fmt, read_text(args.file), name)
-    if result.problems and (args.strict or len(result.records) == 1):
+    requests = len(result.records) - 1
+    if result.stopped_at is not None or (result.problems and (args.strict or not requests)):
         # --strict, or nothing usable at all (a wrong header or format, say): fail whole.
         shown = result.problems[:MAX_PROBLEMS]
         if len(result.problems) > MAX_PROBLEMS:
-            shown.append(f"{name}: ... and {len(result.problems) - MAX_PROBLEMS:,} more bad "
-                         f"rows; no file written (is it a {args.fmt} file?)")
-        raise TraceError(shown)
+            shown.append(f"{name}: ... and {len(result.problems) - MAX_PROBLEMS:,} more bad rows")
+        if result.stopped_at is not None:
+            why = (f"stopped at line {result.stopped_at:,}: none of the first {FOREIGN_LINES} "
+                   f"lines is {_article(args.fmt)} row")
+        elif requests:
+            why = f"--strict: {len(result.problems):,} bad rows"
+        else:
+            why = f"not one {args.fmt} row converted"
+        if result.looks_like:
+            why += (f"; it looks like {_article(result.looks_like)} file "
+                    f"(--from {result.looks_like})")
+        raise TraceError(shown + [f"{name}: {why}; no file written"])
     write_whole(args.out, jsonl(result.records), out)
-    requests = len(result.records) - 1
     notes = [f"{name}: converted {requests:,} requests from {args.fmt}"]
     if result.failed_requests:
         notes.append(f"skipped {result.failed_requests:,} failed requests (Response tokens == 0)")

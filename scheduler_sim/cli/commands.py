@@ -15,7 +15,7 @@ from typing import Any, Callable, TextIO
 
 from ..engine.core import Engine
 from ..engine.summary import request_record
-from ..gpu.costmodel import GPUS, MODELS, PoolSizing, fit_pool, swap_vs_recompute
+from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_length,
                             spec_problems, weights_problem)
@@ -325,10 +325,12 @@ def cmd_cost(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"unknown model {args.model!r} (known: {', '.join(MODELS)})")
     if args.gpu not in GPUS:
         raise UsageError(f"unknown gpu {args.gpu!r} (known: {', '.join(GPUS)})")
-    if args.seq < 1:
-        raise UsageError(f"--seq must be an integer >= 1, got {args.seq}")
-    if not 0 < args.mfu <= 1:
-        raise UsageError(f"--mfu must be in (0, 1], got {args.mfu:g}")
+    if not 1 <= args.seq <= MAX_SEQ:
+        raise UsageError(f"--seq must be an integer from 1 to {MAX_SEQ:,}, got {show(args.seq)}")
+    mfu = OPTIONS["mfu"]
+    if not mfu.minimum <= args.mfu <= mfu.maximum:  # False for nan
+        raise UsageError(f"--mfu must be a number from {limit(mfu.minimum)} to "
+                         f"{limit(mfu.maximum)}, got {show(args.mfu)}")
     model, gpu = MODELS[args.model], GPUS[args.gpu]
     r = swap_vs_recompute(model, gpu, args.seq, args.mfu)
     rows = [

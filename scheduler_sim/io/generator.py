@@ -224,7 +224,7 @@ def generate(spec: WorkloadSpec) -> list[dict[str, Any]]:
             clock += _gap(spec, rng)
             if not clock <= MAX_TIME:
                 raise ValueError(f"request {rid} would arrive at tick {clock:.4g}, past the "
-                                 f"{MAX_TIME:.0e} a trace may hold: raise --rate or lower "
+                                 f"{limit(MAX_TIME)} a trace may hold: raise --rate or lower "
                                  f"--requests")
         arrival = int(clock)
         prompt = spec.prompt.draw(rng)
@@ -254,7 +254,7 @@ def generate(spec: WorkloadSpec) -> list[dict[str, Any]]:
             at = arrival + int(rng.expovariate(1.0 / spec.cancel_after))
             if at > MAX_TIME:
                 raise ValueError(f"request {rid} would be cancelled at tick {at:.4g}, past the "
-                                 f"{MAX_TIME:.0e} a trace may hold: lower --cancel-after")
+                                 f"{limit(MAX_TIME)} a trace may hold: lower --cancel-after")
             cancels.append({"type": "cancel", "id": rid, "at": at})
         records.append(rec)
     return records + cancels

@@ -118,11 +118,14 @@ def _timestamp(text: str, field: str, unit: str) -> Fraction:
     """A decimal timestamp, exactly: from 0 to MAX_TIMESTAMP with at most
     TIMESTAMP_DECIMALS decimals (trailing zeros aside). Its size is known from the
     digits and the exponent before any power of ten is computed."""
+    shown = show(text.strip())
+    if isinstance(text, _JsonDecimal):
+        shown = shown[1:-1]  # a JSON number, shown as one
     text = text.strip()
     out_of_range = ValueError(f"{field} must be a number of {unit} from 0 to 1e15, "
-                              f"got {show(text)}")
+                              f"got {shown}")
     too_fine = ValueError(f"{field} must have at most {TIMESTAMP_DECIMALS} decimals "
-                          f"(a step of 1e-15 {unit}), got {show(text)}")
+                          f"(a step of 1e-15 {unit}), got {shown}")
     match = _DECIMAL.fullmatch(text)
     if match is None or not (match[2] or match[3]):
         raise out_of_range
@@ -215,7 +218,9 @@ def _read_mooncake(text: str, rows: _Rows) -> None:
             hashes = rec.get("hash_ids", [])
             if (not isinstance(hashes, list)
                     or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes)):
-                raise ValueError(f"hash_ids must be a list of integers, got {show(hashes)}")
+                numbers = ([float(h) if isinstance(h, _JsonDecimal) else h for h in hashes]
+                           if isinstance(hashes, list) else hashes)
+                raise ValueError(f"hash_ids must be a list of integers, got {show(numbers)}")
             if len(hashes) > blocks_for(prompt, MOONCAKE_HASH_BLOCK):
                 raise ValueError(f"hash_ids has {len(hashes)} entries, more than "
                                  f"ceil(input_length / {MOONCAKE_HASH_BLOCK})")

@@ -357,8 +357,9 @@ def cost_case(rng: random.Random, small: bool) -> Case:
     case = Case("cost", ["cost"])
     for flag, ordinary in (("--model", ["llama-3-8b", "llama-3-70b"]),
                            ("--gpu", ["h100-sxm", "a100-80gb", "h200"]),
-                           ("--seq", ["8192", "1", "131072", "1000000000", "1000000001"]),
-                           ("--mfu", ["0.4", "1", "0.001", "1e-6"])):
+                           ("--seq", ["8192", "1", "131072", "1000000000", "1000000001",
+                                      "1" + "0" * 154, "0"]),
+                           ("--mfu", ["0.4", "1", "0.001", "1e-6", "1e-320"])):
         if rng.random() < (0.97 if flag != "--mfu" else 0.5):
             _flag(rng, case.argv, flag, _flag_value(rng, ordinary, 0.2))
     return case

@@ -457,7 +457,8 @@ def judge(case: Case, status: int | None, stderr: str, written: bytes | None) ->
     if "Traceback (most recent call last)" in stderr:
         return "traceback: " + traceback_cause(stderr)
     if status not in STATUSES.get(case.command, DEFAULT_STATUSES):
-        return f"exit status {status}: " + (stderr.strip().splitlines() or ["(no message)"])[-1][:100]
+        last = (stderr.strip().splitlines() or ["(no message)"])[-1]
+        return f"exit status {status}: {last[:100]}"
     if status == 0 and written is not None:
         sys.path.insert(0, ROOT)
         from scheduler_sim.io.trace import parse_trace

@@ -250,7 +250,8 @@ def test_tick_ms_is_no_flag_of_convert(tmp_path, value):
     status, out, err = run(["convert", "--from", "azure", str(DATA / "azure_conv_head.csv"),
                             "--tick-ms", value, "-o", str(target)])
     assert (status, out) == (2, "")
-    assert err.splitlines()[-1] == f"scheduler-sim: error: unrecognized arguments: --tick-ms {value}"
+    assert err.splitlines()[-1] == \
+        f"scheduler-sim: error: unrecognized arguments: --tick-ms {value}"
     assert not target.exists()
 
 
@@ -478,7 +479,8 @@ def test_cost_refuses_a_seq_out_of_range(seq):
     status, out, err = run(COST + ["--seq", seq])
     assert (status, out) == (2, "")
     shown = show(int(seq))
-    assert err == f"scheduler-sim: error: --seq must be an integer from 1 to 1,000,000,000, got {shown}\n"
+    assert err == ("scheduler-sim: error: --seq must be an integer from 1 to 1,000,000,000, "
+                   f"got {shown}\n")
     assert shown == ("1000000000000000000000000000000000000..." if len(seq) > 40 else seq)
 
 

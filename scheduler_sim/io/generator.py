@@ -42,8 +42,8 @@ __all__ = ["LengthSpec", "parse_length", "WorkloadSpec", "generate", "spec_probl
 
 MAX_REQUESTS = 1_000_000
 MAX_LENGTH = 1_000_000      # tokens of a prompt or an output, and of a shared prefix
-MAX_SIGMA = 10.0            # lognormal: e^(10 x 9) stays a finite float
-MIN_RATE = 1e-6             # requests per tick: 1e6 requests arrive within ~1e12 ticks
+MAX_SIGMA = 10.0            # lognormal: a draw below e^(ln 1e6 + 10 x 12.2) is a finite float
+MIN_RATE = 1e-6             # requests per tick: 1e6 requests span 1e12 ticks on average
 CV_RANGE = (0.01, 100.0)    # gamma gaps: shape 1 / cv^2 from 1e-4 to 1e4
 MAX_CANCEL_AFTER = 1e12     # ticks of mean patience
 MAX_PREFIX_GROUPS = 1_000_000

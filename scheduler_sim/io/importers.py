@@ -197,7 +197,7 @@ def _json_kind(value: Any) -> str:
 
 def _read_mooncake(text: str, rows: _Rows) -> None:
     # Lines end at LF (CRLF too), as in the trace parser: U+2028 or a lone CR is not a
-    # line end, so line numbers (and ids) are those of `sed -n` and of every editor.
+    # line end, so line numbers (and ids) are those `sed -n` and `wc -l` count.
     for line, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue

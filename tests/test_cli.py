@@ -609,16 +609,23 @@ def test_events_and_csv_cannot_both_go_to_stdout(tmp_path):
                    "to standard output; send one of them to a file\n")
 
 
-def test_convert_of_the_wrong_format_lists_at_most_50_problems(tmp_path):
-    """A 60-row CSV read as mooncake has no usable row: exit 2, 50 problems and one line
-    saying how many more there were and that no file was written."""
+def test_convert_of_the_wrong_format_stops_after_five_lines(tmp_path):
+    """A 60-row Azure CSV read as mooncake: none of its first 5 lines is a JSON object,
+    so the reading stops there (issue 12: not 60 problems, or thousands): exit 2, the 5
+    problems, and one line saying where it stopped, which format the file looks like
+    and that no file was written."""
     path = tmp_path / "a.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
                     + "".join(f"2023-11-16 18:17:0{i % 10}.0,4,2\n" for i in range(60)))
     status, out, err = run(["convert", "--from", "mooncake", str(path), "-o",
                             str(tmp_path / "out.jsonl")])
-    lines = err.splitlines()
-    assert (status, out, len(lines)) == (2, "", 51)
-    assert lines[-1] == (f"{path}: ... and 11 more bad rows; no file written (is it a "
-                         "mooncake file?)")
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        f"{path}:1: invalid JSON: Expecting value at column 1",
+        f"{path}:2: invalid JSON: Extra data at column 5",
+        f"{path}:3: invalid JSON: Extra data at column 5",
+        f"{path}:4: invalid JSON: Extra data at column 5",
+        f"{path}:5: invalid JSON: Extra data at column 5",
+        f"{path}: stopped at line 5: none of the first 5 lines is a mooncake row; it looks "
+        "like an azure file (--from azure); no file written"]
     assert not (tmp_path / "out.jsonl").exists()

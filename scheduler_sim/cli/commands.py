@@ -10,15 +10,16 @@ line that can carry text from a trace or a file name is printed through
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 from typing import Any, Callable, TextIO
 
 from ..engine.core import Engine
 from ..engine.summary import request_record
-from ..gpu.costmodel import GPUS, MODELS, PoolSizing, fit_pool, swap_vs_recompute
+from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
-from ..io.generator import WorkloadSpec, generate, parse_length
-from ..io.importers import convert
+from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_length,
+                            spec_problems, weights_problem)
+from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
 from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
 from ..io.report import (csv_header, csv_row, format_json, format_requests, format_table,
@@ -26,7 +27,7 @@ from ..io.report import (csv_header, csv_row, format_json, format_requests, form
 from ..io.trace import MAX_PROBLEMS, Trace, check_options, read_trace
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
-from ..records.options import OPTIONS, Options
+from ..records.options import OPTIONS, Options, show
 
 __all__ = ["COMMANDS", "resolve_options"]
 
@@ -208,19 +209,32 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _article(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Import a public trace format into trace v1 (times in seconds)."""
     name = "<stdin>" if args.file == "-" else args.file
     result = convert(args.fmt, read_text(args.file), name)
-    if result.problems and (args.strict or len(result.records) == 1):
+    requests = len(result.records) - 1
+    if result.stopped_at is not None or (result.problems and (args.strict or not requests)):
         # --strict, or nothing usable at all (a wrong header or format, say): fail whole.
         shown = result.problems[:MAX_PROBLEMS]
         if len(result.problems) > MAX_PROBLEMS:
-            shown.append(f"{name}: ... and {len(result.problems) - MAX_PROBLEMS:,} more bad "
-                         f"rows; no file written (is it a {args.fmt} file?)")
-        raise TraceError(shown)
+            shown.append(f"{name}: ... and {len(result.problems) - MAX_PROBLEMS:,} more bad rows")
+        if result.stopped_at is not None:
+            why = (f"stopped at line {result.stopped_at:,}: none of the first {FOREIGN_LINES} "
+                   f"lines is {_article(args.fmt)} row")
+        elif requests:
+            why = f"--strict: {len(result.problems):,} bad rows"
+        else:
+            why = f"not one {args.fmt} row converted"
+        if result.looks_like:
+            why += (f"; it looks like {_article(result.looks_like)} file "
+                    f"(--from {result.looks_like})")
+        raise TraceError(shown + [f"{name}: {why}; no file written"])
     write_whole(args.out, jsonl(result.records), out)
-    requests = len(result.records) - 1
     notes = [f"{name}: converted {requests:,} requests from {args.fmt}"]
     if result.failed_requests:
         notes.append(f"skipped {result.failed_requests:,} failed requests (Response tokens == 0)")
@@ -245,52 +259,63 @@ def _length(text: str) -> Any:
 
 
 def _empirical(spec: Any, field: str) -> Any:
+    """A length spec, with `empirical:TRACE` filled from the trace's requests (each at
+    most MAX_LENGTH, or the lines that are not are listed)."""
     if not isinstance(spec, tuple):
         return spec
     if not spec[1]:
         raise UsageError("empirical lengths need a trace: empirical:TRACE, got 'empirical:'")
     trace = read_trace(spec[1])
-    values = tuple(getattr(r, field) for r in trace.workload.requests)
-    if not values:
+    requests = trace.workload.requests
+    if not requests:
         raise UsageError(f"{spec[1]}: has no requests to draw {field} from")
-    return parse_length("empirical:" + spec[1], values)
+    long = [r for r in sorted(requests, key=lambda r: r.index)
+            if getattr(r, field) > MAX_LENGTH]
+    if long:
+        problems = [f"{trace.name}:{r.index}: request {r.id!r}: {field} must be at most "
+                    f"{MAX_LENGTH:,} to be drawn from, got {show(getattr(r, field))}"
+                    for r in long[:MAX_PROBLEMS]]
+        if len(long) > MAX_PROBLEMS:
+            problems.append(f"{trace.name}: ... and {len(long) - MAX_PROBLEMS} more errors")
+        raise TraceError(problems)
+    return parse_length("empirical:" + spec[1], tuple(getattr(r, field) for r in requests))
+
+
+def _priorities(text: str | None) -> tuple[tuple[int, float], ...]:
+    """`0:3,1:1` -> ((0, 3.0), (1, 1.0)); a missing weight is 1."""
+    if not text:
+        return ()
+    priorities = []
+    try:
+        for part in text.split(","):
+            level, _, weight = part.partition(":")
+            priorities.append((int(level), float(weight or 1)))
+    except ValueError:
+        raise UsageError(f"--priorities must look like 0:3,1:1, got {show(text)}") from None
+    problem = weights_problem(tuple(priorities), text)
+    if problem:
+        raise UsageError(problem)
+    return tuple(priorities)
 
 
 def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Write a seeded synthetic workload as a trace."""
-    if args.requests < 1:
-        raise UsageError(f"--requests must be >= 1, got {args.requests}")
-    for flag, value in (("--rate", args.rate), ("--cv", args.cv),
-                        ("--cancel-after", args.cancel_after)):
-        if not (math.isfinite(value) and value > 0):
-            raise UsageError(f"{flag} must be a finite number > 0, got {value:g}")
-    if not 0 <= args.cancel_rate <= 1:
-        raise UsageError(f"--cancel-rate must be in [0, 1], got {args.cancel_rate:g}")
-    if args.prefix_groups < 0 or args.prefix_tokens < 0:
-        raise UsageError("--prefix-groups and --prefix-tokens must be >= 0")
-    if args.prefix_groups and not args.prefix_tokens:
-        raise UsageError(f"--prefix-groups {args.prefix_groups} shares nothing without "
-                         "--prefix-tokens L > 0 (the length of each group's shared prompt)")
-    priorities = []
-    if args.priorities:
-        try:
-            for part in args.priorities.split(","):
-                level, _, weight = part.partition(":")
-                priorities.append((int(level), float(weight or 1)))
-        except ValueError:
-            raise UsageError(f"--priorities must look like 0:3,1:1, got {args.priorities!r}") from None
-        weights = [w for _, w in priorities]
-        if not all(math.isfinite(w) and w >= 0 for w in weights) or not sum(weights) > 0:
-            raise UsageError(f"--priorities weights must be finite, >= 0 and not all 0, "
-                             f"got {args.priorities!r}")
     spec = WorkloadSpec(
         seed=args.seed, requests=args.requests, rate=args.rate, arrival=args.arrival,
-        cv=args.cv, prompt=_empirical(_length(args.prompt), "prompt_tokens"),
-        output=_empirical(_length(args.output), "output_tokens"),
-        prefix_groups=args.prefix_groups, prefix_tokens=args.prefix_tokens,
-        priorities=tuple(priorities), cancel_rate=args.cancel_rate,
+        cv=args.cv, prefix_groups=args.prefix_groups, prefix_tokens=args.prefix_tokens,
+        priorities=_priorities(args.priorities), cancel_rate=args.cancel_rate,
         cancel_after=args.cancel_after)
-    write_whole(args.out, jsonl(generate(spec)), out)
+    problems = spec_problems(spec)
+    if problems:
+        raise UsageError("; ".join(problems))
+    spec = dataclasses.replace(
+        spec, prompt=_empirical(_length(args.prompt), "prompt_tokens"),
+        output=_empirical(_length(args.output), "output_tokens"))
+    try:
+        records = generate(spec)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    write_whole(args.out, jsonl(records), out)
     return 0
 
 
@@ -300,10 +325,12 @@ def cmd_cost(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"unknown model {args.model!r} (known: {', '.join(MODELS)})")
     if args.gpu not in GPUS:
         raise UsageError(f"unknown gpu {args.gpu!r} (known: {', '.join(GPUS)})")
-    if args.seq < 1:
-        raise UsageError(f"--seq must be an integer >= 1, got {args.seq}")
-    if not 0 < args.mfu <= 1:
-        raise UsageError(f"--mfu must be in (0, 1], got {args.mfu:g}")
+    if not 1 <= args.seq <= MAX_SEQ:
+        raise UsageError(f"--seq must be an integer from 1 to {MAX_SEQ:,}, got {show(args.seq)}")
+    mfu = OPTIONS["mfu"]
+    if not mfu.minimum <= args.mfu <= mfu.maximum:  # False for nan
+        raise UsageError(f"--mfu must be a number from {limit(mfu.minimum)} to "
+                         f"{limit(mfu.maximum)}, got {show(args.mfu)}")
     model, gpu = MODELS[args.model], GPUS[args.gpu]
     r = swap_vs_recompute(model, gpu, args.seq, args.mfu)
     rows = [

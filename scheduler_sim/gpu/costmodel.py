@@ -44,7 +44,7 @@ from ..records.options import OPTIONS
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape",
            "DEFAULT_MFU", "DEFAULT_BANDWIDTH_EFFICIENCY", "DEFAULT_STEP_OVERHEAD",
            "swap_vs_recompute", "parse_cost_model", "PoolSizing", "size_pool", "fit_pool", "GIB",
-           "DEFAULT_ACTIVATION_RESERVE"]
+           "DEFAULT_ACTIVATION_RESERVE", "MAX_SEQ"]
 
 GIB = 2 ** 30
 
@@ -245,6 +245,11 @@ class CostModel:
             memory = (weights + kv * (contexts + rows)) / bandwidth
             yield (compute if compute > memory else memory) + overhead
             contexts += rows
+
+
+# The longest request `swap_vs_recompute` prices: far beyond any context window, and
+# small enough that every figure (2 L S^2 d FLOPs, say) stays a finite float.
+MAX_SEQ = 10 ** 9
 
 
 def swap_vs_recompute(model: ModelSpec, gpu: GpuSpec, seq: int,

@@ -16,17 +16,40 @@ system prompt of `prefix_tokens` ids at the start of `prompt_token_ids`
 (what prefix caching can reuse). `priorities` is a weight per priority
 level; `cancel_rate` is the fraction of requests cancelled by the client
 after an exponential patience with mean `cancel_after` ticks.
+
+Every parameter is bounded (`spec_problems` names the flag, the range and
+the value given) so that every accepted workload is written in bounded time
+as a trace the parser accepts: at most 1,000,000 requests (`MAX_REQUESTS`)
+and lengths of at most 1,000,000 tokens (`MAX_LENGTH`), a rate of at least
+1e-6 per tick and a patience of at most 1e12 ticks (so no time passes the
+1e15 a trace may hold), a gamma cv from 0.01 to 100, a lognormal sigma of
+at most 10, weights of at most 1e6 (their sum stays finite), and with
+prefix groups at most 10,000,000 prompt token ids in the whole trace
+(`MAX_TOKEN_IDS`, checked as they are drawn).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import random
+import re
 from typing import Any
 
-__all__ = ["LengthSpec", "parse_length", "WorkloadSpec", "generate"]
+from ..records.options import show
 
-_MAX_LENGTH = 1_000_000
+__all__ = ["LengthSpec", "parse_length", "WorkloadSpec", "generate", "spec_problems",
+           "weights_problem", "limit", "MAX_REQUESTS", "MAX_LENGTH", "MAX_TOKEN_IDS"]
+
+MAX_REQUESTS = 1_000_000
+MAX_LENGTH = 1_000_000      # tokens of a prompt or an output, and of a shared prefix
+MAX_SIGMA = 10.0            # lognormal: a draw below e^(ln 1e6 + 10 x 12.2) is a finite float
+MIN_RATE = 1e-6             # requests per tick: 1e6 requests span 1e12 ticks on average
+CV_RANGE = (0.01, 100.0)    # gamma gaps: shape 1 / cv^2 from 1e-4 to 1e4
+MAX_CANCEL_AFTER = 1e12     # ticks of mean patience
+MAX_PREFIX_GROUPS = 1_000_000
+MAX_WEIGHT = 1e6
+MAX_TOKEN_IDS = 10_000_000  # prompt token ids written with prefix groups, in all
+MAX_TIME = 10 ** 15         # the largest time a trace may hold (io.trace.MAX_TIME)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +68,7 @@ class LengthSpec:
             return rng.randint(int(self.a), int(self.b))
         if self.kind == "lognormal":
             value = rng.lognormvariate(math.log(self.a), self.b)
-            return max(1, min(_MAX_LENGTH, int(round(value))))
+            return max(1, min(MAX_LENGTH, int(round(value))))
         return self.values[rng.randrange(len(self.values))]
 
     @property
@@ -60,28 +83,45 @@ class LengthSpec:
         return sum(self.values) / len(self.values)
 
 
+def _number(text: str, kind: type) -> Any:
+    try:
+        value = kind(text)
+    except (ValueError, OverflowError):
+        return None
+    return value if kind is int or math.isfinite(value) else None
+
+
 def parse_length(text: str, empirical: tuple[int, ...] = ()) -> LengthSpec:
     """Parse `fixed:N`, `uniform:LOW:HIGH`, `lognormal:MEDIAN:SIGMA` or `empirical:...`.
 
-    Raises ValueError with a message naming the bad part.
+    Raises ValueError with a message naming the bad part and the allowed range.
     """
     kind, _, rest = text.partition(":")
     parts = rest.split(":") if rest else []
-    try:
-        if kind == "fixed" and len(parts) == 1 and int(parts[0]) >= 1:
-            return LengthSpec("fixed", int(parts[0]))
-        if kind == "uniform" and len(parts) == 2 and 1 <= int(parts[0]) <= int(parts[1]):
-            return LengthSpec("uniform", int(parts[0]), int(parts[1]))
-        if kind == "lognormal" and len(parts) == 2 and math.isfinite(float(parts[0])) \
-                and math.isfinite(float(parts[1])) and float(parts[0]) > 0 \
-                and float(parts[1]) >= 0:
-            return LengthSpec("lognormal", float(parts[0]), float(parts[1]))
-    except ValueError:
-        pass
+    if kind == "fixed":
+        n = _number(parts[0], int) if len(parts) == 1 else None
+        if n is not None and 1 <= n <= MAX_LENGTH:
+            return LengthSpec("fixed", n)
+        raise ValueError(f"fixed:N needs an integer N from 1 to {MAX_LENGTH:,}, "
+                         f"got {show(text)}")
+    if kind == "uniform":
+        low, high = ([_number(p, int) for p in parts] if len(parts) == 2 else (None, None))
+        if low is not None and high is not None and 1 <= low <= high <= MAX_LENGTH:
+            return LengthSpec("uniform", low, high)
+        raise ValueError(f"uniform:LOW:HIGH needs integers 1 <= LOW <= HIGH <= {MAX_LENGTH:,}, "
+                         f"got {show(text)}")
+    if kind == "lognormal":
+        median, sigma = ([_number(p, float) for p in parts] if len(parts) == 2
+                         else (None, None))
+        if (median is not None and sigma is not None and 0 < median <= MAX_LENGTH
+                and 0 <= sigma <= MAX_SIGMA):
+            return LengthSpec("lognormal", median, sigma)
+        raise ValueError(f"lognormal:MEDIAN:SIGMA needs 0 < MEDIAN <= {MAX_LENGTH:,} and "
+                         f"0 <= SIGMA <= {limit(MAX_SIGMA)}, got {show(text)}")
     if kind == "empirical" and empirical:
         return LengthSpec("empirical", values=tuple(empirical))
-    raise ValueError(f"a length must be fixed:N, uniform:LOW:HIGH (1 <= LOW <= HIGH), "
-                     f"lognormal:MEDIAN:SIGMA or empirical:TRACE, got {text!r}")
+    raise ValueError(f"a length must be fixed:N, uniform:LOW:HIGH, lognormal:MEDIAN:SIGMA "
+                     f"or empirical:TRACE, got {show(text)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +142,56 @@ class WorkloadSpec:
     cancel_after: float = 50.0
 
 
+def limit(value: float) -> str:
+    """A limit as the messages and the README write it: 1e-6, 0.01, 100, 1e12."""
+    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + m[1].replace("+", "") + m[2], f"{value:g}")
+
+
+def weights_problem(priorities: tuple[tuple[int, float], ...], given: str) -> str | None:
+    """Why priority weights cannot be drawn from (`given` is how the user wrote them)."""
+    weights = [w for _, w in priorities]
+    if weights and (not all(math.isfinite(w) and 0 <= w <= MAX_WEIGHT for w in weights)
+                    or not sum(weights) > 0):
+        return (f"--priorities weights must be finite numbers from 0 to {limit(MAX_WEIGHT)}, "
+                f"not all 0, got {show(given)}")
+    return None
+
+
+def spec_problems(spec: WorkloadSpec) -> list[str]:
+    """What is wrong with a workload, one message per flag: the flag, the range it
+    allows and the value given. Lengths are checked when parsed (`parse_length`)."""
+    problems = []
+
+    def number(flag: str, value: float, low: float, high: float | None, unit: str) -> None:
+        if not (math.isfinite(value) and low <= value and (high is None or value <= high)):
+            allowed = (f"from {limit(low)} to {limit(high)}" if high is not None
+                       else f">= {limit(low)}")
+            problems.append(f"{flag} must be a finite number {allowed}{unit}, got {show(value)}")
+
+    if not 1 <= spec.requests <= MAX_REQUESTS:
+        problems.append(f"--requests must be an integer from 1 to {MAX_REQUESTS:,}, "
+                        f"got {show(spec.requests)}")
+    number("--rate", spec.rate, MIN_RATE, None, " (requests per tick)")
+    number("--cv", spec.cv, *CV_RANGE, "")
+    if not 0 <= spec.cancel_rate <= 1:
+        problems.append(f"--cancel-rate must be in [0, 1], got {show(spec.cancel_rate)}")
+    if not (math.isfinite(spec.cancel_after) and 0 < spec.cancel_after <= MAX_CANCEL_AFTER):
+        problems.append(f"--cancel-after must be a finite number > 0 and <= "
+                        f"{limit(MAX_CANCEL_AFTER)} (ticks), got {show(spec.cancel_after)}")
+    for flag, value, high in (("--prefix-groups", spec.prefix_groups, MAX_PREFIX_GROUPS),
+                              ("--prefix-tokens", spec.prefix_tokens, MAX_LENGTH)):
+        if not 0 <= value <= high:
+            problems.append(f"{flag} must be an integer from 0 to {high:,}, got {show(value)}")
+    if spec.prefix_groups > 0 and not spec.prefix_tokens:
+        problems.append(f"--prefix-groups {spec.prefix_groups} shares nothing without "
+                        "--prefix-tokens L > 0 (the length of each group's shared prompt)")
+    weights = weights_problem(spec.priorities,
+                              ",".join(f"{p}:{w!r}" for p, w in spec.priorities))
+    if weights:
+        problems.append(weights)
+    return problems
+
+
 def _gap(spec: WorkloadSpec, rng: random.Random) -> float:
     if spec.arrival == "poisson":
         return rng.expovariate(spec.rate)
@@ -110,29 +200,51 @@ def _gap(spec: WorkloadSpec, rng: random.Random) -> float:
 
 
 def generate(spec: WorkloadSpec) -> list[dict[str, Any]]:
-    """The trace v1 records of a synthetic workload (requests, then cancels)."""
+    """The trace v1 records of a synthetic workload (requests, then cancels).
+
+    Raises ValueError when the spec has a problem (`spec_problems`), when prefix
+    groups would write more than MAX_TOKEN_IDS token ids, or when a time would
+    pass MAX_TIME.
+    """
+    problems = spec_problems(spec)
+    if problems:
+        raise ValueError("; ".join(problems))
     rng = random.Random(spec.seed)
     records: list[dict[str, Any]] = []
     cancels: list[dict[str, Any]] = []
-    group_prompts = [[1_000_000 * (g + 1) + i for i in range(spec.prefix_tokens)]
-                     for g in range(spec.prefix_groups)]
+    group_prompts: dict[int, list[int]] = {}  # made when a group is first drawn
+    ids_written = 0
     levels = [p for p, _ in spec.priorities]
     weights = [w for _, w in spec.priorities]
     width = len(str(spec.requests))
     clock = 0.0
     for n in range(spec.requests):
+        rid = f"g{n:0{width}d}"
         if n:
             clock += _gap(spec, rng)
+            if not clock <= MAX_TIME:
+                raise ValueError(f"request {rid} would arrive at tick {clock:.4g}, past the "
+                                 f"{limit(MAX_TIME)} a trace may hold: raise --rate or lower "
+                                 f"--requests")
         arrival = int(clock)
-        rid = f"g{n:0{width}d}"
         prompt = spec.prompt.draw(rng)
         output = spec.output.draw(rng)
         rec: dict[str, Any] = {"type": "request", "id": rid, "arrival": arrival}
-        if group_prompts:
-            group = rng.randrange(len(group_prompts))
+        if spec.prefix_groups:
+            group = rng.randrange(spec.prefix_groups)
             suffix = max(1, prompt - spec.prefix_tokens)
-            ids = group_prompts[group] + [2_000_000_000 + n * 100_000 + i for i in range(suffix)]
-            rec["prompt_token_ids"] = ids
+            ids_written += spec.prefix_tokens + suffix
+            if ids_written > MAX_TOKEN_IDS:
+                raise ValueError(
+                    f"--prefix-groups writes every prompt's token ids, and request {rid} "
+                    f"takes them past {MAX_TOKEN_IDS:,}: lower --requests, --prompt-len or "
+                    f"--prefix-tokens")
+            shared = group_prompts.get(group)
+            if shared is None:
+                shared = group_prompts[group] = [1_000_000 * (group + 1) + i
+                                                 for i in range(spec.prefix_tokens)]
+            rec["prompt_token_ids"] = shared + [2_000_000_000 + n * 100_000 + i
+                                                for i in range(suffix)]
         else:
             rec["prompt_tokens"] = prompt
         rec["output_tokens"] = output
@@ -140,6 +252,9 @@ def generate(spec: WorkloadSpec) -> list[dict[str, Any]]:
             rec["priority"] = rng.choices(levels, weights)[0]
         if spec.cancel_rate and rng.random() < spec.cancel_rate:
             at = arrival + int(rng.expovariate(1.0 / spec.cancel_after))
+            if at > MAX_TIME:
+                raise ValueError(f"request {rid} would be cancelled at tick {at:.4g}, past the "
+                                 f"{limit(MAX_TIME)} a trace may hold: lower --cancel-after")
             cancels.append({"type": "cancel", "id": rid, "at": at})
         records.append(rec)
     return records + cancels

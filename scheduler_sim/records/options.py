@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from typing import Any
 
 __all__ = ["OptionSpec", "OPTIONS", "Options", "check_value", "DEFAULT_POLICIES", "SLO_METRICS",
@@ -220,17 +221,31 @@ def show(value: Any) -> str:
         return "false"
     if isinstance(value, str):
         return repr(value) if len(value) <= 40 else repr(value[:37] + "...")
-    text = repr(value)
-    if isinstance(value, (dict, list)):
-        try:
+    if _is_int(value) and value.bit_length() > 200:  # its leading digits, whatever its size
+        magnitude = abs(value)
+        lead = str(magnitude // 10 ** max(0, int(magnitude.bit_length() * 0.30103) - 45))
+        return ("-" + lead)[value >= 0:][:37] + "..."
+    try:
+        text = repr(value)
+        if isinstance(value, (dict, list)):
             text = json.dumps(value, separators=(", ", ": "))
-        except (TypeError, ValueError):
-            pass
+    except (TypeError, ValueError):
+        pass
+    except RecursionError:
+        text = "an array" if isinstance(value, list) else "an object"
+        text += " nested too deeply to show"
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    """An int or a float that is a finite float (an int beyond 1.8e308 is not)."""
+    if _is_int(value):
+        return -sys.float_info.max <= value <= sys.float_info.max
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def check_value(name: str, value: Any) -> tuple[Any, str | None]:
@@ -247,7 +262,7 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
             return None, bad
         return value, None
     if spec.kind == "float":
-        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+        if not _finite(value):
             return None, bad
         value = float(value)
         if spec.minimum is not None:
@@ -259,7 +274,7 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
             return None, bad
         return value, None
     if spec.kind == "duration":
-        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+        if not _finite(value):
             return None, bad
         if (value < spec.minimum or (spec.exclusive_minimum and value == spec.minimum)
                 or value > 1e15):

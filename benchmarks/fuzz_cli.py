@@ -199,7 +199,10 @@ def mutate(rng: random.Random, text: str, json_like: bool, small: bool) -> bytes
         elif kind == "duplicate":
             lines = data.split("\n")
             i = rng.randrange(len(lines))
-            lines[i:i + 1] = [lines[i]] * rng.choice((2, 50, 200 if small else 5000))
+            copies = rng.choice((2, 50, 200 if small else 5000))
+            # at most ~4 MB more: a file of millions of rows is a long run, not a hang
+            copies = min(copies, max(2, 4_000_000 // (len(lines[i]) + 1)))
+            lines[i:i + 1] = [lines[i]] * copies
             data = "\n".join(lines)
         elif kind == "long_line":
             at = data.find("\n") + 1

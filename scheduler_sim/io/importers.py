@@ -36,7 +36,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
-import io
 import json
 import re
 from fractions import Fraction
@@ -62,6 +61,9 @@ _MAX_DIGITS = 4300
 _INTEGER = re.compile(r"[+-]?[0-9]{1,%d}" % _MAX_DIGITS)
 _DECIMAL = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
 _LONG_NUMBER = re.compile(r"[0-9]{%d}" % (_MAX_DIGITS + 1))
+# A CSV file's lines as io.StringIO(text, newline="") gives them (ending at CRLF, CR or
+# LF), without its copy of the whole text at 4 bytes a character.
+_CSV_LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+")
 
 
 @dataclasses.dataclass
@@ -195,10 +197,19 @@ def _json_kind(value: Any) -> str:
     return show(value)  # a number, true, false or null
 
 
+def _lf_lines(text: str):
+    """text.split("\n"), one line at a time."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end]
+        start = end + 1
+    yield text[start:]
+
+
 def _read_mooncake(text: str, rows: _Rows) -> None:
     # Lines end at LF (CRLF too), as in the trace parser: U+2028 or a lone CR is not a
     # line end, so line numbers (and ids) are those `sed -n` and `wc -l` count.
-    for line, raw in enumerate(text.split("\n"), start=1):
+    for line, raw in enumerate(_lf_lines(text), start=1):
         if not raw.strip():
             continue
         rec, problem = _json_line(raw)
@@ -249,7 +260,7 @@ def _csv_rows(text: str, rows: _Rows, needed: tuple[str, ...]):
     """Yield (line, row dict) of a CSV whose header names the `needed` columns. A CSV
     error (a field past the csv module's size limit, say) ends the file as a problem
     at the line where the row that failed starts."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(m.group() for m in _CSV_LINE.finditer(text))
     try:
         header = next(reader)
     except StopIteration:

@@ -570,3 +570,25 @@ def test_a_lone_surrogate_in_a_string_is_refused_with_its_line():
     assert main(["validate", str(path)], out=out, err=err) == 2
     assert err.getvalue() == (f"{path}:1: invalid text: a string holds a lone surrogate "
                               "(\\ud800), which is not a character, got '\\ud800'\n")
+
+
+def test_integers_too_large_for_a_float_are_out_of_range_not_a_traceback():
+    """tests/data/edge/huge_integers.jsonl: an arrival and a cancel's `at` of 10**400
+    (too large to convert to a float) are reported at their lines, exit 2; so is an
+    expectation bound of 10**400 (which `check` would have multiplied by a float)."""
+    path = Path(__file__).resolve().parent / "data" / "edge" / "huge_integers.jsonl"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["validate", str(path)], out=out, err=err) == 2
+    big = "1000000000000000000000000000000000000..."
+    assert err.getvalue().splitlines() == [
+        f"{path}:2: request 'a': arrival must be at most 1e15 (in the trace's time unit), "
+        f"got {big}",
+        f"{path}:4: cancel 'b': at must be at most 1e15 (in the trace's time unit), got {big}"]
+    data = (json.dumps({"type": "request", "id": "b", "arrival": 0, "prompt_tokens": 1,
+                        "output_tokens": 1}) + "\n"
+            + json.dumps({"type": "expect", "id": "b", "ttft": {"approx": 1, "rel": 10 ** 400}}))
+    with pytest.raises(TraceError) as exc:
+        parse_trace(data.encode(), NAME)
+    assert exc.value.problems == [
+        f"{NAME}:2: expect 'b': ttft: rel must be a finite number of at most 1e300 in size, "
+        f"got {big}"]

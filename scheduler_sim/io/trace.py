@@ -150,6 +150,12 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _finite(value: int | float) -> bool:
+    """Whether a JSON number is finite (an integer always is, however long: comparing
+    it with a float limit is exact, converting it may overflow)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -308,7 +314,7 @@ class _RecordChecker:
         at most MAX_TIME either way."""
         value = self.record.get(key)
         if (not isinstance(value, bool) and isinstance(value, (int, float))
-                and math.isfinite(value) and value > MAX_TIME):
+                and _finite(value) and value > MAX_TIME):
             self.fail(f"{key} must be at most 1e15 (in the trace's time unit), got "
                       f"{show(value)}")
             return None
@@ -325,7 +331,7 @@ class _RecordChecker:
             return None
         value = self.record[key]
         if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value < 0):
+                or not _finite(value) or value < 0):
             self.fail(f"{key} must be a number of {_UNIT_WORDS[unit]} >= 0, got {show(value)}")
             return None
         return value
@@ -419,8 +425,9 @@ def _bounds(c: _RecordChecker, key: str, value: dict) -> dict | None:
         return None
     for k, number in value.items():
         if (isinstance(number, bool) or not isinstance(number, (int, float))
-                or not math.isfinite(number)):
-            c.fail(f"{key}: {k} must be a finite number, got {show(number)}")
+                or not _finite(number) or abs(number) > 1e300):
+            c.fail(f"{key}: {k} must be a finite number of at most 1e300 in size, "
+                   f"got {show(number)}")
             return None
     if not value:
         c.fail(f"{key}: a bound needs min, max or approx, got {{}}")

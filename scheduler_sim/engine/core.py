@@ -45,6 +45,7 @@ from ..records.options import Options
 from ..records.states import RequestStatus
 from ..records.workload import RequestSpec, Workload
 from ..requests.clients import ClientSlots
+from ..requests.queues import FcfsQueue
 from ..requests.request import DECODE, PREFILL, Request, emit_outputs, write_decodes
 from .folding import fold
 from .summary import RunStats
@@ -174,6 +175,19 @@ class Engine:
         self._keep_requests = keep_requests
         self._named = {a.id for a in workload.cancels} | {a.id for a in workload.preempts}
         self._on_request_end = on_request_end
+        # Spilling (bounded memory): past SPILL_AFTER held waiting requests (or
+        # twice max_rows), new arrivals join the policy's FCFS queue as a count and
+        # are built again from the trace when they near the head. Only when no
+        # request is kept, named by an action, timed out or sent by a client.
+        self._spill: FcfsQueue | None = None
+        if (not keep_requests and self.clients is None and self.waiting_timeout is None
+                and not self._named):
+            self._spill = self.policy.spill_queue()
+        self._spill_cap = max(SPILL_AFTER, 2 * options.max_rows)
+        self._spans: deque[list[int]] = deque()  # [first, last] arrival numbers spilled
+        self._arrived = 0                        # arrivals taken from the trace
+        self._reader: Iterator[RequestSpec] | None = None  # the trace read again ...
+        self._read = 0                                     # ... and how far
         self.stats = RunStats(clock, options.slo)
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
@@ -383,10 +397,45 @@ class Engine:
                       spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
         self.requests[req.rid] = req
         self.stats.requests += 1
+        self._arrived += 1
         if self.clients is None:
-            self._register(req)
+            spill = self._spill
+            self._register(req, spill is not None
+                           and (spill.spilled > 0 or len(spill) >= self._spill_cap))
         else:
             self.clients.arrive(req)
+
+    def _unspill(self) -> Request:
+        """Build the next spilled request again from the trace (the spill's `make`)."""
+        if self._reader is None:
+            self._reader = self.workload.arrivals()
+        spans = self._spans
+        while True:
+            spec = next(self._reader)
+            number = self._read
+            self._read += 1
+            first, last = spans[0]
+            if number < first:
+                continue
+            if number == last:
+                spans.popleft()
+            else:
+                spans[0][0] = number + 1
+            break
+        req = Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens,
+                      spec.output_tokens, spec.max_tokens, spec.priority, spec.deadline,
+                      spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
+        req.sent = spec.arrival
+        self._give_keys(req)
+        self.requests[req.rid] = req
+        return req
+
+    def _give_keys(self, req: Request) -> None:
+        if self.options.prefix_caching:
+            o = self.options
+            req.block_keys = BlockKeys(req.index, req.prompt_tokens, o.block_size,
+                                       o.hash_block_size, req.prompt_token_ids,
+                                       req.output_token_ids, req.block_hashes)
 
     def _send_ready(self) -> None:
         """Send the requests that waited for a client slot and now have one."""
@@ -398,15 +447,12 @@ class Engine:
             for req in ready:
                 self._register(req)  # a rejection frees its slot: loop again
 
-    def _register(self, req: Request) -> None:
-        """The server receives `req`: it waits for admission, or is rejected (E6)."""
+    def _register(self, req: Request, spill: bool = False) -> None:
+        """The server receives `req`: it waits for admission (with `spill`, as a count
+        at the tail of the queue), or is rejected (E6)."""
         req.sent = self.now
         self._changes += 1
-        if self.options.prefix_caching:
-            o = self.options
-            req.block_keys = BlockKeys(req.index, req.prompt_tokens, o.block_size,
-                                       o.hash_block_size, req.prompt_token_ids,
-                                       req.output_token_ids, req.block_hashes)
+        self._give_keys(req)
         emit = self._emit
         if emit is not None:
             wait = self.now - req.arrival
@@ -422,6 +468,16 @@ class Engine:
                               needed, self.options.num_blocks))
             return
         self._live += 1
+        if spill:
+            del self.requests[req.rid]
+            number = self._arrived - 1
+            spans = self._spans
+            if spans and spans[-1][1] == number - 1:
+                spans[-1][1] = number
+            else:
+                spans.append([number, number])
+            self._spill.spill(self._unspill)
+            return
         self._start_waiting(req)
         self.policy.add(req)
 
@@ -873,6 +929,8 @@ class Engine:
                   f"{self.policy.waiting_count} waiting, free {a.free}, reserved "
                   f"{a.reserved}, draining {a.draining}, and "
                   + (why or "no event pending"))
+        if self._spill is not None and self._spill.spilled:
+            list(self._spill)  # every spilled request is built, to end in error
         for req in list(self.requests.values()):
             if req.status.is_finished:
                 continue
@@ -901,6 +959,10 @@ def _where(exc: BaseException) -> str:
         return ""
     frame = frames[-1]
     return f" ({frame.filename}:{frame.lineno} in {frame.name})"
+
+
+# Held waiting requests past which arrivals are spilled (with twice max_rows).
+SPILL_AFTER = 4096
 
 
 def _check_bookkeeping(workload: Workload, options: Options) -> None:

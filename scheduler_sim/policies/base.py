@@ -21,7 +21,7 @@ from typing import ClassVar, Protocol
 from ..kv.allocator import BlockAllocator, blocks_for
 from ..records.clock import Clock
 from ..records.options import Options
-from ..requests.queues import RequestQueue, make_queue
+from ..requests.queues import FcfsQueue, RequestQueue, make_queue
 from ..requests.request import Request
 
 __all__ = ["SchedulerView", "Policy", "QueueAndListPolicy", "Plan", "PADDING"]
@@ -203,6 +203,12 @@ class Policy:
         change (a batching window, a timeout); None if there is none."""
         return None
 
+    def spill_queue(self) -> FcfsQueue | None:
+        """The first-come-first-served queue new requests join (`add`), if the policy
+        keeps one: the engine may spill its tail (see `FcfsQueue.spill`) rather
+        than hold every waiting request. None: every request is held."""
+        return None
+
     # --- counts for snapshots -------------------------------------------------
 
     @property
@@ -230,6 +236,9 @@ class QueueAndListPolicy(Policy):
 
     def requeue(self, req: Request) -> None:
         self.requeue_into(self.waiting, req)
+
+    def spill_queue(self) -> FcfsQueue | None:
+        return self.waiting if type(self.waiting) is FcfsQueue else None
 
     def remove(self, req: Request) -> None:
         if req in self.waiting:

@@ -19,6 +19,7 @@ first candidate admitted after it, wrapping to the oldest.
 from __future__ import annotations
 
 from ..records.options import Options
+from ..requests.queues import FcfsQueue
 from ..requests.request import DECODE, Request
 from ..requests.rotation import RotatingSet
 from .base import Plan, Policy, SchedulerView
@@ -49,6 +50,9 @@ class ContinuousPolicy(Policy):
 
     def requeue(self, req: Request) -> None:
         self.requeue_into(self.queue, req)
+
+    def spill_queue(self) -> FcfsQueue | None:
+        return self.queue if type(self.queue) is FcfsQueue else None
 
     def remove(self, req: Request) -> None:
         if req in self.queue:

@@ -75,14 +75,36 @@ class RequestQueue:
 
 
 class FcfsQueue(RequestQueue):
-    """First come, first served; an ordered dict gives O(1) removal from the middle."""
+    """First come, first served; an ordered dict gives O(1) removal from the middle.
+
+    The tail may be spilled: `spill(make)` counts one more request behind the
+    others without holding it (the engine does this for a long queue, which
+    would otherwise cost an object per waiting request), and `make()` builds
+    the next spilled request, in order, when the queue's head section runs
+    out. Lengths and order are as if every request were held.
+    """
 
     name = "fcfs"
 
     def __init__(self) -> None:
         self._items: OrderedDict[Request, None] = OrderedDict()
+        self.spilled = 0
+        self._make: Callable[[], Request] | None = None
+
+    def spill(self, make: Callable[[], Request]) -> None:
+        """One more request at the tail, built by `make()` only when it is needed."""
+        self._make = make
+        self.spilled += 1
+
+    def _unspill(self) -> Request:
+        req = self._make()
+        self.spilled -= 1
+        self._items[req] = None
+        return req
 
     def add(self, req: Request) -> None:
+        while self.spilled:  # behind the spilled ones: hold them first
+            self._unspill()
         self._items[req] = None
 
     def prepend(self, req: Request) -> None:
@@ -98,19 +120,30 @@ class FcfsQueue(RequestQueue):
         self._items = OrderedDict.fromkeys(items)
 
     def peek(self) -> Request:
+        if not self._items and self.spilled:
+            self._unspill()
         return next(iter(self._items))
 
     def pop(self) -> Request:
+        if not self._items and self.spilled:
+            self._unspill()
         return self._items.popitem(last=False)[0]
 
     def remove(self, req: Request) -> None:
         del self._items[req]
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._items) + self.spilled
 
     def __iter__(self) -> Iterator[Request]:
-        return iter(list(self._items))
+        if not self.spilled:
+            return iter(list(self._items))
+        return self._iter_all()
+
+    def _iter_all(self) -> Iterator[Request]:
+        yield from list(self._items)
+        while self.spilled:
+            yield self._unspill()
 
     def __contains__(self, req: object) -> bool:
         return req in self._items

@@ -43,6 +43,7 @@ from typing import Any, Callable
 
 from ..kv.allocator import blocks_for
 from ..records.options import show
+from .trace import json_value
 
 __all__ = ["FORMATS", "Conversion", "convert", "guess_format", "MOONCAKE_HASH_BLOCK",
            "MAX_TIMESTAMP", "TIMESTAMP_DECIMALS", "FOREIGN_LINES"]
@@ -171,14 +172,7 @@ def _json_line(raw: str) -> tuple[Any, str | None]:
     """A line's JSON value, or why it is not one (as the trace parser words it)."""
     if _LONG_NUMBER.search(raw):
         return None, f"invalid JSON: a number of more than {_MAX_DIGITS:,} digits"
-    try:
-        return _MOONCAKE_DECODER.decode(raw), None
-    except RecursionError:
-        return None, "JSON nested too deeply"
-    except json.JSONDecodeError as exc:
-        return None, f"invalid JSON: {exc.msg} at column {exc.colno}"
-    except ValueError as exc:
-        return None, f"invalid JSON: {exc}"
+    return json_value(_MOONCAKE_DECODER.decode, raw)
 
 
 def _mooncake_timestamp(ts: Any) -> Fraction:

@@ -226,16 +226,21 @@ def _decode_line(raw: bytes) -> tuple[Any, str | None]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return None, f"invalid UTF-8 at byte {exc.start + 1}, got {raw[exc.start:exc.start + 1]!r}"
+    if text.startswith("\ufeff"):  # as json.loads
+        return None, "invalid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1"
+    value, problem = json_value(_DECODER.decode, text)
+    if problem is None and (b"\\ud" in raw or b"\\uD" in raw):
+        bad = _lone_surrogate(value)
+        if bad is not None:
+            return None, (f"invalid text: a string holds a lone surrogate "
+                          f"(\\u{ord(bad):04x}), which is not a character, got {ascii(bad)}")
+    return value, problem
+
+
+def json_value(decode: Callable[[str], Any], text: str) -> tuple[Any, str | None]:
+    """`decode(text)`, or why the text is not JSON, worded as every reader words it."""
     try:
-        if text.startswith("\ufeff"):  # as json.loads
-            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-        value = _DECODER.decode(text)
-        if b"\\ud" in raw or b"\\uD" in raw:
-            bad = _lone_surrogate(value)
-            if bad is not None:
-                return None, (f"invalid text: a string holds a lone surrogate "
-                              f"(\\u{ord(bad):04x}), which is not a character, got {ascii(bad)}")
-        return value, None
+        return decode(text), None
     except RecursionError:
         return None, "JSON nested too deeply"
     except json.JSONDecodeError as exc:

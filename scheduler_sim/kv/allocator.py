@@ -227,6 +227,11 @@ class BlockAllocator:
             self.step_growth[rid] = self.step_growth.get(rid, 0) + need
             return need
         evicted = 0
+        cache = self.cache
+        # Without the radix tree an eviction takes the least recently freed block
+        # and forgets its key: inlined here, as most blocks of a long prefix-caching
+        # run are taken this way (PrefixCache.evict is the reference).
+        lru_pop = cache.lru.popitem if cache is not None and not cache.tree else None
         for _ in range(need):
             if plain:
                 block = plain.pop()
@@ -236,12 +241,21 @@ class BlockAllocator:
                 refs.append(0)
                 self._pins.append(0)
             else:
-                gone = self.cache.evict()
-                block = gone[0]
-                plain.extend(reversed(gone[1:]))  # the rest of an evicted node
+                if lru_pop is not None:
+                    block = lru_pop(last=False)[0]
+                    key = cache.key_of.pop(block)
+                    index = cache.index
+                    if index[key] == block and key not in cache.others:
+                        del index[key]
+                    else:
+                        cache.forget_key(block, key)
+                else:
+                    gone = cache.evict()
+                    block = gone[0]
+                    plain.extend(reversed(gone[1:]))  # the rest of an evicted node
                 evicted += 1
                 if self._on_evict is not None:
-                    writer = self.cache.writer(block)
+                    writer = cache.writer(block)
                     if writer is not None:
                         self._on_evict(rid, writer[0], writer[1])
             refs[block] = 1

@@ -279,7 +279,10 @@ class PrefixCache:
 
     def _forget(self, block: int) -> None:
         """Drop `block`'s key; a duplicate of it takes its place in the index."""
-        key = self.key_of.pop(block)
+        self.forget_key(block, self.key_of.pop(block))
+
+    def forget_key(self, block: int, key) -> None:
+        """The index side of `_forget`, once `key_of` no longer names `block`."""
         others = self.others
         if self.index[key] == block:
             rest = others.get(key)

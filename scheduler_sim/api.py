@@ -29,9 +29,8 @@ from .engine.core import Engine
 from .engine.summary import request_record
 from .gpu.costmodel import PoolSizing, fit_pool
 from .io.expectations import CheckResult, check_trace
-from .io.trace import Trace, check_options, parse_trace, read_trace
+from .io.trace import Trace, parse_trace, read_trace, resolve_options
 from .records.clock import Clock
-from .records.errors import UsageError
 from .records.options import Options
 
 __all__ = ["load", "parse", "build", "replay", "events", "check", "Replay", "Run",
@@ -66,14 +65,7 @@ def resolve(trace: Trace, policies: list[str] | str | None = None,
     then `policies`; the KV pool sized from the GPU under a cost model."""
     if policies is not None:
         options["policy"] = [policies] if isinstance(policies, str) else list(policies)
-    problems: list[str] = []
-    given = check_options(options, problems.append)
-    if problems:
-        raise UsageError("; ".join(problems))
-    resolved = Options.resolve(trace.config, given)
-    if resolved.problems():
-        raise UsageError("; ".join(resolved.problems()))
-    return fit_pool(resolved)
+    return fit_pool(resolve_options(trace.config, options)[0])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,8 @@ from ..io.junit import junit_xml
 from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
 from ..io.report import (csv_header, csv_row, format_json, format_requests, format_table,
                          printable)
-from ..io.trace import MAX_PROBLEMS, Trace, check_options, read_trace
+from ..io.trace import MAX_PROBLEMS, Trace, read_trace
+from ..io.trace import resolve_options as resolve_trace_options
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, Options, show
@@ -70,13 +71,7 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
         if spec.kind in ("int", "float", "str", "duration"):
             value = _convert(spec.kind, value)
         raw[spec.name] = value
-    problems: list[str] = []
-    flags = check_options(raw, problems.append)
-    if problems:
-        raise UsageError("; ".join(problems))
-    options = Options.resolve(trace.config, flags)
-    if options.problems():
-        raise UsageError("; ".join(options.problems()))
+    options, flags = resolve_trace_options(trace.config, raw)
     ticks = trace.config.get("tick_seconds")
     if (err is not None and options.cost_model and options.time_unit == "tick"
             and "tick_seconds" in flags and ticks is not None and flags["tick_seconds"] != ticks):

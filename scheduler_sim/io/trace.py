@@ -39,6 +39,7 @@ from ..records.workload import Action, RequestSpec, Workload
 from ..requests.queues import QUEUE_ORDERS
 
 __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
+           "resolve_options",
            "SNAPSHOT_FIELDS", "MAX_PROBLEMS"]
 
 MAX_PROBLEMS = 50
@@ -247,6 +248,20 @@ def json_value(decode: Callable[[str], Any], text: str) -> tuple[Any, str | None
         return None, f"invalid JSON: {exc.msg} at column {exc.colno}"
     except ValueError as exc:
         return None, f"invalid JSON: {exc}"
+
+
+def resolve_options(config: dict[str, Any], values: dict[str, Any]
+                    ) -> tuple[Options, dict[str, Any]]:
+    """Defaults, then a trace's `config`, then `values` (flags or keyword options),
+    checked: the options and the checked values. Every problem raises UsageError."""
+    problems: list[str] = []
+    checked = check_options(values, problems.append)
+    if problems:
+        raise UsageError("; ".join(problems))
+    options = Options.resolve(config, checked)
+    if options.problems():
+        raise UsageError("; ".join(options.problems()))
+    return options, checked
 
 
 def check_options(values: dict[str, Any], report) -> dict[str, Any]:

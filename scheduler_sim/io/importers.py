@@ -308,29 +308,29 @@ def _azure_time(text: str) -> Fraction:
     return (seconds + fraction) * 1000
 
 
-def _read_azure(text: str, rows: _Rows) -> None:
-    for line, row in _csv_rows(text, rows, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+def _read_timed(text: str, rows: _Rows, columns: tuple[str, str, str],
+                ms_of: Callable[[str], Fraction]) -> None:
+    """Rows of (arrival, prompt tokens, output tokens) columns; `ms_of` reads the first
+    into milliseconds."""
+    when, prompt_column, output_column = columns
+    for line, row in _csv_rows(text, rows, columns):
         try:
-            ms = _azure_time(row["TIMESTAMP"])
-            prompt = _int_field(row["ContextTokens"], "ContextTokens")
-            output = _int_field(row["GeneratedTokens"], "GeneratedTokens")
+            ms = ms_of(row[when])
+            prompt = _int_field(row[prompt_column], prompt_column)
+            output = _int_field(row[output_column], output_column)
         except ValueError as exc:
             rows.bad(line, str(exc))
             continue
         rows.rows.append((line, ms, {"prompt_tokens": prompt, "output_tokens": output}))
+
+
+def _read_azure(text: str, rows: _Rows) -> None:
+    _read_timed(text, rows, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), _azure_time)
 
 
 def _read_vidur(text: str, rows: _Rows) -> None:
-    columns = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-    for line, row in _csv_rows(text, rows, columns):
-        try:
-            ms = _timestamp(row["arrived_at"], "arrived_at", "seconds") * 1000
-            prompt = _int_field(row["num_prefill_tokens"], "num_prefill_tokens")
-            output = _int_field(row["num_decode_tokens"], "num_decode_tokens")
-        except ValueError as exc:
-            rows.bad(line, str(exc))
-            continue
-        rows.rows.append((line, ms, {"prompt_tokens": prompt, "output_tokens": output}))
+    _read_timed(text, rows, ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+                lambda value: _timestamp(value, "arrived_at", "seconds") * 1000)
 
 
 def _read_burstgpt(text: str, rows: _Rows) -> int:

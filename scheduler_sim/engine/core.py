@@ -100,6 +100,9 @@ class Engine:
     boundary, after admission, and again after the dispatch allocated its
     blocks (used by `check` for `at` expectations). `audit` runs the full
     O(blocks) conservation audit at every boundary (tests).
+    `keep_requests=False` keeps only live requests (the result then carries no
+    request records) and lets a long FCFS queue's tail be spilled;
+    `on_request_end(request)` is called as each request reaches its end.
     """
 
     def __init__(self, workload: Workload, options: Options, policy: str,
@@ -392,9 +395,7 @@ class Engine:
 
     def _arrive(self, spec) -> None:
         """A request reaches its trace time: sent at once, or queued for a client slot."""
-        req = Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens,
-                      spec.output_tokens, spec.max_tokens, spec.priority, spec.deadline,
-                      spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
+        req = _request_of(spec)
         self.requests[req.rid] = req
         self.stats.requests += 1
         self._arrived += 1
@@ -422,9 +423,7 @@ class Engine:
             else:
                 spans[0][0] = number + 1
             break
-        req = Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens,
-                      spec.output_tokens, spec.max_tokens, spec.priority, spec.deadline,
-                      spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
+        req = _request_of(spec)
         req.sent = spec.arrival
         self._give_keys(req)
         self.requests[req.rid] = req
@@ -963,6 +962,13 @@ def _where(exc: BaseException) -> str:
 
 # Held waiting requests past which arrivals are spilled (with twice max_rows).
 SPILL_AFTER = 4096
+
+
+def _request_of(spec: RequestSpec) -> Request:
+    """A request, waiting, as its trace record describes it."""
+    return Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens, spec.output_tokens,
+                   spec.max_tokens, spec.priority, spec.deadline, spec.prompt_token_ids,
+                   spec.output_token_ids, spec.block_hashes)
 
 
 def _check_bookkeeping(workload: Workload, options: Options) -> None:

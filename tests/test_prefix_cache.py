@@ -391,3 +391,20 @@ def test_tree_mode_evicts_a_free_leaf_node_whole():
     assert c.evict() == [5, 6]
     assert c.evict() == [1, 2]
     assert (c.index, c.nodes, list(c.lru)) == ({}, {}, [])
+
+
+def test_tree_mode_cuts_a_run_where_the_prompt_ends():
+    """Tree mode, B=1, P=2 (ids 1, 2) with outputs 7, 8: one registration of all 4 blocks
+    (a recompute writes prompt and outputs at once) makes two nodes, [prompt] and
+    [outputs], as SGLang inserts the prompt separately. Freed, the outputs node is the
+    only leaf: eviction takes it whole and the prompt stays cached (2 blocks found)."""
+    a = BlockAllocator(4, 1, prefix_caching=True)
+    a.cache.tree = True
+    keys = BlockKeys(0, 2, 1, 1, prompt_ids=[1, 2], output_ids=[7, 8, 9])
+    a.grow("a", 4)
+    a.register_full_blocks("a", keys, 4)
+    assert sorted(info[0] for info in a.cache.nodes.values()) == [[0, 1], [2, 3]]
+    a.free_request("a", 0, 0)
+    assert a.cache.evict() == [2, 3]
+    again = BlockKeys(1, 2, 1, 1, prompt_ids=[1, 2], output_ids=[7, 8, 9])
+    assert a.lookup(again, 2) == [0, 1]

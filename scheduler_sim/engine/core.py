@@ -308,7 +308,8 @@ class Engine:
         """
         if req.block_keys is None:
             return []
-        limit = (req.prompt_tokens + req.outputs - (not whole)) // self.options.block_size
+        rows = req.prompt_tokens + req.outputs
+        limit = (rows if whole else rows - 1) // self.options.block_size
         return self.allocator.lookup(req.block_keys, limit, count)
 
     def report_blocked(self, req: Request, reason: str, needed: int) -> None:

@@ -176,3 +176,52 @@ def test_in_seconds_tick_becomes_time_and_time_fields_convert():
                                      '"running":2,"reserved":3,"allocated":4,"draining":5,'
                                      '"free":6}')
     assert Arrival(7, "a").to_json(None, Clock()) == '{"tick":7,"event":"arrival","id":"a"}'
+
+
+def _generic(e: Event, policy, clock) -> str:
+    return json.dumps(e.to_dict(policy, clock), separators=(",", ":"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_line_written_field_by_field_is_what_json_writes(kind):
+    """`to_json` of every kind, with and without its optional fields, a policy tag
+    needing escapes, and a clock in ticks, in 1-ms and in 2.5-us steps, is byte for
+    byte `json.dumps(to_dict())`."""
+    from scheduler_sim.records.clock import Clock
+    clocks = (None, Clock(), Clock("s", 1.0, 0.001, True), Clock("s", 1.0, 2.5e-6, True))
+    for e in (sample(EVENT_TYPES[kind]), sample(EVENT_TYPES[kind], none_for_optional=True)):
+        for policy in (None, "vllm", 'p"\\é'):
+            for clock in clocks:
+                assert e.to_json(policy, clock) == _generic(e, policy, clock)
+
+
+def test_a_repeated_rows_tuple_is_written_once_and_a_new_one_afresh():
+    """A folded stretch hands the same rows tuple to every dispatch line: the text is
+    reused; an equal-looking new tuple, or one with other rows, is written afresh
+    (a decode row of request 'a' is the same text either way)."""
+    from scheduler_sim.records.events import dispatch_line
+    rows = (("a", "decode", 1, True, None), ("b", "prefill", 3, False, None))
+    first = dispatch_line(1, rows, 4, 2, None, None)
+    assert dispatch_line(2, rows, 4, 3, None, None) == first.replace(
+        '"tick":1', '"tick":2').replace('"done":2', '"done":3')
+    other = (("a", "decode", 1, True, None), ("b", "prefill", 2, False, None))
+    assert '"tokens":2,"emits":false' in dispatch_line(3, other, 3, 4, None, None)
+    assert dispatch_line(1, rows, 4, 2, None, None) == first
+
+
+def test_clock_text_is_repr_of_the_reported_seconds():
+    """`Clock.text` writes a step count as `repr` of `report`: through the decimal
+    digits of the integer when a step is 10^-d s (0.000123, 12, 1e-06 below 1e-4),
+    through the float otherwise (2.5-us steps), asked again or not."""
+    from scheduler_sim.records.clock import Clock
+    import random
+    us = Clock("s", 1.0, 1e-6, True)
+    assert [us.text(n) for n in (123, 12_000_000, 1, 100, 1_234_567_890)] == \
+        ["0.000123", "12", "1e-06", "0.0001", "1234.56789"]
+    rng = random.Random(5)
+    for clock in (us, Clock("s", 1.0, 0.001, True), Clock("s", 1.0, 2.5e-6, True),
+                  Clock("s", 1.0, 1e-9, True)):
+        for _ in range(20_000):
+            steps = rng.randrange(10 ** rng.randrange(1, 17))
+            value = clock.report(steps)
+            assert clock.text(steps) == repr(value) == clock.text(steps)

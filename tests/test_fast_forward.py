@@ -158,3 +158,121 @@ def test_event_streams_fold_with_blocked_heads():
                 total += 1
         counts[policy] = total
     assert counts["continuous"] > 0 and counts["vllm"] > 0
+
+
+def _cached_workload(seed: int) -> tuple[dict, list[dict]]:
+    """Requests whose prompts share prefixes, as token ids or as block hashes (two
+    hash entries per block of 4), some with output ids: prefix caching hits, and
+    with a small pool, heads blocked for blocks while others decode."""
+    rng = random.Random(seed)
+    hashes = seed % 2 == 0
+    config = {"type": "config", "hash_block_size": 2} if hashes else None
+    groups = [[rng.randint(1, 9) for _ in range(rng.randint(4, 24))] for _ in range(3)]
+    records = [config] if config else []
+    t = 0
+    for i in range(rng.randint(2, 24)):
+        t += rng.choice([0, 0, 1, 3, 10])
+        base = rng.choice(groups)
+        ids = base[:rng.randint(1, len(base))] + [rng.randint(1, 9)
+                                                  for _ in range(rng.randint(0, 12))]
+        record = {"type": "request", "id": f"r{i}", "arrival": t,
+                  "output_tokens": rng.randint(1, 40)}
+        if hashes:
+            record["prompt_tokens"] = len(ids)
+            record["block_hashes"] = [hash(tuple(ids[:j + 2])) % 1000
+                                      for j in range(0, len(ids), 2)]
+        else:
+            record["prompt_token_ids"] = ids
+            if rng.random() < 0.3:
+                record["output_token_ids"] = [rng.randint(1, 9)
+                                              for _ in range(record.pop("output_tokens"))]
+        records.append(record)
+    return records
+
+
+def _cached_options(seed: int) -> dict:
+    rng = random.Random(3000 + seed)
+    options = dict(block_size=4, num_blocks=rng.randint(10, 40),
+                   token_budget=rng.randint(4, 48), max_rows=rng.randint(1, 8),
+                   release_delay=rng.choice([0, 0, 2]), prefix_caching=True,
+                   watermark=rng.choice([0.0, 0.0, 0.1]))
+    if seed % 3 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    return options
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_folded_and_stepwise_replays_agree_with_prefix_caching(seed, policy):
+    """With prefix caching (shared prefixes by token ids or block hashes, outputs as ids
+    for some requests, a pool small enough to block heads), every summary field and
+    request record is the same with and without folding."""
+    records = _cached_workload(seed)
+    options = _cached_options(seed)
+    assert _replay(records, policy, True, **options) == _replay(records, policy, False,
+                                                                 **options)
+
+
+def test_vllm_folds_with_a_head_blocked_for_blocks_under_prefix_caching(monkeypatch):
+    """The workloads above include vllm folds whose head waits for blocks while the
+    cache is on (the path that needs the decoded blocks to be unable to become hits),
+    and steps where it declines because a running request's outputs are token ids."""
+    from scheduler_sim.policies.vllm import VllmPolicy
+    answers = []
+    may_fold = VllmPolicy.may_fold
+
+    def watching(self, blocked_reason):
+        answer = may_fold(self, blocked_reason)
+        if blocked_reason in ("blocks", "watermark"):
+            answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(VllmPolicy, "may_fold", watching)
+    folded = 0
+    for seed in range(30):
+        trace = parse_trace(trace_bytes(_cached_workload(seed)), "ff.jsonl")
+        opts = Options.resolve(trace.config, _cached_options(seed))
+        engine = Engine(trace.workload, opts, "vllm", fast_forward=True)
+        engine.run()
+        folded += engine.folded
+    assert True in answers and False in answers and folded > 0
+
+
+class _Lines:
+    """A listener that takes lines, as the events file does (folded stretches hand it
+    lines written without records)."""
+
+    def __init__(self, clock):
+        from scheduler_sim.records.events import LineListener
+
+        class Collect(LineListener):
+            def write(inner, line):
+                self.lines.append(line)
+
+        self.lines = []
+        self.listener = Collect("p", clock)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("policy", ["continuous", "vllm", "sglang"])
+def test_folded_lines_equal_the_stepwise_records_lines(seed, policy):
+    """Folded stretches written as lines directly (the events file's path, tagged with
+    a policy, in ticks or seconds) give the same bytes as every record written in a
+    stepwise replay."""
+    from scheduler_sim.records.clock import Clock
+    rng = random.Random(2000 + seed)
+    options = dict(block_size=4, num_blocks=rng.randint(12, 48),
+                   token_budget=rng.randint(4, 64), max_rows=rng.randint(1, 8),
+                   release_delay=rng.choice([0, 0, 2]))
+    if seed % 2 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    trace = parse_trace(trace_bytes(_workload(seed)), "ff.jsonl")
+    opts = Options.resolve(trace.config, options)
+    clock = Clock.of(opts)
+    sink = _Lines(clock)
+    folded = Engine(trace.workload, opts, policy, on_event=sink.listener, fast_forward=True)
+    folded.run()
+    stepwise = []
+    Engine(trace.workload, opts, policy, fast_forward=False,
+           on_event=lambda e: stepwise.append(e.to_json("p", clock))).run()
+    assert sink.lines == stepwise

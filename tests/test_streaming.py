@@ -155,7 +155,7 @@ def test_without_keeping_requests_only_live_and_named_ones_stay(tmp_path):
 
 def test_a_request_too_big_to_track_is_refused_with_the_arithmetic(tmp_path):
     """P = 10**9, block_size 16 and a pool of 10**12 blocks: it fits, but 62,500,001
-    blocks exceed the 4,194,304 tracked per request (about 55 bytes each): exit 2
+    blocks exceed the 4,194,304 tracked per request (about 47 bytes each): exit 2
     before the replay, naming the block size that would do, ceil(1,000,000,002 /
     4,194,304) = 239. With 100 blocks it is simply
     rejected (it cannot fit)."""
@@ -165,7 +165,7 @@ def test_a_request_too_big_to_track_is_refused_with_the_arithmetic(tmp_path):
     assert err.getvalue() == (
         "scheduler-sim: error: request 'a' may need 62,500,001 blocks of 16 tokens (prompt "
         "1,000,000,000 + max_tokens 2), more than the 4,194,304 the simulator tracks per "
-        "request (about 55 bytes each, 220 MiB): use a block_size of at least 239\n")
+        "request (about 47 bytes each, 188 MiB): use a block_size of at least 239\n")
     out = io.StringIO()
     assert main(["replay", path, "--num-blocks", "100", "--json"], out=out,
                 err=io.StringIO()) == 0

@@ -757,3 +757,27 @@ def test_a_chunk_that_preempts_itself_carries_no_prefill():
         (3, False), (6, True)]
     assert [(t, [(r[0], r[2]) for r in rows]) for t, rows in s.dispatches()[4:7]] == [
         (5, [("r2", 1), ("r0", 1)]), (6, [("r2", 1), ("r1", 4)]), (7, [("r2", 1)])]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_block_decoding_fills_can_admit_a_head_blocked_for_blocks(fast):
+    """Prefix caching, blocks of 4, a pool of 5. a: prompt [1 2 3 4], outputs given as
+    ids [5 6 7 8 9 9 9 9]. b arrives at 1: prompt [1..8, 9 x 8, 7] (17 tokens, 5
+    blocks); it hits a's first block only: needs 4 > 3 free (a holds 2), blocked for
+    blocks while a decodes. At 4 a writes row 7 and fills [5 6 7 8], keyed as it is
+    scheduled: b hits 2 blocks, needs 3 <= 3 free, and is admitted at 4 (first and
+    last token at 5); a finishes at 8. Folding (a steady decode with a blocked head)
+    must not skip that step: it declines while a running request's outputs are ids."""
+    records = [
+        {"type": "request", "id": "a", "arrival": 0, "prompt_token_ids": [1, 2, 3, 4],
+         "output_token_ids": [5, 6, 7, 8, 9, 9, 9, 9]},
+        {"type": "request", "id": "b", "arrival": 1,
+         "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8] + [9] * 8 + [7], "output_tokens": 1}]
+    trace = parse_trace(trace_bytes(records), "hit.jsonl")
+    opts = Options.resolve(trace.config, dict(block_size=4, num_blocks=5, token_budget=64,
+                                              prefix_caching=True))
+    result = Engine(trace.workload, opts, "vllm", fast_forward=fast).run()
+    a, b = result.requests
+    assert (a.admitted_at, a.first_token_at, a.finished_at) == (0, 1, 8)
+    assert (b.admitted_at, b.first_token_at, b.finished_at) == (4, 5, 5)
+    assert b.cached_tokens == 8

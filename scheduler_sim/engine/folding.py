@@ -25,7 +25,8 @@ These functions work on the engine's own state; the engine calls them.
 """
 from __future__ import annotations
 
-from ..records.events import AdmissionBlocked, Dispatch, Snapshot
+from ..records.events import (AdmissionBlocked, Dispatch, LineListener, Snapshot,
+                              dispatch_line, snapshot_line)
 from ..requests.request import DECODE, Request, advance_decodes
 
 __all__ = ["fold"]
@@ -214,6 +215,11 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     total = a.num_blocks
     rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     report = engine.step_block
+    reserved = a.reserved
+    write = policy = clock = None
+    if isinstance(emit, LineListener):
+        lines: list[str] = []
+        write, policy, clock = lines.append, emit.policy, emit.clock
     ends = starts[1:] + [last_done]
     for s, (tick, done) in enumerate(zip(starts, ends), start=1):
         grown = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
@@ -223,8 +229,22 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
             # blocks (with the order unknown, no folded step opens a block).
             rid, reason, needed = report[:3]
             seen = free - grown if taken_first else free
-            emit(AdmissionBlocked(tick, rid, reason, needed, seen, a.reserved, draining,
-                                  (grown or None) if taken_first else None))
-        emit(Snapshot(tick, waiting, running, a.reserved, held, draining, free))
-        emit(Dispatch(tick, rows, n, done))
+            record = AdmissionBlocked(tick, rid, reason, needed, seen, reserved, draining,
+                                      (grown or None) if taken_first else None)
+            if write is not None:
+                write(record.to_json(policy, clock))
+            else:
+                emit(record)
+        if write is not None:  # the same lines, without building the records
+            write(snapshot_line(tick, waiting, running, reserved, held, draining, free, None,
+                                policy, clock))
+            write(dispatch_line(tick, rows, n, done, policy, clock))
+            if len(lines) >= 1024:
+                emit.write_all(lines)
+                lines.clear()
+        else:
+            emit(Snapshot(tick, waiting, running, reserved, held, draining, free))
+            emit(Dispatch(tick, rows, n, done))
         held += grown
+    if write is not None:
+        emit.write_all(lines)

@@ -41,7 +41,7 @@ from typing import Any, Callable, TextIO
 
 from ..records.clock import Clock
 from ..records.errors import SimError, UsageError
-from ..records.events import Event
+from ..records.events import Event, LineListener
 from .report import printable
 
 __all__ = ["EventFile", "Output", "OutputError", "PipeClosed", "GuardedStream",
@@ -247,6 +247,35 @@ class Output:
             self.tmp = None
 
 
+class _FileLines(LineListener):
+    """One policy's event lines into an `EventFile`, written 4,096 at a time."""
+
+    def __init__(self, file: "EventFile", policy: str | None) -> None:
+        super().__init__(policy, file.clock)
+        self.lines = file._lines
+        self.handle = file.handle
+        self.output = file.output
+
+    def write(self, line: str) -> None:
+        lines = self.lines
+        lines.append(line)
+        if len(lines) >= 4096:
+            self._flush()
+
+    def write_all(self, lines: list[str]) -> None:
+        self.lines += lines
+        if len(self.lines) >= 4096:
+            self._flush()
+
+    def _flush(self) -> None:
+        lines = self.lines
+        try:
+            self.handle.write("\n".join(lines) + "\n")
+        except OSError as exc:
+            raise self.output.failed(exc) from None
+        lines.clear()
+
+
 class EventFile:
     """Streams event records to an `Output` (atomic for a regular file).
 
@@ -267,22 +296,7 @@ class EventFile:
     def listener(self, policy: str) -> Callable[[Event], None]:
         """The `on_event` callback for one policy's run (lines are written in
         batches; `flush` writes the rest)."""
-        tag = policy if self.tag_policy else None
-        lines = self._lines
-        append = lines.append
-        write = self.handle.write
-        clock = self.clock
-        output = self.output
-
-        def on_event(event: Event) -> None:
-            append(event.to_json(tag, clock))
-            if len(lines) >= 4096:
-                try:
-                    write("\n".join(lines) + "\n")
-                except OSError as exc:
-                    raise output.failed(exc) from None
-                lines.clear()
-        return on_event
+        return _FileLines(self, policy if self.tag_policy else None)
 
     def flush(self) -> None:
         """Write the lines still buffered."""

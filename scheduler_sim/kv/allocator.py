@@ -32,9 +32,9 @@ it needs takes none (L4).
 """
 from __future__ import annotations
 
-from array import array
 from collections import deque
-from itertools import repeat
+from itertools import compress, filterfalse, islice, repeat
+from operator import not_
 
 from ..records.errors import InvariantError
 from .prefix_cache import BlockKeys, PrefixCache
@@ -42,12 +42,12 @@ from .prefix_cache import BlockKeys, PrefixCache
 __all__ = ["BlockAllocator", "blocks_for", "BLOCK_BYTES", "MAX_REQUEST_BLOCKS"]
 
 
-# About what the allocator keeps per block in use (its table entry, an int, and
-# its owners and pins, 4 bytes each), and the most blocks one request may hold:
-# a request that could need more (and fits in the pool) is refused before the
-# replay, with this arithmetic. (Arrays for the tables would take 16 bytes a
-# block, but cost every replay 3% more time.)
-BLOCK_BYTES = 55
+# About what the allocator keeps per block in use (its table entry and an int),
+# and the most blocks one request may hold: a request that could need more (and
+# fits in the pool) is refused before the replay, with this arithmetic. (Arrays
+# for the tables would take 16 bytes a block, but cost every replay 3% more
+# time.)
+BLOCK_BYTES = 47
 MAX_REQUEST_BLOCKS = 2 ** 22
 
 
@@ -68,14 +68,19 @@ class BlockAllocator:
         self._free: list[int] = []
         self._fresh = 0
         self.cache = PrefixCache() if prefix_caching else None
-        # Per block id below _fresh: owners and pins, 4 bytes each (with the
-        # table entry, about BLOCK_BYTES per block in use).
-        self._refs = array("i")
-        self._pins = array("i")
-        # False while every held block has exactly one owner and no pin (no
-        # prefix cache, nothing shared or pinned yet): blocks then come and go
-        # in whole slices.
+        # A block in a table has one owner, plus `_extra[block]` more when it is
+        # shared; `_pins[block]` pins when pinned; `_orphans` are pinned blocks
+        # nobody owns any more (held until unpinned). Blocks neither shared nor
+        # pinned cost nothing here, so blocks come and go in whole slices.
+        self._extra: dict[int, int] = {}
+        self._pins: dict[int, int] = {}
+        self._orphans: set[int] = set()
+        # True once blocks may be shared or pinned (prefix caching, `share`,
+        # `pin`): the plain free and draining blocks are then also kept as sets,
+        # to tell a held block from one nobody holds.
         self._shared = prefix_caching
+        self._plain_set: set[int] = set()
+        self._draining_set: set[int] = set()
         self._pin_sets: dict[int, list[int]] = {}
         self._next_pin = 0
         self._tables: dict[str, list[int]] = {}
@@ -195,78 +200,94 @@ class BlockAllocator:
                     f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
             self._grown[rid] = grown
             self.granted += need
-        refs = self._refs
         plain = self._free
-        if not self._shared:
-            # The same blocks as one at a time: plain ones from the top of the
-            # stack, then never-used ids, lowest first.
-            if need == 1 and plain:  # a decode opening a block: the common case
-                block = plain.pop()
-                refs[block] = 1
-                table.append(block)
-                reuse = 1
-            else:
-                reuse = need if need <= len(plain) else len(plain)
-                if reuse:
-                    taken = plain[-reuse:]
-                    del plain[-reuse:]
-                    taken.reverse()
-                    for block in taken:
-                        refs[block] = 1
-                    table.extend(taken)
-            fresh = need - reuse
-            if fresh:
-                start = self._fresh
-                self._fresh = start + fresh
-                table.extend(range(start, start + fresh))
-                refs.extend(repeat(1, fresh))
-                self._pins.extend(repeat(0, fresh))
-            self.held += need
-            if self.held > self.peak_held:
-                self.peak_held = self.held
-            self.step_growth[rid] = self.step_growth.get(rid, 0) + need
-            return need
-        evicted = 0
-        cache = self.cache
-        # Without the radix tree an eviction takes the least recently freed block
-        # and forgets its key: inlined here, as most blocks of a long prefix-caching
-        # run are taken this way (PrefixCache.evict is the reference).
-        lru_pop = cache.lru.popitem if cache is not None and not cache.tree else None
-        for _ in range(need):
-            if plain:
-                block = plain.pop()
-            elif self._fresh < self.num_blocks:
-                block = self._fresh
-                self._fresh += 1
-                refs.append(0)
-                self._pins.append(0)
-            else:
-                if lru_pop is not None:
-                    block = lru_pop(last=False)[0]
-                    key = cache.key_of.pop(block)
-                    index = cache.index
-                    if index[key] == block and key not in cache.others:
-                        del index[key]
-                    else:
-                        cache.forget_key(block, key)
-                else:
-                    gone = cache.evict()
-                    block = gone[0]
-                    plain.extend(reversed(gone[1:]))  # the rest of an evicted node
-                evicted += 1
-                if self._on_evict is not None:
-                    writer = cache.writer(block)
-                    if writer is not None:
-                        self._on_evict(rid, writer[0], writer[1])
-            refs[block] = 1
-            table.append(block)
-        if evicted:
-            self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
+        if need == 1 and plain and not self._shared:  # a decode opening a block
+            table.append(plain.pop())
+        else:
+            # Plain blocks from the top of the stack, then never-used ids (lowest
+            # first), then cached blocks, evicted.
+            reuse = need if need <= len(plain) else len(plain)
+            if reuse:
+                taken = plain[-reuse:]
+                del plain[-reuse:]
+                taken.reverse()
+                table.extend(taken)
+                if self._shared:
+                    self._plain_set.difference_update(taken)
+            rest = need - reuse
+            if rest:
+                fresh = self.num_blocks - self._fresh
+                if fresh > rest:
+                    fresh = rest
+                if fresh:
+                    start = self._fresh
+                    self._fresh = start + fresh
+                    table.extend(range(start, start + fresh))
+                if rest > fresh:
+                    evicted = (self._evict_lru(rid, table, rest - fresh) if not self.cache.tree
+                               else self._evict_nodes(rid, table, rest - fresh))
+                    self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
         self.held += need
         if self.held > self.peak_held:
             self.peak_held = self.held
         self.step_growth[rid] = self.step_growth.get(rid, 0) + need
         return need
+
+    def _evict_lru(self, rid: str, table: list[int], count: int) -> int:
+        """Take the `count` least recently freed cached blocks for `rid`, forgetting
+        their keys (PrefixCache.evict, for a run of blocks at once)."""
+        cache = self.cache
+        lru = cache.lru
+        if count == len(lru):
+            taken = list(lru)
+            lru.clear()
+        else:
+            taken = list(islice(lru, count))
+            deque(map(lru.__delitem__, taken), 0)
+        keys = list(map(cache.key_of.pop, taken))
+        index = cache.index
+        others = cache.others
+        if not others:  # one block per key: each is its key's index entry
+            deque(map(index.__delitem__, keys), 0)
+        else:
+            for block, key in zip(taken, keys):
+                if index[key] == block and key not in others:
+                    del index[key]
+                else:
+                    cache.forget_key(block, key)
+        table.extend(taken)
+        if self._on_evict is not None:
+            for block in taken:
+                writer = cache.writer(block)
+                if writer is not None:
+                    self._on_evict(rid, writer[0], writer[1])
+        return count
+
+    def _evict_nodes(self, rid: str, table: list[int], count: int) -> int:
+        """Take `count` blocks by evicting whole cached nodes of the radix tree; the
+        rest of a node evicted becomes plain free blocks, taken next. Returns the
+        evictions (one per node evicted)."""
+        cache = self.cache
+        plain = self._free
+        plain_set = self._plain_set
+        evicted = 0
+        for _ in range(count):
+            if plain:
+                block = plain.pop()
+                plain_set.discard(block)
+            else:
+                gone = cache.evict()
+                block = gone[0]
+                rest = gone[1:]
+                plain.extend(reversed(rest))
+                plain_set.update(rest)
+                evicted += 1
+                if self._on_evict is not None:
+                    writer = cache.writer(block)
+                    if writer is not None:
+                        self._on_evict(rid, writer[0], writer[1])
+            table.append(block)
+        return evicted
 
     def evict_until(self, blocks: int) -> int:
         """Evict cached free blocks until `blocks` free blocks carry no key, or
@@ -284,6 +305,7 @@ class BlockAllocator:
             for block in gone:
                 cache.writer(block)
             plain.extend(reversed(gone))
+            self._plain_set.update(gone)
             gone_total += len(gone)
         return gone_total
 
@@ -294,26 +316,44 @@ class BlockAllocator:
         self.grow(rid, rows)
         return True
 
+    def _become_shared(self) -> None:
+        """From now on blocks may have several owners or pins: keep the plain free
+        and draining blocks as sets too."""
+        if not self._shared:
+            self._shared = True
+            self._plain_set = set(self._free)
+            self._draining_set = {b for _, blocks in self._drain for b in blocks}
+
+    def _held(self, block: int) -> bool:
+        """Whether somebody owns or pins `block` (shared mode)."""
+        return (0 <= block < self._fresh and block not in self._plain_set
+                and block not in self._draining_set
+                and (self.cache is None or block not in self.cache.lru))
+
     def share(self, rid: str, blocks: list[int]) -> None:
         """Append blocks found in the cache or held by others to `rid`'s table.
 
-        Each gets one more reference; a cached free block leaves the LRU queue
-        and is held again.
+        Each gets one more owner; a cached free block leaves the LRU queue and
+        is held again.
         """
-        refs = self._refs
-        self._shared = True
+        self._become_shared()
+        extra = self._extra
+        orphans = self._orphans
         lru = self.cache.lru if self.cache is not None else {}
         for block in blocks:
-            if not 0 <= block < self._fresh:
-                raise InvariantError(f"block {block} is shared by {rid!r} but was never "
-                                     "allocated")
-            if refs[block] == 0 and self._pins[block] == 0:
-                if block not in lru:
-                    raise InvariantError(f"block {block} is shared by {rid!r} but "
-                                         "nobody holds it and it is not cached")
+            if block in lru:
                 del lru[block]
                 self.held += 1
-            refs[block] += 1
+            elif block in orphans:
+                orphans.remove(block)  # pinned, and owned again
+            elif self._held(block):
+                extra[block] = extra.get(block, 0) + 1
+            elif 0 <= block < self._fresh:
+                raise InvariantError(f"block {block} is shared by {rid!r} but "
+                                     "nobody holds it and it is not cached")
+            else:
+                raise InvariantError(f"block {block} is shared by {rid!r} but was never "
+                                     "allocated")
         if self.held > self.peak_held:
             self.peak_held = self.held
         self._tables.setdefault(rid, []).extend(blocks)
@@ -324,12 +364,12 @@ class BlockAllocator:
         A pinned block stays held, even with no owner left, until `unpin`
         (the transfer's drain acknowledgement).
         """
+        self._become_shared()
         pins = self._pins
-        self._shared = True
         for block in blocks:
-            if not 0 <= block < self._fresh or (self._refs[block] == 0 and pins[block] == 0):
+            if not self._held(block):
                 raise InvariantError(f"block {block} is pinned but nobody holds it")
-            pins[block] += 1
+            pins[block] = pins.get(block, 0) + 1
         handle = self._next_pin
         self._next_pin += 1
         self._pin_sets[handle] = list(blocks)
@@ -338,11 +378,17 @@ class BlockAllocator:
     def unpin(self, handle: int, now: int, delay: int) -> int:
         """Acknowledge a transfer's drain; blocks nobody holds any more start draining."""
         blocks = self._pin_sets.pop(handle)
+        pins = self._pins
         orphans = []
         for block in blocks:
-            self._pins[block] -= 1
-            if self._pins[block] == 0 and self._refs[block] == 0:
-                orphans.append(block)
+            left = pins[block] - 1
+            if left:
+                pins[block] = left
+            else:
+                del pins[block]
+                if block in self._orphans:
+                    self._orphans.remove(block)
+                    orphans.append(block)
         self._drain_blocks(orphans, now, delay)
         return len(orphans)
 
@@ -358,22 +404,26 @@ class BlockAllocator:
         table = self._tables.pop(rid, None)
         if not table:
             return 0
-        refs = self._refs
-        if not self._shared:
-            # Every block is this request's alone: all of them drain, tail first.
-            for block in table:
-                refs[block] = 0
-            table.reverse()
-            self._drain_blocks(table, now, delay)
-            return len(table)
+        table.reverse()  # tail first
+        extra = self._extra
+        if extra:
+            shared = extra.keys() & table  # blocks somebody else owns too
+            if shared:
+                for block in shared:
+                    left = extra[block] - 1
+                    if left:
+                        extra[block] = left
+                    else:
+                        del extra[block]
+                table = list(filterfalse(shared.__contains__, table))
         pins = self._pins
-        drained: list[int] = []
-        for block in reversed(table):
-            refs[block] -= 1
-            if refs[block] == 0 and pins[block] == 0:
-                drained.append(block)
-        self._drain_blocks(drained, now, delay)
-        return len(drained)
+        if pins:
+            pinned = pins.keys() & table  # owned by nobody now, but pinned: held
+            if pinned:
+                self._orphans.update(pinned)
+                table = list(filterfalse(pinned.__contains__, table))
+        self._drain_blocks(table, now, delay)
+        return len(table)
 
     def _give(self, blocks: list[int]) -> None:
         """Return blocks to the free pools, in the order they were freed.
@@ -386,19 +436,21 @@ class BlockAllocator:
         cache = self.cache
         if cache is None:
             self._free.extend(reversed(blocks))
+            if self._shared:
+                self._plain_set.update(blocks)
             return
-        key_of = cache.key_of
-        lru = cache.lru
-        plain = []
-        tree = cache.tree
-        for block in blocks:
-            if block in key_of:
-                lru[block] = None
-            else:
-                plain.append(block)
-        if tree:
+        keyed = list(map(cache.key_of.__contains__, blocks))
+        if all(keyed):
+            cache.lru.update(zip(blocks, repeat(None)))
+            plain = ()
+        else:
+            cache.lru.update(zip(compress(blocks, keyed), repeat(None)))
+            plain = list(compress(blocks, map(not_, keyed)))
+        if cache.tree:
             cache.offer_blocks(blocks)
-        self._free.extend(reversed(plain))
+        if plain:
+            self._free.extend(reversed(plain))
+            self._plain_set.update(plain)
 
     def _drain_blocks(self, blocks: list[int], now: int, delay: int) -> None:
         """Move blocks nobody holds from held to draining, free at `now + delay`.
@@ -413,6 +465,8 @@ class BlockAllocator:
             self._give(blocks)
             return
         self.draining += len(blocks)
+        if self._shared:
+            self._draining_set.update(blocks)
         expiry = now + delay
         drain = self._drain
         if drain and drain[-1][0] == expiry:
@@ -428,6 +482,8 @@ class BlockAllocator:
         drain = self._drain
         while drain and drain[0][0] <= now:
             _, blocks = drain.popleft()
+            if self._shared:
+                self._draining_set.difference_update(blocks)
             self._give(blocks)
             released += len(blocks)
         self.draining -= released
@@ -444,22 +500,30 @@ class BlockAllocator:
         cache = self.cache
         if cache is None or max_blocks <= 0:
             return []
-        index = cache.index
-        refs = self._refs
-        lru = cache.lru
-        hits = []
+        # Keyed blocks are held, free in the LRU queue, draining, or pinned with no
+        # owner (the last two are not reusable).
+        # In growing slices, so that a long prompt with a short hit costs little.
         key_list = keys.ensure(max_blocks)
-        for i in range(max_blocks):
-            block = index.get(key_list[i])
-            if block is None or (refs[block] == 0 and block not in lru):
+        get = cache.index.get
+        hits: list[int] = []
+        start, step = 0, 16
+        while start < max_blocks:
+            end = start + step if start + step < max_blocks else max_blocks
+            found = list(map(get, key_list[start:end]))
+            if None in found:
+                hits += found[:found.index(None)]
                 break
-            hits.append(block)
+            hits += found
+            start, step = end, step * 4
+        unusable = self._draining_set or self._orphans
+        if unusable:
+            for i, block in enumerate(hits):
+                if block in self._draining_set or block in self._orphans:
+                    del hits[i:]
+                    break
         if cache.tree and hits:
             cache.split_after(hits[-1])
             cache.touch_path(hits[-1])
-        if count:
-            cache.queried += max_blocks
-            cache.hits += len(hits)
         return hits
 
     def evictable(self, blocks: list[int]) -> int:
@@ -485,6 +549,14 @@ class BlockAllocator:
         writers = cache.writers
         duplicates = cache.duplicates
         tree = cache.tree
+        if not tree and writers is None:
+            new_keys = key_list[start:full]
+            if not any(map(index.__contains__, new_keys)):  # the common case: all new
+                new_blocks = table[start:full]
+                index.update(zip(new_keys, new_blocks))
+                key_of.update(zip(new_blocks, new_keys))
+                keys.registered = full
+                return
         new_blocks = []
         first_new = None
         for i in range(start, full):
@@ -535,20 +607,28 @@ class BlockAllocator:
         """SGLang's insert keeps one copy of a run: a request that wrote a block
         the cache already holds (another request computed it in the same step)
         takes the cached block, and its own copy is freed."""
-        refs = self._refs
         lru = self.cache.lru
-        if refs[cached] == 0:
-            if cached not in lru:
-                return  # draining: keep the request's own copy
+        if cached in lru:
             del lru[cached]
             self.held += 1
-        refs[cached] += 1
+        elif cached in self._draining_set or cached in self._orphans:
+            return  # not reusable: keep the request's own copy
+        else:
+            self._extra[cached] = self._extra.get(cached, 0) + 1
         own = table[i]
         table[i] = cached
-        refs[own] -= 1
-        if refs[own] == 0 and self._pins[own] == 0:
+        extra = self._extra
+        if own in extra:
+            if extra[own] > 1:
+                extra[own] -= 1
+            else:
+                del extra[own]
+        elif own in self._pins:
+            self._orphans.add(own)
+        else:
             self.held -= 1
             self._free.append(own)
+            self._plain_set.add(own)
 
     # --- invariants (A3) --------------------------------------------------------
 
@@ -586,9 +666,24 @@ class BlockAllocator:
                 f"held({self.held}) is false")
         for block in referenced:
             owners = sum(t.count(block) for t in self._tables.values())
-            if owners != self._refs[block]:
+            if owners != 1 + self._extra.get(block, 0):
                 raise InvariantError(f"block {block}: owners({owners}) == "
-                                     f"refs({self._refs[block]}) is false")
+                                     f"1 + extra({self._extra.get(block, 0)}) is false")
+        if any(b not in referenced for b in self._extra):
+            raise InvariantError("a block with extra owners is in no table")
+        pin_counts: dict[int, int] = {}
+        for blocks in self._pin_sets.values():
+            for b in blocks:
+                pin_counts[b] = pin_counts.get(b, 0) + 1
+        if pin_counts != self._pins:
+            raise InvariantError(f"pins({self._pins}) == pins of the handles({pin_counts}) "
+                                 "is false")
+        if self._orphans != set(pinned) - referenced:
+            raise InvariantError(f"orphans({sorted(self._orphans)}) == pinned blocks in no "
+                                 f"table({sorted(set(pinned) - referenced)}) is false")
+        if self._shared and (self._plain_set != set(self._free) or self._draining_set != {
+                b for _, blocks in self._drain for b in blocks}):
+            raise InvariantError("the plain free and draining sets disagree with their queues")
         for rid, credit in self._credits.items():
             if self._grown[rid] > credit:
                 raise InvariantError(

@@ -33,7 +33,7 @@ __all__ = ["BlockKeys", "PrefixCache"]
 
 
 _ROOT = bytes(16)  # the parent key of a request's first block
-_OFFSETS: dict[int, bytes] = {}  # an offset within a hash entry, as key bytes
+_OFFSETS: dict[tuple[int, int, int], list[bytes]] = {}  # see _tails
 
 
 def _chain(parent: bytes, content: bytes) -> bytes:
@@ -49,6 +49,15 @@ def _tokens(ids) -> bytes:
         return b"t" + array("q", ids).tobytes()
     except OverflowError:
         return b"T" + ascii(tuple(ids)).encode()
+
+
+def _tails(first: int, size: int, hbs: int) -> list[bytes]:
+    """The offsets `first`, `first + size`, ... below `hbs` as key bytes: the
+    tails of the keys of consecutive blocks ending in one hash entry."""
+    tails = _OFFSETS.get((first, size, hbs))
+    if tails is None:
+        tails = _OFFSETS[(first, size, hbs)] = [b"%d" % o for o in range(first, hbs, size)]
+    return tails
 
 
 def _hash_id(value) -> bytes:
@@ -109,23 +118,22 @@ class BlockKeys:
             # one digest per hash entry.
             hbs = self.hash_block_size
             limit = min(self.prompt_tokens, len(hashes) * hbs)
+            stop = min(count, limit // size)  # blocks whose tokens all have hash ids
             entry, digest = -1, _ROOT
             if i:  # resume after the keys computed before
                 entry = (i * size - 1) // hbs
                 digest = keys[-1][:16]
-            offsets = _OFFSETS
-            while i < count and (i + 1) * size <= limit:
-                last = (i + 1) * size - 1
-                j = last // hbs
+            while i < stop:
+                # Blocks whose last token falls in entry j: one digest, their
+                # offsets in the entry as tails.
+                j = ((i + 1) * size - 1) // hbs
                 while entry < j:
                     entry += 1
                     digest = _chain(digest, _hash_id(hashes[entry]))
-                offset = last - j * hbs
-                tail = offsets.get(offset)
-                if tail is None:
-                    tail = offsets[offset] = b"%d" % offset
-                keys.append(digest + tail)
-                i += 1
+                end = min(stop, (j + 1) * hbs // size)
+                first = (i + 1) * size - 1 - j * hbs
+                keys.extend(map(digest.__add__, _tails(first, size, hbs)[:end - i]))
+                i = end
         parent = keys[-1] if keys else _ROOT
         key = self._key
         while i < count:

@@ -268,12 +268,16 @@ class VllmPolicy(QueueAndListPolicy):
             self.view.allocator.register_full_blocks(req.rid, req.block_keys, rows)
 
     def may_fold(self, blocked_reason: str | None) -> bool:
-        # The head waits for blocks (decoding only takes them, but the blocks it
-        # fills may become cache hits that shrink what the head needs), for the
-        # budget or the rows the same decodes use, or for the step after a
-        # preemption (a step that preempts is not a repeat).
-        return (blocked_reason not in ("blocks", "watermark")
-                or self.view.allocator.cache is None)
+        # The head waits for the budget or the rows the same decodes use, for the
+        # step after a preemption (a step that preempts is not a repeat), or for
+        # blocks: decoding only takes free blocks, and an eviction never shrinks
+        # the head's need (a lost hit that sat free was counted in it, a lost hit
+        # somebody holds was not). Only a block the decodes fill could shrink it,
+        # by becoming a hit: with prefix caching that needs outputs given as token
+        # ids (other decoded blocks get keys of their own request).
+        if blocked_reason not in ("blocks", "watermark") or self.view.allocator.cache is None:
+            return True
+        return all(r.output_token_ids is None for r in self.running)
 
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""

@@ -141,7 +141,7 @@ class Clock:
         """The unit results are reported in: `s` or `ticks`."""
         return "s" if self.in_seconds else "ticks"
 
-    @property
+    @functools.cached_property
     def digits(self) -> int:
         """Decimals that a time in seconds carries: those of one clock step."""
         return max(0, math.ceil(-math.log10(self.step_seconds) - 1e-9))
@@ -174,10 +174,35 @@ class Clock:
         return round(rate, 4) if rate >= 0.01 else float(f"{rate:.4g}")
 
     def text(self, steps: int) -> str:
-        """An event's time as JSON number text in the reported unit."""
+        """An event's time as JSON number text in the reported unit (`report`'s value)."""
         if not self.in_seconds:
             return str(steps)
-        return repr(self.report(steps))
+        memo = self._texts  # a dispatch's end is the next one's start: asked twice
+        text = memo.get(steps)
+        if text is None:
+            if len(memo) >= 64:
+                memo.clear()
+            scale = self._scale
+            if scale and scale // 10_000 <= steps < 10 ** 15:
+                # A step of 10^-d s: the decimal digits of the integer, which is what
+                # repr gives for 1e-4 <= value with at most 15 significant digits.
+                whole, part = divmod(steps, scale)
+                text = f"{whole}.{part:0{self.digits}d}".rstrip("0").rstrip(".")
+            else:
+                value = round(steps * self.step_seconds, self.digits)
+                text = repr(int(value) if value.is_integer() else value)
+            memo[steps] = text
+        return text
+
+    @functools.cached_property
+    def _texts(self) -> dict[int, str]:
+        return {}
+
+    @functools.cached_property
+    def _scale(self) -> int:
+        """10^d when a step is exactly 10^-d seconds, else 0."""
+        scale = 10 ** self.digits
+        return scale if self.in_seconds and 1 / scale == self.step_seconds else 0
 
     def describe(self) -> str:
         """One line for the replay header: what a step is and what results are in."""

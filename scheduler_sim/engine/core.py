@@ -28,13 +28,14 @@ import dataclasses
 import operator
 from collections import deque
 from functools import partial
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any, Callable, Iterator
 
 from ..gpu.costmodel import CostModel, fit_pool, parse_cost_model
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
 from ..kv.prefix_cache import BlockKeys
 from ..policies import PADDING, Plan, PluginError, is_builtin, make_policy
+from ..policies.base import DecodesFirst
 from ..records.clock import Clock
 from ..records.errors import InvariantError, PolicyError, SimError, UsageError
 from ..records.events import (
@@ -47,6 +48,7 @@ from ..records.workload import RequestSpec, Workload
 from ..requests.clients import ClientSlots
 from ..requests.queues import FcfsQueue
 from ..requests.request import DECODE, PREFILL, Request, emit_outputs, write_decodes
+from .cohort import Cohort
 from .folding import fold
 from .summary import RunStats
 
@@ -55,6 +57,7 @@ __all__ = ["Engine", "RunResult", "run"]
 RUNNING = RequestStatus.RUNNING
 INF = float("inf")
 _first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
 _status = operator.attrgetter("status")
 _is_running = partial(operator.is_, RUNNING)
 
@@ -75,18 +78,23 @@ class _InFlight:
     """The dispatch being executed: its rows, its start and its completion tick, and
     its exact (fractional) completion in clock steps."""
 
-    __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs", "decoders")
+    __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs", "decoders",
+                 "members", "requests")
 
     def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
                  exact: float, all_decode: bool, outputs: int,
-                 decoders: list[Request] | None = None) -> None:
-        self.rows = rows  # (request, emits)
+                 decoders: list[Request] | None = None, members: int = 0,
+                 requests: list[Request] | None = None) -> None:
+        self.rows = rows  # (request, emits), cohort members left out
         self.outputs = outputs  # rows that emit
         self.start = start
         self.done = done
         self.exact = exact
         self.all_decode = all_decode  # every row a decode: a candidate for folding
-        self.decoders = decoders  # the rows' requests when every row is a plain decode
+        # The rows' requests when every row (cohort members left out) is a plain decode.
+        self.decoders = decoders
+        self.members = members  # rows of cohort members (counted, not written)
+        self.requests = requests  # every row's request in plan order, with members
 
 
 class Engine:
@@ -163,6 +171,14 @@ class Engine:
             fast_forward = on_state is None and not audit
         self._fast_forward_on = fast_forward
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
+        # Steady decoders counted rather than written (cohort.py), when nobody
+        # watches each dispatch and the policy does not read their progress.
+        self._cohort = (Cohort(options.block_size)
+                        if fast_forward and on_event is None and on_state is None
+                        and not options.prefix_caching and not self._plugin
+                        and self.policy.lazy_decoders else None)
+        # A policy with lazy decoders may then plan its decodes as its own list.
+        self.takes_decodes_first = self._cohort is not None
         self.flight: _InFlight | None = None  # the dispatch being executed
         self._cursor = (0, 0, 0)  # arrivals, cancellations and forced preemptions taken
         self._specs: Iterator[RequestSpec] = iter(())  # the arrivals still to come ...
@@ -336,6 +352,7 @@ class Engine:
     def preempt(self, req: Request, reason: str, rule: str | None = None,
                 trigger: str | None = None) -> int:
         """Preempt a running request: its credit goes, its blocks drain (A4, L2)."""
+        self._settle(req)
         freed = self.allocator.free_request(req.rid, self.now, self.release_delay)
         outputs = req.outputs
         rows = req.resident
@@ -350,6 +367,13 @@ class Engine:
         return freed
 
     # --- lifecycle helpers --------------------------------------------------------
+
+    def _settle(self, req: Request) -> None:
+        """Before anything touches a running request: if the cohort counts it, its
+        progress is written into it and it leaves."""
+        cohort = self._cohort
+        if cohort is not None and req in cohort.members:
+            cohort.settle(req)
 
     def _end(self, req: Request) -> None:
         """Bookkeeping shared by every way a live request ends."""
@@ -496,6 +520,7 @@ class Engine:
                 self._emit(Cancelled(self.now, rid, "unsent"))
             return
         was_running = req.status == RUNNING
+        self._settle(req)
         self.policy.remove(req)
         if was_running:
             self._release_request(req)
@@ -535,12 +560,15 @@ class Engine:
         """Check the plan, allocate its blocks, write its rows (dispatch start)."""
         now = self.now
         options = self.options
-        if len(plan) > options.max_rows:
-            raise InvariantError(f"dispatch rows({len(plan)}) <= max_rows({options.max_rows}) "
+        size = (len(plan) if type(plan) is not DecodesFirst
+                else len(plan.decoders) + len(plan.rest))
+        if size > options.max_rows:
+            raise InvariantError(f"dispatch rows({size}) <= max_rows({options.max_rows}) "
                                  "is false", now)
         allocator = self.allocator
         grow = allocator.grow
-        size = allocator.block_size
+        open_block = allocator.open_block
+        size = allocator.block_size  # from here on, the block size
         # (request, emits) in plan order, built only once a row is not a plain
         # decode: a dispatch of decodes is its list of requests (`decoders`).
         rows: list[tuple[Request, bool]] | None = None
@@ -555,7 +583,13 @@ class Engine:
         emitting = 0  # rows of chunks that emit (every decode row does)
         decoders: list[Request] = []  # their rows are written together, below
         add_decoder = decoders.append
-        for req, tokens in plan:
+        members = 0
+        requests = None
+        rest = plan
+        cohort = self._cohort
+        if cohort is not None and cohort.members:
+            requests, rest, members, contexts = self._start_members(plan, cohort)
+        for req, tokens in rest:
             if req.status is not RUNNING:
                 if tokens == PADDING and req.status.is_finished \
                         and self.policy.keeps_blocks_after_finish:
@@ -574,7 +608,7 @@ class Engine:
                     add_record((req.rid, DECODE, 1, True, None if req.output_token_ids is None
                                 else req.token_ids(r, r + 1)))
                 if not r % size:
-                    grow(req.rid, r + 1)
+                    open_block(req.rid, r + 1)
                 if req.block_keys is not None and not (r + 1) % size:
                     allocator.register_decoded(req.rid, req.block_keys, r + 1)
                 if add_row is not None:
@@ -614,11 +648,14 @@ class Engine:
         if decoders:
             useful += write_decodes(decoders)
             decode += len(decoders)
+        if members:
+            useful += members
+            decode += members
         total += decode
         if total > options.token_budget:
             raise InvariantError(f"dispatch tokens({total}) <= token_budget"
                                  f"({options.token_budget}) is false", now)
-        n_rows = len(decoders) if rows is None else len(rows)
+        n_rows = (len(decoders) if rows is None else len(rows)) + members
         if (self._audit or self._plugin) and len(
                 set(map(id, decoders)) if rows is None else {id(r) for r, _ in rows}) != n_rows:
             raise InvariantError("each request appears at most once in a dispatch is false",
@@ -650,8 +687,53 @@ class Engine:
             self._emit(Dispatch(now, tuple(records), total, done))
         return _InFlight(rows, now, done, exact,
                          decode == total and not padding and total > 0,
-                         emitting + len(decoders),
-                         decoders if rows is None else None)
+                         emitting + len(decoders) + members,
+                         decoders if rows is None else None, members, requests)
+
+    def _start_members(self, plan: Plan, cohort: Cohort
+                       ) -> tuple[list[Request] | None, Any, int, int]:
+        """The cohort's part of a dispatch start: members the plan runs as plain
+        decodes stay (their blocks opened, their rows counted); members it does
+        not run so are settled and leave. Returns every row's request, the rows
+        left to write one by one, the members run, and their summed context."""
+        if cohort.last_done != self.now:
+            cohort.settle_all()  # an idle gap: their last output is not this start
+            return None, plan, 0, 0
+        get = cohort.members.get
+        if type(plan) is DecodesFirst:
+            # The policy's own list of decodes: one look-up per row, in C.
+            decoders = plan.decoders
+            inside = list(map(get, decoders))
+            members = len(decoders) - inside.count(None)
+            if members != len(cohort.members):
+                kept = set(compress(decoders, inside))
+                for req in list(cohort.members):
+                    if req not in kept:
+                        cohort.settle(req)
+            chunks = plan.rest
+            requests = decoders if not chunks else decoders + list(map(_first, chunks))
+            if members < len(decoders):
+                others = [req for req, m in zip(decoders, inside) if m is None]
+                rest = list(zip(others, repeat(1)))
+                rest += chunks
+            else:
+                rest = chunks
+        else:
+            requests = list(map(_first, plan))
+            inside = list(map(get, requests))
+            members = len(requests) - inside.count(None)
+            mine = [row for row, m in zip(plan, inside) if m is not None]
+            if members != len(cohort.members) or sum(map(_second, mine)) != members:
+                # Members left out of the plan, or given other than one row: settled.
+                kept = {req for req, tokens in mine if tokens == 1}
+                for req in list(cohort.members):
+                    if req not in kept:
+                        cohort.settle(req)
+                members = len(kept)
+            rest = [row for row in plan if row[0] not in cohort.members]
+        if not members:
+            return None, plan, 0, 0
+        return requests, rest, members, cohort.start(self.allocator.open_block)
 
     def _watch_replay(self, tokens: int) -> None:
         """Detect a schedule going in circles: replaying, without one useful row,
@@ -677,6 +759,9 @@ class Engine:
         if decoders is None:  # chunks among the rows: only those that emit
             decoders = [req for req, emits in flight.rows if emits]
         ended = emit_outputs(decoders, now, flight.start, since)
+        cohort = self._cohort
+        if cohort is not None:
+            ended = self._complete_members(flight, cohort, ended, since)
         keeps = self.policy.keeps_blocks_after_finish
         for req in ended:  # their last output
             if req.block_keys is not None and not keeps:
@@ -695,6 +780,34 @@ class Engine:
             for last, count in since.items():
                 gap = now - last
                 gaps[gap] = gaps.get(gap, 0) + count
+
+    def _complete_members(self, flight: _InFlight, cohort: Cohort, ended: list[Request],
+                          since: dict[int, int]) -> list[Request]:
+        """The cohort's part of a completion: members emit (their previous output
+        came when the dispatch started), those at their last output leave, and the
+        plain decodes of this dispatch that go on join. Returns every request that
+        finished, in row order."""
+        if flight.members:
+            since[flight.start] = since.get(flight.start, 0) + flight.members
+            done = cohort.complete(self.now)
+            if done:
+                order = flight.requests.index
+                ended = sorted(ended + done, key=order)
+        else:
+            cohort.completed += 1
+            cohort.last_done = self.now
+        if flight.rows is None:
+            joining = flight.decoders
+        else:  # the rows that were plain decodes: steady rows that emit
+            joining = [req for req, emits in flight.rows if emits]
+        if joining:
+            finished = set(ended) if ended else ()
+            for req in joining:
+                if (req not in finished and req.resident >= req.high_water
+                        and req.resident >= req.prompt_tokens and req.resident >= req.restore
+                        and req.last_output_at == self.now):
+                    cohort.join(req)
+        return ended
 
     # --- the main loop ----------------------------------------------------------------
 
@@ -857,7 +970,14 @@ class Engine:
                 grown = sum(allocator.step_growth.values()) if self._step_block else 0
                 flight = self.flight = self._start(plan)
                 if fast and self._repeats(flight, changes, assignments):
-                    fold(self, flight, self.next_event(*self._cursor, t), grown)
+                    until = self.next_event(*self._cursor, t)
+                    if not flight.members:
+                        fold(self, flight, until, grown)
+                    elif until - flight.done >= FOLD_AFTER * (flight.done - flight.start):
+                        # Worth folding: the members are written again first.
+                        self._cohort.settle_all()
+                        flight.decoders, flight.members = flight.requests, 0
+                        fold(self, flight, until, grown)
                 if on_state is not None:
                     on_state(t, self._state(), True)
             else:
@@ -887,7 +1007,7 @@ class Engine:
         block = block[:3] if block is not None else None
         mine = None
         if flight.all_decode:
-            mine = flight.decoders
+            mine = flight.requests if flight.members else flight.decoders
             if mine is None:
                 mine = list(map(_first, flight.rows))
         # Only the requests are kept: the rows go with their dispatch.
@@ -925,6 +1045,8 @@ class Engine:
         """E6b: nothing can ever change again; every live request ends in error."""
         now = self.now
         a = self.allocator
+        if self._cohort is not None:
+            self._cohort.settle_all()
         reason = (f"no progress possible at tick {now}: {self.policy.running_count} running, "
                   f"{self.policy.waiting_count} waiting, free {a.free}, reserved "
                   f"{a.reserved}, draining {a.draining}, and "
@@ -963,6 +1085,10 @@ def _where(exc: BaseException) -> str:
 
 # Held waiting requests past which arrivals are spilled (with twice max_rows).
 SPILL_AFTER = 4096
+# With a cohort, a steady stretch is folded only when it may last this many
+# dispatches: a shorter one costs the cohort more (its members are written and
+# join again) than it saves.
+FOLD_AFTER = 8
 
 
 def _request_of(spec: RequestSpec) -> Request:

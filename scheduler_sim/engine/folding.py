@@ -25,11 +25,18 @@ These functions work on the engine's own state; the engine calls them.
 """
 from __future__ import annotations
 
+from operator import attrgetter, lt, sub
+
 from ..records.events import (AdmissionBlocked, Dispatch, LineListener, Snapshot,
                               dispatch_line, snapshot_line)
 from ..requests.request import DECODE, Request, advance_decodes
 
 __all__ = ["fold"]
+
+_output_tokens = attrgetter("output_tokens")
+_outputs = attrgetter("outputs")
+_resident = attrgetter("resident")
+_high_water = attrgetter("high_water")
 
 
 def fold(engine, flight, until: float, policy_growth: int) -> None:
@@ -60,13 +67,14 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
         reqs = [req for req, _ in flight.rows]
     if emit is not None and any(r.output_token_ids is not None for r in reqs):
         return  # the same
-    if any(r.resident < r.high_water for r in reqs):
-        return  # replayed rows are not steady decodes
-    n = len(reqs)
     # Completions that emit without finishing anybody: min(N - outputs) - 1.
-    silent = min(r.output_tokens - r.outputs for r in reqs) - 1
+    # (These scans run in C: they are paid by every attempt, folded or not.)
+    silent = min(map(sub, map(_output_tokens, reqs), map(_outputs, reqs))) - 1
     if silent <= 0:
         return
+    if any(map(lt, map(_resident, reqs), map(_high_water, reqs))):
+        return  # replayed rows are not steady decodes
+    n = len(reqs)
     # The most blocks the folded dispatches may take: those free now (a policy
     # would preempt or stop once its rows cannot all grow) ...
     free = allocator.free

@@ -233,6 +233,30 @@ class BlockAllocator:
         self.step_growth[rid] = self.step_growth.get(rid, 0) + need
         return need
 
+    def open_block(self, rid: str, rows: int) -> int:
+        """`grow(rid, rows)` for a decode whose row `rows - 1` starts a block: the
+        common case, one plain block for an unshared table, inline; anything else
+        through `grow`."""
+        table = self._tables.get(rid)
+        plain = self._free
+        if (self._shared or not plain or table is None
+                or len(table) * self.block_size + 1 != rows):
+            return self.grow(rid, rows)
+        credit = self._credits.get(rid)
+        if credit is not None:
+            grown = self._grown[rid] + 1
+            if grown > credit:
+                return self.grow(rid, rows)  # raises, with the equation
+            self._grown[rid] = grown
+            self.granted += 1
+        table.append(plain.pop())
+        held = self.held = self.held + 1
+        if held > self.peak_held:
+            self.peak_held = held
+        growth = self.step_growth
+        growth[rid] = growth.get(rid, 0) + 1
+        return 1
+
     def _evict_lru(self, rid: str, table: list[int], count: int) -> int:
         """Take the `count` least recently freed cached blocks for `rid`, forgetting
         their keys (PrefixCache.evict, for a run of blocks at once)."""

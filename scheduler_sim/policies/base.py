@@ -18,15 +18,39 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
+from itertools import chain, repeat
+
 from ..kv.allocator import BlockAllocator, blocks_for
 from ..records.clock import Clock
 from ..records.options import Options
 from ..requests.queues import FcfsQueue, RequestQueue, make_queue
 from ..requests.request import Request
 
-__all__ = ["SchedulerView", "Policy", "QueueAndListPolicy", "Plan", "PADDING"]
+__all__ = ["SchedulerView", "Policy", "QueueAndListPolicy", "Plan", "DecodesFirst", "PADDING"]
 
 Plan = list  # list[tuple[Request, int]]: the next dispatch, request -> tokens
+
+
+class DecodesFirst:
+    """A plan given as its decodes, then its other rows: iterating it gives one
+    (request, 1) pair per request of `decoders`, then the pairs of `rest`. A
+    built-in policy may return it instead of a list, so that the engine takes the
+    decodes as the policy's own list, without a pair per row."""
+
+    __slots__ = ("decoders", "rest")
+
+    def __init__(self, decoders: list[Request], rest: list[tuple[Request, int]]) -> None:
+        self.decoders = decoders
+        self.rest = rest
+
+    def __iter__(self):
+        return chain(zip(self.decoders, repeat(1)), self.rest)
+
+    def __len__(self) -> int:
+        return len(self.decoders) + len(self.rest)
+
+    def __bool__(self) -> bool:
+        return bool(self.decoders) or bool(self.rest)
 
 # A plan entry (request, PADDING) is a padding row: a finished member of a
 # static batch that still occupies its row (one token of budget, no KV, no
@@ -89,6 +113,12 @@ class Policy:
     # and registrations stamp the nodes on their path; eviction takes a whole
     # free leaf node, the oldest stamp first (§8). False: one LRU queue of blocks.
     radix_eviction: ClassVar[bool] = False
+    # True: between dispatches the policy reads nothing of a request it runs as
+    # a plain decode but its identity and `admit_seq` (its plan lists such rows
+    # as (request, 1)): the engine may then count steady decoders instead of
+    # writing each row (engine/cohort.py), writing their progress in before
+    # anything else touches them. Built-in policies only.
+    lazy_decoders: ClassVar[bool] = False
 
     # How many times an attribute of this policy was given a different value: the
     # engine folds a steady stretch only after a `schedule` call that changed

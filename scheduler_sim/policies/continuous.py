@@ -18,11 +18,13 @@ first candidate admitted after it, wrapping to the oldest.
 """
 from __future__ import annotations
 
+from itertools import repeat
+
 from ..records.options import Options
 from ..requests.queues import FcfsQueue
 from ..requests.request import DECODE, Request
 from ..requests.rotation import RotatingSet
-from .base import Plan, Policy, SchedulerView
+from .base import DecodesFirst, Plan, Policy, SchedulerView
 
 __all__ = ["ContinuousPolicy"]
 
@@ -31,6 +33,7 @@ class ContinuousPolicy(Policy):
     """Continuous batching with reservation credits and round-robin rows."""
 
     name = "continuous"
+    lazy_decoders = True  # decoders are served by admission order alone
     # Most requests that may run at once; None: only blocks limit admission.
     running_limit: int | None = None
     limit_reason = "running_limit"
@@ -102,19 +105,21 @@ class ContinuousPolicy(Policy):
         budget = options.token_budget
         # Every decoding request takes one row, from the rotation point on.
         chosen = self.decoders.take_after(self._last_decode, min(max_rows, budget))
-        plan: Plan = [(req, 1) for req in chosen]
         if chosen:
             self._last_decode = chosen[-1].admit_seq
             budget -= len(chosen)
+        chunks: list[tuple[Request, int]] = []
+        rows = len(chosen)
         last = None
         to_decode = []
         chunk = options.prefill_chunk
         for req in self.prefillers.cycle_after(self._last_prefill):
-            if len(plan) == max_rows or budget == 0:
+            if rows == max_rows or budget == 0:
                 break
             remaining = req.phase_remaining
             tokens = min(remaining, chunk, budget)
-            plan.append((req, tokens))
+            chunks.append((req, tokens))
+            rows += 1
             budget -= tokens
             last = req
             if tokens == remaining and req.resident + tokens >= req.prompt_tokens:
@@ -124,4 +129,8 @@ class ContinuousPolicy(Policy):
         for req in to_decode:
             self.prefillers.discard(req)
             self.decoders.add(req)
+        if getattr(self.view, "takes_decodes_first", False):
+            return DecodesFirst(chosen, chunks)  # the engine counts steady decoders
+        plan: Plan = list(zip(chosen, repeat(1)))
+        plan += chunks
         return plan

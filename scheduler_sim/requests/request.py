@@ -20,7 +20,7 @@ from ..records.errors import InvariantError
 from ..records.states import RequestStatus
 
 __all__ = ["Request", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
-           "advance_decodes"]
+           "advance_decodes", "catch_up"]
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -307,6 +307,20 @@ def emit_outputs(reqs: list[Request], now: int, start: int,
     if steady:
         since[start] = since.get(start, 0) + steady
     return done
+
+
+def catch_up(req: Request, rows: int, outputs: int, last_output_at: int) -> None:
+    """Account at once what a steady decoder did while it was counted rather than
+    written (engine/cohort.py): `rows` new rows, all useful, and `outputs`
+    outputs, the last at `last_output_at`."""
+    if rows:
+        r = req.resident + rows
+        req.resident = r
+        req.high_water = r
+        req.useful_rows += rows
+    if outputs:
+        req.outputs += outputs
+        req.last_output_at = last_output_at
 
 
 def advance_decodes(reqs: list[Request], steps: int, last_output_at: int) -> None:

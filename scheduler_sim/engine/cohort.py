@@ -1,0 +1,112 @@
+"""The decode cohort: steady decoders advanced by two counters, not row by row.
+
+A request that a dispatch ran as a plain decode (one new row, one output) and
+that did not finish joins the cohort when that dispatch completes. While it is
+a member, a dispatch that runs it again does no work for it: the cohort counts
+the dispatches started and completed, and a member's progress (rows written,
+outputs, the time of its last output) is what those counts added since it
+joined, written into the request only when somebody needs it (`settle`). Two
+schedules replace the per-row work:
+
+- members grouped by the residue of their next row modulo the block size: a
+  dispatch opens one block for each member of the group whose next row starts
+  a block (a member crosses a block boundary once every `block_size`
+  dispatches);
+- members listed by the completion count at which they emit their last
+  output: a completion finishes exactly those.
+
+So a dispatch costs its other rows, its block openings and its finishes, not
+its steady decodes. The engine keeps a cohort only when nobody watches each
+dispatch (no event listener, no state callback, no prefix caching) and the
+policy never reads a decoding request's progress between dispatches
+(`Policy.lazy_decoders`). A member leaves, settled, when a dispatch does not
+run it as a plain decode, when it finishes, and before anything else touches
+it (a preemption, a cancellation, folding, a stall).
+
+The engine owns a `Cohort` and calls it; nothing else does.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..requests.request import Request, catch_up
+
+__all__ = ["Cohort"]
+
+
+class Cohort:
+    """Members, the two counters and the schedules of block openings and finishes."""
+
+    __slots__ = ("members", "started", "completed", "last_done", "_groups", "_finishing",
+                 "_context", "_size")
+
+    def __init__(self, block_size: int) -> None:
+        # request -> (started at joining, completed at joining, group, finishing count)
+        self.members: dict[Request, tuple[int, int, int, int]] = {}
+        self.started = 0     # dispatches started that ran the members
+        self.completed = 0   # and completed
+        self.last_done = -1  # when the last of them completed: every member's last output
+        self._size = block_size
+        self._groups: list[dict[Request, None]] = [{} for _ in range(block_size)]
+        self._finishing: dict[int, list[Request]] = {}
+        self._context = 0  # sum over members of (rows written at joining - started then)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def join(self, req: Request) -> None:
+        """`req` ran as a plain decode in the dispatch that just completed and has
+        outputs to go: from the next dispatch on it is counted, not written."""
+        started, completed = self.started, self.completed
+        group = (req.resident - started) % self._size
+        finish = completed + req.output_tokens - req.outputs
+        self.members[req] = (started, completed, group, finish)
+        self._groups[group][req] = None
+        self._finishing.setdefault(finish, []).append(req)
+        self._context += req.resident - started
+
+    def settle(self, req: Request) -> None:
+        """Write a member's progress into the request, and let it go."""
+        started, completed, group, finish = self.members.pop(req)
+        del self._groups[group][req]
+        finishing = self._finishing.get(finish)
+        if finishing is not None:  # (not when its finishing count was just taken)
+            finishing.remove(req)
+            if not finishing:
+                del self._finishing[finish]
+        self._context -= req.resident - started
+        catch_up(req, self.started - started, self.completed - completed, self.last_done)
+
+    def settle_all(self) -> None:
+        """Let every member go, settled."""
+        for req in list(self.members):
+            self.settle(req)
+
+    def start(self, open_block: Callable[[str, int], int]) -> int:
+        """A dispatch runs every member once more: open a block for those whose
+        row starts one; return the members' summed context before their rows."""
+        started = self.started
+        members = self.members
+        for req in self._groups[-started % self._size]:
+            # This row, number resident + started - started at joining, starts a block.
+            open_block(req.rid, req.resident + started - members[req][0] + 1)
+        self.started = started + 1
+        return self._context + len(members) * started
+
+    def complete(self, now: int) -> list[Request]:
+        """That dispatch completed at `now`: every member emitted once more. Returns
+        the members that emitted their last output, settled and gone."""
+        self.completed += 1
+        self.last_done = now
+        done = self._finishing.pop(self.completed, None)
+        if not done:
+            return []
+        for req in done:
+            self.settle(req)
+        return done
+
+    def fewest_left(self) -> int | None:
+        """The fewest outputs any member has to go (None without members)."""
+        if not self._finishing:
+            return None
+        return min(self._finishing) - self.completed

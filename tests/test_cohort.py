@@ -1,0 +1,144 @@
+"""The decode cohort (engine/cohort.py): steady decoders counted, not written,
+with the same results as writing every row."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import trace_bytes
+from scheduler_sim.engine.cohort import Cohort
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.summary import request_record
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.records.options import Options
+from scheduler_sim.requests.request import Request
+
+
+def _decoding(rid: str, resident: int, outputs: int, output_tokens: int) -> Request:
+    req = Request(rid, 0, 0, 3, output_tokens)
+    req.resident = req.high_water = req.useful_rows = resident
+    req.outputs = outputs
+    return req
+
+
+def test_a_member_is_counted_then_settled_with_its_rows_blocks_and_outputs():
+    """Blocks of 4. After two completions (at 1 and 2), a (P=3, N=6) has written 4 rows
+    and emitted 2 outputs; it joins. Four dispatches run it: the first writes row 4,
+    the first of block 2 (one block opened, for 5 rows), the others rows 5, 6, 7
+    (no block); contexts before each are 4, 5, 6, 7. The fourth completion (count 6,
+    at tick 6) is its last output: it leaves settled with 8 rows, all useful, 6
+    outputs, the last at 6."""
+    cohort = Cohort(4)
+    cohort.completed, cohort.last_done = 2, 2
+    a = _decoding("a", 4, 2, 6)
+    cohort.join(a)
+    opened = []
+    contexts = []
+    finished = []
+    for tick in (3, 4, 5, 6):
+        contexts.append(cohort.start(lambda rid, rows: opened.append((rid, rows))))
+        finished.append([r.rid for r in cohort.complete(tick)])
+    assert opened == [("a", 5)]
+    assert contexts == [4, 5, 6, 7]
+    assert finished == [[], [], [], ["a"]]
+    assert (a.resident, a.high_water, a.useful_rows, a.outputs, a.last_output_at) == \
+        (8, 8, 8, 6, 6)
+    assert len(cohort) == 0
+
+
+def test_settling_mid_dispatch_counts_the_rows_written_but_not_the_outputs_to_come():
+    """b (5 rows, 1 output, N=9) joins after completion 1 (at tick 1). Two dispatches
+    start and one completes (at tick 2): settled then, b has 7 rows and 2 outputs (the
+    second dispatch's output is still to come), its last output at 2; it is gone from
+    the residue groups and the finishing counts (the next start opens nothing, and
+    its finishing count finishes nobody)."""
+    cohort = Cohort(4)
+    cohort.completed, cohort.last_done = 1, 1
+    b = _decoding("b", 5, 1, 9)
+    cohort.join(b)
+    cohort.start(lambda rid, rows: None)
+    cohort.complete(2)
+    cohort.start(lambda rid, rows: None)
+    cohort.settle(b)
+    assert (b.resident, b.outputs, b.last_output_at, b.useful_rows) == (7, 2, 2, 7)
+    opened = []
+    for tick in range(3, 12):
+        cohort.start(lambda rid, rows: opened.append(rid))
+        assert cohort.complete(tick) == []
+    assert opened == [] and cohort.fewest_left() is None
+
+
+def _workload(seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    records = []
+    t = 0
+    n = rng.randint(1, 30)
+    for i in range(n):
+        t += rng.choice([0, 0, 1, 2, 5, 20])
+        records.append({"type": "request", "id": f"r{i}", "arrival": t,
+                        "prompt_tokens": rng.randint(1, 30),
+                        "output_tokens": rng.randint(1, 50)})
+    for i, request in enumerate(list(records)):
+        roll = rng.random()
+        at = request["arrival"] + rng.randint(0, 60)
+        if roll < 0.1:
+            records.append({"type": "cancel", "id": f"r{i}", "at": at})
+        elif roll < 0.2:
+            records.append({"type": "preempt", "id": f"r{i}", "at": at})
+    return records
+
+
+def _replay(records, policy, fast, **options):
+    trace = parse_trace(trace_bytes(records), "cohort.jsonl")
+    opts = Options.resolve(trace.config, options)
+    engine = Engine(trace.workload, opts, policy, fast_forward=fast)
+    result = engine.run()
+    counted = engine._cohort.started if engine._cohort is not None else 0
+    return (result.summary, [request_record(r) for r in result.requests]), counted
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("policy", ["continuous", "serial"])
+def test_counting_steady_decoders_changes_no_result(seed, policy):
+    """Random workloads with cancellations and forced preemptions at any time, rows
+    and budgets that leave decoders out (rotation), drains, cost model or not: every
+    summary field and request record is the same with the cohort (and folding) as
+    writing every row."""
+    rng = random.Random(5000 + seed)
+    options = dict(block_size=rng.choice([1, 2, 4]), num_blocks=rng.randint(12, 80),
+                   token_budget=rng.randint(2, 64), max_rows=rng.randint(1, 10),
+                   release_delay=rng.choice([0, 0, 3]))
+    if seed % 4 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    records = _workload(seed)
+    counted, with_cohort = _replay(records, policy, True, **options)
+    written, none = _replay(records, policy, False, **options)
+    assert none == 0
+    assert counted == written
+
+
+def test_the_random_workloads_count_decoders():
+    """The workloads above do use the cohort, under both policies."""
+    for policy in ("continuous", "serial"):
+        total = 0
+        for seed in range(40):
+            rng = random.Random(5000 + seed)
+            options = dict(block_size=rng.choice([1, 2, 4]), num_blocks=rng.randint(12, 80),
+                           token_budget=rng.randint(2, 64), max_rows=rng.randint(1, 10),
+                           release_delay=rng.choice([0, 0, 3]))
+            total += _replay(_workload(seed), policy, True, **options)[1]
+        assert total > 0
+
+
+def test_no_cohort_when_somebody_watches_or_caches_or_for_other_policies():
+    """Events, prefix caching, fast_forward=False and policies that read their
+    decoders' progress (vllm) run without a cohort."""
+    trace = parse_trace(trace_bytes(_workload(1)), "cohort.jsonl")
+    opts = Options.resolve(trace.config, {})
+    assert Engine(trace.workload, opts, "continuous")._cohort is not None
+    assert Engine(trace.workload, opts, "continuous", on_event=lambda e: None)._cohort is None
+    assert Engine(trace.workload, opts, "continuous", fast_forward=False)._cohort is None
+    assert Engine(trace.workload, opts, "vllm")._cohort is None
+    cached = Options.resolve(trace.config, {"prefix_caching": True})
+    assert Engine(trace.workload, cached, "continuous")._cohort is None

@@ -969,12 +969,19 @@ class Engine:
                 # Blocks the policy itself gave this step's rows (before the dispatch).
                 grown = sum(allocator.step_growth.values()) if self._step_block else 0
                 flight = self.flight = self._start(plan)
-                if fast and self._repeats(flight, changes, assignments):
+                if not fast:
+                    pass
+                elif not flight.members:
+                    if self._repeats(flight, changes, assignments):
+                        fold(self, flight, self.next_event(*self._cursor, t), grown)
+                else:
+                    # Counted decoders: a stretch is worth folding (their rows written
+                    # again first) only if it may last; otherwise not even looked at
+                    # (the next look starts afresh).
                     until = self.next_event(*self._cursor, t)
-                    if not flight.members:
-                        fold(self, flight, until, grown)
-                    elif until - flight.done >= FOLD_AFTER * (flight.done - flight.start):
-                        # Worth folding: the members are written again first.
+                    if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
+                        self._seen = None
+                    elif self._repeats(flight, changes, assignments):
                         self._cohort.settle_all()
                         flight.decoders, flight.members = flight.requests, 0
                         fold(self, flight, until, grown)

@@ -662,7 +662,9 @@ class BlockAllocator:
 
     def check(self) -> None:
         """The O(1) conservation check run at every boundary (A3)."""
-        free = self.free
+        cache = self.cache
+        free = (len(self._free) + self.num_blocks - self._fresh
+                + (len(cache.lru) if cache is not None else 0))
         if self.held + self.draining + free != self.num_blocks:
             raise InvariantError(
                 f"held({self.held}) + draining({self.draining}) + free({free}) "
@@ -670,7 +672,7 @@ class BlockAllocator:
         if self.reserved + self.draining > self.num_blocks:
             raise InvariantError(f"reserved({self.reserved}) + draining({self.draining}) "
                                  f"<= num_blocks({self.num_blocks}) is false")
-        if self.committed() > self.num_blocks:
+        if self.held + self.draining + self.reserved - self.granted > self.num_blocks:
             raise InvariantError(self._commit_equation() + " is false")
 
     def audit(self) -> None:

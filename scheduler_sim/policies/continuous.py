@@ -106,7 +106,9 @@ class ContinuousPolicy(Policy):
         # Every decoding request takes one row, from the rotation point on.
         chosen = self.decoders.take_after(self._last_decode, min(max_rows, budget))
         if chosen:
-            self._last_decode = chosen[-1].admit_seq
+            last_decode = chosen[-1].admit_seq
+            if last_decode != self._last_decode:  # (an assignment is counted, and costs)
+                self._last_decode = last_decode
             budget -= len(chosen)
         chunks: list[tuple[Request, int]] = []
         rows = len(chosen)
@@ -124,7 +126,7 @@ class ContinuousPolicy(Policy):
             last = req
             if tokens == remaining and req.resident + tokens >= req.prompt_tokens:
                 to_decode.append(req)  # its next row, after this dispatch, is a decode
-        if last is not None:
+        if last is not None and last.admit_seq != self._last_prefill:
             self._last_prefill = last.admit_seq
         for req in to_decode:
             self.prefillers.discard(req)

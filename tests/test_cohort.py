@@ -142,3 +142,22 @@ def test_no_cohort_when_somebody_watches_or_caches_or_for_other_policies():
     assert Engine(trace.workload, opts, "vllm")._cohort is None
     cached = Options.resolve(trace.config, {"prefix_caching": True})
     assert Engine(trace.workload, cached, "continuous")._cohort is None
+
+
+def test_the_full_audit_holds_while_decoders_are_counted():
+    """With the O(blocks) audit at every boundary and the cohort on, 40 requests (one
+    per tick, blocks of 4, 200 blocks) replay without an invariant failure, the same
+    as without the cohort, and the cohort did count decoders."""
+    rng = random.Random(3)
+    records = [{"type": "request", "id": f"r{i}", "arrival": i,
+                "prompt_tokens": rng.randint(1, 20), "output_tokens": rng.randint(2, 40)}
+               for i in range(40)]
+    trace = parse_trace(trace_bytes(records), "audit.jsonl")
+    opts = Options.resolve(trace.config, dict(block_size=4, num_blocks=200))
+    engine = Engine(trace.workload, opts, "continuous", audit=True, fast_forward=True)
+    counted = engine.run()
+    plain = Engine(trace.workload, opts, "continuous", audit=True, fast_forward=False).run()
+    assert engine._cohort.started > 0
+    assert counted.summary == plain.summary
+    assert [request_record(r) for r in counted.requests] == \
+        [request_record(r) for r in plain.requests]

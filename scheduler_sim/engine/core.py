@@ -657,7 +657,8 @@ class Engine:
                                  f"({options.token_budget}) is false", now)
         n_rows = (len(decoders) if rows is None else len(rows)) + members
         if (self._audit or self._plugin) and len(
-                set(map(id, decoders)) if rows is None else {id(r) for r, _ in rows}) != n_rows:
+                set(map(id, decoders)) if rows is None else {id(r) for r, _ in rows}
+        ) != n_rows - members:
             raise InvariantError("each request appears at most once in a dispatch is false",
                                  now)
         if useful or not total:

@@ -312,16 +312,20 @@ def check_options(values: dict[str, Any], report) -> dict[str, Any]:
 class _RecordChecker:
     """Field checks for one record, all reported with the record's prefix."""
 
-    def __init__(self, problems: _Problems, line: int, prefix: str, record: dict) -> None:
+    def __init__(self, problems: _Problems, line: int, kind: str, record: dict,
+                 label: Any = None) -> None:
         self.problems = problems
         self.line = line
-        self.prefix = prefix
+        self.kind = kind
+        self.label = label  # the record's id, if it is a string
         self.record = record
         self.ok = True
 
     def fail(self, text: str) -> None:
         self.ok = False
-        self.problems.add(self.line, f"{self.prefix}{text}")
+        label = self.label
+        shown = f" {label!r}" if isinstance(label, str) else ""
+        self.problems.add(self.line, f"{self.kind}{shown}: {text}")
 
     def unknown_fields(self, allowed: Iterable[str]) -> None:
         allowed = tuple(allowed)
@@ -394,6 +398,20 @@ _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds"}
 
 def _parse_request(c: _RecordChecker, hash_block_size: int, unit: str) -> RequestSpec | None:
     rec = c.record
+    if len(rec) == 5:
+        # The common record, type, id, arrival and the two counts, all well formed:
+        # what the checks below would return, without them.
+        rid = rec.get("id")
+        arrival = rec.get("arrival")
+        prompt = rec.get("prompt_tokens")
+        output = rec.get("output_tokens")
+        kind = type(arrival)
+        if (type(rid) is str and rid and type(prompt) is int and prompt >= 1
+                and type(output) is int and output >= 1
+                and (kind is int or (kind is float and unit != "tick"))
+                and 0 <= arrival <= MAX_TIME):
+            return RequestSpec(rid, c.line, arrival, prompt, output, output, 0, None, None,
+                               None, None)
     c.unknown_fields(REQUEST_KEYS)
     rid = c.string_id()
     arrival = c.time("arrival", unit)
@@ -600,8 +618,7 @@ class _Validator:
             return
         self.seen_record = True
         label = value.get("id")
-        shown = f" {label!r}" if isinstance(label, str) else ""
-        c = _RecordChecker(problems, number, f"{kind}{shown}: ", value)
+        c = _RecordChecker(problems, number, kind, value, label)
         unit = config.get("time_unit", "tick")
         if kind == "request":
             if isinstance(label, str) and label and len(self.some_ids) < SUGGEST_FROM:
@@ -781,7 +798,7 @@ def _stream_requests(path: str, config: dict[str, Any]) -> Iterator[RequestSpec]
             yield _checked_spec(value, number)
         except (KeyError, TypeError):  # the file changed since it was checked
             label = value.get("id")
-            _parse_request(_RecordChecker(problems, number, f"request {label!r}: ", value),
+            _parse_request(_RecordChecker(problems, number, "request", value, label),
                            hbs, unit)
             problems.raise_if_any()
             raise

@@ -589,6 +589,8 @@ class Engine:
         cohort = self._cohort
         if cohort is not None and cohort.members:
             requests, rest, members, contexts = self._start_members(plan, cohort)
+            if not rest and members:
+                return self._start_counted(requests, members, contexts)
         for req, tokens in rest:
             if req.status is not RUNNING:
                 if tokens == PADDING and req.status.is_finished \
@@ -690,6 +692,33 @@ class Engine:
                          decode == total and not padding and total > 0,
                          emitting + len(decoders) + members,
                          decoders if rows is None else None, members, requests)
+
+    def _start_counted(self, requests: list[Request], members: int,
+                       contexts: int) -> _InFlight:
+        """`_start` for a dispatch of counted decodes only (the cohort opened their
+        blocks): the same statistics, duration and flight, without a row loop."""
+        now = self.now
+        if members > self.options.token_budget:
+            raise InvariantError(f"dispatch tokens({members}) <= token_budget"
+                                 f"({self.options.token_budget}) is false", now)
+        self._idle_replay = 0
+        self._replay_limit = None
+        stats = self.stats
+        stats.iterations += 1
+        stats.rows += members
+        stats.tokens += members
+        stats.decode_tokens += members
+        if self.cost is None:
+            done = exact = now + 1
+        else:
+            seconds = self.cost.dispatch_seconds((), members, contexts)
+            stats.busy_seconds += seconds
+            start = self._exact_end if self._end_step == now else now
+            exact = start + self.clock.steps(seconds)
+            done = self.clock.end_step(exact, now)
+            if exact <= now:
+                exact = done
+        return _InFlight(None, now, done, exact, True, members, [], members, requests)
 
     def _start_members(self, plan: Plan, cohort: Cohort
                        ) -> tuple[list[Request] | None, Any, int, int]:

@@ -105,6 +105,33 @@ class Cohort:
             self.settle(req)
         return done
 
+    def contexts(self) -> int:
+        """The members' summed rows written."""
+        return self._context + len(self.members) * self.started
+
+    def blocks_within(self, rows: int) -> int:
+        """New blocks the members need to write `rows` more rows each: a member
+        whose next row is q past a block boundary needs
+        ceil((q + rows) / B) - ceil(q / B) of them."""
+        size = self._size
+        started = self.started
+        total = 0
+        for group, members in enumerate(self._groups):
+            if members:
+                q = (group + started) % size
+                total += len(members) * (-(-(q + rows) // size) + (-q // size))
+        return total
+
+    def advance(self, dispatches: int, last_done: int, grow: Callable[[str, int], int]) -> None:
+        """`dispatches` more dispatches ran every member and completed, the last
+        at `last_done` (folding): each member's blocks grow to cover its rows."""
+        started = self.started
+        for req, (joined, _, _, _) in self.members.items():
+            grow(req.rid, req.resident + started - joined + dispatches)
+        self.started = started + dispatches
+        self.completed += dispatches
+        self.last_done = last_done
+
     def fewest_left(self) -> int | None:
         """The fewest outputs any member has to go (None without members)."""
         if not self._finishing:

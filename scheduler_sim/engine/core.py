@@ -236,6 +236,17 @@ class Engine:
         return self._emit
 
     @property
+    def cohort(self) -> Cohort | None:
+        """The steady decoders counted rather than written, if counted at all."""
+        return self._cohort
+
+    def settle_members(self, flight: _InFlight) -> None:
+        """Write every counted decoder's progress; `flight`'s rows are then all
+        written ones (folding, when counted and written rows are mixed)."""
+        self._cohort.settle_all()
+        flight.decoders, flight.members = flight.requests, 0
+
+    @property
     def step_block(self) -> tuple[str, str, int, int, int] | None:
         """(id, reason, needed, free, taken) of the head the policy reported blocked
         this step: `free` and `taken` (blocks this step's rows held already) as the
@@ -1005,15 +1016,12 @@ class Engine:
                     if self._repeats(flight, changes, assignments):
                         fold(self, flight, self.next_event(*self._cursor, t), grown)
                 else:
-                    # Counted decoders: a stretch is worth folding (their rows written
-                    # again first) only if it may last; otherwise not even looked at
-                    # (the next look starts afresh).
+                    # Counted decoders: a stretch is looked at for folding only if it
+                    # may last (the next look starts afresh).
                     until = self.next_event(*self._cursor, t)
                     if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
                         self._seen = None
                     elif self._repeats(flight, changes, assignments):
-                        self._cohort.settle_all()
-                        flight.decoders, flight.members = flight.requests, 0
                         fold(self, flight, until, grown)
                 if on_state is not None:
                     on_state(t, self._state(), True)
@@ -1122,10 +1130,9 @@ def _where(exc: BaseException) -> str:
 
 # Held waiting requests past which arrivals are spilled (with twice max_rows).
 SPILL_AFTER = 4096
-# With a cohort, a steady stretch is folded only when it may last this many
-# dispatches: a shorter one costs the cohort more (its members are written and
-# join again) than it saves.
-FOLD_AFTER = 8
+# With a cohort, a steady stretch is looked at for folding only when it may
+# last this many dispatches: a shorter one saves less than looking costs.
+FOLD_AFTER = 4
 
 
 def _request_of(spec: RequestSpec) -> Request:

@@ -62,19 +62,31 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     allocator = engine.allocator
     if emit is not None and allocator.cache is not None:
         return  # records whose content changes each step: not folded
-    reqs = flight.decoders
-    if reqs is None:
-        reqs = [req for req, _ in flight.rows]
-    if emit is not None and any(r.output_token_ids is not None for r in reqs):
-        return  # the same
-    # Completions that emit without finishing anybody: min(N - outputs) - 1.
-    # (These scans run in C: they are paid by every attempt, folded or not.)
-    silent = min(map(sub, map(_output_tokens, reqs), map(_outputs, reqs))) - 1
-    if silent <= 0:
-        return
-    if any(map(lt, map(_resident, reqs), map(_high_water, reqs))):
-        return  # replayed rows are not steady decodes
-    n = len(reqs)
+    cohort = engine.cohort if flight.members else None
+    if cohort is not None and (flight.decoders or flight.rows):
+        engine.settle_members(flight)  # counted and written rows: all written first
+        cohort = None
+    if cohort is not None:
+        # Every row a counted decode: the cohort answers for all of them at once.
+        reqs = None
+        n = flight.members
+        silent = cohort.fewest_left() - 1
+        if silent <= 0:
+            return
+    else:
+        reqs = flight.decoders
+        if reqs is None:
+            reqs = [req for req, _ in flight.rows]
+        if emit is not None and any(r.output_token_ids is not None for r in reqs):
+            return  # the same
+        # Completions that emit without finishing anybody: min(N - outputs) - 1.
+        # (These scans run in C: they are paid by every attempt, folded or not.)
+        silent = min(map(sub, map(_output_tokens, reqs), map(_outputs, reqs))) - 1
+        if silent <= 0:
+            return
+        if any(map(lt, map(_resident, reqs), map(_high_water, reqs))):
+            return  # replayed rows are not steady decodes
+        n = len(reqs)
     # The most blocks the folded dispatches may take: those free now (a policy
     # would preempt or stop once its rows cannot all grow) ...
     free = allocator.free
@@ -93,6 +105,8 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     grow = allocator.blocks_to_grow
 
     def blocks(f: int) -> int:
+        if cohort is not None:
+            return cohort.blocks_within(f)
         return sum(grow(r.rid, r.resident + f) for r in reqs)
 
     # Each request needs at most silent // block_size + 1 new blocks: when even
@@ -123,8 +137,8 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     steps_of = clock.steps
     end_step = clock.end_step
     # Contexts before the next dispatch's rows; each folded dispatch adds n.
-    series = (cost.decode_series(n, sum(r.resident for r in reqs)) if cost is not None
-              else None)
+    contexts = cohort.contexts() if cohort is not None else sum(r.resident for r in reqs)
+    series = cost.decode_series(n, contexts) if cost is not None else None
     while folded < silent and done < until:
         if starts is not None:
             starts.append(done)
@@ -159,20 +173,24 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     for length, count in runs:
         if count:
             gaps[length] = gaps.get(length, 0) + n * count
-    steady = 0  # requests whose previous output came when the flight started
-    for req in reqs:
-        last = req.last_output_at
-        if last == start:
-            steady += 1
-        else:
-            gaps[first - last] = gaps.get(first - last, 0) + 1
-    grow = allocator.grow
-    for req in reqs:
-        rows = req.resident + folded
-        grow(req.rid, rows)
-        if req.block_keys is not None:
-            allocator.register_decoded(req.rid, req.block_keys, rows)
-    advance_decodes(reqs, folded, last_output)
+    if cohort is not None:
+        steady = n  # every member's previous output came when the flight started
+        cohort.advance(folded, last_output, allocator.grow)
+    else:
+        steady = 0  # requests whose previous output came when the flight started
+        for req in reqs:
+            last = req.last_output_at
+            if last == start:
+                steady += 1
+            else:
+                gaps[first - last] = gaps.get(first - last, 0) + 1
+        grow = allocator.grow
+        for req in reqs:
+            rows = req.resident + folded
+            grow(req.rid, rows)
+            if req.block_keys is not None:
+                allocator.register_decoded(req.rid, req.block_keys, rows)
+        advance_decodes(reqs, folded, last_output)
     if steady:
         gaps[first - start] = gaps.get(first - start, 0) + steady
     rows = n * folded

@@ -161,3 +161,20 @@ def test_the_full_audit_holds_while_decoders_are_counted():
     assert counted.summary == plain.summary
     assert [request_record(r) for r in counted.requests] == \
         [request_record(r) for r in plain.requests]
+
+
+def test_blocks_within_counts_each_members_new_blocks_by_its_residue():
+    """Blocks of 4; members a, b, c have written 4, 6 and 7 rows (1, 2 and 2 blocks).
+    One more row each: only a's row 4 starts a block (1). Five more: a rows 4..8 (2
+    blocks), b rows 6..10 (1), c rows 7..11 (1): 4. After one dispatch (5, 7 and 8
+    rows, the first opening a's block) one more row: only c's row 8 starts one (1).
+    Contexts: 17 rows, then 20."""
+    cohort = Cohort(4)
+    members = [_decoding("a", 4, 1, 9), _decoding("b", 6, 1, 9), _decoding("c", 7, 1, 9)]
+    for req in members:
+        cohort.join(req)
+    assert (cohort.blocks_within(1), cohort.blocks_within(5), cohort.contexts()) == (1, 4, 17)
+    opened = []
+    cohort.start(lambda rid, rows: opened.append((rid, rows)))
+    assert opened == [("a", 5)]
+    assert (cohort.blocks_within(1), cohort.contexts()) == (1, 20)

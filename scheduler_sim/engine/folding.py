@@ -28,7 +28,7 @@ from __future__ import annotations
 from operator import attrgetter, lt, sub
 
 from ..records.events import (AdmissionBlocked, Dispatch, LineListener, Snapshot,
-                              dispatch_line, snapshot_line)
+                              dispatch_line, snapshot_line, steady_lines)
 from ..requests.request import DECODE, Request, advance_decodes
 
 __all__ = ["fold"]
@@ -247,6 +247,15 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
         lines: list[str] = []
         write, policy, clock = lines.append, emit.policy, emit.clock
     ends = starts[1:] + [last_done]
+    if write is not None and report is None:
+        # No head reported: only the block counts change from line to line.
+        steps = []
+        for s, (tick, done) in enumerate(zip(starts, ends), start=1):
+            steps.append((tick, done, held, total - held - draining))
+            held += starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
+        emit.write_all(steady_lines(steps, waiting, running, reserved, draining, rows, n,
+                                    policy, clock))
+        return
     for s, (tick, done) in enumerate(zip(starts, ends), start=1):
         grown = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
         free = total - held - draining

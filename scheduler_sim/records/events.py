@@ -19,7 +19,7 @@ __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
     "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
     "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "EVENT_TYPES",
-    "event_from_dict", "LineListener", "snapshot_line", "dispatch_line",
+    "event_from_dict", "LineListener", "snapshot_line", "dispatch_line", "steady_lines",
 ]
 
 
@@ -256,6 +256,11 @@ def dispatch_line(tick: int, rows: tuple, tokens: int, done: int, policy: str | 
         done = clock.text(done)
     if policy is not None:
         head += f'"policy":{_string(policy)},'
+    return f'{head}"rows":[{rows_text(rows)}],"tokens":{tokens},"done":{done}}}'
+
+
+def rows_text(rows: tuple) -> str:
+    """The JSON text of a dispatch's rows, inside the brackets."""
     last = _LAST_ROWS
     if last[0] is rows:  # a folded stretch repeats one rows tuple
         text = last[1]
@@ -279,7 +284,33 @@ def dispatch_line(tick: int, rows: tuple, tokens: int, done: int, policy: str | 
             parts.append(row + "}")
         text = ",".join(parts)
         last[0], last[1] = rows, text
-    return f'{head}"rows":[{text}],"tokens":{tokens},"done":{done}}}'
+    return text
+
+
+def steady_lines(steps: list[tuple[int, int, int, int]], waiting: int, running: int,
+                 reserved: int, draining: int, rows: tuple, tokens: int,
+                 policy: str | None, clock: Any) -> list[str]:
+    """The snapshot and dispatch lines of a folded stretch, for each (tick, done,
+    allocated, free) of `steps`: what `snapshot_line` and `dispatch_line` write,
+    with the parts that do not change written once (a dispatch's end is the next
+    one's start, so each time is written once)."""
+    seconds = clock is not None and clock.in_seconds
+    text = clock.text if seconds else str
+    key = '{"time":' if seconds else '{"tick":'
+    tag = "" if policy is None else f'"policy":{_string(policy)},'
+    snapshot = (f',"event":"snapshot",{tag}"waiting":{waiting},"running":{running},'
+                f'"reserved":{reserved},"allocated":')
+    drain = f',"draining":{draining},"free":'
+    dispatch = f',"event":"dispatch",{tag}"rows":[{rows_text(rows)}],"tokens":{tokens},"done":'
+    out: list[str] = []
+    add = out.append
+    last_done = last_text = None
+    for tick, done, held, free in steps:
+        when = last_text if tick == last_done else text(tick)
+        last_done, last_text = done, text(done)
+        add(f'{key}{when}{snapshot}{held}{drain}{free}}}')
+        add(f'{key}{when}{dispatch}{last_text}}}')
+    return out
 
 
 # The last rows tuple written and its JSON text (kept with the tuple itself, so

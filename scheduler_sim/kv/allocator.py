@@ -574,13 +574,23 @@ class BlockAllocator:
         duplicates = cache.duplicates
         tree = cache.tree
         if not tree and writers is None:
+            # One look-up per key, in C: a key not cached yet is indexed to this
+            # request's block (the common case, all of them); a key cached already
+            # keeps its block, and this one is a duplicate (kept with `duplicates`).
             new_keys = key_list[start:full]
-            if not any(map(index.__contains__, new_keys)):  # the common case: all new
-                new_blocks = table[start:full]
-                index.update(zip(new_keys, new_blocks))
+            new_blocks = table[start:full]
+            found = list(map(index.setdefault, new_keys, new_blocks))
+            if found == new_blocks:
                 key_of.update(zip(new_blocks, new_keys))
-                keys.registered = full
-                return
+            else:
+                for key, block, cached in zip(new_keys, new_blocks, found):
+                    if cached == block:
+                        key_of[block] = key
+                    elif duplicates and block not in key_of:
+                        cache.others.setdefault(key, []).append(block)
+                        key_of[block] = key
+            keys.registered = full
+            return
         new_blocks = []
         first_new = None
         for i in range(start, full):

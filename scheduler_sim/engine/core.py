@@ -324,8 +324,7 @@ class Engine:
         if self._emit is not None:
             self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
 
-    def cached_prefix(self, req: Request, count: bool = True,
-                      whole: bool = False) -> list[int]:
+    def cached_prefix(self, req: Request, whole: bool = False) -> list[int]:
         """The leading blocks of `req` found in the prefix cache (none without one).
 
         At least the last token of the current sequence is always computed, so
@@ -337,7 +336,7 @@ class Engine:
             return []
         rows = req.prompt_tokens + req.outputs
         limit = (rows if whole else rows - 1) // self.options.block_size
-        return self.allocator.lookup(req.block_keys, limit, count)
+        return self.allocator.lookup(req.block_keys, limit)
 
     def report_blocked(self, req: Request, reason: str, needed: int) -> None:
         """Report the queue head that cannot be admitted at this boundary."""

@@ -515,7 +515,7 @@ class BlockAllocator:
 
     # --- prefix caching (§8) -----------------------------------------------
 
-    def lookup(self, keys: BlockKeys, max_blocks: int, count: bool = True) -> list[int]:
+    def lookup(self, keys: BlockKeys, max_blocks: int) -> list[int]:
         """The longest run of leading blocks whose keys are cached and reusable.
 
         A block is reusable if somebody holds it or it waits in the LRU queue;
@@ -526,14 +526,14 @@ class BlockAllocator:
             return []
         # Keyed blocks are held, free in the LRU queue, draining, or pinned with no
         # owner (the last two are not reusable).
-        # In growing slices, so that a long prompt with a short hit costs little.
-        key_list = keys.ensure(max_blocks)
+        # In growing slices, keys computed only as far as looked up, so that a long
+        # prompt with a short hit costs little.
         get = cache.index.get
         hits: list[int] = []
         start, step = 0, 16
         while start < max_blocks:
             end = start + step if start + step < max_blocks else max_blocks
-            found = list(map(get, key_list[start:end]))
+            found = list(map(get, keys.ensure(end)[start:end]))
             if None in found:
                 hits += found[:found.index(None)]
                 break

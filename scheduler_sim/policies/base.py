@@ -70,11 +70,9 @@ class SchedulerView(Protocol):
         """Move `req` to RUNNING with a reservation of `credit` blocks (0: on demand),
         sharing the `cached` prefix blocks found by `cached_prefix`."""
 
-    def cached_prefix(self, req: Request, count: bool = True,
-                      whole: bool = False) -> list[int]:
+    def cached_prefix(self, req: Request, whole: bool = False) -> list[int]:
         """The leading blocks of `req` the prefix cache can give it now (read-only);
-        `count=False` leaves the hit statistics alone (for sorting); `whole`
-        includes the block of the sequence's last token (never reusable)."""
+        `whole` includes the block of the sequence's last token (never reusable)."""
 
     def report_blocked(self, req: Request, reason: str, needed: int) -> None:
         """Report that the queue head `req` cannot be admitted now, and why."""
@@ -155,7 +153,7 @@ class Policy:
         """The waiting queue in the configured order (`lpm` scores by cached prefix)."""
         o = self.options
         return make_queue(o.order, o.seed, o.lpm_threshold,
-                          lambda req: len(self.view.cached_prefix(req, False, True)),
+                          lambda req: len(self.view.cached_prefix(req, whole=True)),
                           o.block_size)
 
     # --- sizing -------------------------------------------------------------

@@ -307,7 +307,7 @@ class SglangPolicy(QueueAndListPolicy):
         if passes % REFRESH_INTERVAL == 0:
             look = self.view.cached_prefix
             for req in reversed(list(islice(waiting, REFRESH_MAX))):
-                look(req, False, True)
+                look(req, whole=True)
 
     def _allocate(self, plan: Plan) -> Plan:
         """Give the prefill batch its blocks, in order, once it is formed."""

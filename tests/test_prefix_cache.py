@@ -6,6 +6,7 @@ from collections import OrderedDict
 
 from conftest import req, simulate
 from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.records.errors import InvariantError
 from scheduler_sim.kv.prefix_cache import BlockKeys, PrefixCache
 
 
@@ -408,3 +409,106 @@ def test_tree_mode_cuts_a_run_where_the_prompt_ends():
     assert a.cache.evict() == [2, 3]
     again = BlockKeys(1, 2, 1, 1, prompt_ids=[1, 2], output_ids=[7, 8, 9])
     assert a.lookup(again, 2) == [0, 1]
+
+
+# --- runs: registration, eviction and lookups of several blocks at once -------------
+
+
+def test_a_run_with_keys_already_cached_keeps_the_later_blocks_as_duplicates():
+    """vLLM's cache (duplicates), pool of 6, block size 4. A writes [1..8] into blocks
+    [0,1] (keyed). B writes the same 8 tokens and 4 more into [2,3,4] before looking
+    anything up: its first two keys are cached already, so the index keeps A's blocks
+    and B's 2 and 3 become duplicates of them; its third key is new and indexed to 4."""
+    a = BlockAllocator(6, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ids = [1, 2, 3, 4, 5, 6, 7, 8]
+    ka, kb = keys_of(ids, 0), keys_of(ids + [9, 9, 9, 9], 1)
+    assert prefill(a, "A", ka, 8) == [0, 1]
+    assert prefill(a, "B", kb, 12) == [2, 3, 4]
+    index, others = a.cache.index, a.cache.others
+    assert [index[key(kb, i)] for i in range(3)] == [0, 1, 4]
+    assert others == {key(kb, 0): [2], key(kb, 1): [3]}
+    assert [a.cache.key_of[b] for b in (2, 3, 4)] == [key(kb, 0), key(kb, 1), key(kb, 2)]
+
+
+def test_evicting_a_run_promotes_each_duplicate_in_turn():
+    """Continuing: A frees [0,1] (LRU [1,0]), then B frees [2,3,4] (LRU [1,0,4,3,2]).
+    C takes 1 never-used block (5) and 3 evicted ones, 1, 0, 4: A's blocks leave, so
+    the duplicates 3 and 2 become the index entries of the first two keys, and the
+    third key is forgotten. A lookup of B's chain finds [2, 3]."""
+    a = BlockAllocator(6, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ids = [1, 2, 3, 4, 5, 6, 7, 8]
+    ka, kb = keys_of(ids, 0), keys_of(ids + [9, 9, 9, 9], 1)
+    prefill(a, "A", ka, 8)
+    prefill(a, "B", kb, 12)
+    a.free_request("A", 0, 0)
+    a.free_request("B", 0, 0)
+    assert list(a.cache.lru) == [1, 0, 4, 3, 2]
+    a.grow("C", 16)
+    ok(a)
+    assert a.table("C") == [5, 1, 0, 4]
+    assert a.step_evictions["C"] == 3
+    assert a.cache.others == {}
+    assert a.lookup(keys_of(ids + [9, 9, 9, 9], 2), 3) == [2, 3]
+
+
+def test_a_pinned_block_whose_owners_left_is_held_and_never_a_hit_until_unpinned():
+    """Pool of 3. A writes [1..4] into block 0 (keyed); a transfer pins it; A frees: 0
+    blocks drain (pinned, owned by nobody), held stays 1, and a lookup of the same
+    prompt finds nothing (the block is not reusable). Unpinned with no delay it goes
+    to the LRU queue (keyed) and is found again."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    ids = [1, 2, 3, 4, 5]
+    prefill(a, "A", keys_of(ids, 0), 4)
+    handle = a.pin([0])
+    assert a.free_request("A", 0, 0) == 0
+    ok(a)
+    assert (a.held, a.free, a.cached_free) == (1, 2, 0)
+    assert a.lookup(keys_of(ids, 1), 1) == []
+    assert a.unpin(handle, 1, 0) == 1
+    ok(a)
+    assert (a.held, a.free, a.cached_free) == (0, 3, 1)
+    assert a.lookup(keys_of(ids, 1), 1) == [0]
+
+
+def test_sharing_after_blocks_drained_while_nothing_was_shared():
+    """Without a cache, pool of 4: a holds [0,1], b holds [2]; b frees with a delay of 2
+    (block 2 drains). Then c shares a's block 0 (the first sharing): held stays 2, and
+    block 0 has two owners; sharing the draining block 2 is refused with its number.
+    a frees: only block 1 drains; c frees at 3: block 0 drains."""
+    a = BlockAllocator(4, B)
+    a.grow("a", 8)
+    a.grow("b", 4)
+    assert a.free_request("b", now=0, delay=2) == 1
+    a.share("c", [0])
+    assert (a.held, a.draining) == (2, 1)
+    a.audit()
+    try:
+        a.share("d", [2])
+    except InvariantError as exc:
+        assert "block 2" in str(exc)
+    else:
+        raise AssertionError("sharing a draining block was accepted")
+    assert a.free_request("a", now=1, delay=2) == 1
+    assert a.free_request("c", now=3, delay=2) == 1
+    a.audit()
+
+
+def test_open_block_takes_one_plain_block_or_defers_to_grow():
+    """Pool of 4, blocks of 4, a credit of 2 blocks for r. r writes 4 rows (block 0),
+    frees nothing; its row 4 opens a block (1 taken, inline). Asking again for 5 rows
+    opens nothing (grow's answer, 0); a third block would exceed the credit: the
+    equation."""
+    a = BlockAllocator(4, B)
+    a.reserve("r", 2)
+    a.grow("r", 4)
+    assert a.open_block("r", 5) == 1
+    assert (a.table("r"), a.held, a.granted) == ([0, 1], 2, 2)
+    assert a.open_block("r", 5) == 0
+    try:
+        a.open_block("r", 9)
+    except InvariantError as exc:
+        assert "allocated(3) <= credit(2) is false" in str(exc)
+    else:
+        raise AssertionError("growing past the credit was accepted")

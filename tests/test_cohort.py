@@ -178,3 +178,28 @@ def test_blocks_within_counts_each_members_new_blocks_by_its_residue():
     cohort.start(lambda rid, rows: opened.append((rid, rows)))
     assert opened == [("a", 5)]
     assert (cohort.blocks_within(1), cohort.contexts()) == (1, 20)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_plan_given_as_a_list_is_counted_the_same(seed, monkeypatch):
+    """When the policy plans its decodes as a plain list of pairs (the engine does
+    not take them as the policy's own list), the members are found row by row: the
+    results are still those of writing every row."""
+    from scheduler_sim.engine import core
+    made = []
+    original = core.Engine.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.takes_decodes_first = False
+        made.append(self)
+
+    monkeypatch.setattr(core.Engine, "__init__", init)
+    rng = random.Random(7000 + seed)
+    options = dict(block_size=rng.choice([1, 2, 4]), num_blocks=rng.randint(12, 80),
+                   token_budget=rng.randint(2, 64), max_rows=rng.randint(1, 10))
+    records = _workload(seed)
+    counted, used = _replay(records, "continuous", True, **options)
+    written, _ = _replay(records, "continuous", False, **options)
+    assert counted == written
+    assert made[0]._cohort is not None

@@ -241,8 +241,13 @@ class Engine:
         return self._cohort
 
     def settle_members(self, flight: _InFlight) -> None:
-        """Write every counted decoder's progress; `flight`'s rows are then all
-        written ones (folding, when counted and written rows are mixed)."""
+        """Write every counted decoder's progress while `flight`, a dispatch of
+        decodes only, runs: its rows are then all written ones, and its members'
+        outputs are emitted as theirs when it completes (folding, when counted
+        and written rows are mixed)."""
+        if flight.rows is not None:
+            raise InvariantError("the members of a dispatch with rows other than "
+                                 "decodes are settled before it completes", self.now)
         self._cohort.settle_all()
         flight.decoders, flight.members = flight.requests, 0
 
@@ -737,7 +742,9 @@ class Engine:
         not run so are settled and leave. Returns every row's request, the rows
         left to write one by one, the members run, and their summed context."""
         if cohort.last_done != self.now:
-            cohort.settle_all()  # an idle gap: their last output is not this start
+            # An idle gap (no built-in policy leaves one while members decode): their
+            # last output is not this start, so they are written and leave.
+            cohort.settle_all()
             return None, plan, 0, 0
         get = cohort.members.get
         if type(plan) is DecodesFirst:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import pytest
+
 from conftest import req, simulate
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.records.errors import InvariantError
 from scheduler_sim.kv.prefix_cache import BlockKeys, PrefixCache
+from scheduler_sim.records.errors import InvariantError
 
 
 def key(keys: BlockKeys, i: int):
@@ -273,6 +276,61 @@ def test_lookup_stops_at_the_first_miss():
     assert a.lookup(plain_keys(0, 12), 3) == [0]    # block 2 is cached but after the miss
 
 
+def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of():
+    """vLLM's cache (duplicates), pool of 4, delay 1: A keys [0,1,2]; B shares hits [0,1]
+    (registered 2); a pin holds [1,2]. A's free drains nothing (0, 1 are B's too, 2 is a
+    pinned orphan); B's drains 0 (1 is now an orphan); the unpin drains 1 and 2. Released
+    at 1, the LRU is [0,1,2] with each block's key as its value, key_of stays empty, and
+    A's keys find all three; after fresh block 3 goes, the next grow evicts 0, key 0
+    leaves the index and the lookup misses at once."""
+    a = BlockAllocator(4, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ka = plain_keys(0, 12)
+    assert prefill(a, "A", ka, 12) == [0, 1, 2]
+    kb = plain_keys(0, 12)
+    hits = a.lookup(kb, 2)
+    assert hits == [0, 1]
+    a.share("B", hits, kb)
+    assert kb.registered == 2
+    handle = a.pin([1, 2])
+    ok(a)
+    assert a.free_request("A", 0, 1) == 0
+    ok(a)
+    assert (a.held, a.draining, sorted(a._orphans)) == (3, 0, [2])
+    assert a.free_request("B", 0, 1) == 1
+    ok(a)
+    assert (a.held, a.draining, sorted(a._orphans)) == (2, 1, [1, 2])
+    assert a.unpin(handle, 0, 1) == 2
+    ok(a)
+    assert (a.held, a.draining, a.lookup(ka, 3)) == (0, 3, [])
+    assert a.release_expired(1) == 3
+    ok(a)
+    assert list(a.cache.lru.items()) == [(0, key(ka, 0)), (1, key(ka, 1)), (2, key(ka, 2))]
+    assert a.cache.key_of == {}
+    assert a.lookup(ka, 3) == [0, 1, 2]
+    a.grow("C", 4)
+    a.grow("D", 4)
+    ok(a)
+    assert (a.table("C"), a.table("D"), list(a.cache.lru)) == ([3], [0], [1, 2])
+    assert a.cache.index == {key(ka, 1): 1, key(ka, 2): 2}
+    assert a.lookup(ka, 3) == []
+
+
+def test_vllm_cache_refuses_a_share_without_the_requests_keys():
+    """vLLM's cache knows a shared block's key only from its sharer's BlockKeys: sharing
+    A's cached block 0 without them raises, and so does sharing after own blocks."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ka = plain_keys(0, 8)
+    prefill(a, "A", ka, 8)
+    with pytest.raises(InvariantError, match="without their keys"):
+        a.share("X", [0])
+    a.grow("Y", 4)
+    with pytest.raises(InvariantError, match="without their keys"):
+        a.share("Y", [0], plain_keys(0, 8))
+    ok(a)
+
+
 def test_lookup_honours_max_blocks():
     """With A's three keyed blocks in the LRU, lookup with max_blocks 2 returns [0,1] and
     with max_blocks 0 returns []."""
@@ -428,7 +486,6 @@ def test_a_run_with_keys_already_cached_keeps_the_later_blocks_as_duplicates():
     index, others = a.cache.index, a.cache.others
     assert [index[key(kb, i)] for i in range(3)] == [0, 1, 4]
     assert others == {key(kb, 0): [2], key(kb, 1): [3]}
-    assert [a.cache.key_of[b] for b in (2, 3, 4)] == [key(kb, 0), key(kb, 1), key(kb, 2)]
 
 
 def test_evicting_a_run_promotes_each_duplicate_in_turn():

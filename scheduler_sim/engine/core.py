@@ -316,7 +316,7 @@ class Engine:
         req.admit(self.now, self._admit_seq, credit)
         hit = 0
         if cached:
-            self.allocator.share(req.rid, cached)
+            self.allocator.share(req.rid, cached, req.block_keys)
             hit = len(cached) * self.options.block_size
             req.record_cached(hit)
         if req.block_keys is not None:

@@ -26,6 +26,15 @@ With prefix caching, free blocks are of two kinds: plain ones, reused first
 queue of `prefix_cache.PrefixCache`, handed out only when no plain block is
 left. Both count as free.
 
+Which key a block carries is kept one of two ways. In vLLM's cache
+(`duplicates`, no `tree`) a request's keyed blocks are always the leading
+ones of its table, the first `registered` of its `BlockKeys`, so the
+allocator remembers that object per request instead of a key per block; a
+freed keyed block carries its key along, through the drain queue or as a
+pinned orphan, into the LRU queue. Other modes leave a later block unkeyed
+when its key is cached already (or, in SGLang's tree, swap it for the
+cached one), so they name each block's key in `PrefixCache.key_of`.
+
 Check-then-act pairs: `can_reserve` / `reserve`, `can_allocate` / `grow`.
 `try_grow` is all-or-nothing: a reconstruction that cannot get every block
 it needs takes none (L4).
@@ -86,7 +95,14 @@ class BlockAllocator:
         self._tables: dict[str, list[int]] = {}
         self._credits: dict[str, int] = {}
         self._grown: dict[str, int] = {}   # blocks a credited request allocated itself
-        self._drain: deque[tuple[int, list[int]]] = deque()  # (expiry tick, blocks)
+        # (expiry tick, blocks, keyed blocks, their keys): the last two only in
+        # vLLM's cache, where the keys of blocks nobody holds travel with them.
+        self._drain: deque[tuple[int, list[int], list[int], list]] = deque()
+        # vLLM's cache: the BlockKeys of each request whose table starts with
+        # keyed blocks (the first `registered` of them, each with its key), and
+        # the keys of pinned orphans that carry one.
+        self._runs: dict[str, BlockKeys] = {}
+        self._orphan_keys: dict[int, bytes] = {}
         self.held = 0
         self.draining = 0
         self.reserved = 0
@@ -262,13 +278,22 @@ class BlockAllocator:
         their keys (PrefixCache.evict, for a run of blocks at once)."""
         cache = self.cache
         lru = cache.lru
-        if count == len(lru):
-            taken = list(lru)
-            lru.clear()
+        if cache.duplicates:  # vLLM's cache (never a tree here): keys are the queue's values
+            if count == len(lru):
+                taken = list(lru)
+                keys = list(lru.values())
+                lru.clear()
+            else:
+                taken = list(islice(lru, count))
+                keys = list(map(lru.pop, taken))
         else:
-            taken = list(islice(lru, count))
-            deque(map(lru.__delitem__, taken), 0)
-        keys = list(map(cache.key_of.pop, taken))
+            if count == len(lru):
+                taken = list(lru)
+                lru.clear()
+            else:
+                taken = list(islice(lru, count))
+                deque(map(lru.__delitem__, taken), 0)
+            keys = list(map(cache.key_of.pop, taken))
         index = cache.index
         others = cache.others
         if not others:  # one block per key: each is its key's index entry
@@ -346,7 +371,8 @@ class BlockAllocator:
         if not self._shared:
             self._shared = True
             self._plain_set = set(self._free)
-            self._draining_set = {b for _, blocks in self._drain for b in blocks}
+            self._draining_set = {b for _, blocks, keyed, _ in self._drain
+                                   for b in blocks + keyed}
 
     def _held(self, block: int) -> bool:
         """Whether somebody owns or pins `block` (shared mode)."""
@@ -354,22 +380,34 @@ class BlockAllocator:
                 and block not in self._draining_set
                 and (self.cache is None or block not in self.cache.lru))
 
-    def share(self, rid: str, blocks: list[int]) -> None:
+    def share(self, rid: str, blocks: list[int], keys: BlockKeys | None = None) -> None:
         """Append blocks found in the cache or held by others to `rid`'s table.
 
         Each gets one more owner; a cached free block leaves the LRU queue and
-        is held again.
+        is held again. In vLLM's cache a shared block's key stays known only
+        through its owners, so there `blocks` must be what `lookup(keys, ...)`
+        found for `rid`'s empty table: they become its first registered blocks.
         """
         self._become_shared()
+        cache = self.cache
+        if cache is not None and cache.duplicates and not cache.tree and blocks:
+            if keys is None or self._tables.get(rid):
+                raise InvariantError(
+                    f"request {rid!r} shares cached blocks without their keys, or "
+                    "after blocks of its own (vLLM's cache keys a table's leading blocks)")
+            keys.ensure(len(blocks))
+            keys.registered = len(blocks)
+            self._runs[rid] = keys
         extra = self._extra
         orphans = self._orphans
-        lru = self.cache.lru if self.cache is not None else {}
+        lru = cache.lru if cache is not None else {}
         for block in blocks:
             if block in lru:
                 del lru[block]
                 self.held += 1
             elif block in orphans:
                 orphans.remove(block)  # pinned, and owned again
+                self._orphan_keys.pop(block, None)  # its new owner's keys name it
             elif self._held(block):
                 extra[block] = extra.get(block, 0) + 1
             elif 0 <= block < self._fresh:
@@ -403,7 +441,10 @@ class BlockAllocator:
         """Acknowledge a transfer's drain; blocks nobody holds any more start draining."""
         blocks = self._pin_sets.pop(handle)
         pins = self._pins
+        orphan_keys = self._orphan_keys
         orphans = []
+        keyed = []
+        keys = []
         for block in blocks:
             left = pins[block] - 1
             if left:
@@ -412,9 +453,14 @@ class BlockAllocator:
                 del pins[block]
                 if block in self._orphans:
                     self._orphans.remove(block)
-                    orphans.append(block)
-        self._drain_blocks(orphans, now, delay)
-        return len(orphans)
+                    key = orphan_keys.pop(block, None)
+                    if key is None:
+                        orphans.append(block)
+                    else:
+                        keyed.append(block)
+                        keys.append(key)
+        self._drain_blocks(orphans, now, delay, keyed, keys)
+        return len(orphans) + len(keyed)
 
     def free_request(self, rid: str, now: int, delay: int) -> int:
         """Release `rid`'s credit and block references; return the blocks sent to drain.
@@ -426,12 +472,25 @@ class BlockAllocator:
         self.step_evictions.pop(rid, None)
         self.step_growth.pop(rid, None)
         table = self._tables.pop(rid, None)
+        run = self._runs.pop(rid, None) if self._runs else None
         if not table:
             return 0
         table.reverse()  # tail first
+        # vLLM's cache: the table's first `registered` blocks carry their keys,
+        # the last ones of the reversed table.
+        count = run.registered if run is not None else 0
+        if count:
+            split = len(table) - count
+            keyed = table[split:]
+            keys = run.keys[count - 1::-1]
+            del table[split:]
+        else:
+            keyed = keys = ()
         extra = self._extra
         if extra:
             shared = extra.keys() & table  # blocks somebody else owns too
+            if keyed:
+                shared |= extra.keys() & keyed
             if shared:
                 for block in shared:
                     left = extra[block] - 1
@@ -440,27 +499,49 @@ class BlockAllocator:
                     else:
                         del extra[block]
                 table = list(filterfalse(shared.__contains__, table))
+                if keyed:
+                    keep = [block not in shared for block in keyed]
+                    keyed = list(compress(keyed, keep))
+                    keys = list(compress(keys, keep))
         pins = self._pins
         if pins:
             pinned = pins.keys() & table  # owned by nobody now, but pinned: held
+            if keyed:
+                pinned_keyed = pins.keys() & keyed
+                if pinned_keyed:
+                    keep = [block not in pinned_keyed for block in keyed]
+                    self._orphan_keys.update(
+                        (block, key) for block, key, kept in zip(keyed, keys, keep) if not kept)
+                    keyed = list(compress(keyed, keep))
+                    keys = list(compress(keys, keep))
+                    self._orphans.update(pinned_keyed)
             if pinned:
                 self._orphans.update(pinned)
                 table = list(filterfalse(pinned.__contains__, table))
-        self._drain_blocks(table, now, delay)
-        return len(table)
+        self._drain_blocks(table, now, delay, keyed, keys)
+        return len(table) + len(keyed)
 
-    def _give(self, blocks: list[int]) -> None:
+    def _give(self, blocks: list[int], keyed=(), keys=()) -> None:
         """Return blocks to the free pools, in the order they were freed.
 
         Plain blocks go on top of a stack, as vLLM prepends them to its free
         queue: the latest batch freed is reused first and, within a batch, the
         block freed first (a request's tail). Cached blocks join the LRU tail
         in order, so a request's tail blocks are evicted before its prefix.
+        In vLLM's cache `blocks` are plain and `keyed` carry `keys`; otherwise
+        `key_of` tells which of `blocks` are cached.
         """
         cache = self.cache
         if cache is None:
             self._free.extend(reversed(blocks))
             if self._shared:
+                self._plain_set.update(blocks)
+            return
+        if cache.duplicates and not cache.tree:
+            if keyed:
+                cache.lru.update(zip(keyed, keys))
+            if blocks:
+                self._free.extend(reversed(blocks))
                 self._plain_set.update(blocks)
             return
         keyed = list(map(cache.key_of.__contains__, blocks))
@@ -476,40 +557,48 @@ class BlockAllocator:
             self._free.extend(reversed(plain))
             self._plain_set.update(plain)
 
-    def _drain_blocks(self, blocks: list[int], now: int, delay: int) -> None:
-        """Move blocks nobody holds from held to draining, free at `now + delay`.
+    def _drain_blocks(self, blocks: list[int], now: int, delay: int,
+                      keyed=(), keys=()) -> None:
+        """Move blocks nobody holds from held to draining, free at `now + delay`
+        (`keyed`, with `keys`, as for `_give`).
 
         With no delay they are free at once, so a policy that preempts in the
         middle of a step can reuse the victim's blocks in that same step.
         """
-        if not blocks:
+        count = len(blocks) + len(keyed)
+        if not count:
             return
-        self.held -= len(blocks)
+        self.held -= count
         if delay == 0:
-            self._give(blocks)
+            self._give(blocks, keyed, keys)
             return
-        self.draining += len(blocks)
+        self.draining += count
         if self._shared:
             self._draining_set.update(blocks)
+            self._draining_set.update(keyed)
         expiry = now + delay
         drain = self._drain
         if drain and drain[-1][0] == expiry:
-            drain[-1][1].extend(blocks)
+            last = drain[-1]
+            last[1].extend(blocks)
+            last[2].extend(keyed)
+            last[3].extend(keys)
         elif drain and drain[-1][0] > expiry:
             raise InvariantError(f"drain expiry({expiry}) >= last expiry({drain[-1][0]}) is false")
         else:
-            drain.append((expiry, blocks))
+            drain.append((expiry, blocks, keyed or [], keys or []))
 
     def release_expired(self, now: int) -> int:
         """Move every draining block whose delay has passed to the free pools."""
         released = 0
         drain = self._drain
         while drain and drain[0][0] <= now:
-            _, blocks = drain.popleft()
+            _, blocks, keyed, keys = drain.popleft()
             if self._shared:
                 self._draining_set.difference_update(blocks)
-            self._give(blocks)
-            released += len(blocks)
+                self._draining_set.difference_update(keyed)
+            self._give(blocks, keyed, keys)
+            released += len(blocks) + len(keyed)
         self.draining -= released
         return released
 
@@ -573,10 +662,31 @@ class BlockAllocator:
         writers = cache.writers
         duplicates = cache.duplicates
         tree = cache.tree
+        if not tree and duplicates:
+            # vLLM's cache: every block from `start` on is new to the cache (a
+            # lookup shared the keyed ones before it) and takes its key, noted
+            # only as this request's `keys.registered`. One look-up per key, in
+            # C: a key not cached yet is indexed to this block (the common case,
+            # all of them); a key cached already keeps its block, and this one is
+            # a duplicate.
+            self._runs[rid] = keys
+            new_keys = key_list[start:full]
+            new_blocks = table[start:full]
+            found = list(map(index.setdefault, new_keys, new_blocks))
+            if found != new_blocks:
+                others = cache.others
+                for key, block, cached in zip(new_keys, new_blocks, found):
+                    if cached != block:
+                        others.setdefault(key, []).append(block)
+            if writers is not None:
+                for i in range(start, full):
+                    writers[table[i]] = (rid, i)
+            keys.registered = full
+            return
         if not tree and writers is None:
             # One look-up per key, in C: a key not cached yet is indexed to this
             # request's block (the common case, all of them); a key cached already
-            # keeps its block, and this one is a duplicate (kept with `duplicates`).
+            # keeps its block, and this one is left unkeyed.
             new_keys = key_list[start:full]
             new_blocks = table[start:full]
             found = list(map(index.setdefault, new_keys, new_blocks))
@@ -585,9 +695,6 @@ class BlockAllocator:
             else:
                 for key, block, cached in zip(new_keys, new_blocks, found):
                     if cached == block:
-                        key_of[block] = key
-                    elif duplicates and block not in key_of:
-                        cache.others.setdefault(key, []).append(block)
                         key_of[block] = key
             keys.registered = full
             return
@@ -718,13 +825,13 @@ class BlockAllocator:
             raise InvariantError(f"orphans({sorted(self._orphans)}) == pinned blocks in no "
                                  f"table({sorted(set(pinned) - referenced)}) is false")
         if self._shared and (self._plain_set != set(self._free) or self._draining_set != {
-                b for _, blocks in self._drain for b in blocks}):
+                b for _, blocks, keyed, _ in self._drain for b in blocks + keyed}):
             raise InvariantError("the plain free and draining sets disagree with their queues")
         for rid, credit in self._credits.items():
             if self._grown[rid] > credit:
                 raise InvariantError(
                     f"request {rid!r}: allocated({self._grown[rid]}) <= credit({credit}) is false")
-        draining = sum(len(b) for _, b in self._drain)
+        draining = sum(len(b) + len(k) for _, b, k, _ in self._drain)
         if draining != self.draining:
             raise InvariantError(f"drain queue({draining}) == draining({self.draining}) is false")
         free = set(self._free) | (set(self.cache.lru) if self.cache is not None else set())
@@ -735,11 +842,60 @@ class BlockAllocator:
         if free & (referenced | pinned):
             raise InvariantError("a free block is still referenced or pinned")
         if self.cache is not None:
-            for key, block in self.cache.index.items():
-                if self.cache.key_of.get(block) != key:
+            cache = self.cache
+            key_of = cache.key_of
+            if cache.duplicates and not cache.tree:
+                key_of = self._keys_in_runs()
+                if cache.key_of:
+                    raise InvariantError("vLLM's cache names block keys in key_of")
+                if len(key_of) != len(cache.index) + sum(map(len, cache.others.values())):
+                    raise InvariantError(
+                        f"keyed blocks({len(key_of)}) == indexed blocks and duplicates"
+                        f"({len(cache.index) + sum(map(len, cache.others.values()))}) is false")
+            elif any(key is not None for key in cache.lru.values()) or self._runs \
+                    or self._orphan_keys or any(k for _, _, k, _ in self._drain):
+                raise InvariantError("block keys kept outside key_of out of vLLM's cache")
+            for key, block in cache.index.items():
+                if key_of.get(block) != key:
                     raise InvariantError(f"cache index and block keys disagree on block {block}")
-            for key, blocks in self.cache.others.items():
-                if key not in self.cache.index or any(
-                        self.cache.key_of.get(b) != key for b in blocks):
+            for key, blocks in cache.others.items():
+                if key not in cache.index or any(key_of.get(b) != key for b in blocks):
                     raise InvariantError(f"cache duplicates and block keys disagree on key "
                                          f"{key!r}")
+
+    def _keys_in_runs(self) -> dict:
+        """vLLM's cache, for `audit`: the key of every keyed block, gathered from
+        the tables' leading blocks, the drain queue, the pinned orphans and the
+        LRU queue, each block with one key wherever it is named."""
+        key_of: dict = {}
+
+        def note(block, key, where):
+            if key_of.setdefault(block, key) != key:
+                raise InvariantError(f"block {block} has two keys ({where})")
+
+        for rid, run in self._runs.items():
+            table = self._tables.get(rid)
+            if table is None or not run.registered <= min(len(table), len(run.keys)):
+                raise InvariantError(f"request {rid!r}: registered({run.registered}) <= "
+                                     f"its blocks and keys is false")
+            for block, key in zip(table, run.keys[:run.registered]):
+                note(block, key, f"in the table of {rid!r}")
+        for rid, table in self._tables.items():
+            run = self._runs.get(rid)
+            if any(b in key_of for b in table[run.registered if run is not None else 0:]):
+                raise InvariantError(f"request {rid!r} holds a keyed block past its keyed "
+                                     "leading blocks")
+        for _, _, keyed, keys in self._drain:
+            if len(keyed) != len(keys):
+                raise InvariantError("draining keyed blocks and their keys differ in number")
+            for block, key in zip(keyed, keys):
+                note(block, key, "draining")
+        if not self._orphan_keys.keys() <= self._orphans:
+            raise InvariantError("a pinned orphan's key outlived the orphan")
+        for block, key in self._orphan_keys.items():
+            note(block, key, "pinned")
+        for block, key in self.cache.lru.items():
+            if key is None:
+                raise InvariantError(f"free cached block {block} has no key in the LRU queue")
+            note(block, key, "free")
+        return key_of

@@ -19,7 +19,10 @@ several blocks per key (`duplicates`), and SGLang's radix tree evicts whole
 leaf nodes of blocks registered together, least recently looked up first
 (`tree`). The queue is an ordered dict, so taking a block
 out of its middle (a cache hit) is O(1). The allocator owns a `PrefixCache`
-and decides when blocks enter and leave it.
+and decides when blocks enter and leave it. `key_of` names each keyed
+block's key, except in vLLM's cache: there the allocator knows the keys of
+the blocks in use from the requests' `BlockKeys`, and a free block's key is
+its value in the LRU queue.
 """
 from __future__ import annotations
 
@@ -148,6 +151,8 @@ class PrefixCache:
 
     def __init__(self) -> None:
         self.index: dict[Hashable, int] = {}
+        # The key of each keyed block, but in vLLM's cache (`duplicates`, no
+        # `tree`), where it stays empty (see `lru`).
         self.key_of: dict[int, Hashable] = {}
         # With `duplicates` (vLLM's cache, several blocks per hash), a block filled
         # with content already cached keeps the key too: `index` names the first
@@ -163,7 +168,9 @@ class PrefixCache:
         self.nodes: dict[int, list] = {}  # node -> [blocks, parent, children, stamp]
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
-        self.lru: OrderedDict[int, None] = OrderedDict()  # least recently freed first
+        # Free blocks that keep a key, least recently freed first; the value is
+        # the block's key in vLLM's cache, None where `key_of` names it.
+        self.lru: OrderedDict[int, Hashable | None] = OrderedDict()
         self.hits = 0      # blocks reused, over the run
         self.queried = 0   # blocks looked up, over the run
         # (request id, block number) that wrote each keyed block, kept only when
@@ -279,8 +286,11 @@ class PrefixCache:
             node = self.evict_node()
             if node:
                 return node
-        block, _ = self.lru.popitem(last=False)
-        self._forget(block)
+        block, key = self.lru.popitem(last=False)
+        if key is None:
+            self._forget(block)
+        else:
+            self.forget_key(block, key)
         if self.tree:
             self._detach(block)
         return [block]
@@ -290,7 +300,8 @@ class PrefixCache:
         self.forget_key(block, self.key_of.pop(block))
 
     def forget_key(self, block: int, key) -> None:
-        """The index side of `_forget`, once `key_of` no longer names `block`."""
+        """The index side of `_forget`, once `key_of` no longer names `block` (or
+        never did: vLLM's cache)."""
         others = self.others
         if self.index[key] == block:
             rest = others.get(key)

@@ -569,3 +569,19 @@ def test_open_block_takes_one_plain_block_or_defers_to_grow():
         assert "allocated(3) <= credit(2) is false" in str(exc)
     else:
         raise AssertionError("growing past the credit was accepted")
+
+
+def test_hash_keys_resume_and_chain_into_output_ids():
+    """hash_block_size 8, P=8, hashes [x], outputs given as ids [1, 2, 3, 4]: block 2
+    (the outputs) chains from block 1's hash key, so it matches another request with
+    the same hash and outputs and not one whose hash differs. Keys computed one at a
+    time are the keys computed at once."""
+    a = BlockKeys(0, 8, B, 8, hashes=["x"], output_ids=[1, 2, 3, 4])
+    b = BlockKeys(1, 8, B, 8, hashes=["x"], output_ids=[1, 2, 3, 4])
+    c = BlockKeys(2, 8, B, 8, hashes=["y"], output_ids=[1, 2, 3, 4])
+    assert [key(a, i) == key(b, i) for i in range(3)] == [True, True, True]
+    assert [key(a, i) == key(c, i) for i in range(3)] == [False, False, False]
+    step = BlockKeys(3, 16, B, 8, hashes=["x", "y"])
+    for i in range(1, 5):
+        step.ensure(i)
+    assert step.keys == BlockKeys(4, 16, B, 8, hashes=["x", "y"]).ensure(4)

@@ -36,7 +36,6 @@ __all__ = ["BlockKeys", "PrefixCache"]
 
 
 _ROOT = bytes(16)  # the parent key of a request's first block
-_OFFSETS: dict[tuple[int, int, int], list[bytes]] = {}  # see _tails
 
 
 def _chain(parent: bytes, content: bytes) -> bytes:
@@ -54,15 +53,6 @@ def _tokens(ids) -> bytes:
         return b"T" + ascii(tuple(ids)).encode()
 
 
-def _tails(first: int, size: int, hbs: int) -> list[bytes]:
-    """The offsets `first`, `first + size`, ... below `hbs` as key bytes: the
-    tails of the keys of consecutive blocks ending in one hash entry."""
-    tails = _OFFSETS.get((first, size, hbs))
-    if tails is None:
-        tails = _OFFSETS[(first, size, hbs)] = [b"%d" % o for o in range(first, hbs, size)]
-    return tails
-
-
 def _hash_id(value) -> bytes:
     """A trace's hash id (an integer or a string), tagged by its kind."""
     return b"i%d" % value if type(value) is int else b"s" + ascii(value).encode()
@@ -71,11 +61,12 @@ def _hash_id(value) -> bytes:
 class BlockKeys:
     """The chain of keys of one request's full blocks, computed on demand.
 
-    A key is bytes. Token ids: `_chain(parent key, ids)`. A trace's hash ids:
-    each hash entry is chained once (`_chain(previous entry's digest, id)`) and
-    a block's key is that digest followed by its last token's offset in the
-    entry. Content unique to the request: `r`, its trace position and the
-    block number, which no other request can produce.
+    Token ids: bytes, `_chain(parent key, ids)`. A trace's hash ids: each hash
+    entry is chained once (`_chain(previous entry's digest, id)`) and a block's
+    key is the integer digest * hash_block_size + the offset of its last token
+    in the entry (one pair, one integer; never equal to a bytes key). Content
+    unique to the request: bytes `r`, its trace position and the block number,
+    which no other request can produce.
     """
 
     __slots__ = ("index", "prompt_ids", "output_ids", "hashes", "prompt_tokens",
@@ -90,7 +81,7 @@ class BlockKeys:
         self.prompt_ids = prompt_ids
         self.output_ids = output_ids
         self.hashes = hashes
-        self.keys: list[bytes] = []
+        self.keys: list[bytes | int] = []
         self.registered = 0  # leading blocks whose keys the cache already knows
 
     def _key(self, i: int, parent: bytes) -> bytes:
@@ -123,21 +114,24 @@ class BlockKeys:
             limit = min(self.prompt_tokens, len(hashes) * hbs)
             stop = min(count, limit // size)  # blocks whose tokens all have hash ids
             entry, digest = -1, _ROOT
-            if i:  # resume after the keys computed before
+            if i and i <= stop:  # resume after the keys computed before
                 entry = (i * size - 1) // hbs
-                digest = keys[-1][:16]
+                digest = (keys[-1] // hbs).to_bytes(16, "big")
             while i < stop:
-                # Blocks whose last token falls in entry j: one digest, their
-                # offsets in the entry as tails.
+                # Blocks whose last token falls in entry j: one digest, and as keys
+                # the integers digest * hbs + offset of their last token (so that
+                # consecutive blocks' keys are a range, made in C).
                 j = ((i + 1) * size - 1) // hbs
                 while entry < j:
                     entry += 1
                     digest = _chain(digest, _hash_id(hashes[entry]))
                 end = min(stop, (j + 1) * hbs // size)
-                first = (i + 1) * size - 1 - j * hbs
-                keys.extend(map(digest.__add__, _tails(first, size, hbs)[:end - i]))
+                first = int.from_bytes(digest, "big") * hbs + (i + 1) * size - 1 - j * hbs
+                keys.extend(range(first, first + (end - i) * size, size))
                 i = end
         parent = keys[-1] if keys else _ROOT
+        if type(parent) is int:  # a hash-id key, chained from as bytes
+            parent = b"h" + parent.to_bytes((parent.bit_length() + 7) // 8, "big")
         key = self._key
         while i < count:
             parent = key(i, parent)

@@ -126,8 +126,15 @@ class Cohort:
         """`dispatches` more dispatches ran every member and completed, the last
         at `last_done` (folding): each member's blocks grow to cover its rows."""
         started = self.started
-        for req, (joined, _, _, _) in self.members.items():
-            grow(req.rid, req.resident + started - joined + dispatches)
+        size = self._size
+        members = self.members
+        for group, reqs in enumerate(self._groups):
+            # A member whose next row is q past a boundary opens a block only if
+            # q + dispatches passes the end of its current one.
+            q = (group + started) % size
+            if reqs and (q == 0 or q + dispatches > size):
+                for req in reqs:
+                    grow(req.rid, req.resident + started - members[req][0] + dispatches)
         self.started = started + dispatches
         self.completed += dispatches
         self.last_done = last_done

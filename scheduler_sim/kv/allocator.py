@@ -278,7 +278,7 @@ class BlockAllocator:
         their keys (PrefixCache.evict, for a run of blocks at once)."""
         cache = self.cache
         lru = cache.lru
-        if cache.duplicates:  # vLLM's cache (never a tree here): the queue in runs
+        if cache.runs is not None:  # vLLM's cache (never a tree here): the queue in runs
             taken, keys = cache.pop_oldest(count)
         else:
             if count == len(lru):
@@ -656,9 +656,7 @@ class BlockAllocator:
         index = cache.index
         key_of = cache.key_of
         writers = cache.writers
-        duplicates = cache.duplicates
-        tree = cache.tree
-        if not tree and duplicates:
+        if cache.runs is not None:  # duplicates, no tree
             # vLLM's cache: every block from `start` on is new to the cache (a
             # lookup shared the keyed ones before it) and takes its key, noted
             # only as this request's `keys.registered`. One look-up per key, in
@@ -679,6 +677,8 @@ class BlockAllocator:
                     writers[table[i]] = (rid, i)
             keys.registered = full
             return
+        duplicates = cache.duplicates
+        tree = cache.tree
         if not tree and writers is None:
             # One look-up per key, in C: a key not cached yet is indexed to this
             # request's block (the common case, all of them); a key cached already

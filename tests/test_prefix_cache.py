@@ -316,6 +316,70 @@ def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of():
     assert a.lookup(ka, 3) == []
 
 
+def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind():
+    """vLLM's cache, pool of 3: A's blocks [0,1,2] freed make the run [2,1,0]. B hits
+    [0,1] (their entries in that run go stale: 0 and 1 once each) and frees them as the
+    run [1,0]; the queue is [2,1,0] in order. C's 8 rows evict 2, skip the stale 1 and
+    0, then evict 1 from B's run: C holds [2,1], the queue is [0] (B's run at position
+    1), nothing is stale, and keys 1 and 2 of A left the index."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    a.cache.duplicates = True
+    assert type(a.cache.lru) is dict and a.cache.runs is not None
+    ka = plain_keys(0, 12)
+    assert prefill(a, "A", ka, 12) == [0, 1, 2]
+    a.free_request("A", 0, 0)
+    ok(a)
+    assert [[list(r[0]), r[1]] for r in a.cache.runs] == [[[2, 1, 0], 0]]
+    kb = plain_keys(0, 12)
+    hits = a.lookup(kb, 2)
+    assert hits == [0, 1]
+    a.share("B", hits, kb)
+    ok(a)
+    assert (a.cache.stale, a.cache.stale_total, list(a.cache.lru)) == ({0: 1, 1: 1}, 2, [2])
+    a.free_request("B", 0, 0)
+    ok(a)
+    assert [[list(r[0]), r[1]] for r in a.cache.runs] == [[[2, 1, 0], 0], [[1, 0], 0]]
+    assert list(a.cache.lru.items()) == [(2, key(ka, 2)), (1, key(ka, 1)), (0, key(ka, 0))]
+    assert a.cached_free == 3
+    a.grow("C", 8)
+    ok(a)
+    assert a.table("C") == [2, 1]
+    assert [[list(r[0]), r[1]] for r in a.cache.runs] == [[[1, 0], 1]]
+    assert (a.cache.stale, a.cache.stale_total, list(a.cache.lru)) == ({}, 0, [0])
+    assert a.cache.index == {key(ka, 0): 0}
+
+
+def test_vllm_cache_runs_are_rebuilt_once_stale_entries_outnumber_the_queue():
+    """One run of blocks 0..69 (block b keyed 100 + b); hits on 0..66 leave 67 stale
+    entries for a queue of 3 (67 <= 3 + 64: kept); the hit on 67 makes 68 > 2 + 64, so
+    the runs become the queue [68, 69] with nothing stale; popping 1 gives block 68 and
+    its key 168."""
+    c = PrefixCache()
+    c.duplicates = True
+    c.push_run(list(range(70)), range(100, 170))
+    for b in range(67):
+        c.hit(b)
+    assert (c.stale_total, len(c.runs), c.runs_order()) == (67, 1, [67, 68, 69])
+    c.hit(67)
+    assert ([[list(r[0]), r[1]] for r in c.runs], c.stale, c.stale_total) == ([[[68, 69], 0]], {}, 0)
+    assert c.pop_oldest(1) == ([68], [168])
+    assert (list(c.lru.items()), c.runs_order()) == ([(69, 169)], [69])
+
+
+def test_prefix_cache_mode_is_fixed_once_its_queue_holds_blocks():
+    """The queue's form follows the mode while empty (ordered dict, or a plain one with
+    runs in vLLM's cache); with a block queued a change of form raises."""
+    c = PrefixCache()
+    c.duplicates = True
+    assert (type(c.lru), c.runs) == (dict, c.runs) and c.runs is not None
+    c.tree = True
+    assert (type(c.lru), c.runs) == (OrderedDict, None)
+    c.tree = False
+    c.push_run([5], ["k"])
+    with pytest.raises(ValueError):
+        c.duplicates = False
+
+
 def test_vllm_cache_refuses_a_share_without_the_requests_keys():
     """vLLM's cache knows a shared block's key only from its sharer's BlockKeys: sharing
     A's cached block 0 without them raises, and so does sharing after own blocks."""

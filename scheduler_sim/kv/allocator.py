@@ -278,14 +278,8 @@ class BlockAllocator:
         their keys (PrefixCache.evict, for a run of blocks at once)."""
         cache = self.cache
         lru = cache.lru
-        if cache.duplicates:  # vLLM's cache (never a tree here): keys are the queue's values
-            if count == len(lru):
-                taken = list(lru)
-                keys = list(lru.values())
-                lru.clear()
-            else:
-                taken = list(islice(lru, count))
-                keys = list(map(lru.pop, taken))
+        if cache.runs is not None:  # vLLM's cache (never a tree here): the queue in runs
+            taken, keys = cache.pop_oldest(count)
         else:
             if count == len(lru):
                 taken = list(lru)
@@ -401,9 +395,10 @@ class BlockAllocator:
         extra = self._extra
         orphans = self._orphans
         lru = cache.lru if cache is not None else {}
+        hit = cache.hit if cache is not None and cache.runs is not None else lru.__delitem__
         for block in blocks:
             if block in lru:
-                del lru[block]
+                hit(block)
                 self.held += 1
             elif block in orphans:
                 orphans.remove(block)  # pinned, and owned again
@@ -528,7 +523,8 @@ class BlockAllocator:
         queue: the latest batch freed is reused first and, within a batch, the
         block freed first (a request's tail). Cached blocks join the LRU tail
         in order, so a request's tail blocks are evicted before its prefix.
-        In vLLM's cache `blocks` are plain and `keyed` carry `keys`; otherwise
+        In vLLM's cache `blocks` are plain and `keyed` carry `keys` (a list,
+        kept as one run of the queue, so nobody may change it later); otherwise
         `key_of` tells which of `blocks` are cached.
         """
         cache = self.cache
@@ -539,7 +535,7 @@ class BlockAllocator:
             return
         if cache.duplicates and not cache.tree:
             if keyed:
-                cache.lru.update(zip(keyed, keys))
+                cache.push_run(keyed, keys)
             if blocks:
                 self._free.extend(reversed(blocks))
                 self._plain_set.update(blocks)
@@ -660,9 +656,7 @@ class BlockAllocator:
         index = cache.index
         key_of = cache.key_of
         writers = cache.writers
-        duplicates = cache.duplicates
-        tree = cache.tree
-        if not tree and duplicates:
+        if cache.runs is not None:  # duplicates, no tree
             # vLLM's cache: every block from `start` on is new to the cache (a
             # lookup shared the keyed ones before it) and takes its key, noted
             # only as this request's `keys.registered`. One look-up per key, in
@@ -683,6 +677,8 @@ class BlockAllocator:
                     writers[table[i]] = (rid, i)
             keys.registered = full
             return
+        duplicates = cache.duplicates
+        tree = cache.tree
         if not tree and writers is None:
             # One look-up per key, in C: a key not cached yet is indexed to this
             # request's block (the common case, all of them); a key cached already
@@ -845,6 +841,12 @@ class BlockAllocator:
             cache = self.cache
             key_of = cache.key_of
             if cache.duplicates and not cache.tree:
+                try:
+                    in_runs = cache.runs_order()
+                except ValueError as e:
+                    raise InvariantError(str(e)) from None
+                if in_runs != list(cache.lru):
+                    raise InvariantError("the LRU queue's runs disagree with its order")
                 key_of = self._keys_in_runs()
                 if cache.key_of:
                     raise InvariantError("vLLM's cache names block keys in key_of")

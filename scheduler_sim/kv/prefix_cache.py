@@ -23,12 +23,21 @@ and decides when blocks enter and leave it. `key_of` names each keyed
 block's key, except in vLLM's cache: there the allocator knows the keys of
 the blocks in use from the requests' `BlockKeys`, and a free block's key is
 its value in the LRU queue.
+
+In vLLM's cache blocks join the queue a request at a time and leave it, but
+for hits, from its front, many at once. There the queue is a plain dict
+(block -> key, in the order freed: membership and keys) and beside it the
+same blocks in `runs`, one list per batch freed, which eviction consumes
+from the front by slices instead of walking the dict. A hit leaves its
+block's entry in its run behind, stale: `stale[block]` counts such entries
+of a block, all of them ahead of its live entry (if it is free again), so
+eviction skips exactly that many before it takes the block.
 """
 from __future__ import annotations
 
 import heapq
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from hashlib import blake2b
 from typing import Hashable
 
@@ -152,24 +161,144 @@ class PrefixCache:
         # with content already cached keeps the key too: `index` names the first
         # such block still cached (the one a lookup finds), `others` the rest, in
         # the order they got the key. Without it the later block stays unkeyed.
-        self.duplicates = False
+        self._duplicates = False
         self.others: dict[Hashable, list[int]] = {}
         # With `tree` (SGLang's radix tree; see the tree-mode methods below), keyed
         # blocks also belong to nodes, and eviction takes whole leaf nodes.
-        self.tree = False
+        self._tree = False
         self.clock = 0  # the last stamp given
         self.node_of: dict[int, int] = {}
         self.nodes: dict[int, list] = {}  # node -> [blocks, parent, children, stamp]
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
         # Free blocks that keep a key, least recently freed first; the value is
-        # the block's key in vLLM's cache, None where `key_of` names it.
-        self.lru: OrderedDict[int, Hashable | None] = OrderedDict()
+        # the block's key in vLLM's cache, None where `key_of` names it. An
+        # ordered dict, but a plain one in vLLM's cache, where `runs` (that
+        # mode only, else None) gives the eviction order: [blocks, position of
+        # the first not yet consumed] per batch freed, oldest first; `stale`
+        # counts per block its entries in `runs` left by hits, `stale_total`
+        # all of them.
+        self.lru: OrderedDict[int, Hashable | None] | dict = OrderedDict()
+        self.runs: deque[list] | None = None
+        self.stale: dict[int, int] = {}
+        self.stale_total = 0
         self.hits = 0      # blocks reused, over the run
         self.queried = 0   # blocks looked up, over the run
         # (request id, block number) that wrote each keyed block, kept only when
         # somebody wants evictions reported.
         self.writers: dict[int, tuple[str, int]] | None = None
+
+    # --- modes -----------------------------------------------------------------
+
+    @property
+    def duplicates(self) -> bool:
+        """vLLM's cache: several blocks per key (see `others`)."""
+        return self._duplicates
+
+    @duplicates.setter
+    def duplicates(self, on: bool) -> None:
+        self._duplicates = bool(on)
+        self._set_queue()
+
+    @property
+    def tree(self) -> bool:
+        """SGLang's radix tree (see the tree-mode methods)."""
+        return self._tree
+
+    @tree.setter
+    def tree(self, on: bool) -> None:
+        self._tree = bool(on)
+        self._set_queue()
+
+    def _set_queue(self) -> None:
+        """The LRU queue's form for the mode (chosen while it is empty): runs
+        beside a plain dict in vLLM's cache, else an ordered dict."""
+        in_runs = self._duplicates and not self._tree
+        if in_runs == (self.runs is not None):
+            return
+        if self.lru:
+            raise ValueError("the prefix cache's mode changes only while its LRU queue is empty")
+        self.lru = {} if in_runs else OrderedDict()
+        self.runs = deque() if in_runs else None
+        self.stale = {}
+        self.stale_total = 0
+
+    # --- vLLM's cache: the LRU queue in runs ------------------------------------------
+
+    def push_run(self, blocks: list[int], keys) -> None:
+        """Blocks freed together, in that order, join the queue's tail with their keys."""
+        self.lru.update(zip(blocks, keys))
+        self.runs.append([blocks, 0])
+
+    def hit(self, block: int) -> None:
+        """Take free cached `block` out of the queue (a hit): its entry in `runs`
+        becomes stale. Once stale entries outnumber the queue, `runs` is rebuilt
+        from the queue's order, so it never holds more than twice the queue."""
+        del self.lru[block]
+        stale = self.stale
+        stale[block] = stale.get(block, 0) + 1
+        self.stale_total += 1
+        if self.stale_total > len(self.lru) + 64:
+            self.runs = deque([[list(self.lru), 0]]) if self.lru else deque()
+            stale.clear()
+            self.stale_total = 0
+
+    def pop_oldest(self, count: int) -> tuple[list[int], list]:
+        """Take the `count` least recently freed blocks out of the queue (there
+        must be that many); return them and their keys, in that order. The
+        index is left to the caller."""
+        lru = self.lru
+        if count == len(lru):
+            taken = list(lru)
+            keys = list(lru.values())
+            lru.clear()
+            self.runs.clear()
+            self.stale.clear()
+            self.stale_total = 0
+            return taken, keys
+        runs = self.runs
+        stale = self.stale
+        taken: list[int] = []
+        need = count
+        while need:
+            run = runs[0]
+            blocks, pos = run
+            end = pos + need
+            part = blocks[pos:end]
+            if end >= len(blocks):
+                runs.popleft()
+            else:
+                run[1] = end
+            if stale and not stale.keys().isdisjoint(part):
+                live = []
+                for block in part:
+                    left = stale.get(block)
+                    if left:  # an entry a hit left behind
+                        if left > 1:
+                            stale[block] = left - 1
+                        else:
+                            del stale[block]
+                        self.stale_total -= 1
+                    else:
+                        live.append(block)
+                part = live
+            taken += part
+            need -= len(part)
+        return taken, list(map(lru.pop, taken))
+
+    def runs_order(self) -> list[int]:
+        """The live entries of `runs` in order (for audits: equal to the queue)."""
+        stale = dict(self.stale)
+        order = []
+        for blocks, pos in self.runs:
+            for block in blocks[pos:]:
+                if stale.get(block):
+                    stale[block] -= 1
+                else:
+                    order.append(block)
+        if any(stale.values()) or sum(self.stale.values()) != self.stale_total:
+            raise ValueError("stale entries counted but not in the runs")
+        return order
 
     # --- tree mode: SGLang's radix tree, in blocks --------------------------------
     # Blocks registered together form a node (a run of tokens inserted at once);
@@ -280,7 +409,10 @@ class PrefixCache:
             node = self.evict_node()
             if node:
                 return node
-        block, key = self.lru.popitem(last=False)
+        if self.runs is not None:
+            (block,), (key,) = self.pop_oldest(1)
+        else:
+            block, key = self.lru.popitem(last=False)
         if key is None:
             self._forget(block)
         else:

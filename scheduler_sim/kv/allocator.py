@@ -495,7 +495,7 @@ class BlockAllocator:
                         del extra[block]
                 table = list(filterfalse(shared.__contains__, table))
                 if keyed:
-                    keep = [block not in shared for block in keyed]
+                    keep = list(map(not_, map(shared.__contains__, keyed)))
                     keyed = list(compress(keyed, keep))
                     keys = list(compress(keys, keep))
         pins = self._pins

@@ -17,8 +17,8 @@ queue; it loses the key only when the allocator hands it out again, the
 least recently freed first. Two policy-chosen variants: vLLM's cache keeps
 several blocks per key (`duplicates`), and SGLang's radix tree evicts whole
 leaf nodes of blocks registered together, least recently looked up first
-(`tree`). The queue is an ordered dict, so taking a block
-out of its middle (a cache hit) is O(1). The allocator owns a `PrefixCache`
+(`tree`). Outside vLLM's cache the queue is an ordered dict, so taking a
+block out of its middle (a cache hit) is O(1). The allocator owns a `PrefixCache`
 and decides when blocks enter and leave it. `key_of` names each keyed
 block's key, except in vLLM's cache: there the allocator knows the keys of
 the blocks in use from the requests' `BlockKeys`, and a free block's key is

@@ -60,6 +60,17 @@ BLOCK_BYTES = 47
 MAX_REQUEST_BLOCKS = 2 ** 22
 
 
+def _drop_one(counts: dict[int, int], block: int) -> int:
+    """One fewer of `block` in `counts` (extra owners, pins), forgotten at zero;
+    return what is left."""
+    left = counts[block] - 1
+    if left:
+        counts[block] = left
+    else:
+        del counts[block]
+    return left
+
+
 def blocks_for(rows: int, block_size: int) -> int:
     """Blocks needed to hold `rows` token rows: ceil(rows / block_size)."""
     return -(-rows // block_size)
@@ -441,11 +452,7 @@ class BlockAllocator:
         keyed = []
         keys = []
         for block in blocks:
-            left = pins[block] - 1
-            if left:
-                pins[block] = left
-            else:
-                del pins[block]
+            if not _drop_one(pins, block):
                 if block in self._orphans:
                     self._orphans.remove(block)
                     key = orphan_keys.pop(block, None)
@@ -488,11 +495,7 @@ class BlockAllocator:
                 shared |= extra.keys() & keyed
             if shared:
                 for block in shared:
-                    left = extra[block] - 1
-                    if left:
-                        extra[block] = left
-                    else:
-                        del extra[block]
+                    _drop_one(extra, block)
                 table = list(filterfalse(shared.__contains__, table))
                 if keyed:
                     keep = list(map(not_, map(shared.__contains__, keyed)))
@@ -756,10 +759,7 @@ class BlockAllocator:
         table[i] = cached
         extra = self._extra
         if own in extra:
-            if extra[own] > 1:
-                extra[own] -= 1
-            else:
-                del extra[own]
+            _drop_one(extra, own)
         elif own in self._pins:
             self._orphans.add(own)
         else:

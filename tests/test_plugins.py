@@ -387,3 +387,26 @@ def test_assignments_count_only_new_values():
     assert policy.assignments == start + 4
     del policy.x
     assert policy.assignments == start + 5
+
+
+def test_a_plugin_built_on_continuous_gets_lists_and_no_counted_decoders(plugin):
+    """A plugin subclassing `continuous` (which sets `lazy_decoders`) runs without the
+    engine's decode cohort, and its inherited `schedule` returns a plain list of
+    (request, tokens) pairs it may edit; its results are the built-in policy's."""
+    spec = plugin('''
+        from scheduler_sim.policies.continuous import ContinuousPolicy
+
+        class Mine(ContinuousPolicy):
+            name = "mine"
+            def schedule(self, now):
+                plan = super().schedule(now)
+                assert type(plan) is list
+                return plan
+    ''', "Mine")
+    trace = parse_trace("".join(json.dumps(r) + "\n" for r in LONG).encode(), "t.jsonl")
+    options = Options.resolve(trace.config)
+    engine = Engine(trace.workload, options, spec)
+    assert engine.cohort is None and not engine.takes_decodes_first
+    mine = engine.run()
+    builtin = Engine(trace.workload, options, "continuous").run()
+    assert mine.summary == builtin.summary

@@ -21,7 +21,9 @@ dispatch (no event listener, no state callback, no prefix caching) and the
 policy never reads a decoding request's progress between dispatches
 (`Policy.lazy_decoders`). A member leaves, settled, when a dispatch does not
 run it as a plain decode, when it finishes, and before anything else touches
-it (a preemption, a cancellation, folding, a stall).
+it (a preemption, a cancellation, a stall, a fold over counted and written
+rows together). A fold over members only advances the counters (`advance`,
+with `blocks_within` for the blocks it needs).
 
 The engine owns a `Cohort` and calls it; nothing else does.
 """

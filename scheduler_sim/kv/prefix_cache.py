@@ -182,8 +182,6 @@ class PrefixCache:
         self.runs: deque[list] | None = None
         self.stale: dict[int, int] = {}
         self.stale_total = 0
-        self.hits = 0      # blocks reused, over the run
-        self.queried = 0   # blocks looked up, over the run
         # (request id, block number) that wrote each keyed block, kept only when
         # somebody wants evictions reported.
         self.writers: dict[int, tuple[str, int]] | None = None

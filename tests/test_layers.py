@@ -19,12 +19,13 @@ LAYERS = {
     "gpu": 1,       # the roofline cost model and the KV pool from GPU memory
     "policies": 2,  # one module per policy behind policies/base.py
     "engine": 3,    # the loop and its transitions, folding, the statistics
-    "io": 4,        # traces in and out, expectations, tables, JSON, CSV, files
-    "cli": 5,       # argv, the commands, exit codes; the pytest plugin
-    "__init__": 5, "__main__": 5, "api": 5,
+    "fleet": 4,     # several engines behind a router, lockstep, disaggregation
+    "io": 5,        # traces in and out, expectations, tables, JSON, CSV, files
+    "cli": 6,       # argv, the commands, exit codes; the pytest plugin
+    "__init__": 6, "__main__": 6, "api": 6,
 }
 FRONT_DOOR = {"__init__", "__main__", "api"}
-TOP = 4  # layers from here on may do input and output
+TOP = 5  # layers from here on may do input and output
 
 
 def module_names() -> list[str]:

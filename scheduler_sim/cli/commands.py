@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from functools import partial
 from typing import Any, Callable, TextIO
 
 from ..engine.core import Engine
+from ..fleet import Fleet
 from ..engine.summary import request_record
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
@@ -127,13 +129,21 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             csv = Output(args.requests_csv, out, "cannot write requests", ".requests-")
             csv.write(csv_header())
         for policy in options.policy:
-            on_event = events.listener(policy) if events else None
             rows = (_RequestRows(trace, clock, options.slo, policy, csv, bool(args.requests))
                     if args.requests or csv else None)
-            result = Engine(trace.workload, options, policy, on_event=on_event,
-                            keep_requests=False,
-                            on_request_end=rows.ended if rows else None).run()
+            if options.fleet:
+                result = Fleet(trace.workload, options, policy,
+                               on_event=(partial(events.listener, policy) if events else None),
+                               keep_requests=False,
+                               on_request_end=rows.ended if rows else None).run()
+            else:
+                on_event = events.listener(policy) if events else None
+                result = Engine(trace.workload, options, policy, on_event=on_event,
+                                keep_requests=False,
+                                on_request_end=rows.ended if rows else None).run()
             run = {"policy": policy, **result.summary}
+            if options.fleet:
+                run["replicas"] = result.replicas
             if args.requests:
                 per_request.append((policy, rows.records))
                 if args.json:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from bisect import insort
 from collections import deque
 from functools import partial
 from itertools import compress, repeat
@@ -44,7 +45,7 @@ from ..records.events import (
 )
 from ..records.options import Options
 from ..records.states import RequestStatus
-from ..records.workload import RequestSpec, Workload
+from ..records.workload import Action, RequestSpec, Workload
 from ..requests.clients import ClientSlots
 from ..requests.queues import FcfsQueue
 from ..requests.request import DECODE, PREFILL, Request, emit_outputs, write_decodes
@@ -59,6 +60,7 @@ INF = float("inf")
 _first = operator.itemgetter(0)
 _second = operator.itemgetter(1)
 _status = operator.attrgetter("status")
+_action_order = operator.attrgetter("at", "index")
 _is_running = partial(operator.is_, RUNNING)
 
 
@@ -118,7 +120,8 @@ class Engine:
                  on_state: Callable[[int, dict[str, int], bool], None] | None = None,
                  audit: bool = False, fast_forward: bool | None = None,
                  keep_requests: bool = True,
-                 on_request_end: Callable[[Request], None] | None = None) -> None:
+                 on_request_end: Callable[[Request], None] | None = None,
+                 routed: bool = False) -> None:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
         options, self.pool = fit_pool(options)
@@ -131,6 +134,15 @@ class Engine:
         self.waiting_timeout = (None if options.waiting_timeout is None
                                 else clock.before(options.waiting_timeout))
         _check_bookkeeping(workload, options)
+        # A replica of a fleet (fleet/): a router hands it its arrivals (`accept`) and
+        # the cancellations and forced preemptions of the requests it got
+        # (`accept_action`); the workload is only checked, never read.
+        self.routed = routed
+        self._horizon = INF  # the fleet's next arrival: folding stops there
+        named = {a.id for a in workload.cancels} | {a.id for a in workload.preempts}
+        if routed:
+            self.workload = Workload()
+            self.workload.cancels, self.workload.preempts = [], []
         self.allocator = BlockAllocator(options.num_blocks, options.block_size,
                                         options.prefix_caching)
         if on_event is not None and options.prefix_caching:
@@ -192,7 +204,7 @@ class Engine:
         # long trace replays in memory bounded by what is live.
         self.requests: dict[str, Request] = {}
         self._keep_requests = keep_requests
-        self._named = {a.id for a in workload.cancels} | {a.id for a in workload.preempts}
+        self._named = named
         self._on_request_end = on_request_end
         # Spilling (bounded memory): past SPILL_AFTER held waiting requests (or
         # twice max_rows), new arrivals join the policy's FCFS queue as a count and
@@ -200,7 +212,7 @@ class Engine:
         # request is kept, named by an action, timed out or sent by a client.
         self._spill: FcfsQueue | None = None
         if (not keep_requests and self.clients is None and self.waiting_timeout is None
-                and not self._named):
+                and not self._named and not routed):
             self._spill = self.policy.spill_queue()
         self._spill_cap = max(SPILL_AFTER, 2 * options.max_rows)
         self._spans: deque[list[int]] = deque()  # [first, last] arrival numbers spilled
@@ -551,6 +563,22 @@ class Engine:
                 self._emit(PreemptIgnored(self.now, rid, req.status.label))
             return
         self.preempt(req, "manual")
+
+    # --- what a fleet hands a replica (fleet/) -------------------------------------
+
+    def accept(self, spec: RequestSpec) -> None:
+        """A router sends this replica a request arriving now (E2; times on the clock)."""
+        self._arrive(spec)
+        # The trace changed things: replays since are not the policy's circle.
+        self._idle_replay = 0
+        self._replay_limit = None
+
+    def accept_action(self, action: Action) -> None:
+        """A cancellation or forced preemption of a request this replica was sent, due
+        at `action.at` (on the clock), kept in (time, trace position) order."""
+        w = self.workload
+        actions = w.cancels if action.kind == "cancel" else w.preempts
+        insort(actions, action, key=_action_order)
 
     # --- dispatches -------------------------------------------------------------------
 
@@ -1020,11 +1048,15 @@ class Engine:
                     pass
                 elif not flight.members:
                     if self._repeats(flight, changes, assignments):
-                        fold(self, flight, self.next_event(*self._cursor, t), grown)
+                        until = self.next_event(*self._cursor, t)
+                        fold(self, flight, until if until < self._horizon else self._horizon,
+                             grown)
                 else:
                     # Counted decoders: a stretch is looked at for folding only if it
                     # may last (the next look starts afresh).
                     until = self.next_event(*self._cursor, t)
+                    if self._horizon < until:
+                        until = self._horizon
                     if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
                         self._seen = None
                     elif self._repeats(flight, changes, assignments):

@@ -195,6 +195,27 @@ class RunStats:
         self.deadlines = 0
         self.deadline_misses = 0
 
+    @classmethod
+    def combined(cls, parts: list["RunStats"]) -> "RunStats":
+        """The statistics of several engines' runs as one (a fleet): counts add up,
+        samples are pooled, the makespan is the latest."""
+        out = cls(parts[0].clock, parts[0].slo)
+        for part in parts:
+            for metric, values in part.samples.items():
+                mine = out.samples[metric]
+                try:
+                    mine.extend(values)
+                except (OverflowError, TypeError):
+                    out.samples[metric] = list(mine) + list(values)
+            for gap, count in part.itl.items():
+                out.itl[gap] = out.itl.get(gap, 0) + count
+            for label, count in part.status_counts.items():
+                out.status_counts[label] += count
+            for name in _SUMMED:
+                setattr(out, name, getattr(out, name) + getattr(part, name))
+            out.makespan = max(out.makespan, part.makespan)
+        return out
+
     def request_ended(self, req: Request) -> None:
         """Fold one request's numbers in, once, when it reaches a terminal state."""
         self.status_counts[req.status.label] += 1
@@ -293,6 +314,13 @@ class RunStats:
             out[f"itl_p{p}"] = report(_counted_rank(counts, total, p))
         out["itl_max"] = report(counts[-1][0]) if total else None
         return out
+
+
+# The counters of RunStats that add up over the engines of a fleet.
+_SUMMED = ("requests", "iterations", "empty_iterations", "rows", "tokens", "prompt_tokens",
+           "decode_tokens", "recompute_tokens", "padding_rows", "output_tokens", "useful_rows",
+           "replay_rows", "preemptions", "cached_tokens", "busy_seconds", "completed_input",
+           "completed_output", "slo_met", "deadlines", "deadline_misses")
 
 
 def _round(value: float) -> float | int:

@@ -276,6 +276,29 @@ class _FileLines(LineListener):
         lines.clear()
 
 
+class ReplicaLines(LineListener):
+    """A replica's event lines: each carries `"replica":N` after its event kind
+    (and its policy, when several policies run), then goes to `inner`."""
+
+    def __init__(self, inner: LineListener, replica: int) -> None:
+        super().__init__(inner.policy, inner.clock)
+        self.inner = inner
+        self.tag = f',"replica":{replica}'
+        # Where the tag goes: after `"event":"kind"` and the policy's field.
+        self.skip = (0 if inner.policy is None
+                     else len(',"policy":' + json.encoder.encode_basestring_ascii(inner.policy)))
+
+    def _tagged(self, line: str) -> str:
+        at = line.index('"', line.index('"event":"') + 9) + 1 + self.skip
+        return line[:at] + self.tag + line[at:]
+
+    def write(self, line: str) -> None:
+        self.inner.write(self._tagged(line))
+
+    def write_all(self, lines: list[str]) -> None:
+        self.inner.write_all(list(map(self._tagged, lines)))
+
+
 class EventFile:
     """Streams event records to an `Output` (atomic for a regular file).
 
@@ -293,10 +316,11 @@ class EventFile:
         self.output = Output(target, stdout, "cannot write events", ".events-")
         self.handle = self.output.handle
 
-    def listener(self, policy: str) -> Callable[[Event], None]:
-        """The `on_event` callback for one policy's run (lines are written in
-        batches; `flush` writes the rest)."""
-        return _FileLines(self, policy if self.tag_policy else None)
+    def listener(self, policy: str, replica: int | None = None) -> Callable[[Event], None]:
+        """The `on_event` callback for one policy's run, or for one replica of a fleet
+        (lines are written in batches; `flush` writes the rest)."""
+        lines = _FileLines(self, policy if self.tag_policy else None)
+        return lines if replica is None else ReplicaLines(lines, replica)
 
     def flush(self) -> None:
         """Write the lines still buffered."""

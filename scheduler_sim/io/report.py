@@ -133,7 +133,7 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
 # Rows shown only when some policy has a value other than 0 or null.
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
              "empty_iterations", "padding_rows", "cached_tokens", "deadlines",
-             "deadline_misses", "busy_seconds"}
+             "deadline_misses", "busy_seconds", "dummy_steps", "lockstep_wait"}
 _SLO_FIELDS = ("slo_met", "slo_attainment", "request_goodput")
 _RATES = ("request_throughput", "input_throughput", "output_throughput",
           "total_token_throughput", "request_goodput")
@@ -253,15 +253,54 @@ def _shown(field: str, values: list[Any], options: Options) -> bool:
 
 def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
                  clock: Clock | None = None, pool: PoolSizing | None = None) -> str:
-    """The side-by-side table of `replay`: one column per policy, times in the run's unit."""
+    """The side-by-side table of `replay`: one column per policy, times in the run's unit.
+    A fleet's run (`replicas` in the run) adds a table of its replicas below."""
     clock = clock or Clock.of(options)
     policies = [printable(run["policy"]) for run in runs]
     lines = header_lines("replay", trace_name, options, clock,
                          runs[0]["requests"] if runs else 0, pool)
     lines.append("")
-    time_fields = set(TIME_RUN_FIELDS)
+    lines += _columns(policies, runs, options, clock)
+    for run in runs:
+        if "replicas" in run:
+            replicas = run["replicas"]
+            roles = [r.get("role") for r in replicas]
+            heads = [f"{r['replica']}" + (f" {roles[i]}" if roles[i] else "")
+                     for i, r in enumerate(replicas)]
+            lines += ["", f"replicas under {printable(run['policy'])} "
+                      f"(router {options.router}"
+                      + (", lockstep" if options.dp_lockstep else "") + ")"]
+            lines += _columns(heads, replicas, options, clock, replica_rows(clock))
+    return "\n".join(lines) + "\n"
+
+
+def replica_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
+    """(label, unit, summary field) of a fleet's per-replica table."""
+    t = clock.label
+    per = "s" if clock.in_seconds else "tick"
+    labels = {row[2]: row for row in table_rows(clock)}
+    rows = [labels[f] for f in ("requests", "completed", "finished_aborted",
+                                "finished_ignored", "finished_timeout", "finished_error",
+                                "iterations")]
+    rows += [("dummy steps", "dispatches", "dummy_steps"), ("lockstep wait", t, "lockstep_wait"),
+             labels["makespan"],
+             ("throughput requests", f"req/{per}", "request_throughput"),
+             ("throughput output", f"tok/{per}", "output_throughput")]
+    for metric, stat in (("queue_delay", "p50"), ("queue_delay", "p99"), ("ttft", "p50"),
+                         ("ttft", "p99"), ("tpot", "p50"), ("tpot", "p99"), ("e2el", "p99")):
+        unit = f"{t}/token" if metric == "tpot" else t
+        rows.append((f"{_METRIC_LABELS[metric]} {stat}", unit, f"{metric}_{stat}"))
+    rows += [labels[f] for f in ("preemptions", "replay_rows", "cached_tokens",
+                                 "peak_allocated", "mean_batch_tokens", "busy_seconds")]
+    return tuple(rows)
+
+
+def _columns(heads: list[str], runs: list[dict[str, Any]], options: Options, clock: Clock,
+             every: tuple[tuple[str, str, str], ...] | None = None) -> list[str]:
+    """Aligned lines: one metric per line, one column per run (policy or replica)."""
+    time_fields = set(TIME_RUN_FIELDS) | {"lockstep_wait"}
     rows = []
-    for label, unit, field in table_rows(clock):
+    for label, unit, field in every or table_rows(clock):
         values = [run.get(field) for run in runs]
         if not _shown(field, values, options):
             continue
@@ -281,15 +320,15 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
         rows.append((label, unit, cells))
     label_w = max(len(r[0]) for r in rows)
     unit_w = max(len(r[1]) for r in rows)
-    col_w = [max(text_width(p), *(len(r[2][i]) for r in rows)) for i, p in enumerate(policies)]
+    col_w = [max(text_width(p), *(len(r[2][i]) for r in rows)) for i, p in enumerate(heads)]
     header = " " * (label_w + 2 + unit_w) + "".join(
-        "  " + _rjust(p, w) for p, w in zip(policies, col_w))
-    lines.append(header.rstrip())
+        "  " + _rjust(p, w) for p, w in zip(heads, col_w))
+    lines = [header.rstrip()]
     for label, unit, cells in rows:
         line = label.ljust(label_w) + "  " + unit.ljust(unit_w) + "".join(
             "  " + c.rjust(w) for c, w in zip(cells, col_w))
         lines.append(line.rstrip())
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]],

@@ -638,6 +638,18 @@ class BlockAllocator:
             cache.touch_path(hits[-1])
         return hits
 
+    def peek(self, keys: BlockKeys, max_blocks: int) -> int:
+        """How many leading blocks `lookup` would find, changing nothing (a radix
+        tree's recency is left as it was): what a router reads."""
+        cache = self.cache
+        if cache is None:
+            return 0
+        tree, cache.tree = cache.tree, False
+        try:
+            return len(self.lookup(keys, max_blocks))
+        finally:
+            cache.tree = tree
+
     def evictable(self, blocks: list[int]) -> int:
         """How many of `blocks` sit in the free LRU queue (a hit on them uses a free block)."""
         if self.cache is None:

@@ -134,6 +134,20 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("prefix_caching", "bool", False, "share cached prefix blocks (§8)"),
         OptionSpec("hash_block_size", "int", None,
                    "tokens per trace block hash (default: block_size)", minimum=1, nullable=True),
+        OptionSpec("replicas", "int", 1,
+                   "engines serving the trace, each with its own queues, KV pool and prefix "
+                   "cache, fed by the router", minimum=1, maximum=1024),
+        OptionSpec("router", "str", "round-robin",
+                   "how a fleet picks a replica for each arrival: round-robin, least-loaded "
+                   "(vLLM's data-parallel score), prefix-affinity or power-of-two",
+                   choices=("round-robin", "least-loaded", "prefix-affinity", "power-of-two")),
+        OptionSpec("affinity_slack", "int", 16,
+                   "prefix-affinity: the replica with the longest cached prefix is taken "
+                   "only while it holds at most this many more requests than the least "
+                   "loaded one", minimum=0),
+        OptionSpec("dp_lockstep", "bool", False,
+                   "data parallelism: the replicas step together, each step as long as the "
+                   "slowest rank's, idle ranks running dummy steps"),
         OptionSpec("time_unit", "str", "tick",
                    "unit of every time in the trace: tick, s or ms", choices=("tick", "s", "ms"),
                    trace_only=True),
@@ -180,7 +194,9 @@ OPTIONS: dict[str, OptionSpec] = {
 def _describe(spec: OptionSpec) -> str:
     if spec.kind == "int":
         text = "an integer"
-        if spec.minimum is not None:
+        if spec.minimum is not None and spec.maximum is not None:
+            text += f" from {int(spec.minimum)} to {int(spec.maximum):,}"
+        elif spec.minimum is not None:
             text += f" >= {int(spec.minimum)}"
     elif spec.kind == "float":
         text = "a number"
@@ -258,7 +274,8 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
     if value is None:
         return (None, None) if spec.nullable else (None, bad)
     if spec.kind == "int":
-        if not _is_int(value) or (spec.minimum is not None and value < spec.minimum):
+        if (not _is_int(value) or (spec.minimum is not None and value < spec.minimum)
+                or (spec.maximum is not None and value > spec.maximum)):
             return None, bad
         return value, None
     if spec.kind == "float":
@@ -297,6 +314,8 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
 
 
 # Options whose values are durations in the trace's time unit.
+# The options of a fleet of engines: shown in outputs only when a fleet runs.
+FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "dp_lockstep")
 DURATION_OPTIONS = tuple(name for name, spec in OPTIONS.items() if spec.kind == "duration")
 
 
@@ -333,6 +352,10 @@ class Options:
     batch_window: float = OPTIONS["batch_window"].default
     prefix_caching: bool = OPTIONS["prefix_caching"].default
     hash_block_size: int | None = OPTIONS["hash_block_size"].default
+    replicas: int = OPTIONS["replicas"].default
+    router: str = OPTIONS["router"].default
+    affinity_slack: int = OPTIONS["affinity_slack"].default
+    dp_lockstep: bool = OPTIONS["dp_lockstep"].default
     time_unit: str = OPTIONS["time_unit"].default
     tick_seconds: float | None = OPTIONS["tick_seconds"].default
     clock_resolution: float | None = OPTIONS["clock_resolution"].default
@@ -373,9 +396,17 @@ class Options:
             values["slo"] = parse_slo(values["slo"])
         return cls(**values, origin=origin)
 
+    @property
+    def fleet(self) -> bool:
+        """Whether the trace is served by more than one engine (fleet/)."""
+        return self.replicas > 1
+
     def problems(self) -> list[str]:
         """Combinations of values that cannot work together."""
         out = []
+        if self.fleet and self.max_concurrency is not None:
+            out.append("max_concurrency (closed-loop clients) is not modelled across "
+                       f"replicas: use replicas 1, got replicas {self.replicas}")
         if self.order == "lpm" and not self.prefix_caching:
             out.append("order 'lpm' needs prefix_caching: true (it sorts by cached prefix)")
         if self.time_unit == "tick":
@@ -391,6 +422,13 @@ class Options:
         mean something other than a reader might think, and why."""
         out = []
         real = self.time_unit != "tick"
+        if not self.fleet:
+            for name in ("router", "affinity_slack", "dp_lockstep"):
+                if name in self.origin and getattr(self, name) != OPTIONS[name].default:
+                    out.append(f"{name} has no effect with one replica (set replicas)")
+        elif self.router == "prefix-affinity" and not self.prefix_caching:
+            out.append("router prefix-affinity without prefix_caching routes by load alone "
+                       "(no replica caches a prefix)")
         if self.cost_model is None and self.slo is not None:
             out.append("the slo objectives are in ticks: without a cost model every result "
                        "is")
@@ -413,7 +451,8 @@ class Options:
 
     def as_dict(self) -> dict[str, Any]:
         """The options as a JSON-ready dict, in table order."""
-        out = {name: getattr(self, name) for name in OPTIONS}
+        out = {name: getattr(self, name) for name in OPTIONS
+               if name not in FLEET_OPTIONS or self.fleet}
         out["policy"] = list(self.policy)
         if self.slo is not None:
             out["slo"] = dict(self.slo)

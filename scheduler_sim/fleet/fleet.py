@@ -1,0 +1,205 @@
+"""A fleet: several engines serving one trace, fed by a router.
+
+Each replica is a whole `Engine` (its own policy, queues, KV allocator and
+prefix cache) in routed mode: it reads nothing from the trace itself; the
+fleet hands it each request it is to serve, at the request's arrival time,
+and the cancellations and forced preemptions of those requests.
+
+The fleet keeps one clock for all. At each time t at which anything happens
+on any replica (E7, replica by replica), in this order:
+
+1. every replica with a dispatch completing at t records its outputs (E1),
+   in replica order;
+2. the requests arriving at t are routed, in trace order: the router sees
+   every replica as it is then (`routers.py`), and the chosen replica
+   registers the request at once, so the next arrival of the same tick sees
+   it queued;
+3. every replica with something to do at t (a boundary of its own, or an
+   arrival just routed to it) takes its cancellations, timeouts, forced
+   preemptions and drains, and its policy admits and dispatches (E2, E3), in
+   replica order.
+
+A replica wakes only for its own events, never for an arrival routed to
+another one; folding (E7.5) stops at the fleet's next arrival, because any
+replica may receive it. A replica whose requests can never progress again
+stalls when nothing is left to arrive (E6b), at the time the fleet learns it.
+
+Summaries: one per replica (its requests, dispatches and blocks, with the
+duration measured from the fleet's first arrival, so that replicas compare
+on one window) and one for the fleet (every request's latencies pooled,
+counts added; its peak_reserved and peak_allocated are the sums of the
+replicas' peaks, an upper bound of the fleet's simultaneous peak).
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from typing import Any, Callable
+
+from ..engine.core import Engine, RunResult
+from ..engine.summary import RunStats
+from ..kv.prefix_cache import BlockKeys
+from ..records.clock import Clock
+from ..records.errors import UsageError
+from ..records.events import Event
+from ..records.options import Options
+from ..records.workload import Workload
+from ..requests.request import Request
+from .routers import make_router
+
+__all__ = ["Fleet", "FleetResult", "ReplicaView"]
+
+INF = float("inf")
+
+
+class ReplicaView:
+    """One replica as a router reads it (see `routers.Replica`)."""
+
+    __slots__ = ("index", "engine")
+
+    def __init__(self, index: int, engine: Engine) -> None:
+        self.index = index
+        self.engine = engine
+
+    @property
+    def waiting(self) -> int:
+        return self.engine.policy.waiting_count
+
+    @property
+    def running(self) -> int:
+        return self.engine.policy.running_count
+
+    @property
+    def kv_usage(self) -> float:
+        """The fraction of the KV pool not free (held or draining)."""
+        a = self.engine.allocator
+        return 1.0 - a.free / a.num_blocks
+
+    def cached_blocks(self, keys: BlockKeys, max_blocks: int) -> int:
+        """Leading blocks of a request this replica's prefix cache would hand it now;
+        looking changes nothing (no recency is refreshed)."""
+        return self.engine.allocator.peek(keys, max_blocks)
+
+
+@dataclasses.dataclass
+class FleetResult(RunResult):
+    """A fleet's run: the fleet's summary, and one summary per replica."""
+
+    replicas: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+class Fleet:
+    """Replays one workload on `options.replicas` engines under one policy.
+
+    `on_event(replica)` gives the event listener of one replica (None: none);
+    the other keywords are the Engine's and apply to every replica.
+    """
+
+    def __init__(self, workload: Workload, options: Options, policy: str,
+                 on_event: Callable[[int], Callable[[Event], None] | None] | None = None,
+                 keep_requests: bool = True,
+                 on_request_end: Callable[[Request], None] | None = None,
+                 audit: bool = False, fast_forward: bool | None = None) -> None:
+        if options.problems():
+            raise UsageError("; ".join(options.problems()))
+        self.options = options
+        self.policy_name = policy
+        self.engines = [
+            Engine(workload, options, policy,
+                   on_event=on_event(i) if on_event is not None else None,
+                   keep_requests=keep_requests, on_request_end=on_request_end,
+                   audit=audit, fast_forward=fast_forward, routed=True)
+            for i in range(options.replicas)]
+        first = self.engines[0]
+        self.options = first.options  # the pool sized from the GPU, if it was
+        self.clock: Clock = first.clock
+        self.workload = first_workload = workload.on_clock(self.clock)
+        self.views = [ReplicaView(i, e) for i, e in enumerate(self.engines)]
+        self.router = make_router(self.options)
+        # The cancellations and forced preemptions of each request, handed to its
+        # replica with it.
+        self._actions: dict[str, list] = {}
+        for action in first_workload.cancels + first_workload.preempts:
+            self._actions.setdefault(action.id, []).append(action)
+        self.routed = [0] * len(self.engines)  # requests each replica was sent
+
+    def run(self) -> FleetResult:
+        engines = self.engines
+        n = len(engines)
+        specs = self.workload.arrivals()
+        spec = next(specs, None)
+        t = first = spec.arrival if spec is not None else 0
+        due = [INF] * n               # each replica's next boundary
+        queue: list[tuple[float, int]] = []  # (due, replica), stale entries skipped
+        router, views, actions = self.router, self.views, self._actions
+        stalled = False
+        while True:
+            # The replicas with a boundary of their own now.
+            active: list[int] = []
+            while queue and queue[0][0] <= t:
+                when, i = heapq.heappop(queue)
+                if due[i] == when and i not in active:
+                    active.append(i)
+            active.sort()
+            for i in active:
+                engine = engines[i]
+                engine.now = t
+                engine._complete_due()                       # 1. E1
+            while spec is not None and spec.arrival == t:    # 2. routing
+                i = router.choose(spec, views)
+                engine = engines[i]
+                if i not in active:
+                    active.append(i)
+                    engine.now = t
+                for action in actions.get(spec.id, ()):
+                    engine.accept_action(action)
+                engine.accept(spec)
+                self.routed[i] += 1
+                spec = next(specs, None)
+            horizon = spec.arrival if spec is not None else INF
+            for i in sorted(active):                          # 3. E2, E3
+                engine = engines[i]
+                engine._take_outside_events()
+                if engine._livelocked and engine.flight is None and engine._live:
+                    engine._stall("the policy keeps recomputing the same rows: "
+                                  f"{engine._idle_replay:,} rows replayed without one "
+                                  "useful row (a livelock)")
+                    engine._livelocked = False
+                    stalled = True
+                    due[i] = INF
+                    continue
+                engine._horizon = horizon
+                moved = engine._step()
+                due[i] = when = engine._next_boundary(moved)
+                if when != INF:
+                    heapq.heappush(queue, (when, i))
+            while queue and due[queue[0][1]] != queue[0][0]:  # drop stale entries
+                heapq.heappop(queue)
+            nxt = queue[0][0] if queue else INF
+            if horizon < nxt:
+                nxt = horizon
+            if nxt == INF:
+                for engine in engines:
+                    if engine._live:
+                        engine.now = t
+                        engine._stall()
+                        stalled = True
+                break
+            t = nxt
+        return self._result(first, stalled)
+
+    def _result(self, first: int, stalled: bool) -> FleetResult:
+        engines = self.engines
+        per_replica = []
+        for i, engine in enumerate(engines):
+            a = engine.allocator
+            summary = engine.stats.summary(a.peak_reserved, a.peak_held, first)
+            per_replica.append({"replica": i, **summary})
+        stats = RunStats.combined([e.stats for e in engines])
+        summary = stats.summary(sum(e.allocator.peak_reserved for e in engines),
+                                sum(e.allocator.peak_held for e in engines), first)
+        requests: list[Request] = []
+        for engine in engines:
+            requests += engine.requests.values() if engine._keep_requests else ()
+        return FleetResult(self.policy_name, summary, requests, stalled, self.clock,
+                           self.options, per_replica)

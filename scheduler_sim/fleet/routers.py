@@ -1,0 +1,157 @@
+"""Routers: which replica of a fleet serves each arriving request.
+
+A router is an object with one method, `choose(spec, replicas)`, called once
+per arrival, in trace order, at the request's arrival time. It sees every
+replica as it is at that moment (`Replica`: its waiting and running
+requests, its KV usage, the cached prefix it holds for the request), after
+the dispatches completing at that time have recorded their outputs and
+after the requests routed before it at the same time have joined their
+replicas' queues. Nothing is stale: a real router reads counters that lag;
+this one reads the truth, so differences between routers come from their
+rules alone.
+
+- `round-robin`: the i-th arrival goes to replica i mod N.
+- `least-loaded`: vLLM's data-parallel load balancer. Each replica scores
+  `waiting + running`, plus `waiting * 6 * max(0, kv_usage - 0.5)` when
+  requests wait (a queue on a full KV pool drains slowly); the lowest score
+  wins, scanning from a start index that moves one replica further at each
+  arrival, so that ties rotate.
+- `prefix-affinity`: the replica holding the longest cached prefix of the
+  request (in blocks, as its own prefix cache would find it), ties to the
+  least loaded (waiting + running), then the lowest index. The preferred
+  replica is taken only while it holds at most `affinity_slack` more
+  requests than the least loaded one; past that the least loaded serves,
+  so that one hot prefix cannot bury one replica.
+- `power-of-two`: two distinct replicas drawn at random (seeded by the
+  `seed` option), the one with fewer requests (waiting + running) wins, the
+  first drawn on a tie.
+"""
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+from ..kv.prefix_cache import BlockKeys
+from ..records.options import Options
+from ..records.workload import RequestSpec
+
+__all__ = ["Replica", "Router", "ROUTERS", "make_router"]
+
+
+class Replica(Protocol):
+    """What a router may read of one replica."""
+
+    index: int
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def running(self) -> int: ...
+
+    @property
+    def kv_usage(self) -> float: ...
+
+    def cached_blocks(self, keys: BlockKeys, max_blocks: int) -> int: ...
+
+
+class Router:
+    """Base of the routers: `choose` returns the index of the replica to serve `spec`."""
+
+    name = ""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def choose(self, spec: RequestSpec, replicas: list) -> int:
+        raise NotImplementedError
+
+
+def _load(replica) -> int:
+    return replica.waiting + replica.running
+
+
+class RoundRobin(Router):
+    name = "round-robin"
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self.turn = 0
+
+    def choose(self, spec: RequestSpec, replicas: list) -> int:
+        index = self.turn % len(replicas)
+        self.turn += 1
+        return index
+
+
+class LeastLoaded(Router):
+    name = "least-loaded"
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self.start = 0
+
+    @staticmethod
+    def score(replica) -> float:
+        """vLLM's data-parallel load score of one replica."""
+        waiting = replica.waiting
+        score = float(waiting + replica.running)
+        if waiting:
+            score += waiting * 6.0 * max(0.0, replica.kv_usage - 0.5)
+        return score
+
+    def choose(self, spec: RequestSpec, replicas: list) -> int:
+        n = len(replicas)
+        best, best_score = 0, float("inf")
+        for i in range(n):
+            index = (self.start + i) % n
+            score = self.score(replicas[index])
+            if score < best_score:
+                best, best_score = index, score
+        self.start = (self.start + 1) % n
+        return best
+
+
+class PrefixAffinity(Router):
+    name = "prefix-affinity"
+
+    def choose(self, spec: RequestSpec, replicas: list) -> int:
+        o = self.options
+        loads = [_load(r) for r in replicas]
+        lightest = min(range(len(replicas)), key=loads.__getitem__)
+        if not o.prefix_caching:
+            return lightest
+        keys = BlockKeys(spec.index, spec.prompt_tokens, o.block_size, o.hash_block_size,
+                         spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
+        # The last prompt token is always computed, so at most this many blocks hit.
+        most = (spec.prompt_tokens - 1) // o.block_size
+        hits = [r.cached_blocks(keys, most) for r in replicas]
+        best = min(range(len(replicas)), key=lambda i: (-hits[i], loads[i], i))
+        if loads[best] - loads[lightest] > o.affinity_slack:
+            return lightest
+        return best
+
+
+class PowerOfTwo(Router):
+    name = "power-of-two"
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        self.rng = random.Random(options.seed)
+
+    def choose(self, spec: RequestSpec, replicas: list) -> int:
+        n = len(replicas)
+        if n == 1:
+            return 0
+        a, b = self.rng.sample(range(n), 2)
+        return b if _load(replicas[b]) < _load(replicas[a]) else a
+
+
+ROUTERS: dict[str, type[Router]] = {
+    cls.name: cls for cls in (RoundRobin, LeastLoaded, PrefixAffinity, PowerOfTwo)
+}
+
+
+def make_router(options: Options) -> Router:
+    """The router the options name."""
+    return ROUTERS[options.router](options)

@@ -248,3 +248,108 @@ def test_closed_loop_clients_are_refused_with_replicas(tmp_path):
     assert "max_concurrency (closed-loop clients) is not modelled across replicas" in err
     code, out, err = run_cli(["replay", path, "--replicas", "0"])
     assert code == 2 and "replicas must be an integer from 1 to 1,024, got 0" in err
+
+
+# --- data-parallel lockstep ------------------------------------------------------------
+
+
+def _lockstep(records, policy="vllm", **options):
+    from scheduler_sim.fleet import LockstepFleet
+    trace = _trace(records)
+    opts = _options(trace, dp_lockstep=True, **options)
+    events = []
+    result = LockstepFleet(trace.workload, opts, policy, audit=True,
+                           on_event=lambda i: (lambda e: events.append((i, e.to_dict())))).run()
+    return result, events
+
+
+def _admitted(events):
+    return {e["id"]: e["tick"] for _, e in events if e["event"] == "admitted"}
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_one_lockstep_rank_replays_exactly_as_the_engine(seed, policy):
+    rng = random.Random(700 + seed)
+    options = _random_options(rng, seed)
+    records = _workload(seed, prefixes=seed % 4 == 1)
+    trace = _trace(records)
+    opts = _options(trace, **options)
+    alone_events: list = []
+    alone = Engine(trace.workload, opts, policy,
+                   on_event=lambda e: alone_events.append(e.to_dict())).run()
+    result, events = _lockstep(records, policy, **options)
+    assert [e for _, e in events] == alone_events
+    assert {k: v for k, v in result.summary.items()
+            if k not in ("lockstep_steps", "dummy_steps", "lockstep_wait")} == alone.summary
+    assert result.summary["dummy_steps"] == 0 and result.summary["lockstep_wait"] == 0
+
+
+def test_a_lockstep_step_lasts_as_long_as_its_slowest_rank():
+    """Two ranks, one long prefill and one short: both dispatches end when the long one
+    does, as it would alone; the short rank waits the difference."""
+    cost = dict(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.001, block_size=4,
+                num_blocks=1024, token_budget=2048)
+    long_, short = req("long", 0, 2000, 1), req("short", 0, 8, 1)
+    alone_long, long_events = _fleet([long_], replicas=1, **cost)
+    alone_short, short_events = _fleet([short], replicas=1, **cost)
+    done = lambda events: [e["done"] for _, e in events if e["event"] == "dispatch"]  # noqa
+    assert done(long_events) == [83122] and done(short_events) == [6471]  # clock steps (us)
+    result, events = _lockstep([long_, short], replicas=2, **cost)
+    assert [(i, e["done"]) for i, e in events if e["event"] == "dispatch"] == [(0, 83122),
+                                                                              (1, 83122)]
+    assert result.summary["e2el_max"] == result.summary["e2el_p50"] == 0.083122
+    busy = [alone_long.summary["busy_seconds"], alone_short.summary["busy_seconds"]]
+    assert [r["busy_seconds"] for r in result.replicas] == busy
+    assert [r["lockstep_wait"] for r in result.replicas] == [0, pytest.approx(
+        busy[0] - busy[1], abs=1e-6)]
+    assert result.summary["lockstep_steps"] == 1 and result.summary["dummy_steps"] == 0
+
+
+def test_an_idle_rank_runs_a_dummy_step_for_each_step_of_the_others():
+    # a: prompt 4, 4 outputs on rank 0: a prefill step then 3 decode steps; rank 1 has
+    # nothing: 4 dummy steps, 4 ticks of waiting.
+    result, events = _lockstep([req("a", 0, 4, 4)], replicas=2, block_size=4, num_blocks=8)
+    assert [r["dummy_steps"] for r in result.replicas] == [0, 4]
+    assert [r["lockstep_wait"] for r in result.replicas] == [0, 4]
+    assert result.summary["lockstep_steps"] == 4
+    assert [r["iterations"] for r in result.replicas] == [4, 0]
+
+
+# Block size 4, vllm, prefill_interval 2, token budget 8: `a` (prompt 8) fills step 0.
+THROTTLE = dict(block_size=4, num_blocks=32, token_budget=8, prefill_interval=2)
+
+
+def test_the_shared_counter_holds_prefill_on_odd_steps():
+    # a -> rank 0, x -> rank 1 at tick 0; d -> rank 0 at tick 1. Step 0 (counter 0)
+    # prefills a and x and empties both queues; step 1 (counter 1) holds d's prefill
+    # while a decodes; step 2 (counter 2) admits it.
+    records = [req("a", 0, 8, 10), req("x", 0, 4, 10), req("d", 1, 4, 2)]
+    result, events = _lockstep(records, replicas=2, **THROTTLE)
+    assert _routes(result, events) == {"a": 0, "x": 1, "d": 0}
+    assert _admitted(events)["d"] == 2
+    blocked = [e for i, e in events if e["event"] == "admission_blocked"]
+    assert [(e["tick"], e["id"], e["reason"]) for e in blocked] == [(1, "d", "prefill_interval")]
+    # Without the cadence, d is admitted on arrival.
+    result, events = _lockstep(records, replicas=2, **dict(THROTTLE, prefill_interval=1))
+    assert _admitted(events)["d"] == 1
+
+
+def test_a_releasing_step_that_leaves_requests_waiting_lifts_the_hold():
+    # d arrives with a at tick 0 but the budget is spent on a: step 0 releases prefill
+    # and leaves d waiting (capacity-bound), so step 1 (counter 1) admits d anyway.
+    records = [req("a", 0, 8, 10), req("x", 0, 4, 10), req("d", 0, 4, 2)]
+    result, events = _lockstep(records, replicas=2, **THROTTLE)
+    assert _routes(result, events) == {"a": 0, "x": 1, "d": 0}
+    assert _admitted(events)["d"] == 1
+
+
+def test_the_counter_starts_again_when_the_fleet_is_idle():
+    # After everything ends the counter returns to 0: e, arriving on an idle fleet at
+    # an odd count of steps run, is admitted at once; f, arriving at the next step
+    # while e decodes, waits for an even step.
+    records = [req("a", 0, 4, 3), req("e", 20, 4, 6), req("x", 20, 4, 6), req("f", 21, 4, 2)]
+    result, events = _lockstep(records, replicas=2, **THROTTLE)
+    assert _routes(result, events) == {"a": 0, "e": 1, "x": 0, "f": 1}
+    admitted = _admitted(events)
+    assert admitted["e"] == 20 and admitted["f"] == 22

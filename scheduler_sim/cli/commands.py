@@ -15,9 +15,9 @@ from functools import partial
 from typing import Any, Callable, TextIO
 
 from ..engine.core import Engine
-from ..fleet import Fleet
 from ..engine.summary import request_record
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
+from ..fleet import make_fleet
 from ..io.expectations import check_trace
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_length,
                             spec_problems, weights_problem)
@@ -132,10 +132,11 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             rows = (_RequestRows(trace, clock, options.slo, policy, csv, bool(args.requests))
                     if args.requests or csv else None)
             if options.fleet:
-                result = Fleet(trace.workload, options, policy,
-                               on_event=(partial(events.listener, policy) if events else None),
-                               keep_requests=False,
-                               on_request_end=rows.ended if rows else None).run()
+                result = make_fleet(trace.workload, options, policy,
+                                    on_event=(partial(events.listener, policy) if events
+                                              else None),
+                                    keep_requests=False,
+                                    on_request_end=rows.ended if rows else None).run()
             else:
                 on_event = events.listener(policy) if events else None
                 result = Engine(trace.workload, options, policy, on_event=on_event,

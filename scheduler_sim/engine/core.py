@@ -81,7 +81,7 @@ class _InFlight:
     its exact (fractional) completion in clock steps."""
 
     __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs", "decoders",
-                 "members", "requests")
+                 "members", "requests", "held")
 
     def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
                  exact: float, all_decode: bool, outputs: int,
@@ -97,6 +97,7 @@ class _InFlight:
         self.decoders = decoders
         self.members = members  # rows of cohort members (counted, not written)
         self.requests = requests  # every row's request in plan order, with members
+        self.held: tuple | None = None  # (rows, tokens) of a Dispatch record not yet sent
 
 
 class Engine:
@@ -139,6 +140,9 @@ class Engine:
         # (`accept_action`); the workload is only checked, never read.
         self.routed = routed
         self._horizon = INF  # the fleet's next arrival: folding stops there
+        # Under data-parallel lockstep, the step counter all ranks share (vLLM's
+        # step_counter), which the vllm policy's prefill cadence reads; else None.
+        self.lockstep_step: int | None = None
         named = {a.id for a in workload.cancels} | {a.id for a in workload.preempts}
         if routed:
             self.workload = Workload()
@@ -729,12 +733,26 @@ class Engine:
             done = self.clock.end_step(exact, now)
             if exact <= now:
                 exact = done  # shorter than the rest of its first step: one step
+        flight = _InFlight(rows, now, done, exact,
+                           decode == total and not padding and total > 0,
+                           emitting + len(decoders) + members,
+                           decoders if rows is None else None, members, requests)
         if records is not None:
-            self._emit(Dispatch(now, tuple(records), total, done))
-        return _InFlight(rows, now, done, exact,
-                         decode == total and not padding and total > 0,
-                         emitting + len(decoders) + members,
-                         decoders if rows is None else None, members, requests)
+            if self.lockstep_step is None:
+                self._emit(Dispatch(now, tuple(records), total, done))
+            else:  # the step's end is known once every rank has planned
+                flight.held = (tuple(records), total)
+        return flight
+
+    def end_dispatch_at(self, done: int, exact: float) -> None:
+        """Data-parallel lockstep (fleet/lockstep.py): the dispatch just started
+        completes with the step of every rank, at step `done` (exact: `exact`)."""
+        flight = self.flight
+        flight.done, flight.exact = done, exact
+        if flight.held is not None:
+            rows, tokens = flight.held
+            flight.held = None
+            self._emit(Dispatch(flight.start, rows, tokens, done))
 
     def _start_counted(self, requests: list[Request], members: int,
                        contexts: int) -> _InFlight:

@@ -126,6 +126,10 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
         ("mean batch", "rows", "mean_batch_rows"),
         ("mean batch", "tokens", "mean_batch_tokens"),
         ("busy", "s", "busy_seconds"),
+        # A fleet's, under data-parallel lockstep only (fleet/lockstep.py).
+        ("lockstep steps", "steps", "lockstep_steps"),
+        ("dummy steps", "dispatches", "dummy_steps"),
+        ("lockstep wait", t, "lockstep_wait"),
     ]
     return tuple(rows)
 
@@ -133,7 +137,7 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
 # Rows shown only when some policy has a value other than 0 or null.
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
              "empty_iterations", "padding_rows", "cached_tokens", "deadlines",
-             "deadline_misses", "busy_seconds", "dummy_steps", "lockstep_wait"}
+             "deadline_misses", "busy_seconds"}
 _SLO_FIELDS = ("slo_met", "slo_attainment", "request_goodput")
 _RATES = ("request_throughput", "input_throughput", "output_throughput",
           "total_token_throughput", "request_goodput")
@@ -241,7 +245,13 @@ def header_lines(command: str, trace_name: str, options: Options, clock: Clock,
     return lines
 
 
+# Rows of fields only some runs have (a fleet's): shown when a run has them.
+_WHEN_PRESENT = {"lockstep_steps", "dummy_steps", "lockstep_wait"}
+
+
 def _shown(field: str, values: list[Any], options: Options) -> bool:
+    if field in _WHEN_PRESENT:
+        return any(v is not None for v in values)
     if field.startswith("client_wait_"):
         return options.max_concurrency is not None  # closed-loop clients only
     if field in _SLO_FIELDS:

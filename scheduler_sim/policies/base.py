@@ -65,6 +65,8 @@ class SchedulerView(Protocol):
     allocator: BlockAllocator
     clock: Clock  # converts option durations to clock steps
     now: int
+    # Under data-parallel lockstep, the step counter every rank shares; else None.
+    lockstep_step: int | None
 
     def admit(self, req: Request, credit: int, cached: list[int] = ()) -> None:
         """Move `req` to RUNNING with a reservation of `credit` blocks (0: on demand),

@@ -32,6 +32,12 @@ as soon as the request is scheduled (vLLM caches them when it allocates
 them, before the step runs), so a request admitted later in the same step
 already hits them.
 
+Under data-parallel lockstep (`dp_lockstep`, fleet/lockstep.py) the ranks
+share one step counter, as vLLM's data-parallel engine cores do, and prefill
+is held on every step whose counter is not a multiple of `prefill_interval`
+(same conditions: something decodes, and no capacity escape); the local
+cadence below is then off.
+
 `prefill_interval` is vLLM's `prefill_schedule_interval` on one engine: while
 some running request decodes, prefill (running chunks, and admissions that
 need more than their last token) waits until that many steps that ran
@@ -149,8 +155,12 @@ class VllmPolicy(QueueAndListPolicy):
         # interval since the last step that carried prefill has passed, while
         # something decodes, unless the last releasing step could not empty the
         # queue (the capacity escape).
+        # Under data-parallel lockstep the ranks' shared step counter sets the
+        # cadence instead: prefill only on steps that are multiples of the interval.
+        shared = self.view.lockstep_step
         defer = (interval > 1 and not self.capacity_bound
-                 and self.executed_steps + 1 - self.last_prefill_step < interval
+                 and (self.executed_steps + 1 - self.last_prefill_step < interval
+                      if shared is None else shared % interval != 0)
                  and any(r.resident >= r.prompt_tokens and r.resident >= r.restore
                          for r in running))
         prefill_ran = False

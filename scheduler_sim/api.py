@@ -8,6 +8,8 @@ For notebooks and scripts; the command line is built on the same pieces.
     result = sim.replay(trace, policies=["serial", "continuous"], num_blocks=16)
     for run in result.runs:
         print(run.policy, run.summary["ttft_p50"], run.requests[0]["ttft"])
+    fleet = sim.replay(trace, "vllm", replicas=4, router="least-loaded")
+    print(fleet.runs[0].replicas[0]["requests"])
     for event in sim.events(trace, "continuous"):
         ...
 
@@ -27,6 +29,7 @@ from typing import Any, Iterator
 
 from .engine.core import Engine
 from .engine.summary import request_record
+from .fleet import make_fleet
 from .gpu.costmodel import PoolSizing, fit_pool
 from .io.expectations import CheckResult, check_trace
 from .io.trace import Trace, parse_trace, read_trace, resolve_options
@@ -76,6 +79,7 @@ class Run:
     summary: dict[str, Any]
     requests: list[dict[str, Any]]
     stalled: bool
+    replicas: list[dict[str, Any]] | None = None  # a fleet's per-replica summaries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,10 +111,14 @@ def replay(trace: Trace, policies: list[str] | str | None = None, **options: Any
     clock = Clock.of(resolved)
     runs = []
     for policy in resolved.policy:
-        result = Engine(trace.workload, resolved, policy).run()
+        if resolved.fleet:
+            result = make_fleet(trace.workload, resolved, policy).run()
+        else:
+            result = Engine(trace.workload, resolved, policy).run()
         records = [request_record(r, clock, resolved.slo)
                    for r in sorted(result.requests, key=lambda r: (r.arrival, r.index))]
-        runs.append(Run(policy, result.summary, records, result.stalled))
+        runs.append(Run(policy, result.summary, records, result.stalled,
+                        result.replicas if resolved.fleet else None))
     return Replay(trace, resolved, clock, pool, runs)
 
 
@@ -124,6 +132,7 @@ def events(trace: Trace, policy: str | None = None, **options: Any) -> Iterator[
     The replay runs in a thread beside the reader with a bounded buffer, so a
     long run is never held in memory; stopping early (leaving the loop)
     stops the replay. Times are in the run's unit, as `--events` writes them.
+    A fleet's records carry the `replica` they happened on.
     """
     resolved, _ = resolve(trace, policy, **options)
     name = resolved.policy[0]
@@ -138,9 +147,22 @@ def events(trace: Trace, policy: str | None = None, **options: Any) -> Iterator[
             raise _Stop
         buffer.put(event.to_dict(None, seconds))
 
+    def on_replica(replica: int):
+        def listen_to(event) -> None:
+            if stop.is_set():
+                raise _Stop
+            record = event.to_dict(None, seconds)
+            record = {**dict(list(record.items())[:2]), "replica": replica,
+                      **dict(list(record.items())[2:])}
+            buffer.put(record)
+        return listen_to
+
     def work() -> None:
         try:
-            Engine(trace.workload, resolved, name, on_event=listen).run()
+            if resolved.fleet:
+                make_fleet(trace.workload, resolved, name, on_event=on_replica).run()
+            else:
+                Engine(trace.workload, resolved, name, on_event=listen).run()
             buffer.put(done)
         except _Stop:
             pass

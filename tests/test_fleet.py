@@ -353,3 +353,34 @@ def test_the_counter_starts_again_when_the_fleet_is_idle():
     assert _routes(result, events) == {"a": 0, "e": 1, "x": 0, "f": 1}
     admitted = _admitted(events)
     assert admitted["e"] == 20 and admitted["f"] == 22
+
+
+def test_check_compares_a_fleets_summary_and_requests(tmp_path):
+    records = [{"type": "config", "block_size": 4, "num_blocks": 8, "replicas": 2},
+               req("a", 0, 4, 3), req("b", 0, 4, 3),
+               {"type": "expect", "requests": 2, "completed": 2, "ttft_max": 1},
+               {"type": "expect", "id": "b", "ttft": 1, "finished": 3}]
+    path = write_trace(tmp_path, records)
+    code, out, err = run_cli(["check", path])
+    assert code == 0, out + err
+    # Each replica ran three dispatches: the fleet's iterations are 6, not 3.
+    bad = write_trace(tmp_path, records[:3] + [{"type": "expect", "iterations": 3}], "bad.jsonl")
+    code, out, err = run_cli(["check", bad])
+    assert code == 1 and "iterations" in out
+    at = write_trace(tmp_path, records[:3] + [{"type": "expect", "at": 1, "free": 4}],
+                     "at.jsonl")
+    code, out, err = run_cli(["check", at])
+    assert code == 2 and "need one engine, got replicas 2" in err
+
+
+def test_the_api_replays_fleets_and_tags_events():
+    import scheduler_sim as sim
+    trace = sim.build([{"type": "config", "block_size": 4, "num_blocks": 8},
+                       {"id": "a", "arrival": 0, "prompt_tokens": 4, "output_tokens": 2},
+                       {"id": "b", "arrival": 0, "prompt_tokens": 4, "output_tokens": 2}])
+    fleet = sim.replay(trace, "vllm", replicas=2)
+    assert [r["requests"] for r in fleet.runs[0].replicas] == [1, 1]
+    assert sim.replay(trace, "vllm").runs[0].replicas is None
+    arrivals = [(e["id"], e["replica"]) for e in sim.events(trace, "vllm", replicas=2)
+                if e["event"] == "arrival"]
+    assert arrivals == [("a", 0), ("b", 1)]

@@ -22,8 +22,10 @@ from typing import Any
 
 from ..engine.core import Engine, RunResult
 from ..engine.summary import request_record
+from ..fleet import make_fleet
 from ..gpu.costmodel import fit_pool
 from ..records.clock import Clock
+from ..records.errors import UsageError
 from ..records.options import Options, show
 from .trace import Expectation, Trace
 
@@ -199,6 +201,16 @@ def check_trace(trace: Trace, options: Options) -> list[CheckResult]:
         if not any(_applies(e, policy) for e in expects):
             continue
         ticks = snapshot_ticks(expects, policy, clock)
+        if options.fleet:
+            # A fleet's summary and requests compare as one engine's do; its block
+            # counts are per replica, which an `at` expectation cannot name.
+            if ticks:
+                raise UsageError("expect records with `at` (block counts at a time) need "
+                                 f"one engine, got replicas {options.replicas}: check them "
+                                 "with --replicas 1")
+            results.extend(verify(expects, make_fleet(trace.workload, options, policy).run(),
+                                  None))
+            continue
         probe = StateProbe(ticks, options.num_blocks) if ticks else None
         result = Engine(trace.workload, options, policy, on_state=probe).run()
         if probe:

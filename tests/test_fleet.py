@@ -92,8 +92,9 @@ def test_a_fleet_of_one_replays_exactly_as_the_engine(seed, policy):
     assert fleet.summary == alone.summary
     assert fleet.replicas == [{"replica": 0, **alone.summary}]
     key = lambda r: r.index  # noqa: E731
-    assert ([request_record(r) for r in sorted(fleet.requests, key=key)]
-            == [request_record(r) for r in sorted(alone.requests, key=key)])
+    mine = [request_record(r) for r in sorted(fleet.requests, key=key)]
+    assert {r.pop("replica") for r in mine} <= {0}
+    assert mine == [request_record(r) for r in sorted(alone.requests, key=key)]
     # Folding (no listener) changes nothing either.
     quiet = Fleet(trace.workload, opts, policy).run()
     assert quiet.summary == alone.summary
@@ -384,3 +385,33 @@ def test_the_api_replays_fleets_and_tags_events():
     arrivals = [(e["id"], e["replica"]) for e in sim.events(trace, "vllm", replicas=2)
                 if e["event"] == "arrival"]
     assert arrivals == [("a", 0), ("b", 1)]
+
+
+def test_request_records_name_their_replica(tmp_path):
+    records = [{"type": "config", "block_size": 4, "num_blocks": 8, "replicas": 2},
+               req("a", 0, 4, 3), req("b", 0, 4, 3),
+               {"type": "expect", "id": "b", "replica": 1},
+               {"type": "expect", "id": "a", "replica": 0, "finished": 3}]
+    path = write_trace(tmp_path, records)
+    assert run_cli(["check", path])[0] == 0
+    code, out, err = run_cli(["replay", path, "--requests"])
+    assert code == 0, err
+    table = out.split("requests under continuous")[1].splitlines()
+    assert table[1].split()[:3] == ["id", "replica", "arrival"]
+    assert [line.split()[:2] for line in table[2:]] == [["a", "0"], ["b", "1"]]
+    code, out, err = run_cli(["replay", path, "--requests-csv", "-"])
+    lines = out.splitlines()
+    assert lines[0].startswith("policy,replica,id,arrival,")
+    assert [line.split(",")[:3] for line in lines[1:]] == [["continuous", "0", "a"],
+                                                          ["continuous", "1", "b"]]
+    # One engine: no replica anywhere.
+    code, out, err = run_cli(["replay", path, "--replicas", "1", "--requests-csv", "-"])
+    assert out.splitlines()[0].startswith("policy,id,arrival,")
+
+
+def test_lockstep_fields_can_be_expected(tmp_path):
+    records = [{"type": "config", "block_size": 4, "num_blocks": 8, "replicas": 2,
+                "dp_lockstep": True},
+               req("a", 0, 4, 4),
+               {"type": "expect", "lockstep_steps": 4, "dummy_steps": 4, "lockstep_wait": 4}]
+    assert run_cli(["check", write_trace(tmp_path, records)])[0] == 0

@@ -127,7 +127,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             events = EventFile(args.events, out, len(options.policy) > 1, clock)
         if args.requests_csv:
             csv = Output(args.requests_csv, out, "cannot write requests", ".requests-")
-            csv.write(csv_header())
+            csv.write(csv_header(options.fleet))
         for policy in options.policy:
             rows = (_RequestRows(trace, clock, options.slo, policy, csv, bool(args.requests))
                     if args.requests or csv else None)

@@ -140,6 +140,7 @@ class Engine:
         # (`accept_action`); the workload is only checked, never read.
         self.routed = routed
         self._horizon = INF  # the fleet's next arrival: folding stops there
+        self.replica: int | None = None  # this engine's number in a fleet
         # Under data-parallel lockstep, the step counter all ranks share (vLLM's
         # step_counter), which the vllm policy's prefill cadence reads; else None.
         self.lockstep_step: int | None = None
@@ -452,6 +453,7 @@ class Engine:
     def _arrive(self, spec) -> None:
         """A request reaches its trace time: sent at once, or queued for a client slot."""
         req = _request_of(spec)
+        req.replica = self.replica
         self.requests[req.rid] = req
         self.stats.requests += 1
         self._arrived += 1

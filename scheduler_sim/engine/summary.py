@@ -34,7 +34,8 @@ from ..records.states import RequestStatus
 from ..requests.request import Request
 
 __all__ = ["RunStats", "request_record", "nearest_rank", "REQUEST_FIELDS", "RUN_FIELDS",
-           "METRICS", "PERCENTILES", "STATS", "TIME_REQUEST_FIELDS", "TIME_RUN_FIELDS"]
+           "METRICS", "PERCENTILES", "STATS", "TIME_REQUEST_FIELDS", "TIME_RUN_FIELDS",
+           "FLEET_REQUEST_FIELDS", "FLEET_RUN_FIELDS"]
 
 PERCENTILES = (50, 90, 99)
 STATS = ("mean", "p50", "p90", "p99", "max")
@@ -49,6 +50,10 @@ REQUEST_FIELDS = (
     "preemptions", "replay_rows", "useful_rows", "outputs", "prompt_tokens", "output_tokens",
     "max_tokens", "cached_tokens", "priority", "deadline", "deadline_missed", "slo_met",
 )
+# Fields only a fleet's records have (fleet/): per request, and per run under
+# data-parallel lockstep.
+FLEET_REQUEST_FIELDS = ("replica",)
+FLEET_RUN_FIELDS = ("lockstep_steps", "dummy_steps", "lockstep_wait")
 # Per-request fields that are times, in the run's unit.
 TIME_REQUEST_FIELDS = ("arrival", "sent", "admitted", "first_token", "finished", "client_wait",
                        "queue_delay", "ttft", "tpot", "e2el", "deadline")
@@ -133,7 +138,7 @@ def request_record(req: Request, clock: Clock | None = None,
     met = None
     if slo is not None:
         met = completed and _meets(lat, slo, clock)
-    return {
+    record = {
         "id": req.rid,
         "arrival": report(req.arrival),
         "sent": report(req.sent),
@@ -159,6 +164,9 @@ def request_record(req: Request, clock: Clock | None = None,
         "deadline_missed": missed,
         "slo_met": met,
     }
+    if req.replica is not None:  # served by a fleet
+        record["replica"] = req.replica
+    return record
 
 
 class RunStats:

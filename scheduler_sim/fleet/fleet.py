@@ -110,6 +110,8 @@ class Fleet:
                    keep_requests=keep_requests, on_request_end=on_request_end,
                    audit=audit, fast_forward=fast_forward, routed=True)
             for i in range(options.replicas)]
+        for i, engine in enumerate(self.engines):
+            engine.replica = i
         first = self.engines[0]
         self.options = first.options  # the pool sized from the GPU, if it was
         self.clock: Clock = first.clock

@@ -375,6 +375,8 @@ def format_requests(policy: str, records: list[dict[str, Any]], clock: Clock | N
     """
     clock = clock or Clock()
     columns = [c for c in REQUEST_COLUMNS if closed_loop or c[1] != "sent"]
+    if records and "replica" in records[0]:  # a fleet's: which replica served it
+        columns.insert(1, ("replica", "replica"))
     heads = [h for h, _ in columns]
 
     def cell(record: dict[str, Any], field: str) -> str:
@@ -403,18 +405,20 @@ def format_csv(per_policy: list[tuple[str, list[dict[str, Any]]]]) -> str:
     """Every per-request field, one row per request and policy (`policy` first), rows
     ending in LF (RFC 4180 quoting: a field is quoted when it holds a comma, a quote,
     CR or LF; the csv module, with LF line ends, would leave a CR unquoted)."""
-    return csv_header() + "".join(csv_row(policy, record)
+    fleet = any("replica" in r for _, records in per_policy for r in records)
+    return csv_header(fleet) + "".join(csv_row(policy, record)
                                   for policy, records in per_policy for record in records)
 
 
-def csv_header() -> str:
-    """The first line of `format_csv`."""
-    return ",".join(("policy",) + REQUEST_FIELDS) + "\n"
+def csv_header(fleet: bool = False) -> str:
+    """The first line of `format_csv` (a fleet's rows have `replica` after `policy`)."""
+    return ",".join(("policy",) + ("replica",) * fleet + REQUEST_FIELDS) + "\n"
 
 
 def csv_row(policy: str, record: dict[str, Any]) -> str:
     """One request's line of `format_csv`."""
-    return ",".join([_csv_field(policy)]
+    replica = [_csv_value(record["replica"])] if "replica" in record else []
+    return ",".join([_csv_field(policy)] + replica
                     + [_csv_field(_csv_value(record[f])) for f in REQUEST_FIELDS]) + "\n"
 
 

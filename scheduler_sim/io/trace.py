@@ -28,7 +28,7 @@ from functools import partial
 from hashlib import blake2b
 from typing import Any, Callable, Iterable, Iterator
 
-from ..engine.summary import REQUEST_FIELDS, RUN_FIELDS
+from ..engine.summary import FLEET_REQUEST_FIELDS, FLEET_RUN_FIELDS, REQUEST_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import parse_cost_model
 from ..kv.allocator import blocks_for
 from ..policies import POLICIES, is_plugin, policy_class
@@ -495,14 +495,14 @@ def _parse_expect(c: _RecordChecker, unit: str) -> Expectation | None:
         return None
     if "id" in rec:
         rid = c.string_id()
-        allowed = [f for f in REQUEST_FIELDS if f != "id"]
+        allowed = [f for f in REQUEST_FIELDS if f != "id"] + list(FLEET_REQUEST_FIELDS)
         what = "request field"
     elif "at" in rec:
         at = c.time("at", unit)
         allowed = list(SNAPSHOT_FIELDS)
         what = "snapshot field"
     else:
-        allowed = list(RUN_FIELDS)
+        allowed = list(RUN_FIELDS) + list(FLEET_RUN_FIELDS)
         what = "run field"
     fields = {}
     for key, value in rec.items():

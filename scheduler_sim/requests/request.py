@@ -38,7 +38,7 @@ class Request:
         "status", "outputs", "resident", "restore", "high_water", "emit_on_restore",
         "credit", "useful_rows", "replay_rows", "preemptions", "admitted_at",
         "first_token_at", "finished_at", "admit_seq", "cached_tokens", "block_keys", "wait_since",
-        "sent", "last_output_at",
+        "sent", "last_output_at", "replica",
     )
 
     def __init__(self, rid: str, index: int, arrival: int, prompt_tokens: int,
@@ -46,6 +46,7 @@ class Request:
                  deadline: int | None = None, prompt_token_ids: list[int] | None = None,
                  output_token_ids: list[int] | None = None,
                  block_hashes: list | None = None) -> None:
+        self.replica: int | None = None  # the fleet replica serving it (fleet/)
         self.rid = rid
         self.index = index  # position in the trace: the final tie-breaker everywhere
         self.arrival = arrival

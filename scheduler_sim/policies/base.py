@@ -168,6 +168,13 @@ class Policy:
         rule = "P+M-1" if self.reserves else "P+N-1"
         return f"needs {needed} blocks for {rule} rows, more than num_blocks"
 
+    def hit_rows(self, req: Request, cached: list[int]) -> int:
+        """The rows `req` starts with when admitted with the `cached` blocks that
+        `cached_prefix` found: their rows, or, for a request whose prompt's KV was
+        copied from a prefill replica (fleet/disagg.py), the P - 1 rows it already
+        holds (`cached` are then its own blocks)."""
+        return req.resident if req.resident else len(cached) * self.options.block_size
+
     # --- the reservation gate (A1, A2, A5), shared by reserving policies -----
 
     def reservation_need(self, req: Request) -> tuple[int, int, list[int]]:

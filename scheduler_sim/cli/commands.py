@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any, Callable, TextIO
 
 from ..engine.core import Engine
-from ..fleet import Fleet
+from ..fleet import DisaggFleet, Fleet
 from ..engine.summary import request_record
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
@@ -132,10 +132,11 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             rows = (_RequestRows(trace, clock, options.slo, policy, csv, bool(args.requests))
                     if args.requests or csv else None)
             if options.fleet:
-                result = Fleet(trace.workload, options, policy,
-                               on_event=(partial(events.listener, policy) if events else None),
-                               keep_requests=False,
-                               on_request_end=rows.ended if rows else None).run()
+                kind = DisaggFleet if options.disagg else Fleet
+                result = kind(trace.workload, options, policy,
+                              on_event=(partial(events.listener, policy) if events else None),
+                              keep_requests=False,
+                              on_request_end=rows.ended if rows else None).run()
             else:
                 on_event = events.listener(policy) if events else None
                 result = Engine(trace.workload, options, policy, on_event=on_event,

@@ -158,7 +158,7 @@ def request_record(req: Request, clock: Clock | None = None,
         "deadline": report(req.deadline),
         "deadline_missed": missed,
         "slo_met": met,
-    }
+    } | ({} if req.transfer_time is None else {"transfer_time": report(req.transfer_time)})
 
 
 class RunStats:

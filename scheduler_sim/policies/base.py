@@ -24,7 +24,7 @@ from ..kv.allocator import BlockAllocator, blocks_for
 from ..records.clock import Clock
 from ..records.options import Options
 from ..requests.queues import FcfsQueue, RequestQueue, make_queue
-from ..requests.request import Request
+from ..requests.request import LOADED, Request
 
 __all__ = ["SchedulerView", "Policy", "QueueAndListPolicy", "Plan", "DecodesFirst", "PADDING"]
 
@@ -173,7 +173,9 @@ class Policy:
         `cached_prefix` found: their rows, or, for a request whose prompt's KV was
         copied from a prefill replica (fleet/disagg.py), the P - 1 rows it already
         holds (`cached` are then its own blocks)."""
-        return req.resident if req.resident else len(cached) * self.options.block_size
+        if req.remote == LOADED:
+            return req.resident
+        return len(cached) * self.options.block_size
 
     # --- the reservation gate (A1, A2, A5), shared by reserving policies -----
 

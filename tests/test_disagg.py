@@ -356,3 +356,12 @@ def test_cli_replay_with_events_json_requests_and_table(tmp_path):
     assert [r["role"] for r in run["replicas"]] == ["prefill", "decode"]
     assert [r["transfer_time"] for r in run["per_request"]] == [1, 1]
     assert run["per_request"][0]["ttft"] == 3
+
+
+def test_check_refuses_disaggregation(tmp_path):
+    """`check` replays with one engine: it refuses the options rather than ignore them."""
+    path = write_trace(tmp_path, [{"type": "config", "prefill_replicas": 1,
+                                   "decode_replicas": 1}, req("a", 0, 4, 2),
+                                  {"type": "expect", "id": "a", "outputs": 2}])
+    code, out, err = run_cli(["check", path])
+    assert code == 2 and "disaggregated fleet" in err

@@ -127,6 +127,9 @@ class Engine:
                  routed: bool = False) -> None:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
+        if options.disagg and not routed:
+            raise UsageError("prefill_replicas and decode_replicas need a disaggregated "
+                             "fleet (replay runs one); one engine cannot replay them")
         options, self.pool = fit_pool(options)
         self.options = options
         self.clock = clock = Clock.of(options)

@@ -57,7 +57,7 @@ def _citations(text: str) -> set[str]:
     """The anchors `text` cites: sections as s4 for §4, rule codes as themselves."""
     import re
     found = {f"s{n}" for n in re.findall(r"§(\d+)", text)}
-    found |= set(re.findall(r"\b([EALTF][0-9]b?)\b", text))
+    found |= set(re.findall(r"\b([EALTFD][0-9]b?)\b", text))
     return found
 
 

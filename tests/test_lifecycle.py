@@ -511,14 +511,16 @@ def _request() -> Request:
 
 
 def test_terminal_states_order_after_preempted():
-    """L1: WAITING < RUNNING < PREEMPTED < every terminal state; is_finished is that comparison."""
-    assert S.WAITING < S.RUNNING < S.PREEMPTED
-    terminal = [s for s in S if s > S.PREEMPTED]
+    """L1: WAITING < RUNNING < PREEMPTED < WAITING_FOR_REMOTE_KV < every terminal state;
+    is_finished is that comparison."""
+    assert S.WAITING < S.RUNNING < S.PREEMPTED < S.WAITING_FOR_REMOTE_KV
+    terminal = [s for s in S if s > S.WAITING_FOR_REMOTE_KV]
     assert [s.label for s in terminal] == [
         "finished_stopped", "finished_length_capped", "finished_aborted", "finished_ignored",
         "finished_timeout", "finished_error"]
     assert all(s.is_finished for s in terminal)
-    assert not any(s.is_finished for s in (S.WAITING, S.RUNNING, S.PREEMPTED))
+    assert not any(s.is_finished for s in (S.WAITING, S.RUNNING, S.PREEMPTED,
+                                            S.WAITING_FOR_REMOTE_KV))
 
 
 def test_preempt_of_a_waiting_request_object_raises():

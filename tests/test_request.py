@@ -33,15 +33,17 @@ def step(r: Request, tokens: int, now: int) -> bool:
 
 def test_live_states_order_before_terminal_ones():
     """WAITING < RUNNING < PREEMPTED < every terminal state, so 'finished' is one compare."""
-    assert S.WAITING < S.RUNNING < S.PREEMPTED
+    assert S.WAITING < S.RUNNING < S.PREEMPTED < S.WAITING_FOR_REMOTE_KV
     for s in TERMINAL:
-        assert s > S.PREEMPTED
-    assert set(S) == {S.WAITING, S.RUNNING, S.PREEMPTED, *TERMINAL}
+        assert s > S.WAITING_FOR_REMOTE_KV
+    assert set(S) == {S.WAITING, S.RUNNING, S.PREEMPTED, S.WAITING_FOR_REMOTE_KV, *TERMINAL}
 
 
 def test_is_finished_exactly_for_terminal_states():
-    """is_finished is False for WAITING, RUNNING, PREEMPTED and True for the six others."""
-    assert [s.is_finished for s in (S.WAITING, S.RUNNING, S.PREEMPTED)] == [False] * 3
+    """is_finished is False for WAITING, RUNNING, PREEMPTED, WAITING_FOR_REMOTE_KV and True
+    for the six others."""
+    assert [s.is_finished for s in (S.WAITING, S.RUNNING, S.PREEMPTED,
+                                    S.WAITING_FOR_REMOTE_KV)] == [False] * 4
     assert [s.is_finished for s in TERMINAL] == [True] * 6
 
 
@@ -94,6 +96,9 @@ def _in_state(status: RequestStatus) -> Request:
     if status is S.PREEMPTED:
         r.preempt()
         return r
+    if status is S.WAITING_FOR_REMOTE_KV:
+        r.wait_for_remote_kv()
+        return r
     r.record_rows(4)
     r.emit(1)
     if status is S.FINISHED_STOPPED:
@@ -112,10 +117,12 @@ ALLOWED = {
     "admit": {S.WAITING, S.PREEMPTED},
     "finish": {S.RUNNING},
     "preempt": {S.RUNNING},
-    "cancel": {S.WAITING, S.RUNNING, S.PREEMPTED},
+    "cancel": {S.WAITING, S.RUNNING, S.PREEMPTED, S.WAITING_FOR_REMOTE_KV},
     "reject": {S.WAITING},
     "time_out": {S.WAITING, S.PREEMPTED},
-    "fail": {S.WAITING, S.RUNNING, S.PREEMPTED},
+    "fail": {S.WAITING, S.RUNNING, S.PREEMPTED, S.WAITING_FOR_REMOTE_KV},
+    "wait_for_remote_kv": {S.RUNNING},
+    "load_remote_kv": {S.WAITING_FOR_REMOTE_KV},
 }
 
 
@@ -127,6 +134,8 @@ DEST = {
     "reject": S.FINISHED_IGNORED,
     "time_out": S.FINISHED_TIMEOUT,
     "fail": S.FINISHED_ERROR,
+    "wait_for_remote_kv": S.WAITING_FOR_REMOTE_KV,
+    "load_remote_kv": S.WAITING,
 }
 
 
@@ -137,8 +146,10 @@ def _call(r: Request, action: str) -> None:
     elif action == "finish":
         r.outputs = r.output_tokens  # isolate the state check from the output check
         r.finish(5)
-    elif action == "preempt":
-        r.preempt()
+    elif action in ("preempt", "wait_for_remote_kv"):
+        getattr(r, action)()
+    elif action == "load_remote_kv":
+        r.load_remote_kv(3)
     else:
         getattr(r, action)(5)
 

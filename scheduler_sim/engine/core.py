@@ -48,7 +48,10 @@ from ..records.states import RequestStatus
 from ..records.workload import Action, RequestSpec, Workload
 from ..requests.clients import ClientSlots
 from ..requests.queues import FcfsQueue
-from ..requests.request import DECODE, PREFILL, Request, emit_outputs, write_decodes
+from ..requests.request import (
+    DECODE, LOADED, LOADING, PARKING, PREFILL, PRODUCER, REMOTE, Request, emit_outputs,
+    write_decodes,
+)
 from .cohort import Cohort
 from .folding import fold
 from .summary import RunStats
@@ -125,6 +128,9 @@ class Engine:
                  routed: bool = False) -> None:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
+        if options.disagg and not routed:
+            raise UsageError("prefill_replicas and decode_replicas need a disaggregated "
+                             "fleet (replay runs one); one engine cannot replay them")
         options, self.pool = fit_pool(options)
         self.options = options
         self.clock = clock = Clock.of(options)
@@ -244,6 +250,12 @@ class Engine:
         self._livelocked = False
         # (expiry tick, request, wait_since) for waiting_timeout, in expiry order.
         self._timeouts: deque[tuple[int, Request, int]] = deque()
+        # Prefill/decode disaggregation (fleet/disagg.py): the fleet's hooks, called
+        # when a producer's prefill is recorded (`prefilled(engine, req)`) and when a
+        # remote request admitted in this step starts its copy (`transfer(engine,
+        # req)`); and the remote requests admitted in the step being planned.
+        self.remote = None
+        self._parking: list[Request] = []
 
     # --- what folding (folding.py) reads ----------------------------------------
 
@@ -332,11 +344,16 @@ class Engine:
         resumed = req.status == RequestStatus.PREEMPTED
         req.admit(self.now, self._admit_seq, credit)
         hit = 0
-        if cached:
+        loaded = req.remote == LOADED
+        if loaded:
+            # Its prompt's KV was copied in: `cached` are its own blocks (see
+            # `cached_prefix`), and from here on it is a request like any other.
+            req.remote = 0
+        elif cached:
             self.allocator.share(req.rid, cached, req.block_keys)
             hit = len(cached) * self.options.block_size
             req.record_cached(hit)
-        if req.block_keys is not None:
+        if req.block_keys is not None and not loaded:
             # Keys are given again to the blocks it writes from here on (a resumed
             # request starts from its hits, not from what it had before).
             req.block_keys.registered = len(cached)
@@ -345,6 +362,15 @@ class Engine:
         self._changes += 1
         if self._emit is not None:
             self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
+        if req.remote == REMOTE:
+            # Disaggregation: blocks for its whole prompt now; the copy starts when
+            # the policy's step is over (`_park`).
+            if not self.allocator.try_grow(req.rid, req.prompt_tokens):
+                raise InvariantError(
+                    f"request {req.rid!r}: admitted on a decode replica without free "
+                    f"blocks for its prompt of {req.prompt_tokens} rows", self.now)
+            req.remote = PARKING
+            self._parking.append(req)
 
     def cached_prefix(self, req: Request, whole: bool = False) -> list[int]:
         """The leading blocks of `req` found in the prefix cache (none without one).
@@ -354,6 +380,8 @@ class Engine:
         up the last token's block too (what SGLang matches when it sorts or
         refreshes its waiting queue, which stamps more of its tree).
         """
+        if req.remote == LOADED:
+            return self.allocator.table(req.rid)  # its loaded prompt, in its own blocks
         if req.block_keys is None:
             return []
         rows = req.prompt_tokens + req.outputs
@@ -389,6 +417,13 @@ class Engine:
         outputs = req.outputs
         rows = req.resident
         req.preempt(include_pending=self.policy.recompute_includes_pending)
+        if req.remote == PARKING:
+            # Admitted and preempted in one step, before its copy began: it waits
+            # for the copy as before, nothing to recompute.
+            req.remote = REMOTE
+            req.restore = 0
+            req.emit_on_restore = False
+            self._parking.remove(req)
         self.policy.remove(req)
         self._start_waiting(req)
         self.policy.requeue(req)
@@ -439,9 +474,12 @@ class Engine:
         now = self.now
         while timeouts and timeouts[0][0] <= now:
             _, req, since = timeouts.popleft()
-            if req.wait_since != since or req.status.is_finished or req.status == RUNNING:
+            if (req.wait_since != since or req.status.is_finished or req.status == RUNNING
+                    or req.status == RequestStatus.WAITING_FOR_REMOTE_KV):
                 continue  # admitted (and maybe back in the queue) since then, or ended
             self.policy.remove(req)
+            if req.remote == LOADED:
+                self._release_request(req)  # the blocks its copied prompt is in
             req.time_out(now)
             self._end(req)
             if self._emit is not None:
@@ -504,15 +542,17 @@ class Engine:
             for req in ready:
                 self._register(req)  # a rejection frees its slot: loop again
 
-    def _register(self, req: Request, spill: bool = False) -> None:
+    def _register(self, req: Request, spill: bool = False, forwarded: bool = False) -> None:
         """The server receives `req`: it waits for admission (with `spill`, as a count
-        at the tail of the queue), or is rejected (E6)."""
-        req.sent = self.now
+        at the tail of the queue), or is rejected (E6). A `forwarded` request (one
+        another replica sent on) keeps its send time."""
+        if not forwarded:
+            req.sent = self.now
         self._changes += 1
         self._give_keys(req)
         emit = self._emit
         if emit is not None:
-            wait = self.now - req.arrival
+            wait = self.now - req.arrival if not forwarded else 0
             emit(Arrival(self.now, req.rid, wait or None))
         needed = self.policy.blocks_to_finish(req)
         if needed > self.options.num_blocks:
@@ -554,8 +594,10 @@ class Engine:
             return
         was_running = req.status == RUNNING
         self._settle(req)
-        self.policy.remove(req)
-        if was_running:
+        remote = req.remote
+        if remote != LOADING:  # a request being copied in is not the policy's yet
+            self.policy.remove(req)
+        if was_running or remote == LOADING or remote == LOADED:
             self._release_request(req)
         was = req.cancel(self.now)
         self._end(req)
@@ -576,6 +618,18 @@ class Engine:
         """A router sends this replica a request arriving now (E2; times on the clock)."""
         self._arrive(spec)
         # The trace changed things: replays since are not the policy's circle.
+        self._idle_replay = 0
+        self._replay_limit = None
+
+    def accept_request(self, req: Request, forwarded: bool = False) -> None:
+        """A fleet hands this replica a request of its own making, arriving now (E2):
+        a prefill-only request, or (`forwarded`) one whose prompt another replica
+        computed (fleet/disagg.py)."""
+        req.replica = self.replica
+        self.requests[req.rid] = req
+        self.stats.requests += 1
+        self._arrived += 1
+        self._register(req, forwarded=forwarded)
         self._idle_replay = 0
         self._replay_limit = None
 
@@ -864,10 +918,13 @@ class Engine:
                 self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             req.finish(now)
             self.policy.remove(req)
+            handed = req.remote == PRODUCER and self.remote is not None
+            if handed:
+                self.remote.prefilled(self, req)  # pins its blocks for the copy
             if not keeps:
                 self._release_request(req)
             self._end(req)
-            if self._emit is not None:
+            if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))
         self.stats.output_tokens += flight.outputs
         if since:
@@ -1055,6 +1112,8 @@ class Engine:
             plan = policy.schedule(t)
             if self._plugin:
                 self._check_plan(plan)
+            if self._parking:
+                plan = self._park(plan)
             moved = self._policy_moved
             if on_state is not None:
                 on_state(t, self._state(plan), False)
@@ -1089,6 +1148,31 @@ class Engine:
             on_state(t, self._state(), self.flight is not None)
         allocator.check() if not self._audit else allocator.audit()
         return moved
+
+    def _park(self, plan: Plan) -> Plan:
+        """Disaggregation: the remote requests admitted in this step leave the policy
+        and wait for their prompt's KV (WAITING_FOR_REMOTE_KV); their copies start
+        (the fleet's `transfer` hook) and their rows leave the plan. The policy
+        gets them back as waiting requests when the copies land."""
+        parked = [req for req in self._parking if req.remote == PARKING]
+        self._parking = []
+        if not parked:
+            return plan
+        allocator = self.allocator
+        for req in parked:
+            self.policy.remove(req)
+            req.wait_for_remote_kv()
+            req.remote = LOADING
+            # Its blocks are its own, not the dispatch's rows' (for the snapshot).
+            allocator.step_growth.pop(req.rid, None)
+            allocator.step_evictions.pop(req.rid, None)
+            self._changes += 1
+            self.remote.transfer(self, req)
+        gone = set(parked)
+        if type(plan) is DecodesFirst:
+            return DecodesFirst([r for r in plan.decoders if r not in gone],
+                                [row for row in plan.rest if row[0] not in gone])
+        return [row for row in plan if row[0] not in gone]
 
     def _repeats(self, flight: _InFlight, changes: int, assignments: int) -> bool:
         """Whether the policy's call that planned `flight` will repeat itself: the
@@ -1164,9 +1248,10 @@ class Engine:
                 req.fail(now)
                 self._record_end(req)
             else:
-                if req.status == RUNNING:
+                if req.status == RUNNING or req.remote == LOADING or req.remote == LOADED:
                     self._release_request(req)
-                self.policy.remove(req)
+                if req.remote != LOADING:
+                    self.policy.remove(req)
                 req.fail(now)
                 self._end(req)
             if self._emit is not None:

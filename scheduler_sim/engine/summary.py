@@ -51,9 +51,11 @@ REQUEST_FIELDS = (
     "max_tokens", "cached_tokens", "priority", "deadline", "deadline_missed", "slo_met",
 )
 # Fields only a fleet's records have (fleet/): per request, and per run under
-# data-parallel lockstep.
-FLEET_REQUEST_FIELDS = ("replica",)
-FLEET_RUN_FIELDS = ("lockstep_steps", "dummy_steps", "lockstep_wait")
+# data-parallel lockstep or disaggregation.
+FLEET_REQUEST_FIELDS = ("replica", "transfer_time")
+FLEET_RUN_FIELDS = ("lockstep_steps", "dummy_steps", "lockstep_wait", "transfers",
+                    "transfers_aborted", "transfer_tokens", "transfer_time_mean",
+                    "transfer_time_max")
 # Per-request fields that are times, in the run's unit.
 TIME_REQUEST_FIELDS = ("arrival", "sent", "admitted", "first_token", "finished", "client_wait",
                        "queue_delay", "ttft", "tpot", "e2el", "deadline")
@@ -166,6 +168,8 @@ def request_record(req: Request, clock: Clock | None = None,
     }
     if req.replica is not None:  # served by a fleet
         record["replica"] = req.replica
+    if req.transfer_time is not None:  # its KV was copied (fleet/disagg.py)
+        record["transfer_time"] = report(req.transfer_time)
     return record
 
 

@@ -130,6 +130,12 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
         ("lockstep steps", "steps", "lockstep_steps"),
         ("dummy steps", "dispatches", "dummy_steps"),
         ("lockstep wait", t, "lockstep_wait"),
+        # Prefill/decode disaggregation (fleet/disagg.py): the KV copies.
+        ("KV transfers", "copies", "transfers"),
+        ("KV transfers aborted", "copies", "transfers_aborted"),
+        ("KV transferred", "tokens", "transfer_tokens"),
+        ("KV transfer time mean", t, "transfer_time_mean"),
+        ("KV transfer time max", t, "transfer_time_max"),
     ]
     return tuple(rows)
 
@@ -137,7 +143,8 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
 # Rows shown only when some policy has a value other than 0 or null.
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
              "empty_iterations", "padding_rows", "cached_tokens", "deadlines",
-             "deadline_misses", "busy_seconds"}
+             "deadline_misses", "busy_seconds", "transfers", "transfers_aborted",
+             "transfer_tokens", "transfer_time_mean", "transfer_time_max"}
 _SLO_FIELDS = ("slo_met", "slo_attainment", "request_goodput")
 _RATES = ("request_throughput", "input_throughput", "output_throughput",
           "total_token_throughput", "request_goodput")
@@ -308,7 +315,8 @@ def replica_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
 def _columns(heads: list[str], runs: list[dict[str, Any]], options: Options, clock: Clock,
              every: tuple[tuple[str, str, str], ...] | None = None) -> list[str]:
     """Aligned lines: one metric per line, one column per run (policy or replica)."""
-    time_fields = set(TIME_RUN_FIELDS) | {"lockstep_wait"}
+    time_fields = set(TIME_RUN_FIELDS) | {"lockstep_wait", "transfer_time_mean",
+                                          "transfer_time_max"}
     rows = []
     for label, unit, field in every or table_rows(clock):
         values = [run.get(field) for run in runs]

@@ -24,7 +24,7 @@ from ..kv.allocator import BlockAllocator, blocks_for
 from ..records.clock import Clock
 from ..records.options import Options
 from ..requests.queues import FcfsQueue, RequestQueue, make_queue
-from ..requests.request import Request
+from ..requests.request import LOADED, Request
 
 __all__ = ["SchedulerView", "Policy", "QueueAndListPolicy", "Plan", "DecodesFirst", "PADDING"]
 
@@ -169,6 +169,15 @@ class Policy:
         """The reason of a `rejected` record: what the `needed` blocks are for (E6)."""
         rule = "P+M-1" if self.reserves else "P+N-1"
         return f"needs {needed} blocks for {rule} rows, more than num_blocks"
+
+    def hit_rows(self, req: Request, cached: list[int]) -> int:
+        """The rows `req` starts with when admitted with the `cached` blocks that
+        `cached_prefix` found: their rows, or, for a request whose prompt's KV was
+        copied from a prefill replica (fleet/disagg.py), the P - 1 rows it already
+        holds (`cached` are then its own blocks)."""
+        if req.remote == LOADED:
+            return req.resident
+        return len(cached) * self.options.block_size
 
     # --- the reservation gate (A1, A2, A5), shared by reserving policies -----
 

@@ -249,7 +249,7 @@ class SglangPolicy(QueueAndListPolicy):
                 self.view.report_blocked(head, "token_budget", 0)
                 break
             cached = self.view.cached_prefix(head)
-            hit = len(cached) * size
+            hit = self.hit_rows(head, cached)
             extend = head.prompt_tokens + head.outputs - hit
             evictable = allocator.evictable(cached)
             # Cached blocks it locks leave the evictable pool: they count too;

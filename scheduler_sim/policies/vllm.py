@@ -234,7 +234,7 @@ class VllmPolicy(QueueAndListPolicy):
                 self.view.report_blocked(head, "max_rows", self._gate_blocks(head))
                 break
             cached = self.view.cached_prefix(head)
-            hit = len(cached) * options.block_size
+            hit = self.hit_rows(head, cached)
             prefill = hit < self._sequence_rows(head) - 1  # more than its last token
             if defer and prefill:
                 self.view.report_blocked(head, "prefill_interval", self._gate_blocks(head))

@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
     "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
-    "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "EVENT_TYPES",
+    "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "Prefilled",
+    "TransferStarted", "TransferDone", "EVENT_TYPES",
     "event_from_dict", "LineListener", "snapshot_line", "dispatch_line", "steady_lines",
 ]
 
@@ -405,11 +406,49 @@ class Stalled(Event):
     reason: str
 
 
+@_record("prefilled")
+class Prefilled(Event):
+    """Disaggregation (fleet/disagg.py): on a prefill replica, a request's prompt is
+    computed and its one hidden output recorded; its run there ends (in place of
+    `finished`) and its `pinned` blocks stay held for the copy to a decode replica."""
+    id: str
+    pinned: int
+
+
+@_record("transfer_started")
+class TransferStarted(Event):
+    """Disaggregation: a decode replica admitted a request and began copying `tokens`
+    rows of its prompt's KV into `blocks` blocks, from replica `prefill_replica` to
+    replica `decode_replica`; it lands at `done`."""
+    times = ("done",)
+    id: str
+    prefill_replica: int
+    decode_replica: int
+    tokens: int
+    blocks: int
+    done: int
+
+
+@_record("transfer_done")
+class TransferDone(Event):
+    """Disaggregation: a copy started at `done - duration` ended; the request waits
+    again with its prompt's rows resident, or, when `aborted` (it was cancelled
+    meanwhile), the prefill replica's pinned blocks are let go."""
+    times = ("duration",)
+    id: str
+    prefill_replica: int
+    decode_replica: int
+    tokens: int
+    duration: int
+    aborted: bool
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (Arrival, Rejected, Admitted, AdmissionBlocked, Snapshot, Dispatch,
                 Finished, Cancelled, CancelIgnored, Preempted, PreemptIgnored,
-                Timeout, Ratio, Released, Evicted, Stalled)
+                Timeout, Ratio, Released, Evicted, Stalled, Prefilled, TransferStarted,
+                TransferDone)
 }
 
 

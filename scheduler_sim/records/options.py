@@ -148,6 +148,17 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("dp_lockstep", "bool", False,
                    "data parallelism: the replicas step together, each step as long as the "
                    "slowest rank's, idle ranks running dummy steps"),
+        OptionSpec("prefill_replicas", "int", 0,
+                   "prefill/decode disaggregation: replicas that only prefill (with "
+                   "decode_replicas; 0: off)", minimum=0, maximum=1024),
+        OptionSpec("decode_replicas", "int", 0,
+                   "prefill/decode disaggregation: replicas that decode requests whose "
+                   "prompt KV they copy from a prefill replica (with prefill_replicas; 0: "
+                   "off)", minimum=0, maximum=1024),
+        OptionSpec("kv_link_gbps", "float", 200.0,
+                   "disaggregation: gigabits per second of the link a prompt's KV crosses "
+                   "from a prefill to a decode replica (with a cost model)", minimum=0.0,
+                   exclusive_minimum=True, maximum=1e9),
         OptionSpec("time_unit", "str", "tick",
                    "unit of every time in the trace: tick, s or ms", choices=("tick", "s", "ms"),
                    trace_only=True),
@@ -315,7 +326,8 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
 
 # Options whose values are durations in the trace's time unit.
 # The options of a fleet of engines: shown in outputs only when a fleet runs.
-FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "dp_lockstep")
+FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "dp_lockstep", "prefill_replicas",
+                 "decode_replicas", "kv_link_gbps")
 DURATION_OPTIONS = tuple(name for name, spec in OPTIONS.items() if spec.kind == "duration")
 
 
@@ -356,6 +368,9 @@ class Options:
     router: str = OPTIONS["router"].default
     affinity_slack: int = OPTIONS["affinity_slack"].default
     dp_lockstep: bool = OPTIONS["dp_lockstep"].default
+    prefill_replicas: int = OPTIONS["prefill_replicas"].default
+    decode_replicas: int = OPTIONS["decode_replicas"].default
+    kv_link_gbps: float = OPTIONS["kv_link_gbps"].default
     time_unit: str = OPTIONS["time_unit"].default
     tick_seconds: float | None = OPTIONS["tick_seconds"].default
     clock_resolution: float | None = OPTIONS["clock_resolution"].default
@@ -399,14 +414,33 @@ class Options:
     @property
     def fleet(self) -> bool:
         """Whether the trace is served by more than one engine (fleet/)."""
-        return self.replicas > 1
+        return self.replicas > 1 or self.disagg
+
+    @property
+    def disagg(self) -> bool:
+        """Whether prefill and decode run on separate replicas (fleet/disagg.py)."""
+        return self.prefill_replicas > 0 or self.decode_replicas > 0
 
     def problems(self) -> list[str]:
         """Combinations of values that cannot work together."""
         out = []
         if self.fleet and self.max_concurrency is not None:
             out.append("max_concurrency (closed-loop clients) is not modelled across "
-                       f"replicas: use replicas 1, got replicas {self.replicas}")
+                       + (f"replicas: use replicas 1, got replicas {self.replicas}"
+                          if not self.disagg else "disaggregated replicas"))
+        if self.disagg:
+            if not (self.prefill_replicas and self.decode_replicas):
+                out.append("prefill_replicas and decode_replicas are both >= 1 or both 0, "
+                           f"got {self.prefill_replicas} and {self.decode_replicas}")
+            if self.replicas != 1:
+                out.append("replicas must stay 1 with prefill_replicas and decode_replicas "
+                           f"(they size the fleet), got replicas {self.replicas}")
+            if self.dp_lockstep:
+                out.append("dp_lockstep is not modelled with disaggregated replicas")
+            if not self.full_prompt_gate:
+                out.append("full_prompt_gate false is not modelled with disaggregated "
+                           "replicas (a decode replica takes blocks for the whole prompt "
+                           "when it admits a request)")
         if self.order == "lpm" and not self.prefix_caching:
             out.append("order 'lpm' needs prefix_caching: true (it sorts by cached prefix)")
         if self.time_unit == "tick":
@@ -429,6 +463,13 @@ class Options:
         elif self.router == "prefix-affinity" and not self.prefix_caching:
             out.append("router prefix-affinity without prefix_caching routes by load alone "
                        "(no replica caches a prefix)")
+        if not self.disagg:
+            if "kv_link_gbps" in self.origin:
+                out.append("kv_link_gbps has no effect without prefill_replicas and "
+                           "decode_replicas")
+        elif self.cost_model is None and "kv_link_gbps" in self.origin:
+            out.append("kv_link_gbps has no effect without a cost model (a transfer lasts "
+                       "one tick)")
         if self.cost_model is None and self.slo is not None:
             out.append("the slo objectives are in ticks: without a cost model every result "
                        "is")

@@ -1,8 +1,9 @@
 """The request lifecycle states (L1, docs/spec.md).
 
-Every terminal state is numbered after PREEMPTED, so "is this request done?"
-is one comparison: ``status > RequestStatus.PREEMPTED``. Inserting a new
-non-terminal state means inserting it above PREEMPTED.
+Every terminal state is numbered after the live ones, so "is this request
+done?" is one comparison: ``status > RequestStatus.WAITING_FOR_REMOTE_KV``.
+Inserting a new non-terminal state means inserting it above the first
+terminal one.
 """
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ class RequestStatus(enum.IntEnum):
     WAITING = 1
     RUNNING = 2
     PREEMPTED = 3
+    # Admitted on a decode replica, holding blocks while its prompt's KV is copied
+    # from the prefill replica (fleet/disagg.py); not scheduled until it lands.
+    WAITING_FOR_REMOTE_KV = 4
     # Everything below is terminal.
-    FINISHED_STOPPED = 4
-    FINISHED_LENGTH_CAPPED = 5
-    FINISHED_ABORTED = 6
-    FINISHED_IGNORED = 7
-    FINISHED_TIMEOUT = 8
-    FINISHED_ERROR = 9
+    FINISHED_STOPPED = 5
+    FINISHED_LENGTH_CAPPED = 6
+    FINISHED_ABORTED = 7
+    FINISHED_IGNORED = 8
+    FINISHED_TIMEOUT = 9
+    FINISHED_ERROR = 10
 
     @property
     def label(self) -> str:
@@ -33,4 +37,4 @@ class RequestStatus(enum.IntEnum):
     @property
     def is_finished(self) -> bool:
         """True for every terminal state."""
-        return self > RequestStatus.PREEMPTED
+        return self > RequestStatus.WAITING_FOR_REMOTE_KV

@@ -20,11 +20,25 @@ from ..records.errors import InvariantError
 from ..records.states import RequestStatus
 
 __all__ = ["Request", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
-           "advance_decodes", "catch_up"]
+           "advance_decodes", "catch_up", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
+           "LOADING", "LOADED"]
 
 PREFILL = "prefill"
 DECODE = "decode"
 RECOMPUTE = "recompute"
+
+# `Request.remote`: a request's part in prefill/decode disaggregation (fleet/disagg.py).
+# 0: none. On a prefill replica: PRODUCER, its one (hidden) output ends its run
+# there, and HANDED_OFF once it has. On a decode replica: REMOTE until an admission
+# takes blocks for its prompt, PARKING until the end of that step, LOADING while the
+# prompt's KV is copied, LOADED waiting with the rows resident; 0 again once admitted
+# with them.
+PRODUCER = 1
+HANDED_OFF = 2
+REMOTE = 3
+PARKING = 4
+LOADING = 5
+LOADED = 6
 
 W = RequestStatus
 
@@ -38,7 +52,7 @@ class Request:
         "status", "outputs", "resident", "restore", "high_water", "emit_on_restore",
         "credit", "useful_rows", "replay_rows", "preemptions", "admitted_at",
         "first_token_at", "finished_at", "admit_seq", "cached_tokens", "block_keys", "wait_since",
-        "sent", "last_output_at", "replica",
+        "sent", "last_output_at", "replica", "remote", "transfer_time",
     )
 
     def __init__(self, rid: str, index: int, arrival: int, prompt_tokens: int,
@@ -80,6 +94,8 @@ class Request:
         self.wait_since = arrival  # when it last entered the waiting queue
         self.sent: int | None = None  # when the server received it (after a client slot)
         self.last_output_at = 0       # completion time of its latest output (for ITL)
+        self.remote = 0               # its part in disaggregation (see PRODUCER)
+        self.transfer_time: int | None = None  # how long its prompt's KV took to copy
 
     def __repr__(self) -> str:
         return (f"Request({self.rid!r}, {self.status.label}, outputs={self.outputs}/"
@@ -228,9 +244,26 @@ class Request:
         self.preemptions += 1
         self.status = W.PREEMPTED
 
+    def wait_for_remote_kv(self) -> None:
+        """RUNNING -> WAITING_FOR_REMOTE_KV: admitted on a decode replica, it holds the
+        blocks its prompt's KV is being copied into and is not scheduled."""
+        self._expect("wait for remote KV", W.RUNNING)
+        self.status = W.WAITING_FOR_REMOTE_KV
+
+    def load_remote_kv(self, rows: int) -> None:
+        """WAITING_FOR_REMOTE_KV -> WAITING: the copy landed; `rows` rows are resident
+        (loaded, not computed: useful rows the first time, never replayed)."""
+        self._expect("load remote KV", W.WAITING_FOR_REMOTE_KV)
+        self.status = W.WAITING
+        if rows > self.high_water:
+            self.useful_rows += rows - self.high_water
+            self.high_water = rows
+        self.resident = rows
+        self.credit = 0
+
     def cancel(self, now: int) -> RequestStatus:
         """Any live state -> FINISHED_ABORTED; returns the state it was in."""
-        self._expect("cancel", W.WAITING, W.RUNNING, W.PREEMPTED)
+        self._expect("cancel", W.WAITING, W.RUNNING, W.PREEMPTED, W.WAITING_FOR_REMOTE_KV)
         was = self.status
         self.status = W.FINISHED_ABORTED
         self._end(now)
@@ -250,7 +283,7 @@ class Request:
 
     def fail(self, now: int) -> None:
         """Any live state -> FINISHED_ERROR (the run stalled, E6b)."""
-        self._expect("fail", W.WAITING, W.RUNNING, W.PREEMPTED)
+        self._expect("fail", W.WAITING, W.RUNNING, W.PREEMPTED, W.WAITING_FOR_REMOTE_KV)
         self.status = W.FINISHED_ERROR
         self._end(now)
 

@@ -415,3 +415,29 @@ def test_lockstep_fields_can_be_expected(tmp_path):
                req("a", 0, 4, 4),
                {"type": "expect", "lockstep_steps": 4, "dummy_steps": 4, "lockstep_wait": 4}]
     assert run_cli(["check", write_trace(tmp_path, records)])[0] == 0
+
+
+def test_prefix_affinity_ignores_a_prefix_shorter_than_its_threshold():
+    """Every request shares only its first block (a common system prompt) out of the 3
+    blocks a hit can cover: 1 < 0.5 x 3, so the least loaded serves; with a threshold
+    of 0 that one block pulls every request to the first replica. A request resending
+    3 of 3 blocks of an earlier one follows it."""
+    config = dict(prefix_caching=True, replicas=4, router="prefix-affinity", num_blocks=64)
+    records = [{"type": "config", "block_size": 4, "hash_block_size": 4}]
+    records += [req(f"r{i}", 0 if i == 0 else 4 + i, 16, 50,
+                   block_hashes=[0, 100 + i, 200 + i, 300 + i]) for i in range(8)]
+    records.append(req("again", 20, 16, 2, block_hashes=[0, 105, 205, 305]))
+    trace = _trace(records)
+
+    def routes(**extra):
+        opts = _options(trace, **dict(config, **extra))
+        events = []
+        Fleet(trace.workload, opts, "vllm",
+              on_event=lambda i: (lambda e: events.append((i, e.to_dict())))).run()
+        return _routes(None, events)
+
+    spread = routes()
+    assert [spread[f"r{i}"] for i in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert spread["again"] == spread["r5"] == 1  # its 3 blocks are on replica 1 only
+    piled = routes(affinity_threshold=0.0)
+    assert [piled[f"r{i}"] for i in range(8)] == [0] * 8

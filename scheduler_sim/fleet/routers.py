@@ -18,10 +18,14 @@ rules alone.
   arrival, so that ties rotate.
 - `prefix-affinity`: the replica holding the longest cached prefix of the
   request (in blocks, as its own prefix cache would find it), ties to the
-  least loaded (waiting + running), then the lowest index. The preferred
+  least loaded (waiting + running), then the lowest index. That prefix
+  counts only if it covers at least `affinity_threshold` of the prompt's
+  full blocks (SGLang's cache-aware router has the same kind of threshold):
+  a short prefix that every warm replica holds, such as a system prompt
+  all requests share, is no reason to prefer one. And the preferred
   replica is taken only while it holds at most `affinity_slack` more
-  requests than the least loaded one; past that the least loaded serves,
-  so that one hot prefix cannot bury one replica.
+  requests than the least loaded one, so that one hot prefix cannot bury
+  one replica. Otherwise the least loaded serves (lowest index on a tie).
 - `power-of-two`: two distinct replicas drawn at random (seeded by the
   `seed` option), the one with fewer requests (waiting + running) wins, the
   first drawn on a tie.
@@ -127,7 +131,8 @@ class PrefixAffinity(Router):
         most = (spec.prompt_tokens - 1) // o.block_size
         hits = [r.cached_blocks(keys, most) for r in replicas]
         best = min(range(len(replicas)), key=lambda i: (-hits[i], loads[i], i))
-        if loads[best] - loads[lightest] > o.affinity_slack:
+        if (not hits[best] or hits[best] < o.affinity_threshold * most
+                or loads[best] - loads[lightest] > o.affinity_slack):
             return lightest
         return best
 

@@ -145,6 +145,10 @@ OPTIONS: dict[str, OptionSpec] = {
                    "prefix-affinity: the replica with the longest cached prefix is taken "
                    "only while it holds at most this many more requests than the least "
                    "loaded one", minimum=0),
+        OptionSpec("affinity_threshold", "float", 0.5,
+                   "prefix-affinity: a cached prefix counts only when it covers at least "
+                   "this fraction of the prompt's full blocks (below, the least loaded "
+                   "replica serves)", minimum=0.0, maximum=1.0),
         OptionSpec("dp_lockstep", "bool", False,
                    "data parallelism: the replicas step together, each step as long as the "
                    "slowest rank's, idle ranks running dummy steps"),
@@ -326,8 +330,8 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
 
 # Options whose values are durations in the trace's time unit.
 # The options of a fleet of engines: shown in outputs only when a fleet runs.
-FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "dp_lockstep", "prefill_replicas",
-                 "decode_replicas", "kv_link_gbps")
+FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "affinity_threshold", "dp_lockstep",
+                 "prefill_replicas", "decode_replicas", "kv_link_gbps")
 DURATION_OPTIONS = tuple(name for name, spec in OPTIONS.items() if spec.kind == "duration")
 
 
@@ -367,6 +371,7 @@ class Options:
     replicas: int = OPTIONS["replicas"].default
     router: str = OPTIONS["router"].default
     affinity_slack: int = OPTIONS["affinity_slack"].default
+    affinity_threshold: float = OPTIONS["affinity_threshold"].default
     dp_lockstep: bool = OPTIONS["dp_lockstep"].default
     prefill_replicas: int = OPTIONS["prefill_replicas"].default
     decode_replicas: int = OPTIONS["decode_replicas"].default
@@ -457,7 +462,7 @@ class Options:
         out = []
         real = self.time_unit != "tick"
         if not self.fleet:
-            for name in ("router", "affinity_slack", "dp_lockstep"):
+            for name in ("router", "affinity_slack", "affinity_threshold", "dp_lockstep"):
                 if name in self.origin and getattr(self, name) != OPTIONS[name].default:
                     out.append(f"{name} has no effect with one replica (set replicas)")
         elif self.router == "prefix-affinity" and not self.prefix_caching:

@@ -491,13 +491,21 @@ class BlockAllocator:
         extra = self._extra
         if extra:
             shared = extra.keys() & table  # blocks somebody else owns too
-            if keyed:
-                shared |= extra.keys() & keyed
             if shared:
                 for block in shared:
                     _drop_one(extra, block)
                 table = list(filterfalse(shared.__contains__, table))
-                if keyed:
+            shared = extra.keys() & keyed if keyed else None
+            if shared:
+                for block in shared:
+                    _drop_one(extra, block)
+                # Usually the blocks others own too are the table's leading ones
+                # (hits are prefixes): the tail of `keyed`, cut off in one slice.
+                cut = len(keyed) - len(shared)
+                if shared.issuperset(islice(keyed, cut, None)):
+                    keyed = keyed[:cut]
+                    keys = keys[:cut]
+                else:
                     keep = list(map(not_, map(shared.__contains__, keyed)))
                     keyed = list(compress(keyed, keep))
                     keys = list(compress(keys, keep))

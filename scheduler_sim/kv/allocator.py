@@ -853,8 +853,8 @@ class BlockAllocator:
                     in_runs = cache.runs_order()
                 except ValueError as e:
                     raise InvariantError(str(e)) from None
-                if in_runs != list(cache.lru):
-                    raise InvariantError("the LRU queue's runs disagree with its order")
+                if len(in_runs) != len(cache.lru) or set(in_runs) != cache.lru:
+                    raise InvariantError("the LRU queue's runs disagree with its blocks")
                 key_of = self._keys_in_runs()
                 if cache.key_of:
                     raise InvariantError("vLLM's cache names block keys in key_of")
@@ -904,7 +904,7 @@ class BlockAllocator:
             raise InvariantError("a pinned orphan's key outlived the orphan")
         for block, key in self._orphan_keys.items():
             note(block, key, "pinned")
-        for block, key in self.cache.lru.items():
+        for block, key in zip(*self.cache.queue_items()):
             if key is None:
                 raise InvariantError(f"free cached block {block} has no key in the LRU queue")
             note(block, key, "free")

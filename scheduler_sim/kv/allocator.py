@@ -497,8 +497,12 @@ class BlockAllocator:
                 table = list(filterfalse(shared.__contains__, table))
             shared = extra.keys() & keyed if keyed else None
             if shared:
-                for block in shared:
-                    _drop_one(extra, block)
+                for block in shared:  # _drop_one, inline: often thousands
+                    left = extra[block] - 1
+                    if left:
+                        extra[block] = left
+                    else:
+                        del extra[block]
                 # Usually the blocks others own too are the table's leading ones
                 # (hits are prefixes): the tail of `keyed`, cut off in one slice.
                 cut = len(keyed) - len(shared)
@@ -747,8 +751,8 @@ class BlockAllocator:
         (`tree` mode), which takes decoded tokens only when the request finishes
         (`register_full_blocks` then): a retracted request's outputs are not kept."""
         cache = self.cache
-        if cache is None or cache.tree:
-            return
+        if cache is None or cache.tree or rows // self.block_size <= keys.registered:
+            return  # (the last: no block filled since the last registration)
         self.register_full_blocks(rid, keys, rows)
 
     def _adopt(self, table: list[int], i: int, cached: int) -> None:

@@ -305,13 +305,13 @@ def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of():
     assert (a.held, a.draining, a.lookup(ka, 3)) == (0, 3, [])
     assert a.release_expired(1) == 3
     ok(a)
-    assert list(a.cache.lru.items()) == [(0, key(ka, 0)), (1, key(ka, 1)), (2, key(ka, 2))]
+    assert list(zip(*a.cache.queue_items())) == [(0, key(ka, 0)), (1, key(ka, 1)), (2, key(ka, 2))]
     assert a.cache.key_of == {}
     assert a.lookup(ka, 3) == [0, 1, 2]
     a.grow("C", 4)
     a.grow("D", 4)
     ok(a)
-    assert (a.table("C"), a.table("D"), list(a.cache.lru)) == ([3], [0], [1, 2])
+    assert (a.table("C"), a.table("D"), a.cache.runs_order()) == ([3], [0], [1, 2])
     assert a.cache.index == {key(ka, 1): 1, key(ka, 2): 2}
     assert a.lookup(ka, 3) == []
 
@@ -324,28 +324,28 @@ def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind():
     1), nothing is stale, and keys 1 and 2 of A left the index."""
     a = BlockAllocator(3, B, prefix_caching=True)
     a.cache.duplicates = True
-    assert type(a.cache.lru) is dict and a.cache.runs is not None
+    assert type(a.cache.lru) is set and a.cache.runs is not None
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     a.free_request("A", 0, 0)
     ok(a)
-    assert [[list(r[0]), r[1]] for r in a.cache.runs] == [[[2, 1, 0], 0]]
+    assert [[list(r[0]), r[2]] for r in a.cache.runs] == [[[2, 1, 0], 0]]
     kb = plain_keys(0, 12)
     hits = a.lookup(kb, 2)
     assert hits == [0, 1]
     a.share("B", hits, kb)
     ok(a)
-    assert (a.cache.stale, a.cache.stale_total, list(a.cache.lru)) == ({0: 1, 1: 1}, 2, [2])
+    assert (a.cache.stale, a.cache.stale_total, a.cache.runs_order()) == ({0: 1, 1: 1}, 2, [2])
     a.free_request("B", 0, 0)
     ok(a)
-    assert [[list(r[0]), r[1]] for r in a.cache.runs] == [[[2, 1, 0], 0], [[1, 0], 0]]
-    assert list(a.cache.lru.items()) == [(2, key(ka, 2)), (1, key(ka, 1)), (0, key(ka, 0))]
+    assert [[list(r[0]), r[2]] for r in a.cache.runs] == [[[2, 1, 0], 0], [[1, 0], 0]]
+    assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 2)), (1, key(ka, 1)), (0, key(ka, 0))]
     assert a.cached_free == 3
     a.grow("C", 8)
     ok(a)
     assert a.table("C") == [2, 1]
-    assert [[list(r[0]), r[1]] for r in a.cache.runs] == [[[1, 0], 1]]
-    assert (a.cache.stale, a.cache.stale_total, list(a.cache.lru)) == ({}, 0, [0])
+    assert [[list(r[0]), r[2]] for r in a.cache.runs] == [[[1, 0], 1]]
+    assert (a.cache.stale, a.cache.stale_total, a.cache.runs_order()) == ({}, 0, [0])
     assert a.cache.index == {key(ka, 0): 0}
 
 
@@ -361,9 +361,9 @@ def test_vllm_cache_runs_are_rebuilt_once_stale_entries_outnumber_the_queue():
         c.hit(b)
     assert (c.stale_total, len(c.runs), c.runs_order()) == (67, 1, [67, 68, 69])
     c.hit(67)
-    assert ([[list(r[0]), r[1]] for r in c.runs], c.stale, c.stale_total) == ([[[68, 69], 0]], {}, 0)
+    assert ([[list(r[0]), r[2]] for r in c.runs], c.stale, c.stale_total) == ([[[68, 69], 0]], {}, 0)
     assert c.pop_oldest(1) == ([68], [168])
-    assert (list(c.lru.items()), c.runs_order()) == ([(69, 169)], [69])
+    assert (list(zip(*c.queue_items())), c.lru) == ([(69, 169)], {69})
 
 
 def test_prefix_cache_mode_is_fixed_once_its_queue_holds_blocks():
@@ -371,7 +371,7 @@ def test_prefix_cache_mode_is_fixed_once_its_queue_holds_blocks():
     runs in vLLM's cache); with a block queued a change of form raises."""
     c = PrefixCache()
     c.duplicates = True
-    assert (type(c.lru), c.runs) == (dict, c.runs) and c.runs is not None
+    assert (type(c.lru), c.runs) == (set, c.runs) and c.runs is not None
     c.tree = True
     assert (type(c.lru), c.runs) == (OrderedDict, None)
     c.tree = False
@@ -565,13 +565,68 @@ def test_evicting_a_run_promotes_each_duplicate_in_turn():
     prefill(a, "B", kb, 12)
     a.free_request("A", 0, 0)
     a.free_request("B", 0, 0)
-    assert list(a.cache.lru) == [1, 0, 4, 3, 2]
+    assert a.cache.runs_order() == [1, 0, 4, 3, 2]
     a.grow("C", 16)
     ok(a)
     assert a.table("C") == [5, 1, 0, 4]
     assert a.step_evictions["C"] == 3
     assert a.cache.others == {}
     assert a.lookup(keys_of(ids + [9, 9, 9, 9], 2), 3) == [2, 3]
+
+
+def test_vllm_cache_a_freed_table_keeps_its_leading_blocks_that_others_hold():
+    """vLLM's cache, pool of 8, block size 4. A writes [1..12] into [0,1,2]; B finds
+    [0,1], then writes 4 rows of its own into [3,4] (block 3 a duplicate of A's 2).
+    A frees: 0 and 1 stay held by B, only 2 joins the queue with its key. B frees its
+    table tail first, [4,3,1,0], each with its key; nobody holds two owners any more."""
+    a = BlockAllocator(8, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ids = list(range(1, 13))
+    ka, kb = keys_of(ids, 0), keys_of(ids + [20, 21, 22, 23], 1)
+    assert prefill(a, "A", ka, 12) == [0, 1, 2]
+    hits = a.lookup(kb, 2)
+    assert hits == [0, 1]
+    a.share("B", hits, kb)
+    assert prefill(a, "B", kb, 16) == [0, 1, 3, 4]
+    assert a._extra == {0: 1, 1: 1}
+    assert a.free_request("A", 0, 0) == 1
+    ok(a)
+    assert (a._extra, a.held) == ({}, 4)
+    assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 2))]
+    assert a.free_request("B", 0, 0) == 4
+    ok(a)
+    assert list(zip(*a.cache.queue_items())) == [
+        (2, key(ka, 2)), (4, key(kb, 3)), (3, key(kb, 2)), (1, key(kb, 1)), (0, key(kb, 0))]
+
+
+def test_vllm_cache_a_freed_table_keeps_a_later_block_that_another_holds():
+    """vLLM's cache, pool of 4. A writes [1..8] into [0,1]; B writes the same rows into
+    [2,3] (duplicates). A frees (queue [1,0]); X's 4 rows evict 1, so key 1 is B's 3.
+    C finds [0,3] (block 0 out of the queue, 3 shared with B). B frees: its second
+    block stays held by C, its first (2, key 0) joins the queue. C frees [3,0]; a
+    lookup finds A's 0 (indexed before B's duplicate 2) and B's 3."""
+    a = BlockAllocator(4, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ids = [1, 2, 3, 4, 5, 6, 7, 8]
+    ka, kb, kc = keys_of(ids, 0), keys_of(ids, 1), keys_of(ids, 2)
+    assert prefill(a, "A", ka, 8) == [0, 1]
+    assert prefill(a, "B", kb, 8) == [2, 3]
+    a.free_request("A", 0, 0)
+    a.grow("X", 4)
+    ok(a)
+    assert a.table("X") == [1]
+    hits = a.lookup(kc, 2)
+    assert hits == [0, 3]
+    a.share("C", hits, kc)
+    ok(a)
+    assert a.free_request("B", 0, 0) == 1
+    ok(a)
+    assert (a._extra, a.held) == ({}, 3)
+    assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 0))]
+    assert a.free_request("C", 0, 0) == 2
+    ok(a)
+    assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 0)), (3, key(ka, 1)), (0, key(ka, 0))]
+    assert a.lookup(kc, 2) == [0, 3]  # key 0: A's block, indexed before B's
 
 
 def test_a_pinned_block_whose_owners_left_is_held_and_never_a_hit_until_unpinned():

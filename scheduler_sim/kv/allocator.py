@@ -491,13 +491,25 @@ class BlockAllocator:
         extra = self._extra
         if extra:
             shared = extra.keys() & table  # blocks somebody else owns too
-            if keyed:
-                shared |= extra.keys() & keyed
             if shared:
                 for block in shared:
                     _drop_one(extra, block)
                 table = list(filterfalse(shared.__contains__, table))
-                if keyed:
+            shared = extra.keys() & keyed if keyed else None
+            if shared:
+                for block in shared:  # _drop_one, inline: often thousands
+                    left = extra[block] - 1
+                    if left:
+                        extra[block] = left
+                    else:
+                        del extra[block]
+                # Usually the blocks others own too are the table's leading ones
+                # (hits are prefixes): the tail of `keyed`, cut off in one slice.
+                cut = len(keyed) - len(shared)
+                if shared.issuperset(islice(keyed, cut, None)):
+                    keyed = keyed[:cut]
+                    keys = keys[:cut]
+                else:
                     keep = list(map(not_, map(shared.__contains__, keyed)))
                     keyed = list(compress(keyed, keep))
                     keys = list(compress(keys, keep))
@@ -751,8 +763,8 @@ class BlockAllocator:
         (`tree` mode), which takes decoded tokens only when the request finishes
         (`register_full_blocks` then): a retracted request's outputs are not kept."""
         cache = self.cache
-        if cache is None or cache.tree:
-            return
+        if cache is None or cache.tree or rows // self.block_size <= keys.registered:
+            return  # (the last: no block filled since the last registration)
         self.register_full_blocks(rid, keys, rows)
 
     def _adopt(self, table: list[int], i: int, cached: int) -> None:
@@ -857,8 +869,8 @@ class BlockAllocator:
                     in_runs = cache.runs_order()
                 except ValueError as e:
                     raise InvariantError(str(e)) from None
-                if in_runs != list(cache.lru):
-                    raise InvariantError("the LRU queue's runs disagree with its order")
+                if len(in_runs) != len(cache.lru) or set(in_runs) != cache.lru:
+                    raise InvariantError("the LRU queue's runs disagree with its blocks")
                 key_of = self._keys_in_runs()
                 if cache.key_of:
                     raise InvariantError("vLLM's cache names block keys in key_of")
@@ -908,7 +920,7 @@ class BlockAllocator:
             raise InvariantError("a pinned orphan's key outlived the orphan")
         for block, key in self._orphan_keys.items():
             note(block, key, "pinned")
-        for block, key in self.cache.lru.items():
+        for block, key in zip(*self.cache.queue_items()):
             if key is None:
                 raise InvariantError(f"free cached block {block} has no key in the LRU queue")
             note(block, key, "free")

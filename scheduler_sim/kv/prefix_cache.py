@@ -21,17 +21,17 @@ leaf nodes of blocks registered together, least recently looked up first
 block out of its middle (a cache hit) is O(1). The allocator owns a `PrefixCache`
 and decides when blocks enter and leave it. `key_of` names each keyed
 block's key, except in vLLM's cache: there the allocator knows the keys of
-the blocks in use from the requests' `BlockKeys`, and a free block's key is
-its value in the LRU queue.
+the blocks in use from the requests' `BlockKeys`, and a free block's key
+sits beside it in the LRU queue's runs.
 
 In vLLM's cache blocks join the queue a request at a time and leave it, but
-for hits, from its front, many at once. There the queue is a plain dict
-(block -> key, in the order freed: membership and keys) and beside it the
-same blocks in `runs`, one list per batch freed, which eviction consumes
-from the front by slices instead of walking the dict. A hit leaves its
-block's entry in its run behind, stale: `stale[block]` counts such entries
-of a block, all of them ahead of its live entry (if it is free again), so
-eviction skips exactly that many before it takes the block.
+for hits, from its front, many at once. There the queue is kept as `runs`,
+one pair of lists (blocks, their keys) per batch freed, which eviction
+consumes from the front by slices, and beside them `lru` is only the set of
+the queued blocks (membership and size, updated a batch at a time). A hit
+leaves its block's entry in its run behind, stale: `stale[block]` counts
+such entries of a block, all of them ahead of its live entry (if it is free
+again), so eviction skips exactly that many before it takes the block.
 """
 from __future__ import annotations
 
@@ -171,14 +171,13 @@ class PrefixCache:
         self.nodes: dict[int, list] = {}  # node -> [blocks, parent, children, stamp]
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
-        # Free blocks that keep a key, least recently freed first; the value is
-        # the block's key in vLLM's cache, None where `key_of` names it. An
-        # ordered dict, but a plain one in vLLM's cache, where `runs` (that
-        # mode only, else None) gives the eviction order: [blocks, position of
-        # the first not yet consumed] per batch freed, oldest first; `stale`
-        # counts per block its entries in `runs` left by hits, `stale_total`
-        # all of them.
-        self.lru: OrderedDict[int, Hashable | None] | dict = OrderedDict()
+        # Free blocks that keep a key, least recently freed first (block ->
+        # None: `key_of` names the key). In vLLM's cache only their set, and
+        # `runs` (that mode only, else None) gives the eviction order and the
+        # keys: [blocks, their keys, position of the first not yet consumed]
+        # per batch freed, oldest first; `stale` counts per block its entries
+        # in `runs` left by hits, `stale_total` all of them.
+        self.lru: OrderedDict[int, None] | set[int] = OrderedDict()
         self.runs: deque[list] | None = None
         self.stale: dict[int, int] = {}
         self.stale_total = 0
@@ -210,34 +209,36 @@ class PrefixCache:
 
     def _set_queue(self) -> None:
         """The LRU queue's form for the mode (chosen while it is empty): runs
-        beside a plain dict in vLLM's cache, else an ordered dict."""
+        beside a set in vLLM's cache, else an ordered dict."""
         in_runs = self._duplicates and not self._tree
         if in_runs == (self.runs is not None):
             return
         if self.lru:
             raise ValueError("the prefix cache's mode changes only while its LRU queue is empty")
-        self.lru = {} if in_runs else OrderedDict()
+        self.lru = set() if in_runs else OrderedDict()
         self.runs = deque() if in_runs else None
         self.stale = {}
         self.stale_total = 0
 
     # --- vLLM's cache: the LRU queue in runs ------------------------------------------
 
-    def push_run(self, blocks: list[int], keys) -> None:
-        """Blocks freed together, in that order, join the queue's tail with their keys."""
-        self.lru.update(zip(blocks, keys))
-        self.runs.append([blocks, 0])
+    def push_run(self, blocks: list[int], keys: list) -> None:
+        """Blocks freed together, in that order, join the queue's tail with their
+        keys (`keys` is kept as it is: nobody may change it later)."""
+        self.lru.update(blocks)
+        self.runs.append([blocks, keys, 0])
 
     def hit(self, block: int) -> None:
         """Take free cached `block` out of the queue (a hit): its entry in `runs`
         becomes stale. Once stale entries outnumber the queue, `runs` is rebuilt
         from the queue's order, so it never holds more than twice the queue."""
-        del self.lru[block]
+        self.lru.remove(block)
         stale = self.stale
         stale[block] = stale.get(block, 0) + 1
         self.stale_total += 1
         if self.stale_total > len(self.lru) + 64:
-            self.runs = deque([[list(self.lru), 0]]) if self.lru else deque()
+            blocks, keys = self.queue_items()
+            self.runs = deque([[blocks, keys, 0]]) if blocks else deque()
             stale.clear()
             self.stale_total = 0
 
@@ -247,8 +248,7 @@ class PrefixCache:
         index is left to the caller."""
         lru = self.lru
         if count == len(lru):
-            taken = list(lru)
-            keys = list(lru.values())
+            taken, keys = self.queue_items()
             lru.clear()
             self.runs.clear()
             self.stale.clear()
@@ -257,19 +257,22 @@ class PrefixCache:
         runs = self.runs
         stale = self.stale
         taken: list[int] = []
+        taken_keys: list = []
         need = count
         while need:
             run = runs[0]
-            blocks, pos = run
+            blocks, keys, pos = run
             end = pos + need
             part = blocks[pos:end]
+            part_keys = keys[pos:end]
             if end >= len(blocks):
                 runs.popleft()
             else:
-                run[1] = end
+                run[2] = end
             if stale and not stale.keys().isdisjoint(part):
                 live = []
-                for block in part:
+                live_keys = []
+                for block, key in zip(part, part_keys):
                     left = stale.get(block)
                     if left:  # an entry a hit left behind
                         if left > 1:
@@ -279,24 +282,40 @@ class PrefixCache:
                         self.stale_total -= 1
                     else:
                         live.append(block)
+                        live_keys.append(key)
                 part = live
+                part_keys = live_keys
             taken += part
+            taken_keys += part_keys
             need -= len(part)
-        return taken, list(map(lru.pop, taken))
+        lru.difference_update(taken)
+        return taken, taken_keys
 
-    def runs_order(self) -> list[int]:
-        """The live entries of `runs` in order (for audits: equal to the queue)."""
+    def queue_items(self) -> tuple[list[int], list]:
+        """The live entries of `runs` in order, and their keys: the LRU queue,
+        least recently freed first."""
         stale = dict(self.stale)
         order = []
-        for blocks, pos in self.runs:
-            for block in blocks[pos:]:
+        order_keys = []
+        for blocks, keys, pos in self.runs:
+            if not stale:
+                order += blocks[pos:]
+                order_keys += keys[pos:]
+                continue
+            for block, key in zip(blocks[pos:], keys[pos:]):
                 if stale.get(block):
                     stale[block] -= 1
                 else:
                     order.append(block)
+                    order_keys.append(key)
         if any(stale.values()) or sum(self.stale.values()) != self.stale_total:
             raise ValueError("stale entries counted but not in the runs")
-        return order
+        return order, order_keys
+
+    def runs_order(self) -> list[int]:
+        """The live entries of `runs` in order (for audits: the queue's order,
+        each a member of `lru`)."""
+        return self.queue_items()[0]
 
     # --- tree mode: SGLang's radix tree, in blocks --------------------------------
     # Blocks registered together form a node (a run of tokens inserted at once);

@@ -441,3 +441,10 @@ def test_prefix_affinity_ignores_a_prefix_shorter_than_its_threshold():
     assert spread["again"] == spread["r5"] == 1  # its 3 blocks are on replica 1 only
     piled = routes(affinity_threshold=0.0)
     assert [piled[f"r{i}"] for i in range(8)] == [0] * 8
+
+
+def test_a_bound_that_excludes_its_minimum_says_so(tmp_path):
+    path = write_trace(tmp_path, [req("a", 0, 4, 2)])
+    code, out, err = run_cli(["replay", path, "--prefill-replicas", "1", "--decode-replicas",
+                              "1", "--kv-link-gbps", "0"])
+    assert code == 2 and "kv_link_gbps must be a number in (0, 1e+09], got 0.0" in err

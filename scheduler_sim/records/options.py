@@ -218,7 +218,8 @@ def _describe(spec: OptionSpec) -> str:
         if spec.minimum is not None and spec.below is not None:
             text += f" in [{spec.minimum}, {spec.below})"
         elif spec.minimum is not None and spec.maximum is not None:
-            text += f" in [{spec.minimum:g}, {spec.maximum:g}]"
+            text += (f" in {'(' if spec.exclusive_minimum else '['}{spec.minimum:g}, "
+                     f"{spec.maximum:g}]")
         elif spec.minimum is not None:
             text += f" {'>' if spec.exclusive_minimum else '>='} {spec.minimum}"
     elif spec.kind == "duration":

@@ -368,3 +368,24 @@ def test_check_compares_a_disaggregated_fleets_requests(tmp_path):
                                   {"type": "expect", "transfers": 1, "requests": 1}])
     code, out, err = run_cli(["check", path])
     assert code == 0, out + err
+
+
+def test_cached_tokens_count_the_prompt_not_computed_and_a_decode_hit_shortens_the_copy(
+        tmp_path):
+    """b resends a's 32-token prompt (8 hash blocks of 4): its prefill replica finds 7
+    blocks (28 rows; the last token is always computed), and so does its decode
+    replica, which then copies only 32 - 28 = 4 tokens. cached_tokens counts the 28
+    rows b did not compute, once."""
+    hashes = [1, 2, 3, 4, 5, 6, 7, 8]
+    path = write_trace(tmp_path, [
+        {"type": "config", "hash_block_size": 4},
+        req("a", 0, 32, 2, block_hashes=hashes), req("b", 10, 32, 2, block_hashes=hashes)])
+    code, out, err = run_cli(["replay", path, "--policy", "vllm", "--prefix-caching",
+                              "--block-size", "4", "--num-blocks", "64", "--prefill-replicas",
+                              "1", "--decode-replicas", "1", "--json", "--requests"])
+    assert code == 0, err
+    run = json.loads(out)["runs"][0]
+    b = [r for r in run["per_request"] if r["id"] == "b"][0]
+    assert b["cached_tokens"] == 28
+    assert run["cached_tokens"] == 28
+    assert run["transfer_tokens"] == 32 + 4

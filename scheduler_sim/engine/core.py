@@ -353,6 +353,10 @@ class Engine:
             self.allocator.share(req.rid, cached, req.block_keys)
             hit = len(cached) * self.options.block_size
             req.record_cached(hit)
+            if req.remote == REMOTE:
+                # A decode replica's hit on a prompt to be copied saves copying, not
+                # computing: it shows as fewer `transfer_tokens` (fleet/disagg.py).
+                req.cached_tokens -= hit
         if req.block_keys is not None and not loaded:
             # Keys are given again to the blocks it writes from here on (a resumed
             # request starts from its hits, not from what it had before).

@@ -41,6 +41,34 @@ def test_trace_rewrites(tmp_path):
     # Leading hash blocks seen before: r1 shares [0, 1], r2 [0], r4 [0, 1], r5 [0, 5].
     assert bench.unshared_tokens(trace) == [8, 4, 4, 5, 4, 1]
     assert bench.percentile([5, 1, 4], 50) == 4 and bench.percentile([5, 1, 4], 99) == 5
+    bench.unshared_trace(trace, tmp_path / "u.jsonl", gap=10)
+    cut = [json.loads(x) for x in (tmp_path / "u.jsonl").read_text().splitlines()]
+    assert cut[0]["type"] == "config"
+    assert [(r["arrival"], r["prompt_tokens"], r["output_tokens"]) for r in cut[1:]] == [
+        (i * 10, p, 1) for i, p in enumerate([8, 4, 4, 5, 4, 1])]
+    assert not any("block_hashes" in r for r in cut)
+
+
+def test_argv_and_splits(tmp_path):
+    argv = bench.replay_argv(tmp_path / "t.jsonl", 1, None)
+    assert argv[argv.index("--num-blocks") + 1] == "20480" and "--tp" not in argv
+    argv = bench.replay_argv(tmp_path / "t.jsonl", 3, "prefix-affinity", tp=8)
+    assert argv[argv.index("--num-blocks") + 1] == str(8 * 20480)
+    assert argv[argv.index("--tp") + 1] == "8" and argv[argv.index("--replicas") + 1] == "3"
+    argv = bench.replay_argv(tmp_path / "t.jsonl", 1, "prefix-affinity", tp=2, pd=(1, 2))
+    assert "--replicas" not in argv and argv[argv.index("--prefill-replicas") + 1] == "1"
+    assert argv[argv.index("--decode-replicas") + 1] == "2"
+    assert bench.pd_splits(1) == [] and bench.pd_splits(3) == [(1, 2), (2, 1)]
+    assert bench.pd_splits(8) == [(2, 6), (4, 4), (6, 2)]
+    assert bench.pd_splits(6) == [(2, 4), (3, 3), (4, 2)]
+    runs = {1: {"ttft_p99": 3.0}, 3: {"ttft_p99": 1.9}, 2: {"ttft_p99": 1.5}}
+    # GPUs: tp 8 x 3 = 24 against tp 4 x 8 = 32 (and tp 2 missed).
+    results = {2: (4, False, runs), 8: (3, True, runs), 4: (8, True, {8: {"ttft_p99": 1.0}})}
+    assert bench.cheapest(results, "ttft_p99") == (8, 3)
+    assert bench.cheapest({2: (4, False, runs)}, "ttft_p99") is None
+    pd = {"cached_tokens": 10, "replica_summaries": [
+        {"role": "prefill", "cached_tokens": 3}, {"role": "decode", "cached_tokens": 7}]}
+    assert bench.cached_tokens(pd) == 3 and bench.cached_tokens({"cached_tokens": 5}) == 5
 
 
 def fleet_run(trace, n, router):
@@ -51,7 +79,7 @@ def fleet_run(trace, n, router):
                                               "num_blocks": 64, "token_budget": 16})
     result = Fleet(parsed.workload, options, "vllm").run()
     run = dict(result.summary, replicas=n, wall=0.01, cpu=0.01,
-               per_replica=[r["requests"] for r in result.replicas])
+               per_replica=[r["requests"] for r in result.replicas] or [result.summary["requests"]])
     return run
 
 
@@ -70,11 +98,18 @@ def test_search_and_tables(tmp_path):
     assert not met and calls[:2] == [1, 2] and n in runs
     best = min(r["ttft_p99"] for r in runs.values())
     assert runs[n]["ttft_p99"] <= best * 1.05
-    lines = bench.table(bench.ROUTER_HEADS, [bench.router_row("x", runs[n])])
+    lines = bench.table(bench.ROUTER_HEADS, [bench.router_row("x", runs[n], 53)])
     assert len({len(line) for line in lines}) == 1  # aligned
+    assert len(bench.router_row("x", runs[n], 53)) == len(bench.ROUTER_HEADS)
+    assert len(bench.pd_row("x", runs[n], 53)) == len(bench.PD_HEADS)
     row = bench.cost_row("x", n, 1.0, 2.0, runs[n]["iterations"], 6,
                          bench.computed_tokens(runs[n]))
     assert len(row) == len(bench.COST_HEADS)
+    # The summary's prompt_tokens are the prompt rows computed: cached ones are not in it.
+    one = runs[1]
+    assert one["prompt_tokens"] + one["cached_tokens"] == sum(p for _, p, _, _ in REQUESTS)
+    assert bench.computed_tokens(one) == (one["prompt_tokens"] + one["recompute_tokens"]
+                                          + one["decode_tokens"])
 
 
 def test_search_bisects_and_stops_on_a_plateau():

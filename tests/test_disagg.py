@@ -8,6 +8,7 @@ import random
 import pytest
 
 from conftest import req, run_cli, trace_bytes, write_trace
+from scheduler_sim.engine.summary import request_record
 from scheduler_sim.fleet import DisaggFleet
 from scheduler_sim.io.trace import parse_trace
 from scheduler_sim.kv.allocator import BlockAllocator
@@ -389,3 +390,51 @@ def test_cached_tokens_count_the_prompt_not_computed_and_a_decode_hit_shortens_t
     assert b["cached_tokens"] == 28
     assert run["cached_tokens"] == 28
     assert run["transfer_tokens"] == 32 + 4
+
+
+def _quiet(records, policy, fast, listen=False, **options):
+    """A disaggregated replay without the audit (so that folding may run), with or
+    without folding, and with or without an event listener."""
+    config = dict(block_size=4, prefill_replicas=1, decode_replicas=1)
+    config.update(options)
+    full = [dict(config, type="config")] + [dict(r, type=r.get("type", "request"))
+                                            for r in records]
+    trace = parse_trace(trace_bytes(full), "pd.jsonl")
+    opts = Options.resolve(trace.config, {})
+    events = []
+    on_event = ((lambda i: (lambda e: events.append((i, e.to_dict())))) if listen else None)
+    fleet = DisaggFleet(trace.workload, opts, policy, fast_forward=fast, on_event=on_event)
+    result = fleet.run()
+    records_out = sorted((request_record(r) for r in result.requests), key=lambda r: r["id"])
+    folded = sum(e.folded for e in fleet.engines)
+    return (result.summary, result.replicas, records_out, events), folded
+
+
+@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_folding_on_disaggregated_replicas_changes_nothing(seed, policy):
+    """Decode replicas fold steady stretches up to the next hand-off, copy landing,
+    arrival or action anywhere: summaries, per-replica summaries, request records and
+    event records are those of stepping one dispatch at a time."""
+    records = _workload(seed)
+    for r in records:  # longer decodes, so that there are stretches to fold
+        if r.get("type", "request") == "request":
+            r["output_tokens"] *= 3
+    options = _random_options(seed)
+    stepped, _ = _quiet(records, policy, False, **options)
+    folded, _ = _quiet(records, policy, True, **options)
+    assert folded == stepped
+    # With a listener the replicas step (a folded stretch would write one replica's
+    # records ahead of the others'): the same records as without folding.
+    stepped_events, _ = _quiet(records, policy, False, listen=True, **options)
+    folded_events, folds = _quiet(records, policy, True, listen=True, **options)
+    assert folded_events == stepped_events and folds == 0
+    assert folded_events[:3] == stepped[:3]
+
+
+def test_decode_replicas_do_fold():
+    records = [req("a", 0, 8, 200), req("b", 0, 8, 200)]
+    _, folded = _quiet(records, "continuous", True, num_blocks=64)
+    assert folded > 300
+    _, stepped = _quiet(records, "continuous", False, num_blocks=64)
+    assert stepped == 0

@@ -61,6 +61,13 @@ copies landing at t; (3) the hand-offs of (1) are routed to decode replicas;
 cancellations, timeouts, due forced preemptions, drain releases, the
 policy's step (E2, E3), and the copies its admissions start.
 
+Decode replicas fold steady decode stretches (E7.5) up to the next moment
+anything may reach them: an arrival anywhere (it may free pins), a copy
+landing, a trace action, or a prefill replica's next completion (a
+hand-off), one step ahead when a prefill replica is idle with requests; not
+when events are recorded, since a folded stretch would write one replica's
+records ahead of the others'.
+
 Every trace request ends exactly once: on its decode replica, or on its
 prefill replica if it was cancelled, rejected, timed out or stalled there
 (the prompt-only run that handed off is not an end). The fleet's summary
@@ -69,8 +76,7 @@ at the decode replica's first output), dispatches of every replica, and the
 copies (`transfers`, `transfers_aborted`, `transfer_tokens`,
 `transfer_time_mean`, `transfer_time_max`); per-replica summaries carry
 their `role` and count what each replica did (a prefill replica's runs end
-`finished_length_capped` with one output). Folding and the decode cohort
-are off on these replicas: results do not depend on them.
+`finished_length_capped` with one output).
 """
 from __future__ import annotations
 
@@ -149,13 +155,17 @@ class DisaggFleet:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
         self.policy_name = policy
+        if on_event is not None:
+            # Records go out as they happen, replica after replica: a folded stretch
+            # would write one replica's future ahead of the others' present.
+            fast_forward = False
         self.prefills = p = options.prefill_replicas
         n = p + options.decode_replicas
         self.engines = [
             Engine(workload, options, policy,
                    on_event=on_event(i) if on_event is not None else None,
                    keep_requests=keep_requests, on_request_end=self._ender(i),
-                   audit=audit, fast_forward=False, routed=True)
+                   audit=audit, fast_forward=fast_forward, routed=True)
             for i in range(n)]
         for i, engine in enumerate(self.engines):
             engine.remote = _Hooks(self, i)
@@ -392,6 +402,7 @@ class DisaggFleet:
                         stalled = True
                         due[i] = INF
                         continue
+                    engine._horizon = self._horizon(i, t, spec, due)
                     moved = engine._step()
                     due[i] = when = engine._next_boundary(moved)
                     if when != INF:
@@ -413,6 +424,28 @@ class DisaggFleet:
                 break
             t = nxt
         return self._result(first, stalled)
+
+    def _horizon(self, i: int, t: int, spec: RequestSpec | None, due: list[float]) -> float:
+        """Where a fold on replica `i` must stop (E7.5): the next arrival, copy landing
+        or trace action anywhere, and, for a decode replica, the next hand-off a
+        prefill replica may make: its dispatch's completion, or one step from now
+        if it is idle with requests (an unpin may let it dispatch at once)."""
+        horizon = spec.arrival if spec is not None else INF
+        transfers = self._transfers
+        if transfers and transfers[0][0] < horizon:
+            horizon = transfers[0][0]
+        for actions in (self._cancels, self._preempts):
+            when = _next_at(actions, t - 1) if actions else INF
+            if when < horizon:
+                horizon = when
+        if i >= self.prefills:
+            for j in range(self.prefills):
+                engine = self.engines[j]
+                when = (engine.flight.done if engine.flight is not None
+                        else (t + 1 if engine._live else due[j]))
+                if when < horizon:
+                    horizon = when
+        return horizon
 
     @staticmethod
     def _outside_events(engine: Engine, cancels, preempts) -> None:

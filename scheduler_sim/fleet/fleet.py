@@ -104,6 +104,10 @@ class Fleet:
             raise UsageError("; ".join(options.problems()))
         self.options = options
         self.policy_name = policy
+        if on_event is not None and options.replicas > 1:
+            # Records go out as they happen, replica after replica: a folded stretch
+            # would write one replica's future ahead of the others' present.
+            fast_forward = False
         self.engines = [
             Engine(workload, options, policy,
                    on_event=on_event(i) if on_event is not None else None,

@@ -438,3 +438,89 @@ def test_decode_replicas_do_fold():
     assert folded > 300
     _, stepped = _quiet(records, "continuous", False, num_blocks=64)
     assert stepped == 0
+
+
+def test_a_landed_request_goes_before_every_request_that_holds_no_blocks():
+    from scheduler_sim.requests.queues import FcfsQueue, HoldingFirst
+    from scheduler_sim.requests.request import Request
+    a, b, c, d = (Request(name, i, 0, 4, 2) for i, name in enumerate("abcd"))
+    queue = HoldingFirst(FcfsQueue())
+    queue.add(a)
+    queue.hold(c)
+    queue.prepend(b)  # a preempted victim: front of the others, behind the held
+    queue.hold(d)
+    assert list(queue) == [c, d, b, a] and len(queue) == 4 and d in queue
+    assert queue.peek() is c and queue.pop() is c
+    queue.remove(d)
+    assert [queue.pop(), queue.pop()] == [b, a] and not queue
+
+
+def _stress(seed: int):
+    """The kind of workload that used to stall decode replicas: tiny pools, many
+    copies landing while requests run."""
+    rng = random.Random(seed)
+    records, t = [], 0
+    for i in range(rng.randint(5, 30)):
+        t += rng.choice([0, 0, 1, 2])
+        records.append({"id": f"r{i}", "arrival": t, "prompt_tokens": rng.randint(1, 24),
+                        "output_tokens": rng.randint(1, 40)})
+    options = dict(num_blocks=rng.randint(8, 20), token_budget=rng.randint(8, 32),
+                   max_rows=rng.randint(2, 6), prefill_replicas=rng.randint(1, 2),
+                   decode_replicas=rng.randint(1, 2), release_delay=rng.choice([0, 0, 2]))
+    return records, options
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 5, 15, 17, 19, 40])
+@pytest.mark.parametrize("policy", ["vllm", "sglang", "continuous"])
+def test_landed_copies_never_deadlock_a_decode_replica(seed, policy):
+    """Requests waiting with a landed copy hold blocks: they go first, SGLang's
+    decode side lets them join past its NO_TOKEN reservation and latch, and may
+    retract its last running request for them; no request ends in a stall (these
+    seeds stalled before), and conservation holds throughout (audit)."""
+    records, options = _stress(seed)
+    result, events = _run(records, policy, **options)
+    assert result.summary["finished_error"] == 0
+    assert not _of(events, "stalled")
+
+
+def _stress_wide(seed: int):
+    """As `_stress`, with prefixes, cancellations, preemptions, timeouts, a cost model
+    and slow links, and pools down to 6 blocks."""
+    rng = random.Random(seed)
+    records, t = [], 0
+    for i in range(rng.randint(5, 40)):
+        t += rng.choice([0, 0, 1, 2, 5])
+        p = rng.randint(1, 30)
+        r = {"id": f"r{i}", "arrival": t, "prompt_tokens": p,
+             "output_tokens": rng.randint(1, 40)}
+        if seed % 3 == 0:
+            r["prompt_token_ids"] = [rng.randint(0, 2) * 100 + k if k < 8 else rng.randint(0, 99)
+                                     for k in range(p)]
+        records.append(r)
+        if rng.random() < 0.1:
+            records.append({"type": "cancel", "id": f"r{i}", "at": t + rng.randint(0, 15)})
+        if rng.random() < 0.1:
+            records.append({"type": "preempt", "id": f"r{i}", "at": t + rng.randint(0, 15)})
+    options = dict(num_blocks=rng.randint(6, 24), token_budget=rng.randint(4, 32),
+                   max_rows=rng.randint(1, 6), prefill_replicas=rng.randint(1, 3),
+                   decode_replicas=rng.randint(1, 3), release_delay=rng.choice([0, 0, 2]),
+                   router=rng.choice(["round-robin", "least-loaded", "power-of-two",
+                                      "prefix-affinity"]))
+    if seed % 3 == 0:
+        options["prefix_caching"] = True
+    if seed % 5 == 1:
+        options["waiting_timeout"] = rng.randint(3, 30)
+    if seed % 4 == 2:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002,
+                       kv_link_gbps=rng.choice([0.01, 1, 100]))
+    return records, options
+
+
+@pytest.mark.parametrize("seed", [42, 70, 90, 314])
+def test_sglang_decode_replicas_let_landed_copies_in(seed):
+    """SGLang's decode side: a landed copy joins past the latch (seed 42), and with
+    one row (max_rows 1) the last running request is retracted for the copies
+    holding the pool (70, 90, 314); these stalled before."""
+    records, options = _stress_wide(seed)
+    result, events = _run(records, "sglang", **options)
+    assert result.summary["finished_error"] == 0

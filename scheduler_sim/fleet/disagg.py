@@ -289,7 +289,7 @@ class DisaggFleet:
                 engine.allocator.register_full_blocks(req.rid, req.block_keys, rows)
             req.remote = LOADED
             engine._start_waiting(req)
-            engine.policy.requeue(req)
+            engine.policy.requeue_landed(req)  # before every request holding no blocks
             engine._changes += 1
             self._active.add(copy.target)
         if engine.listener is not None:

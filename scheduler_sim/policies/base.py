@@ -23,7 +23,7 @@ from itertools import chain, repeat
 from ..kv.allocator import BlockAllocator, blocks_for
 from ..records.clock import Clock
 from ..records.options import Options
-from ..requests.queues import FcfsQueue, RequestQueue, make_queue
+from ..requests.queues import FcfsQueue, HoldingFirst, RequestQueue, make_queue
 from ..requests.request import LOADED, Request
 
 __all__ = ["SchedulerView", "Policy", "QueueAndListPolicy", "Plan", "DecodesFirst", "PADDING"]
@@ -152,11 +152,28 @@ class Policy:
             queue.insert_by_arrival(req)
 
     def make_waiting_queue(self) -> RequestQueue:
-        """The waiting queue in the configured order (`lpm` scores by cached prefix)."""
+        """The waiting queue in the configured order (`lpm` scores by cached prefix);
+        with disaggregation, requests holding a landed KV copy go first."""
         o = self.options
-        return make_queue(o.order, o.seed, o.lpm_threshold,
-                          lambda req: len(self.view.cached_prefix(req, whole=True)),
-                          o.block_size)
+        queue = make_queue(o.order, o.seed, o.lpm_threshold,
+                           lambda req: len(self.view.cached_prefix(req, whole=True)),
+                           o.block_size)
+        if o.disagg:
+            queue = self.holding = HoldingFirst(queue)
+        return queue
+
+    # The waiting queue's block-holding part, with disaggregation (see `requeue_landed`).
+    holding: HoldingFirst | None = None
+
+    def requeue_landed(self, req: Request) -> None:
+        """A request whose prompt's KV was copied in waits again, holding its blocks
+        (fleet/disagg.py): it goes before every waiting request that holds none,
+        as vLLM drains its queue of block-holding requests first; otherwise it could
+        wait behind a request that needs its blocks, forever."""
+        if self.holding is not None:
+            self.holding.hold(req)
+        else:
+            self.requeue(req)
 
     # --- sizing -------------------------------------------------------------
 

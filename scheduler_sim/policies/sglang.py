@@ -63,7 +63,7 @@ from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.events import Ratio
 from ..records.options import Options
-from ..requests.request import Request
+from ..requests.request import LOADED, Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
 
 __all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",
@@ -235,7 +235,8 @@ class SglangPolicy(QueueAndListPolicy):
         waiting = self.waiting
         if not waiting:
             return self._allocate(plan)
-        if self.latched and self.options.admission_latch:
+        if (self.latched and self.options.admission_latch
+                and waiting.peek().remote != LOADED):  # a landed copy joins (below)
             self.view.report_blocked(waiting.peek(), "batch_full", 0)
             return self._allocate(plan)
         rem_total = free_left * size - reserved - charged
@@ -257,8 +258,12 @@ class SglangPolicy(QueueAndListPolicy):
             total = extend + self._remaining_new(head) + page + evictable * size
             tokens = min(extend, chunk_left, budget)
             now_blocks = blocks_for(hit + tokens, size) - len(cached) + evictable
-            # SGLang answers NO_TOKEN unless the request fits strictly.
-            if total >= rem_total or now_blocks > free_left:
+            # SGLang answers NO_TOKEN unless the request fits strictly. A request
+            # whose prompt's KV was copied in (fleet/disagg.py) passed that test at
+            # its first admission: SGLang's decode side runs it once it lands, so
+            # only the blocks it writes now must be free.
+            landed = head.remote == LOADED
+            if (total >= rem_total and not landed) or now_blocks > free_left:
                 self.view.report_blocked(head, "no_token", blocks_for(total, size))
                 # SGLang's batch_is_full, if something runs or was just added.
                 self.latched = bool(plan) or bool(self.running)
@@ -336,7 +341,11 @@ class SglangPolicy(QueueAndListPolicy):
             # With a release delay, retracted blocks come back only later: stop
             # retracting once the draining blocks would cover the step.
             draining = allocator.draining if self.options.release_delay else 0
-            while need > allocator.free + draining and len(keep) > 1:
+            # SGLang keeps its last request; but on a decode replica of a
+            # disaggregated fleet, requests waiting with a landed KV copy hold
+            # blocks that nothing else frees: then the last may go too.
+            floor = 0 if self.holding is not None and self.holding.held else 1
+            while need > allocator.free + draining and len(keep) > floor:
                 victim = keep.pop()
                 need -= victim.resident % size == 0
                 self.view.preempt(victim, "retract", "fewest-outputs")
@@ -344,10 +353,12 @@ class SglangPolicy(QueueAndListPolicy):
                 # kept have RETRACT_DECODE_STEPS tokens each free of any key.
                 allocator.evict_until(blocks_for(len(keep) * RETRACT_DECODE_STEPS, size))
                 draining = allocator.draining if self.options.release_delay else 0
-            decoded = sum(r.outputs for r in keep)
-            budget = sum(r.max_tokens for r in keep)
-            self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / (budget + 1))
-            self.view.emit_event(Ratio(now, round(self.ratio, 6), "retract"))
+            if keep:
+                decoded = sum(r.outputs for r in keep)
+                budget = sum(r.max_tokens for r in keep)
+                self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep))
+                                 / (budget + 1))
+                self.view.emit_event(Ratio(now, round(self.ratio, 6), "retract"))
             decoders = [r for r in decoders if r in keep]
             if need > allocator.free:
                 return []  # even the last request cannot grow: wait for memory

@@ -16,6 +16,11 @@ object identity or id strings.
 - `lpm`: longest cached prefix first, the list sorted in place (stably) at
   every scheduling pass (`refresh`), left as it is while more than
   `lpm_threshold` requests wait.
+
+On a decode replica of a disaggregated fleet, `HoldingFirst` wraps the
+order: requests that wait while holding blocks (their prompt's KV copied in)
+go before all others, in the order they became ready, as vLLM drains its
+queue of block-holding requests first.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from typing import Callable, Iterator
 from .request import Request
 
 __all__ = ["RequestQueue", "FcfsQueue", "KeyedQueue", "PriorityQueue", "SjfQueue", "EdfQueue",
-           "LofQueue", "RandomQueue", "LpmQueue", "QUEUE_ORDERS", "make_queue"]
+           "LofQueue", "RandomQueue", "LpmQueue", "HoldingFirst", "QUEUE_ORDERS", "make_queue"]
 
 
 class RequestQueue:
@@ -325,6 +330,55 @@ class LpmQueue(FcfsQueue):
             rank[req] = -min(found, cap)
         self._items = OrderedDict.fromkeys(sorted(items, key=rank.__getitem__))
         return True
+
+
+class HoldingFirst(RequestQueue):
+    """An order whose `held` requests (waiting with blocks of their own: a landed
+    KV copy) are offered before every other, first held first; so that a request
+    holding blocks never waits behind one that needs them (a deadlock)."""
+
+    def __init__(self, inner: RequestQueue) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.held: OrderedDict[Request, None] = OrderedDict()
+
+    def hold(self, req: Request) -> None:
+        """Queue a request that holds blocks, after the others that do."""
+        self.held[req] = None
+
+    def add(self, req: Request) -> None:
+        self.inner.add(req)
+
+    def prepend(self, req: Request) -> None:
+        self.inner.prepend(req)
+
+    def insert_by_arrival(self, req: Request) -> None:
+        self.inner.insert_by_arrival(req)
+
+    def peek(self) -> Request:
+        return next(iter(self.held)) if self.held else self.inner.peek()
+
+    def pop(self) -> Request:
+        return self.held.popitem(last=False)[0] if self.held else self.inner.pop()
+
+    def remove(self, req: Request) -> None:
+        if req in self.held:
+            del self.held[req]
+        else:
+            self.inner.remove(req)
+
+    def __len__(self) -> int:
+        return len(self.held) + len(self.inner)
+
+    def __iter__(self) -> Iterator[Request]:
+        yield from self.held
+        yield from self.inner
+
+    def __contains__(self, req: object) -> bool:
+        return req in self.held or req in self.inner
+
+    def refresh(self) -> bool:
+        return self.inner.refresh()
 
 
 QUEUE_ORDERS: dict[str, type[RequestQueue]] = {

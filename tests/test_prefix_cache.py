@@ -704,3 +704,154 @@ def test_hash_keys_resume_and_chain_into_output_ids():
     for i in range(1, 5):
         step.ensure(i)
     assert step.keys == BlockKeys(4, 16, B, 8, hashes=["x", "y"]).ensure(4)
+
+
+# --- interned hash entries, and vLLM's cache one block at a time ------------------------
+
+@pytest.fixture
+def fresh_entries(monkeypatch):
+    """A new interning table for the test (ids from 0), whatever other tests left alive."""
+    from scheduler_sim.kv import prefix_cache
+    monkeypatch.setattr(prefix_cache, "_current_entries", prefix_cache.weakref.ref(
+        prefix_cache._Entries()))
+    return prefix_cache
+
+
+def test_hash_entries_are_interned_in_order_and_keys_count_blocks_within_an_entry(
+        fresh_entries):
+    """A new table; hash_block_size 8, block size 4 (2 keys per entry id), P=16.
+    [x, y]: entries x (id 0) and x.y (id 1), keys 0*2+0, 0*2+1, 1*2+0, 1*2+1.
+    [x, z]: x is id 0 again, x.z is new (id 2): keys [0, 1, 4, 5]. [w, y]: w (id 3)
+    and w.y (id 4; not x.y's id, the chain differs): [6, 7, 8, 9]. [x, y] again makes
+    no new entry. Hash ids 1, "1", True and -1, 2**64 are five different entries, and
+    integer hash ids chain like the others."""
+    xy = BlockKeys(0, 16, B, 8, hashes=["x", "y"])
+    assert xy.ensure(4) == [0, 1, 2, 3]
+    assert BlockKeys(1, 16, B, 8, hashes=["x", "z"]).ensure(4) == [0, 1, 4, 5]
+    assert BlockKeys(2, 16, B, 8, hashes=["w", "y"]).ensure(4) == [6, 7, 8, 9]
+    assert BlockKeys(3, 16, B, 8, hashes=["x", "y"]).ensure(4) == [0, 1, 2, 3]
+    assert len(xy.entries) == 5
+    firsts = [BlockKeys(4, 8, B, 8, hashes=[h]).ensure(1)[0] for h in (1, "1", True, -1, 2 ** 64)]
+    assert firsts == [10, 12, 14, 16, 18]
+    assert BlockKeys(5, 8, B, 8, hashes=[-1]).ensure(2) == [16, 17]
+    # Integer hash ids chain too: [1, 2] is 1 (id 5), 1.2 (id 10); [3, 2] is 3 (11), 3.2 (12).
+    assert BlockKeys(6, 16, B, 8, hashes=[1, 2]).ensure(4) == [10, 11, 20, 21]
+    assert BlockKeys(7, 16, B, 8, hashes=[3, 2]).ensure(4) == [22, 23, 24, 25]
+
+
+def test_interned_keys_when_the_block_size_does_not_divide_hash_block_size(fresh_entries):
+    """hash_block_size 6, block size 4 (ceil(6/4) = 2 keys per entry id), P=12, [x, y]:
+    block 0 ends at token 3 (entry x, offset 3: slot 0), block 1 at token 7 (entry x.y,
+    offset 1: slot 0), block 2 at token 11 (x.y, offset 5: slot 1): keys [0, 2, 3],
+    the same one block at a time."""
+    assert BlockKeys(0, 12, B, 6, hashes=["x", "y"]).ensure(3) == [0, 2, 3]
+    step = BlockKeys(1, 12, B, 6, hashes=["x", "y"])
+    for i in range(1, 4):
+        step.ensure(i)
+    assert step.keys == [0, 2, 3]
+
+
+def test_the_interning_table_lives_as_long_as_a_cache_that_holds_its_keys(fresh_entries):
+    """A cache, then [u] and [x] interned (ids 0 and 1) by chains that are gone by the
+    time [x] is looked up again: the cache keeps the table, so [x] is still id 1 and its
+    cached block is found. (A table dropped with the chains would give [x] id 0.)"""
+    import gc
+    a = BlockAllocator(4, B, prefix_caching=True)
+    a.cache.duplicates = True
+    BlockKeys(0, 8, B, 8, hashes=["u"]).ensure(2)
+    kx = BlockKeys(1, 8, B, 8, hashes=["x"])
+    assert prefill(a, "A", kx, 8) == [0, 1]
+    assert kx.keys == [2, 3]
+    a.free_request("A", 0, 0)
+    del kx
+    gc.collect()
+    again = BlockKeys(2, 8, B, 8, hashes=["x"])
+    assert again.ensure(2) == [2, 3]
+    assert a.lookup(again, 2) == [0, 1]
+
+
+def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs():
+    """vLLM's cache, pool of 4, block size 4. A's [0,1,2] freed: the run [2,1,0]. B
+    finds [0] (its entry goes stale). X writes 4 rows into 3 and frees it (run [3]),
+    then B frees 0 (run [0]): the queue is 2, 1, 3, 0. One-block growths (decodes
+    opening a block) take 2, 1, then skip the stale 0 and take 3, then 0; each key
+    leaves the index, and no run is left."""
+    a = BlockAllocator(4, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ka = plain_keys(0, 12)
+    assert prefill(a, "A", ka, 12) == [0, 1, 2]
+    a.free_request("A", 0, 0)
+    kb = plain_keys(0, 12)
+    assert a.lookup(kb, 1) == [0]
+    a.share("B", [0], kb)
+    assert prefill(a, "X", plain_keys(1, 4), 4) == [3]
+    a.free_request("X", 0, 0)
+    a.free_request("B", 0, 0)
+    ok(a)
+    assert a.cache.stale == {0: 1}
+    for rows, table in ((1, [2]), (5, [2, 1]), (9, [2, 1, 3]), (13, [2, 1, 3, 0])):
+        assert a.grow("C", rows) == 1
+        ok(a)
+        assert a.table("C") == table
+    assert (a.cache.index, list(a.cache.runs), a.cache.stale, a.cache.stale_total) == (
+        {}, [], {}, 0)
+
+
+def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entries():
+    """vLLM's cache, pool of 3: A's [0,1,2] freed (run [2,1,0]); B finds [0] and keeps
+    it. Two one-block growths take 2 and 1: the queue is empty, and the stale entry of
+    0 left in A's run is dropped with it (as taking the whole queue at once does)."""
+    a = BlockAllocator(3, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ka = plain_keys(0, 12)
+    assert prefill(a, "A", ka, 12) == [0, 1, 2]
+    a.free_request("A", 0, 0)
+    kb = plain_keys(0, 12)
+    a.share("B", a.lookup(kb, 1), kb)
+    assert (a.grow("C", 1), a.grow("C", 5)) == (1, 1)
+    ok(a)
+    assert (a.table("C"), a.cache.lru, list(a.cache.runs), a.cache.stale,
+            a.cache.stale_total) == ([2, 1], set(), [], {}, 0)
+
+
+def test_vllm_cache_a_decode_that_fills_a_cached_block_keeps_it_as_a_duplicate():
+    """vLLM's cache, pool of 4, block size 4: A writes [1..8] into [0,1]; B writes [1..4]
+    into 2 and then, a row at a time as decodes do, [5..8] into 3: block 2 and then
+    block 3 (registered alone) are duplicates of A's 0 and 1."""
+    a = BlockAllocator(4, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ids = [1, 2, 3, 4, 5, 6, 7, 8]
+    ka, kb = keys_of(ids, 0), keys_of(ids[:4], 1, output_ids=ids[4:])
+    assert prefill(a, "A", ka, 8) == [0, 1]
+    assert prefill(a, "B", kb, 4) == [2]
+    for rows in range(5, 9):
+        a.grow("B", rows)
+        a.register_decoded("B", kb, rows)
+        ok(a)
+    assert a.table("B") == [2, 3]
+    assert [a.cache.index[key(kb, i)] for i in range(2)] == [0, 1]
+    assert a.cache.others == {key(kb, 0): [2], key(kb, 1): [3]}
+
+
+def test_vllm_cache_a_freed_table_drops_only_its_own_blocks_extra_owners():
+    """vLLM's cache, pool of 12, block size 4. A writes 12 rows into [0,1,2]; D writes
+    other 12 rows into [3,4,5]. B finds A's [0,1]; E finds D's [3,4]; F finds A's [0].
+    Extra owners: 0 twice, 1, 3 and 4 once (D's blocks sit at A's positions 0 and 1:
+    not A's). A frees: 0 keeps one extra owner, 1 none; 3 and 4 keep theirs, and only
+    A's 2 joins the queue."""
+    a = BlockAllocator(12, B, prefix_caching=True)
+    a.cache.duplicates = True
+    ka = keys_of(list(range(1, 13)), 0)
+    kd = keys_of(list(range(101, 113)), 1)
+    assert prefill(a, "A", ka, 12) == [0, 1, 2]
+    assert prefill(a, "D", kd, 12) == [3, 4, 5]
+    for rid, index, ids, n in (("B", 2, range(1, 13), 2), ("E", 3, range(101, 113), 2),
+                               ("F", 4, range(1, 13), 1)):
+        keys = keys_of(list(ids), index)
+        a.share(rid, a.lookup(keys, n), keys)
+    ok(a)
+    assert a._extra == {0: 2, 1: 1, 3: 1, 4: 1}
+    assert a.free_request("A", 0, 0) == 1
+    ok(a)
+    assert a._extra == {0: 1, 3: 1, 4: 1}
+    assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 2))]

@@ -114,6 +114,10 @@ class BlockAllocator:
         # the keys of pinned orphans that carry one.
         self._runs: dict[str, BlockKeys] = {}
         self._orphan_keys: dict[int, bytes] = {}
+        # vLLM's cache: the position in its tables of each block given extra
+        # owners by `share` (a stale entry for a block that has none is harmless:
+        # `share` rewrites it before the block has extra owners again).
+        self._shared_at: dict[int, int] = {}
         self.held = 0
         self.draining = 0
         self.reserved = 0
@@ -251,7 +255,7 @@ class BlockAllocator:
                     self._fresh = start + fresh
                     table.extend(range(start, start + fresh))
                 if rest > fresh:
-                    evicted = (self._evict_lru(rid, table, rest - fresh) if not self.cache.tree
+                    evicted = (self._evict_lru(rid, table, rest - fresh) if not self.cache._tree
                                else self._evict_nodes(rid, table, rest - fresh))
                     self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
         self.held += need
@@ -265,6 +269,8 @@ class BlockAllocator:
         common case, one plain block for an unshared table, inline; anything else
         through `grow`."""
         table = self._tables.get(rid)
+        if table is not None and len(table) * self.block_size >= rows:
+            return 0  # (the policy grew it already)
         plain = self._free
         if (self._shared or not plain or table is None
                 or len(table) * self.block_size + 1 != rows):
@@ -289,6 +295,16 @@ class BlockAllocator:
         their keys (PrefixCache.evict, for a run of blocks at once)."""
         cache = self.cache
         lru = cache.lru
+        if cache.runs is not None and count == 1 and self._on_evict is None:
+            # vLLM's cache, one block (a decode opening a block): inline.
+            block, key = cache.pop_one()
+            index = cache.index
+            if index[key] == block and key not in cache.others:
+                del index[key]
+            else:
+                cache.forget_key(block, key)
+            table.append(block)
+            return 1
         if cache.runs is not None:  # vLLM's cache (never a tree here): the queue in runs
             taken, keys = cache.pop_oldest(count)
         else:
@@ -395,6 +411,7 @@ class BlockAllocator:
         """
         self._become_shared()
         cache = self.cache
+        at = None
         if cache is not None and cache.duplicates and not cache.tree and blocks:
             if keys is None or self._tables.get(rid):
                 raise InvariantError(
@@ -403,11 +420,12 @@ class BlockAllocator:
             keys.ensure(len(blocks))
             keys.registered = len(blocks)
             self._runs[rid] = keys
+            at = self._shared_at
         extra = self._extra
         orphans = self._orphans
         lru = cache.lru if cache is not None else {}
         hit = cache.hit if cache is not None and cache.runs is not None else lru.__delitem__
-        for block in blocks:
+        for i, block in enumerate(blocks):
             if block in lru:
                 hit(block)
                 self.held += 1
@@ -416,6 +434,8 @@ class BlockAllocator:
                 self._orphan_keys.pop(block, None)  # its new owner's keys name it
             elif self._held(block):
                 extra[block] = extra.get(block, 0) + 1
+                if at is not None:
+                    at[block] = i
             elif 0 <= block < self._fresh:
                 raise InvariantError(f"block {block} is shared by {rid!r} but "
                                      "nobody holds it and it is not cached")
@@ -495,7 +515,21 @@ class BlockAllocator:
                 for block in shared:
                     _drop_one(extra, block)
                 table = list(filterfalse(shared.__contains__, table))
-            shared = extra.keys() & keyed if keyed else None
+            if not keyed:
+                shared = None
+            elif len(extra) < len(keyed) and extra.keys() <= self._shared_at.keys():
+                # vLLM's cache: a block with extra owners sits at the same position
+                # in every table that holds it (its key fixes the position), noted
+                # when it was shared; so look at those positions only.
+                top = len(keyed) - 1
+                at = self._shared_at
+                shared = set()
+                for block in extra:
+                    i = top - at[block]
+                    if i >= 0 and keyed[i] == block:
+                        shared.add(block)
+            else:
+                shared = extra.keys() & keyed
             if shared:
                 for block in shared:  # _drop_one, inline: often thousands
                     left = extra[block] - 1
@@ -691,6 +725,13 @@ class BlockAllocator:
             # all of them); a key cached already keeps its block, and this one is
             # a duplicate.
             self._runs[rid] = keys
+            if full == start + 1 and writers is None:  # one block (a decode filled it)
+                key = key_list[start]
+                block = table[start]
+                if index.setdefault(key, block) != block:
+                    cache.others.setdefault(key, []).append(block)
+                keys.registered = full
+                return
             new_keys = key_list[start:full]
             new_blocks = table[start:full]
             found = list(map(index.setdefault, new_keys, new_blocks))

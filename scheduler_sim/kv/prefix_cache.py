@@ -1,16 +1,18 @@
 """Prefix caching: block keys, the index of cached blocks, and their LRU queue (§8).
 
 A full block is identified by a key chained from its parent block's key
-and its exact content, BLAKE2b-128 over both (vLLM offers SHA-256 for the
-same purpose): two blocks get the same key only if they and every block
-before them have the same content, unless BLAKE2b collides (about n^2 /
-2^129 for n blocks, never observed). The content is the block's token ids
-when the trace gives them; for a trace that carries `block_hashes` (one id
-per `hash_block_size` prompt tokens, themselves chained) it is the hash ids
-up to the one covering the block's last token, and that token's offset;
-anything else (a prompt without ids or hashes, outputs without ids) gets
-content unique to the request, so another request never matches it but the
-request itself does after a preemption.
+and its exact content: two blocks get the same key only if they and every
+block before them have the same content. For token ids the key is
+BLAKE2b-128 over both (vLLM offers SHA-256 for the same purpose), exact
+unless BLAKE2b collides (about n^2 / 2^129 for n blocks, never observed).
+For a trace that carries `block_hashes` (one id per `hash_block_size`
+prompt tokens, themselves chained) the content is the hash ids up to the
+one covering the block's last token, and that token's offset: each chain of
+hash ids is interned as a small integer id (exact, no hash), shared by
+everything whose keys can meet (see `_entries`). Anything else (a prompt
+without ids or hashes, outputs without ids) gets content unique to the
+request, so another request never matches it but the request itself does
+after a preemption.
 
 A freed block that has a key keeps it, and waits at the tail of an LRU
 queue; it loses the key only when the allocator hands it out again, the
@@ -36,6 +38,7 @@ again), so eviction skips exactly that many before it takes the block.
 from __future__ import annotations
 
 import heapq
+import weakref
 from array import array
 from collections import OrderedDict, deque
 from hashlib import blake2b
@@ -67,19 +70,55 @@ def _hash_id(value) -> bytes:
     return b"i%d" % value if type(value) is int else b"s" + ascii(value).encode()
 
 
+# Hash entries, interned: the chain of hash ids up to an entry (its parent
+# entry and its own id) -> a small sequential id. Every `BlockKeys` and every
+# `PrefixCache` alive at once share one table (the one `_entries()` returns), so
+# keys that can meet in a cache, or in a router comparing one request's keys
+# with several caches, come from the same table; it lives as long as any of
+# them does (a cache keeps the keys of requests long gone), and grows by one
+# entry per distinct chain of hash ids met (about 100 bytes each).
+_LINK = 1 << 32  # an int hash id and a parent id below this make one int link
+
+
+class _Entries(dict):
+    """The interning table (a dict that can be referred to weakly)."""
+
+    __slots__ = ("__weakref__",)
+
+
+_current_entries = weakref.ref(_Entries())  # dead at once: the first user makes one
+
+
+def _entries() -> _Entries:
+    """The interning table shared by every key chain and cache alive now."""
+    global _current_entries
+    table = _current_entries()
+    if table is None:
+        table = _Entries()
+        _current_entries = weakref.ref(table)
+    return table
+
+
 class BlockKeys:
     """The chain of keys of one request's full blocks, computed on demand.
 
     Token ids: bytes, `_chain(parent key, ids)`. A trace's hash ids: each hash
-    entry is chained once (`_chain(previous entry's digest, id)`) and a block's
-    key is the integer digest * hash_block_size + the offset of its last token
-    in the entry (one pair, one integer; never equal to a bytes key). Content
-    unique to the request: bytes `r`, its trace position and the block number,
-    which no other request can produce.
+    entry is interned once, as a small id that stands for its whole chain of
+    hash ids (the shared table maps (parent entry's id, the entry's hash id) to
+    it, new ids counting up from 0, so two entries get the same id exactly
+    when their chains are equal), and a block's key is the integer
+    id * ceil(hash_block_size / block_size) + (offset of its last token in
+    the entry) // block_size (one pair, one integer; never equal to a bytes
+    key). The keys of an entry's blocks are consecutive, and keys in use are
+    dense, so they spread evenly over a dict (keys id * hash_block_size +
+    offset, all alike in their low bits, would crowd its slots). Content
+    unique to the request: bytes `r`, its trace position and the block
+    number, which no other request can produce; from `own_from` on every key
+    is of that kind.
     """
 
     __slots__ = ("index", "prompt_ids", "output_ids", "hashes", "prompt_tokens",
-                 "block_size", "hash_block_size", "keys", "registered")
+                 "block_size", "hash_block_size", "keys", "registered", "entries", "own_from")
 
     def __init__(self, index: int, prompt_tokens: int, block_size: int, hash_block_size: int,
                  prompt_ids=None, output_ids=None, hashes=None) -> None:
@@ -90,6 +129,12 @@ class BlockKeys:
         self.prompt_ids = prompt_ids
         self.output_ids = output_ids
         self.hashes = hashes
+        self.entries = _entries() if hashes is not None else None
+        # The first block from which every key is of content unique to the
+        # request (no token ids, and past the blocks the hash ids cover), if any.
+        self.own_from = (-1 if prompt_ids is not None or output_ids is not None
+                         else 0 if hashes is None
+                         else min(prompt_tokens, len(hashes) * hash_block_size) // block_size)
         self.keys: list[bytes | int] = []
         self.registered = 0  # leading blocks whose keys the cache already knows
 
@@ -114,30 +159,45 @@ class BlockKeys:
         i = len(keys)
         if i >= count:
             return keys
+        if 0 <= self.own_from <= i:  # keys of its own (a decode filled a block)
+            index = self.index
+            keys += [b"r%d:%d" % (index, k) for k in range(i, count)]
+            return keys
         size = self.block_size
         hashes = self.hashes
         if self.prompt_ids is None and hashes is not None:
             # The common case for imported traces: keys from the hash ids alone,
-            # one digest per hash entry.
+            # one interned id per hash entry.
             hbs = self.hash_block_size
             limit = min(self.prompt_tokens, len(hashes) * hbs)
             stop = min(count, limit // size)  # blocks whose tokens all have hash ids
-            entry, digest = -1, _ROOT
-            if i and i <= stop:  # resume after the keys computed before
-                entry = (i * size - 1) // hbs
-                digest = (keys[-1] // hbs).to_bytes(16, "big")
-            while i < stop:
-                # Blocks whose last token falls in entry j: one digest, and as keys
-                # the integers digest * hbs + offset of their last token (so that
-                # consecutive blocks' keys are a range, made in C).
-                j = ((i + 1) * size - 1) // hbs
-                while entry < j:
-                    entry += 1
-                    digest = _chain(digest, _hash_id(hashes[entry]))
-                end = min(stop, (j + 1) * hbs // size)
-                first = int.from_bytes(digest, "big") * hbs + (i + 1) * size - 1 - j * hbs
-                keys.extend(range(first, first + (end - i) * size, size))
-                i = end
+            if i < stop:
+                entries = self.entries
+                slots = -(-hbs // size)  # keys per entry id at most
+                entry, node = -1, -1  # the entry of block i - 1's last token, its id
+                if i:  # resume after the keys computed before
+                    entry = (i * size - 1) // hbs
+                    node = keys[-1] // slots
+                while i < stop:
+                    # Blocks whose last token falls in entry j: one id, and as keys
+                    # the integers id * slots + (offset of their last token in the
+                    # entry) // size, consecutive (a range, made in C; and dense,
+                    # so that they spread evenly over a dict's table).
+                    j = ((i + 1) * size - 1) // hbs
+                    while entry < j:
+                        entry += 1
+                        value = hashes[entry]
+                        # (parent id, hash id) as one int when both are small
+                        # ints, else as a pair with the hash id's tagged bytes.
+                        link = ((value << 32) | (node + 1) if type(value) is int
+                                and node + 1 < _LINK else (node, _hash_id(value)))
+                        node = entries.get(link)
+                        if node is None:
+                            node = entries[link] = len(entries)
+                    end = min(stop, (j + 1) * hbs // size)
+                    first = node * slots + ((i + 1) * size - 1 - j * hbs) // size
+                    keys.extend(range(first, first + end - i))
+                    i = end
         parent = keys[-1] if keys else _ROOT
         if type(parent) is int:  # a hash-id key, chained from as bytes
             parent = b"h" + parent.to_bytes((parent.bit_length() + 7) // 8, "big")
@@ -153,6 +213,9 @@ class PrefixCache:
     """Which block holds which key, and the LRU queue of free blocks that keep one."""
 
     def __init__(self) -> None:
+        # The interning table of hash entries, kept alive as long as the cache
+        # holds keys made from it (see `_entries`).
+        self.entries = _entries()
         self.index: dict[Hashable, int] = {}
         # The key of each keyed block, but in vLLM's cache (`duplicates`, no
         # `tree`), where it stays empty (see `lru`).
@@ -242,6 +305,35 @@ class PrefixCache:
             stale.clear()
             self.stale_total = 0
 
+    def pop_one(self) -> tuple[int, object]:
+        """`pop_oldest(1)`, for one block and its key (the queue must not be empty)."""
+        runs = self.runs
+        stale = self.stale
+        while True:
+            run = runs[0]
+            blocks, keys, pos = run
+            block = blocks[pos]
+            if pos + 1 < len(blocks):
+                run[2] = pos + 1
+            else:
+                runs.popleft()
+            if stale:
+                left = stale.get(block)
+                if left:  # an entry a hit left behind
+                    if left > 1:
+                        stale[block] = left - 1
+                    else:
+                        del stale[block]
+                    self.stale_total -= 1
+                    continue
+            lru = self.lru
+            lru.remove(block)
+            if not lru:  # stale entries may be left behind it: drop them too
+                runs.clear()
+                stale.clear()
+                self.stale_total = 0
+            return block, keys[pos]
+
     def pop_oldest(self, count: int) -> tuple[list[int], list]:
         """Take the `count` least recently freed blocks out of the queue (there
         must be that many); return them and their keys, in that order. The
@@ -285,8 +377,12 @@ class PrefixCache:
                         live_keys.append(key)
                 part = live
                 part_keys = live_keys
-            taken += part
-            taken_keys += part_keys
+            if taken:
+                taken += part
+                taken_keys += part_keys
+            else:  # (the first part: no copy)
+                taken = part
+                taken_keys = part_keys
             need -= len(part)
         lru.difference_update(taken)
         return taken, taken_keys

@@ -1,7 +1,6 @@
 """Fleets (fleet/): replicas behind a router; a fleet of one is the engine itself."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 

@@ -8,7 +8,6 @@ import pytest
 
 from conftest import req, simulate
 from scheduler_sim.kv.allocator import BlockAllocator
-from scheduler_sim.records.errors import InvariantError
 from scheduler_sim.kv.prefix_cache import BlockKeys, PrefixCache
 from scheduler_sim.records.errors import InvariantError
 

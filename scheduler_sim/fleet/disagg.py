@@ -93,7 +93,8 @@ from ..records.workload import RequestSpec, Workload
 from ..requests.request import (
     HANDED_OFF, LOADED, LOADING, PRODUCER, REMOTE, Request,
 )
-from .fleet import FleetResult, ReplicaView
+from .fleet import (FleetResult, ReplicaView, fleet_summary, replica_summaries,
+                    stall_if_livelocked, stall_the_stuck)
 from .routers import make_router
 
 __all__ = ["DisaggFleet", "Transfer"]
@@ -394,11 +395,7 @@ class DisaggFleet:
                     engine = engines[i]
                     engine.now = t
                     self._outside_events(engine, cancels.pop(i, ()), preempts.pop(i, ()))
-                    if engine._livelocked and engine.flight is None and engine._live:
-                        engine._stall("the policy keeps recomputing the same rows: "
-                                      f"{engine._idle_replay:,} rows replayed without one "
-                                      "useful row (a livelock)")
-                        engine._livelocked = False
+                    if stall_if_livelocked(engine):
                         stalled = True
                         due[i] = INF
                         continue
@@ -416,11 +413,7 @@ class DisaggFleet:
                 if when < nxt:
                     nxt = when
             if nxt == INF:
-                for engine in engines:
-                    if engine._live:
-                        engine.now = t
-                        engine._stall()
-                        stalled = True
+                stalled |= stall_the_stuck(engines, t)
                 break
             t = nxt
         return self._result(first, stalled)
@@ -471,20 +464,15 @@ class DisaggFleet:
 
     def _result(self, first: int, stalled: bool) -> FleetResult:
         engines = self.engines
-        per_replica = []
-        for i, engine in enumerate(engines):
-            a = engine.allocator
-            summary = engine.stats.summary(a.peak_reserved, a.peak_held, first)
-            role = "prefill" if i < self.prefills else "decode"
-            per_replica.append({"replica": i, "role": role, **summary})
+        roles = ["prefill" if i < self.prefills else "decode" for i in range(len(engines))]
+        per_replica = replica_summaries(engines, first, roles)
         stats = RunStats.combined([e.stats for e in engines])
         final = self.final
         for name in _REQUEST_LEVEL:
             setattr(stats, name, getattr(final, name))
         stats.requests = sum(self.routed[:self.prefills])
         stats.output_tokens -= self.handed_off  # the prefill replicas' hidden tokens
-        summary = stats.summary(sum(e.allocator.peak_reserved for e in engines),
-                                sum(e.allocator.peak_held for e in engines), first)
+        summary = fleet_summary(engines, stats, first)
         report = self.clock.report
         steps = self.transfer_steps
         summary.update({

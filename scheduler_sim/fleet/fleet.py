@@ -47,9 +47,52 @@ from ..records.workload import Workload
 from ..requests.request import Request
 from .routers import make_router
 
-__all__ = ["Fleet", "FleetResult", "ReplicaView"]
+__all__ = ["Fleet", "FleetResult", "ReplicaView", "stall_if_livelocked", "stall_the_stuck",
+           "replica_summaries", "fleet_summary"]
 
 INF = float("inf")
+
+
+def stall_if_livelocked(engine: Engine) -> bool:
+    """End a replica's live requests as a stall (E6b) if its policy goes in circles
+    (the engine's livelock watch) and nothing runs; return whether it did."""
+    if not (engine._livelocked and engine.flight is None and engine._live):
+        return False
+    engine._stall("the policy keeps recomputing the same rows: "
+                  f"{engine._idle_replay:,} rows replayed without one useful row "
+                  "(a livelock)")
+    engine._livelocked = False
+    return True
+
+
+def stall_the_stuck(engines: list[Engine], t: int) -> bool:
+    """Nothing can happen any more anywhere: every replica's live requests stall (E6b)
+    at `t`; return whether any did."""
+    stalled = False
+    for engine in engines:
+        if engine._live:
+            engine.now = t
+            engine._stall()
+            stalled = True
+    return stalled
+
+
+def replica_summaries(engines: list[Engine], first: int,
+                      roles: list[str] | None = None) -> list[dict[str, Any]]:
+    """Each replica's summary (§12), its duration from the fleet's `first` arrival."""
+    out = []
+    for i, engine in enumerate(engines):
+        a = engine.allocator
+        head = {"replica": i} if roles is None else {"replica": i, "role": roles[i]}
+        out.append({**head, **engine.stats.summary(a.peak_reserved, a.peak_held, first)})
+    return out
+
+
+def fleet_summary(engines: list[Engine], stats: RunStats, first: int) -> dict[str, Any]:
+    """The fleet's summary from its pooled `stats`; its peaks are the sums of the
+    replicas' (F4)."""
+    return stats.summary(sum(e.allocator.peak_reserved for e in engines),
+                         sum(e.allocator.peak_held for e in engines), first)
 
 
 class ReplicaView:
@@ -166,11 +209,7 @@ class Fleet:
             for i in sorted(active):                          # 3. E2, E3
                 engine = engines[i]
                 engine._take_outside_events()
-                if engine._livelocked and engine.flight is None and engine._live:
-                    engine._stall("the policy keeps recomputing the same rows: "
-                                  f"{engine._idle_replay:,} rows replayed without one "
-                                  "useful row (a livelock)")
-                    engine._livelocked = False
+                if stall_if_livelocked(engine):
                     stalled = True
                     due[i] = INF
                     continue
@@ -185,25 +224,15 @@ class Fleet:
             if horizon < nxt:
                 nxt = horizon
             if nxt == INF:
-                for engine in engines:
-                    if engine._live:
-                        engine.now = t
-                        engine._stall()
-                        stalled = True
+                stalled |= stall_the_stuck(engines, t)
                 break
             t = nxt
         return self._result(first, stalled)
 
     def _result(self, first: int, stalled: bool) -> FleetResult:
         engines = self.engines
-        per_replica = []
-        for i, engine in enumerate(engines):
-            a = engine.allocator
-            summary = engine.stats.summary(a.peak_reserved, a.peak_held, first)
-            per_replica.append({"replica": i, **summary})
-        stats = RunStats.combined([e.stats for e in engines])
-        summary = stats.summary(sum(e.allocator.peak_reserved for e in engines),
-                                sum(e.allocator.peak_held for e in engines), first)
+        per_replica = replica_summaries(engines, first)
+        summary = fleet_summary(engines, RunStats.combined([e.stats for e in engines]), first)
         requests: list[Request] = []
         for engine in engines:
             requests += engine.requests.values() if engine._keep_requests else ()

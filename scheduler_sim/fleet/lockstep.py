@@ -34,10 +34,7 @@ costs one scheduling call per rank and step.
 """
 from __future__ import annotations
 
-import heapq
-
-from ..engine.core import Engine
-from .fleet import INF, Fleet, FleetResult
+from .fleet import INF, Fleet, FleetResult, stall_if_livelocked, stall_the_stuck
 
 __all__ = ["LockstepFleet"]
 
@@ -104,10 +101,7 @@ class LockstepFleet(Fleet):
                 if when < nxt:
                     nxt = when
             if nxt == INF:
-                for engine in engines:
-                    if engine._live:
-                        engine._stall()
-                        stalled = True
+                stalled |= stall_the_stuck(engines, t)
                 break
             t = nxt
         result = self._result(first, stalled)
@@ -124,11 +118,7 @@ class LockstepFleet(Fleet):
         """Every rank's policy plans at `t`; returns whether a rank stalled."""
         stalled = False
         for i, engine in enumerate(self.engines):
-            if engine._livelocked and engine._live:
-                engine._stall("the policy keeps recomputing the same rows: "
-                              f"{engine._idle_replay:,} rows replayed without one useful "
-                              "row (a livelock)")
-                engine._livelocked = False
+            if stall_if_livelocked(engine):
                 stalled = True
                 moved[i] = False
                 continue

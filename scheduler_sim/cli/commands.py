@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from functools import partial
 from typing import Any, Callable, TextIO
 
 from ..engine.core import Engine
@@ -19,11 +18,13 @@ from ..engine.summary import request_record
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..fleet import make_fleet
 from ..io.expectations import check_trace
+from ..io.html_report import html_report
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_length,
                             spec_problems, weights_problem)
 from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
 from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
+from ..io.report_series import RunSeries, tee
 from ..io.report import (csv_header, csv_row, format_json, format_requests, format_table,
                          printable)
 from ..io.trace import MAX_PROBLEMS, Trace, read_trace
@@ -122,6 +123,9 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     runs = []
     per_request = []
     stalled = []
+    series: list[RunSeries] = []  # --report: what its charts need, per policy
+    engines = (options.prefill_replicas + options.decode_replicas if options.disagg
+               else options.replicas)
     try:
         if args.events:
             events = EventFile(args.events, out, len(options.policy) > 1, clock)
@@ -131,17 +135,22 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for policy in options.policy:
             rows = (_RequestRows(trace, clock, options.slo, policy, csv, bool(args.requests))
                     if args.requests or csv else None)
+            seen = RunSeries(policy, clock, options.num_blocks, engines) if args.report else None
+            ended = tee(rows.ended if rows else None, seen.ended if seen else None)
             if options.fleet:
+                def on_event(i, policy=policy, seen=seen):
+                    return tee(events.listener(policy, i) if events else None,
+                               seen.listener(i) if seen else None)
                 result = make_fleet(trace.workload, options, policy,
-                                    on_event=(partial(events.listener, policy) if events
-                                              else None),
-                                    keep_requests=False,
-                                    on_request_end=rows.ended if rows else None).run()
+                                    on_event=on_event if events or seen else None,
+                                    keep_requests=False, on_request_end=ended).run()
             else:
-                on_event = events.listener(policy) if events else None
+                on_event = tee(events.listener(policy) if events else None, seen)
                 result = Engine(trace.workload, options, policy, on_event=on_event,
-                                keep_requests=False,
-                                on_request_end=rows.ended if rows else None).run()
+                                keep_requests=False, on_request_end=ended).run()
+            if seen:
+                seen.finish()
+                series.append(seen)
             run = {"policy": policy, **result.summary}
             if options.fleet:
                 run["replicas"] = result.replicas
@@ -162,12 +171,15 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if csv:
             csv.abort()
         raise
+    if args.report:
+        write_whole(args.report, html_report(trace.name, options, runs, series, clock, pool),
+                    out)
     text = (format_json if args.json else format_table)(trace.name, options, runs, clock, pool)
     if args.requests and not args.json:
         closed = options.max_concurrency is not None
         text += "".join("\n" + format_requests(p, records, clock, closed)
                         for p, records in per_request)
-    (err if args.events == "-" or args.requests_csv == "-" else out).write(text)
+    (err if "-" in (args.events, args.requests_csv, args.report) else out).write(text)
     if stalled:
         err.write(f"{PROG}: the run stalled under {printable(', '.join(stalled))}: stuck "
                   "requests ended as finished_error (see the 'stalled' events)\n")

@@ -117,6 +117,9 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--requests-csv", metavar="FILE",
                    help="write every per-request field as CSV to FILE, or - for stdout "
                         "(the table then goes to stderr)")
+    p.add_argument("--report", metavar="FILE",
+                   help="write a self-contained HTML report (charts over time, latency "
+                        "CDFs, a per-request timeline, the summary) to FILE")
     _add_option_flags(p)
 
     p = sub.add_parser("validate", help="check a trace and summarise it",

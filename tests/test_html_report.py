@@ -1,0 +1,264 @@
+"""`replay --report FILE.html`: the page is well-formed, complete, escaped, deterministic,
+keeps peaks when it downsamples, and draws its charts in a real browser."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from scheduler_sim.cli.main import main
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.io.html_report import cdf_points, downsample
+from scheduler_sim.io.report_series import RunSeries
+from scheduler_sim.io.trace import read_trace, resolve_options
+from scheduler_sim.records.clock import Clock
+
+ROOT = Path(__file__).resolve().parent.parent
+SVG = "{http://www.w3.org/2000/svg}"
+HOSTILE = "<script>alert(1)</script>"
+
+
+def _trace(tmp_path: Path, hostile: bool = True) -> str:
+    """A small trace that preempts (vllm runs out of blocks) and has a hostile id."""
+    records = [{"type": "config", "block_size": 4, "num_blocks": 14, "token_budget": 32,
+                "max_rows": 8}]
+    for i in range(24):
+        rid = HOSTILE if hostile and i == 3 else f"r{i}"
+        records.append({"type": "request", "id": rid, "arrival": i * 2,
+                        "prompt_tokens": 6 + (i * 7) % 13, "output_tokens": 4 + (i * 5) % 11})
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def _report(tmp_path: Path, trace: str, *flags: str, name: str = "r.html") -> str:
+    out = tmp_path / name
+    code = main(["replay", trace, "--policy", "continuous", "--policy", "vllm",
+                 "--report", str(out), *flags], _Sink(), _Sink())
+    assert code == 0
+    return out.read_text(encoding="utf-8")
+
+
+class _Sink:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class _Tags(HTMLParser):
+    """Checks that every element closes in order, and keeps the text outside SVG titles."""
+
+    VOID = {"meta", "br", "img", "input", "link", "hr"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.text: list[str] = []
+        self.scripts = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "script":
+            self.scripts += 1
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        pass
+
+    def handle_endtag(self, tag):
+        assert self.stack and self.stack[-1] == tag, (tag, self.stack[-5:])
+        self.stack.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _svgs(page: str) -> list[ET.Element]:
+    return [ET.fromstring(m) for m in re.findall(r"<svg .*?</svg>", page, re.S)]
+
+
+def test_page_is_well_formed_with_every_chart(tmp_path):
+    page = _report(tmp_path, _trace(tmp_path))
+    tags = _Tags()
+    tags.feed(page)
+    tags.close()
+    assert tags.stack == [] and tags.scripts == 0
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # fetches nothing
+    charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
+    assert set(charts) == {"kv", "queues", "tokens", "cdf-ttft", "cdf-tpot", "cdf-itl",
+                           "cdf-e2el", "timeline"}
+    kinds = [svg.get("data-chart") for svg in _svgs(page)]
+    assert kinds.count("kv") == 2 and kinds.count("timeline") == 2  # one per policy
+
+    def series(svg):
+        return {p.get("data-series") for p in svg.iter(SVG + "polyline")}
+    assert series(charts["kv"]) == {"allocated", "reserved", "draining", "free"}
+    assert series(charts["queues"]) == {"waiting", "running"}
+    for kind in ("cdf-ttft", "cdf-tpot", "cdf-itl", "cdf-e2el"):
+        assert series(charts[kind]) == {"continuous", "vllm"}
+    text = "".join(tags.text)
+    for label in ("Summary", "KV blocks under vllm", "Tokens per dispatch", "TTFT", "TPOT",
+                  "ITL", "E2EL", "Timeline under continuous", "All 24 requests",
+                  "num_blocks 14", "preemptions"):
+        assert label in text, label
+    # vllm runs out of blocks on this trace: its preemptions are marked.
+    vllm_kv = [s for s in _svgs(page) if s.get("data-chart") == "kv"][1]
+    assert any(line.get("class") == "preemption" for line in vllm_kv.iter(SVG + "line"))
+    # The timeline has one group per request, each titled with its id.
+    timeline = charts["timeline"]
+    titles = [g.find(SVG + "title").text for g in timeline.iter(SVG + "g")]
+    assert len(titles) == 24
+
+
+def test_hostile_id_is_text(tmp_path):
+    page = _report(tmp_path, _trace(tmp_path))
+    assert HOSTILE not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    tags = _Tags()
+    tags.feed(page)
+    assert tags.scripts == 0
+    titles = [t.text for svg in _svgs(page) for t in svg.iter(SVG + "title")]
+    assert any(t and t.startswith(HOSTILE) for t in titles)  # shown, as text
+
+
+def test_same_input_same_bytes(tmp_path):
+    trace = _trace(tmp_path)
+    first = (tmp_path / "a.html", _report(tmp_path, trace, name="a.html"))
+    second = _report(tmp_path, trace, name="b.html")
+    assert first[0].read_bytes() == (tmp_path / "b.html").read_bytes()
+    assert first[1] == second
+
+
+def test_seconds_and_fleet(tmp_path):
+    trace = _trace(tmp_path, hostile=False)
+    page = _report(tmp_path, trace, "--cost-model", "llama-3-8b/h100-sxm", "--replicas", "2",
+                   "--num-blocks", "14")
+    assert "Times in s." in page and "A fleet of 2 replicas" in page
+    assert "time (s)" in page
+    kv = [s for s in _svgs(page) if s.get("data-chart") == "kv"]
+    assert len(kv) == 2
+
+
+def test_itl_matches_the_summary(tmp_path):
+    """The ITL the report draws is the one the summary counts: same largest gap."""
+    trace = _trace(tmp_path, hostile=False)
+    page = _report(tmp_path, trace, "--json")
+    assert [s for s in _svgs(page) if s.get("data-chart") == "cdf-itl"]
+    loaded = read_trace(trace)
+    options, _ = resolve_options(loaded.config, {})
+    for policy in ("continuous", "vllm"):
+        seen = RunSeries(policy, Clock.of(options), options.num_blocks)
+        result = Engine(loaded.workload, options, policy, on_event=seen,
+                        on_request_end=seen.ended).run()
+        seen.finish()
+        counts = sorted(seen.itl.items())
+        assert counts[-1][0] == result.summary["itl_max"]
+        assert sum(seen.itl.values()) == sum(r.outputs - 1 for r in result.requests
+                                             if r.outputs)
+        assert max(seen.e2el) == result.summary["e2el_max"]
+
+
+def test_downsampling_keeps_peaks():
+    xs = list(range(100_000))
+    ys = [(x * 7919) % 1000 for x in xs]
+    ys[54_321] = 10_000
+    ys[12_345] = -5
+    points = downsample(xs, ys, 0, 99_999, 800)
+    assert len(points) <= 2 * 800 + 1
+    assert (54_321, 10_000) in points and (12_345, -5) in points
+    assert points[-1] == (99_999, ys[-1])
+    assert [p[0] for p in points] == sorted(p[0] for p in points)
+    steps = cdf_points([(v, 1) for v in range(10_000)], 100)
+    assert steps[0] == (0, 1 / 10_000) and steps[-1] == (9_999, 1.0)
+    assert len(steps) <= 102
+
+
+# --- in a browser --------------------------------------------------------------------
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, int, list[bytes]]:
+    """(width, height, bytes per pixel, rows) of an 8-bit RGB or RGBA PNG, unfiltered."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, []
+    width = height = bpp = 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color in (2, 6), (depth, color)
+            bpp = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat.append(body)
+        pos += 12 + length
+    raw = zlib.decompress(b"".join(idat))
+    stride = width * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        if kind == 1:
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 255
+        elif kind == 2:
+            line = bytearray((a + b) & 255 for a, b in zip(line, prev))
+        elif kind == 3:
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 255
+        elif kind == 4:
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, bpp, rows
+
+
+def test_browser_draws_the_charts(tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH; "
+                    ".ci/run installs Debian's chromium")
+    page = tmp_path / "r.html"
+    page.write_text(_report(tmp_path, _trace(tmp_path)), encoding="utf-8")
+    shot = tmp_path / "shot.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=60).stdout
+    # After load, the DOM holds every chart and its lines.
+    assert dom.count("<svg") == 12, dom[:300]  # 2 x 3 over time, 4 CDFs, 2 timelines
+    assert dom.count("<polyline") >= 20 and "<script" not in dom
+    subprocess.run([browser, *flags, "--window-size=1000,2600", "--force-device-scale-factor=0.3",
+                    f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=60)
+    width, height, bpp, rows = _png_pixels(shot.read_bytes())
+    # Only the charts are in colour (the text is black on white): count coloured pixels
+    # of each chart line colour (the allocated blue and the decode green).
+    colored = 0
+    for row in rows:
+        for i in range(0, len(row), bpp):
+            r, g, b = row[i], row[i + 1], row[i + 2]
+            if max(r, g, b) - min(r, g, b) > 60:
+                colored += 1
+    assert colored > 500, (width, height, colored)

@@ -32,7 +32,7 @@ from ..gpu.costmodel import PoolSizing
 from ..records.clock import Clock
 from ..records.options import Options
 from .report import format_table, printable
-from .report_series import PHASES, RunSeries
+from .report_series import END, PHASES, RunSeries
 
 __all__ = ["html_report", "downsample", "cdf_points", "select_requests", "TIMELINE_ROWS",
            "CDF_POINTS"]
@@ -346,7 +346,7 @@ def _timeline(series: RunSeries, ids: list[str], end: int, xunit: float,
         rects = []
         for k in range(0, len(line) - 2, 2):
             start, code, stop = line[k], line[k + 1], line[k + 2]
-            if stop <= start:
+            if stop <= start or code == END:  # between a prefill and a decode replica
                 continue
             x0, x1 = axes.x(start), axes.x(stop)
             rects.append(f'<rect x="{_f(x0)}" y="{y}" width="{_f(max(0.5, x1 - x0))}" '

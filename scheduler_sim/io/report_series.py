@@ -169,7 +169,10 @@ class RunSeries:
         phase_of, timeline, last = self._phase, self.timeline, self._last_out
         plain = True
         for rid, phase, _tokens, emits, _ids in rows:
-            code = _ROW_PHASE.get(phase, DECODE)
+            code = _ROW_PHASE.get(phase)
+            if code is None:  # a static batch's padding row: no request's progress
+                plain = False
+                continue
             if phase_of.get(rid) != code:
                 phase_of[rid] = code
                 line = timeline.get(rid)

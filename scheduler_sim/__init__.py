@@ -26,7 +26,7 @@ from .records.errors import InvariantError, PolicyError, SimError, TraceError, U
 from .records.options import Options  # noqa: E402
 from .requests.request import Request  # noqa: E402
 
-__all__ = ["__version__", "load", "parse", "build", "replay", "events", "check", "sweep", "Replay",
-           "Run", "Options", "Policy", "QueueAndListPolicy", "SchedulerView", "Plan",
+__all__ = ["__version__", "load", "parse", "build", "replay", "events", "check", "sweep",
+           "Replay", "Run", "Options", "Policy", "QueueAndListPolicy", "SchedulerView", "Plan",
            "Request", "POLICIES", "SimError", "TraceError", "UsageError", "InvariantError",
            "PolicyError"]

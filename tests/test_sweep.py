@@ -141,7 +141,8 @@ def test_merge_refuses_overlaps_gaps_and_other_sweeps(trace, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--grid", "num_block=1,2"], "--grid: unknown option 'num_block' (did you mean 'num_blocks'?)"),
+    (["--grid", "num_block=1,2"],
+     "--grid: unknown option 'num_block' (did you mean 'num_blocks'?)"),
     (["--grid", "num_blocks=8,0"], "--grid: num_blocks must be an integer >= 1, got 0"),
     (["--grid", "watermark=0,1.5"], "--grid: watermark must be a number in [0.0, 1.0), got 1.5"),
     (["--grid", "prefix_caching=true,maybe"],

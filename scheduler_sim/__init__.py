@@ -20,13 +20,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .api import Replay, Run, build, check, events, load, parse, replay  # noqa: E402
+from .api import Replay, Run, build, check, events, load, parse, replay, sweep  # noqa: E402
 from .policies import POLICIES, Plan, Policy, QueueAndListPolicy, SchedulerView  # noqa: E402
 from .records.errors import InvariantError, PolicyError, SimError, TraceError, UsageError  # noqa: E402
 from .records.options import Options  # noqa: E402
 from .requests.request import Request  # noqa: E402
 
-__all__ = ["__version__", "load", "parse", "build", "replay", "events", "check", "Replay",
-           "Run", "Options", "Policy", "QueueAndListPolicy", "SchedulerView", "Plan",
+__all__ = ["__version__", "load", "parse", "build", "replay", "events", "check", "sweep",
+           "Replay", "Run", "Options", "Policy", "QueueAndListPolicy", "SchedulerView", "Plan",
            "Request", "POLICIES", "SimError", "TraceError", "UsageError", "InvariantError",
            "PolicyError"]

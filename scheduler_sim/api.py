@@ -12,6 +12,7 @@ For notebooks and scripts; the command line is built on the same pieces.
     print(fleet.runs[0].replicas[0]["requests"])
     for event in sim.events(trace, "continuous"):
         ...
+    rows = sim.sweep(trace, {"num_blocks": [8, 16]}, policies=["vllm", "sglang"])
 
 Options are keyword arguments with the names of the trace's config record
 (`block_size=4`, `cost_model="llama-3-8b/h100-sxm"`); like command-line
@@ -25,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+from concurrent.futures import Executor
 from typing import Any, Iterator
 
 from .engine.core import Engine
@@ -32,11 +34,13 @@ from .engine.summary import request_record
 from .fleet import make_fleet
 from .gpu.costmodel import PoolSizing, fit_pool
 from .io.expectations import CheckResult, check_trace
+from .io.sweep import build_grid, check_axis, run_grid
 from .io.trace import Trace, parse_trace, read_trace, resolve_options
 from .records.clock import Clock
+from .records.errors import UsageError
 from .records.options import Options
 
-__all__ = ["load", "parse", "build", "replay", "events", "check", "Replay", "Run",
+__all__ = ["load", "parse", "build", "replay", "events", "check", "sweep", "Replay", "Run",
            "resolve"]
 
 
@@ -194,3 +198,26 @@ def check(trace: Trace, policies: list[str] | str | None = None,
     """Check the trace's `expect` records; one result per expectation and policy."""
     resolved, _ = resolve(trace, policies, **options)
     return check_trace(trace, resolved)
+
+
+def sweep(trace: Trace, grid: dict[str, Any], policies: list[str] | str | None = None,
+          executor: Executor | None = None, **options: Any) -> list[dict[str, Any]]:
+    """Replay `trace` once per configuration of `grid` (option name -> list of values,
+    the first varying slowest) crossed with `policies` (the last axis; default: a
+    `policy` list in `grid`, else the trace's policies); `options` apply to every one.
+
+    One row per configuration in grid order, as `sweep --jsonl` writes them:
+    `index`, the swept values, `time_unit`, `stalled` and every summary field.
+    `executor` is any `concurrent.futures.Executor` (a process pool, a Dask or
+    Ray client's executor); without one the configurations run here in turn.
+    The rows are the same whatever runs them.
+    """
+    axes = [check_axis(name, values) for name, values in grid.items()]
+    if policies is not None:
+        if "policy" in grid:
+            raise UsageError("policies and a grid's policy list both give the policies; "
+                             "use one of them")
+        axes.append(check_axis("policy", [policies] if isinstance(policies, str)
+                               else list(policies), "policies"))
+    built = build_grid(trace, axes, options)
+    return run_grid(trace, list(built.configurations), executor)

@@ -21,8 +21,10 @@ def test_first_screen_has_the_two_commands():
 
 
 def test_ci_runs_the_readme_test_command():
-    """.ci/run installs the test extra and runs exactly the README's test command."""
-    assert "pip install --quiet '.[test]' && python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
+    """.ci/run installs the test extra (which brings dask, so that the sweep's Dask test
+    runs) and runs exactly the README's test command."""
+    assert ("pip install --quiet '.[test]' && python -m pytest -q"
+            in (ROOT / ".ci" / "run").read_text())
 
 
 def test_every_option_is_documented():

@@ -1,6 +1,7 @@
 """The commands: each a small function from parsed arguments to an exit status.
 
-`replay`, `validate`, `check`, `convert`, `generate` and `cost`. They raise
+`replay`, `validate`, `check`, `convert`, `generate`, `cost`, `sweep` and
+`sweep merge` (`sweep-merge`). They raise
 `TraceError`, `UsageError` (an `OutputError` when an output cannot be
 written), `PipeClosed` or `InvariantError`; `cli.main` turns those into
 messages and exit codes. Files are written through `io.outputs`, and every
@@ -11,6 +12,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, TextIO
 
 from ..engine.core import Engine
@@ -27,7 +32,12 @@ from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
 from ..io.report_series import RunSeries, tee
 from ..io.report import (csv_header, csv_row, format_json, format_requests, format_table,
                          printable)
-from ..io.trace import MAX_PROBLEMS, Trace, read_trace
+from ..io.sweep import (Axis, build_grid, check_axis, file_digest, merge_shards, parse_shard,
+                        run_grid, shard_of)
+from ..io.sweep import format_csv as sweep_csv
+from ..io.sweep import format_jsonl as sweep_jsonl
+from ..io.sweep import format_table as sweep_table
+from ..io.trace import MAX_PROBLEMS, Trace, parse_trace, read_trace
 from ..io.trace import resolve_options as resolve_trace_options
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
@@ -58,14 +68,8 @@ def _convert(spec_kind: str, text: str) -> Any:
     return text
 
 
-def resolve_options(trace: Trace, args: argparse.Namespace,
-                    err: TextIO | None = None) -> tuple[Options, PoolSizing | None]:
-    """Defaults, then the trace's config, then the flags; then the KV pool from the GPU
-    when a cost model runs (`costmodel.fit_pool`). Bad flags raise UsageError.
-
-    A flag that moves the trace's own times (`--tick-seconds` over a tick
-    trace's config, under a cost model) is worth a warning on `err`.
-    """
+def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The option flags given, as the JSON-like values `check_value` expects."""
     raw: dict[str, Any] = {}
     for spec in OPTIONS.values():
         value = getattr(args, spec.name, None)
@@ -74,7 +78,18 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
         if spec.kind in ("int", "float", "str", "duration"):
             value = _convert(spec.kind, value)
         raw[spec.name] = value
-    options, flags = resolve_trace_options(trace.config, raw)
+    return raw
+
+
+def resolve_options(trace: Trace, args: argparse.Namespace,
+                    err: TextIO | None = None) -> tuple[Options, PoolSizing | None]:
+    """Defaults, then the trace's config, then the flags; then the KV pool from the GPU
+    when a cost model runs (`costmodel.fit_pool`). Bad flags raise UsageError.
+
+    A flag that moves the trace's own times (`--tick-seconds` over a tick
+    trace's config, under a cost model) is worth a warning on `err`.
+    """
+    options, flags = resolve_trace_options(trace.config, _flag_values(args))
     ticks = trace.config.get("tick_seconds")
     if (err is not None and options.cost_model and options.time_unit == "tick"
             and "tick_seconds" in flags and ticks is not None and flags["tick_seconds"] != ticks):
@@ -377,6 +392,116 @@ def cmd_cost(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+# --- sweep ------------------------------------------------------------------------
+
+def _grid_value(spec: Any, text: str) -> Any:
+    """One value of `--grid NAME=...` as its flag would give it (booleans as true/false)."""
+    if spec.kind == "bool":
+        return {"true": True, "false": False}.get(text.lower(), text)
+    if spec.kind in ("int", "float", "str", "duration"):
+        return _convert(spec.kind, text)
+    return text
+
+
+def _grid_flag(text: str) -> Axis:
+    """`--grid NAME=V1,V2,...` (`slo` values, which hold commas, separated by `;`)."""
+    name, sep, rest = text.partition("=")
+    name = name.strip().removeprefix("--").replace("-", "_")
+    if not sep or not name:
+        raise UsageError(f"--grid must look like NAME=V1,V2,..., got {show(text)}")
+    spec = OPTIONS.get(name)
+    if spec is None or spec.trace_only:
+        check_axis(name, [], "--grid")  # names what is wrong
+    if not rest.strip():
+        raise UsageError(f"--grid: {name} needs at least one value, got {show(text)}")
+    parts = rest.split(";" if name == "slo" else ",")
+    return check_axis(name, [_grid_value(spec, part.strip()) for part in parts], "--grid")
+
+
+def _grid_file(path: str) -> list[Axis]:
+    """A grid file: a JSON object of option names and lists of values, in axis order."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen = [name for name, _ in items]
+        for name in seen:
+            if seen.count(name) > 1:
+                raise UsageError(f"{path}: the option {name} is swept twice; give all its "
+                                 "values in one list")
+        return dict(items)
+
+    text = read_text(path)
+    try:
+        grid = json.loads(text, object_pairs_hook=pairs)
+    except ValueError as exc:
+        raise UsageError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(grid, dict) or not grid:
+        raise UsageError(f"{path}: a grid file is a JSON object of option names and lists "
+                         f"of values, got {show(grid)}")
+    return [check_axis(name, values, path) for name, values in grid.items()]
+
+
+def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Replay every configuration of the grid (or one shard of it); write its rows."""
+    if args.csv == "-" and args.jsonl == "-":
+        raise UsageError("--csv - and --jsonl - cannot both write to standard output; send "
+                         "one of them to a file")
+    if args.jobs < 1:
+        raise UsageError(f"-j must be an integer >= 1, got {args.jobs}")
+    shard = parse_shard(args.shard) if args.shard is not None else None
+    axes = _grid_file(args.grid_file) if args.grid_file else []
+    axes += [_grid_flag(text) for text in args.grid or ()]
+    fixed = _flag_values(args)
+    policies = fixed.pop("policy", None)
+    if policies is not None:
+        if any(axis.name == "policy" for axis in axes):
+            raise UsageError("--policy and a grid's policy list both give the policies; "
+                             "use one of them")
+        axes.append(check_axis("policy", policies, "--policy"))
+    if args.trace == "-":
+        data = sys.stdin.buffer.read()
+        digest = hashlib.sha256(data).hexdigest()
+        trace = parse_trace(data, "<stdin>")
+    else:
+        digest = file_digest(args.trace)
+        trace = read_trace(args.trace)
+    grid = build_grid(trace, axes, fixed, digest)
+    configurations = shard_of(grid, shard)
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            rows = run_grid(trace, configurations, pool)
+    else:
+        rows = run_grid(trace, configurations)
+    if args.jsonl:
+        write_whole(args.jsonl, sweep_jsonl(grid, rows, shard), out)
+    if args.csv:
+        write_whole(args.csv, sweep_csv(grid, rows), out)
+    which = f" (shard {shard[0]}/{shard[1]})" if shard else ""
+    text = (f"{PROG} sweep {printable(trace.name)}: {len(rows)} of {len(grid)} "
+            f"configurations{which}\n" + sweep_table(grid, rows))
+    (err if "-" in (args.csv, args.jsonl) else out).write(text)
+    stalled = [str(row["index"]) for row in rows if row["stalled"]]
+    if stalled:
+        err.write(f"{PROG}: the run stalled in configuration(s) {', '.join(stalled)}: stuck "
+                  "requests ended as finished_error\n")
+        return 1
+    return 0
+
+
+def cmd_sweep_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Join the JSONL shards of a sweep into its full table (JSONL, or CSV)."""
+    if args.csv == "-" and args.jsonl == "-":
+        raise UsageError("--csv - and --jsonl - cannot both write to standard output; send "
+                         "one of them to a file")
+    shards = [(path, read_text(path)) for path in args.shards]
+    target = args.jsonl if args.jsonl or args.csv else "-"
+    text, total, count = merge_shards(shards)
+    if target:
+        write_whole(target, text, out)
+    if args.csv:
+        write_whole(args.csv, merge_shards(shards, csv=True)[0], out)
+    err.write(f"{PROG} sweep merge: {total} configurations from {count} file(s)\n")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "replay": cmd_replay,
     "validate": cmd_validate,
@@ -384,4 +509,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "convert": cmd_convert,
     "generate": cmd_generate,
     "cost": cmd_cost,
+    "sweep": cmd_sweep,
+    "sweep-merge": cmd_sweep_merge,
 }

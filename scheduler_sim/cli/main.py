@@ -172,6 +172,8 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                    help="mean patience before a cancellation (default: 50 ticks)")
     p.add_argument("-o", "--out", metavar="OUT", help="write here (default: stdout)")
 
+    _add_sweep_parsers(sub)
+
     p = sub.add_parser("cost", help="price swap against recompute for one request",
                        description="The roofline analysis of a preempted request: recompute "
                                    "its prefill, or swap its KV to host memory and back.")
@@ -181,6 +183,42 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--mfu", type=float, default=400 / 989,
                    help="achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)")
     return parser
+
+
+def _add_sweep_parsers(sub: Any) -> None:
+    """`sweep TRACE --grid ...` and `sweep merge SHARD ...` (parsed as `sweep-merge`)."""
+    p = sub.add_parser("sweep", help="replay a grid of options and policies, one row each",
+                       description="Replay TRACE once per configuration: the cross product "
+                                   "of the --grid lists (first slowest) and the policies "
+                                   "(last); write one row per configuration as CSV or JSONL "
+                                   "and print a table. 'sweep merge SHARD.jsonl ...' joins "
+                                   "the outputs of --shard runs.")
+    p.add_argument("trace", metavar="TRACE", help="trace file (JSONL), or - for stdin")
+    p.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
+                   help="sweep an option over these values (repeat for more axes; slo "
+                        "values are separated by ';')")
+    p.add_argument("--grid-file", metavar="FILE",
+                   help='a JSON object of option names and lists of values, e.g. '
+                        '{"num_blocks": [4096, 8192], "policy": ["vllm", "sglang"]}')
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="run configurations in N worker processes (default: 1, in process)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="run only the configurations whose index is K modulo N (0 <= K < N)")
+    p.add_argument("--csv", metavar="OUT", help="write the rows as CSV to OUT, or - for stdout")
+    p.add_argument("--jsonl", metavar="OUT",
+                   help="write a header and the rows as JSONL to OUT, or - for stdout "
+                        "(what 'sweep merge' reads)")
+    _add_option_flags(p)
+
+    p = sub.add_parser("sweep-merge", prog=f"{PROG} sweep merge",
+                       help="join the JSONL shards of a sweep (also: sweep merge)",
+                       description="Join the JSONL outputs of 'sweep --shard K/N' runs into "
+                                   "the full table, refusing shards of another sweep, "
+                                   "overlaps and gaps.")
+    p.add_argument("shards", nargs="+", metavar="SHARD", help="JSONL outputs of sweep")
+    p.add_argument("--csv", metavar="OUT", help="write the table as CSV to OUT, or - for stdout")
+    p.add_argument("--jsonl", metavar="OUT",
+                   help="write it as JSONL to OUT, or - (the default without --csv)")
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None,
@@ -202,6 +240,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
 def _run(argv: list[str] | None, out: GuardedStream,
          err: GuardedStream) -> tuple[int, str]:
     """(exit status, the last message for standard error, if any)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["sweep", "merge"]:  # a trace named merge: ./merge
+        argv[:2] = ["sweep-merge"]
     try:
         try:
             args = build_parser(out, err).parse_args(argv)

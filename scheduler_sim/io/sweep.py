@@ -1,0 +1,421 @@
+"""The sweep: one replay per configuration of a grid of options and policies.
+
+This module owns the grid and everything made from it:
+
+- the axes (`check_axis`): an option of `OPTIONS` and its values, each
+  checked as a flag or a config record is, with the same messages; a
+  `policy` axis takes one policy name per value;
+- the configurations (`build_grid`): the cross product of the axes in the
+  order they were given, the first axis varying slowest and the last
+  (the policies, unless the grid places them) fastest, each resolved over
+  the trace's config and the fixed options, and numbered from 0 in that
+  order;
+- the slices of `--shard K/N` (`shard_of`): configuration i belongs to
+  shard i mod N (0 <= K < N), so that every shard gets a share of every
+  part of the grid;
+- running the configurations (`run_grid`) in process or on any
+  `concurrent.futures.Executor` (a process pool, a Dask or Ray client's
+  executor), one task per configuration, rows always in grid order;
+- the rows (`index`, the swept values, `time_unit`, `stalled`, then every
+  field of the run summary), their CSV and JSONL (`format_csv`,
+  `format_jsonl`: a first JSONL line, the header, fingerprints the trace's
+  bytes, the axes and the fixed options), joining shards back
+  (`merge_shards`), and the aligned table `sweep` prints (`format_table`).
+
+Nothing here writes files or reads argv: `cli.commands` does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+from concurrent.futures import Executor
+from typing import Any, Iterable
+
+from ..engine.core import Engine
+from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
+from ..fleet import make_fleet
+from ..gpu.costmodel import fit_pool
+from ..records.clock import Clock
+from ..records.errors import UsageError
+from ..records.options import OPTIONS, Options, format_slo, show
+from .report import format_number, printable, text_width
+from .trace import Trace, check_options, resolve_options
+
+__all__ = ["SWEEP_VERSION", "Axis", "Configuration", "Grid", "check_axis", "build_grid",
+           "parse_shard", "shard_of", "run_configuration", "run_grid", "format_jsonl",
+           "format_csv", "format_table", "merge_shards", "file_digest"]
+
+SWEEP_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """One swept option and its values (checked and normalised), in the order given."""
+
+    name: str
+    values: tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+    """One point of the grid: its number, its swept values and the options it runs with."""
+
+    index: int
+    values: tuple[tuple[str, Any], ...]
+    options: Options
+
+    @property
+    def policy(self) -> str:
+        """The one policy this configuration replays."""
+        return self.options.policy[0]
+
+    def label(self) -> str:
+        """`num_blocks=8, policy=vllm`: how messages name it."""
+        return ", ".join(f"{name}={_cell(name, value)}" for name, value in self.values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """The axes, the fixed options, every configuration in grid order, the columns of
+    the rows, and the fingerprint that tells shards of the same sweep apart from others."""
+
+    trace_name: str
+    trace_sha256: str | None
+    axes: tuple[Axis, ...]
+    fixed: dict[str, Any]
+    configurations: tuple[Configuration, ...]
+    columns: tuple[str, ...]
+    fingerprint: str
+
+    def __len__(self) -> int:
+        return len(self.configurations)
+
+
+def _json_value(name: str, value: Any) -> Any:
+    """A checked option value as JSON spells it (objectives as an object)."""
+    if name == "slo" and value is not None:
+        return dict(value)
+    return value
+
+
+def _cell(name: str, value: Any) -> str:
+    """A value as CSV and messages spell it: null empty, booleans lowercase, floats
+    exactly (repr), objectives as the flag spells them."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return format_slo(tuple(value.items()))
+    return str(value)
+
+
+def check_axis(name: str, values: Any, where: str = "grid") -> Axis:
+    """An axis, its values checked one by one as a flag's would be; UsageError names
+    `where` (`--grid`, the grid file), what is wrong and the value given."""
+    spec = OPTIONS.get(name)
+    if spec is None:
+        problems: list[str] = []
+        check_options({name: None}, problems.append)
+        raise UsageError(f"{where}: {problems[0]}")
+    if spec.trace_only:
+        raise UsageError(f"{where}: {name} is a property of the trace file and cannot be "
+                         f"swept, got {name}")
+    if not isinstance(values, (list, tuple)) or not values:
+        raise UsageError(f"{where}: {name} needs a non-empty list of values, got "
+                         f"{show(values)}")
+    checked = []
+    for value in values:
+        if name == "policy" and not isinstance(value, str):
+            raise UsageError(f"{where}: policy values are single policy names, got "
+                             f"{show(value)}")
+        problems = []
+        out = check_options({name: value}, problems.append)
+        if problems:
+            raise UsageError(f"{where}: {problems[0]}")
+        normal = out[name][0] if name == "policy" else _json_value(name, out[name])
+        if normal in checked:
+            raise UsageError(f"{where}: {name} lists the value {show(value)} twice")
+        checked.append(normal)
+    return Axis(name, tuple(checked))
+
+
+def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
+               trace_sha256: str | None = None) -> Grid:
+    """Every configuration of the cross product of `axes`, resolved over the trace's
+    config and the `fixed` options (raw values, checked here). Without a `policy`
+    axis, the policies of `fixed` (else the trace's, else the default) are the last
+    axis. A configuration whose values cannot work together (order lpm without
+    prefix caching, say) raises UsageError naming it."""
+    axes = list(axes)
+    names = [axis.name for axis in axes]
+    for name in names:
+        if names.count(name) > 1:
+            raise UsageError(f"grid: the option {name} is swept twice; give all its values "
+                             "in one list")
+    for name in names:
+        if name in fixed and fixed[name] is not None:
+            flag = "--policy" if name == "policy" else OPTIONS[name].flag
+            raise UsageError(f"grid: {name} is both swept and fixed ({flag}); drop one")
+    base, checked = resolve_options(trace.config, dict(fixed))
+    if "policy" not in names:
+        axes.append(Axis("policy", tuple(base.policy)))
+        names.append("policy")
+    configurations = []
+    fleet = False
+    for index, combo in enumerate(itertools.product(*(axis.values for axis in axes))):
+        values = tuple(zip(names, combo))
+        raw = dict(checked)
+        raw.update((name, [value] if name == "policy" else value) for name, value in values)
+        config = Configuration(index, values, Options())
+        try:
+            options, _ = fit_pool(resolve_options(trace.config, raw)[0])
+        except UsageError as exc:
+            raise UsageError(f"grid: configuration {index} ({config.label()}): {exc}") from None
+        fleet = fleet or options.fleet
+        configurations.append(dataclasses.replace(config, options=options))
+    fields = RUN_FIELDS + (FLEET_RUN_FIELDS if fleet else ())
+    columns = ("index", *names, "time_unit", "stalled", *fields)
+    fixed_json = {name: _json_value(name, value) for name, value in checked.items()}
+    identity = {"sweep": SWEEP_VERSION, "trace_sha256": trace_sha256,
+                "grid": [[axis.name, list(axis.values)] for axis in axes],
+                "options": fixed_json}
+    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return Grid(trace.name, trace_sha256, tuple(axes), fixed_json, tuple(configurations),
+                columns, fingerprint)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`K/N` with 0 <= K < N -> (K, N); UsageError otherwise."""
+    k, sep, n = text.partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        shard, shards = int(k), int(n)
+    except ValueError:
+        shard = shards = -1
+    if not 0 <= shard < shards:
+        raise UsageError(f"--shard must be K/N with 0 <= K < N (K counts from 0), got "
+                         f"{show(text)}")
+    return shard, shards
+
+
+def shard_of(grid: Grid, shard: tuple[int, int] | None) -> list[Configuration]:
+    """The configurations of shard K of N: those whose index is K modulo N."""
+    if shard is None:
+        return list(grid.configurations)
+    k, n = shard
+    return [c for c in grid.configurations if c.index % n == k]
+
+
+def run_configuration(trace: Trace, options: Options) -> tuple[dict[str, Any], bool]:
+    """Replay one configuration (one policy): its run summary and whether it stalled.
+
+    A module-level function, so that a process pool or a cluster can run it."""
+    policy = options.policy[0]
+    if options.fleet:
+        result = make_fleet(trace.workload, options, policy, keep_requests=False).run()
+    else:
+        result = Engine(trace.workload, options, policy, keep_requests=False).run()
+    return result.summary, result.stalled
+
+
+def _row(config: Configuration, summary: dict[str, Any], stalled: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"index": config.index}
+    row.update((name, _json_value(name, value)) for name, value in config.values)
+    row["time_unit"] = Clock.of(config.options).label
+    row["stalled"] = stalled
+    row.update(summary)
+    return row
+
+
+def run_grid(trace: Trace, configurations: list[Configuration],
+             executor: Executor | None = None) -> list[dict[str, Any]]:
+    """One row per configuration, in the order given, whatever order they finish in.
+
+    Without an executor each runs here in turn; with one, each is a task
+    (`executor.submit`), and the rows are the same."""
+    if executor is None:
+        return [_row(c, *run_configuration(trace, c.options)) for c in configurations]
+    futures = [executor.submit(run_configuration, trace, c.options) for c in configurations]
+    try:
+        return [_row(c, *future.result()) for c, future in zip(configurations, futures)]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+
+
+def _header(grid: Grid, shard: tuple[int, int] | None) -> dict[str, Any]:
+    return {"sweep": SWEEP_VERSION, "trace": grid.trace_name,
+            "trace_sha256": grid.trace_sha256,
+            "grid": {axis.name: list(axis.values) for axis in grid.axes},
+            "options": grid.fixed, "configurations": len(grid),
+            "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
+            "columns": list(grid.columns), "fingerprint": grid.fingerprint}
+
+
+def _jsonl(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(record, separators=(",", ":")) + "\n"
+                   for record in [header, *rows])
+
+
+def format_jsonl(grid: Grid, rows: list[dict[str, Any]],
+                 shard: tuple[int, int] | None = None) -> str:
+    """The header line (what `merge` checks), then one row per configuration."""
+    return _jsonl(_header(grid, shard), rows)
+
+
+def _csv(columns: Iterable[str], rows: list[dict[str, Any]]) -> str:
+    columns = list(columns)
+
+    def field(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\r\n') else text
+
+    lines = [",".join(columns)]
+    lines.extend(",".join(field(_cell(name, row.get(name))) for name in columns) for row in rows)
+    return "\n".join(lines) + "\n"
+
+
+def format_csv(grid: Grid, rows: list[dict[str, Any]]) -> str:
+    """One line per configuration: `index`, the swept values, `time_unit`, `stalled` and
+    every summary field (a fleet's fields too when the grid has one); RFC 4180 quoting,
+    LF line ends."""
+    return _csv(grid.columns, rows)
+
+
+def merge_shards(shards: list[tuple[str, str]], csv: bool = False) -> tuple[str, int, int]:
+    """Join the JSONL outputs of a sharded sweep, given as (name, text): the full JSONL
+    (or CSV) the unsharded sweep writes, byte for byte, the number of configurations and
+    of shards. UsageError when a file is not a sweep's output, when files come from
+    different sweeps (trace bytes, grid or fixed options), when a configuration is in
+    two files, or when one is in none."""
+    if not shards:
+        raise UsageError("sweep merge needs at least one shard file (JSONL), got none")
+    header: dict[str, Any] | None = None
+    first = ""
+    rows: dict[int, dict[str, Any]] = {}
+    where: dict[int, str] = {}
+    for name, text in shards:
+        lines = text.splitlines()
+        try:
+            head = json.loads(lines[0]) if lines else None
+        except ValueError:
+            head = None
+        if not isinstance(head, dict) or head.get("sweep") != SWEEP_VERSION:
+            raise UsageError(f"{name}: not the JSONL output of a sweep (its first line must "
+                             f"be the sweep's header), got {show(lines[0] if lines else '')}")
+        if header is None:
+            header, first = head, name
+        elif head.get("fingerprint") != header.get("fingerprint"):
+            raise UsageError(f"{name}: from another sweep than {first} (trace bytes, grid or "
+                             f"fixed options differ): fingerprint {show(head.get('fingerprint'))}"
+                             f", expected {show(header.get('fingerprint'))}")
+        for number, line in enumerate(lines[1:], start=2):
+            try:
+                row = json.loads(line)
+                index = row["index"]
+            except (ValueError, TypeError, KeyError):
+                raise UsageError(f"{name}:{number}: not a sweep row, got {show(line)}") from None
+            total = header["configurations"]
+            if not isinstance(index, int) or not 0 <= index < total:
+                raise UsageError(f"{name}:{number}: index must be an integer from 0 to "
+                                 f"{total - 1}, got {show(index)}")
+            if index in rows:
+                raise UsageError(f"{name}:{number}: configuration {index} is also in "
+                                 f"{where[index]}: shards overlap")
+            rows[index], where[index] = row, name
+    total = header["configurations"]
+    missing = [i for i in range(total) if i not in rows]
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        raise UsageError(f"sweep merge: {len(missing)} of {total} configurations are in no "
+                         f"file (a shard is missing?): {shown}")
+    ordered = [rows[i] for i in range(total)]
+    if csv:
+        return _csv(header["columns"], ordered), total, len(shards)
+    return _jsonl({**header, "shard": None}, ordered), total, len(shards)
+
+
+# (heading, summary field, kind) of the table `sweep` prints.
+_TABLE = (("completed", "completed", "count"), ("ttft p50", "ttft_p50", "time"),
+          ("ttft p99", "ttft_p99", "time"), ("tpot p50", "tpot_p50", "time"),
+          ("e2el p99", "e2el_p99", "time"), ("throughput", "request_throughput", "rate"),
+          ("output", "output_throughput", "tokens"), ("preempted", "preemptions", "count"),
+          ("makespan", "makespan", "time"))
+_UNITS = {"count": lambda unit: "", "time": lambda unit: unit,
+          "rate": lambda unit: "req/" + ("s" if unit == "s" else "tick"),
+          "tokens": lambda unit: "tok/" + ("s" if unit == "s" else "tick")}
+
+
+def _column(values: list[Any], kind: str, units: list[str]) -> list[str]:
+    """A column of the table: counts with separators, rates to 2 decimals (3 figures
+    below 0.01), seconds to 4 decimals, ticks whole unless one has a fraction."""
+    fractions = any(isinstance(v, float) for v, u in zip(values, units) if u != "s")
+    out = []
+    for value, unit in zip(values, units):
+        if value is None:
+            out.append("-")
+        elif kind == "count":
+            out.append(format_number(value))
+        elif kind in ("rate", "tokens"):
+            out.append(f"{value:.3g}" if value and abs(value) < 0.01 else f"{value:,.2f}")
+        elif unit == "s":
+            out.append(f"{value:,.4f}")
+        else:
+            out.append(f"{value:,.2f}" if fractions else format_number(value))
+    return out
+
+
+def format_table(grid: Grid, rows: list[dict[str, Any]]) -> str:
+    """One aligned line per configuration: its number, swept values and key metrics,
+    under a line of headings and a line of units (a `unit` column instead when the
+    configurations do not share one)."""
+    units = [row["time_unit"] for row in rows]
+    shared = units[0] if units and len(set(units)) == 1 else None
+    heads = ["#", *(axis.name for axis in grid.axes)]
+    under = [""] * len(heads)
+    columns = [[str(row["index"]) for row in rows]]
+    columns += [[printable(_cell(a.name, row[a.name])) or "null" for row in rows]
+                for a in grid.axes]
+    if shared is None:
+        heads.append("unit")
+        under.append("")
+        columns.append(units)
+    for head, field, kind in _TABLE:
+        heads.append(head)
+        under.append(_UNITS[kind](shared) if shared else "")
+        columns.append(_column([row.get(field) for row in rows], kind, units))
+    heads.append("")
+    under.append("")
+    columns.append(["stalled" if row["stalled"] else "" for row in rows])
+    widths = [max(text_width(h), text_width(u), *map(text_width, c))
+              for h, u, c in zip(heads, under, columns)]
+    left = set(range(1, 1 + len(grid.axes))) | {len(heads) - 1}
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v + " " * (w - text_width(v)) if i in left
+                         else " " * (w - text_width(v)) + v
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+
+    out = [line(heads)]
+    if any(under):
+        out.append(line(under))
+    out.extend(line([c[r] for c in columns]) for r in range(len(rows)))
+    return "\n".join(out) + "\n"
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return digest.hexdigest()

@@ -1,0 +1,231 @@
+"""`scheduler-sim sweep` and `scheduler_sim.sweep`: a grid of options and policies.
+
+The trace (SMALL): six requests on 4-token blocks, enough that `vllm`
+preempts on 6 blocks and nothing waits on 24, so that the swept values change
+the rows. Every configuration's row must equal what `replay --json` prints for
+the same options alone; shards must cover the grid once and merge back byte
+for byte; every executor (in process, a process pool, Dask) gives the same rows.
+"""
+from __future__ import annotations
+
+import io
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import scheduler_sim as sim
+from conftest import req
+from scheduler_sim.cli.main import main
+from scheduler_sim.engine.summary import RUN_FIELDS
+
+SMALL = [
+    {"type": "config", "block_size": 4, "num_blocks": 12},
+    req("a", 0, 9, 6), req("b", 0, 5, 7), req("c", 1, 12, 3),
+    req("d", 2, 3, 9), req("e", 4, 7, 5), req("f", 6, 4, 4),
+]
+GRID = ["--grid", "num_blocks=6,24", "--grid", "watermark=0,0.1",
+        "--policy", "vllm", "--policy", "sglang"]
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = main([str(a) for a in argv], out, err)
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> str:
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in SMALL))
+    return str(path)
+
+
+def rows_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+
+def test_rows_equal_replay_json_of_each_configuration(trace, tmp_path):
+    status, out, err = run("sweep", trace, *GRID, "--jsonl", tmp_path / "s.jsonl")
+    assert status == 0, err
+    rows = rows_of(tmp_path / "s.jsonl")
+    grid = [(b, w, p) for b in (6, 24) for w in (0.0, 0.1) for p in ("vllm", "sglang")]
+    assert [(r["num_blocks"], r["watermark"], r["policy"]) for r in rows] == grid
+    assert [r["index"] for r in rows] == list(range(8))
+    for row, (blocks, watermark, policy) in zip(rows, grid):
+        status, text, _ = run("replay", trace, "--json", "--num-blocks", blocks,
+                              "--watermark", watermark, "--policy", policy)
+        assert status == 0
+        alone = json.loads(text)["runs"][0]
+        assert {k: row[k] for k in RUN_FIELDS} == {k: alone[k] for k in RUN_FIELDS}
+        assert row["time_unit"] == "ticks" and row["stalled"] is False
+    assert any(r["preemptions"] for r in rows) and len({r["makespan"] for r in rows}) > 1
+    # the table: one line per configuration under a line of headings and one of units
+    lines = out.splitlines()
+    assert lines[0].endswith("8 of 8 configurations")
+    assert lines[1].split()[:4] == ["#", "num_blocks", "watermark", "policy"]
+    assert "ticks" in lines[2] and "req/tick" in lines[2]
+    assert len(lines) == 3 + 8 and lines[3].split()[:4] == ["0", "6", "0.0", "vllm"]
+    assert len({len(line) for line in lines[1:]}) <= 2  # aligned (the last column may end)
+
+
+def test_csv_has_one_row_per_configuration(trace, tmp_path):
+    status, _, err = run("sweep", trace, *GRID, "--csv", tmp_path / "s.csv",
+                         "--jsonl", tmp_path / "s.jsonl")
+    assert status == 0, err
+    lines = (tmp_path / "s.csv").read_text().splitlines()
+    head = lines[0].split(",")
+    assert head[:6] == ["index", "num_blocks", "watermark", "policy", "time_unit", "stalled"]
+    assert tuple(head[6:]) == RUN_FIELDS
+    assert len(lines) == 9
+    rows = rows_of(tmp_path / "s.jsonl")
+    assert lines[1].split(",")[head.index("makespan")] == str(rows[0]["makespan"])
+
+
+def test_process_pool_gives_the_same_bytes(trace, tmp_path):
+    run("sweep", trace, "--grid", "num_blocks=6,24", "--policy", "vllm",
+        "--jsonl", tmp_path / "one.jsonl", "--csv", tmp_path / "one.csv")
+    status, out, err = run("sweep", trace, "--grid", "num_blocks=6,24", "--policy", "vllm",
+                           "-j", "2", "--jsonl", tmp_path / "two.jsonl",
+                           "--csv", tmp_path / "two.csv")
+    assert status == 0, err
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
+    assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "two.csv").read_bytes()
+
+
+def test_shards_cover_the_grid_once_and_merge_byte_for_byte(trace, tmp_path):
+    run("sweep", trace, *GRID, "--jsonl", tmp_path / "full.jsonl", "--csv", tmp_path / "full.csv")
+    full = rows_of(tmp_path / "full.jsonl")
+    for n in (1, 3, 5, 9):
+        seen = []
+        for k in range(n):
+            status, _, err = run("sweep", trace, *GRID, "--shard", f"{k}/{n}",
+                                 "--jsonl", tmp_path / f"{k}of{n}.jsonl")
+            assert status == 0, err
+            rows = rows_of(tmp_path / f"{k}of{n}.jsonl")
+            assert all(r["index"] % n == k for r in rows)
+            assert rows == [full[r["index"]] for r in rows]
+            seen += [r["index"] for r in rows]
+        assert sorted(seen) == list(range(8))
+    shards = [tmp_path / f"{k}of3.jsonl" for k in (2, 0, 1)]  # any order
+    status, _, err = run("sweep", "merge", *shards, "--jsonl", tmp_path / "m.jsonl",
+                         "--csv", tmp_path / "m.csv")
+    assert status == 0, err
+    assert "8 configurations from 3 file(s)" in err
+    assert (tmp_path / "m.jsonl").read_bytes() == (tmp_path / "full.jsonl").read_bytes()
+    assert (tmp_path / "m.csv").read_bytes() == (tmp_path / "full.csv").read_bytes()
+    status, out, _ = run("sweep", "merge", *shards)  # JSONL on stdout by default
+    assert out == (tmp_path / "full.jsonl").read_text()
+
+
+def test_merge_refuses_overlaps_gaps_and_other_sweeps(trace, tmp_path):
+    for k in range(2):
+        run("sweep", trace, *GRID, "--shard", f"{k}/2", "--jsonl", tmp_path / f"{k}.jsonl")
+    run("sweep", trace, "--grid", "num_blocks=6,25", "--grid", "watermark=0,0.1",
+        "--policy", "vllm", "--policy", "sglang", "--shard", "1/2",
+        "--jsonl", tmp_path / "other.jsonl")
+    (tmp_path / "bad.jsonl").write_text('{"type":"request"}\n')
+    cases = {
+        ("0.jsonl", "0.jsonl"): "configuration 0 is also in",
+        ("0.jsonl", "1.jsonl", "1.jsonl"): "shards overlap",
+        ("0.jsonl",): "4 of 8 configurations are in no file (a shard is missing?): 1, 3, 5, 7",
+        ("0.jsonl", "other.jsonl"): "from another sweep than",
+        ("bad.jsonl",): "not the JSONL output of a sweep",
+    }
+    for files, message in cases.items():
+        status, out, err = run("sweep", "merge", *(tmp_path / f for f in files))
+        assert status == 2 and message in err and out == "", (files, err)
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--grid", "num_block=1,2"],
+     "--grid: unknown option 'num_block' (did you mean 'num_blocks'?)"),
+    (["--grid", "num_blocks=8,0"], "--grid: num_blocks must be an integer >= 1, got 0"),
+    (["--grid", "watermark=0,1.5"], "--grid: watermark must be a number in [0.0, 1.0), got 1.5"),
+    (["--grid", "prefix_caching=true,maybe"],
+     "--grid: prefix_caching must be true or false, got 'maybe'"),
+    (["--grid", "policy=vllm,nope"], "--grid: unknown policy 'nope'"),
+    (["--grid", "num_blocks=8", "--grid", "num-blocks=16"],
+     "the option num_blocks is swept twice"),
+    (["--grid", "num_blocks="], "--grid: num_blocks needs at least one value, got 'num_blocks='"),
+    (["--grid", "num_blocks"], "--grid must look like NAME=V1,V2,..., got 'num_blocks'"),
+    (["--grid", "num_blocks=8,8"], "--grid: num_blocks lists the value 8 twice"),
+    (["--grid", "time_unit=s"], "time_unit is a property of the trace file and cannot be swept"),
+    (["--grid", "num_blocks=8", "--num-blocks", "8"],
+     "num_blocks is both swept and fixed (--num-blocks)"),
+    (["--grid", "policy=vllm", "--policy", "sglang"], "both give the policies"),
+    (["--grid", "order=fcfs,lpm"],
+     "configuration 1 (order=lpm, policy=continuous): order 'lpm' needs prefix_caching"),
+    (["--shard", "2/2"], "--shard must be K/N with 0 <= K < N (K counts from 0), got '2/2'"),
+    (["--shard", "a/b"], "--shard must be K/N with 0 <= K < N (K counts from 0), got 'a/b'"),
+    (["-j", "0"], "-j must be an integer >= 1, got 0"),
+])
+def test_bad_grids_exit_2_with_what_is_wrong(trace, argv, message):
+    status, out, err = run("sweep", trace, *argv)
+    assert status == 2 and message in err, err
+    assert out == "" and "Traceback" not in err
+
+
+def test_grid_file(trace, tmp_path):
+    grid = tmp_path / "grid.json"
+    grid.write_text('{"policy": ["vllm", "sglang"], "num_blocks": [6, 24]}')
+    status, _, err = run("sweep", trace, "--grid-file", grid, "--jsonl", tmp_path / "g.jsonl")
+    assert status == 0, err
+    rows = rows_of(tmp_path / "g.jsonl")  # axes in the file's order: policy slowest
+    assert [(r["policy"], r["num_blocks"]) for r in rows] == [
+        ("vllm", 6), ("vllm", 24), ("sglang", 6), ("sglang", 24)]
+    for text, message in [('{"num_blocks": [6], "num_blocks": [8]}', "swept twice"),
+                          ('{"num_blocks": []}', "num_blocks needs a non-empty list"),
+                          ('{"num_blocks": 6}', "num_blocks needs a non-empty list of values, "
+                                                "got 6"),
+                          ("[1]", "a grid file is a JSON object"), ("{", "not JSON")]:
+        grid.write_text(text)
+        status, _, err = run("sweep", trace, "--grid-file", grid)
+        assert status == 2 and message in err, (text, err)
+
+
+def test_slo_values_are_separated_by_semicolons(trace, tmp_path):
+    status, _, err = run("sweep", trace, "--grid", "slo=ttft=2,tpot=1;ttft=5",
+                         "--jsonl", tmp_path / "s.jsonl", "--csv", tmp_path / "s.csv")
+    assert status == 0, err
+    rows = rows_of(tmp_path / "s.jsonl")
+    assert [r["slo"] for r in rows] == [{"ttft": 2.0, "tpot": 1.0}, {"ttft": 5.0}]
+    assert (tmp_path / "s.csv").read_text().splitlines()[1].startswith('0,"ttft=2,tpot=1",')
+
+
+# --- the Python API and its executors ---------------------------------------------------
+
+def api_rows(path: str, executor=None) -> list[dict]:
+    return sim.sweep(sim.load(path), {"num_blocks": [6, 24]}, policies=["vllm", "continuous"],
+                     executor=executor, watermark=0.1)
+
+
+def test_api_rows_match_the_command_line(trace, tmp_path):
+    run("sweep", trace, "--grid", "num_blocks=6,24", "--policy", "vllm", "--policy",
+        "continuous", "--watermark", "0.1", "--jsonl", tmp_path / "s.jsonl")
+    assert api_rows(trace) == rows_of(tmp_path / "s.jsonl")
+    with ThreadPoolExecutor(2) as pool:
+        assert api_rows(trace, pool) == api_rows(trace)
+    with pytest.raises(sim.UsageError, match="num_blocks must be an integer >= 1, got 0"):
+        sim.sweep(sim.load(trace), {"num_blocks": [0]})
+
+
+def test_api_with_a_process_pool(trace):
+    with ProcessPoolExecutor(2) as pool:
+        assert api_rows(trace, pool) == api_rows(trace)
+
+
+def test_dask_executor_gives_the_same_rows(trace):
+    pytest.importorskip("distributed", reason="dask[distributed] is not installed "
+                        "(pip install '.[dask]')")
+    from distributed import Client, LocalCluster
+
+    started = time.monotonic()
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        rows = api_rows(trace, client.get_executor())
+    assert rows == api_rows(trace)
+    assert time.monotonic() - started < 30

@@ -109,7 +109,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             outputs.csv.write(csv_header(options.fleet))
         if args.perfetto:
             perfetto = PerfettoFile(args.perfetto, out, trace.name, clock,
-                                    {s.id: s.index + 1 for s in trace.workload.requests})
+                                    {s.id: s.index for s in trace.workload.requests})
         plan = Plan(trace, options, clock, bool(args.requests), len(policies) > 1,
                     bool(args.events), bool(args.requests_csv), bool(args.perfetto),
                     perfetto.tids if perfetto else None)

@@ -9,8 +9,8 @@ engine's event records:
   a fleet); a `process_name` metadata event names it (`vllm`,
   `vllm replica 1`);
 - one thread (track) per request in each process that saw it: `tid` is the
-  request's position in the trace + 1; `thread_name` is its id and
-  `thread_sort_index` its position, so tracks come in trace order;
+  request's line in the trace file; `thread_name` is its id and
+  `thread_sort_index` its line, so tracks come in trace order;
 - a request's phases are complete slices (`"ph":"X"`): `waiting` (arrival to
   admission), `prefill`, `decode`, `recompute` and `padding` (from the
   first dispatch of a phase to the end of its last one, while the request

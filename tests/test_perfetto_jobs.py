@@ -194,3 +194,11 @@ def test_jobs_1_interrupted_prints_what_finished(tmp_path, monkeypatch):
 def test_jobs_must_be_positive(tmp_path, jobs):
     status, _, err = run(["replay", write(tmp_path, TINY), "-j", jobs])
     assert status == 2 and "-j must be at least 1" in err
+
+
+def test_perfetto_to_stdout_moves_the_table_and_excludes_the_others(tmp_path):
+    trace = write(tmp_path, TINY)
+    status, out, err = run(["replay", trace, "--perfetto", "-"])
+    assert status == 0 and json.loads(out)["traceEvents"] and "requests" in err
+    status, _, err = run(["replay", trace, "--perfetto", "-", "--events", "-"])
+    assert status == 2 and "--events - and --perfetto - cannot both" in err

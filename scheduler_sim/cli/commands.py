@@ -86,8 +86,11 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace under each policy (`-j N`: in N processes); print the
     side-by-side table. Interrupted, it prints the policies that finished and
     lets the interrupt go on (exit 130), with no output file left behind."""
-    if args.events == "-" and args.requests_csv == "-":
-        raise UsageError("--events - and --requests-csv - cannot both write to standard "
+    to_stdout = [flag for flag, target in (("--events", args.events),
+                                            ("--requests-csv", args.requests_csv),
+                                            ("--perfetto", args.perfetto)) if target == "-"]
+    if len(to_stdout) > 1:
+        raise UsageError(f"{to_stdout[0]} - and {to_stdout[1]} - cannot both write to standard "
                          "output; send one of them to a file")
     if args.jobs < 1:
         raise UsageError(f"-j must be at least 1, got {args.jobs}")
@@ -140,7 +143,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         closed = options.max_concurrency is not None
         text += "".join("\n" + format_requests(f.policy, f.records, clock, closed)
                         for f in finished)
-    (err if args.events == "-" or args.requests_csv == "-" else out).write(text)
+    (err if to_stdout else out).write(text)
     if interrupted:
         raise KeyboardInterrupt
     if stalled:

@@ -18,10 +18,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, TextIO
 
-from ..engine.core import Engine
-from ..engine.summary import request_record
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
-from ..fleet import make_fleet
 from ..io.expectations import check_trace
 from ..io.html_report import html_report
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_length,
@@ -29,8 +26,9 @@ from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_len
 from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
 from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
-from ..io.report_series import RunSeries, tee
-from ..io.report import (csv_header, csv_row, format_json, format_requests, format_table,
+from ..io.perfetto import PerfettoFile
+from ..io.progress import Progress, wanted
+from ..io.report import (csv_header, format_json, format_requests, format_table,
                          printable)
 from ..io.sweep import (Axis, build_grid, check_axis, file_digest, merge_shards, parse_shard,
                         run_grid, shard_of)
@@ -42,6 +40,7 @@ from ..io.trace import resolve_options as resolve_trace_options
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, Options, show
+from .runs import Finished, Plan, Sinks, run_all
 
 __all__ = ["COMMANDS", "resolve_options"]
 
@@ -99,102 +98,74 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
     return fit_pool(options)
 
 
-class _RequestRows:
-    """Per-request records of one policy's run, made as requests end and passed on
-    in replay order (arrival, then trace position): written to the CSV output at
-    once, and kept only for a table or JSON that prints them at the end. Holds
-    back only the records of requests that ended before an earlier one."""
-
-    def __init__(self, trace, clock: Clock, slo, policy: str, csv: Output | None,
-                 keep: bool) -> None:
-        self.clock, self.slo, self.policy, self.csv = clock, slo, policy, csv
-        self.records: list[dict[str, Any]] | None = [] if keep else None
-        self._order = (spec.id for spec in trace.workload.arrivals())
-        self._next = next(self._order, None)
-        self._waiting: dict[str, dict[str, Any]] = {}
-
-    def ended(self, req) -> None:
-        """The engine's `on_request_end`."""
-        waiting = self._waiting
-        waiting[req.rid] = request_record(req, self.clock, self.slo)
-        while self._next is not None and self._next in waiting:
-            record = waiting.pop(self._next)
-            if self.csv is not None:
-                self.csv.write(csv_row(self.policy, record))
-            if self.records is not None:
-                self.records.append(record)
-            self._next = next(self._order, None)
-
-
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Replay the trace under each policy; print the side-by-side table."""
-    if args.events == "-" and args.requests_csv == "-":
-        raise UsageError("--events - and --requests-csv - cannot both write to standard "
+    """Replay the trace under each policy (`-j N`: in N processes); print the
+    side-by-side table. Interrupted, it prints the policies that finished and
+    lets the interrupt go on (exit 130), with no output file left behind."""
+    to_stdout = [flag for flag, target in (("--events", args.events),
+                                            ("--requests-csv", args.requests_csv),
+                                            ("--perfetto", args.perfetto),
+                                            ("--report", args.report)) if target == "-"]
+    if len(to_stdout) > 1:
+        raise UsageError(f"{to_stdout[0]} - and {to_stdout[1]} - cannot both write to standard "
                          "output; send one of them to a file")
+    if args.jobs < 1:
+        raise UsageError(f"-j must be at least 1, got {args.jobs}")
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)
     clock = Clock.of(options)
-    events = csv = None
-    runs = []
-    per_request = []
-    stalled = []
-    series: list[RunSeries] = []  # --report: what its charts need, per policy
-    engines = (options.prefill_replicas + options.decode_replicas if options.disagg
-               else options.replicas)
+    policies = list(options.policy)
+    outputs = Sinks()
+    perfetto = None
+    finished: list[Finished] = []
+    progress = Progress(err, wanted(err, args.quiet), clock, len(trace.workload.requests),
+                        len(policies))
+    interrupted = False
     try:
         if args.events:
-            events = EventFile(args.events, out, len(options.policy) > 1, clock)
+            outputs.events = EventFile(args.events, out, len(policies) > 1, clock)
         if args.requests_csv:
-            csv = Output(args.requests_csv, out, "cannot write requests", ".requests-")
-            csv.write(csv_header(options.fleet))
-        for policy in options.policy:
-            rows = (_RequestRows(trace, clock, options.slo, policy, csv, bool(args.requests))
-                    if args.requests or csv else None)
-            seen = RunSeries(policy, clock, options.num_blocks, engines) if args.report else None
-            ended = tee(rows.ended if rows else None, seen.ended if seen else None)
-            if options.fleet:
-                def on_event(i, policy=policy, seen=seen):
-                    return tee(events.listener(policy, i) if events else None,
-                               seen.listener(i) if seen else None)
-                result = make_fleet(trace.workload, options, policy,
-                                    on_event=on_event if events or seen else None,
-                                    keep_requests=False, on_request_end=ended).run()
-            else:
-                on_event = tee(events.listener(policy) if events else None, seen)
-                result = Engine(trace.workload, options, policy, on_event=on_event,
-                                keep_requests=False, on_request_end=ended).run()
-            if seen:
-                seen.finish()
-                series.append(seen)
-            run = {"policy": policy, **result.summary}
-            if options.fleet:
-                run["replicas"] = result.replicas
-            if args.requests:
-                per_request.append((policy, rows.records))
-                if args.json:
-                    run["per_request"] = rows.records
-            runs.append(run)
-            if result.stalled:
-                stalled.append(policy)
-        if events:
-            events.commit()
-        if csv:
-            csv.commit()
-    except BaseException:
-        if events:
-            events.abort()
-        if csv:
-            csv.abort()
-        raise
-    if args.report:
-        write_whole(args.report, html_report(trace.name, options, runs, series, clock, pool),
-                    out)
+            outputs.csv = Output(args.requests_csv, out, "cannot write requests", ".requests-")
+            outputs.csv.write(csv_header(options.fleet))
+        if args.perfetto:
+            perfetto = PerfettoFile(args.perfetto, out, trace.name, clock,
+                                    {s.id: s.index for s in trace.workload.requests})
+        plan = Plan(trace, options, clock, bool(args.requests), len(policies) > 1,
+                    bool(args.events), bool(args.requests_csv), bool(args.perfetto),
+                    perfetto.tids if perfetto else None, bool(args.report))
+        run_all(plan, policies, args.jobs, outputs, perfetto, progress, finished.append)
+        for output in (outputs.events, outputs.csv, perfetto):
+            if output:
+                output.commit()
+    except BaseException as exc:
+        for output in (outputs.events, outputs.csv, perfetto):
+            if output:
+                output.abort()
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        interrupted = True
+    finally:
+        progress.close()
+    finished.sort(key=lambda f: f.position)
+    runs = []
+    for f in finished:
+        if args.requests and args.json:
+            f.run["per_request"] = f.records
+        runs.append(f.run)
+    stalled = [f.policy for f in finished if f.stalled]
+    if interrupted and not runs:
+        raise KeyboardInterrupt
+    if args.report and not interrupted:
+        write_whole(args.report, html_report(trace.name, options, runs,
+                                             [f.series for f in finished], clock, pool), out)
     text = (format_json if args.json else format_table)(trace.name, options, runs, clock, pool)
     if args.requests and not args.json:
         closed = options.max_concurrency is not None
-        text += "".join("\n" + format_requests(p, records, clock, closed)
-                        for p, records in per_request)
-    (err if "-" in (args.events, args.requests_csv, args.report) else out).write(text)
+        text += "".join("\n" + format_requests(f.policy, f.records, clock, closed)
+                        for f in finished)
+    (err if to_stdout else out).write(text)
+    if interrupted:
+        raise KeyboardInterrupt
     if stalled:
         err.write(f"{PROG}: the run stalled under {printable(', '.join(stalled))}: stuck "
                   "requests ended as finished_error (see the 'stalled' events)\n")

@@ -120,6 +120,16 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--report", metavar="FILE",
                    help="write a self-contained HTML report (charts over time, latency "
                         "CDFs, a per-request timeline, the summary) to FILE")
+    p.add_argument("--perfetto", metavar="FILE",
+                   help="write a Chrome trace event file (JSON) for Perfetto or "
+                        "chrome://tracing to FILE, or - for stdout: a track per request, "
+                        "counters for KV blocks and queues")
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="replay the policies in N parallel processes; every output is "
+                        "the same as with -j 1 (default: 1)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress line on standard error (shown only on a terminal, "
+                        "for runs longer than about a second)")
     _add_option_flags(p)
 
     p = sub.add_parser("validate", help="check a trace and summarise it",

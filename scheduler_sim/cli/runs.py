@@ -1,0 +1,289 @@
+"""Running the policies of one `replay`: in turn, or in parallel processes (`-j N`).
+
+This module owns what one policy's run writes (`Sinks`: its event lines, its
+CSV rows, its Perfetto part, its per-request records) and the order in which
+runs reach the outputs. `run_policy` replays one policy into its sinks.
+`run_all` yields each policy's `Finished` in the policies' order:
+
+- with one process, each run writes straight into the command's outputs;
+- with `-j N`, a pool of N processes runs the policies; each child writes
+  its outputs to files of its own in a temporary directory, and the parent
+  copies them into the command's outputs in the policies' order, so every
+  output is byte for byte what one process writes. Children ignore SIGINT:
+  on Ctrl-C the parent stops the pool (its processes are terminated), and
+  the temporary directory is removed whatever happens.
+
+A KeyboardInterrupt out of `run_all` carries nothing; the caller keeps the
+`Finished` runs it was given and `finished_late` adds those a pool had
+completed but not yet handed over.
+"""
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import signal
+import tempfile
+from typing import Any, Callable
+
+from ..engine.core import Engine
+from ..engine.summary import request_record
+from ..fleet import make_fleet
+from ..io.outputs import EventFile, Output
+from ..io.perfetto import PerfettoFile, fragment
+from ..io.progress import Progress
+from ..io.report import csv_row
+from ..io.report_series import RunSeries
+from ..records.clock import Clock
+
+__all__ = ["Sinks", "Finished", "RequestRows", "run_policy", "run_all", "Plan"]
+
+
+class RequestRows:
+    """Per-request records of one policy's run, made as requests end and passed on
+    in replay order (arrival, then trace position): written to the CSV output at
+    once, and kept only for a table or JSON that prints them at the end. Holds
+    back only the records of requests that ended before an earlier one."""
+
+    def __init__(self, trace, clock: Clock, slo, policy: str, csv: Output | None,
+                 keep: bool) -> None:
+        self.clock, self.slo, self.policy, self.csv = clock, slo, policy, csv
+        self.records: list[dict[str, Any]] | None = [] if keep else None
+        self._order = (spec.id for spec in trace.workload.arrivals())
+        self._next = next(self._order, None)
+        self._waiting: dict[str, dict[str, Any]] = {}
+
+    def ended(self, req) -> None:
+        """The engine's `on_request_end`."""
+        waiting = self._waiting
+        waiting[req.rid] = request_record(req, self.clock, self.slo)
+        while self._next is not None and self._next in waiting:
+            record = waiting.pop(self._next)
+            if self.csv is not None:
+                self.csv.write(csv_row(self.policy, record))
+            if self.records is not None:
+                self.records.append(record)
+            self._next = next(self._order, None)
+
+
+@dataclasses.dataclass
+class Sinks:
+    """Where one policy's run writes (None: not asked for)."""
+
+    events: EventFile | None = None
+    csv: Output | None = None
+    perfetto: Any = None  # a perfetto.Part
+
+
+@dataclasses.dataclass
+class Finished:
+    """One policy's finished run: its summary row (with `replicas` in a fleet), its
+    per-request records (kept for `--requests`) and whether it stalled."""
+
+    position: int
+    policy: str
+    run: dict[str, Any]
+    records: list[dict[str, Any]] | None
+    stalled: bool
+    series: RunSeries | None = None  # what --report draws
+
+
+@dataclasses.dataclass
+class Plan:
+    """What every policy's run needs, the same for each (sent once to each child)."""
+
+    trace: Any
+    options: Any
+    clock: Clock
+    keep_records: bool  # --requests
+    tag_policy: bool  # several policies: event lines carry `policy`
+    want_events: bool
+    want_csv: bool
+    want_perfetto: bool
+    tids: dict[str, int] | None  # request id -> Perfetto track
+    want_report: bool = False
+
+
+class _Both:
+    """Two event listeners as one."""
+
+    def __init__(self, first: Callable, second: Callable) -> None:
+        self.first, self.second = first, second
+
+    def __call__(self, event) -> None:
+        self.first(event)
+        self.second(event)
+
+
+def _chain(first: Callable | None, second: Callable | None) -> Callable | None:
+    if first is None or second is None:
+        return first or second
+    return lambda req: (first(req), second(req))
+
+
+def run_policy(plan: Plan, position: int, policy: str, sinks: Sinks,
+               on_end: Callable | None = None) -> Finished:
+    """Replay `policy` (at `position` among the policies) into `sinks`; `on_end` also
+    sees each request that ends (progress)."""
+    options = plan.options
+    rows = (RequestRows(plan.trace, plan.clock, options.slo, policy, sinks.csv,
+                        plan.keep_records)
+            if plan.keep_records or sinks.csv else None)
+    engines = (options.prefill_replicas + options.decode_replicas if options.disagg
+               else options.replicas)
+    seen = (RunSeries(policy, plan.clock, options.num_blocks, engines) if plan.want_report
+            else None)
+    on_request_end = _chain(_chain(rows.ended if rows else None, on_end),
+                            seen.ended if seen else None)
+    events, part = sinks.events, sinks.perfetto
+
+    def listener(replica: int | None = None) -> Callable | None:
+        found = [f for f in (events.listener(policy, replica) if events else None,
+                             part.listener(replica) if part is not None else None,
+                             seen.listener(replica) if seen and options.fleet else seen)
+                 if f is not None]
+        if not found:
+            return None
+        first = found[0]
+        for other in found[1:]:
+            first = _Both(first, other)
+        return first
+
+    if options.fleet:
+        result = make_fleet(plan.trace.workload, options, policy,
+                            on_event=listener if events or part is not None or seen else None,
+                            keep_requests=False, on_request_end=on_request_end).run()
+    else:
+        result = Engine(plan.trace.workload, options, policy, on_event=listener(),
+                        keep_requests=False, on_request_end=on_request_end).run()
+    if part is not None:
+        part.finish()
+    if seen is not None:
+        seen.finish()
+    run = {"policy": policy, **result.summary}
+    if options.fleet:
+        run["replicas"] = result.replicas
+    return Finished(position, policy, run, rows.records if rows else None,
+                    bool(result.stalled), seen)
+
+
+# --- in parallel ----------------------------------------------------------------------
+
+_PLAN: list = []  # a child's (plan, temporary directory), set by `_child_start`
+
+
+def _child_start(plan: Plan, tmpdir: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _PLAN[:] = [plan, tmpdir]
+
+
+class _Discard:
+    """A stand-in for standard output in a child (its outputs are always files)."""
+
+    def write(self, text: str) -> int:
+        raise RuntimeError("a child of replay -j wrote to standard output")
+
+
+def _paths(tmpdir: str, position: int) -> dict[str, str]:
+    return {kind: os.path.join(tmpdir, f"{position}.{kind}")
+            for kind in ("events", "csv", "perfetto")}
+
+
+def _child_run(position: int, policy: str) -> Finished:
+    """One policy's run in a child process: its outputs to its own files."""
+    plan, tmpdir = _PLAN
+    paths = _paths(tmpdir, position)
+    stdout = _Discard()
+    sinks = Sinks()
+    opened: list = []
+    try:
+        if plan.want_events:
+            sinks.events = EventFile(paths["events"], stdout, plan.tag_policy, plan.clock)
+            opened.append(sinks.events)
+        if plan.want_csv:
+            sinks.csv = Output(paths["csv"], stdout, "cannot write requests", ".requests-")
+            opened.append(sinks.csv)
+        if plan.want_perfetto:
+            out = Output(paths["perfetto"], stdout, "cannot write the Perfetto trace",
+                         ".perfetto-")
+            opened.append(out)
+            sinks.perfetto = fragment(out, position, policy, plan.clock, plan.tids)
+        finished = run_policy(plan, position, policy, sinks)
+        for output in opened:
+            output.commit()
+        return finished
+    except Exception:
+        for output in opened:
+            output.abort()
+        raise
+
+
+def _copy(path: str, write: Callable[[str], None]) -> None:
+    with open(path, encoding="utf-8", newline="") as handle:
+        while True:
+            chunk = handle.read(1 << 20)
+            if not chunk:
+                return
+            write(chunk)
+
+
+def _join(tmpdir: str, position: int, outputs: Sinks, perfetto: PerfettoFile | None) -> None:
+    """Copy a child's output files into the command's outputs, then remove them."""
+    paths = _paths(tmpdir, position)
+    if outputs.events is not None:
+        _copy(paths["events"], outputs.events.output.write)
+    if outputs.csv is not None:
+        _copy(paths["csv"], outputs.csv.write)
+    if perfetto is not None:
+        perfetto.join(paths["perfetto"])
+    for path in paths.values():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _context() -> Any:
+    """fork where there is one (the plan is inherited, not pickled), else the default."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else None)
+
+
+def run_all(plan: Plan, policies: list[str], jobs: int, outputs: Sinks,
+            perfetto: PerfettoFile | None, progress: Progress,
+            on_finished: Callable[[Finished], None]) -> None:
+    """Run every policy; hand each `Finished` to `on_finished` in the policies' order,
+    once its outputs are written. `outputs` are the command's outputs (the
+    Perfetto file as `perfetto`).
+
+    On KeyboardInterrupt in a pool, the runs the pool had completed but not yet
+    handed over are handed over too (their outputs are not written: the caller
+    aborts them), then the interrupt goes on."""
+    if jobs <= 1 or len(policies) <= 1:
+        for position, policy in enumerate(policies):
+            sinks = Sinks(outputs.events, outputs.csv,
+                          perfetto.part(position, policy) if perfetto else None)
+            on_finished(run_policy(plan, position, policy, sinks, progress.listener(policy)))
+        return
+    with tempfile.TemporaryDirectory(prefix=".scheduler-sim-j-") as tmpdir:
+        pool = _context().Pool(min(jobs, len(policies)), _child_start, (plan, tmpdir))
+        try:
+            pending = [pool.apply_async(_child_run, (position, policy))
+                       for position, policy in enumerate(policies)]
+            done = 0
+            try:
+                for position, result in enumerate(pending):
+                    finished = result.get()
+                    _join(tmpdir, position, outputs, perfetto)
+                    done += 1
+                    progress.policy_done(done)
+                    on_finished(finished)
+            except KeyboardInterrupt:
+                for result in pending[done:]:
+                    if result.ready() and result.successful():
+                        on_finished(result.get())
+                raise
+        finally:
+            pool.terminate()
+            pool.join()

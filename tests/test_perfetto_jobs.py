@@ -1,0 +1,220 @@
+"""replay --perfetto (Chrome trace events), the progress line (--quiet), and -j N."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+
+import pytest
+
+import scheduler_sim.cli.runs as runs
+import scheduler_sim.io.progress as progress
+from scheduler_sim.cli.main import main
+from test_cli import run, write
+
+# r1 runs, is preempted at 2 and cancelled at 3 while it waits again; r2 waits
+# for blocks until 4 (release_delay 2 keeps r1's blocks draining), then runs.
+TINY = [
+    {"type": "config", "block_size": 4, "num_blocks": 3, "release_delay": 2,
+     "policy": "continuous"},
+    {"type": "request", "id": "r1", "arrival": 0, "prompt_tokens": 6, "output_tokens": 3},
+    {"type": "request", "id": "r2", "arrival": 0, "prompt_tokens": 4, "output_tokens": 2},
+    {"type": "preempt", "id": "r1", "at": 2},
+    {"type": "cancel", "id": "r1", "at": 3},
+]
+
+
+def _perfetto(tmp_path, records, *flags) -> tuple[bytes, dict]:
+    trace = write(tmp_path, records)
+    target = tmp_path / "trace.perfetto.json"
+    status, _, err = run(["replay", trace, "--perfetto", str(target), *flags])
+    assert status == 0, err
+    data = target.read_bytes()
+    return data, json.loads(data)
+
+
+def test_tiny_trace_slices_by_hand(tmp_path):
+    """Every slice and instant of the tiny trace, exact: 1 tick = 1000 us; r1 is on
+    line 2 (tid 2), r2 on line 3; the policy is process 1000."""
+    _, doc = _perfetto(tmp_path, TINY)
+    assert doc["otherData"]["microseconds_per_step"] == 1000
+    assert "1 tick = 1000 us" in doc["otherData"]["timestamps"]
+    got = [(e["tid"], e["name"], e["ph"], e["ts"], e.get("dur"))
+           for e in doc["traceEvents"] if e["ph"] in "Xi"]
+    assert sorted(got) == sorted([
+        (2, "prefill", "X", 0, 1000),
+        (2, "decode", "X", 1000, 1000),
+        (2, "preempted", "i", 2000, None),
+        (2, "waiting again", "X", 2000, 1000),
+        (2, "cancelled", "i", 3000, None),
+        (3, "waiting", "X", 0, 4000),
+        (3, "prefill", "X", 4000, 1000),
+        (3, "decode", "X", 5000, 1000),
+    ])
+    names = {(e["tid"], e["args"]["name"]) for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {(2, "r1"), (3, "r2")}
+    assert {e["pid"] for e in doc["traceEvents"]} == {1000}
+    kv = [e for e in doc["traceEvents"] if e["name"] == "kv blocks"]
+    assert kv[0]["ts"] == 0 and kv[0]["args"] == {"allocated": 0, "reserved": 2,
+                                                  "draining": 0, "free": 3}
+    queues = {e["ts"]: e["args"] for e in doc["traceEvents"] if e["name"] == "queues"}
+    assert queues[4000] == {"waiting": 0, "running": 1}
+
+
+def test_the_file_follows_the_format_and_is_deterministic(tmp_path):
+    """JSON object format: phases X, i, C, M only, each with its required fields;
+    two runs give the same bytes. Under a cost model ts is microseconds."""
+    flags = ["--policy", "vllm", "--policy", "sglang", "--cost-model", "llama-3-8b/h100-sxm"]
+    first, doc = _perfetto(tmp_path, TINY, *flags)
+    again, _ = _perfetto(tmp_path, TINY, *flags)
+    assert first == again
+    assert doc["otherData"]["time_unit"] == "s"
+    assert doc["otherData"]["microseconds_per_step"] == 1
+    events = doc["traceEvents"]
+    assert {e["ph"] for e in events} == {"X", "i", "C", "M"}
+    for e in events:
+        assert isinstance(e["name"], str) and isinstance(e["pid"], int)
+        assert isinstance(e["tid"], int)
+        if e["ph"] in "XiC":
+            assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0
+        if e["ph"] == "X":
+            assert e["dur"] >= 0
+        if e["ph"] == "i":
+            assert e["s"] == "t"
+        if e["ph"] in "MC":
+            assert isinstance(e["args"], dict)
+    processes = {e["pid"]: e["args"]["name"] for e in events
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+    assert processes == {1000: "vllm", 2000: "sglang"}
+
+
+def test_a_fleet_has_a_process_per_replica(tmp_path):
+    _, doc = _perfetto(tmp_path, TINY[:1] + [
+        {"type": "request", "id": f"q{i}", "arrival": i, "prompt_tokens": 4,
+         "output_tokens": 2} for i in range(4)], "--replicas", "2", "--num-blocks", "8")
+    processes = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+    assert processes == {1000: "continuous replica 0", 1001: "continuous replica 1"}
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_only_and_never_on_stdout(tmp_path, monkeypatch):
+    """On a terminal (after DELAY) a progress line goes to stderr and is wiped at
+    the end; not on a non-terminal, not under --quiet; stdout is the same."""
+    monkeypatch.setattr(progress, "DELAY", 0.0)
+    monkeypatch.setattr(progress, "EVERY", 0.0)
+    trace = write(tmp_path, TINY)
+    outs = {}
+    for name, err, flags in (("tty", FakeTTY(), []), ("quiet", FakeTTY(), ["--quiet"]),
+                             ("pipe", io.StringIO(), [])):
+        out = io.StringIO()
+        assert main(["replay", trace, *flags], out=out, err=err) == 0
+        outs[name] = (out.getvalue(), err.getvalue())
+    tty = outs["tty"][1]
+    assert "scheduler-sim: continuous: simulated time 6 ticks, 2/2 requests finished" in tty
+    assert tty.endswith("\r\x1b[K")
+    assert outs["quiet"][1] == "" and outs["pipe"][1] == ""
+    assert outs["tty"][0] == outs["quiet"][0] == outs["pipe"][0]
+
+
+def _all_outputs(tmp_path, trace, jobs, *flags):
+    d = tmp_path / f"j{jobs}"
+    d.mkdir(exist_ok=True)
+    status, out, err = run(["replay", trace, "-j", str(jobs), "--events", str(d / "e.jsonl"),
+                            "--requests-csv", str(d / "r.csv"), "--perfetto",
+                            str(d / "p.json"), "--requests", *flags])
+    files = {name: (d / name).read_bytes() for name in ("e.jsonl", "r.csv", "p.json")}
+    return status, out, err, files
+
+
+def test_jobs_2_is_byte_identical_to_jobs_1(tmp_path):
+    """Tables, --json, --requests, --requests-csv, --events and --perfetto."""
+    records = TINY + [{"type": "request", "id": f"g{i}", "arrival": i, "prompt_tokens": 5,
+                       "output_tokens": 3 + i % 4} for i in range(30)]
+    records[0] = dict(records[0], num_blocks=40)
+    trace = write(tmp_path, records)
+    policies = ["--policy", "vllm", "--policy", "continuous", "--policy", "sglang"]
+    for extra in ([], ["--json"]):
+        one = _all_outputs(tmp_path, trace, 1, *policies, *extra)
+        two = _all_outputs(tmp_path, trace, 2, *policies, *extra)
+        assert one[0] == 0 and one == two
+
+
+def test_jobs_interrupted_prints_what_finished_and_leaves_no_file(tmp_path, monkeypatch):
+    """Ctrl-C in the parent after the first policy: exit 130, the first policy's
+    summary, no output file and no temporary file; the slow child is stopped."""
+    real_run, real_join = runs.run_policy, runs._join
+
+    def slow_second(plan, position, policy, sinks, on_end=None):
+        if position == 1:
+            time.sleep(60)  # in the child (forked with this patch): stopped by the parent
+        return real_run(plan, position, policy, sinks, on_end)
+
+    def interrupted_join(*args):
+        real_join(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs, "run_policy", slow_second)
+    monkeypatch.setattr(runs, "_join", interrupted_join)
+    trace = write(tmp_path, TINY)
+    started = time.monotonic()
+    status, out, err = run(["replay", trace, "--policy", "vllm", "--policy", "sglang",
+                            "-j", "2", "--events", str(tmp_path / "e.jsonl"),
+                            "--perfetto", str(tmp_path / "p.json"), "--json"])
+    assert time.monotonic() - started < 30
+    assert status == 130 and err.strip().endswith("scheduler-sim: interrupted")
+    assert [r["policy"] for r in json.loads(out)["runs"]] == ["vllm"]
+    assert sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
+
+
+def test_jobs_1_interrupted_prints_what_finished(tmp_path, monkeypatch):
+    real_run = runs.run_policy
+
+    def interrupt_second(plan, position, policy, sinks, on_end=None):
+        if position == 1:
+            raise KeyboardInterrupt
+        return real_run(plan, position, policy, sinks, on_end)
+
+    monkeypatch.setattr(runs, "run_policy", interrupt_second)
+    trace = write(tmp_path, TINY)
+    status, out, err = run(["replay", trace, "--policy", "vllm", "--policy", "sglang",
+                            "--requests-csv", str(tmp_path / "r.csv"), "--json"])
+    assert status == 130 and "interrupted" in err
+    assert [r["policy"] for r in json.loads(out)["runs"]] == ["vllm"]
+    assert sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1"])
+def test_jobs_must_be_positive(tmp_path, jobs):
+    status, _, err = run(["replay", write(tmp_path, TINY), "-j", jobs])
+    assert status == 2 and "-j must be at least 1" in err
+
+
+def test_perfetto_to_stdout_moves_the_table_and_excludes_the_others(tmp_path):
+    trace = write(tmp_path, TINY)
+    status, out, err = run(["replay", trace, "--perfetto", "-"])
+    assert status == 0 and json.loads(out)["traceEvents"] and "requests" in err
+    status, _, err = run(["replay", trace, "--perfetto", "-", "--events", "-"])
+    assert status == 2 and "--events - and --perfetto - cannot both" in err
+
+
+def test_jobs_2_writes_the_same_html_report_as_jobs_1(tmp_path):
+    """Each child returns the series its report needs; the parent draws the same page."""
+    records = TINY + [{"type": "request", "id": f"g{i}", "arrival": i, "prompt_tokens": 5,
+                       "output_tokens": 3 + i % 4} for i in range(20)]
+    records[0] = dict(records[0], num_blocks=40)
+    trace = write(tmp_path, records)
+    pages = []
+    for jobs in ("1", "2"):
+        target = tmp_path / f"report-{jobs}.html"
+        status, _, err = run(["replay", trace, "-j", jobs, "--policy", "vllm", "--policy",
+                              "continuous", "--report", str(target)])
+        assert status == 0, err
+        pages.append(target.read_bytes())
+    assert pages[0] == pages[1] and b"<svg" in pages[0]

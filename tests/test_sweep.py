@@ -229,3 +229,63 @@ def test_dask_executor_gives_the_same_rows(trace):
         rows = api_rows(trace, client.get_executor())
     assert rows == api_rows(trace)
     assert time.monotonic() - started < 30
+
+
+# --- the sweep's report -----------------------------------------------------------------
+
+
+def _svg_points(page: str) -> list[tuple[str, str]]:
+    """(series name, title) of every point of the sweep chart, in drawing order."""
+    import xml.etree.ElementTree as ET
+    start = page.index("<svg")
+    svg = ET.fromstring(page[start:page.index("</svg>", start) + 6])
+    ns = "{http://www.w3.org/2000/svg}"
+    names = [line.get("data-series") for line in svg.iter(f"{ns}polyline")]
+    titles = [c.find(f"{ns}title").text for c in svg.iter(f"{ns}circle")]
+    return names, titles
+
+
+def test_the_report_plots_the_metric_against_the_swept_option_per_policy(trace, tmp_path):
+    page_path = tmp_path / "sweep.html"
+    code, out, err = run("sweep", trace, "--grid", "num_blocks=8,16,32", "--policy", "vllm",
+                         "--policy", "continuous", "--jsonl", str(tmp_path / "rows.jsonl"),
+                         "--report", str(page_path), "--metric", "ttft_p99")
+    assert code == 0, err
+    page = page_path.read_text()
+    names, titles = _svg_points(page)
+    assert names == ["vllm", "continuous"]
+    rows = rows_of(tmp_path / "rows.jsonl")
+    expected = [f"{r['policy']}: num_blocks={r['num_blocks']}, ttft_p99={r['ttft_p99']:g}"
+                for policy in ("vllm", "continuous") for r in rows if r["policy"] == policy]
+    assert titles == expected
+    assert "ttft_p99 (ticks) against num_blocks, one line per policy." in page
+    # The same bytes again.
+    run("sweep", trace, "--grid", "num_blocks=8,16,32", "--policy", "vllm", "--policy",
+        "continuous", "--report", str(tmp_path / "again.html"), "--metric", "ttft_p99")
+    assert (tmp_path / "again.html").read_text() == page
+
+
+def test_a_categorical_axis_and_the_other_swept_values_make_the_lines(trace, tmp_path):
+    page_path = tmp_path / "sweep.html"
+    code, out, err = run("sweep", trace, "--grid", "order=fcfs,sjf", "--grid",
+                         "num_blocks=8,16", "--policy", "vllm", "--report", str(page_path),
+                         "--x", "order", "--metric", "e2el_p99")
+    assert code == 0, err
+    page = page_path.read_text()
+    names, titles = _svg_points(page)
+    assert names == ["num_blocks=8, vllm", "num_blocks=16, vllm"]
+    assert [t.split(":")[1].split(",")[0].strip() for t in titles] == [
+        "order=fcfs", "order=sjf", "order=fcfs", "order=sjf"]
+    assert ">fcfs</text>" in page and ">sjf</text>" in page
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--metric", "nope"], "--metric must be a field of the run summary"),
+    (["--x", "watermark"], "--x must be one of the swept options (num_blocks, policy), "
+                           "got 'watermark'"),
+])
+def test_a_bad_report_request_exits_2(trace, tmp_path, argv, message):
+    code, out, err = run("sweep", trace, "--grid", "num_blocks=8,16", "--report",
+                         str(tmp_path / "r.html"), *argv)
+    assert code == 2 and message in err
+    assert not (tmp_path / "r.html").exists()

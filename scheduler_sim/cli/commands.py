@@ -18,9 +18,10 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, TextIO
 
+from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
-from ..io.html_report import html_report
+from ..io.html_report import html_report, sweep_report
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_length,
                             spec_problems, weights_problem)
 from ..io.importers import FOREIGN_LINES, convert
@@ -29,7 +30,7 @@ from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
 from ..io.perfetto import PerfettoFile
 from ..io.progress import Progress, wanted
 from ..io.report import (csv_header, format_json, format_requests, format_table,
-                         printable)
+                         printable, table_rows)
 from ..io.sweep import (Axis, build_grid, check_axis, file_digest, merge_shards, parse_shard,
                         run_grid, shard_of)
 from ..io.sweep import format_csv as sweep_csv
@@ -435,6 +436,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         digest = file_digest(args.trace)
         trace = read_trace(args.trace)
     grid = build_grid(trace, axes, fixed, digest)
+    plot = _sweep_plot(args, grid) if args.report else None
     configurations = shard_of(grid, shard)
     if args.jobs > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -446,15 +448,38 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.csv:
         write_whole(args.csv, sweep_csv(grid, rows), out)
     which = f" (shard {shard[0]}/{shard[1]})" if shard else ""
+    table = sweep_table(grid, rows)
     text = (f"{PROG} sweep {printable(trace.name)}: {len(rows)} of {len(grid)} "
-            f"configurations{which}\n" + sweep_table(grid, rows))
-    (err if "-" in (args.csv, args.jsonl) else out).write(text)
+            f"configurations{which}\n" + table)
+    if plot is not None:
+        x, unit = plot
+        write_whole(args.report, sweep_report(trace.name, [a.name for a in grid.axes], rows,
+                                              x, args.metric, unit, table), out)
+    (err if "-" in (args.csv, args.jsonl, args.report) else out).write(text)
     stalled = [str(row["index"]) for row in rows if row["stalled"]]
     if stalled:
         err.write(f"{PROG}: the run stalled in configuration(s) {', '.join(stalled)}: stuck "
                   "requests ended as finished_error\n")
         return 1
     return 0
+
+
+def _sweep_plot(args: argparse.Namespace, grid) -> tuple[str, str]:
+    """(x axis, unit of the metric) of a sweep's --report, or a UsageError."""
+    names = [axis.name for axis in grid.axes]
+    if args.metric not in RUN_FIELDS + FLEET_RUN_FIELDS:
+        raise UsageError(f"--metric must be a field of the run summary (for example "
+                         f"ttft_p99, output_throughput, preemptions), got {show(args.metric)}")
+    if args.x is not None:
+        x = args.x.replace("-", "_")
+        if x not in names:
+            raise UsageError(f"--x must be one of the swept options ({', '.join(names)}), "
+                             f"got {show(args.x)}")
+    else:
+        x = next((name for name in names if name != "policy"), "policy")
+    clock = Clock.of(grid.configurations[0].options)
+    units = {field: unit for _, unit, field in table_rows(clock)}
+    return x, units.get(args.metric) or ""
 
 
 def cmd_sweep_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -218,6 +218,14 @@ def _add_sweep_parsers(sub: Any) -> None:
     p.add_argument("--jsonl", metavar="OUT",
                    help="write a header and the rows as JSONL to OUT, or - for stdout "
                         "(what 'sweep merge' reads)")
+    p.add_argument("--report", metavar="FILE",
+                   help="write an HTML page plotting --metric against --x, one line per "
+                        "policy (and per combination of the other swept values)")
+    p.add_argument("--metric", default="ttft_p99", metavar="FIELD",
+                   help="the summary field --report plots (default: ttft_p99)")
+    p.add_argument("--x", metavar="NAME",
+                   help="the swept option on --report's x axis (default: the first swept "
+                        "option other than the policy)")
     _add_option_flags(p)
 
     p = sub.add_parser("sweep-merge", prog=f"{PROG} sweep merge",

@@ -34,7 +34,7 @@ from ..records.options import Options
 from .report import format_table, printable
 from .report_series import END, PHASES, RunSeries
 
-__all__ = ["html_report", "downsample", "cdf_points", "select_requests", "TIMELINE_ROWS",
+__all__ = ["html_report", "sweep_report", "sweep_lines", "downsample", "cdf_points", "select_requests", "TIMELINE_ROWS",
            "CDF_POINTS"]
 
 WIDTH, HEIGHT = 960, 230  # a chart, in CSS pixels
@@ -60,6 +60,8 @@ pre { font-size: 12px; background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
 svg { display: block; margin: 0.3em 0; }
 svg text { font-size: 11px; fill: #333; }
 p.note { font-size: 0.9em; color: #555; }
+ul.legend { list-style: none; padding: 0; font-size: 12px; }
+ul.legend span { display: inline-block; width: 12px; height: 8px; margin-right: 6px; }
 """
 
 
@@ -214,11 +216,15 @@ class _Axes:
     def y(self, value: float) -> float:
         return TOP + PLOT_H - (value - self.ylo) / (self.yhi - self.ylo) * PLOT_H
 
-    def frame(self, xlabel: str, ylabel: str) -> list[str]:
-        """The axes, their ticks and labels."""
+    def frame(self, xlabel: str, ylabel: str,
+              categories: list[tuple[float, str]] | None = None) -> list[str]:
+        """The axes, their ticks and labels (`categories`: x ticks at these data
+        positions, labelled with these texts, instead of round numbers)."""
         parts = [f'<rect x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}" '
                  'fill="none" stroke="#999"/>']
-        if self.log_x:
+        if categories is not None:
+            xs = [(text, self.x(at)) for at, text in categories]
+        elif self.log_x:
             xt = [10.0 ** k for k in range(math.ceil(self.xlo - 1e-9),
                                            math.floor(self.xhi + 1e-9) + 1)]
             xs = [(v, self.x(v)) for v in xt]
@@ -228,8 +234,8 @@ class _Axes:
         for value, px in xs:
             parts.append(f'<line x1="{_f(px)}" y1="{TOP + PLOT_H}" x2="{_f(px)}" '
                          f'y2="{TOP + PLOT_H + 4}" stroke="#999"/>'
-                         f'<text x="{_f(px)}" y="{TOP + PLOT_H + 16}" '
-                         f'text-anchor="middle">{_num(value)}</text>')
+                         f'<text x="{_f(px)}" y="{TOP + PLOT_H + 16}" text-anchor="middle">'
+                         f'{esc(value) if categories is not None else _num(value)}</text>')
         for value in _ticks(self.ylo, self.yhi, 5):
             py = self.y(value)
             parts.append(f'<line x1="{LEFT}" y1="{_f(py)}" x2="{LEFT + PLOT_W}" '
@@ -427,3 +433,73 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
         out.append(_timeline(s, ids, end, xunit, time_label))
     out.append("</body>\n</html>\n")
     return "".join(out)
+
+
+# --- a sweep's report ------------------------------------------------------------------
+
+
+def sweep_lines(rows: list[dict[str, Any]], axes: list[str], x: str,
+                metric: str) -> list[tuple[str, list[tuple[Any, float]]]]:
+    """One line per combination of the swept values other than `x` (the policy first
+    among them, as the axes order), each the (x value, metric) points of its rows in
+    grid order; rows without the metric (None: no sample) are left out."""
+    others = [name for name in axes if name != x]
+    lines: dict[str, list[tuple[Any, float]]] = {}
+    for row in rows:
+        name = ", ".join(str(row[o]) if o == "policy" else f"{o}={row[o]}" for o in others)
+        value = row.get(metric)
+        points = lines.setdefault(name or metric, [])
+        if value is not None and not isinstance(value, bool):
+            points.append((row[x], float(value)))
+    return list(lines.items())
+
+
+def sweep_report(trace_name: str, axes: list[str], rows: list[dict[str, Any]], x: str,
+                 metric: str, unit: str, table: str) -> str:
+    """The page of a sweep: `metric` against the swept option `x`, one line per
+    policy (and per combination of the other swept values), then the sweep's table.
+    Numeric x values are placed by value; others (an order, a router) evenly, in the
+    order the grid gives them."""
+    lines = sweep_lines(rows, axes, x, metric)
+    xs: list[Any] = []
+    for row in rows:
+        if row[x] not in xs:
+            xs.append(row[x])
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs)
+    place = (lambda v: float(v)) if numeric else (lambda v: float(xs.index(v)))
+    ys = [y for _, points in lines for _, y in points]
+    out = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+           f"<title>scheduler-sim sweep: {esc(trace_name)}</title>\n",
+           f"<style>{_STYLE}</style>\n</head>\n<body>\n",
+           f"<h1>scheduler-sim sweep: {esc(trace_name)}</h1>\n",
+           f"<p>{esc(metric)} ({esc(unit)}) against {esc(x)}, one line per "
+           + ("policy" if axes == [x, "policy"] or axes == ["policy", x]
+              else "combination of the other swept values") + ".</p>\n"]
+    if not ys:
+        out.append(f'<p class="note">No configuration has a value of {esc(metric)}.</p>\n')
+    else:
+        lo_x, hi_x = min(map(place, xs)), max(map(place, xs))
+        pad = (hi_x - lo_x) * 0.05 or 0.5
+        axes_ = _Axes(lo_x - pad, hi_x + pad, min(0.0, min(ys)), max(ys) * 1.08 or 1)
+        parts = axes_.frame(x, f"{metric} ({unit})",
+                            None if numeric else [(place(v), str(v)) for v in xs])
+        legend = []
+        for i, (name, points) in enumerate(lines):
+            color = POLICY_COLORS[i % len(POLICY_COLORS)]
+            legend.append((name, color))
+            placed = [(place(v), y) for v, y in points]
+            if placed:
+                parts.append(axes_.polyline(placed, color, name))
+            for (px, py), (v, y) in zip(placed, points):
+                parts.append(f'<circle cx="{_f(axes_.x(px))}" cy="{_f(axes_.y(py))}" r="3" '
+                             f'fill="{color}"><title>{esc(name)}: {esc(x)}={esc(v)}, '
+                             f'{esc(metric)}={_num(y)}</title></circle>')
+        out.append(_svg("sweep", parts))
+        # The legend under the chart: a line's name can be long (the other swept values).
+        out.append('<ul class="legend">' + "".join(
+            f'<li><span style="background:{color}"></span>{esc(name)}</li>'
+            for name, color in legend) + "</ul>\n")
+    out += ["<h2>Configurations</h2>\n<pre>", html.escape(table), "</pre>\n",
+            "</body>\n</html>\n"]
+    return "".join(out)
+

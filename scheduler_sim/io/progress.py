@@ -68,7 +68,9 @@ class Progress:
             rate = self.ended / max(now - self.began, 1e-9)
             when = self.clock.report(self.reached)
             unit = self.clock.label
-            self._draw(f"{self.policy}: simulated time {when:,} {unit}, "
+            # Seconds to a tenth, so that the line does not jitter; ticks whole.
+            when = f"{when:,.1f}" if self.clock.in_seconds else f"{when:,}"
+            self._draw(f"{self.policy}: simulated time {when} {unit}, "
                        f"{self.ended:,}/{self.total:,} requests finished, "
                        f"{rate:,.0f} requests/s")
 

@@ -93,8 +93,8 @@ from ..records.workload import RequestSpec, Workload
 from ..requests.request import (
     HANDED_OFF, LOADED, LOADING, PRODUCER, REMOTE, Request,
 )
-from .fleet import (FleetResult, ReplicaView, fleet_summary, replica_summaries,
-                    stall_if_livelocked, stall_the_stuck)
+from .fleet import (FleetResult, ReplicaView, fleet_summary, make_replicas,
+                    replica_summaries, stall_if_livelocked, stall_the_stuck)
 from .routers import make_router
 
 __all__ = ["DisaggFleet", "Transfer"]
@@ -156,21 +156,12 @@ class DisaggFleet:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
         self.policy_name = policy
-        if on_event is not None:
-            # Records go out as they happen, replica after replica: a folded stretch
-            # would write one replica's future ahead of the others' present.
-            fast_forward = False
         self.prefills = p = options.prefill_replicas
         n = p + options.decode_replicas
-        self.engines = [
-            Engine(workload, options, policy,
-                   on_event=on_event(i) if on_event is not None else None,
-                   keep_requests=keep_requests, on_request_end=self._ender(i),
-                   audit=audit, fast_forward=fast_forward, routed=True)
-            for i in range(n)]
+        self.engines = make_replicas(workload, options, policy, n, on_event, keep_requests,
+                                     self._ender, audit, fast_forward)
         for i, engine in enumerate(self.engines):
             engine.remote = _Hooks(self, i)
-            engine.replica = i
         first = self.engines[0]
         self.options = first.options
         self.clock = first.clock

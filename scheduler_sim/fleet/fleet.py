@@ -47,10 +47,31 @@ from ..records.workload import Workload
 from ..requests.request import Request
 from .routers import make_router
 
-__all__ = ["Fleet", "FleetResult", "ReplicaView", "stall_if_livelocked", "stall_the_stuck",
+__all__ = ["Fleet", "FleetResult", "ReplicaView", "make_replicas", "stall_if_livelocked",
+           "stall_the_stuck",
            "replica_summaries", "fleet_summary"]
 
 INF = float("inf")
+
+
+def make_replicas(workload: Workload, options: Options, policy: str, count: int,
+                  on_event: Callable[[int], Callable[[Event], None] | None] | None,
+                  keep_requests: bool, on_request_end: Callable[[int], Callable | None],
+                  audit: bool, fast_forward: bool | None) -> list[Engine]:
+    """`count` engines in routed mode, numbered; `on_event(i)` and `on_request_end(i)`
+    give replica i's listeners. With an event listener they step every dispatch:
+    records go out as they happen, replica after replica, and a folded stretch
+    would write one replica's future ahead of the others' present."""
+    if on_event is not None and count > 1:
+        fast_forward = False
+    engines = [Engine(workload, options, policy,
+                      on_event=on_event(i) if on_event is not None else None,
+                      keep_requests=keep_requests, on_request_end=on_request_end(i),
+                      audit=audit, fast_forward=fast_forward, routed=True)
+               for i in range(count)]
+    for i, engine in enumerate(engines):
+        engine.replica = i
+    return engines
 
 
 def stall_if_livelocked(engine: Engine) -> bool:
@@ -147,18 +168,9 @@ class Fleet:
             raise UsageError("; ".join(options.problems()))
         self.options = options
         self.policy_name = policy
-        if on_event is not None and options.replicas > 1:
-            # Records go out as they happen, replica after replica: a folded stretch
-            # would write one replica's future ahead of the others' present.
-            fast_forward = False
-        self.engines = [
-            Engine(workload, options, policy,
-                   on_event=on_event(i) if on_event is not None else None,
-                   keep_requests=keep_requests, on_request_end=on_request_end,
-                   audit=audit, fast_forward=fast_forward, routed=True)
-            for i in range(options.replicas)]
-        for i, engine in enumerate(self.engines):
-            engine.replica = i
+        self.engines = make_replicas(workload, options, policy, options.replicas, on_event,
+                                     keep_requests, lambda i: on_request_end, audit,
+                                     fast_forward)
         first = self.engines[0]
         self.options = first.options  # the pool sized from the GPU, if it was
         self.clock: Clock = first.clock

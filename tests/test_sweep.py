@@ -289,3 +289,16 @@ def test_a_bad_report_request_exits_2(trace, tmp_path, argv, message):
                          str(tmp_path / "r.html"), *argv)
     assert code == 2 and message in err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_an_output_that_cannot_be_written_stops_the_sweep_before_it_runs(trace, tmp_path,
+                                                                         monkeypatch):
+    import scheduler_sim.cli.commands as commands
+    ran = []
+    monkeypatch.setattr(commands, "run_grid", lambda *a, **k: ran.append(1) or [])
+    code, out, err = run("sweep", trace, "--grid", "num_blocks=8,16", "--report",
+                         str(tmp_path / "missing" / "r.html"))
+    assert code == 2 and "cannot write the report" in err and not ran
+    code, out, err = run("sweep", trace, "--grid", "num_blocks=8,16", "--report", "-",
+                         "--csv", "-")
+    assert code == 2 and "--csv - and --report - cannot both write" in err

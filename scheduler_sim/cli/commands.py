@@ -413,9 +413,11 @@ def _grid_file(path: str) -> list[Axis]:
 
 def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay every configuration of the grid (or one shard of it); write its rows."""
-    if args.csv == "-" and args.jsonl == "-":
-        raise UsageError("--csv - and --jsonl - cannot both write to standard output; send "
-                         "one of them to a file")
+    to_stdout = [flag for flag, target in (("--csv", args.csv), ("--jsonl", args.jsonl),
+                                            ("--report", args.report)) if target == "-"]
+    if len(to_stdout) > 1:
+        raise UsageError(f"{to_stdout[0]} - and {to_stdout[1]} - cannot both write to standard "
+                         "output; send one of them to a file")
     if args.jobs < 1:
         raise UsageError(f"-j must be an integer >= 1, got {args.jobs}")
     shard = parse_shard(args.shard) if args.shard is not None else None
@@ -438,23 +440,38 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     grid = build_grid(trace, axes, fixed, digest)
     plot = _sweep_plot(args, grid) if args.report else None
     configurations = shard_of(grid, shard)
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            rows = run_grid(trace, configurations, pool)
-    else:
-        rows = run_grid(trace, configurations)
-    if args.jsonl:
-        write_whole(args.jsonl, sweep_jsonl(grid, rows, shard), out)
-    if args.csv:
-        write_whole(args.csv, sweep_csv(grid, rows), out)
-    which = f" (shard {shard[0]}/{shard[1]})" if shard else ""
-    table = sweep_table(grid, rows)
+    # The outputs are opened before anything runs: one that cannot be written
+    # stops the sweep at once, not after the grid ran.
+    outputs: dict[str, Output] = {}
+    try:
+        for name, target, what in (("jsonl", args.jsonl, "cannot write rows"),
+                                   ("csv", args.csv, "cannot write rows"),
+                                   ("report", args.report, "cannot write the report")):
+            if target:
+                outputs[name] = Output(target, out, what, ".sweep-")
+        if args.jobs > 1:
+            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+                rows = run_grid(trace, configurations, pool)
+        else:
+            rows = run_grid(trace, configurations)
+        which = f" (shard {shard[0]}/{shard[1]})" if shard else ""
+        table = sweep_table(grid, rows)
+        if "jsonl" in outputs:
+            outputs["jsonl"].write(sweep_jsonl(grid, rows, shard))
+        if "csv" in outputs:
+            outputs["csv"].write(sweep_csv(grid, rows))
+        if plot is not None:
+            x, unit = plot
+            outputs["report"].write(sweep_report(trace.name, [a.name for a in grid.axes],
+                                                 rows, x, args.metric, unit, table))
+        for output in outputs.values():
+            output.commit()
+    except BaseException:
+        for output in outputs.values():
+            output.abort()
+        raise
     text = (f"{PROG} sweep {printable(trace.name)}: {len(rows)} of {len(grid)} "
             f"configurations{which}\n" + table)
-    if plot is not None:
-        x, unit = plot
-        write_whole(args.report, sweep_report(trace.name, [a.name for a in grid.axes], rows,
-                                              x, args.metric, unit, table), out)
     (err if "-" in (args.csv, args.jsonl, args.report) else out).write(text)
     stalled = [str(row["index"]) for row in rows if row["stalled"]]
     if stalled:

@@ -480,3 +480,21 @@ def test_random_lockstep_fleets_end_every_request_once_and_repeat(seed):
     steps = first.summary["lockstep_steps"]
     assert steps == len(ends)
     assert sum(r["iterations"] + r["dummy_steps"] for r in first.replicas) == steps * replicas
+
+
+def test_at_one_time_completions_come_first_then_routing_then_each_replica(tmp_path):
+    """F2 with least-loaded: a -> 0 and y -> 1 at tick 0, then z (too large: rejected)
+    ties 1-1 and goes to 0, moving the scan's start to replica 1. At tick 1 a's
+    completion on replica 0 is recorded before b is routed: b sees replica 0 empty
+    and replica 1 busy, and goes to 0; routed before the completion it would have
+    seen a tie and, scanning from 1, gone to replica 1."""
+    records = [req("a", 0, 4, 1), req("y", 0, 4, 5), req("z", 0, 1000, 1),
+               req("b", 1, 4, 2)]
+    result, events = _fleet(records, replicas=2, router="least-loaded", block_size=4,
+                            num_blocks=16)
+    assert _routes(result, events) == {"a": 0, "y": 1, "z": 0, "b": 0}
+    at1 = [(i, e["event"], e.get("id")) for i, e in events if e["tick"] == 1]
+    assert at1[:2] == [(0, "finished", "a"), (0, "arrival", "b")]
+    # Then replica 0's step (b admitted and dispatched), then replica 1's.
+    order = [i for i, kind, _ in at1 if kind == "dispatch"]
+    assert order == [0, 1]

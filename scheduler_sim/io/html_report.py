@@ -1,4 +1,4 @@
-"""The HTML report of `replay --report FILE.html`: one self-contained page.
+"""The HTML pages of `replay --report FILE.html` and `sweep --report FILE.html`.
 
 This module owns the drawing: from the `RunSeries` of each policy
 (`report_series.py`) and the runs' summaries it writes one HTML document
@@ -15,6 +15,10 @@ with inline SVG charts and a little CSS, no script and nothing fetched:
   else the slowest by end-to-end latency and an evenly spaced sample by
   arrival (the page says which);
 - the summary table and the options, as `report.format_table` prints them.
+
+A sweep's page (`sweep_report`) draws one summary field against one swept
+option, a line per policy (or per combination of the other swept values),
+above the sweep's table.
 
 Series longer than a chart is wide are downsampled (`downsample`): per pixel
 column the minimum and the maximum are kept, so no peak is lost. The page

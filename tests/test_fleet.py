@@ -498,3 +498,27 @@ def test_at_one_time_completions_come_first_then_routing_then_each_replica(tmp_p
     # Then replica 0's step (b admitted and dispatched), then replica 1's.
     order = [i for i, kind, _ in at1 if kind == "dispatch"]
     assert order == [0, 1]
+
+
+def test_round_robin_replicas_fold_past_arrivals_that_go_elsewhere():
+    """Under round-robin every replica knows which arrival is its next: replica 0 folds
+    a's long decode past b's and d's arrivals (they go to replica 1); the results are
+    those of stepping every dispatch, and more dispatches are folded than when every
+    arrival stops every replica's folding."""
+    from scheduler_sim.fleet.routers import Router
+    records = [req("a", 0, 4, 300), req("b", 50, 4, 300), req("c", 100, 4, 5),
+               req("d", 150, 4, 300), req("e", 400, 4, 5)]
+    trace = _trace(records)
+    opts = _options(trace, replicas=2, block_size=4, num_blocks=400)
+    folded = Fleet(trace.workload, opts, "continuous")
+    result = folded.run()
+    stepped = Fleet(trace.workload, opts, "continuous", fast_forward=False).run()
+    assert result.summary == stepped.summary and result.replicas == stepped.replicas
+    routes = {rid: r.replica for e in folded.engines for rid, r in e.requests.items()}
+    assert routes == {"a": 0, "b": 1, "c": 0, "d": 1, "e": 0}
+    blind = Fleet(trace.workload, opts, "continuous")
+    blind.router.reaches = lambda replica, upcoming, count: Router.reaches(
+        blind.router, replica, upcoming, count)  # every arrival stops every fold
+    assert blind.run().summary == result.summary
+    assert (sum(e.folded for e in folded.engines)
+            > sum(e.folded for e in blind.engines) > 0)

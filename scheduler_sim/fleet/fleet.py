@@ -20,8 +20,9 @@ on any replica (E7, replica by replica), in this order:
    replica order.
 
 A replica wakes only for its own events, never for an arrival routed to
-another one; folding (E7.5) stops at the fleet's next arrival, because any
-replica may receive it. A replica whose requests can never progress again
+another one; folding (E7.5) stops at the next arrival that may reach the
+replica (`Router.reaches`): the fleet's next arrival, since any replica may
+receive it, except under round-robin, which knows where each goes. A replica whose requests can never progress again
 stalls when nothing is left to arrive (E6b), at the time the fleet learns it.
 
 Summaries: one per replica (its requests, dispatches and blocks, with the
@@ -34,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections import deque
+from itertools import islice
 from typing import Any, Callable
 
 from ..engine.core import Engine, RunResult
@@ -188,8 +191,10 @@ class Fleet:
         engines = self.engines
         n = len(engines)
         specs = self.workload.arrivals()
-        spec = next(specs, None)
-        t = first = spec.arrival if spec is not None else 0
+        # The next arrivals, as many as there are replicas: a router that knows where
+        # they go (round-robin) lets the others fold past them.
+        upcoming = deque(islice(specs, n))
+        t = first = upcoming[0].arrival if upcoming else 0
         due = [INF] * n               # each replica's next boundary
         queue: list[tuple[float, int]] = []  # (due, replica), stale entries skipped
         router, views, actions = self.router, self.views, self._actions
@@ -206,7 +211,11 @@ class Fleet:
                 engine = engines[i]
                 engine.now = t
                 engine._complete_due()                       # 1. E1
-            while spec is not None and spec.arrival == t:    # 2. routing
+            while upcoming and upcoming[0].arrival == t:     # 2. routing
+                spec = upcoming.popleft()
+                later = next(specs, None)
+                if later is not None:
+                    upcoming.append(later)
                 i = router.choose(spec, views)
                 engine = engines[i]
                 if i not in active:
@@ -216,8 +225,7 @@ class Fleet:
                     engine.accept_action(action)
                 engine.accept(spec)
                 self.routed[i] += 1
-                spec = next(specs, None)
-            horizon = spec.arrival if spec is not None else INF
+            horizon = upcoming[0].arrival if upcoming else INF
             for i in sorted(active):                          # 3. E2, E3
                 engine = engines[i]
                 engine._take_outside_events()
@@ -225,7 +233,7 @@ class Fleet:
                     stalled = True
                     due[i] = INF
                     continue
-                engine._horizon = horizon
+                engine._horizon = router.reaches(i, upcoming, n)
                 moved = engine._step()
                 due[i] = when = engine._next_boundary(moved)
                 if when != INF:

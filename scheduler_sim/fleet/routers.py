@@ -41,6 +41,8 @@ from ..records.workload import RequestSpec
 
 __all__ = ["Replica", "Router", "ROUTERS", "make_router"]
 
+INF = float("inf")
+
 
 class Replica(Protocol):
     """What a router may read of one replica."""
@@ -70,6 +72,13 @@ class Router:
     def choose(self, spec: RequestSpec, replicas: list) -> int:
         raise NotImplementedError
 
+    def reaches(self, replica: int, upcoming, count: int) -> float:
+        """The arrival time of the first of the `upcoming` requests (the next ones, in
+        order; at least `count` of them unless the trace ends) that may be routed
+        to `replica` of `count`; infinity if none may. Any, unless the router
+        knows better."""
+        return upcoming[0].arrival if upcoming else INF
+
 
 def _load(replica) -> int:
     return replica.waiting + replica.running
@@ -86,6 +95,12 @@ class RoundRobin(Router):
         index = self.turn % len(replicas)
         self.turn += 1
         return index
+
+    def reaches(self, replica: int, upcoming, count: int) -> float:
+        for k, spec in enumerate(upcoming):
+            if (self.turn + k) % count == replica:
+                return spec.arrival
+        return INF  # fewer than `count` arrivals left, none of them its turn
 
 
 class LeastLoaded(Router):

@@ -146,20 +146,17 @@ def events(trace: Trace, policy: str | None = None, **options: Any) -> Iterator[
     stop = threading.Event()
     done = object()
 
-    def listen(event) -> None:
+    def listen(event, replica: int | None = None) -> None:
         if stop.is_set():
             raise _Stop
-        buffer.put(event.to_dict(None, seconds))
+        record = event.to_dict(None, seconds)
+        if replica is not None:  # after its time and `event`, as --events writes it
+            items = list(record.items())
+            record = dict(items[:2] + [("replica", replica)] + items[2:])
+        buffer.put(record)
 
     def on_replica(replica: int):
-        def listen_to(event) -> None:
-            if stop.is_set():
-                raise _Stop
-            record = event.to_dict(None, seconds)
-            record = {**dict(list(record.items())[:2]), "replica": replica,
-                      **dict(list(record.items())[2:])}
-            buffer.put(record)
-        return listen_to
+        return lambda event: listen(event, replica)
 
     def work() -> None:
         try:

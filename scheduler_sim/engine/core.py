@@ -56,7 +56,7 @@ from .cohort import Cohort
 from .folding import fold
 from .summary import RunStats
 
-__all__ = ["Engine", "RunResult", "run"]
+__all__ = ["Engine", "RunResult", "run", "request_of"]
 
 RUNNING = RequestStatus.RUNNING
 INF = float("inf")
@@ -494,7 +494,7 @@ class Engine:
 
     def _arrive(self, spec) -> None:
         """A request reaches its trace time: sent at once, or queued for a client slot."""
-        req = _request_of(spec)
+        req = request_of(spec)
         req.replica = self.replica
         self.requests[req.rid] = req
         self.stats.requests += 1
@@ -523,7 +523,7 @@ class Engine:
             else:
                 spans[0][0] = number + 1
             break
-        req = _request_of(spec)
+        req = request_of(spec)
         req.sent = spec.arrival
         self._give_keys(req)
         self.requests[req.rid] = req
@@ -620,20 +620,18 @@ class Engine:
 
     def accept(self, spec: RequestSpec) -> None:
         """A router sends this replica a request arriving now (E2; times on the clock)."""
-        self._arrive(spec)
-        # The trace changed things: replays since are not the policy's circle.
-        self._idle_replay = 0
-        self._replay_limit = None
+        self.accept_request(request_of(spec))
 
     def accept_request(self, req: Request, forwarded: bool = False) -> None:
-        """A fleet hands this replica a request of its own making, arriving now (E2):
-        a prefill-only request, or (`forwarded`) one whose prompt another replica
-        computed (fleet/disagg.py)."""
+        """A fleet hands this replica a request arriving now (E2): one of the trace, a
+        prefill-only request, or (`forwarded`) one whose prompt another replica
+        computed (fleet/disagg.py). (A replica has no client slots and no spill.)"""
         req.replica = self.replica
         self.requests[req.rid] = req
         self.stats.requests += 1
         self._arrived += 1
         self._register(req, forwarded=forwarded)
+        # The trace changed things: replays since are not the policy's circle.
         self._idle_replay = 0
         self._replay_limit = None
 
@@ -1282,8 +1280,8 @@ SPILL_AFTER = 4096
 FOLD_AFTER = 4
 
 
-def _request_of(spec: RequestSpec) -> Request:
-    """A request, waiting, as its trace record describes it."""
+def request_of(spec: RequestSpec) -> Request:
+    """A request, waiting, as its trace record describes it (also for fleets)."""
     return Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens, spec.output_tokens,
                    spec.max_tokens, spec.priority, spec.deadline, spec.prompt_token_ids,
                    spec.output_token_ids, spec.block_hashes)

@@ -83,10 +83,9 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable
 
-from ..engine.core import Engine
+from ..engine.core import Engine, request_of
 from ..engine.summary import RunStats
 from ..kv.allocator import blocks_for
-from ..records.errors import UsageError
 from ..records.events import Event, Prefilled, Released, TransferDone, TransferStarted
 from ..records.options import Options
 from ..records.workload import RequestSpec, Workload
@@ -153,9 +152,7 @@ class DisaggFleet:
                  keep_requests: bool = True,
                  on_request_end: Callable[[Request], None] | None = None,
                  audit: bool = False, fast_forward: bool | None = None) -> None:
-        if options.problems():
-            raise UsageError("; ".join(options.problems()))
-        self.policy_name = policy
+        self.policy_name = policy  # (the engines refuse options that cannot work)
         self.prefills = p = options.prefill_replicas
         n = p + options.decode_replicas
         self.engines = make_replicas(workload, options, policy, n, on_event, keep_requests,
@@ -291,7 +288,7 @@ class DisaggFleet:
     def _hand_off(self, producer: Request, source: int, handle: int | None) -> None:
         """Route a prefilled request to a decode replica's queue, now."""
         spec = self._specs.pop(producer.rid)
-        req = _request_of(spec)
+        req = request_of(spec)
         req.remote = REMOTE
         req.sent = producer.sent
         req.admitted_at = producer.admitted_at
@@ -316,7 +313,7 @@ class DisaggFleet:
         self._holder[spec.id] = i
         self.routed[i] += 1
         self._active.add(i)
-        full = _request_of(spec)
+        full = request_of(spec)
         decode = self.engines[self.prefills].policy
         if decode.blocks_to_finish(full) > self.options.num_blocks:
             engine.accept_request(full)  # rejected there, by the same rule (E6)
@@ -484,12 +481,6 @@ def _next_at(actions: list, t: int) -> float:
         if action.at > t:
             return action.at
     return INF
-
-
-def _request_of(spec: RequestSpec) -> Request:
-    return Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens, spec.output_tokens,
-                   spec.max_tokens, spec.priority, spec.deadline, spec.prompt_token_ids,
-                   spec.output_token_ids, spec.block_hashes)
 
 
 def run_disagg(workload: Workload, options: Options, policy: str, **kwargs) -> Any:

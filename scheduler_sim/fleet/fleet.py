@@ -43,7 +43,6 @@ from ..engine.core import Engine, RunResult
 from ..engine.summary import RunStats
 from ..kv.prefix_cache import BlockKeys
 from ..records.clock import Clock
-from ..records.errors import UsageError
 from ..records.events import Event
 from ..records.options import Options
 from ..records.workload import Workload
@@ -167,10 +166,7 @@ class Fleet:
                  keep_requests: bool = True,
                  on_request_end: Callable[[Request], None] | None = None,
                  audit: bool = False, fast_forward: bool | None = None) -> None:
-        if options.problems():
-            raise UsageError("; ".join(options.problems()))
-        self.options = options
-        self.policy_name = policy
+        self.policy_name = policy  # (the engines refuse options that cannot work)
         self.engines = make_replicas(workload, options, policy, options.replicas, on_event,
                                      keep_requests, lambda i: on_request_end, audit,
                                      fast_forward)

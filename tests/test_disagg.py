@@ -18,14 +18,20 @@ from scheduler_sim.records.options import Options
 TERMINAL = ("finished", "rejected", "cancelled", "timeout", "stalled")
 
 
-def _run(records, policy="continuous", audit=True, **options):
-    """(result, events as dicts with their replica) of a disaggregated replay."""
+def _pd(records, options):
+    """The trace and options of a disaggregated replay: block size 4, one prefill and
+    one decode replica unless `options` say otherwise (as the trace's config)."""
     config = dict(block_size=4, prefill_replicas=1, decode_replicas=1)
     config.update(options)
     full = [dict(config, type="config")] + [dict(r, type=r.get("type", "request"))
                                             for r in records]
     trace = parse_trace(trace_bytes(full), "pd.jsonl")
-    opts = Options.resolve(trace.config, {})
+    return trace, Options.resolve(trace.config, {})
+
+
+def _run(records, policy="continuous", audit=True, **options):
+    """(result, events as dicts with their replica) of a disaggregated replay."""
+    trace, opts = _pd(records, options)
     events = []
     result = DisaggFleet(
         trace.workload, opts, policy, audit=audit,
@@ -395,12 +401,7 @@ def test_cached_tokens_count_the_prompt_not_computed_and_a_decode_hit_shortens_t
 def _quiet(records, policy, fast, listen=False, **options):
     """A disaggregated replay without the audit (so that folding may run), with or
     without folding, and with or without an event listener."""
-    config = dict(block_size=4, prefill_replicas=1, decode_replicas=1)
-    config.update(options)
-    full = [dict(config, type="config")] + [dict(r, type=r.get("type", "request"))
-                                            for r in records]
-    trace = parse_trace(trace_bytes(full), "pd.jsonl")
-    opts = Options.resolve(trace.config, {})
+    trace, opts = _pd(records, options)
     events = []
     on_event = ((lambda i: (lambda e: events.append((i, e.to_dict())))) if listen else None)
     fleet = DisaggFleet(trace.workload, opts, policy, fast_forward=fast, on_event=on_event)

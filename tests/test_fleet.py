@@ -72,18 +72,25 @@ def _random_options(rng: random.Random, seed: int) -> dict:
 # --- a fleet of one --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("policy", sorted(POLICIES))
-def test_a_fleet_of_one_replays_exactly_as_the_engine(seed, policy):
-    """Summary, request records and every event record: the same, with folding on."""
-    rng = random.Random(500 + seed)
+def _alone(base: int, seed: int, policy: str):
+    """A random workload and options (seeded by base + seed), and its replay on one
+    engine with its event records: what a fleet or lockstep of one must equal."""
+    rng = random.Random(base + seed)
     options = _random_options(rng, seed)
     records = _workload(seed, prefixes=seed % 4 == 1)
     trace = _trace(records)
     opts = _options(trace, **options)
-    alone_events: list = []
-    alone = Engine(trace.workload, opts, policy,
-                   on_event=lambda e: alone_events.append(e.to_dict())).run()
+    events: list = []
+    result = Engine(trace.workload, opts, policy,
+                    on_event=lambda e: events.append(e.to_dict())).run()
+    return records, options, trace, opts, result, events
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_fleet_of_one_replays_exactly_as_the_engine(seed, policy):
+    """Summary, request records and every event record: the same, with folding on."""
+    records, options, trace, opts, alone, alone_events = _alone(500, seed, policy)
     fleet_events: list = []
     fleet = Fleet(trace.workload, opts, policy,
                   on_event=lambda i: (lambda e: fleet_events.append(e.to_dict()))).run()
@@ -270,14 +277,7 @@ def _admitted(events):
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_one_lockstep_rank_replays_exactly_as_the_engine(seed, policy):
-    rng = random.Random(700 + seed)
-    options = _random_options(rng, seed)
-    records = _workload(seed, prefixes=seed % 4 == 1)
-    trace = _trace(records)
-    opts = _options(trace, **options)
-    alone_events: list = []
-    alone = Engine(trace.workload, opts, policy,
-                   on_event=lambda e: alone_events.append(e.to_dict())).run()
+    records, options, _, _, alone, alone_events = _alone(700, seed, policy)
     result, events = _lockstep(records, policy, **options)
     assert [e for _, e in events] == alone_events
     assert {k: v for k, v in result.summary.items()

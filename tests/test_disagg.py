@@ -525,3 +525,17 @@ def test_sglang_decode_replicas_let_landed_copies_in(seed):
     records, options = _stress_wide(seed)
     result, events = _run(records, "sglang", **options)
     assert result.summary["finished_error"] == 0
+
+
+def test_order_at_one_step_completions_landings_handoffs_arrivals_then_steps():
+    """D7 at tick 2: b's prefill completes on replica 0 (prefilled), a's copy lands on
+    replica 1, b is handed off to replica 1, c arrives on replica 0; then replica 0
+    steps (c), then replica 1 (a admitted again, b admitted and its copy started)."""
+    result, events = _run([req("a", 0, 4, 3), req("b", 1, 4, 2), req("c", 2, 4, 2)],
+                          num_blocks=16)
+    at2 = [(e["replica"], e["event"], e.get("id")) for e in events
+           if e["tick"] == 2 and e["event"] != "snapshot"]
+    assert at2 == [(0, "prefilled", "b"), (1, "transfer_done", "a"), (1, "arrival", "b"),
+                   (0, "arrival", "c"), (0, "admitted", "c"), (0, "dispatch", None),
+                   (1, "admitted", "a"), (1, "admitted", "b"), (1, "transfer_started", "b"),
+                   (1, "dispatch", None)]

@@ -19,7 +19,13 @@ Options are keyword arguments with the names of the trace's config record
 flags they override the trace's config. Bad input raises the same errors,
 with the same messages, as the command line prints: `TraceError` (its
 `problems` are the `file:line: ...` lines), `UsageError`, and for a broken
-rule `InvariantError` or, from a policy of your own, `PolicyError`.
+rule `InvariantError` or, from a policy of your own, `PolicyError` (for
+anything such a policy raises, SystemExit and KeyboardInterrupt included).
+
+A trace is data: a plugin policy that only the trace's config names
+(`"policy": "my_policy.py:Mine"`) is refused with a UsageError unless the
+call passes `allow_trace_plugins=True` (its file is then taken from the
+trace's folder); a policy named in `policies=` is the caller's choice.
 """
 from __future__ import annotations
 
@@ -35,10 +41,13 @@ from .fleet import make_fleet
 from .gpu.costmodel import PoolSizing, fit_pool
 from .io.expectations import CheckResult, check_trace
 from .io.sweep import build_grid, check_axis, run_grid
-from .io.trace import Trace, parse_trace, read_trace, resolve_options
+from .io.trace import Trace, allow_trace_plugins, parse_trace, read_trace, resolve_options
+from .records import interrupts
 from .records.clock import Clock
 from .records.errors import UsageError
 from .records.options import Options
+
+_HOW = "pass allow_trace_plugins=True (or name it in policies=)"
 
 __all__ = ["load", "parse", "build", "replay", "events", "check", "sweep", "Replay", "Run",
            "resolve"]
@@ -66,13 +75,20 @@ def build(records: list[dict[str, Any]], name: str = "<records>") -> Trace:
     return parse("\n".join(lines) + "\n", name)
 
 
-def resolve(trace: Trace, policies: list[str] | str | None = None,
+def resolve(trace: Trace, policies: list[str] | str | None = None, *,
+            allow_trace_plugins: bool = False,
             **options: Any) -> tuple[Options, PoolSizing | None]:
     """The options a replay of `trace` runs with: the trace's config, then `options`,
-    then `policies`; the KV pool sized from the GPU under a cost model."""
+    then `policies`; the KV pool sized from the GPU under a cost model. A plugin
+    only the trace names is refused unless `allow_trace_plugins`."""
     if policies is not None:
         options["policy"] = [policies] if isinstance(policies, str) else list(policies)
-    return fit_pool(resolve_options(trace.config, options)[0])
+    resolved = resolve_options(trace.config, options)[0]
+    return fit_pool(_allow(trace, resolved, allow_trace_plugins))
+
+
+def _allow(trace: Trace, options: Options, allowed: bool) -> Options:
+    return allow_trace_plugins(trace, options, allowed, _HOW)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,16 +125,19 @@ class Replay:
         raise KeyError(policy)
 
 
-def replay(trace: Trace, policies: list[str] | str | None = None, **options: Any) -> Replay:
+def replay(trace: Trace, policies: list[str] | str | None = None, *,
+           allow_trace_plugins: bool = False, **options: Any) -> Replay:
     """Replay `trace` under each policy (default: the trace's, else `continuous`)."""
-    resolved, pool = resolve(trace, policies, **options)
+    resolved, pool = resolve(trace, policies, allow_trace_plugins=allow_trace_plugins,
+                             **options)
     clock = Clock.of(resolved)
     runs = []
     for policy in resolved.policy:
-        if resolved.fleet:
-            result = make_fleet(trace.workload, resolved, policy).run()
-        else:
-            result = Engine(trace.workload, resolved, policy).run()
+        with interrupts.watching():  # an interrupt a policy raises is not Ctrl-C
+            if resolved.fleet:
+                result = make_fleet(trace.workload, resolved, policy).run()
+            else:
+                result = Engine(trace.workload, resolved, policy).run()
         records = [request_record(r, clock, resolved.slo)
                    for r in sorted(result.requests, key=lambda r: (r.arrival, r.index))]
         runs.append(Run(policy, result.summary, records, result.stalled,
@@ -130,7 +149,8 @@ class _Stop(BaseException):
     """Raised inside the replay thread when the reader stopped reading."""
 
 
-def events(trace: Trace, policy: str | None = None, **options: Any) -> Iterator[dict]:
+def events(trace: Trace, policy: str | None = None, *, allow_trace_plugins: bool = False,
+           **options: Any) -> Iterator[dict]:
     """The event records of one policy's replay, as dicts, as they happen.
 
     The replay runs in a thread beside the reader with a bounded buffer, so a
@@ -138,7 +158,7 @@ def events(trace: Trace, policy: str | None = None, **options: Any) -> Iterator[
     stops the replay. Times are in the run's unit, as `--events` writes them.
     A fleet's records carry the `replica` they happened on.
     """
-    resolved, _ = resolve(trace, policy, **options)
+    resolved, _ = resolve(trace, policy, allow_trace_plugins=allow_trace_plugins, **options)
     name = resolved.policy[0]
     clock = Clock.of(resolved)
     seconds = clock if clock.in_seconds else None
@@ -190,15 +210,18 @@ def events(trace: Trace, policy: str | None = None, **options: Any) -> Iterator[
         thread.join()
 
 
-def check(trace: Trace, policies: list[str] | str | None = None,
-          **options: Any) -> list[CheckResult]:
+def check(trace: Trace, policies: list[str] | str | None = None, *,
+          allow_trace_plugins: bool = False, **options: Any) -> list[CheckResult]:
     """Check the trace's `expect` records; one result per expectation and policy."""
-    resolved, _ = resolve(trace, policies, **options)
-    return check_trace(trace, resolved)
+    resolved, _ = resolve(trace, policies, allow_trace_plugins=allow_trace_plugins,
+                          **options)
+    with interrupts.watching():
+        return check_trace(trace, resolved)
 
 
 def sweep(trace: Trace, grid: dict[str, Any], policies: list[str] | str | None = None,
-          executor: Executor | None = None, **options: Any) -> list[dict[str, Any]]:
+          executor: Executor | None = None, *, allow_trace_plugins: bool = False,
+          **options: Any) -> list[dict[str, Any]]:
     """Replay `trace` once per configuration of `grid` (option name -> list of values,
     the first varying slowest) crossed with `policies` (the last axis; default: a
     `policy` list in `grid`, else the trace's policies); `options` apply to every one.
@@ -216,5 +239,10 @@ def sweep(trace: Trace, grid: dict[str, Any], policies: list[str] | str | None =
                              "use one of them")
         axes.append(check_axis("policy", [policies] if isinstance(policies, str)
                                else list(policies), "policies"))
-    built = build_grid(trace, axes, options)
-    return run_grid(trace, list(built.configurations), executor)
+    plugin_dir = None
+    if not any(axis.name == "policy" for axis in axes) and "policy" not in options:
+        base = resolve_options(trace.config, dict(options))[0]  # the trace's policies
+        plugin_dir = _allow(trace, base, allow_trace_plugins).plugin_dir
+    built = build_grid(trace, axes, options, plugin_dir=plugin_dir)
+    with interrupts.watching():
+        return run_grid(trace, list(built.configurations), executor)

@@ -309,12 +309,16 @@ def test_failed_second_policy_leaves_no_events_file(tmp_path, monkeypatch):
 
 
 class Interrupted(ContinuousPolicy):
-    """Behaves as if the user pressed Ctrl-C during the first schedule."""
+    """The user presses Ctrl-C during the first schedule (a real SIGINT, so that it is
+    not taken for an interrupt the policy raised itself)."""
 
     name = "interrupted"
 
     def schedule(self, now):
-        raise KeyboardInterrupt
+        import signal
+        import time
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(10)  # the handler raises KeyboardInterrupt here
 
 
 def test_interrupt_exits_130_and_leaves_no_events_file(tmp_path, monkeypatch):

@@ -216,7 +216,8 @@ def test_the_command_line_takes_plugins_in_flags_config_and_expectations(plugin,
     assert spec in out and "continuous" in out
     records = [dict(RECORDS[0], policy=spec), *RECORDS[1:],
                {"type": "expect", "policy": spec, "completed": 3}]
-    status, out, err = run(["check", write_trace(tmp_path, records, "c.jsonl")])
+    status, out, err = run(["check", write_trace(tmp_path, records, "c.jsonl"),
+                            "--allow-trace-plugins"])
     assert (status, err) == (0, ""), out
 
 
@@ -275,25 +276,32 @@ ONE = [{"type": "config", "block_size": 4, "num_blocks": 8, "token_budget": 8},
        req("a", 0, 9, 2), req("b", 0, 4, 2)]
 
 
-@pytest.mark.parametrize("cls, message", [
-    ("TooMuch", "broke a rule at tick 0: dispatch tokens(9) <= token_budget(8) is false"),
+@pytest.mark.parametrize("cls, message, inside", [
+    ("TooMuch", "broke a rule at tick 0: dispatch tokens(9) <= token_budget(8) is false",
+     None),
     ("NotRunning", "broke a rule at tick 0: request 'a' dispatched while waiting with 4 "
-                   "tokens"),
+                   "tokens", None),
     ("Greedy", "broke a rule at tick 0: held(0) + draining(0) + unused credit(100) <= "
-               "num_blocks(8) is false"),
+               "num_blocks(8) is false",
+     "            self.view.admit(self.waiting.pop(), 100)"),
     ("Twice", "broke a rule at tick 0: each request appears at most once in a dispatch is "
-              "false"),
+              "false", None),
     ("NotAList", "broke a rule at tick 0: schedule() returns a list of (request, tokens) "
-                 "pairs, got dict"),
+                 "pairs, got dict", None),
 ])
 def test_a_broken_rule_exits_3_naming_the_policy_the_tick_and_the_rule(plugin, tmp_path,
-                                                                       cls, message):
+                                                                       cls, message, inside):
     """Each bad plugin is stopped at its first broken rule: exit 3, one line naming the
-    policy (its spelling), the tick and the equation or rule; nothing on stdout."""
+    policy (its spelling), the tick and the equation or rule, and, when the rule broke
+    inside a call the policy made (`view.admit`), the policy's line; nothing on stdout."""
     spec = plugin(BAD, cls)
     status, out, err = run(["replay", write_trace(tmp_path, ONE), "--policy", spec])
     assert (status, out) == (3, "")
-    assert err == f"scheduler-sim: policy error: policy '{spec}' {message}\n"
+    where = ""
+    if inside is not None:
+        where = (f" ({spec.rsplit(':', 1)[0]}:{BAD.splitlines().index(inside) + 1} in "
+                 "schedule)")
+    assert err == f"scheduler-sim: policy error: policy '{spec}' {message}{where}\n"
 
 
 def test_an_exception_in_a_plugin_names_its_file_and_line(plugin, tmp_path):
@@ -312,18 +320,50 @@ def test_an_exception_in_a_plugin_names_its_file_and_line(plugin, tmp_path):
     (None, "Fifo", "no such file"),
     ("x = 1\n", "Fifo", "has no 'Fifo'"),
     ("class Fifo:\n    pass\n", "Fifo", "Fifo is not a subclass of scheduler_sim.Policy"),
-    ("def broken(:\n", "Fifo", "SyntaxError"),
-    ("import not_a_module_anywhere\n", "Fifo", "ModuleNotFoundError"),
 ])
-def test_a_plugin_that_cannot_be_loaded_is_a_usage_error(tmp_path, source, cls, message):
-    """A missing file, a missing class, a class that is no Policy, a syntax error, or a
-    failing import: exit 2 with one line saying which, never a traceback."""
+def test_a_plugin_that_cannot_be_found_is_a_usage_error(tmp_path, source, cls, message):
+    """A missing file, a missing class, or a class that is no Policy: the name leads
+    nowhere, exit 2 with one line saying which, never a traceback."""
     path = tmp_path / "p.py"
     if source is not None:
         path.write_text(source)
     status, out, err = run(["replay", write_trace(tmp_path, ONE), "--policy", f"{path}:{cls}"])
     assert (status, out) == (2, "")
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_missing_module_is_a_usage_error(tmp_path):
+    """`--policy no_such_module_here:Fifo`: nothing by that name, exit 2."""
+    status, out, err = run(["replay", write_trace(tmp_path, ONE), "--policy",
+                            "no_such_module_here:Fifo"])
+    assert (status, out) == (2, "")
+    assert err == ("scheduler-sim: error: cannot load policy from module "
+                   "'no_such_module_here': no such module (is it installed, or on "
+                   "PYTHONPATH?)\n")
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def broken(:\n", "raised SyntaxError while its module was imported: invalid syntax "
+                       "({path}:1)"),
+    ("import not_a_module_anywhere\n",
+     "raised ModuleNotFoundError while its module was imported: No module named "
+     "'not_a_module_anywhere' ({path}:1 in <module>)"),
+    ("raise SystemExit(0)\n", "raised SystemExit while its module was imported: 0 ({path}:1 "
+                              "in <module>)"),
+    ("raise KeyboardInterrupt\n", "raised KeyboardInterrupt while its module was imported "
+                                  "({path}:1 in <module>)"),
+])
+def test_a_plugin_whose_module_raises_is_the_plugins_fault(tmp_path, source, message):
+    """A plugin file whose own code raises while it is imported (a syntax error, an
+    import of its own that fails, even SystemExit(0) or KeyboardInterrupt): exit 3, one
+    line naming the policy, what it raised and its file and line."""
+    path = tmp_path / "p.py"
+    path.write_text(source)
+    spec = f"{path}:Fifo"
+    status, out, err = run(["replay", write_trace(tmp_path, ONE), "--policy", spec])
+    assert (status, out) == (3, "")
+    assert err == (f"scheduler-sim: policy error: policy '{spec}' "
+                   f"{message.format(path=path)}\n")
 
 
 def test_policy_class_resolves_builtins_and_refuses_bad_spellings():

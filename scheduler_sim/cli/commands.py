@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, TextIO
@@ -36,8 +37,10 @@ from ..io.sweep import (Axis, build_grid, check_axis, file_digest, merge_shards,
 from ..io.sweep import format_csv as sweep_csv
 from ..io.sweep import format_jsonl as sweep_jsonl
 from ..io.sweep import format_table as sweep_table
-from ..io.trace import MAX_PROBLEMS, Trace, parse_trace, read_trace
+from ..io.trace import (ALLOW_FLAG, MAX_PROBLEMS, Trace, allow_trace_plugins, parse_trace,
+                        read_trace)
 from ..io.trace import resolve_options as resolve_trace_options
+from ..policies import PluginError, is_plugin, policy_class
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, Options, show
@@ -87,9 +90,14 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
     when a cost model runs (`costmodel.fit_pool`). Bad flags raise UsageError.
 
     A flag that moves the trace's own times (`--tick-seconds` over a tick
-    trace's config, under a cost model) is worth a warning on `err`.
+    trace's config, under a cost model) is worth a warning on `err`. A plugin
+    policy that only the trace's config names is refused unless the command
+    line allows it (`--allow-trace-plugins`); the plugins to run are loaded
+    now, so that one that cannot be had stops the command before anything runs.
     """
     options, flags = resolve_trace_options(trace.config, _flag_values(args))
+    options = allow_trace_plugins(trace, options, getattr(args, "allow_trace_plugins", False))
+    load_plugins(options.policy, options.plugin_dir)
     ticks = trace.config.get("tick_seconds")
     if (err is not None and options.cost_model and options.time_unit == "tick"
             and "tick_seconds" in flags and ticks is not None and flags["tick_seconds"] != ticks):
@@ -97,6 +105,18 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
                   f"trace's tick of {ticks:g} s: every arrival and wait in the trace moves "
                   "with it\n")
     return fit_pool(options)
+
+
+def load_plugins(policies, base: str | None) -> None:
+    """Load every plugin among `policies` now (a relative file from `base`): a name
+    that leads nowhere is a UsageError; a module that raises, the plugin's
+    PolicyError."""
+    for name in policies:
+        if is_plugin(name):
+            try:
+                policy_class(name, base)
+            except PluginError as exc:
+                raise UsageError(str(exc)) from None
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -421,8 +441,8 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.jobs < 1:
         raise UsageError(f"-j must be an integer >= 1, got {args.jobs}")
     shard = parse_shard(args.shard) if args.shard is not None else None
-    axes = _grid_file(args.grid_file) if args.grid_file else []
-    axes += [_grid_flag(text) for text in args.grid or ()]
+    from_file = _grid_file(args.grid_file) if args.grid_file else []
+    axes = from_file + [_grid_flag(text) for text in args.grid or ()]
     fixed = _flag_values(args)
     policies = fixed.pop("policy", None)
     if policies is not None:
@@ -437,7 +457,9 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         digest = file_digest(args.trace)
         trace = read_trace(args.trace)
-    grid = build_grid(trace, axes, fixed, digest)
+    plugin_dir, swept = _sweep_plugins(args, trace, axes, from_file, fixed)
+    load_plugins(swept, plugin_dir)
+    grid = build_grid(trace, axes, fixed, digest, plugin_dir)
     plot = _sweep_plot(args, grid) if args.report else None
     configurations = shard_of(grid, shard)
     # The outputs are opened before anything runs: one that cannot be written
@@ -479,6 +501,30 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   "requests ended as finished_error\n")
         return 1
     return 0
+
+
+def _sweep_plugins(args: argparse.Namespace, trace: Trace, axes: list[Axis],
+                   from_file: list[Axis], fixed: dict[str, Any]) -> tuple[str | None, list]:
+    """(the folder relative plugin files are taken from, the policies swept). Plugins
+    named by a file (the grid file's policy list, or the trace's config when no
+    policy is swept) run only with --allow-trace-plugins, and are then taken from
+    that file's folder."""
+    axis = next((a for a in axes if a.name == "policy"), None)
+    if axis is None:  # the trace's policies (or the default)
+        base = resolve_trace_options(trace.config, dict(fixed))[0]
+        base = allow_trace_plugins(trace, base, args.allow_trace_plugins,
+                                   f"pass {ALLOW_FLAG} (or name it with --policy)")
+        return base.plugin_dir, list(base.policy)
+    named = [name for name in axis.values if is_plugin(name)]
+    if axis not in from_file or not named:
+        return None, list(axis.values)
+    if not args.allow_trace_plugins:
+        listed = ", ".join(repr(name) for name in named)
+        raise UsageError(f"{args.grid_file}: its policy list names the plugin "
+                         f"{'policy' if len(named) == 1 else 'policies'} {listed}: Python "
+                         f"code, which a grid file never runs on its own; to run it, pass "
+                         f"{ALLOW_FLAG} (or name it with --policy)")
+    return os.path.dirname(os.path.abspath(args.grid_file)), list(axis.values)
 
 
 def _sweep_plot(args: argparse.Namespace, grid) -> tuple[str, str]:

@@ -35,8 +35,11 @@ from ..gpu.costmodel import GPUS, MODELS
 from ..io.importers import FORMATS
 from ..io.outputs import GuardedStream, PipeClosed
 from ..io.report import printable
+from ..io.trace import ALLOW_FLAG
 from ..policies import POLICIES
+from ..records import interrupts
 from ..records.errors import InvariantError, PolicyError, SimError, TraceError, UsageError
+from ..records.interrupts import Terminated
 from ..records.options import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
 from .commands import COMMANDS, PROG
@@ -47,13 +50,6 @@ __all__ = ["main", "main_entry", "build_parser", "Terminated", "EXIT_INTERRUPTED
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a tool whose reader went away
 EXIT_TERMINATED = 143  # 128 + SIGTERM
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived (raised by `main_entry`'s handler where the program was).
-
-    A BaseException, like KeyboardInterrupt, so that only the cleanup clauses
-    (`except BaseException: ...; raise`) see it on its way to `main`."""
 
 
 # --- options from flags ------------------------------------------------------------
@@ -83,6 +79,13 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
                 text += f"; one of {', '.join(spec.choices)}"
             group.add_argument(spec.flag, dest=spec.name, default=None, metavar="VALUE",
                                help=text)
+
+
+def _add_allow_flag(parser: argparse.ArgumentParser, what: str = "config") -> None:
+    parser.add_argument(ALLOW_FLAG, action="store_true", dest="allow_trace_plugins",
+                        help=f"run a plugin policy (FILE.py:CLASS, MODULE:CLASS) that the "
+                             f"trace's {what} names; without it a trace never runs code "
+                             "(a relative FILE.py is taken from the trace's folder)")
 
 
 def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
@@ -130,6 +133,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--quiet", action="store_true",
                    help="no progress line on standard error (shown only on a terminal, "
                         "for runs longer than about a second)")
+    _add_allow_flag(p)
     _add_option_flags(p)
 
     p = sub.add_parser("validate", help="check a trace and summarise it",
@@ -143,6 +147,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--junit", metavar="FILE",
                    help="also write the results as JUnit XML to FILE (a test case per "
                         "expectation and policy), or - for stdout")
+    _add_allow_flag(p)
     _add_option_flags(p)
 
     p = sub.add_parser("convert", help="import a public trace format into trace v1",
@@ -226,6 +231,7 @@ def _add_sweep_parsers(sub: Any) -> None:
     p.add_argument("--x", metavar="NAME",
                    help="the swept option on --report's x axis (default: the first swept "
                         "option other than the policy)")
+    _add_allow_flag(p, "config or the --grid-file")
     _add_option_flags(p)
 
     p = sub.add_parser("sweep-merge", prog=f"{PROG} sweep merge",
@@ -245,7 +251,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
     output that cannot be written."""
     out = GuardedStream(sys.stdout if out is None else out, "standard output")
     err = GuardedStream(sys.stderr if err is None else err, "standard error")
-    status, message = _run(argv, out, err)
+    with interrupts.watching():  # an interrupt a policy raises is not Ctrl-C
+        status, message = _run(argv, out, err)
     if message:
         try:
             err.write(message + "\n")
@@ -292,6 +299,7 @@ def _run(argv: list[str] | None, out: GuardedStream,
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    interrupts.mark()
     raise Terminated
 
 

@@ -8,6 +8,13 @@ with its expected and actual value, exactly as `scheduler-sim check` prints
 it; a trace that does not parse fails one item with the parser's messages.
 Other `.jsonl` files (data, logs) are left alone.
 
+A trace is data: collecting one never runs code. A plugin policy that a
+trace's config names (`"policy": "my_policy.py:Mine"`) runs only with
+`pytest --allow-trace-plugins` (its file taken from the trace's folder);
+without it, that trace's items fail with a message saying so. Whatever a
+plugin does wrong fails its item with the one-line `policy error` of the
+command line, never a traceback of the simulator.
+
 The package never imports this module: only pytest does, so the simulator
 itself needs nothing outside the standard library.
 """
@@ -21,11 +28,22 @@ import pytest
 
 from ..gpu.costmodel import fit_pool
 from ..io.expectations import CheckResult, check_trace
-from ..io.trace import Trace, parse_trace
-from ..records.errors import TraceError, UsageError
+from ..io.trace import ALLOW_FLAG, Trace, allow_trace_plugins, read_trace
+from ..policies import PluginError, is_plugin, policy_class
+from ..records import interrupts
+from ..records.errors import SimError, TraceError, UsageError
 from ..records.options import Options
 
-__all__ = ["pytest_collect_file", "TraceFile", "ExpectationItem", "TraceProblem"]
+__all__ = ["pytest_addoption", "pytest_collect_file", "TraceFile", "ExpectationItem",
+           "TraceProblem"]
+
+
+def pytest_addoption(parser: Any) -> None:
+    """`--allow-trace-plugins`: run the plugin policies traces' configs name."""
+    parser.getgroup("scheduler-sim").addoption(
+        ALLOW_FLAG, action="store_true", dest="scheduler_sim_allow_trace_plugins",
+        help="scheduler-sim: run a plugin policy (FILE.py:CLASS, MODULE:CLASS) that a "
+             "trace's config names; without it a trace never runs code")
 
 _EXPECT = re.compile(rb'"type"\s*:\s*"expect"')
 
@@ -56,7 +74,7 @@ class TraceFile(pytest.File):
 
     def collect(self):
         try:
-            trace = parse_trace(self.path.read_bytes(), str(self.path))
+            trace = read_trace(str(self.path))
             options, _ = fit_pool(Options.resolve(trace.config))
             if options.problems():
                 raise UsageError("; ".join(options.problems()))
@@ -79,8 +97,17 @@ class TraceFile(pytest.File):
     def result(self, policy: str, line: int) -> CheckResult:
         """The check of the expectation on `line` under `policy` (each policy replays once)."""
         if policy not in self._results:
+            allowed = self.config.getoption("scheduler_sim_allow_trace_plugins", False)
             options = dataclasses.replace(self._options, policy=(policy,))
-            self._results[policy] = check_trace(self._trace, options)
+            options = allow_trace_plugins(self._trace, options, allowed,
+                                          f"run pytest with {ALLOW_FLAG}")
+            if is_plugin(policy):
+                try:
+                    policy_class(policy, options.plugin_dir)
+                except PluginError as exc:
+                    raise UsageError(str(exc)) from None
+            with interrupts.watching():  # an interrupt a policy raises is not Ctrl-C
+                self._results[policy] = check_trace(self._trace, options)
         return next(r for r in self._results[policy] if r.expectation.line == line)
 
     @property
@@ -105,6 +132,8 @@ class ExpectationItem(pytest.Item):
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:
         if isinstance(excinfo.value, ExpectationFailed):
             return "\n".join(excinfo.value.args[0].messages(str(self.path)))
+        if isinstance(excinfo.value, SimError):  # a plugin's fault, a refused plugin, ...
+            return f"{type(excinfo.value).__name__}: {excinfo.value}"
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Any, int, str]:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 from ..gpu.costmodel import CostModel, fit_pool, parse_cost_model
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
 from ..kv.prefix_cache import BlockKeys
-from ..policies import PADDING, Plan, PluginError, is_builtin, make_policy
+from ..policies import PADDING, Plan, PluginError, is_builtin, is_builtin_name, make_policy
 from ..policies.base import DecodesFirst
 from ..records.clock import Clock
 from ..records.errors import InvariantError, PolicyError, SimError, UsageError
@@ -49,11 +49,12 @@ from ..records.workload import Action, RequestSpec, Workload
 from ..requests.clients import ClientSlots
 from ..requests.queues import FcfsQueue
 from ..requests.request import (
-    DECODE, LOADED, LOADING, PARKING, PREFILL, PRODUCER, REMOTE, Request, emit_outputs,
+    DECODE, LOADED, LOADING, PARKING, PREFILL, PRODUCER, REMOTE, Request, emit_outputs, seal,
     write_decodes,
 )
 from .cohort import Cohort
 from .folding import fold
+from .policy_failure import policy_failure
 from .summary import RunStats
 
 __all__ = ["Engine", "RunResult", "run", "request_of"]
@@ -167,22 +168,23 @@ class Engine:
                                   options.step_overhead, options.tp)
         self.clients = (ClientSlots(options.max_concurrency)
                         if options.max_concurrency is not None else None)
+        self.policy_name = policy
         try:
             self.policy = make_policy(policy, options, self)
-        except PluginError as exc:
+        except PluginError as exc:  # no such file, module or class: the user's spelling
             raise UsageError(str(exc)) from None
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        except Exception as exc:  # a plugin's constructor failed
-            raise PolicyError(f"policy {policy!r} raised {type(exc).__name__} when built: "
-                              f"{exc}{_where(exc)}") from None
-        self.policy_name = policy
+        except BaseException as exc:  # a plugin's import or constructor failed
+            failure = policy_failure(exc, policy, not is_builtin_name(policy), self.clock, 0)
+            if failure is None:
+                raise
+            raise failure from None
         if self.allocator.cache is not None:
             self.allocator.cache.duplicates = bool(self.policy.caches_duplicate_blocks)
             self.allocator.cache.tree = bool(self.policy.radix_eviction)
         # A policy from outside the package has every decision checked, and its
         # failures are reported as the policy's (PolicyError), not as ours.
         self._plugin = not is_builtin(self.policy)
+        self.builtin_policy = not self._plugin
         self.now = 0
         self._emit = on_event
         self._on_state = on_state
@@ -525,6 +527,8 @@ class Engine:
             break
         req = request_of(spec)
         req.sent = spec.arrival
+        if self._plugin:
+            seal(req)
         self._give_keys(req)
         self.requests[req.rid] = req
         return req
@@ -552,6 +556,8 @@ class Engine:
         another replica sent on) keeps its send time."""
         if not forwarded:
             req.sent = self.now
+        if self._plugin:
+            seal(req)  # a plugin reads its requests, and changes them only through us
         self._changes += 1
         self._give_keys(req)
         emit = self._emit
@@ -968,33 +974,17 @@ class Engine:
     def run(self) -> RunResult:
         """Replay the whole workload; return the summary and the request records.
 
-        With a plugin policy, a broken rule or an exception raised by the policy
-        becomes a PolicyError naming the policy, the time and the rule.
+        With a plugin policy, a broken rule or anything the policy raises becomes a
+        PolicyError naming the policy, the time and the rule (policy_failure.py).
         """
         try:
             return self._run()
-        except PolicyError:
-            raise
-        except InvariantError as exc:
-            if self._plugin:
-                raise PolicyError(f"policy {self.policy_name!r} broke a rule at "
-                                  f"{self._when(exc.tick)}: {exc.detail}") from None
-            if exc.tick is not None and self.clock.in_seconds:
-                raise InvariantError(exc.detail, exc.tick, self._when(exc.tick)) from None
-            raise
-        except SimError:
-            raise
-        except Exception as exc:
-            if not self._plugin:
+        except BaseException as exc:
+            failure = policy_failure(exc, self.policy_name, self._plugin, self.clock,
+                                     self.now)
+            if failure is None:
                 raise
-            raise PolicyError(f"policy {self.policy_name!r} raised {type(exc).__name__} at "
-                              f"{self._when()}: {exc}{_where(exc)}") from None
-
-    def _when(self, step: int | None = None) -> str:
-        """A time (default: now) as outputs give it: `tick 3` or `0.012345 s`."""
-        step = self.now if step is None else step
-        clock = self.clock
-        return f"{clock.report(step)} s" if clock.in_seconds else f"tick {step}"
+            raise failure from None
 
     def _check_plan(self, plan) -> None:
         """A plugin's plan must be a list of (request, tokens) pairs of its own running
@@ -1258,19 +1248,6 @@ class Engine:
                 self._end(req)
             if self._emit is not None:
                 self._emit(Stalled(now, req.rid, reason))
-
-
-def _where(exc: BaseException) -> str:
-    """` (file.py:12 in schedule)`: the last frame of a traceback outside this package."""
-    import os
-    import traceback
-    package = os.path.dirname(os.path.dirname(__file__)) + os.sep  # scheduler_sim/
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith(package)]
-    if not frames:
-        return ""
-    frame = frames[-1]
-    return f" ({frame.filename}:{frame.lineno} in {frame.name})"
 
 
 # Held waiting requests past which arrivals are spilled (with twice max_rows).

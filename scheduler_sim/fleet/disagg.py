@@ -90,10 +90,10 @@ from ..records.events import Event, Prefilled, Released, TransferDone, TransferS
 from ..records.options import Options
 from ..records.workload import RequestSpec, Workload
 from ..requests.request import (
-    HANDED_OFF, LOADED, LOADING, PRODUCER, REMOTE, Request,
+    HANDED_OFF, LOADED, LOADING, PRODUCER, REMOTE, Request, set_outputs,
 )
 from .fleet import (FleetResult, ReplicaView, fleet_summary, make_replicas,
-                    replica_summaries, stall_if_livelocked, stall_the_stuck)
+                    replica_summaries, run_guarded, stall_if_livelocked, stall_the_stuck)
 from .routers import make_router
 
 __all__ = ["DisaggFleet", "Transfer"]
@@ -206,7 +206,7 @@ class DisaggFleet:
                 self._copying[req.rid].aborted = True
         else:
             spec = self._specs.pop(req.rid)
-            req.output_tokens, req.max_tokens = spec.output_tokens, spec.max_tokens
+            set_outputs(req, spec.output_tokens, spec.max_tokens)
         self.final.request_ended(req)
         if self._on_request_end is not None:
             self._on_request_end(req)
@@ -344,6 +344,11 @@ class DisaggFleet:
         return out
 
     def run(self) -> FleetResult:
+        """Replay the workload; a plugin policy's failure on any replica is the
+        policy's (`fleet.run_guarded`)."""
+        return run_guarded(self.engines, self.policy_name, self._run)
+
+    def _run(self) -> FleetResult:
         engines = self.engines
         n = len(engines)
         specs = self.workload.arrivals()

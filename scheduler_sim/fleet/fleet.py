@@ -40,6 +40,7 @@ from itertools import islice
 from typing import Any, Callable
 
 from ..engine.core import Engine, RunResult
+from ..engine.policy_failure import policy_failure
 from ..engine.summary import RunStats
 from ..kv.prefix_cache import BlockKeys
 from ..records.clock import Clock
@@ -49,7 +50,8 @@ from ..records.workload import Workload
 from ..requests.request import Request
 from .routers import make_router
 
-__all__ = ["Fleet", "FleetResult", "ReplicaView", "make_replicas", "stall_if_livelocked",
+__all__ = ["Fleet", "FleetResult", "ReplicaView", "make_replicas", "run_guarded",
+           "stall_if_livelocked",
            "stall_the_stuck",
            "replica_summaries", "fleet_summary"]
 
@@ -74,6 +76,22 @@ def make_replicas(workload: Workload, options: Options, policy: str, count: int,
     for i, engine in enumerate(engines):
         engine.replica = i
     return engines
+
+
+def run_guarded(engines: list[Engine], policy: str,
+                run: Callable[[], FleetResult]) -> FleetResult:
+    """`run()`, with whatever ends it sorted out as a lone engine does: under a plugin
+    policy, a broken rule or anything the policy raised on any replica becomes the
+    policy's PolicyError, at the fleet's latest time (engine/policy_failure.py)."""
+    try:
+        return run()
+    except BaseException as exc:
+        first = engines[0]
+        now = max(engine.now for engine in engines)
+        failure = policy_failure(exc, policy, not first.builtin_policy, first.clock, now)
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def stall_if_livelocked(engine: Engine) -> bool:
@@ -184,6 +202,11 @@ class Fleet:
         self.routed = [0] * len(self.engines)  # requests each replica was sent
 
     def run(self) -> FleetResult:
+        """Replay the workload; a plugin policy's failure on any replica is the
+        policy's (`run_guarded`)."""
+        return run_guarded(self.engines, self.policy_name, self._run)
+
+    def _run(self) -> FleetResult:
         engines = self.engines
         n = len(engines)
         specs = self.workload.arrivals()

@@ -52,7 +52,7 @@ class LockstepFleet(Fleet):
         for engine in self.engines:
             engine.lockstep_step = 0
 
-    def run(self) -> FleetResult:
+    def _run(self) -> FleetResult:
         engines = self.engines
         specs = self.workload.arrivals()
         spec = next(specs, None)

@@ -145,12 +145,14 @@ def check_axis(name: str, values: Any, where: str = "grid") -> Axis:
 
 
 def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
-               trace_sha256: str | None = None) -> Grid:
+               trace_sha256: str | None = None, plugin_dir: str | None = None) -> Grid:
     """Every configuration of the cross product of `axes`, resolved over the trace's
     config and the `fixed` options (raw values, checked here). Without a `policy`
     axis, the policies of `fixed` (else the trace's, else the default) are the last
     axis. A configuration whose values cannot work together (order lpm without
-    prefix caching, say) raises UsageError naming it."""
+    prefix caching, say) raises UsageError naming it. A relative plugin file is
+    taken from `plugin_dir` (None: the working directory); whether a plugin may run
+    at all is the caller's to decide (`trace.allow_trace_plugins`)."""
     axes = list(axes)
     names = [axis.name for axis in axes]
     for name in names:
@@ -177,6 +179,7 @@ def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
         except UsageError as exc:
             raise UsageError(f"grid: configuration {index} ({config.label()}): {exc}") from None
         fleet = fleet or options.fleet
+        options = dataclasses.replace(options, plugin_dir=plugin_dir)
         configurations.append(dataclasses.replace(config, options=options))
     fields = RUN_FIELDS + (FLEET_RUN_FIELDS if fleet else ())
     columns = ("index", *names, "time_unit", "stalled", *fields)

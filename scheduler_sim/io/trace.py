@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ..engine.summary import FLEET_REQUEST_FIELDS, FLEET_RUN_FIELDS, REQUEST_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import parse_cost_model
 from ..kv.allocator import blocks_for
-from ..policies import POLICIES, is_plugin, policy_class
+from ..policies import POLICIES, is_plugin, spelling_problem
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, Options, check_value, show
 from ..records.states import RequestStatus
@@ -39,7 +39,7 @@ from ..records.workload import Action, RequestSpec, Workload
 from ..requests.queues import QUEUE_ORDERS
 
 __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
-           "resolve_options",
+           "resolve_options", "plugins_from_trace", "allow_trace_plugins", "ALLOW_FLAG",
            "SNAPSHOT_FIELDS", "MAX_PROBLEMS"]
 
 MAX_PROBLEMS = 50
@@ -92,6 +92,9 @@ class Trace:
     config: dict[str, Any]
     workload: Workload
     expects: tuple[Expectation, ...]
+    # The folder of the trace file (None: read from standard input or built in
+    # memory): a relative FILE.py:CLASS its config names is taken from there.
+    directory: str | None = None
 
     @property
     def time_unit(self) -> str:
@@ -282,13 +285,10 @@ def check_options(values: dict[str, Any], report) -> dict[str, Any]:
                        f"(known: {', '.join(POLICIES)}, or MODULE:CLASS or FILE.py:CLASS "
                        "for your own)")
                 continue
-            broken = []
-            for name in checked:
-                if is_plugin(name):
-                    try:
-                        policy_class(name)
-                    except ValueError as exc:
-                        broken.append(str(exc))
+            # A plugin's spelling is checked here; its code is never run (a trace is
+            # data: `plugins_from_trace`).
+            broken = [spelling_problem(name) for name in checked if is_plugin(name)]
+            broken = [problem for problem in broken if problem]
             if broken:
                 report(broken[0])
                 continue
@@ -836,7 +836,7 @@ def read_trace(path: str) -> Trace:
                 data = handle.read()
         except OSError as exc:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
-        return parse_trace(data, path)
+        return dataclasses.replace(parse_trace(data, path), directory=_folder(path))
     checker = _Validator(path, streamed=True)
     for number, raw in _file_lines(path):
         checker.feed(number, raw)
@@ -850,4 +850,40 @@ def read_trace(path: str) -> Trace:
                                      checker.largest)
     else:
         workload = Workload.build(list(source()), cancels, preempts)
-    return checker.trace(path, workload)
+    return dataclasses.replace(checker.trace(path, workload), directory=_folder(path))
+
+
+def _folder(path: str) -> str:
+    return os.path.dirname(os.path.abspath(path))
+
+
+# --- a trace is data -----------------------------------------------------------------
+
+ALLOW_FLAG = "--allow-trace-plugins"
+
+
+def plugins_from_trace(options: Options) -> list[str]:
+    """The plugin policies (`FILE.py:CLASS`, `MODULE:CLASS`) that `options` would run
+    because a trace's config names them (no flag or argument gave the policies)."""
+    if options.origin.get("policy") != "trace":
+        return []
+    return [name for name in options.policy if is_plugin(name)]
+
+
+def allow_trace_plugins(trace: Trace, options: Options, allowed: bool,
+                        how: str = f"pass {ALLOW_FLAG} (or name it with --policy)"
+                        ) -> Options:
+    """`options` as they may run: a plugin named only by the trace's config is code
+    the user did not ask for on the command line, refused (UsageError naming it and
+    `how` to allow it) unless `allowed`; allowed, a relative file is taken from the
+    trace's folder."""
+    named = plugins_from_trace(options)
+    if not named:
+        return options
+    if not allowed:
+        listed = ", ".join(repr(name) for name in named)
+        noun = "policy" if len(named) == 1 else "policies"
+        raise UsageError(f"{trace.name}: its config names the plugin {noun} {listed}: "
+                         f"Python code, which a trace never runs on its own; to run it, "
+                         f"{how}")
+    return dataclasses.replace(options, plugin_dir=trace.directory)

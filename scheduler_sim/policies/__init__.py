@@ -9,14 +9,16 @@ from __future__ import annotations
 from .base import PADDING, Plan, Policy, QueueAndListPolicy, SchedulerView
 from .continuous import ContinuousPolicy
 from .dynamic import DynamicPolicy
-from .plugins import PluginError, is_plugin, load_plugin  # noqa: F401 (re-exported)
+from .plugins import (PluginError, is_plugin, load_plugin,  # noqa: F401 (re-exported)
+                      plugin_file, spelling_problem)
 from .serial import SerialPolicy
 from .sglang import SglangPolicy
 from .static import StaticPolicy
 from .vllm import VllmPolicy
 
 __all__ = ["PADDING", "Plan", "Policy", "QueueAndListPolicy", "SchedulerView", "POLICIES", "make_policy",
-           "policy_class", "is_builtin", "is_plugin", "PluginError"]
+           "policy_class", "is_builtin", "is_builtin_name", "is_plugin", "PluginError",
+           "spelling_problem", "plugin_file"]
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
@@ -25,11 +27,13 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
-def policy_class(name: str) -> type[Policy]:
+def policy_class(name: str, base: str | None = None) -> type[Policy]:
     """The class a policy name stands for: a built-in, or a plugin (`module:Class`,
-    `file.py:Class`). Raises ValueError (PluginError for plugins) saying why not."""
+    `file.py:Class`, a relative file taken from the folder `base`). Raises ValueError
+    (PluginError for plugins) saying why not, or PolicyError when a plugin's module
+    raises while it is imported."""
     if is_plugin(name):
-        return load_plugin(name)
+        return load_plugin(name, base)
     try:
         return POLICIES[name]
     except KeyError:
@@ -43,9 +47,15 @@ def is_builtin(policy: Policy) -> bool:
     return type(policy) in _BUILTIN
 
 
+def is_builtin_name(name: str) -> bool:
+    """True for the name of one of the package's own policies."""
+    return name in POLICIES
+
+
 def make_policy(name: str, options, view) -> Policy:
-    """Build the named policy (see `policy_class`)."""
-    return policy_class(name)(options, view)
+    """Build the named policy (see `policy_class`; a relative plugin file is taken from
+    `options.plugin_dir`)."""
+    return policy_class(name, options.plugin_dir)(options, view)
 
 
 _BUILTIN = frozenset(POLICIES.values())

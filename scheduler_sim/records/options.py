@@ -391,6 +391,9 @@ class Options:
     activation_reserve: float = OPTIONS["activation_reserve"].default
     origin: dict[str, str] = dataclasses.field(default_factory=dict, compare=False,
                                                repr=False)
+    # The folder a relative `FILE.py:CLASS` policy is loaded from (None: the working
+    # directory): the trace's own folder when its config named the plugin.
+    plugin_dir: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.prefill_chunk is None:

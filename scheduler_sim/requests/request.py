@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..records.errors import InvariantError
 from ..records.states import RequestStatus
 
-__all__ = ["Request", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
+__all__ = ["Request", "SealedRequest", "seal", "set_outputs", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
            "advance_decodes", "catch_up", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
            "LOADING", "LOADED"]
 
@@ -168,7 +168,7 @@ class Request:
     def admit(self, now: int, seq: int, credit: int) -> None:
         """WAITING or PREEMPTED -> RUNNING, holding `credit` reserved blocks."""
         self._expect("admit", W.WAITING, W.PREEMPTED)
-        self.status = W.RUNNING
+        _become(self, W.RUNNING)
         self.credit = credit
         self.admit_seq = seq
         if self.admitted_at is None:
@@ -216,8 +216,8 @@ class Request:
             raise InvariantError(
                 f"request {self.rid!r}: finish with outputs({self.outputs}) != "
                 f"output_tokens({self.output_tokens})")
-        self.status = (W.FINISHED_LENGTH_CAPPED if self.output_tokens == self.max_tokens
-                       else W.FINISHED_STOPPED)
+        _become(self, W.FINISHED_LENGTH_CAPPED if self.output_tokens == self.max_tokens
+                else W.FINISHED_STOPPED)
         self._end(now)
 
     def preempt(self, include_pending: bool = False) -> None:
@@ -242,19 +242,19 @@ class Request:
         self.resident = 0
         self.credit = 0
         self.preemptions += 1
-        self.status = W.PREEMPTED
+        _become(self, W.PREEMPTED)
 
     def wait_for_remote_kv(self) -> None:
         """RUNNING -> WAITING_FOR_REMOTE_KV: admitted on a decode replica, it holds the
         blocks its prompt's KV is being copied into and is not scheduled."""
         self._expect("wait for remote KV", W.RUNNING)
-        self.status = W.WAITING_FOR_REMOTE_KV
+        _become(self, W.WAITING_FOR_REMOTE_KV)
 
     def load_remote_kv(self, rows: int) -> None:
         """WAITING_FOR_REMOTE_KV -> WAITING: the copy landed; `rows` rows are resident
         (loaded, not computed: useful rows the first time, never replayed)."""
         self._expect("load remote KV", W.WAITING_FOR_REMOTE_KV)
-        self.status = W.WAITING
+        _become(self, W.WAITING)
         if rows > self.high_water:
             self.useful_rows += rows - self.high_water
             self.high_water = rows
@@ -265,26 +265,26 @@ class Request:
         """Any live state -> FINISHED_ABORTED; returns the state it was in."""
         self._expect("cancel", W.WAITING, W.RUNNING, W.PREEMPTED, W.WAITING_FOR_REMOTE_KV)
         was = self.status
-        self.status = W.FINISHED_ABORTED
+        _become(self, W.FINISHED_ABORTED)
         self._end(now)
         return was
 
     def reject(self, now: int) -> None:
         """WAITING -> FINISHED_IGNORED: it could never be served (E6)."""
         self._expect("reject", W.WAITING)
-        self.status = W.FINISHED_IGNORED
+        _become(self, W.FINISHED_IGNORED)
         self._end(now)
 
     def time_out(self, now: int) -> None:
         """WAITING or PREEMPTED -> FINISHED_TIMEOUT."""
         self._expect("time out", W.WAITING, W.PREEMPTED)
-        self.status = W.FINISHED_TIMEOUT
+        _become(self, W.FINISHED_TIMEOUT)
         self._end(now)
 
     def fail(self, now: int) -> None:
         """Any live state -> FINISHED_ERROR (the run stalled, E6b)."""
         self._expect("fail", W.WAITING, W.RUNNING, W.PREEMPTED, W.WAITING_FOR_REMOTE_KV)
-        self.status = W.FINISHED_ERROR
+        _become(self, W.FINISHED_ERROR)
         self._end(now)
 
     def _end(self, now: int) -> None:
@@ -292,6 +292,52 @@ class Request:
         self.credit = 0
         self.resident = 0
         self.block_keys = None
+
+
+# The transitions write a request's status through the slot itself, so that a
+# SealedRequest, which refuses `req.status = ...`, still moves through them.
+_become = Request.status.__set__
+_SPEC_SLOTS = {name: Request.__dict__[name] for name in (
+    "rid", "index", "arrival", "prompt_tokens", "output_tokens", "max_tokens", "priority",
+    "deadline", "prompt_token_ids", "output_token_ids", "block_hashes")}
+_write = object.__setattr__
+
+
+class SealedRequest(Request):
+    """A request as a policy from outside the package (a plugin) holds it.
+
+    Everything can be read; what the trace asked for (id, arrival, prompt,
+    outputs, max_tokens, priority, deadline, token ids, block hashes) and the
+    status cannot be written: the status changes only through the transitions
+    the engine makes (`view.admit`, `view.preempt`, ...), and a write is refused
+    with an InvariantError naming the field, so that a policy cannot falsify
+    the results. This guards against mistakes, not malice: Python offers ways
+    around any such rule. The engine seals a plugin's requests
+    (`seal`); built-in policies get plain requests, at no cost.
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "status" or name in _SPEC_SLOTS:
+            raise InvariantError(
+                f"request {self.rid!r}: a policy may not set {name} (to "
+                f"{getattr(value, 'label', repr(value))}); "
+                + ("it changes only through the view's transitions (admit, preempt)"
+                   if name == "status" else "it is what the trace asked for"))
+        _write(self, name, value)
+
+
+def seal(req: Request) -> None:
+    """Make `req` a SealedRequest (the same object and fields)."""
+    req.__class__ = SealedRequest
+
+
+def set_outputs(req: Request, output_tokens: int, max_tokens: int) -> None:
+    """Give `req` the outputs its trace asked for, sealed or not (disaggregation: a
+    prompt-only run on a prefill replica that ended there ends as the request)."""
+    _SPEC_SLOTS["output_tokens"].__set__(req, output_tokens)
+    _SPEC_SLOTS["max_tokens"].__set__(req, max_tokens)
 
 
 # --- progress, a dispatch at a time --------------------------------------------

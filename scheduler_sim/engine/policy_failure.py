@@ -1,0 +1,58 @@
+"""What a failure during a replay becomes: the simulator's, or the policy's.
+
+A policy from outside the package (a plugin) is code the user chose to run,
+and the engine checks every decision it makes. When a replay under such a
+policy fails, the failure is the policy's and is reported as a `PolicyError`
+naming the policy, the time and what went wrong (exit status 3), whatever
+the policy raised, and wherever the replay ran (one engine, a fleet of
+replicas, lockstep ranks, prefill and decode replicas, a worker process):
+
+- a rule the engine checks and the policy broke (an `InvariantError` raised
+  by the package's own code): `broke a rule at tick 4: ...`;
+- anything the policy's code raised itself, any BaseException at all
+  (SystemExit, GeneratorExit, KeyboardInterrupt that no signal explains, one
+  of the simulator's own error types, an exception whose `str()` fails):
+  `raised ValueError at tick 4: ... (my_policy.py:12 in schedule)`, the last
+  frame of the traceback outside the package.
+
+What stays as it is: an interrupt a signal explains (`records.interrupts`),
+and the simulator's own errors raised by the package's code (an output that
+cannot be written, a reader that went away); under a built-in policy every
+failure is the simulator's.
+"""
+from __future__ import annotations
+
+from ..policies.plugins import describe, raised_outside, where
+from ..records.clock import Clock
+from ..records.errors import InvariantError, PolicyError, SimError
+from ..records.interrupts import from_signal
+
+__all__ = ["policy_failure", "moment"]
+
+
+def moment(clock: Clock, step: int) -> str:
+    """A time as the run's outputs give it: `tick 3`, or `0.012345 s` under a cost
+    model."""
+    return f"{clock.report(step)} s" if clock.in_seconds else f"tick {step}"
+
+
+def policy_failure(exc: BaseException, policy: str, plugin: bool, clock: Clock,
+                   now: int) -> BaseException | None:
+    """The error to raise instead of `exc`, which ended at step `now` a replay under
+    `policy` (a plugin when `plugin`); None to let `exc` go on as it is."""
+    if isinstance(exc, PolicyError) or from_signal(exc):
+        return None
+    if not plugin:
+        if isinstance(exc, InvariantError) and exc.tick is not None and clock.in_seconds:
+            return InvariantError(exc.detail, exc.tick, moment(clock, exc.tick))
+        return None
+    outside = raised_outside(exc)
+    if isinstance(exc, InvariantError) and not outside:
+        tick = now if exc.tick is None else exc.tick
+        return PolicyError(f"policy {policy!r} broke a rule at {moment(clock, tick)}: "
+                           f"{exc.detail}{where(exc)}")
+    if isinstance(exc, SimError) and not outside:
+        return None  # the simulator's own: an output that cannot be written, say
+    name, text = describe(exc)
+    return PolicyError(f"policy {policy!r} raised {name} at {moment(clock, now)}"
+                       f"{': ' + text if text else ''}{where(exc)}")

@@ -1,0 +1,88 @@
+"""Whether an interrupt came from a signal, or from code that raised it.
+
+Ctrl-C (SIGINT) raises KeyboardInterrupt wherever the program happens to be,
+and the command line turns SIGTERM into `Terminated` the same way. A policy
+of your own can raise either itself, and that must be reported as the
+policy's failure (exit 3), not as an interrupt (exit 130 or 143). The two
+cannot be told apart by where they were raised: a real Ctrl-C lands in the
+policy's code as often as anywhere else. So the handlers of this module
+note that a signal arrived (`mark`), and `from_signal` answers for an
+exception whether a signal can explain it:
+
+- while `watching` (the command line, from its start; a worker process,
+  which ignores SIGINT and is stopped by its parent; the Python API and the
+  pytest plugin for the length of a call, through `watching()`), only an
+  interrupt raised after a signal arrived is one;
+- in any thread but the main one, none is (Python delivers signals to the
+  main thread only);
+- otherwise (a caller that installed handlers of its own) every interrupt is
+  taken to be one, as it always was.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Any, Iterator
+
+__all__ = ["Terminated", "mark", "watch", "watching", "from_signal", "on_sigint",
+           "is_interrupt"]
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (raised by the command line's handler where the program was).
+
+    A BaseException, like KeyboardInterrupt, so that only the cleanup clauses
+    (`except BaseException: ...; raise`) see it on its way to `main`."""
+
+
+_state = {"watching": False, "seen": False}
+
+
+def mark() -> None:
+    """A signal arrived: the interrupts raised from now on are real."""
+    _state["seen"] = True
+
+
+def watch() -> None:
+    """From now on in this process, an interrupt is real only after `mark` (for a
+    process whose signal handlers call `mark`, or that receives none)."""
+    _state["watching"] = True
+
+
+def on_sigint(signum: int, frame: Any) -> None:
+    """A SIGINT handler that behaves as Python's own (KeyboardInterrupt), noting it."""
+    mark()
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[None]:
+    """Tell interrupts apart for the length of the block: in the main thread, when
+    SIGINT still has Python's default handler, that handler is replaced by
+    `on_sigint` (which does the same, noting it) and put back afterwards."""
+    if (_state["watching"] or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    signal.signal(signal.SIGINT, on_sigint)
+    _state.update(watching=True, seen=False)
+    try:
+        yield
+    finally:
+        _state["watching"] = False
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """KeyboardInterrupt or Terminated."""
+    return isinstance(exc, (KeyboardInterrupt, Terminated))
+
+
+def from_signal(exc: BaseException) -> bool:
+    """Whether `exc` is an interrupt that a signal can explain (see the module's rules)."""
+    if not is_interrupt(exc):
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    return _state["seen"] or not _state["watching"]

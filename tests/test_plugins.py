@@ -260,6 +260,18 @@ class Twice(QueueAndListPolicy):
         return [(first, 1), (first, 1)]
 
 
+class TwiceOverBudget(QueueAndListPolicy):
+    """Names a twice with 8 of its 9 prompt tokens: the duplicate is the fault named,
+    not the 8-token budget the two entries exceed together."""
+    def schedule(self, now):
+        while self.waiting:
+            head = self.waiting.pop()
+            self.view.admit(head, self.blocks_to_finish(head))
+            self.running.append(head)
+        first = self.running[0]
+        return [(first, 8), (first, 8)]
+
+
 class NotAList(QueueAndListPolicy):
     """Returns a dict, as vLLM's SchedulerOutput would map ids to tokens."""
     def schedule(self, now):
@@ -284,8 +296,10 @@ ONE = [{"type": "config", "block_size": 4, "num_blocks": 8, "token_budget": 8},
     ("Greedy", "broke a rule at tick 0: held(0) + draining(0) + unused credit(100) <= "
                "num_blocks(8) is false",
      "            self.view.admit(self.waiting.pop(), 100)"),
-    ("Twice", "broke a rule at tick 0: each request appears at most once in a dispatch is "
-              "false", None),
+    ("Twice", "broke a rule at tick 0: request 'a' appears twice in one dispatch (a request "
+              "runs at most once per dispatch)", None),
+    ("TwiceOverBudget", "broke a rule at tick 0: request 'a' appears twice in one dispatch "
+                        "(a request runs at most once per dispatch)", None),
     ("NotAList", "broke a rule at tick 0: schedule() returns a list of (request, tokens) "
                  "pairs, got dict", None),
 ])

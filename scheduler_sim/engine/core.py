@@ -54,7 +54,7 @@ from ..requests.request import (
 )
 from .cohort import Cohort
 from .folding import fold
-from .policy_failure import policy_failure
+from .policy_failure import policy_failure, shown
 from .summary import RunStats
 
 __all__ = ["Engine", "RunResult", "run", "request_of"]
@@ -993,13 +993,19 @@ class Engine:
             raise InvariantError(f"schedule() returns a list of (request, tokens) pairs, "
                                  f"got {type(plan).__name__}", self.now)
         requests = self.requests
+        seen: set[str] = set()
         for entry in plan:
-            if (not isinstance(entry, tuple) or len(entry) != 2
+            if (type(entry) is not tuple or len(entry) != 2
                     or not isinstance(entry[0], Request)
                     or requests.get(entry[0].rid) is not entry[0]
-                    or isinstance(entry[1], bool) or not isinstance(entry[1], int)):
+                    or type(entry[1]) is not int):
                 raise InvariantError(f"each plan entry is a (request of this run, int "
-                                     f"tokens) pair, got {entry!r}", self.now)
+                                     f"tokens) pair, got {shown(entry)}", self.now)
+            rid = entry[0].rid
+            if rid in seen:
+                raise InvariantError(f"request {rid!r} appears twice in one dispatch (a "
+                                     "request runs at most once per dispatch)", self.now)
+            seen.add(rid)
 
     def _run(self) -> RunResult:
         """The loop: at each boundary E1, then E2 and E3, then the next boundary (E7)."""

@@ -27,7 +27,22 @@ from ..records.clock import Clock
 from ..records.errors import InvariantError, PolicyError, SimError
 from ..records.interrupts import from_signal
 
-__all__ = ["policy_failure", "moment"]
+__all__ = ["policy_failure", "moment", "shown"]
+
+# A value a policy handed over is shown up to this many characters.
+SHOWN_LIMIT = 200
+
+
+def shown(value: object) -> str:
+    """`repr(value)` for a message, whatever the value: cut when long, and still a
+    description when its repr raises (a policy's object can do anything)."""
+    try:
+        text = repr(value)
+        if not isinstance(text, str):
+            raise TypeError(text)
+    except BaseException as exc:  # noqa: B036
+        return f"a {type(value).__name__} whose repr() raised {type(exc).__name__}"
+    return text if len(text) <= SHOWN_LIMIT else text[:SHOWN_LIMIT] + "..."
 
 
 def moment(clock: Clock, step: int) -> str:

@@ -14,9 +14,10 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
@@ -26,7 +27,8 @@ from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_len
                             spec_problems, weights_problem)
 from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
-from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
+from ..io.outputs import (EventFile, Output, check_output_paths, jsonl, read_text,
+                          write_whole)
 from ..io.perfetto import PerfettoFile
 from ..io.progress import Progress, wanted
 from ..io.report import (csv_header, format_json, format_requests, format_table,
@@ -99,6 +101,18 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
     return fit_pool(options)
 
 
+def _plugin_sources(policies: Iterable[Any] | None) -> list[tuple[str, str]]:
+    """The source files of the plugin policies spelled FILE.py:CLASS, as inputs for
+    `check_output_paths` (a plugin's source is read like a trace is). The spelling
+    is the one `plugins.load_plugin` loads as a file."""
+    sources = []
+    for spec in policies or ():
+        where, sep, _ = str(spec).rpartition(":")
+        if sep and (where.endswith(".py") or "/" in where or os.sep in where):
+            sources.append((f"the source of policy {spec}", where))
+    return sources
+
+
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace under each policy (`-j N`: in N processes); print the
     side-by-side table. Interrupted, it prints the policies that finished and
@@ -112,8 +126,13 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                          "output; send one of them to a file")
     if args.jobs < 1:
         raise UsageError(f"-j must be at least 1, got {args.jobs}")
+    written = (("--events", args.events), ("--requests-csv", args.requests_csv),
+               ("--report", args.report), ("--perfetto", args.perfetto))
+    check_output_paths(written, [("the trace", args.trace)] + _plugin_sources(args.policy))
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)
+    # The trace's config may name plugin policies of its own.
+    check_output_paths(written, [("the trace", args.trace)] + _plugin_sources(options.policy))
     clock = Clock.of(options)
     policies = list(options.policy)
     outputs = Sinks()
@@ -183,8 +202,11 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace and verify its `expect` records; exit 1 on any failure."""
+    written = [("--junit", args.junit)]
+    check_output_paths(written, [("the trace", args.trace)] + _plugin_sources(args.policy))
     trace = read_trace(args.trace)
     options, _ = resolve_options(trace, args, err)
+    check_output_paths(written, [("the trace", args.trace)] + _plugin_sources(options.policy))
     name = printable(trace.name)
     expects = list(trace.expects)
     results = check_trace(trace, options)
@@ -220,6 +242,7 @@ def _article(word: str) -> str:
 
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Import a public trace format into trace v1 (times in seconds)."""
+    check_output_paths([("-o", args.out)], [("the input", args.file)])
     name = "<stdin>" if args.file == "-" else args.file
     result = convert(args.fmt, read_text(args.file), name)
     requests = len(result.records) - 1
@@ -305,6 +328,11 @@ def _priorities(text: str | None) -> tuple[tuple[int, float], ...]:
 
 def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Write a seeded synthetic workload as a trace."""
+    check_output_paths([("-o", args.out)],
+                       [(f"the trace of {flag}", text.partition(":")[2])
+                        for flag, text in (("--prompt-len", args.prompt),
+                                           ("--output-len", args.output))
+                        if text.startswith("empirical:")])
     spec = WorkloadSpec(
         seed=args.seed, requests=args.requests, rate=args.rate, arrival=args.arrival,
         cv=args.cv, prefix_groups=args.prefix_groups, prefix_tokens=args.prefix_tokens,
@@ -420,6 +448,9 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                          "output; send one of them to a file")
     if args.jobs < 1:
         raise UsageError(f"-j must be an integer >= 1, got {args.jobs}")
+    written = (("--csv", args.csv), ("--jsonl", args.jsonl), ("--report", args.report))
+    read = [("the trace", args.trace), ("the grid file", args.grid_file)]
+    check_output_paths(written, read + _plugin_sources(args.policy))
     shard = parse_shard(args.shard) if args.shard is not None else None
     axes = _grid_file(args.grid_file) if args.grid_file else []
     axes += [_grid_flag(text) for text in args.grid or ()]
@@ -438,6 +469,9 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         digest = file_digest(args.trace)
         trace = read_trace(args.trace)
     grid = build_grid(trace, axes, fixed, digest)
+    # The grid's policies (--grid, the grid file, the trace's config) may be plugins.
+    check_output_paths(written, read + _plugin_sources(
+        value for axis in grid.axes if axis.name == "policy" for value in axis.values))
     plot = _sweep_plot(args, grid) if args.report else None
     configurations = shard_of(grid, shard)
     # The outputs are opened before anything runs: one that cannot be written
@@ -504,6 +538,8 @@ def cmd_sweep_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.csv == "-" and args.jsonl == "-":
         raise UsageError("--csv - and --jsonl - cannot both write to standard output; send "
                          "one of them to a file")
+    check_output_paths((("--csv", args.csv), ("--jsonl", args.jsonl)),
+                       [("a shard", path) for path in args.shards])
     shards = [(path, read_text(path)) for path in args.shards]
     target = args.jsonl if args.jsonl or args.csv else "-"
     text, total, count = merge_shards(shards)

@@ -6,7 +6,8 @@
 written), `PipeClosed` or `InvariantError`; `cli.main` turns those into
 messages and exit codes. Files are written through `io.outputs`, and every
 line that can carry text from a trace or a file name is printed through
-`report.printable`.
+`report.printable`. Each command hands its outputs and its inputs, as
+(flag, path) pairs, to `outputs.check_output_paths` before it reads anything.
 """
 from __future__ import annotations
 

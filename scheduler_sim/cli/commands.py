@@ -6,7 +6,8 @@
 written), `PipeClosed` or `InvariantError`; `cli.main` turns those into
 messages and exit codes. Files are written through `io.outputs`, and every
 line that can carry text from a trace or a file name is printed through
-`report.printable`.
+`report.printable`. Each command hands its outputs and its inputs, as
+(flag, path) pairs, to `outputs.check_output_paths` before it reads anything.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import json
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
@@ -27,7 +28,8 @@ from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_len
                             spec_problems, weights_problem)
 from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
-from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
+from ..io.outputs import (EventFile, Output, check_output_paths, jsonl, read_text,
+                          write_whole)
 from ..io.perfetto import PerfettoFile
 from ..io.progress import Progress, wanted
 from ..io.report import (csv_header, format_json, format_requests, format_table,
@@ -40,7 +42,7 @@ from ..io.sweep import format_table as sweep_table
 from ..io.trace import (ALLOW_FLAG, MAX_PROBLEMS, Trace, allow_trace_plugins, parse_trace,
                         read_trace)
 from ..io.trace import resolve_options as resolve_trace_options
-from ..policies import PluginError, is_plugin, policy_class
+from ..policies import PluginError, is_plugin, plugin_file, policy_class
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, Options, show
@@ -92,12 +94,10 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
     A flag that moves the trace's own times (`--tick-seconds` over a tick
     trace's config, under a cost model) is worth a warning on `err`. A plugin
     policy that only the trace's config names is refused unless the command
-    line allows it (`--allow-trace-plugins`); the plugins to run are loaded
-    now, so that one that cannot be had stops the command before anything runs.
+    line allows it (`--allow-trace-plugins`); `load_plugins` then loads them.
     """
     options, flags = resolve_trace_options(trace.config, _flag_values(args))
     options = allow_trace_plugins(trace, options, getattr(args, "allow_trace_plugins", False))
-    load_plugins(options.policy, options.plugin_dir)
     ticks = trace.config.get("tick_seconds")
     if (err is not None and options.cost_model and options.time_unit == "tick"
             and "tick_seconds" in flags and ticks is not None and flags["tick_seconds"] != ticks):
@@ -119,6 +119,19 @@ def load_plugins(policies, base: str | None) -> None:
                 raise UsageError(str(exc)) from None
 
 
+def _plugin_sources(policies: Iterable[Any] | None,
+                    base: str | None = None) -> list[tuple[str, str]]:
+    """The source files of the plugin policies spelled FILE.py:CLASS (a relative one
+    taken from `base`), as inputs for `check_output_paths` (a plugin's source is read
+    like a trace is)."""
+    sources = []
+    for spec in policies or ():
+        path = plugin_file(str(spec), base) if is_plugin(str(spec)) else None
+        if path is not None:
+            sources.append((f"the source of policy {spec}", path))
+    return sources
+
+
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace under each policy (`-j N`: in N processes); print the
     side-by-side table. Interrupted, it prints the policies that finished and
@@ -132,8 +145,15 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                          "output; send one of them to a file")
     if args.jobs < 1:
         raise UsageError(f"-j must be at least 1, got {args.jobs}")
+    written = (("--events", args.events), ("--requests-csv", args.requests_csv),
+               ("--report", args.report), ("--perfetto", args.perfetto))
+    check_output_paths(written, [("the trace", args.trace)] + _plugin_sources(args.policy))
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)
+    # The trace's config may name plugin policies of its own.
+    check_output_paths(written, [("the trace", args.trace)]
+                       + _plugin_sources(options.policy, options.plugin_dir))
+    load_plugins(options.policy, options.plugin_dir)  # one that fails stops us now
     clock = Clock.of(options)
     policies = list(options.policy)
     outputs = Sinks()
@@ -203,8 +223,13 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace and verify its `expect` records; exit 1 on any failure."""
+    written = [("--junit", args.junit)]
+    check_output_paths(written, [("the trace", args.trace)] + _plugin_sources(args.policy))
     trace = read_trace(args.trace)
     options, _ = resolve_options(trace, args, err)
+    check_output_paths(written, [("the trace", args.trace)]
+                       + _plugin_sources(options.policy, options.plugin_dir))
+    load_plugins(options.policy, options.plugin_dir)
     name = printable(trace.name)
     expects = list(trace.expects)
     results = check_trace(trace, options)
@@ -240,6 +265,7 @@ def _article(word: str) -> str:
 
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Import a public trace format into trace v1 (times in seconds)."""
+    check_output_paths([("-o", args.out)], [("the input", args.file)])
     name = "<stdin>" if args.file == "-" else args.file
     result = convert(args.fmt, read_text(args.file), name)
     requests = len(result.records) - 1
@@ -325,6 +351,11 @@ def _priorities(text: str | None) -> tuple[tuple[int, float], ...]:
 
 def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Write a seeded synthetic workload as a trace."""
+    check_output_paths([("-o", args.out)],
+                       [(f"the trace of {flag}", text.partition(":")[2])
+                        for flag, text in (("--prompt-len", args.prompt),
+                                           ("--output-len", args.output))
+                        if text.startswith("empirical:")])
     spec = WorkloadSpec(
         seed=args.seed, requests=args.requests, rate=args.rate, arrival=args.arrival,
         cv=args.cv, prefix_groups=args.prefix_groups, prefix_tokens=args.prefix_tokens,
@@ -440,6 +471,9 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                          "output; send one of them to a file")
     if args.jobs < 1:
         raise UsageError(f"-j must be an integer >= 1, got {args.jobs}")
+    written = (("--csv", args.csv), ("--jsonl", args.jsonl), ("--report", args.report))
+    read = [("the trace", args.trace), ("the grid file", args.grid_file)]
+    check_output_paths(written, read + _plugin_sources(args.policy))
     shard = parse_shard(args.shard) if args.shard is not None else None
     from_file = _grid_file(args.grid_file) if args.grid_file else []
     axes = from_file + [_grid_flag(text) for text in args.grid or ()]
@@ -458,6 +492,8 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         digest = file_digest(args.trace)
         trace = read_trace(args.trace)
     plugin_dir, swept = _sweep_plugins(args, trace, axes, from_file, fixed)
+    # The grid's policies (--grid, the grid file, the trace's config) may be plugins.
+    check_output_paths(written, read + _plugin_sources(swept, plugin_dir))
     load_plugins(swept, plugin_dir)
     grid = build_grid(trace, axes, fixed, digest, plugin_dir)
     plot = _sweep_plot(args, grid) if args.report else None
@@ -550,6 +586,8 @@ def cmd_sweep_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.csv == "-" and args.jsonl == "-":
         raise UsageError("--csv - and --jsonl - cannot both write to standard output; send "
                          "one of them to a file")
+    check_output_paths((("--csv", args.csv), ("--jsonl", args.jsonl)),
+                       [("a shard", path) for path in args.shards])
     shards = [(path, read_text(path)) for path in args.shards]
     target = args.jsonl if args.jsonl or args.csv else "-"
     text, total, count = merge_shards(shards)

@@ -86,15 +86,17 @@ def _argv(command: str, plugin: str, cls: str, trace: str, out) -> list[str]:
 
 
 @pytest.fixture
-def start():
-    """Start the command line as a subprocess in a session of its own; whatever of that
-    session still runs when the test ends (a hang, before the fix) is killed."""
+def start(tmp_path):
+    """Start the command line as a subprocess in a session of its own, its temporary
+    files in the test's folder (a command killed with SIGKILL leaves them); whatever of
+    that session still runs when the test ends (a hang, before the fix) is killed."""
     started = []
+    env = dict(os.environ, TMPDIR=str(tmp_path))
 
     def start(argv: list[str]) -> subprocess.Popen:
         process = subprocess.Popen([sys.executable, "-m", "scheduler_sim", *argv], cwd=ROOT,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
+                                   start_new_session=True, env=env)
         started.append(process)
         return process
 

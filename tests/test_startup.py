@@ -101,7 +101,8 @@ def test_sigterm_while_loading_exits_143_with_one_line():
 
 def _loaded_by(code: str) -> list[str]:
     """The modules of this package that `code` leaves loaded, in a fresh interpreter."""
-    probe = f"{code}\nimport sys\nprint(sorted(m for m in sys.modules if m.startswith('scheduler_sim')))"
+    probe = (f"{code}\nimport sys\n"
+             "print(sorted(m for m in sys.modules if m.startswith('scheduler_sim')))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return eval(out.stdout)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main_entry", "Terminated", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
-PROG = "scheduler-sim"
+PROG = "scheduler-sim"  # as commands.PROG, which this module cannot import yet
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 

@@ -181,7 +181,8 @@ def test_grid_file(trace, tmp_path):
                           ('{"num_blocks": []}', "num_blocks needs a non-empty list"),
                           ('{"num_blocks": 6}', "num_blocks needs a non-empty list of values, "
                                                 "got 6"),
-                          ("[1]", "a grid file is a JSON object"), ("{", "not JSON")]:
+                          ("[1]", "a grid file is a JSON object"),
+                          ("{", "grid.json:1: invalid JSON")]:
         grid.write_text(text)
         status, _, err = run("sweep", trace, "--grid-file", grid)
         assert status == 2 and message in err, (text, err)

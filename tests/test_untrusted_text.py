@@ -1,5 +1,5 @@
 """Text from a trace in what people read: ids escaped in tables and messages (no terminal
-control codes, no forged lines, columns aligned), raw and quoted in CSV.
+control codes, no forged lines, columns aligned); in CSV quoted, controls escaped.
 
 The inputs are tests/data/edge/control_ids.jsonl (see its README).
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import pytest
 
@@ -70,17 +71,35 @@ def test_check_messages_escape_ids():
         f"{CONTROL_IDS}: FAILED: 1 of 2 expectation(s) failed, 1 field(s) differ (serial)"]
 
 
-def test_requests_csv_keeps_raw_ids_quoted(tmp_path):
-    """`--requests-csv`: the raw ids come back exactly through a CSV reader, CR included
-    (the csv module with LF line ends would leave `cr\\r...` unquoted)."""
+# The ids of tests/data/edge/control_ids.jsonl as a CSV reader reads them back from
+# --requests-csv: CR, LF, TAB, the separators, the bidi override and CJK raw; ESC, C1,
+# DEL and NUL escaped, and so the backslash doubled.
+CSV_IDS = ["plain", "cr\rr9      0  forged", "lf\nr9      0  forged",
+           "esc\\x1b[2J\\x1b[31mred", "c1\\x9b31m\\x85nel", "seps\u2028ls\u2029ps",
+           "bidi\u202eexe.txt", "tab\tdel\\x7fnul\\x00", "wide\u65e5\u672c", "back\\\\x1b"]
+
+
+def unescape(text: str) -> str:
+    """The text a --requests-csv field was escaped from."""
+    return re.sub(r"\\(\\|x[0-9a-f]{2}|u[0-9a-f]{4})",
+                  lambda m: "\\" if m[1] == "\\" else chr(int(m[1][1:], 16)), text)
+
+
+def test_requests_csv_escapes_controls_and_keeps_the_rest(tmp_path):
+    """`--requests-csv`: no control character but TAB, CR and LF reaches the file (no NUL,
+    ESC, C1 or DEL), CR and LF stay raw in quoted fields (the csv module with LF line ends
+    would leave `cr\\r...` unquoted), a backslash is doubled, and unescaping what a CSV
+    reader reads gives every raw id back exactly."""
     target = tmp_path / "req.csv"
     status, _, err = run(["replay", str(CONTROL_IDS), "--requests-csv", str(target)])
     assert (status, err) == (0, "")
     text = target.read_bytes().decode("utf-8")
     assert '\ncontinuous,"cr\rr9      0  forged",1,1,1,2,3,' in text
+    assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", text)
     with open(target, newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
-    assert [row[1] for row in rows] == ["id"] + RAW_IDS
+    assert [row[1] for row in rows] == ["id"] + CSV_IDS
+    assert [unescape(row[1]) for row in rows[1:]] == RAW_IDS
 
 
 def test_lone_surrogates_in_the_table_never_raise():

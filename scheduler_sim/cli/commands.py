@@ -34,13 +34,13 @@ from ..io.progress import Progress, wanted
 from ..io.report import (csv_header, format_json, format_requests, format_table,
                          printable, table_rows)
 from ..io.sweep import (Axis, Configuration, build_grid, check_axis, configuration_row,
-                        file_digest, merge_shards, parse_shard, run_configuration, run_grid,
-                        shard_of)
+                        file_digest, merge_shards, parse_shard, read_limited, read_shard,
+                        run_configuration, run_grid, shard_of)
 from ..io.sweep import format_csv as sweep_csv
 from ..io.sweep import format_jsonl as sweep_jsonl
 from ..io.sweep import format_table as sweep_table
-from ..io.trace import (ALLOW_FLAG, MAX_PROBLEMS, Trace, allow_trace_plugins, parse_trace,
-                        read_trace)
+from ..io.trace import (ALLOW_FLAG, MAX_PROBLEMS, Trace, allow_trace_plugins, json_value,
+                        parse_trace, read_trace)
 from ..io.trace import resolve_options as resolve_trace_options
 from ..policies import PluginError, is_plugin, plugin_file, policy_class
 from ..records.clock import Clock
@@ -442,25 +442,58 @@ def _grid_flag(text: str) -> Axis:
     return check_axis(name, [_grid_value(spec, part.strip()) for part in parts], "--grid")
 
 
-def _grid_file(path: str) -> list[Axis]:
-    """A grid file: a JSON object of option names and lists of values, in axis order."""
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen = [name for name, _ in items]
-        for name in seen:
-            if seen.count(name) > 1:
-                raise UsageError(f"{path}: the option {name} is swept twice; give all its "
-                                 "values in one list")
-        return dict(items)
+# A grid file is a few lines; one of 16 MiB would hold millions of values.
+MAX_GRID_FILE_BYTES = 16 * 2 ** 20
 
-    text = read_text(path)
+
+def _grid_file(path: str) -> list[Axis]:
+    """A grid file: a JSON object of option names and lists of values, in axis order.
+    Every problem of the file is listed (a TraceError): a JSON error with its line, a
+    bad axis named by its option."""
+    name = "<stdin>" if path == "-" else path
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items):
+            seen = [key for key, _ in items]
+            key = next(key for key in seen if seen.count(key) > 1)
+            if key not in OPTIONS:  # in an objective's object, say
+                raise ValueError(f"duplicate key {key!r}")
+            raise TraceError([f"{name}: the option {key} is swept twice; give all its "
+                              "values in one list"])
+        return out
+
+    def decode(text: str) -> Any:
+        try:
+            return json.loads(text, object_pairs_hook=pairs)
+        except json.JSONDecodeError as exc:  # the line too: a grid file has several
+            raise TraceError([f"{name}:{exc.lineno}: invalid JSON: {exc.msg} at column "
+                              f"{exc.colno}"]) from None
+
+    data = read_limited(path, MAX_GRID_FILE_BYTES, "which no grid file is")
     try:
-        grid = json.loads(text, object_pairs_hook=pairs)
-    except ValueError as exc:
-        raise UsageError(f"{path}: not JSON: {exc}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError([f"{name}: invalid UTF-8 at byte {exc.start + 1}, got "
+                          f"{data[exc.start:exc.start + 1]!r}"]) from None
+    grid, problem = json_value(decode, text)  # nested too deeply, say
+    if problem is not None:
+        raise TraceError([f"{name}: {problem}"])
     if not isinstance(grid, dict) or not grid:
-        raise UsageError(f"{path}: a grid file is a JSON object of option names and lists "
-                         f"of values, got {show(grid)}")
-    return [check_axis(name, values, path) for name, values in grid.items()]
+        raise TraceError([f"{name}: a grid file is a JSON object of option names and lists "
+                          f"of values, got {show(grid)}"])
+    axes, problems = [], []
+    for option, values in grid.items():
+        try:
+            axes.append(check_axis(option, values, name))
+        except UsageError as exc:
+            problems.append(str(exc))
+    if problems:
+        if len(problems) > MAX_PROBLEMS:
+            problems[MAX_PROBLEMS:] = [f"{name}: ... and {len(problems) - MAX_PROBLEMS} more "
+                                       "errors"]
+        raise TraceError(problems)
+    return axes
 
 
 def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -602,20 +635,25 @@ def _sweep_plot(args: argparse.Namespace, grid) -> tuple[str, str]:
 
 
 def cmd_sweep_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Join the JSONL shards of a sweep into its full table (JSONL, or CSV)."""
+    """Join the JSONL shards of a sweep into its full table (JSONL, or CSV). The files
+    are read one at a time (each at most MAX_SHARD_BYTES) and checked whole."""
     if args.csv == "-" and args.jsonl == "-":
         raise UsageError("--csv - and --jsonl - cannot both write to standard output; send "
                          "one of them to a file")
     check_output_paths((("--csv", args.csv), ("--jsonl", args.jsonl)),
                        [("a shard", path) for path in args.shards])
-    shards = [(path, read_text(path)) for path in args.shards]
+    if args.shards.count("-") > 1:
+        raise UsageError("standard input (-) can be only one of the shards, got it "
+                         f"{args.shards.count('-')} times")
+    merged = merge_shards(("<stdin>" if path == "-" else path, read_shard(path))
+                          for path in args.shards)
     target = args.jsonl if args.jsonl or args.csv else "-"
-    text, total, count = merge_shards(shards)
     if target:
-        write_whole(target, text, out)
+        write_whole(target, merged.jsonl(), out)
     if args.csv:
-        write_whole(args.csv, merge_shards(shards, csv=True)[0], out)
-    err.write(f"{PROG} sweep merge: {total} configurations from {count} file(s)\n")
+        write_whole(args.csv, merged.csv(), out)
+    err.write(f"{PROG} sweep merge: {len(merged.rows)} configurations from {merged.files} "
+              "file(s)\n")
     return 0
 
 

@@ -13,21 +13,14 @@ Messages are printed through `report.printable`, one line each whatever
 text they carry. Together with `commands` and `outputs` this is the only
 layer that touches argv, stdout, stderr and files.
 
-`main_entry`, the console script and `python -m scheduler_sim`, also sets
-the process up: SIGTERM (unless the parent ignored it) raises `Terminated`
-wherever the program is, so that the cleanup Ctrl-C runs (no temporary
-file left behind) runs for it too; SIGXFSZ is ignored, so that a write
-past `ulimit -f` fails with EFBIG and is reported instead of killing the
-process; characters standard output cannot encode are written as
-backslash escapes. Once `main` has returned, SIGINT and SIGTERM take their
-default action again (there is nothing left to clean up), and the last
-flush of standard output and error cannot fail at exit.
+`main_entry`, the console script and `python -m scheduler_sim`, lives in
+`cli.entry`, which sets the process up (signals, standard output) before it
+imports this module and the simulator behind it; it is also importable from
+here.
 """
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 from typing import Any, TextIO
 
@@ -44,14 +37,13 @@ from ..records.interrupts import Terminated
 from ..records.options import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
 from .commands import COMMANDS, PROG
+from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, main_entry
 from .workers import WorkerDied
 
 __all__ = ["main", "main_entry", "build_parser", "Terminated", "EXIT_INTERRUPTED",
            "EXIT_PIPE", "EXIT_TERMINATED"]
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a tool whose reader went away
-EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 # --- options from flags ------------------------------------------------------------
@@ -299,50 +291,3 @@ def _run(argv: list[str] | None, out: GuardedStream,
     except OSError as exc:  # any other I/O failure: one line, never a traceback
         name = f"{printable(str(exc.filename))}: " if exc.filename else ""
         return 2, f"{PROG}: error: {name}{exc.strerror or exc}"
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
-    interrupts.mark()
-    raise Terminated
-
-
-def _settle(stream: TextIO | None) -> None:
-    """Flush `stream` now; if that fails, point its descriptor at /dev/null so that the
-    interpreter's own flush at exit cannot fail (and print a traceback) again."""
-    if stream is None:
-        return
-    try:
-        stream.flush()
-    except (OSError, ValueError):
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, stream.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
-
-
-def main_entry() -> int:
-    """The console script (and `python -m scheduler_sim`): set the process up, run
-    `main`, and return its status (the script's wrapper exits with it)."""
-    terminable = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # ignored: left so
-    if terminable:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    if hasattr(signal, "SIGXFSZ"):
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    if hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(errors="backslashreplace")
-    try:
-        status = main()
-    except KeyboardInterrupt:  # a signal after `main` had reported, before it returned
-        status = EXIT_INTERRUPTED
-    except Terminated:
-        status = EXIT_TERMINATED
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-    if terminable:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _settle(sys.stdout)
-    _settle(sys.stderr)
-    return status

@@ -14,12 +14,16 @@ lone surrogate is shown as its escape (`\\x1b`, `\\n`, `\\u2028`, `\\ud800`;
 in a request id a backslash is doubled, so that what is shown names one id),
 so a trace can neither move the terminal's cursor nor forge a table line,
 and columns are padded to the text's width on a terminal (`text_width`: CJK
-characters take two columns, combining marks none). CSV keeps the raw value,
-quoted whenever it holds a comma, a quote, CR or LF.
+characters take two columns, combining marks none). CSV keeps the text as it
+is, quoted whenever it holds a comma, a quote, CR or LF, except what a CSV
+reader chokes on or a terminal obeys: a control character other than TAB, CR
+and LF, and a lone surrogate, are written as escapes (`csv_field`), and so a
+backslash is doubled.
 """
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from typing import Any
 
@@ -31,7 +35,7 @@ from ..records.options import OPTIONS, Options, format_slo
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
            "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text", "printable",
-           "text_width"]
+           "text_width", "csv_field"]
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -426,8 +430,8 @@ def csv_header(fleet: bool = False) -> str:
 def csv_row(policy: str, record: dict[str, Any]) -> str:
     """One request's line of `format_csv`."""
     replica = [_csv_value(record["replica"])] if "replica" in record else []
-    return ",".join([_csv_field(policy)] + replica
-                    + [_csv_field(_csv_value(record[f])) for f in REQUEST_FIELDS]) + "\n"
+    return ",".join([csv_field(policy)] + replica
+                    + [csv_field(_csv_value(record[f])) for f in REQUEST_FIELDS]) + "\n"
 
 
 def _csv_value(value: Any) -> str:
@@ -440,8 +444,30 @@ def _csv_value(value: Any) -> str:
     return str(value)
 
 
-def _csv_field(text: str) -> str:
-    """A CSV field: the raw text, quoted (quotes doubled) when it must be."""
-    if any(c in text for c in ',"\r\n'):
+# What a CSV field never holds raw: a backslash, C0 controls but TAB, LF and CR, DEL,
+# C1 controls, and lone surrogates (which UTF-8 cannot carry).
+_CSV_ESCAPED = re.compile(r"[\\\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_CSV_QUOTED = re.compile('[,"\r\n]')
+_CSV_PLAIN = re.compile(r'[^\\\x00-\x1f\x7f-\x9f\ud800-\udfff,"]*')  # needs neither
+
+
+def _csv_escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    if ch == "\\":
+        return "\\\\"
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def csv_field(text: str) -> str:
+    """A CSV field (RFC 4180): the text, quoted (its quotes doubled) when it holds a
+    comma, a quote, CR or LF; a control character other than TAB, CR and LF, and a
+    lone surrogate, written as a backslash escape (`\\x00`, `\\x1b`, `\\x85`,
+    `\\ud800`), and so a backslash doubled, so that distinct texts stay distinct."""
+    if _CSV_PLAIN.fullmatch(text):
+        return text
+    if _CSV_ESCAPED.search(text):
+        text = _CSV_ESCAPED.sub(_csv_escape, text)
+    if _CSV_QUOTED.search(text):
         return '"' + text.replace('"', '""') + '"'
     return text

@@ -40,6 +40,17 @@ _ROW_PHASE = {"prefill": PREFILL, "decode": DECODE, "recompute": RECOMPUTE}
 _ENDS = ("finished", "cancelled", "timeout", "stalled", "rejected", "prefilled")
 
 
+def _appended(steps: array | list[int], step: int) -> array | list[int]:
+    """`steps` with `step` appended: an array of 64-bit integers, or a list once a step
+    does not fit one (a cost model's microsecond clock over a trace that reaches 1e15 s
+    counts 1e21 steps)."""
+    try:
+        steps.append(step)
+    except OverflowError:
+        steps = [*steps, step]
+    return steps
+
+
 def tee(*listeners: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
     """One `on_event` or `on_request_end` callback that calls each given one in turn."""
     given = [f for f in listeners if f is not None]
@@ -135,7 +146,7 @@ class RunSeries:
             for i, value in enumerate(new):
                 totals[i] += value - old[i]
             values = totals
-        self.snap_t.append(ev.tick)
+        self.snap_t = _appended(self.snap_t, ev.tick)
         for name, value in zip(SNAPSHOT_FIELDS, values):
             snap[name].append(value)
         if ev.tick > self.end:
@@ -154,7 +165,7 @@ class RunSeries:
 
     def _dispatch(self, ev: Any, replica: int) -> None:
         tick, done, rows = ev.tick, ev.done, ev.rows
-        self.disp_t.append(tick)
+        self.disp_t = _appended(self.disp_t, tick)
         self.disp_tokens.append(ev.tokens)
         if done > self.end:
             self.end = done
@@ -203,7 +214,10 @@ class RunSeries:
 
     def _preempted(self, ev: Any, replica: int) -> None:
         self._flush_rows()
-        (self.retract_t if ev.reason == "retract" else self.preempt_t).append(ev.tick)
+        if ev.reason == "retract":
+            self.retract_t = _appended(self.retract_t, ev.tick)
+        else:
+            self.preempt_t = _appended(self.preempt_t, ev.tick)
         self._mark(ev.id, ev.tick, PREEMPTED)
 
     def _ended_event(self, ev: Any, replica: int) -> None:

@@ -40,7 +40,7 @@ from ..requests.queues import QUEUE_ORDERS
 
 __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
            "resolve_options", "plugins_from_trace", "allow_trace_plugins", "ALLOW_FLAG",
-           "SNAPSHOT_FIELDS", "MAX_PROBLEMS"]
+           "SNAPSHOT_FIELDS", "MAX_PROBLEMS", "Problems"]
 
 MAX_PROBLEMS = 50
 # Trace files larger than this are validated and replayed as they are read
@@ -147,6 +147,10 @@ class _Problems:
             if self.count > MAX_PROBLEMS:
                 messages.append(f"{self.name}: ... and {self.count - MAX_PROBLEMS} more errors")
             raise TraceError(messages)
+
+
+# The collector under its public name, for the other readers of files (sweep merge).
+Problems = _Problems
 
 
 def _suggest(word: str, choices: Iterable[str]) -> str:

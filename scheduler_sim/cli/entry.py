@@ -1,0 +1,117 @@
+"""The process around the command line: what runs first, and the last status.
+
+`main_entry` is the console script and `python -m scheduler_sim`. This
+module imports nothing of the simulator at its top but the few lines of
+`records/interrupts.py`, so that the process is set up before the simulator
+loads (a few hundred milliseconds of imports):
+
+- SIGINT and SIGTERM that arrive while it loads wait for the end of the
+  import, and then end the process as they would later: one line
+  (`scheduler-sim: interrupted`, `scheduler-sim: terminated`) and status
+  130 or 143, never a traceback of the import. A signal that the parent
+  ignored stays ignored;
+- then SIGTERM (unless ignored) raises `Terminated` wherever the program
+  is, so that the cleanup Ctrl-C runs (no temporary file left behind) runs
+  for it too; SIGXFSZ is ignored, so that a write past `ulimit -f` fails
+  with EFBIG and is reported instead of killing the process; characters
+  standard output cannot encode are written as backslash escapes;
+- once `main` has returned, SIGINT and SIGTERM take their default action
+  again (there is nothing left to clean up), and the last flush of
+  standard output and error cannot fail at exit.
+
+Before the first line of this package runs (the interpreter's own start-up,
+a few milliseconds), a Ctrl-C is Python's to handle.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+# Small and standard-library only: safe to load before the handlers are set.
+from ..records.interrupts import Terminated, mark
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the handlers
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import TextIO
+
+__all__ = ["main_entry", "Terminated", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
+
+PROG = "scheduler-sim"  # as commands.PROG, which this module cannot import yet
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    mark()  # a real signal: not an interrupt a policy raised (records/interrupts.py)
+    raise Terminated
+
+
+def _settle(stream: TextIO | None) -> None:
+    """Flush `stream` now; if that fails, point its descriptor at /dev/null so that the
+    interpreter's own flush at exit cannot fail (and print a traceback) again."""
+    if stream is None:
+        return
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+def _say(word: str) -> None:
+    """The one line a signal before `main` leaves on standard error."""
+    try:
+        sys.stderr.write(f"{PROG}: {word}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # no standard error: the status says it
+
+
+def main_entry() -> int:
+    """The console script (and `python -m scheduler_sim`): set the process up, load and
+    run `main`, and return its status (the script's wrapper exits with it)."""
+    pending: list[int] = []
+    interruptible = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    terminable = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # ignored: left so
+    for signum, wanted in ((signal.SIGINT, interruptible), (signal.SIGTERM, terminable)):
+        if wanted:
+            signal.signal(signum, lambda number, frame: pending.append(number))
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    from .main import main  # the whole simulator; a signal meanwhile only waits
+    started = False
+    try:
+        if terminable:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        if interruptible:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.SIGTERM in pending:
+            raise Terminated
+        if pending:
+            raise KeyboardInterrupt
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(errors="backslashreplace")
+        started = True
+        status = main()
+    except KeyboardInterrupt:  # before `main`, or after it had reported, before it returned
+        status = EXIT_INTERRUPTED
+        if not started:
+            _say("interrupted")
+    except Terminated:
+        status = EXIT_TERMINATED
+        if not started:
+            _say("terminated")
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if terminable:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _settle(sys.stdout)
+    _settle(sys.stderr)
+    return status

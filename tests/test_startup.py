@@ -1,0 +1,142 @@
+"""Start-up: `import scheduler_sim` loads nothing else, and a signal while the command
+line loads the simulator ends it cleanly.
+
+`scheduler_sim/__init__.py` imports its public names on first use (PEP 562), and the
+entry point (`cli/entry.py`, for the console script and `python -m scheduler_sim`)
+takes SIGINT and SIGTERM before it imports the simulator: a Ctrl-C during those few
+hundred milliseconds of imports used to print a KeyboardInterrupt traceback and die by
+the signal. The children here start with SIGINT and SIGTERM at their defaults, as a
+shell leaves them, and get the signal once Python reports (-X importtime) that an
+early module of the simulator is loaded, after delays that land in the imports and
+after them.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import scheduler_sim as sim
+from conftest import ROOT
+
+QUICKSTART = "traces/quickstart.jsonl"
+VALIDATED = ("traces/quickstart.jsonl: ok, 6 requests, arrivals 0..5 ticks, 1 cancel, "
+             "0 preempts, 0 expects, config: block_size=4, num_blocks=12, token_budget=16, "
+             'max_rows=4, policy=["serial", "continuous"]\n')
+
+
+# A module the command line imports early in loading the simulator (neither
+# `scheduler_sim/__init__.py` nor the entry module imports it).
+EARLY = "scheduler_sim.records.errors"
+
+
+def _default_signals() -> None:
+    """In the child: SIGINT and SIGTERM as a shell leaves them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _signal_while_loading(argv: list[str], signum: int, delay: float) -> tuple[int, str, str]:
+    """Start `argv` with Python reporting each import as it ends (-X importtime, on
+    standard error); once EARLY is imported, wait `delay` seconds and send `signum`:
+    (status, stdout, stderr without the import lines)."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, preexec_fn=_default_signals)
+    early = []
+    for line in proc.stderr:
+        early.append(line)
+        if line.split("|")[-1].strip() == EARLY or not line.startswith("import time:"):
+            break
+    until = time.perf_counter() + delay
+    while time.perf_counter() < until:
+        pass
+    if proc.poll() is None:
+        proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    lines = (early + err.splitlines(keepends=True))
+    return proc.returncode, out, "".join(x for x in lines if not x.startswith("import time:"))
+
+
+def _commands() -> list[list[str]]:
+    """`python -m scheduler_sim`, and the console script when it is installed from this
+    checkout's pyproject (an older install calls another entry point)."""
+    commands = [[sys.executable, "-m", "scheduler_sim"]]
+    script = Path(sys.executable).with_name("scheduler-sim")
+    if script.is_file() and "scheduler_sim.cli.entry" in script.read_text(errors="replace"):
+        commands.append([str(script)])
+    return commands
+
+
+@pytest.mark.parametrize("command", _commands(), ids=lambda c: Path(c[-1]).name)
+def test_sigint_while_loading_exits_130_with_one_line(command):
+    """SIGINT at 0 to 1000 ms after the simulator starts loading: status 130 and exactly
+    `scheduler-sim: interrupted` while it loads (the first delays at least), else the
+    finished command's output and status 0 (or, once it has finished, the signal's own
+    end); never a traceback."""
+    outcomes = []
+    for delay in (0, 0.01, 0.1, 1.0):
+        status, out, err = _signal_while_loading([*command, "validate", QUICKSTART],
+                                                 signal.SIGINT, delay)
+        assert "Traceback" not in err
+        if status == 130:
+            assert (out, err) == ("", "scheduler-sim: interrupted\n")
+        else:
+            assert status in (0, -signal.SIGINT) and (out, err) == (VALIDATED, "")
+        outcomes.append(status)
+    assert outcomes[0] == 130
+
+
+def test_sigterm_while_loading_exits_143_with_one_line():
+    """SIGTERM as the simulator starts loading: status 143, `scheduler-sim: terminated`."""
+    status, out, err = _signal_while_loading([sys.executable, "-m", "scheduler_sim",
+                                              "validate", QUICKSTART], signal.SIGTERM, 0)
+    assert (status, out, err) == (143, "", "scheduler-sim: terminated\n")
+
+
+def _loaded_by(code: str) -> list[str]:
+    """The modules of this package that `code` leaves loaded, in a fresh interpreter."""
+    probe = (f"{code}\nimport sys\n"
+             "print(sorted(m for m in sys.modules if m.startswith('scheduler_sim')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return eval(out.stdout)
+
+
+def test_import_loads_nothing_until_a_name_is_used():
+    """`import scheduler_sim` runs only its own file, and the entry module only adds the
+    command line's package, itself and the signal bookkeeping it shares with the engine
+    (records/interrupts.py, standard library only); the first use of a name loads what
+    it needs."""
+    assert _loaded_by("import scheduler_sim") == ["scheduler_sim"]
+    assert _loaded_by("import scheduler_sim.cli.entry") == [
+        "scheduler_sim", "scheduler_sim.cli", "scheduler_sim.cli.entry",
+        "scheduler_sim.records", "scheduler_sim.records.interrupts"]
+    loaded = _loaded_by("import scheduler_sim\nscheduler_sim.UsageError")
+    assert loaded == ["scheduler_sim", "scheduler_sim.records", "scheduler_sim.records.errors"]
+
+
+def test_every_public_name_is_its_modules_object():
+    """Each name of `__all__` is the object of the module it lives in, listed by dir();
+    an unknown name is an AttributeError as for any module."""
+    from scheduler_sim import api, policies
+    from scheduler_sim.records import errors, options
+    from scheduler_sim.requests import request
+    homes = {name: api for name in ("Replay", "Run", "build", "check", "events", "load",
+                                    "parse", "replay", "sweep")}
+    homes.update({name: policies for name in ("POLICIES", "Plan", "Policy",
+                                              "QueueAndListPolicy", "SchedulerView")})
+    homes.update({name: errors for name in ("InvariantError", "PolicyError", "SimError",
+                                            "TraceError", "UsageError")})
+    homes.update(Options=options, Request=request)
+    assert sorted(homes) == sorted(set(sim.__all__) - {"__version__"})
+    for name, module in homes.items():
+        assert getattr(sim, name) is getattr(module, name)
+    assert set(sim.__all__) <= set(dir(sim))
+    with pytest.raises(AttributeError, match="module 'scheduler_sim' has no attribute 'nope'"):
+        sim.nope

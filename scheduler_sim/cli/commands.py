@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Iterable, TextIO
 
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
@@ -34,8 +33,9 @@ from ..io.perfetto import PerfettoFile
 from ..io.progress import Progress, wanted
 from ..io.report import (csv_header, format_json, format_requests, format_table,
                          printable, table_rows)
-from ..io.sweep import (Axis, build_grid, check_axis, file_digest, merge_shards, parse_shard,
-                        read_limited, read_shard, run_grid, shard_of)
+from ..io.sweep import (Axis, Configuration, build_grid, check_axis, configuration_row,
+                        file_digest, merge_shards, parse_shard, read_limited, read_shard,
+                        run_configuration, run_grid, shard_of)
 from ..io.sweep import format_csv as sweep_csv
 from ..io.sweep import format_jsonl as sweep_jsonl
 from ..io.sweep import format_table as sweep_table
@@ -47,6 +47,7 @@ from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, Options, show
 from .runs import Finished, Plan, Sinks, run_all
+from .workers import Workers
 
 __all__ = ["COMMANDS", "resolve_options"]
 
@@ -540,11 +541,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                    ("report", args.report, "cannot write the report")):
             if target:
                 outputs[name] = Output(target, out, what, ".sweep-")
-        if args.jobs > 1:
-            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-                rows = run_grid(trace, configurations, pool)
-        else:
-            rows = run_grid(trace, configurations)
+        rows = _run_configurations(trace, configurations, args.jobs)
         which = f" (shard {shard[0]}/{shard[1]})" if shard else ""
         table = sweep_table(grid, rows)
         if "jsonl" in outputs:
@@ -570,6 +567,29 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   "requests ended as finished_error\n")
         return 1
     return 0
+
+
+def _configuration_task(shared: tuple[Trace, list[Configuration]], position: int) -> Any:
+    """A worker's task of `sweep -j`: the run summary of one configuration of the list."""
+    trace, configurations = shared
+    return run_configuration(trace, configurations[position].options)
+
+
+def _run_configurations(trace: Trace, configurations: list[Configuration],
+                        jobs: int) -> list[dict[str, Any]]:
+    """The rows of the configurations, in their order: in this process, or in at most
+    `jobs` worker processes (one per configuration at most)."""
+    if min(jobs, len(configurations)) <= 1:
+        return run_grid(trace, configurations)
+
+    def describe(position: int) -> str:
+        config = configurations[position]
+        return f"running configuration {config.index} ({config.label()})"
+
+    with Workers(_configuration_task, (trace, configurations),
+                 list(range(len(configurations))), jobs, describe) as workers:
+        return [configuration_row(configurations[position], *result)
+                for position, result in workers.results()]
 
 
 def _sweep_plugins(args: argparse.Namespace, trace: Trace, axes: list[Axis],

@@ -4,7 +4,8 @@
 the exit status (§10): 0 success, 1 a check failed or a replay stalled,
 2 bad input or usage, or an output that cannot be written (one line: disk
 full, file too large, permission denied, a directory), 3 an internal
-invariant failed, 130 interrupted (SIGINT), 141 the reader of standard
+invariant failed, a plugin policy failed, or a worker process of -j died
+(`workers.WorkerDied`), 130 interrupted (SIGINT), 141 the reader of standard
 output or of a FIFO went away (quietly, as a tool killed by SIGPIPE), 143
 terminated (SIGTERM). Every option of `options.OPTIONS` is also a flag
 (`block_size` -> `--block-size`); flags override the trace's config record.
@@ -37,6 +38,7 @@ from ..records.options import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
 from .commands import COMMANDS, PROG
 from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, main_entry
+from .workers import WorkerDied
 
 __all__ = ["main", "main_entry", "build_parser", "Terminated", "EXIT_INTERRUPTED",
            "EXIT_PIPE", "EXIT_TERMINATED"]
@@ -278,6 +280,8 @@ def _run(argv: list[str] | None, out: GuardedStream,
         return 3, f"{PROG}: policy error: {printable(str(exc))}"
     except InvariantError as exc:
         return 3, f"{PROG}: internal invariant failed: {printable(str(exc))}"
+    except WorkerDied as exc:
+        return 3, f"{PROG}: error: {printable(str(exc))}"
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED, f"{PROG}: interrupted"
     except Terminated:

@@ -6,23 +6,22 @@ runs reach the outputs. `run_policy` replays one policy into its sinks.
 `run_all` yields each policy's `Finished` in the policies' order:
 
 - with one process, each run writes straight into the command's outputs;
-- with `-j N`, a pool of N processes runs the policies; each child writes
-  its outputs to files of its own in a temporary directory, and the parent
-  copies them into the command's outputs in the policies' order, so every
-  output is byte for byte what one process writes. Children ignore SIGINT:
-  on Ctrl-C the parent stops the pool (its processes are terminated), and
-  the temporary directory is removed whatever happens.
+- with `-j N`, at most N worker processes (`workers.Workers`, never more
+  than there are policies) run the policies; each writes its outputs to
+  files of its own in a temporary directory, and the parent copies them
+  into the command's outputs in the policies' order, so every output is
+  byte for byte what one process writes. The temporary directory is
+  removed whatever happens; a worker that dies ends the replay
+  (`WorkerDied`), and on Ctrl-C or SIGTERM the workers are stopped.
 
 A KeyboardInterrupt out of `run_all` carries nothing; the caller keeps the
-`Finished` runs it was given and `finished_late` adds those a pool had
-completed but not yet handed over.
+`Finished` runs it was given, and before the interrupt goes on `run_all`
+hands over those a worker had returned but that were not handed over yet.
 """
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
-import signal
 import tempfile
 from typing import Any, Callable
 
@@ -35,6 +34,7 @@ from ..io.progress import Progress
 from ..io.report import csv_row
 from ..io.report_series import RunSeries
 from ..records.clock import Clock
+from .workers import Workers
 
 __all__ = ["Sinks", "Finished", "RequestRows", "run_policy", "run_all", "Plan"]
 
@@ -169,15 +169,6 @@ def run_policy(plan: Plan, position: int, policy: str, sinks: Sinks,
 
 # --- in parallel ----------------------------------------------------------------------
 
-_PLAN: list = []  # a child's (plan, temporary directory), set by `_child_start`
-
-
-def _child_start(plan: Plan, tmpdir: str) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _PLAN[:] = [plan, tmpdir]
-
-
 class _Discard:
     """A stand-in for standard output in a child (its outputs are always files)."""
 
@@ -190,9 +181,12 @@ def _paths(tmpdir: str, position: int) -> dict[str, str]:
             for kind in ("events", "csv", "perfetto")}
 
 
-def _child_run(position: int, policy: str) -> Finished:
-    """One policy's run in a child process: its outputs to its own files."""
-    plan, tmpdir = _PLAN
+def _child_run(shared: tuple[Plan, str], task: tuple[int, str]) -> Finished:
+    """One policy's run in a worker process: its outputs to its own files in the
+    temporary directory. `shared` is (plan, temporary directory), `task` (position,
+    policy)."""
+    plan, tmpdir = shared
+    position, policy = task
     paths = _paths(tmpdir, position)
     stdout = _Discard()
     sinks = Sinks()
@@ -244,12 +238,6 @@ def _join(tmpdir: str, position: int, outputs: Sinks, perfetto: PerfettoFile | N
             pass
 
 
-def _context() -> Any:
-    """fork where there is one (the plan is inherited, not pickled), else the default."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else None)
-
-
 def run_all(plan: Plan, policies: list[str], jobs: int, outputs: Sinks,
             perfetto: PerfettoFile | None, progress: Progress,
             on_finished: Callable[[Finished], None]) -> None:
@@ -257,33 +245,29 @@ def run_all(plan: Plan, policies: list[str], jobs: int, outputs: Sinks,
     once its outputs are written. `outputs` are the command's outputs (the
     Perfetto file as `perfetto`).
 
-    On KeyboardInterrupt in a pool, the runs the pool had completed but not yet
-    handed over are handed over too (their outputs are not written: the caller
-    aborts them), then the interrupt goes on."""
+    With -j, a worker that dies raises `WorkerDied`; on KeyboardInterrupt the
+    runs the workers had returned but that were not handed over yet are handed
+    over too (their outputs are not written: the caller aborts them), then the
+    interrupt goes on."""
     if jobs <= 1 or len(policies) <= 1:
         for position, policy in enumerate(policies):
             sinks = Sinks(outputs.events, outputs.csv,
                           perfetto.part(position, policy) if perfetto else None)
             on_finished(run_policy(plan, position, policy, sinks, progress.listener(policy)))
         return
-    with tempfile.TemporaryDirectory(prefix=".scheduler-sim-j-") as tmpdir:
-        pool = _context().Pool(min(jobs, len(policies)), _child_start, (plan, tmpdir))
+    tasks = list(enumerate(policies))
+    with tempfile.TemporaryDirectory(prefix=".scheduler-sim-j-") as tmpdir, \
+            Workers(_child_run, (plan, tmpdir), tasks, jobs,
+                    lambda i: f"replaying policy '{policies[i]}'") as workers:
+        current: Finished | None = None  # received, its outputs not joined yet
         try:
-            pending = [pool.apply_async(_child_run, (position, policy))
-                       for position, policy in enumerate(policies)]
-            done = 0
-            try:
-                for position, result in enumerate(pending):
-                    finished = result.get()
-                    _join(tmpdir, position, outputs, perfetto)
-                    done += 1
-                    progress.policy_done(done)
-                    on_finished(finished)
-            except KeyboardInterrupt:
-                for result in pending[done:]:
-                    if result.ready() and result.successful():
-                        on_finished(result.get())
-                raise
-        finally:
-            pool.terminate()
-            pool.join()
+            for position, finished in workers.results():
+                current = finished
+                _join(tmpdir, position, outputs, perfetto)
+                progress.policy_done(position + 1)
+                current = None
+                on_finished(finished)
+        except KeyboardInterrupt:
+            for finished in ([current] if current else []) + workers.received():
+                on_finished(finished)
+            raise

@@ -15,7 +15,9 @@ This module owns the grid and everything made from it:
   part of the grid;
 - running the configurations (`run_grid`) in process or on any
   `concurrent.futures.Executor` (a process pool, a Dask or Ray client's
-  executor), one task per configuration, rows always in grid order;
+  executor), one task per configuration, rows always in grid order
+  (`sweep -j N` runs `run_configuration` in the command line's own worker
+  processes and makes each row with `configuration_row`);
 - the rows (`index`, the swept values, `time_unit`, `stalled`, then every
   field of the run summary), their CSV and JSONL (`format_csv`,
   `format_jsonl`: a first JSONL line, the header, fingerprints the trace's
@@ -50,9 +52,10 @@ from .report import csv_field, format_number, printable, text_width
 from .trace import Problems, Trace, check_options, json_value, resolve_options
 
 __all__ = ["SWEEP_VERSION", "Axis", "Configuration", "Grid", "check_axis", "build_grid",
-           "parse_shard", "shard_of", "run_configuration", "run_grid", "format_jsonl",
-           "format_csv", "format_table", "merge_shards", "Merged", "read_shard", "read_limited",
-           "file_digest", "MAX_CONFIGURATIONS", "MAX_SHARD_BYTES", "HEADER_FIELDS"]
+           "parse_shard", "shard_of", "run_configuration", "configuration_row", "run_grid",
+           "format_jsonl", "format_csv", "format_table", "merge_shards", "Merged", "read_shard",
+           "read_limited", "file_digest", "MAX_CONFIGURATIONS", "MAX_SHARD_BYTES",
+           "HEADER_FIELDS"]
 
 SWEEP_VERSION = 1
 # `--shard K/N`: ASCII digits only; at most 18 of them, so that int() never meets
@@ -235,7 +238,9 @@ def run_configuration(trace: Trace, options: Options) -> tuple[dict[str, Any], b
     return result.summary, result.stalled
 
 
-def _row(config: Configuration, summary: dict[str, Any], stalled: bool) -> dict[str, Any]:
+def configuration_row(config: Configuration, summary: dict[str, Any],
+                      stalled: bool) -> dict[str, Any]:
+    """The row of one configuration from its run summary (`run_configuration`)."""
     row: dict[str, Any] = {"index": config.index}
     row.update((name, _json_value(name, value)) for name, value in config.values)
     row["time_unit"] = Clock.of(config.options).label
@@ -251,10 +256,12 @@ def run_grid(trace: Trace, configurations: list[Configuration],
     Without an executor each runs here in turn; with one, each is a task
     (`executor.submit`), and the rows are the same."""
     if executor is None:
-        return [_row(c, *run_configuration(trace, c.options)) for c in configurations]
+        return [configuration_row(c, *run_configuration(trace, c.options))
+                for c in configurations]
     futures = [executor.submit(run_configuration, trace, c.options) for c in configurations]
     try:
-        return [_row(c, *future.result()) for c, future in zip(configurations, futures)]
+        return [configuration_row(c, *future.result())
+                for c, future in zip(configurations, futures)]
     except BaseException:
         for future in futures:
             future.cancel()

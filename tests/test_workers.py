@@ -256,3 +256,17 @@ def test_workers_describe_the_task_whose_worker_died():
                                              "before returning its result$"):
             list(workers.results())
         assert not any(_alive(w.process.pid) for w in workers.workers)
+
+
+def test_the_simulators_errors_cross_a_process_boundary_intact():
+    """A TraceError keeps its problems, an InvariantError its tick and time, through
+    pickle (how a worker hands an error to the parent)."""
+    import pickle
+    from scheduler_sim.records.errors import InvariantError, PolicyError, TraceError
+    trace = pickle.loads(pickle.dumps(TraceError(["t:1: a", "t:2: b"])))
+    assert (trace.problems, str(trace)) == (["t:1: a", "t:2: b"], "t:1: a\nt:2: b")
+    rule = pickle.loads(pickle.dumps(InvariantError("x(1) <= y(0) is false", 3, "0.5 s")))
+    assert (type(rule), rule.tick, rule.detail, str(rule)) == (
+        InvariantError, 3, "x(1) <= y(0) is false", "at 0.5 s: x(1) <= y(0) is false")
+    policy = pickle.loads(pickle.dumps(PolicyError("policy 'p' raised ValueError")))
+    assert (type(policy), str(policy)) == (PolicyError, "policy 'p' raised ValueError")

@@ -23,6 +23,9 @@ class TraceError(SimError):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
 
+    def __reduce__(self):  # from a worker process: the problems, not the joined text
+        return (type(self), (self.problems,))
+
 
 class UsageError(SimError):
     """A command-line flag or option value is invalid."""
@@ -40,7 +43,11 @@ class InvariantError(SimError):
         self.detail = message
         if when is None and tick is not None:
             when = f"tick {tick}"
+        self.when = when
         super().__init__((f"at {when}: " if when else "") + message)
+
+    def __reduce__(self):  # from a worker process: the same message, tick and time
+        return (type(self), (self.detail, self.tick, self.when))
 
 
 class PolicyError(InvariantError):

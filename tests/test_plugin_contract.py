@@ -260,3 +260,18 @@ def test_an_interrupt_a_signal_explains_is_still_an_interrupt():
         assert interrupts.from_signal(KeyboardInterrupt())
         assert not interrupts.from_signal(ValueError())
     assert interrupts.from_signal(KeyboardInterrupt())
+
+
+def test_check_fails_when_the_plugins_module_exits_while_imported(tmp_path):
+    """A plugin file that runs `raise SystemExit(0)` when imported: `check` exits 3 (it
+    used to exit 0, silently, with no JUnit file), naming the policy and the line."""
+    path = tmp_path / "exits.py"
+    path.write_text("raise SystemExit(0)\n")
+    trace = write_trace(tmp_path, [CONFIG, req("a", 0, 4, 3),
+                                   {"type": "expect", "completed": 1}])
+    status, out, err = run(["check", trace, "--policy", f"{path}:X", "--junit",
+                            str(tmp_path / "j.xml")])
+    assert (status, out) == (3, "")
+    assert err == (f"scheduler-sim: policy error: policy '{path}:X' raised SystemExit while "
+                   f"its module was imported: 0 ({path}:1 in <module>)\n")
+    assert not (tmp_path / "j.xml").exists()

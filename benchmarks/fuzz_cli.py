@@ -1,32 +1,109 @@
 #!/usr/bin/env python3
-"""Fuzz the command line: random flag values and mutated input files (stdlib only).
+"""Fuzz the command line: wild flags, mutated inputs, hostile plugins, signals (stdlib only).
 
     python3 benchmarks/fuzz_cli.py [--runs 3000] [--seed 1] [--timeout 10] [--jobs 2]
+        [--surfaces cli,trace-plugin,plugin-fault,output-path,signal,sweep-file,huge-time]
         [--commands convert,generate,cost,validate,replay] [--examples 2]
 
-Each case is a command line of `convert` (every `--from` format), `generate`,
-`cost`, `validate` or `replay`, with flag values drawn from a pool of awkward
-ones (huge, tiny, negative, inf, nan, non-numeric, empty, other scripts'
-digits, bytes that are not UTF-8) and inputs made from small valid files and
-then mutated (truncated, nested deep, numbers swapped for huge or tiny ones,
-wrong types, binary bytes, a BOM, CRLF or bare CR line ends, an unclosed
-quote, a field past the CSV size limit, a line repeated thousands of times,
-a file of another format). Every case runs in a child process of its own
-(`python3 -m scheduler_sim`, from this checkout, with a 2 GiB address-space
-limit) under a timeout, so a hang is counted, not waited for.
+Every case runs in a child process of its own (`python3 -m scheduler_sim`, or
+`python3 -m pytest` with only the package's plugin, from this checkout, with a
+2 GiB address-space limit, no bytecode written and TMPDIR a folder of its own),
+in a new session and a folder of its own, under a timeout, so a hang is
+counted, not waited for. `--surfaces` picks what is fuzzed (default: all,
+weighted); the same seed, runs, surfaces and commands give the same cases.
 
-A case passes when the child exits 0 or 2 (`replay` also 1, a stalled run)
-within the timeout, prints no traceback, and, when it wrote a trace
-(`convert`, `generate`), the project's own parser accepts that trace: a
-command must never write a trace that `validate` refuses. The report gives
-the runs per command and exit status, then the tracebacks grouped by cause
-(exception type and the innermost frame of the package), the hangs, other
-exit statuses and refused traces, each with a count and example commands.
-The exit status is 0 when every case passed, 1 otherwise.
+`cli` (the first version of this fuzzer; `--surfaces cli` draws exactly its
+cases): a command line of `convert` (every `--from` format), `generate`,
+`cost`, `validate` or `replay` (`--commands`), with flag values drawn from a
+pool of awkward ones (huge, tiny, negative, inf, nan, non-numeric, empty,
+other scripts' digits, bytes that are not UTF-8) and inputs made from small
+valid files and then mutated (truncated, nested deep, numbers swapped for huge
+or tiny ones, wrong types, binary bytes, a BOM, CRLF or bare CR line ends, an
+unclosed quote, a field past the CSV size limit, a line repeated thousands of
+times, a file of another format). It passes when the child exits 0 or 2
+(`replay` also 1, a stalled run), and, when it wrote a trace (`convert`,
+`generate`), the project's own parser accepts that trace.
+
+The audit's surfaces:
+
+- `trace-plugin`: a trace whose config record names a plugin policy that
+  creates `PWNED` in the folder when imported (`evil.py:X`, in a list, last in
+  a list, `evil:X` as MODULE:CLASS, `evil:system`, `os:system`, an absolute
+  path, `sub/../evil.py:X`, `../FOLDER/evil.py:X`, `plugins/evil.py:X`, or
+  only an `expect` record's `policy`), read by `validate`, `replay` (alone,
+  with `--policy continuous`, with `--policy evil.py:X`), `check`, `sweep`,
+  `pytest --collect-only -q DIR` and `pytest -q DIR`. Without the opt-in
+  (`--allow-trace-plugins`, for pytest its option of that name) the marker
+  must not exist afterwards; with it, or named by `--policy`, the plugin must
+  run (marker written, exit 0; for a name that is no policy, exit 2, pytest 1
+  or 2; collecting need not import it).
+- `plugin-fault`: a plugin policy given by `--policy bad.py:P` (or `bad:P`)
+  that at import, in `__init__`, in `add`, in every `schedule` or in the
+  N-th one raises ValueError, SystemExit(0) or (1), KeyboardInterrupt,
+  GeneratorExit or BaseException, raises an exception whose `__str__`
+  raises or whose message has line breaks and escapes, calls `os._exit(0)`,
+  sends itself SIGKILL, returns a garbage plan, or rewrites a request's
+  `output_tokens`, `prompt_tokens`, `status` or `arrival`; run as a lone
+  engine, with `--replicas 3`, `--dp-lockstep --replicas 2`,
+  `--prefill-replicas 1 --decode-replicas 1`, `-j 2` beside `continuous`,
+  `sweep` with and without `-j 2`, `check`, and `pytest --allow-trace-plugins`
+  over a trace naming it. The plugin creates `FIRED` just before it
+  misbehaves; then the run must exit 3 with one line on standard error,
+  `scheduler-sim: policy error: ... policy 'SPEC' ...`, and no output file (for
+  pytest: exit 1 or 2, naming the policy; `check` and pytest must never pass).
+  A plugin that never misbehaved (its N-th call never came) must exit 0. A
+  plugin that sleeps forever is not generated: it is the user's own loop.
+- `output-path`: `replay`, `replay` with a plugin, `check`, `convert`,
+  `generate` (its `empirical:` file), `sweep` (its grid file) and `sweep
+  merge` with an output naming one of their inputs by any spelling (the same
+  name, absolute, `./`, `sub/../`, `missing/../`, a double slash, a symlink, an
+  absolute symlink, a chain of two, a hard link, a symlinked folder), the
+  input given by such a spelling and the output by its name, two outputs
+  naming one file, or an empty path. It must exit 2 and leave every file of
+  the folder byte for byte as it was, and write nothing.
+- `signal`: SIGINT or SIGTERM, to the process or to its group, 0 to 1.5 s after
+  `replay` (two policies, `-j 1` or `-j 2`), `sweep -j 2`, `check` or
+  `generate` started (Python's start-up included), or 0 to 0.8 s after its
+  first temporary output file appeared; some outputs exist beforehand. It must
+  end 130 / 143 (or be killed by the signal's default action, before or after
+  the program ran) leaving every output as it was, or end normally having
+  written them. A KeyboardInterrupt traceback with no frame of the package
+  (the interpreter was still starting) is not counted.
+- `sweep-file`: real `sweep --shard K/2 --jsonl` outputs of a small sweep,
+  mutated (header fields removed, retyped, `"sweep": true`, `configurations`
+  of 10**400, nested 100,000 deep, rows missing fields or with bad indices,
+  lines truncated, dropped, doubled, swapped, a 3 MB line, text mutations),
+  given to `sweep merge`; and grid files mutated likewise (wrong types,
+  unknown options, empty, duplicated or 100,000-value lists, a grid of a
+  million configurations of which `--shard K/1000000` runs one, not an
+  object) given to `sweep --grid-file`. It must exit 0, 1 or 2.
+- `huge-time`: traces in `tick`, `s` or `ms` whose arrivals, deadlines,
+  cancellations and preemptions reach 1e15 in the trace's unit (and huge
+  `waiting_timeout`, `release_delay`, `batch_window`), under every policy,
+  with and without `--cost-model llama-3-8b/h100-sxm`, with one of
+  `--report`, `--perfetto`, `--events`, `--requests-csv`, `--json --requests`.
+  It must exit 0, 1 or 2, and `--perfetto`, `--events` and `--json` outputs
+  of a run that exits 0 must be strict JSON (no NaN or Infinity).
+
+Every case of every surface also fails when it prints a traceback (for
+pytest, also pytest's own traceback through the package's code, or an
+INTERNALERROR), hangs, leaves a process of its session alive 3 s after it
+ended (an orphan, killed then), changes or removes a file that was there
+before it ran and is not one of its outputs (an input replaced), or leaves a
+temporary file (`.*.tmp` in its folder, anything in its TMPDIR) unless it
+was killed by SIGKILL. The report gives the runs per command (`cli`) and per
+surface by exit status, the totals (tracebacks, hangs, orphans, inputs
+replaced, temporary files left, other failures), then the failures grouped:
+tracebacks by cause (exception type and the innermost frame of the
+package), the others by surface, what the case is about and what went
+wrong, each with a count, a breakdown by variant (the mode, the spelling,
+the unit) and example commands. The exit status is 0 when every case
+passed, 1 otherwise.
 
 `tests/test_edge_inputs.py` draws its in-process fuzz cases from `make_case`
 here (`small=True`: inputs small enough to run a few hundred cases in a few
-seconds).
+seconds); `tests/test_fuzz_cli.py` runs a few fixed cases of each audit
+surface through `run_subprocess`.
 """
 from __future__ import annotations
 
@@ -601,9 +678,11 @@ def trace_plugin_case(rng: random.Random, spelling: str | None = None,
     if run == "validate":
         case.statuses, case.marker_expected = (0, 2), False
     elif run == "replay --policy continuous":  # the flag replaces the trace's policy
-        case.statuses, case.marker_expected = (0,), (None if opt_in else False)
+        case.statuses = (0,) if loadable else (0, 2)  # (a name of no policy may be refused)
+        case.marker_expected = None if opt_in else False
     elif run == "replay --policy evil.py:X":  # named on the command line: it runs
-        case.statuses, case.marker_expected = (0,), True
+        case.statuses = (0,) if loadable else (0, 2)
+        case.marker_expected = True if loadable else None
     elif not opt_in:
         case.statuses, case.marker_expected = ((0, 1, 2, 5) if pytest else (0, 1, 2)), False
     elif run == "pytest --collect-only":  # collecting need not import the plugin
@@ -970,7 +1049,8 @@ SIGNAL_RUNS = ("replay", "replay -j 2", "sweep -j 2", "check", "generate")
 
 def signal_case(rng: random.Random, run: str | None = None, signum: int | None = None,
                 delay: float | None = None, started: bool | None = None,
-                small: bool = False) -> Case:
+                target: str | None = None, small: bool = False,
+                size: int | None = None) -> Case:
     """A long enough command sent SIGINT or SIGTERM after a random delay (start-up
     included), or that delay after it opened its first output (`started`): it must end
     130 / 143 (or normally, if it finished first), leave no temporary file, no output
@@ -982,8 +1062,8 @@ def signal_case(rng: random.Random, run: str | None = None, signum: int | None =
     if delay is None:
         delay = (rng.uniform(0, 0.15) if rng.random() < 0.2
                  else rng.uniform(0.15, 0.8 if small or started else 1.5))
-    target = rng.choice(("process", "group"))
-    size = rng.choice((300, 800) if small else (500, 1500, 3000))
+    target = target or rng.choice(("process", "group"))
+    size = size or rng.choice((300, 800) if small else (500, 1500, 3000))
     name = signal.Signals(signum).name
     case = Case(run.split()[0], [], surface="signal", interrupt=(signum, delay, target),
                 interrupt_started=started, label=f"{name} to {run}",
@@ -1281,12 +1361,19 @@ _PACKAGE = re.compile(r"(^|/)scheduler_sim/")
 STARTUP = "interpreter start-up"
 
 
+def _exception_name(kind: str) -> str:
+    """An exception's class name; one of a plugin file's (whose module is named after
+    the file's path) as `plugin.NAME`."""
+    return re.sub(r"^(scheduler_sim_plugin_\w*|bad|evil)\.", "plugin.", kind)
+
+
 def traceback_cause(stderr: str) -> str:
     """`ExceptionType at scheduler_sim/...py:LINE (function)` of the last traceback."""
     tail = stderr[stderr.rfind("Traceback (most recent call last)"):]
     lines = [line for line in tail.splitlines() if line.strip()]
-    last = next((line for line in reversed(lines) if re.match(r"^[\w.]+(: |$)", line)), "?")
-    kind = last.split(":", 1)[0]
+    # the exception is the first line after the frames (they are indented)
+    last = next((line for line in lines[1:] if not line[:1].isspace()), "?")
+    kind = _exception_name(last.split(":", 1)[0])
     where = "outside the package"
     frames = [m for m in _FRAME.finditer(tail) if _PACKAGE.search(m.group(1))]
     for m in frames:
@@ -1321,7 +1408,7 @@ def traceback_in(case: Case, stdout: str, stderr: str) -> str | None:
         path = m.group(1)
         where = f"{path[path.rfind('scheduler_sim'):]}:{m.group(2)} ({m.group(3) or '?'})"
     what = "pytest INTERNALERROR" if internal else "pytest traceback"
-    return f"{what}: {kinds[-1] if kinds else '?'} at {where}"
+    return f"{what}: {_exception_name(kinds[-1]) if kinds else '?'} at {where}"
 
 
 def judge(case: Case, status: int | None, stderr: str, written: bytes | None) -> str | None:
@@ -1419,7 +1506,8 @@ def _signal(case: Case, run: Run) -> str | None:
     if run.status == INTERRUPTED[signum] and run.signalled:
         changed = [o for o in case.outputs if run.after.get(o) != run.before.get(o)]
         if changed:
-            return f"{name}: exit {run.status} but an output was written or replaced"
+            return (f"{name}: exit {run.status} but an output was written or replaced "
+                    f"({', '.join(changed)})")
         return None
     if run.status == -signum and run.signalled:  # its default action, before or after main
         return None

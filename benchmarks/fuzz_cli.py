@@ -1045,6 +1045,7 @@ def output_path_case(rng: random.Random, command: str | None = None,
 # 4. Signals ---------------------------------------------------------------------------
 
 SIGNAL_RUNS = ("replay", "replay -j 2", "sweep -j 2", "check", "generate")
+# also `sweep -j 2, one configuration` when asked for (a test's), never drawn
 
 
 def signal_case(rng: random.Random, run: str | None = None, signum: int | None = None,
@@ -1054,7 +1055,8 @@ def signal_case(rng: random.Random, run: str | None = None, signum: int | None =
     """A long enough command sent SIGINT or SIGTERM after a random delay (start-up
     included), or that delay after it opened its first output (`started`): it must end
     130 / 143 (or normally, if it finished first), leave no temporary file, no output
-    it did not finish, and no process behind."""
+    it did not finish, and no process behind. `run` may also be `sweep -j 2, one
+    configuration` (never drawn): one of the two workers waits idle all along."""
     run = run or rng.choice(SIGNAL_RUNS)
     signum = signum or rng.choice((signal.SIGINT, signal.SIGTERM))
     if started is None:
@@ -1078,7 +1080,11 @@ def signal_case(rng: random.Random, run: str | None = None, signum: int | None =
     else:
         case.files["trace.jsonl"] = workload_trace(rng, size, expect=run == "check")
         policies = rng.sample(["vllm", "continuous", "sglang"], 2)
-        if run.startswith("sweep"):
+        if run == "sweep -j 2, one configuration":  # a worker waits idle all along
+            case.argv = ["sweep", "{dir}/trace.jsonl", "--grid", "num_blocks=2048",
+                         "--policy", policies[0], "-j", "2"]
+            outputs = (("--csv", "s.csv"), ("--jsonl", "s.jsonl"))
+        elif run.startswith("sweep"):
             case.argv = ["sweep", "{dir}/trace.jsonl", "--grid", "num_blocks=512,1024,2048",
                          "--policy", policies[0], "--policy", policies[1], "-j", "2"]
             outputs = (("--csv", "s.csv"), ("--jsonl", "s.jsonl"))

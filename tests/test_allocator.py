@@ -641,3 +641,13 @@ def test_unpin_of_a_block_still_owned_drains_nothing():
     assert a.unpin(handle, now=0, delay=0) == 0
     pools(a, held=1, draining=0, free=1, reserved=0)
     assert a.table("a") == [0]
+
+
+def test_allocators_alive_at_once_hand_out_one_object_per_block_number():
+    """Two pools of 1,000 blocks each hand out blocks 0..999: block 999 of one is the
+    very int object of the other (a fleet's replicas keep one object per number)."""
+    a, b = BlockAllocator(1000, 4), BlockAllocator(1000, 4)
+    a.grow("x", 4000)
+    b.grow("y", 4000)
+    assert a.table("x") == b.table("y") == list(range(1000))
+    assert all(p is q for p, q in zip(a.table("x"), b.table("y")))

@@ -155,8 +155,8 @@ class Engine:
             self.workload = Workload()
             self.workload.cancels, self.workload.preempts = [], []
         self.allocator = BlockAllocator(options.num_blocks, options.block_size,
-                                        options.prefix_caching)
-        if on_event is not None and options.prefix_caching:
+                                        options.prefix_caching, compact=routed)
+        if on_event is not None and options.prefix_caching and reads(on_event, "evicted"):
             # Report whose cached blocks are handed out again (evicted).
             self.allocator.track_evictions(
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))

@@ -41,7 +41,7 @@ from ..records.clock import Clock
 from ..records.errors import InvariantError, PolicyError, SimError, UsageError
 from ..records.events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
-    Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout,
+    Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout, reads,
 )
 from ..records.options import Options
 from ..records.states import RequestStatus
@@ -106,7 +106,9 @@ class _InFlight:
 class Engine:
     """Replays one workload under one policy.
 
-    `on_event` receives every event record as it happens (None: build none).
+    `on_event` receives every event record as it happens (None: build none;
+    one that reads no `evicted` records, `records.events.reads`, lets the
+    allocator skip what those records need).
     Steady stretches of pure decode dispatches are folded (`fast_forward`),
     with the same results and the same event records, unless `on_state` or
     `audit` is set; `fast_forward=False` forbids it.

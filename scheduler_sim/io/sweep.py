@@ -55,7 +55,7 @@ __all__ = ["SWEEP_VERSION", "MAX_CONFIGURATIONS", "Axis", "Configuration",
 
 SWEEP_VERSION = 1
 # The most configurations a grid may have. Every one is resolved before the
-# first runs (some 20 to 40 us each: a million take half a minute, in every
+# first runs (some 15 to 40 us each: a million take up to a minute, in every
 # shard), and the unsharded rows and `sweep merge` hold one row per
 # configuration: a cross product past this is refused up front rather than
 # left to run for hours.

@@ -117,8 +117,9 @@ class BlockAllocator:
         self._free: list[int] = []
         self._fresh = 0
         self._ids = _block_ids()  # never-used ids are taken from here (shared objects)
-        # `compact`: the cache's index kept compact (PrefixCache.fit_index), for
-        # a replica of a fleet.
+        # `compact` (a replica of a fleet): the prefix cache spends some time to
+        # take less memory (`PrefixCache`: its queue's set as a `BlockSet`, its
+        # index fitted to its size).
         self.cache = PrefixCache(compact) if prefix_caching else None
         # A block in a table has one owner, plus `_extra[block]` more when it is
         # shared; `_pins[block]` pins when pinned; `_orphans` are pinned blocks

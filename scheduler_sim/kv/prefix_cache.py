@@ -33,8 +33,8 @@ consumes from the front by slices, and beside them `lru` is only the set of
 the queued blocks (membership and size, updated a batch at a time). A
 compact cache (a replica of a fleet, which holds one cache per replica)
 keeps that set as one byte per block (`BlockSet`, where a set takes about
-70 bytes a block) and its index in a table of the size it needs
-(`fit_index`), for some time. A hit
+70 bytes a block), and its index in a table of the size it needs at the
+cost of some time (`fit_index`). A hit
 leaves its block's entry in its run behind, stale: `stale[block]` counts
 such entries of a block, all of them ahead of its live entry (if it is free
 again), so eviction skips exactly that many before it takes the block.

@@ -41,6 +41,7 @@ it needs takes none (L4).
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import deque
 from itertools import compress, filterfalse, islice, repeat
@@ -80,6 +81,9 @@ class _BlockIds(list):
 
 
 _current_ids = weakref.ref(_BlockIds())  # dead at once: the first allocator makes one
+# Held while the shared list grows: allocators may run in threads (a sweep on a
+# thread pool), and two growing it at once would number blocks twice.
+_ids_growing = threading.Lock()
 
 
 def _block_ids() -> _BlockIds:
@@ -288,7 +292,9 @@ class BlockAllocator:
                     end = self._fresh = start + fresh
                     ids = self._ids
                     if end > len(ids):
-                        ids.extend(range(len(ids), end))
+                        with _ids_growing:
+                            if end > len(ids):
+                                ids.extend(range(len(ids), end))
                     table.extend(ids[start:end])
                 if rest > fresh:
                     evicted = (self._evict_lru(rid, table, rest - fresh) if not self.cache._tree

@@ -568,3 +568,14 @@ def test_the_report_alone_keeps_no_writer_of_cached_blocks_and_draws_the_same(tm
         (20, 1, "r5", "r1", 2), (20, 1, "r5", "r1", 1), (20, 1, "r5", "r1", 0),
         (21, 0, "r4", "r2", 3), (21, 1, "r5", "r3", 3)]
     assert reports[0] == reports[1]
+
+
+def test_replicas_share_one_set_of_the_ids_the_trace_cancels_or_preempts():
+    """Three replicas of a trace that cancels a and preempts c keep one set {a, c}
+    between them, not a copy each."""
+    trace = _trace([req("a", 0, 5, 3), req("b", 0, 9, 2), req("c", 1, 4, 4),
+                    {"type": "cancel", "id": "a", "at": 2},
+                    {"type": "preempt", "id": "c", "at": 2}])
+    fleet = Fleet(trace.workload, _options(trace, replicas=3), "vllm")
+    named = [engine._named for engine in fleet.engines]
+    assert named[0] == {"a", "c"} and named[0] is named[1] is named[2]

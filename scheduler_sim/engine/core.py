@@ -136,7 +136,8 @@ class Engine:
         options, self.pool = fit_pool(options)
         self.options = options
         self.clock = clock = Clock.of(options)
-        self.workload = workload.on_clock(clock)
+        # (A replica's own workload is made below: it converts nothing here.)
+        self.workload = workload.on_clock(clock) if not routed else workload
         # Durations in clock steps: a drain must have passed (rounded up); a
         # timeout must be exceeded (rounded down, so "longer than" stays exact).
         self.release_delay = clock.after(options.release_delay)
@@ -152,7 +153,7 @@ class Engine:
         # Under data-parallel lockstep, the step counter all ranks share (vLLM's
         # step_counter), which the vllm policy's prefill cadence reads; else None.
         self.lockstep_step: int | None = None
-        named = {a.id for a in workload.cancels} | {a.id for a in workload.preempts}
+        named = workload.named_ids()
         if routed:
             self.workload = Workload()
             self.workload.cancels, self.workload.preempts = [], []

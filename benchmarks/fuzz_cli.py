@@ -1497,7 +1497,11 @@ def _policy_error(case: Case, run: Run) -> str | None:
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     if len(lines) != 1:
         return f"exit 3 but {len(lines)} lines on standard error, expected 1"
-    if not lines[0].startswith("scheduler-sim: policy error: ") or named not in lines[0]:
+    # A worker process that died (os._exit, a signal) is named by what it was running:
+    # the cause may be the plugin or the system (the OOM killer), so it is no policy
+    # error, but it names the policy all the same.
+    prefixes = ("scheduler-sim: policy error: ", "scheduler-sim: error: the worker ")
+    if not lines[0].startswith(prefixes) or named not in lines[0]:
         return "exit 3 but the message does not name the policy"
     left = [name for name in case.outputs if name in run.after]
     if left:

@@ -1,6 +1,9 @@
 """BlockAllocator and blocks_for: credits, physical pools, drain timing, audits (§5)."""
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 
 from scheduler_sim.kv.allocator import BlockAllocator, blocks_for
@@ -641,3 +644,40 @@ def test_unpin_of_a_block_still_owned_drains_nothing():
     assert a.unpin(handle, now=0, delay=0) == 0
     pools(a, held=1, draining=0, free=1, reserved=0)
     assert a.table("a") == [0]
+
+
+def test_allocators_alive_at_once_hand_out_one_object_per_block_number():
+    """Two pools of 1,000 blocks each hand out blocks 0..999: block 999 of one is the
+    very int object of the other (a fleet's replicas keep one object per number)."""
+    a, b = BlockAllocator(1000, 4), BlockAllocator(1000, 4)
+    a.grow("x", 4000)
+    b.grow("y", 4000)
+    assert a.table("x") == b.table("y") == list(range(1000))
+    assert all(p is q for p, q in zip(a.table("x"), b.table("y")))
+
+
+def test_allocators_growing_in_threads_at_once_number_each_block_once():
+    """Four threads each make allocators one after another and grow them (a sweep on a
+    thread pool), switching threads every microsecond: the shared list of block
+    numbers still holds 0, 1, 2, ... in order, and every table its own numbers."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    tables = []
+
+    def work(k: int) -> None:
+        for n in range(1, 150):
+            a = BlockAllocator(100_000, 1)
+            a.grow("x", n * 7 + k)
+            tables.append((a, n * 7 + k))
+
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert all(a.table("x") == list(range(rows)) for a, rows in tables)
+    ids = tables[0][0]._ids
+    assert ids == list(range(len(ids))) and len(ids) >= 149 * 7 + 3

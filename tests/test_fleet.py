@@ -11,8 +11,10 @@ from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.fleet import Fleet
 from scheduler_sim.fleet.routers import LeastLoaded, make_router
-from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.io.report_series import RunSeries
+from scheduler_sim.io.trace import parse_trace, read_trace
 from scheduler_sim.policies import POLICIES
+from scheduler_sim.records.clock import Clock
 from scheduler_sim.records.options import Options
 
 
@@ -522,3 +524,58 @@ def test_round_robin_replicas_fold_past_arrivals_that_go_elsewhere():
     assert blind.run().summary == result.summary
     assert (sum(e.folded for e in folded.engines)
             > sum(e.folded for e in blind.engines) > 0)
+
+
+def _evicting_trace(tmp_path) -> str:
+    """Six requests of 16 distinct prompt tokens, two at a time, on two replicas of 8
+    blocks of 4 tokens with prefix caching: each replica's later requests evict the
+    cached blocks of its earlier ones."""
+    records = [{"type": "config", "block_size": 4, "num_blocks": 8, "prefix_caching": True,
+                "policy": ["vllm"], "replicas": 2}]
+    records += [req(f"r{i}", 10 * (i // 2), 16, 2,
+                    prompt_token_ids=list(range(100 * i, 100 * i + 16))) for i in range(6)]
+    return write_trace(tmp_path, records)
+
+
+def test_the_report_alone_keeps_no_writer_of_cached_blocks_and_draws_the_same(tmp_path):
+    """The report's series read no `evicted` records, so a fleet replaying for the
+    report alone keeps no writer per cached block on any replica (a plain listener
+    does); with --events too the evicted records are written, and the report's bytes
+    are the same either way."""
+    path = _evicting_trace(tmp_path)
+    trace = read_trace(path)
+    opts = _options(trace)
+    series = RunSeries("vllm", Clock.of(opts), opts.num_blocks, opts.replicas)
+    alone = Fleet(trace.workload, opts, "vllm", on_event=series.listener)
+    plain = Fleet(trace.workload, opts, "vllm", on_event=lambda i: (lambda e: None))
+    assert [e.allocator.cache.writers for e in alone.engines] == [None, None]
+    assert [e.allocator.cache.writers for e in plain.engines] == [{}, {}]
+    reports = []
+    for extra in ([], ["--events", str(tmp_path / "ev.jsonl")]):
+        report = tmp_path / f"r{len(extra)}.html"
+        code, _, err = run_cli(["replay", path, "--report", str(report), *extra])
+        assert code == 0, err
+        reports.append(report.read_bytes())
+    evicted = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()
+               if '"evicted"' in line]
+    # Replica 0 serves r0, r2, r4: r2's first decode (tick 11) takes r0's last cached
+    # block (3, its tail first); r4's prompt (tick 20) takes r0's blocks 2, 1, 0 after
+    # r2's unkeyed fifth block, and its first decode r2's block 3. Replica 1 alike.
+    assert [(e["tick"], e["replica"], e["id"], e["written_by"], e["block"])
+            for e in evicted] == [
+        (11, 0, "r2", "r0", 3), (11, 1, "r3", "r1", 3),
+        (20, 0, "r4", "r0", 2), (20, 0, "r4", "r0", 1), (20, 0, "r4", "r0", 0),
+        (20, 1, "r5", "r1", 2), (20, 1, "r5", "r1", 1), (20, 1, "r5", "r1", 0),
+        (21, 0, "r4", "r2", 3), (21, 1, "r5", "r3", 3)]
+    assert reports[0] == reports[1]
+
+
+def test_replicas_share_one_set_of_the_ids_the_trace_cancels_or_preempts():
+    """Three replicas of a trace that cancels a and preempts c keep one set {a, c}
+    between them, not a copy each."""
+    trace = _trace([req("a", 0, 5, 3), req("b", 0, 9, 2), req("c", 1, 4, 4),
+                    {"type": "cancel", "id": "a", "at": 2},
+                    {"type": "preempt", "id": "c", "at": 2}])
+    fleet = Fleet(trace.workload, _options(trace, replicas=3), "vllm")
+    named = [engine._named for engine in fleet.engines]
+    assert named[0] == {"a", "c"} and named[0] is named[1] is named[2]

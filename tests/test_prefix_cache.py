@@ -2,13 +2,14 @@
 blocks, hits and evictions (§8, A5), with the conservation audit after every step."""
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 
 import pytest
 
 from conftest import req, simulate
 from scheduler_sim.kv.allocator import BlockAllocator
-from scheduler_sim.kv.prefix_cache import BlockKeys, PrefixCache
+from scheduler_sim.kv.prefix_cache import BlockKeys, BlockSet, PrefixCache
 from scheduler_sim.records.errors import InvariantError
 
 
@@ -275,14 +276,15 @@ def test_lookup_stops_at_the_first_miss():
     assert a.lookup(plain_keys(0, 12), 3) == [0]    # block 2 is cached but after the miss
 
 
-def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of():
+@pytest.mark.parametrize("compact", [False, True])
+def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of(compact):
     """vLLM's cache (duplicates), pool of 4, delay 1: A keys [0,1,2]; B shares hits [0,1]
     (registered 2); a pin holds [1,2]. A's free drains nothing (0, 1 are B's too, 2 is a
     pinned orphan); B's drains 0 (1 is now an orphan); the unpin drains 1 and 2. Released
     at 1, the LRU is [0,1,2] with each block's key as its value, key_of stays empty, and
     A's keys find all three; after fresh block 3 goes, the next grow evicts 0, key 0
     leaves the index and the lookup misses at once."""
-    a = BlockAllocator(4, B, prefix_caching=True)
+    a = BlockAllocator(4, B, prefix_caching=True, compact=compact)
     a.cache.duplicates = True
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
@@ -315,15 +317,16 @@ def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of():
     assert a.lookup(ka, 3) == []
 
 
-def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind():
+@pytest.mark.parametrize("compact", [False, True])
+def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind(compact):
     """vLLM's cache, pool of 3: A's blocks [0,1,2] freed make the run [2,1,0]. B hits
     [0,1] (their entries in that run go stale: 0 and 1 once each) and frees them as the
     run [1,0]; the queue is [2,1,0] in order. C's 8 rows evict 2, skip the stale 1 and
     0, then evict 1 from B's run: C holds [2,1], the queue is [0] (B's run at position
     1), nothing is stale, and keys 1 and 2 of A left the index."""
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, prefix_caching=True, compact=compact)
     a.cache.duplicates = True
-    assert type(a.cache.lru) is set and a.cache.runs is not None
+    assert type(a.cache.lru) is (BlockSet if compact else set) and a.cache.runs is not None
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     a.free_request("A", 0, 0)
@@ -769,13 +772,14 @@ def test_the_interning_table_lives_as_long_as_a_cache_that_holds_its_keys(fresh_
     assert a.lookup(again, 2) == [0, 1]
 
 
-def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs():
+@pytest.mark.parametrize("compact", [False, True])
+def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs(compact):
     """vLLM's cache, pool of 4, block size 4. A's [0,1,2] freed: the run [2,1,0]. B
     finds [0] (its entry goes stale). X writes 4 rows into 3 and frees it (run [3]),
     then B frees 0 (run [0]): the queue is 2, 1, 3, 0. One-block growths (decodes
     opening a block) take 2, 1, then skip the stale 0 and take 3, then 0; each key
     leaves the index, and no run is left."""
-    a = BlockAllocator(4, B, prefix_caching=True)
+    a = BlockAllocator(4, B, prefix_caching=True, compact=compact)
     a.cache.duplicates = True
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
@@ -796,11 +800,12 @@ def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs():
         {}, [], {}, 0)
 
 
-def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entries():
+@pytest.mark.parametrize("compact", [False, True])
+def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entries(compact):
     """vLLM's cache, pool of 3: A's [0,1,2] freed (run [2,1,0]); B finds [0] and keeps
     it. Two one-block growths take 2 and 1: the queue is empty, and the stale entry of
     0 left in A's run is dropped with it (as taking the whole queue at once does)."""
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, prefix_caching=True, compact=compact)
     a.cache.duplicates = True
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
@@ -809,15 +814,16 @@ def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entr
     a.share("B", a.lookup(kb, 1), kb)
     assert (a.grow("C", 1), a.grow("C", 5)) == (1, 1)
     ok(a)
-    assert (a.table("C"), a.cache.lru, list(a.cache.runs), a.cache.stale,
-            a.cache.stale_total) == ([2, 1], set(), [], {}, 0)
+    assert (a.table("C"), len(a.cache.lru), list(a.cache.runs), a.cache.stale,
+            a.cache.stale_total) == ([2, 1], 0, [], {}, 0)
 
 
-def test_vllm_cache_a_decode_that_fills_a_cached_block_keeps_it_as_a_duplicate():
+@pytest.mark.parametrize("compact", [False, True])
+def test_vllm_cache_a_decode_that_fills_a_cached_block_keeps_it_as_a_duplicate(compact):
     """vLLM's cache, pool of 4, block size 4: A writes [1..8] into [0,1]; B writes [1..4]
     into 2 and then, a row at a time as decodes do, [5..8] into 3: block 2 and then
     block 3 (registered alone) are duplicates of A's 0 and 1."""
-    a = BlockAllocator(4, B, prefix_caching=True)
+    a = BlockAllocator(4, B, prefix_caching=True, compact=compact)
     a.cache.duplicates = True
     ids = [1, 2, 3, 4, 5, 6, 7, 8]
     ka, kb = keys_of(ids, 0), keys_of(ids[:4], 1, output_ids=ids[4:])
@@ -832,13 +838,14 @@ def test_vllm_cache_a_decode_that_fills_a_cached_block_keeps_it_as_a_duplicate()
     assert a.cache.others == {key(kb, 0): [2], key(kb, 1): [3]}
 
 
-def test_vllm_cache_a_freed_table_drops_only_its_own_blocks_extra_owners():
+@pytest.mark.parametrize("compact", [False, True])
+def test_vllm_cache_a_freed_table_drops_only_its_own_blocks_extra_owners(compact):
     """vLLM's cache, pool of 12, block size 4. A writes 12 rows into [0,1,2]; D writes
     other 12 rows into [3,4,5]. B finds A's [0,1]; E finds D's [3,4]; F finds A's [0].
     Extra owners: 0 twice, 1, 3 and 4 once (D's blocks sit at A's positions 0 and 1:
     not A's). A frees: 0 keeps one extra owner, 1 none; 3 and 4 keep theirs, and only
     A's 2 joins the queue."""
-    a = BlockAllocator(12, B, prefix_caching=True)
+    a = BlockAllocator(12, B, prefix_caching=True, compact=compact)
     a.cache.duplicates = True
     ka = keys_of(list(range(1, 13)), 0)
     kd = keys_of(list(range(101, 113)), 1)
@@ -854,3 +861,55 @@ def test_vllm_cache_a_freed_table_drops_only_its_own_blocks_extra_owners():
     ok(a)
     assert a._extra == {0: 1, 3: 1, 4: 1}
     assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 2))]
+
+
+# --- a compact cache (a fleet's replicas) ----------------------------------------------
+
+
+def test_a_block_set_counts_its_blocks_and_lists_them_in_ascending_order():
+    """Blocks 300, 5 and 17 added: three members, listed 5, 17, 300, equal to that set;
+    16, a billion and -1 are not in it. Taking out 5 and 300, then 17, empties it;
+    removing 17 again raises KeyError, as a set's remove does."""
+    blocks = BlockSet()
+    blocks.add_new([300, 5, 17])
+    assert (len(blocks), list(blocks), blocks == {5, 17, 300}) == (3, [5, 17, 300], True)
+    assert (17 in blocks, 16 in blocks, 10 ** 9 in blocks, -1 in blocks) == (
+        True, False, False, False)
+    blocks.remove_members([5, 300])
+    blocks.remove(17)
+    assert (len(blocks), bool(blocks), list(blocks)) == (0, False, [])
+    with pytest.raises(KeyError):
+        blocks.remove(17)
+    blocks.add_new([2])
+    blocks.clear()
+    assert (len(blocks), list(blocks), len(blocks.flags)) == (0, [], 301)
+
+
+def test_a_compact_cache_copies_its_grown_index_into_a_table_of_its_size():
+    """1,000 keys held at a time while 20,000 come and go: the plain dict has grown to
+    a table larger than a copy of it needs; the compact cache, told of each key added,
+    keeps its index in the copy's size (checked after every 1,000 // 8 + 64 keys
+    added: after the last key it is checked once more) and holds the same keys."""
+    plain: dict = {}
+    cache = PrefixCache(compact=True)
+    for k in range(20_000):
+        for index in (plain, cache.index):
+            index[k] = k % 7
+            if k >= 1000:
+                del index[k - 1000]
+        cache.added += 1
+        cache.fit_index()
+    cache.added = len(cache.index)
+    cache.fit_index()
+    assert cache.index == plain and list(cache.index) == list(range(19_000, 20_000))
+    assert sys.getsizeof(cache.index) == sys.getsizeof(dict(plain)) < sys.getsizeof(plain)
+
+
+def test_a_compact_allocator_counts_the_keys_it_adds_to_its_index():
+    """A compact vLLM cache told of the 3 keys a 12-row prefill registered (a plain one
+    counts nothing): what `fit_index` waits for."""
+    for compact, added in ((False, 0), (True, 3)):
+        a = BlockAllocator(8, B, prefix_caching=True, compact=compact)
+        a.cache.duplicates = True
+        prefill(a, "A", plain_keys(0, 12), 12)
+        assert a.cache.added == added

@@ -20,6 +20,8 @@ import scheduler_sim as sim
 from conftest import req
 from scheduler_sim.cli.main import main
 from scheduler_sim.engine.summary import RUN_FIELDS
+from scheduler_sim.io import sweep as sweep_module
+from scheduler_sim.io.trace import read_trace
 
 SMALL = [
     {"type": "config", "block_size": 4, "num_blocks": 12},
@@ -196,6 +198,104 @@ def test_slo_values_are_separated_by_semicolons(trace, tmp_path):
     assert [r["slo"] for r in rows] == [{"ttft": 2.0, "tpot": 1.0}, {"ttft": 5.0}]
     assert (tmp_path / "s.csv").read_text().splitlines()[1].startswith('0,"ttft=2,tpot=1",')
 
+
+
+# --- the grid, made lazily -------------------------------------------------------------
+
+
+def test_a_shard_header_and_fingerprint_are_pinned(trace, tmp_path):
+    """Shard 1/3 of GRID: the header's grid, configuration count and fingerprint are
+    those the sweep wrote when it built every configuration up front (the trace's
+    bytes, the axes and the fixed options; the rows 1, 4 and 7)."""
+    status, _, err = run("sweep", trace, *GRID, "--shard", "1/3", "--jsonl", tmp_path / "s")
+    assert status == 0, err
+    lines = (tmp_path / "s").read_text().splitlines()
+    head = json.loads(lines[0])
+    assert (head["trace_sha256"], head["grid"], head["configurations"], head["shard"]) == (
+        "3d32290560618fa3567d41500a0d40df4f2bf56212906d2a03af0aa3e0741d61",
+        {"num_blocks": [6, 24], "watermark": [0.0, 0.1], "policy": ["vllm", "sglang"]},
+        8, "1/3")
+    assert head["fingerprint"] == (
+        "3fc94011eed7f3e8a1a6acea8172ea4c996e570c5da298d0c646f31d44acd214")
+    assert [json.loads(line)["index"] for line in lines[1:]] == [1, 4, 7]
+
+
+def _grid(path: str, axes: dict, **fixed) -> sweep_module.Grid:
+    parsed = read_trace(path)
+    return sweep_module.build_grid(
+        parsed, [sweep_module.check_axis(name, values) for name, values in axes.items()],
+        fixed)
+
+
+def test_configurations_are_made_from_their_number_in_grid_order(trace):
+    """The 2 x 3 x 2 grid's configurations by number (also negative, and a slice) are
+    those iteration makes, in the cross product's order, first axis slowest."""
+    grid = _grid(trace, {"num_blocks": [6, 24], "max_rows": [1, 2, 3],
+                         "policy": ["vllm", "sglang"]})
+    every = list(grid.configurations)
+    assert len(grid) == len(every) == 12
+    assert [grid.configurations[i] for i in range(12)] == every
+    assert (grid.configurations[-1], grid.configurations[3:5]) == (every[11], every[3:5])
+    assert [c.values for c in every[:3]] == [
+        (("num_blocks", 6), ("max_rows", 1), ("policy", "vllm")),
+        (("num_blocks", 6), ("max_rows", 1), ("policy", "sglang")),
+        (("num_blocks", 6), ("max_rows", 2), ("policy", "vllm"))]
+    assert (every[7].index, every[7].label(), every[7].options.max_rows) == (
+        7, "num_blocks=24, max_rows=1, policy=sglang", 1)
+    with pytest.raises(IndexError):
+        grid.configurations[12]
+
+
+def test_a_shard_makes_only_its_own_configurations(trace, monkeypatch):
+    """Building a grid of 40 x 25 x 2 = 2,000 configurations makes none (it resolves
+    each and keeps nothing); shard 3/500 then makes its 4 (indices 3, 503, 1003,
+    1503) and no other."""
+    made = []
+
+    class Counted(sweep_module.Configuration):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            made.append(self.index)
+
+    monkeypatch.setattr(sweep_module, "Configuration", Counted)
+    grid = _grid(trace, {"num_blocks": list(range(6, 46)), "max_rows": list(range(1, 26)),
+                         "policy": ["vllm", "sglang"]})
+    assert (len(grid), made) == (2000, [])
+    shard = sweep_module.shard_of(grid, (3, 500))
+    assert [c.index for c in shard] == made == [3, 503, 1003, 1503]
+    assert shard[1].values == (("num_blocks", 16), ("max_rows", 2), ("policy", "sglang"))
+
+
+def test_a_bad_combination_deep_in_the_grid_is_refused_before_anything_runs(trace, tmp_path,
+                                                                          monkeypatch):
+    """order lpm without prefix caching is configuration 60 of 120 (order slowest, then
+    30 pool sizes, then 2 policies): shard 0/7, which does not hold it, is refused too,
+    exit 2, before any configuration runs or any output is opened."""
+    ran = []
+    monkeypatch.setattr(sweep_module, "run_configuration",
+                        lambda *args: ran.append(args) or ({}, False))
+    blocks = ",".join(str(b) for b in range(6, 36))
+    status, out, err = run("sweep", trace, "--grid", "order=fcfs,lpm", "--grid",
+                           f"num_blocks={blocks}", "--policy", "vllm", "--policy", "sglang",
+                           "--shard", "0/7", "--jsonl", tmp_path / "s.jsonl")
+    assert (status, out, ran) == (2, "", [])
+    assert err == ("scheduler-sim: error: grid: configuration 60 (order=lpm, num_blocks=6, "
+                   "policy=vllm): order 'lpm' needs prefix_caching: true (it sorts by cached "
+                   "prefix)\n")
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_a_grid_past_the_most_configurations_is_refused_up_front(trace, monkeypatch):
+    """With the limit set to 11, a grid of 3 x 2 x 2 = 12 configurations is refused,
+    exit 2, naming the size of each axis; one of 11 pool sizes and one policy runs."""
+    monkeypatch.setattr(sweep_module, "MAX_CONFIGURATIONS", 11)
+    status, out, err = run("sweep", trace, "--grid", "num_blocks=6,12,24", *GRID[2:])
+    assert (status, out) == (2, "")
+    assert err == ("scheduler-sim: error: grid: 12 configurations (3 num_blocks x 2 watermark "
+                   "x 2 policy), more than the 11 a sweep may have; sweep fewer values\n")
+    status, out, err = run("sweep", trace, "--grid", "num_blocks=" + ",".join(
+        str(b) for b in range(6, 17)), "--policy", "vllm")
+    assert status == 0 and out.startswith(f"scheduler-sim sweep {trace}: 11 of 11 "), err
 
 # --- the Python API and its executors ---------------------------------------------------
 

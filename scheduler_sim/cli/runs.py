@@ -105,10 +105,13 @@ class Plan:
 
 
 class _Both:
-    """Two event listeners as one."""
+    """Two event listeners as one (reading the record kinds either reads)."""
 
     def __init__(self, first: Callable, second: Callable) -> None:
         self.first, self.second = first, second
+        kinds = [getattr(f, "kinds", None) for f in (first, second)]
+        if None not in kinds:
+            self.kinds = kinds[0] | kinds[1]
 
     def __call__(self, event) -> None:
         self.first(event)

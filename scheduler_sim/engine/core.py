@@ -41,7 +41,7 @@ from ..records.clock import Clock
 from ..records.errors import InvariantError, PolicyError, SimError, UsageError
 from ..records.events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
-    Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout,
+    Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout, reads,
 )
 from ..records.options import Options
 from ..records.states import RequestStatus
@@ -107,7 +107,9 @@ class _InFlight:
 class Engine:
     """Replays one workload under one policy.
 
-    `on_event` receives every event record as it happens (None: build none).
+    `on_event` receives every event record as it happens (None: build none;
+    one that reads no `evicted` records, `records.events.reads`, lets the
+    allocator skip what those records need).
     Steady stretches of pure decode dispatches are folded (`fast_forward`),
     with the same results and the same event records, unless `on_state` or
     `audit` is set; `fast_forward=False` forbids it.
@@ -135,7 +137,8 @@ class Engine:
         options, self.pool = fit_pool(options)
         self.options = options
         self.clock = clock = Clock.of(options)
-        self.workload = workload.on_clock(clock)
+        # (A replica's own workload is made below: it converts nothing here.)
+        self.workload = workload.on_clock(clock) if not routed else workload
         # Durations in clock steps: a drain must have passed (rounded up); a
         # timeout must be exceeded (rounded down, so "longer than" stays exact).
         self.release_delay = clock.after(options.release_delay)
@@ -151,13 +154,13 @@ class Engine:
         # Under data-parallel lockstep, the step counter all ranks share (vLLM's
         # step_counter), which the vllm policy's prefill cadence reads; else None.
         self.lockstep_step: int | None = None
-        named = {a.id for a in workload.cancels} | {a.id for a in workload.preempts}
+        named = workload.named_ids()
         if routed:
             self.workload = Workload()
             self.workload.cancels, self.workload.preempts = [], []
         self.allocator = BlockAllocator(options.num_blocks, options.block_size,
-                                        options.prefix_caching)
-        if on_event is not None and options.prefix_caching:
+                                        options.prefix_caching, compact=routed)
+        if on_event is not None and options.prefix_caching and reads(on_event, "evicted"):
             # Report whose cached blocks are handed out again (evicted).
             self.allocator.track_evictions(
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))

@@ -38,6 +38,9 @@ WAITING, PREFILL, DECODE, PREEMPTED, RECOMPUTE, END = range(6)
 PHASES = ("waiting", "prefill", "decode", "preempted", "recompute", "end")
 _ROW_PHASE = {"prefill": PREFILL, "decode": DECODE, "recompute": RECOMPUTE}
 _ENDS = ("finished", "cancelled", "timeout", "stalled", "rejected", "prefilled")
+# The record kinds the series read (`records.events.reads`: the engine keeps no
+# writer per cached block for `evicted` records, which the report ignores).
+KINDS = frozenset(("snapshot", "dispatch", "preempted", "arrival", *_ENDS))
 
 
 def _appended(steps: array | list[int], step: int) -> array | list[int]:
@@ -69,6 +72,8 @@ class RunSeries:
     Use `listener(replica)` (or the object itself, for one engine) as the
     `on_event` callback and `ended` as `on_request_end`.
     """
+
+    kinds = KINDS  # the record kinds it reads
 
     def __init__(self, policy: str, clock: Clock, num_blocks: int, replicas: int = 1) -> None:
         self.policy = policy
@@ -116,6 +121,7 @@ class RunSeries:
             handler = handlers.get(event.kind)
             if handler is not None:
                 handler(event, index)
+        on_event.kinds = KINDS  # type: ignore[attr-defined]
         return on_event
 
     def __call__(self, event: Any) -> None:

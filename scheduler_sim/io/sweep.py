@@ -9,10 +9,14 @@ This module owns the grid and everything made from it:
   order they were given, the first axis varying slowest and the last
   (the policies, unless the grid places them) fastest, each resolved over
   the trace's config and the fixed options, and numbered from 0 in that
-  order;
+  order. They are made when asked for (`GridConfigurations`: configuration
+  i is computed from i), so that a grid costs memory only for what runs;
+  `build_grid` still resolves every one of them once, keeping none, so that
+  a combination that cannot work is refused before anything runs; a grid
+  has at most `MAX_CONFIGURATIONS`;
 - the slices of `--shard K/N` (`shard_of`): configuration i belongs to
   shard i mod N (0 <= K < N), so that every shard gets a share of every
-  part of the grid;
+  part of the grid; a shard makes only its own configurations;
 - running the configurations (`run_grid`) in process or on any
   `concurrent.futures.Executor` (a process pool, a Dask or Ray client's
   executor), one task per configuration, rows always in grid order
@@ -35,11 +39,12 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import sys
 from concurrent.futures import Executor
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..engine.core import Engine
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
@@ -51,16 +56,22 @@ from ..records.options import OPTIONS, Options, check_value, format_slo, show
 from .report import csv_field, format_number, printable, text_width
 from .trace import Problems, Trace, check_options, json_value, resolve_options
 
-__all__ = ["SWEEP_VERSION", "Axis", "Configuration", "Grid", "check_axis", "build_grid",
-           "parse_shard", "shard_of", "run_configuration", "configuration_row", "run_grid",
-           "format_jsonl", "format_csv", "format_table", "merge_shards", "Merged", "read_shard",
-           "read_limited", "file_digest", "MAX_CONFIGURATIONS", "MAX_SHARD_BYTES",
-           "HEADER_FIELDS"]
+__all__ = ["SWEEP_VERSION", "Axis", "Configuration", "GridConfigurations", "Grid",
+           "check_axis", "build_grid", "parse_shard", "shard_of", "run_configuration",
+           "configuration_row", "run_grid", "format_jsonl", "format_csv", "format_table",
+           "merge_shards", "Merged", "read_shard", "read_limited", "file_digest",
+           "MAX_CONFIGURATIONS", "MAX_SHARD_BYTES", "HEADER_FIELDS"]
 
 SWEEP_VERSION = 1
 # `--shard K/N`: ASCII digits only; at most 18 of them, so that int() never meets
 # Python's limit on the length of a decimal string (and N fits any index).
 _SHARD = re.compile(r"([0-9]{1,18})/([0-9]{1,18})")
+# The most configurations a grid may have (and a merge may join). Every one is
+# resolved before the first runs (some 15 to 40 us each: a million take up to a
+# minute, in every shard), and the unsharded rows and `sweep merge` hold one row
+# per configuration: a cross product past this is refused up front rather than
+# left to run for hours.
+MAX_CONFIGURATIONS = 1_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,19 +97,90 @@ class Configuration:
 
     def label(self) -> str:
         """`num_blocks=8, policy=vllm`: how messages name it."""
-        return ", ".join(f"{name}={_cell(name, value)}" for name, value in self.values)
+        return _label(self.values)
+
+
+def _label(values: Iterable[tuple[str, Any]]) -> str:
+    return ", ".join(f"{name}={_cell(name, value)}" for name, value in values)
+
+
+class GridConfigurations(Sequence[Configuration]):
+    """The configurations of a grid in grid order, each made when asked for: from
+    its index, its values (the first axis varying slowest) and its options,
+    resolved over the trace's `config` and the `fixed` options (checked values).
+    Indexing, slicing, `len` and iteration; nothing is kept."""
+
+    def __init__(self, config: dict[str, Any], fixed: dict[str, Any],
+                 axes: tuple[Axis, ...], plugin_dir: str | None = None) -> None:
+        self._config = config
+        self._plugin_dir = plugin_dir  # where a relative plugin file is taken from
+        self._fixed = fixed
+        self._axes = axes
+        self._names = tuple(axis.name for axis in axes)
+        self._count = math.prod(len(axis.values) for axis in axes)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(f"configuration {index} of {self._count}")
+        index %= self._count
+        combo = []
+        rest = index
+        for axis in reversed(self._axes):
+            rest, digit = divmod(rest, len(axis.values))
+            combo.append(axis.values[digit])
+        combo.reverse()
+        return self._make(index, tuple(combo))
+
+    def __iter__(self) -> Iterator[Configuration]:
+        for index, combo in enumerate(self._combinations()):
+            yield self._make(index, combo)
+
+    def _combinations(self) -> Iterator[tuple[Any, ...]]:
+        return itertools.product(*(axis.values for axis in self._axes))
+
+    def _make(self, index: int, combo: tuple[Any, ...]) -> Configuration:
+        values = tuple(zip(self._names, combo))
+        return Configuration(index, values, self.options_of(index, values))
+
+    def options_of(self, index: int, values: tuple[tuple[str, Any], ...]) -> Options:
+        """The options of configuration `index`, whose swept values are `values`;
+        UsageError naming it if they cannot work together."""
+        raw = dict(self._fixed)
+        raw.update((name, [value] if name == "policy" else value) for name, value in values)
+        try:
+            options = fit_pool(resolve_options(self._config, raw)[0])[0]
+        except UsageError as exc:
+            raise UsageError(f"grid: configuration {index} ({_label(values)}): {exc}") from None
+        if self._plugin_dir is None:
+            return options
+        return dataclasses.replace(options, plugin_dir=self._plugin_dir)
+
+    def check_all(self) -> bool:
+        """Resolve every configuration in order, keeping none: the first that cannot
+        work raises UsageError naming it. Returns whether any is a fleet."""
+        fleet = False
+        names = self._names
+        for index, combo in enumerate(self._combinations()):
+            fleet = self.options_of(index, tuple(zip(names, combo))).fleet or fleet
+        return fleet
 
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
-    """The axes, the fixed options, every configuration in grid order, the columns of
-    the rows, and the fingerprint that tells shards of the same sweep apart from others."""
+    """The axes, the fixed options, the configurations in grid order (made when asked
+    for), the columns of the rows, and the fingerprint that tells shards of the same
+    sweep apart from others."""
 
     trace_name: str
     trace_sha256: str | None
     axes: tuple[Axis, ...]
     fixed: dict[str, Any]
-    configurations: tuple[Configuration, ...]
+    configurations: GridConfigurations
     columns: tuple[str, ...]
     fingerprint: str
 
@@ -159,13 +241,15 @@ def check_axis(name: str, values: Any, where: str = "grid") -> Axis:
 
 def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
                trace_sha256: str | None = None, plugin_dir: str | None = None) -> Grid:
-    """Every configuration of the cross product of `axes`, resolved over the trace's
-    config and the `fixed` options (raw values, checked here). Without a `policy`
-    axis, the policies of `fixed` (else the trace's, else the default) are the last
-    axis. A configuration whose values cannot work together (order lpm without
-    prefix caching, say) raises UsageError naming it. A relative plugin file is
-    taken from `plugin_dir` (None: the working directory); whether a plugin may run
-    at all is the caller's to decide (`trace.allow_trace_plugins`)."""
+    """The grid of the cross product of `axes`, its configurations resolved over the
+    trace's config and the `fixed` options (raw values, checked here). Without a
+    `policy` axis, the policies of `fixed` (else the trace's, else the default) are
+    the last axis. A grid of more than MAX_CONFIGURATIONS, or a configuration whose
+    values cannot work together (order lpm without prefix caching, say), raises
+    UsageError naming it: every configuration is resolved here, and none kept. A
+    relative plugin file is taken from `plugin_dir` (None: the working directory);
+    whether a plugin may run at all is the caller's to decide
+    (`trace.allow_trace_plugins`)."""
     axes = list(axes)
     names = [axis.name for axis in axes]
     for name in names:
@@ -180,20 +264,12 @@ def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
     if "policy" not in names:
         axes.append(Axis("policy", tuple(base.policy)))
         names.append("policy")
-    configurations = []
-    fleet = False
-    for index, combo in enumerate(itertools.product(*(axis.values for axis in axes))):
-        values = tuple(zip(names, combo))
-        raw = dict(checked)
-        raw.update((name, [value] if name == "policy" else value) for name, value in values)
-        config = Configuration(index, values, Options())
-        try:
-            options, _ = fit_pool(resolve_options(trace.config, raw)[0])
-        except UsageError as exc:
-            raise UsageError(f"grid: configuration {index} ({config.label()}): {exc}") from None
-        fleet = fleet or options.fleet
-        options = dataclasses.replace(options, plugin_dir=plugin_dir)
-        configurations.append(dataclasses.replace(config, options=options))
+    configurations = GridConfigurations(trace.config, checked, tuple(axes), plugin_dir)
+    if len(configurations) > MAX_CONFIGURATIONS:
+        sizes = " x ".join(f"{len(axis.values):,} {axis.name}" for axis in axes)
+        raise UsageError(f"grid: {len(configurations):,} configurations ({sizes}), more than "
+                         f"the {MAX_CONFIGURATIONS:,} a sweep may have; sweep fewer values")
+    fleet = configurations.check_all()
     fields = RUN_FIELDS + (FLEET_RUN_FIELDS if fleet else ())
     columns = ("index", *names, "time_unit", "stalled", *fields)
     fixed_json = {name: _json_value(name, value) for name, value in checked.items()}
@@ -201,7 +277,7 @@ def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
                 "grid": [[axis.name, list(axis.values)] for axis in axes],
                 "options": fixed_json}
     fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return Grid(trace.name, trace_sha256, tuple(axes), fixed_json, tuple(configurations),
+    return Grid(trace.name, trace_sha256, tuple(axes), fixed_json, configurations,
                 columns, fingerprint)
 
 
@@ -219,11 +295,13 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_of(grid: Grid, shard: tuple[int, int] | None) -> list[Configuration]:
-    """The configurations of shard K of N: those whose index is K modulo N."""
+    """The configurations of shard K of N: those whose index is K modulo N (only
+    they are made); every configuration without a shard."""
+    configurations = grid.configurations
     if shard is None:
-        return list(grid.configurations)
+        return list(configurations)
     k, n = shard
-    return [c for c in grid.configurations if c.index % n == k]
+    return [configurations[i] for i in range(k, len(configurations), n)]
 
 
 def run_configuration(trace: Trace, options: Options) -> tuple[dict[str, Any], bool]:
@@ -307,9 +385,8 @@ def format_csv(grid: Grid, rows: list[dict[str, Any]]) -> str:
 # --- sweep merge: reading shards back ----------------------------------------------
 
 # What `sweep merge` reads, with limits no real sweep reaches: a grid of at most
-# a million configurations (each one a whole replay), and shard files of at most
-# 1 GiB each (a row is about 2 KB: some 500,000 rows in one file).
-MAX_CONFIGURATIONS = 10 ** 6
+# MAX_CONFIGURATIONS (each one a whole replay), and shard files of at most 1 GiB
+# each (a row is about 2 KB: some 500,000 rows in one file).
 MAX_SHARD_BYTES = 2 ** 30
 # The header's fields, in the order the sweep writes them.
 HEADER_FIELDS = ("sweep", "trace", "trace_sha256", "grid", "options", "configurations",

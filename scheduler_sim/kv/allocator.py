@@ -41,12 +41,14 @@ it needs takes none (L4).
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from collections import deque
 from itertools import compress, filterfalse, islice, repeat
 from operator import not_
 
 from ..records.errors import InvariantError
-from .prefix_cache import BlockKeys, PrefixCache
+from .prefix_cache import BlockKeys, BlockSet, PrefixCache
 
 __all__ = ["BlockAllocator", "blocks_for", "BLOCK_BYTES", "MAX_REQUEST_BLOCKS"]
 
@@ -71,6 +73,36 @@ def _drop_one(counts: dict[int, int], block: int) -> int:
     return left
 
 
+class _BlockIds(list):
+    """The block numbers handed out so far, as int objects (a list that can be
+    referred to weakly)."""
+
+    __slots__ = ("__weakref__",)
+
+
+_current_ids = weakref.ref(_BlockIds())  # dead at once: the first allocator makes one
+# Held while the shared list grows: allocators may run in threads (a sweep on a
+# thread pool), and two growing it at once would number blocks twice.
+_ids_growing = threading.Lock()
+
+
+def _block_ids() -> _BlockIds:
+    """The int objects of block numbers, shared by every allocator alive now.
+
+    Block numbers above 256 are objects of 28 bytes each; every allocator
+    takes its never-used ones from this one list, so that the replicas of a
+    fleet, each of which ends up holding every number of its pool in its
+    tables, free lists and prefix cache, share one object per number rather
+    than one per replica. It grows to the most blocks any allocator has used
+    and lives as long as any allocator does."""
+    global _current_ids
+    ids = _current_ids()
+    if ids is None:
+        ids = _BlockIds()
+        _current_ids = weakref.ref(ids)
+    return ids
+
+
 def blocks_for(rows: int, block_size: int) -> int:
     """Blocks needed to hold `rows` token rows: ceil(rows / block_size)."""
     return -(-rows // block_size)
@@ -79,7 +111,8 @@ def blocks_for(rows: int, block_size: int) -> int:
 class BlockAllocator:
     """Physical blocks (held, draining, free) and reservation credits, by request id."""
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
+                 compact: bool = False) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         # Plain free blocks that have been used before (a stack), and the next
@@ -87,7 +120,11 @@ class BlockAllocator:
         # its blocks are used, and unused ids are handed out lowest first.
         self._free: list[int] = []
         self._fresh = 0
-        self.cache = PrefixCache() if prefix_caching else None
+        self._ids = _block_ids()  # never-used ids are taken from here (shared objects)
+        # `compact` (a replica of a fleet): the prefix cache spends some time to
+        # take less memory (`PrefixCache`: its queue's set as a `BlockSet`, its
+        # index fitted to its size).
+        self.cache = PrefixCache(compact) if prefix_caching else None
         # A block in a table has one owner, plus `_extra[block]` more when it is
         # shared; `_pins[block]` pins when pinned; `_orphans` are pinned blocks
         # nobody owns any more (held until unpinned). Blocks neither shared nor
@@ -252,8 +289,13 @@ class BlockAllocator:
                     fresh = rest
                 if fresh:
                     start = self._fresh
-                    self._fresh = start + fresh
-                    table.extend(range(start, start + fresh))
+                    end = self._fresh = start + fresh
+                    ids = self._ids
+                    if end > len(ids):
+                        with _ids_growing:
+                            if end > len(ids):
+                                ids.extend(range(len(ids), end))
+                    table.extend(ids[start:end])
                 if rest > fresh:
                     evicted = (self._evict_lru(rid, table, rest - fresh) if not self.cache._tree
                                else self._evict_nodes(rid, table, rest - fresh))
@@ -701,6 +743,10 @@ class BlockAllocator:
         if self.cache is None:
             return 0
         lru = self.cache.lru
+        if type(lru) is BlockSet:  # (its bytes read here: no call per block)
+            flags = lru.flags
+            end = len(flags)
+            return sum(1 for b in blocks if b < end and flags[b])
         return sum(1 for b in blocks if b in lru)
 
     def register_full_blocks(self, rid: str, keys: BlockKeys, rows: int) -> None:
@@ -708,6 +754,14 @@ class BlockAllocator:
         cache = self.cache
         if cache is None:
             return
+        registered = keys.registered
+        self._register(cache, rid, keys, rows)
+        if cache.compact:
+            cache.added += keys.registered - registered
+            cache.fit_index()
+
+    def _register(self, cache: PrefixCache, rid: str, keys: BlockKeys, rows: int) -> None:
+        """`register_full_blocks`, the index left to be fitted."""
         full = min(rows // self.block_size, len(self._tables.get(rid, ())))
         start = keys.registered
         if full <= start:

@@ -30,7 +30,11 @@ In vLLM's cache blocks join the queue a request at a time and leave it, but
 for hits, from its front, many at once. There the queue is kept as `runs`,
 one pair of lists (blocks, their keys) per batch freed, which eviction
 consumes from the front by slices, and beside them `lru` is only the set of
-the queued blocks (membership and size, updated a batch at a time). A hit
+the queued blocks (membership and size, updated a batch at a time). A
+compact cache (a replica of a fleet, which holds one cache per replica)
+keeps that set as one byte per block (`BlockSet`, where a set takes about
+70 bytes a block), and its index in a table of the size it needs at the
+cost of some time (`fit_index`). A hit
 leaves its block's entry in its run behind, stale: `stale[block]` counts
 such entries of a block, all of them ahead of its live entry (if it is free
 again), so eviction skips exactly that many before it takes the block.
@@ -38,13 +42,15 @@ again), so eviction skips exactly that many before it takes the block.
 from __future__ import annotations
 
 import heapq
+import itertools
+import sys
 import weakref
 from array import array
 from collections import OrderedDict, deque
 from hashlib import blake2b
-from typing import Hashable
+from typing import Hashable, Iterator
 
-__all__ = ["BlockKeys", "PrefixCache"]
+__all__ = ["BlockKeys", "BlockSet", "PrefixCache"]
 
 
 _ROOT = bytes(16)  # the parent key of a request's first block
@@ -209,14 +215,91 @@ class BlockKeys:
         return keys
 
 
+class BlockSet:
+    """A set of block numbers (non-negative integers) as one byte per number up to
+    the highest one added, and a count: the members of vLLM's LRU queue in a
+    compact cache (a `set` takes about 70 bytes a member). `in`, `len`, `remove`
+    and `clear` are a set's; iteration is in ascending order. Blocks join and
+    leave in bulk only as the queue moves them, each once (`add_new`,
+    `remove_members`), which lets those loops skip the checks a set makes."""
+
+    __slots__ = ("flags", "size")
+
+    def __init__(self) -> None:
+        self.flags = bytearray()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def __contains__(self, block: object) -> bool:
+        flags = self.flags
+        return type(block) is int and 0 <= block < len(flags) and flags[block] == 1
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.compress(itertools.count(), self.flags)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (BlockSet, set, frozenset)):
+            return len(self) == len(other) and set(self) == set(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"BlockSet({list(self)})"
+
+    def add_new(self, blocks: list[int]) -> None:
+        """Add `blocks`, none of which is in, each once (blocks freed together)."""
+        if not blocks:
+            return
+        flags = self.flags
+        top = max(blocks)
+        if top >= len(flags):
+            flags.extend(bytes(top + 1 - len(flags)))
+        for block in blocks:
+            flags[block] = 1
+        self.size += len(blocks)
+
+    def remove_members(self, blocks: list[int]) -> None:
+        """Take out `blocks`, every one of which is in, each once (blocks evicted)."""
+        flags = self.flags
+        for block in blocks:
+            flags[block] = 0
+        self.size -= len(blocks)
+
+    def remove(self, block: int) -> None:
+        """Take `block` out; KeyError if it is not in."""
+        flags = self.flags
+        if not (0 <= block < len(flags) and flags[block]):
+            raise KeyError(block)
+        flags[block] = 0
+        self.size -= 1
+
+    def clear(self) -> None:
+        """Take every block out (as many bytes are kept for the next ones)."""
+        if self.size:
+            self.flags = bytearray(len(self.flags))
+            self.size = 0
+
+
 class PrefixCache:
     """Which block holds which key, and the LRU queue of free blocks that keep one."""
 
-    def __init__(self) -> None:
+    def __init__(self, compact: bool = False) -> None:
         # The interning table of hash entries, kept alive as long as the cache
         # holds keys made from it (see `_entries`).
         self.entries = _entries()
         self.index: dict[Hashable, int] = {}
+        # With `compact` (a fleet's replicas), `index` is kept in a table of the
+        # size it needs (`fit_index`): its size when last fitted, and the keys
+        # added since.
+        self.compact = compact
+        self._index_bytes = sys.getsizeof(self.index)
+        self.added = 0
         # The key of each keyed block, but in vLLM's cache (`duplicates`, no
         # `tree`), where it stays empty (see `lru`).
         self.key_of: dict[int, Hashable] = {}
@@ -235,12 +318,15 @@ class PrefixCache:
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
         # Free blocks that keep a key, least recently freed first (block ->
-        # None: `key_of` names the key). In vLLM's cache only their set, and
+        # None: `key_of` names the key). In vLLM's cache only their set (a
+        # `BlockSet` when compact; `_enqueue` and `_dequeue` add and take
+        # blocks freed or evicted together), and
         # `runs` (that mode only, else None) gives the eviction order and the
         # keys: [blocks, their keys, position of the first not yet consumed]
         # per batch freed, oldest first; `stale` counts per block its entries
         # in `runs` left by hits, `stale_total` all of them.
-        self.lru: OrderedDict[int, None] | set[int] = OrderedDict()
+        self.lru: OrderedDict[int, None] | set[int] | BlockSet = OrderedDict()
+        self._enqueue = self._dequeue = None
         self.runs: deque[list] | None = None
         self.stale: dict[int, int] = {}
         self.stale_total = 0
@@ -272,23 +358,55 @@ class PrefixCache:
 
     def _set_queue(self) -> None:
         """The LRU queue's form for the mode (chosen while it is empty): runs
-        beside a set in vLLM's cache, else an ordered dict."""
+        beside a set in vLLM's cache (a `BlockSet` in a compact cache), else an
+        ordered dict."""
         in_runs = self._duplicates and not self._tree
         if in_runs == (self.runs is not None):
             return
         if self.lru:
             raise ValueError("the prefix cache's mode changes only while its LRU queue is empty")
-        self.lru = set() if in_runs else OrderedDict()
+        if not in_runs:
+            self.lru = OrderedDict()
+        elif self.compact:
+            self.lru = BlockSet()
+            self._enqueue, self._dequeue = self.lru.add_new, self.lru.remove_members
+        else:
+            self.lru = set()
+            self._enqueue, self._dequeue = self.lru.update, self.lru.difference_update
         self.runs = deque() if in_runs else None
         self.stale = {}
         self.stale_total = 0
+
+    def fit_index(self) -> None:
+        """Keep `index` in a table of the size it needs, once keys were added.
+
+        A dict never shrinks, and every key added takes a new slot of its
+        table, whether keys were deleted or not; when the slots run out it
+        grows to three times the keys it holds. A full cache, whose keys come
+        and go all the time, so keeps a table twice the size its keys need
+        most of the time (about 48 bytes a key more). Looked at after every
+        eighth of the index's size in keys added, the index is copied into a
+        table of its size when its own has grown and the copy is smaller.
+        This costs time (a copy of every key each time the table would
+        grow: about 5% of a replay of the Mooncake trace), so only a fleet's
+        replicas, whose caches multiply the memory, do it."""
+        if self.added < (len(self.index) >> 3) + 64:
+            return
+        self.added = 0
+        size = sys.getsizeof(self.index)
+        if size > self._index_bytes:
+            fitted = dict(self.index)
+            fitted_size = sys.getsizeof(fitted)
+            if fitted_size < size:
+                self.index, size = fitted, fitted_size
+            self._index_bytes = size
 
     # --- vLLM's cache: the LRU queue in runs ------------------------------------------
 
     def push_run(self, blocks: list[int], keys: list) -> None:
         """Blocks freed together, in that order, join the queue's tail with their
         keys (`keys` is kept as it is: nobody may change it later)."""
-        self.lru.update(blocks)
+        self._enqueue(blocks)
         self.runs.append([blocks, keys, 0])
 
     def hit(self, block: int) -> None:
@@ -384,7 +502,7 @@ class PrefixCache:
                 taken = part
                 taken_keys = part_keys
             need -= len(part)
-        lru.difference_update(taken)
+        self._dequeue(taken)
         return taken, taken_keys
 
     def queue_items(self) -> tuple[list[int], list]:

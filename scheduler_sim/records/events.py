@@ -21,7 +21,18 @@ __all__ = [
     "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "Prefilled",
     "TransferStarted", "TransferDone", "EVENT_TYPES",
     "event_from_dict", "LineListener", "snapshot_line", "dispatch_line", "steady_lines",
+    "reads",
 ]
+
+
+def reads(listener: Any, kind: str) -> bool:
+    """Whether an event listener reads records of `kind`: a listener may say which
+    kinds it reads as a `kinds` attribute (a set of `Event.kind` names); without
+    one it reads them all. The engine skips the bookkeeping of a kind nobody
+    reads (a fleet's replicas would each keep the writer of every cached
+    block for `evicted` records)."""
+    kinds = getattr(listener, "kinds", None)
+    return kinds is None or kind in kinds
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ class Workload:
     """
 
     __slots__ = ("_requests", "cancels", "preempts", "_source", "_count", "_span", "_clock",
-                 "largest")
+                 "largest", "_named")
 
     def __init__(self, requests=(), cancels=(), preempts=(), *,
                  source: Callable[[], Iterator[RequestSpec]] | None = None,
@@ -73,6 +73,7 @@ class Workload:
             span = (self._requests[0].arrival, self._requests[-1].arrival)
         self._span = span
         self._clock = clock
+        self._named: frozenset[str] | None = None
 
     @classmethod
     def build(cls, requests, cancels=(), preempts=()) -> "Workload":
@@ -120,6 +121,13 @@ class Workload:
         if self._span is None:
             return None
         return self._clock.after(self._span[1]) if self._clock is not None else self._span[1]
+
+    def named_ids(self) -> frozenset[str]:
+        """The ids that a cancellation or a forced preemption names, made once: every
+        engine replaying this workload (each replica of a fleet) reads the same set."""
+        if self._named is None:
+            self._named = frozenset([a.id for a in self.cancels] + [a.id for a in self.preempts])
+        return self._named
 
     def arrivals(self) -> Iterator[RequestSpec]:
         """The requests in replay order (read again from the source if streamed)."""

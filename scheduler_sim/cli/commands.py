@@ -22,8 +22,8 @@ from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
 from ..io.html_report import html_report, sweep_report
-from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_length,
-                            spec_problems, weights_problem)
+from ..io.generator import (MAX_LENGTH, WorkloadSpec, check_workload, limit, parse_length,
+                            spec_problems, weights_problem, workload_records)
 from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
 from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
@@ -316,11 +316,27 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     spec = dataclasses.replace(
         spec, prompt=_empirical(_length(args.prompt), "prompt_tokens"),
         output=_empirical(_length(args.output), "output_tokens"))
+    # Streamed: a file appears only whole (renamed into place when complete); what
+    # is written in place (standard output, a FIFO) is drawn once first, so that a
+    # limit passed part way stops it before the first line goes out.
+    output = Output("-" if args.out is None else args.out, out)
     try:
-        records = generate(spec)
+        if output.tmp is None:
+            check_workload(spec)
+        batch: list[dict[str, Any]] = []
+        for record in workload_records(spec):
+            batch.append(record)
+            if len(batch) == 4096:
+                output.write(jsonl(batch))
+                batch.clear()
+        output.write(jsonl(batch))
+        output.commit()
     except ValueError as exc:
+        output.abort()
         raise UsageError(str(exc)) from None
-    write_whole(args.out, jsonl(records), out)
+    except BaseException:
+        output.abort()
+        raise
     return 0
 
 

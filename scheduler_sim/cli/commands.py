@@ -27,7 +27,7 @@ from ..io.generator import (MAX_LENGTH, WorkloadSpec, check_workload, limit, par
 from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
 from ..io.outputs import EventFile, Output, jsonl, read_text, write_whole
-from ..io.perfetto import PerfettoFile
+from ..io.perfetto import PerfettoFile, TrackNumbers
 from ..io.progress import Progress, wanted
 from ..io.report import (csv_header, format_json, format_requests, format_table,
                          printable, table_rows)
@@ -119,7 +119,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     outputs = Sinks()
     perfetto = None
     finished: list[Finished] = []
-    progress = Progress(err, wanted(err, args.quiet), clock, len(trace.workload.requests),
+    progress = Progress(err, wanted(err, args.quiet), clock, len(trace.workload),
                         len(policies))
     interrupted = False
     try:
@@ -130,7 +130,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             outputs.csv.write(csv_header(options.fleet))
         if args.perfetto:
             perfetto = PerfettoFile(args.perfetto, out, trace.name, clock,
-                                    {s.id: s.index for s in trace.workload.requests})
+                                    TrackNumbers(trace.workload))
         plan = Plan(trace, options, clock, bool(args.requests), len(policies) > 1,
                     bool(args.events), bool(args.requests_csv), bool(args.perfetto),
                     perfetto.tids if perfetto else None, bool(args.report))

@@ -100,7 +100,7 @@ class Plan:
     want_events: bool
     want_csv: bool
     want_perfetto: bool
-    tids: dict[str, int] | None  # request id -> Perfetto track
+    tids: Any  # request id -> Perfetto track (perfetto.TrackNumbers), or None
     want_report: bool = False
 
 

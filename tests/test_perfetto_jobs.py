@@ -287,3 +287,41 @@ def test_a_copy_aborted_by_a_cancel_leaves_no_second_track(tmp_path):
                         ("kv transfer", "X", 6471, 6291456), ("cancelled", "i", 100000, None)]
     prefill_a = [e["name"] for e in doc["traceEvents"] if e["pid"] == 1000 and e["tid"] == 2]
     assert prefill_a == ["thread_name", "thread_sort_index", "prefill", "prefilled"]
+
+
+def test_a_waiting_request_is_one_int(tmp_path):
+    """3,000 requests at 2 a tick overload `continuous` (more than 1,000 wait at once):
+    at every snapshot the track holds a `_Request` only for the requests it saw
+    admitted, no more than are running (no preemption here); the waiting are one int
+    each, their arrival and track number, and the last request's track still shows its
+    wait, ending where its prefill starts."""
+    from scheduler_sim.engine.core import Engine
+    from scheduler_sim.io.generator import WorkloadSpec, generate
+    from scheduler_sim.io.outputs import Output
+    from scheduler_sim.io.perfetto import TrackNumbers, fragment
+    from scheduler_sim.io.trace import read_trace, resolve_options
+    from scheduler_sim.records.clock import Clock
+    trace = read_trace(write(tmp_path, generate(WorkloadSpec(seed=1, requests=3000, rate=2))))
+    options, _ = resolve_options(trace.config, {})
+    out = Output(str(tmp_path / "part.json"), io.StringIO())
+    part = fragment(out, 0, "continuous", Clock.of(options), TrackNumbers(trace.workload))
+    track = part.listener()
+    most = {"waiting": 0, "held": 0, "excess": 0}
+
+    def listen(event):
+        track(event)
+        if event.kind == "snapshot":
+            most["waiting"] = max(most["waiting"], len(track.waiting))
+            most["excess"] = max(most["excess"], len(track.live) - event.running)
+
+    result = Engine(trace.workload, options, "continuous", on_event=listen).run()
+    part.finish()
+    out.commit()
+    assert result.summary["preemptions"] == 0
+    assert most["waiting"] > 1000 and most["excess"] <= 0
+    assert track.live == {} and track.waiting == {}
+    events = json.loads("[" + (tmp_path / "part.json").read_text() + "]")
+    last = [e for e in events if e.get("tid") == 3000]  # g2999, on line 3000, waited
+    assert [e["name"] for e in last] == ["thread_name", "thread_sort_index", "waiting",
+                                         "prefill", "decode"]
+    assert last[2]["dur"] > 0 and last[2]["ts"] + last[2]["dur"] == last[3]["ts"]

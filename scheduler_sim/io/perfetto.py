@@ -27,7 +27,8 @@ for a trace in seconds or milliseconds, and one tick is taken as 1 ms
 (1000 us) for a tick trace. `otherData` in the file says which.
 
 Only what is still open is kept: per live request its open slice and the
-slices and instants it made so far, written out when the request ends;
+slices and instants it made so far, written out when the request ends (a
+request that has only arrived is one int: its arrival and track number);
 counters go out as they change. Track numbers come from `TrackNumbers`,
 which reads the trace's requests again, in replay order, as they arrive
 (not a table of every request). The output is the same bytes for the same
@@ -50,6 +51,7 @@ __all__ = ["PerfettoFile", "Part", "TrackNumbers", "TICK_US", "fragment",
            "step_microseconds"]
 
 TICK_US = 1000  # a tick of a tick trace without a cost model, in microseconds
+_TID = (1 << 64) - 1  # the track number's bits in `_Track.waiting`
 _string = json.encoder.encode_basestring_ascii
 
 
@@ -159,6 +161,9 @@ class _Track:
         self.part = part
         self.pid = pid
         self.live: dict[str, _Request] = {}
+        # A request that has only arrived: (arrival step << 64) | its track number,
+        # one int instead of a `_Request` (a long queue holds many of them).
+        self.waiting: dict[str, int] = {}
         self.counts: tuple | None = None
         self.prefix = f'"pid":{pid},"tid":'
         part.sink.add(f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,'
@@ -169,15 +174,25 @@ class _Track:
 
     # --- helpers -------------------------------------------------------------------
 
+    def _first_sight(self, rid: str) -> int:
+        """Name the track of a request new to this process; its track number."""
+        tid = self.part.track_number(rid)
+        sink = self.part.sink
+        head = f'"ph":"M",{self.prefix}{tid},"args":'
+        sink.add(f'{{"name":"thread_name",{head}{{"name":{_string(rid)}}}}}')
+        sink.add(f'{{"name":"thread_sort_index",{head}{{"sort_index":{tid}}}}}')
+        return tid
+
     def _request(self, rid: str) -> _Request:
         req = self.live.get(rid)
         if req is None:
-            tid = self.part.track_number(rid)
-            req = self.live[rid] = _Request(tid)
-            sink = self.part.sink
-            head = f'"ph":"M",{self.prefix}{tid},"args":'
-            sink.add(f'{{"name":"thread_name",{head}{{"name":{_string(rid)}}}}}')
-            sink.add(f'{{"name":"thread_sort_index",{head}{{"sort_index":{tid}}}}}')
+            waiting = self.waiting.pop(rid, None)
+            if waiting is None:
+                req = _Request(self._first_sight(rid))
+            else:
+                req = _Request(waiting & _TID)
+                req.wait_from = waiting >> 64
+            self.live[rid] = req
         return req
 
     def _slice(self, req: _Request, name: str, start: int, end: int) -> None:
@@ -228,7 +243,9 @@ class _Track:
             for row in event.rows:
                 req = live.get(row[0])
                 if req is None:
-                    continue
+                    if row[0] not in self.waiting:
+                        continue
+                    req = self._request(row[0])
                 phase = req.phase
                 if phase is not None and phase[0] == row[1]:
                     phase[2] = done
@@ -281,12 +298,19 @@ class _Track:
             if req is not None:  # not a copy aborted by a cancel: the request ended
                 req.wait_from, req.wait_name = at, "waiting"
         elif event.kind == "arrival":
-            req = self._request(event.id)
-            req.wait_from = at
+            rid = event.id
+            req = self.live.get(rid)
+            if req is not None:
+                req.wait_from = at
+            else:
+                known = self.waiting.get(rid)
+                tid = self._first_sight(rid) if known is None else known & _TID
+                self.waiting[rid] = (at << 64) | tid
 
     def close(self) -> None:
-        """Write out the requests still open (none, unless the run was cut short)."""
-        for rid in list(self.live):
+        """Write out the requests still open (none, unless the run was cut short):
+        those past their arrival, then those that only arrived."""
+        for rid in list(self.live) + list(self.waiting):
             self._end(rid, self.last)
 
 

@@ -131,8 +131,8 @@ def run_policy(plan: Plan, position: int, policy: str, sinks: Sinks,
             if plan.keep_records or sinks.csv else None)
     engines = (options.prefill_replicas + options.decode_replicas if options.disagg
                else options.replicas)
-    seen = (RunSeries(policy, plan.clock, options.num_blocks, engines) if plan.want_report
-            else None)
+    seen = (RunSeries(policy, plan.clock, options.num_blocks, engines,
+                      requests=len(plan.trace.workload)) if plan.want_report else None)
     on_request_end = _chain(_chain(rows.ended if rows else None, on_end),
                             seen.ended if seen else None)
     events, part = sinks.events, sinks.perfetto

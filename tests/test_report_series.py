@@ -189,6 +189,25 @@ def test_timeline_keeps_spaced_and_slowest_by_hand(monkeypatch):
                                      rs.END], 9)
 
 
+def test_a_request_never_sent_takes_its_place_by_arrival(monkeypatch):
+    """One client slot (max_concurrency 1): r1 is cancelled at 5 before it was sent, so
+    it has no arrival record; it still takes place 1 by arrival (as its cancel comes
+    before r2 is sent at 20), so the spaced places 0 and 2 are r0 and r2; among the
+    others r4 (E2EL 6, from its send at 29 to 35) is the slowest."""
+    monkeypatch.setattr(rs, "TIMELINE_ROWS", 3)
+    monkeypatch.setattr(rs, "SPACED", 2)
+    monkeypatch.setattr(rs, "SLOWEST", 1)
+    records = ([{"type": "config", "max_concurrency": 1}]
+               + [{"type": "request", "id": f"r{i}", "arrival": i, "prompt_tokens": 4,
+                   "output_tokens": out} for i, out in enumerate((20, 3, 4, 5, 6))]
+               + [{"type": "cancel", "id": "r1", "at": 5}])
+    seen = _series(_trace(records))
+    kept = seen.timeline()
+    assert sorted(kept) == ["r0", "r2", "r4"] and seen.slowest_ids() == {"r4"}
+    assert kept["r4"] == ((29, 6), [29, rs.WAITING, 29, rs.PREFILL, 30, rs.DECODE, 35,
+                                    rs.END], 6)
+
+
 def _held(seen: rs.RunSeries) -> dict[str, int]:
     """Every entry the series holds after a run."""
     return {"timeline": len(seen.kept) + len(seen.slowest),

@@ -496,6 +496,12 @@ class RunSeries:
             return  # the prompt-only run on a prefill replica: the request goes on
         del self._live[rid]
         end = self._ended.pop(rid, None)
+        if end is not None and end[1] is None and not self.every:
+            # Never sent (a client's request cancelled or stalled before it was):
+            # it had no arrival record; it takes its place by arrival now.
+            if self.arrived in self.spaced:
+                self._spaced_ids.add(rid)
+            self.arrived += 1
         if end is not None:
             self._keep(rid, line, end)
         else:

@@ -545,7 +545,8 @@ def test_the_report_alone_keeps_no_writer_of_cached_blocks_and_draws_the_same(tm
     path = _evicting_trace(tmp_path)
     trace = read_trace(path)
     opts = _options(trace)
-    series = RunSeries("vllm", Clock.of(opts), opts.num_blocks, opts.replicas)
+    series = RunSeries("vllm", Clock.of(opts), opts.num_blocks, opts.replicas,
+                       requests=len(trace.workload))
     alone = Fleet(trace.workload, opts, "vllm", on_event=series.listener)
     plain = Fleet(trace.workload, opts, "vllm", on_event=lambda i: (lambda e: None))
     assert [e.allocator.cache.writers for e in alone.engines] == [None, None]

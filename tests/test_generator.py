@@ -10,14 +10,18 @@ sqrt(e^0.25 - 1) = 0.53, se 0.8%; a fraction p has se sqrt(p(1-p)/n) <= 0.8%.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
 import statistics
 
-from conftest import simulate
+import pytest
+
+from conftest import ROOT, simulate
 from scheduler_sim.cli.main import main
-from scheduler_sim.io.generator import LengthSpec, WorkloadSpec, generate, parse_length
+from scheduler_sim.io.generator import (LengthSpec, WorkloadSpec, generate, parse_length,
+                                        workload_records)
 from scheduler_sim.io.trace import parse_trace
 
 
@@ -360,3 +364,66 @@ def test_prefix_groups_without_prefix_tokens_is_refused(capsys):
     assert err.getvalue() == ("scheduler-sim: error: --prefix-groups 2 shares nothing without "
                               "--prefix-tokens L > 0 (the length of each group's shared "
                               "prompt)\n")
+
+
+# --- streaming ---------------------------------------------------------------------------
+
+# The SHA-256 of `generate` output written by the code that built the whole trace in
+# memory before writing it (commit 4fe15e2): the streamed records are the same bytes.
+BEFORE_STREAMING = [
+    (["--seed", "1", "--requests", "300"],
+     "3caeac0c5ca50d9436e37e614bb643330ecafeb4abae4bfbe8475d4521a91374", 300),
+    (["--seed", "2", "--requests", "2000", "--rate", "0.3", "--cancel-rate", "0.2",
+      "--priorities", "0:3,1:1"],
+     "fc9e34fbc8f2b6488a882e00064ea665bbfc765c85b985aef957ce595b4952ac", 2402),
+    (["--seed", "3", "--requests", "500", "--prefix-groups", "7", "--prefix-tokens", "40",
+      "--arrival", "gamma", "--cv", "3", "--cancel-rate", "0.5", "--cancel-after", "9"],
+     "877194b2f35ea166832888c41b5a49f2bfe420e1ed1707b2943cc2a6d7e68bf1", 759),
+    (["--seed", "4", "--requests", "1000", "--prompt-len", "lognormal:200:1.5",
+      "--output-len", "empirical:traces/quickstart.jsonl", "--cancel-rate", "1",
+      "--cancel-after", "5"],
+     "9ba3a3e3a8852c9578dd76770ffe11af5a4d97d7cc8ef3589bb03e4ae152a936", 2000),
+]
+
+
+@pytest.mark.parametrize("args,digest,lines", BEFORE_STREAMING)
+def test_streamed_output_is_the_same_bytes_as_before(args, digest, lines, tmp_path,
+                                                     monkeypatch):
+    """Four specs (cancels, priorities, prefix groups, gamma, lognormal and empirical
+    lengths) give the bytes the whole-list code gave, on stdout and through -o."""
+    monkeypatch.chdir(ROOT)
+    status, out, err = run(["generate", *args])
+    assert status == 0, err
+    assert hashlib.sha256(out.encode()).hexdigest() == digest
+    assert out.count("\n") == lines
+    target = tmp_path / "g.jsonl"
+    assert run(["generate", *args, "-o", str(target)])[0] == 0
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == digest
+
+
+def test_records_come_one_at_a_time():
+    """`workload_records` is lazy: the first record of a million-request workload comes
+    before any other is drawn (the one the whole-list code put first), and the cancels
+    come after every request."""
+    records = workload_records(WorkloadSpec(seed=1, requests=1_000_000, cancel_rate=0.5))
+    assert next(records) == {"type": "request", "id": "g0000000", "arrival": 0,
+                             "prompt_tokens": 84, "output_tokens": 161}
+    small = list(workload_records(WorkloadSpec(seed=1, requests=6, cancel_rate=0.5)))
+    assert [r["type"] for r in small] == ["request"] * 6 + ["cancel"] * 2
+    assert small == generate(WorkloadSpec(seed=1, requests=6, cancel_rate=0.5))
+
+
+def test_a_limit_passed_part_way_writes_nothing(tmp_path):
+    """Prefix groups of 1,500 shared tokens (prompts of at most 512: one own token each)
+    write 1,501 token ids a request, past 10,000,000 at request 6,663 (g06662), after
+    more records than one write holds: on stdout nothing is written before the error
+    (the workload is drawn once first), and -o leaves neither the file nor a
+    temporary file."""
+    args = ["generate", "--seed", "1", "--requests", "10000", "--prefix-groups", "3",
+            "--prefix-tokens", "1500"]
+    message = ("scheduler-sim: error: --prefix-groups writes every prompt's token ids, and "
+               "request g06662 takes them past 10,000,000: lower --requests, --prompt-len or "
+               "--prefix-tokens\n")
+    assert run(args) == (2, "", message)
+    assert run(args + ["-o", str(tmp_path / "g.jsonl")]) == (2, "", message)
+    assert list(tmp_path.iterdir()) == []

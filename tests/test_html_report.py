@@ -16,7 +16,9 @@ import pytest
 
 from scheduler_sim.cli.main import main
 from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.html_report import cdf_points, downsample
+from scheduler_sim.io import report_series
 from scheduler_sim.io.report_series import RunSeries
 from scheduler_sim.io.trace import read_trace, resolve_options
 from scheduler_sim.records.clock import Clock
@@ -157,15 +159,39 @@ def test_itl_matches_the_summary(tmp_path):
     loaded = read_trace(trace)
     options, _ = resolve_options(loaded.config, {})
     for policy in ("continuous", "vllm"):
-        seen = RunSeries(policy, Clock.of(options), options.num_blocks)
+        seen = RunSeries(policy, Clock.of(options), options.num_blocks,
+                         requests=len(loaded.workload))
         result = Engine(loaded.workload, options, policy, on_event=seen,
                         on_request_end=seen.ended).run()
         seen.finish()
-        counts = sorted(seen.itl.items())
-        assert counts[-1][0] == result.summary["itl_max"]
-        assert sum(seen.itl.values()) == sum(r.outputs - 1 for r in result.requests
-                                             if r.outputs)
-        assert max(seen.e2el) == result.summary["e2el_max"]
+        counts = seen.itl.pairs()
+        assert seen.itl.is_exact and counts[-1][0] == result.summary["itl_max"]
+        assert seen.itl.total == sum(r.outputs - 1 for r in result.requests if r.outputs)
+        assert seen.e2el.pairs()[-1][0] == result.summary["e2el_max"]
+
+
+def test_a_binned_distribution_says_so_on_the_page(tmp_path, monkeypatch):
+    """Past EXACT_VALUES distinct values (3 here) a CDF is drawn from a histogram, and the
+    page says so under the chart (values, buckets, how far above); with the default
+    limit this small trace's page says its CDFs are exact and has no such note."""
+    trace = _trace(tmp_path, hostile=False)
+    page = _report(tmp_path, trace, name="exact.html")
+    assert "Empirical CDFs of the exact per-request values" in page
+    assert "from a histogram" not in page
+    monkeypatch.setattr(report_series, "EXACT_VALUES", 3)
+    page = _report(tmp_path, trace, name="binned.html")
+    assert "Empirical CDFs of the per-request values" in page
+    assert "drawn exactly while they are at most 3 distinct ones" in page
+    notes = re.findall(r"vllm: from a histogram of ([0-9,]+) values in ([0-9,]+) buckets; "
+                       r"each value is drawn at the largest value of its bucket, at most "
+                       r"0.098% above it.", page)
+    # E2EL, in whole ticks below 1,024: one bucket per distinct latency.
+    loaded = read_trace(trace)
+    options, _ = resolve_options(loaded.config, {})
+    result = Engine(loaded.workload, options, "vllm").run()
+    distinct = {request_record(r)["e2el"] for r in result.requests}
+    assert notes[-1] == ("24", str(len(distinct))) and len(notes) == 4
+    assert len(_svgs(page)) == 12
 
 
 def test_downsampling_keeps_peaks():

@@ -218,3 +218,110 @@ def test_jobs_2_writes_the_same_html_report_as_jobs_1(tmp_path):
         assert status == 0, err
         pages.append(target.read_bytes())
     assert pages[0] == pages[1] and b"<svg" in pages[0]
+
+
+# --- track numbers without a table of every request ------------------------------------
+
+def test_track_numbers_are_read_as_requests_arrive(tmp_path):
+    """The reader reads the trace's requests only as far as the one asked for: r0 reads
+    one; r2 reads r1 too, which waits in `ahead` until asked for; a request handed to
+    a decode replica keeps its number; an id the trace lacks is 0."""
+    from scheduler_sim.io.perfetto import TrackNumbers
+    from scheduler_sim.io.trace import read_trace
+    trace = read_trace(write(tmp_path, TINY[:1] + [
+        {"type": "request", "id": f"r{i}", "arrival": i, "prompt_tokens": 4,
+         "output_tokens": 2} for i in range(4)]))
+    reader = TrackNumbers(trace.workload).reader()
+    assert reader.line("r0") == 2 and reader.ahead == {}
+    assert reader.line("r2") == 4 and reader.ahead == {"r1": 3}
+    assert reader.line("r1") == 3 and reader.ahead == {}
+    reader.hand_off("r2", 4)
+    assert reader.line("r2") == 4 and reader.handed == {}
+    assert reader.line("r3") == 5 and reader.line("nobody") == 0
+
+
+def test_a_fleet_replay_leaves_the_reader_empty(tmp_path):
+    """After a replay of 40 requests on a fleet of 2 (arrivals two at a time, so the
+    replicas see them in another order) every request has its line as its track and
+    the reader holds nothing."""
+    from scheduler_sim.fleet import make_fleet
+    from scheduler_sim.io.outputs import Output
+    from scheduler_sim.io.perfetto import TrackNumbers, fragment
+    from scheduler_sim.io.trace import read_trace, resolve_options
+    from scheduler_sim.records.clock import Clock
+    trace = read_trace(write(tmp_path, TINY[:1] + [
+        {"type": "request", "id": f"q{i}", "arrival": i // 2, "prompt_tokens": 4,
+         "output_tokens": 2} for i in range(40)]))
+    options, _ = resolve_options(trace.config, {"replicas": 2, "num_blocks": 8})
+    out = Output(str(tmp_path / "part.json"), io.StringIO())
+    part = fragment(out, 0, "continuous", Clock.of(options), TrackNumbers(trace.workload))
+    make_fleet(trace.workload, options, "continuous", on_event=part.listener).run()
+    part.finish()
+    out.commit()
+    reader = part.track_number.__self__
+    assert reader.ahead == {} and reader.handed == {}
+    events = json.loads("[" + (tmp_path / "part.json").read_text() + "]")
+    names = {(e["pid"], e["tid"], e["args"]["name"]) for e in events
+             if e["name"] == "thread_name"}
+    assert {(tid, name) for _, tid, name in names} == {(i + 2, f"q{i}") for i in range(40)}
+    assert {pid for pid, _, _ in names} == {1000, 1001}
+
+
+def test_a_copy_aborted_by_a_cancel_leaves_no_second_track(tmp_path):
+    """Disaggregated, a 0.001 Gb/s link: a's copy (6,291,456 us) is cancelled at 0.1 s on
+    the decode replica (process 1001). Its track there is named once, on a's line (2),
+    and ends with the cancel: the copy's late `transfer_done` (aborted) adds nothing."""
+    records = [{"type": "config", "block_size": 4, "prefill_replicas": 1,
+                "decode_replicas": 1, "num_blocks": 2, "kv_link_gbps": 0.001,
+                "cost_model": "llama-3-8b/h100-sxm", "tick_seconds": 0.001},
+               {"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 6,
+                "output_tokens": 3},
+               {"type": "request", "id": "b", "arrival": 50, "prompt_tokens": 8,
+                "output_tokens": 1},
+               {"type": "preempt", "id": "a", "at": 90},
+               {"type": "cancel", "id": "a", "at": 100}]
+    _, doc = _perfetto(tmp_path, records)
+    decode_a = [(e["name"], e["ph"], e.get("ts"), e.get("dur")) for e in doc["traceEvents"]
+                if e["pid"] == 1001 and e["tid"] == 2]
+    assert decode_a == [("thread_name", "M", None, None), ("thread_sort_index", "M", None, None),
+                        ("kv transfer", "X", 6471, 6291456), ("cancelled", "i", 100000, None)]
+    prefill_a = [e["name"] for e in doc["traceEvents"] if e["pid"] == 1000 and e["tid"] == 2]
+    assert prefill_a == ["thread_name", "thread_sort_index", "prefill", "prefilled"]
+
+
+def test_a_waiting_request_is_one_int(tmp_path):
+    """3,000 requests at 2 a tick overload `continuous` (more than 1,000 wait at once):
+    at every snapshot the track holds a `_Request` only for the requests it saw
+    admitted, no more than are running (no preemption here); the waiting are one int
+    each, their arrival and track number, and the last request's track still shows its
+    wait, ending where its prefill starts."""
+    from scheduler_sim.engine.core import Engine
+    from scheduler_sim.io.generator import WorkloadSpec, generate
+    from scheduler_sim.io.outputs import Output
+    from scheduler_sim.io.perfetto import TrackNumbers, fragment
+    from scheduler_sim.io.trace import read_trace, resolve_options
+    from scheduler_sim.records.clock import Clock
+    trace = read_trace(write(tmp_path, generate(WorkloadSpec(seed=1, requests=3000, rate=2))))
+    options, _ = resolve_options(trace.config, {})
+    out = Output(str(tmp_path / "part.json"), io.StringIO())
+    part = fragment(out, 0, "continuous", Clock.of(options), TrackNumbers(trace.workload))
+    track = part.listener()
+    most = {"waiting": 0, "held": 0, "excess": 0}
+
+    def listen(event):
+        track(event)
+        if event.kind == "snapshot":
+            most["waiting"] = max(most["waiting"], len(track.waiting))
+            most["excess"] = max(most["excess"], len(track.live) - event.running)
+
+    result = Engine(trace.workload, options, "continuous", on_event=listen).run()
+    part.finish()
+    out.commit()
+    assert result.summary["preemptions"] == 0
+    assert most["waiting"] > 1000 and most["excess"] <= 0
+    assert track.live == {} and track.waiting == {}
+    events = json.loads("[" + (tmp_path / "part.json").read_text() + "]")
+    last = [e for e in events if e.get("tid") == 3000]  # g2999, on line 3000, waited
+    assert [e["name"] for e in last] == ["thread_name", "thread_sort_index", "waiting",
+                                         "prefill", "decode"]
+    assert last[2]["dur"] > 0 and last[2]["ts"] + last[2]["dur"] == last[3]["ts"]

@@ -23,13 +23,13 @@ from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
 from ..io.expectations import check_trace
 from ..io.html_report import html_report, sweep_report
-from ..io.generator import (MAX_LENGTH, WorkloadSpec, generate, limit, parse_length,
-                            spec_problems, weights_problem)
+from ..io.generator import (MAX_LENGTH, WorkloadSpec, check_workload, limit, parse_length,
+                            spec_problems, weights_problem, workload_records)
 from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
 from ..io.outputs import (EventFile, Output, check_output_paths, jsonl, read_text,
                           write_whole)
-from ..io.perfetto import PerfettoFile
+from ..io.perfetto import PerfettoFile, TrackNumbers
 from ..io.progress import Progress, wanted
 from ..io.report import (csv_header, format_json, format_requests, format_table,
                          printable, table_rows)
@@ -160,7 +160,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     outputs = Sinks()
     perfetto = None
     finished: list[Finished] = []
-    progress = Progress(err, wanted(err, args.quiet), clock, len(trace.workload.requests),
+    progress = Progress(err, wanted(err, args.quiet), clock, len(trace.workload),
                         len(policies))
     interrupted = False
     try:
@@ -171,7 +171,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             outputs.csv.write(csv_header(options.fleet))
         if args.perfetto:
             perfetto = PerfettoFile(args.perfetto, out, trace.name, clock,
-                                    {s.id: s.index for s in trace.workload.requests})
+                                    TrackNumbers(trace.workload))
         plan = Plan(trace, options, clock, bool(args.requests), len(policies) > 1,
                     bool(args.events), bool(args.requests_csv), bool(args.perfetto),
                     perfetto.tids if perfetto else None, bool(args.report))
@@ -368,11 +368,27 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     spec = dataclasses.replace(
         spec, prompt=_empirical(_length(args.prompt), "prompt_tokens"),
         output=_empirical(_length(args.output), "output_tokens"))
+    # Streamed: a file appears only whole (renamed into place when complete); what
+    # is written in place (standard output, a FIFO) is drawn once first, so that a
+    # limit passed part way stops it before the first line goes out.
+    output = Output("-" if args.out is None else args.out, out)
     try:
-        records = generate(spec)
+        if output.tmp is None:
+            check_workload(spec)
+        batch: list[dict[str, Any]] = []
+        for record in workload_records(spec):
+            batch.append(record)
+            if len(batch) == 4096:
+                output.write(jsonl(batch))
+                batch.clear()
+        output.write(jsonl(batch))
+        output.commit()
     except ValueError as exc:
+        output.abort()
         raise UsageError(str(exc)) from None
-    write_whole(args.out, jsonl(records), out)
+    except BaseException:
+        output.abort()
+        raise
     return 0
 
 

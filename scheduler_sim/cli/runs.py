@@ -100,7 +100,7 @@ class Plan:
     want_events: bool
     want_csv: bool
     want_perfetto: bool
-    tids: dict[str, int] | None  # request id -> Perfetto track
+    tids: Any  # request id -> Perfetto track (perfetto.TrackNumbers), or None
     want_report: bool = False
 
 
@@ -134,8 +134,8 @@ def run_policy(plan: Plan, position: int, policy: str, sinks: Sinks,
             if plan.keep_records or sinks.csv else None)
     engines = (options.prefill_replicas + options.decode_replicas if options.disagg
                else options.replicas)
-    seen = (RunSeries(policy, plan.clock, options.num_blocks, engines) if plan.want_report
-            else None)
+    seen = (RunSeries(policy, plan.clock, options.num_blocks, engines,
+                      requests=len(plan.trace.workload)) if plan.want_report else None)
     on_request_end = _chain(_chain(rows.ended if rows else None, on_end),
                             seen.ended if seen else None)
     events, part = sinks.events, sinks.perfetto

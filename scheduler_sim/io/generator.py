@@ -26,6 +26,12 @@ and lengths of at most 1,000,000 tokens (`MAX_LENGTH`), a rate of at least
 at most 10, weights of at most 1e6 (their sum stays finite), and with
 prefix groups at most 10,000,000 prompt token ids in the whole trace
 (`MAX_TOKEN_IDS`, checked as they are drawn).
+
+`workload_records` gives the records one at a time, so that `generate -o`
+writes a million requests in memory that does not grow with them: nothing
+is kept from one request to the next (a group's shared prompt is a run of
+ids made again each time), and the cancels, written after every request, are
+drawn again from the seed instead of being held.
 """
 from __future__ import annotations
 
@@ -33,12 +39,13 @@ import dataclasses
 import math
 import random
 import re
-from typing import Any
+from typing import Any, Iterator
 
 from ..records.options import show
 
-__all__ = ["LengthSpec", "parse_length", "WorkloadSpec", "generate", "spec_problems",
-           "weights_problem", "limit", "MAX_REQUESTS", "MAX_LENGTH", "MAX_TOKEN_IDS"]
+__all__ = ["LengthSpec", "parse_length", "WorkloadSpec", "generate", "workload_records",
+           "check_workload", "spec_problems", "weights_problem", "limit", "MAX_REQUESTS",
+           "MAX_LENGTH", "MAX_TOKEN_IDS"]
 
 MAX_REQUESTS = 1_000_000
 MAX_LENGTH = 1_000_000      # tokens of a prompt or an output, and of a shared prefix
@@ -199,20 +206,13 @@ def _gap(spec: WorkloadSpec, rng: random.Random) -> float:
     return rng.gammavariate(shape, 1.0 / (spec.rate * shape))
 
 
-def generate(spec: WorkloadSpec) -> list[dict[str, Any]]:
-    """The trace v1 records of a synthetic workload (requests, then cancels).
-
-    Raises ValueError when the spec has a problem (`spec_problems`), when prefix
-    groups would write more than MAX_TOKEN_IDS token ids, or when a time would
-    pass MAX_TIME.
-    """
-    problems = spec_problems(spec)
-    if problems:
-        raise ValueError("; ".join(problems))
+def _draws(spec: WorkloadSpec) -> Iterator[tuple[int, str, int, int, int, int | None,
+                                                 int | None, int | None]]:
+    """Each request as drawn, in order: (number, id, arrival, prompt length, output
+    length, prefix group or None, priority or None, cancel time or None). The
+    draws are made in one fixed order; the limits are checked as they are drawn
+    (ValueError naming the request that passes one)."""
     rng = random.Random(spec.seed)
-    records: list[dict[str, Any]] = []
-    cancels: list[dict[str, Any]] = []
-    group_prompts: dict[int, list[int]] = {}  # made when a group is first drawn
     ids_written = 0
     levels = [p for p, _ in spec.priorities]
     weights = [w for _, w in spec.priorities]
@@ -229,32 +229,75 @@ def generate(spec: WorkloadSpec) -> list[dict[str, Any]]:
         arrival = int(clock)
         prompt = spec.prompt.draw(rng)
         output = spec.output.draw(rng)
-        rec: dict[str, Any] = {"type": "request", "id": rid, "arrival": arrival}
+        group = None
         if spec.prefix_groups:
             group = rng.randrange(spec.prefix_groups)
-            suffix = max(1, prompt - spec.prefix_tokens)
-            ids_written += spec.prefix_tokens + suffix
+            ids_written += spec.prefix_tokens + max(1, prompt - spec.prefix_tokens)
             if ids_written > MAX_TOKEN_IDS:
                 raise ValueError(
                     f"--prefix-groups writes every prompt's token ids, and request {rid} "
                     f"takes them past {MAX_TOKEN_IDS:,}: lower --requests, --prompt-len or "
                     f"--prefix-tokens")
-            shared = group_prompts.get(group)
-            if shared is None:
-                shared = group_prompts[group] = [1_000_000 * (group + 1) + i
-                                                 for i in range(spec.prefix_tokens)]
-            rec["prompt_token_ids"] = shared + [2_000_000_000 + n * 100_000 + i
-                                                for i in range(suffix)]
+        priority = rng.choices(levels, weights)[0] if levels else None
+        cancel = None
+        if spec.cancel_rate and rng.random() < spec.cancel_rate:
+            cancel = arrival + int(rng.expovariate(1.0 / spec.cancel_after))
+            if cancel > MAX_TIME:
+                raise ValueError(f"request {rid} would be cancelled at tick {cancel:.4g}, past "
+                                 f"the {limit(MAX_TIME)} a trace may hold: lower "
+                                 f"--cancel-after")
+        yield n, rid, arrival, prompt, output, group, priority, cancel
+
+
+def check_workload(spec: WorkloadSpec) -> None:
+    """Draw the whole workload without writing it: raise ValueError as `workload_records`
+    would, before any record of it is out."""
+    problems = spec_problems(spec)
+    if problems:
+        raise ValueError("; ".join(problems))
+    for _ in _draws(spec):
+        pass
+
+
+def workload_records(spec: WorkloadSpec) -> Iterator[dict[str, Any]]:
+    """The trace v1 records of a synthetic workload, one at a time (requests, then
+    cancels), in memory that does not grow with the number of requests: the
+    cancels are drawn again, from the same seed, after the last request.
+
+    Raises ValueError when the spec has a problem (`spec_problems`), when prefix
+    groups would write more than MAX_TOKEN_IDS token ids, or when a time would
+    pass MAX_TIME: the last two while records are being produced (`check_workload`
+    finds them first).
+    """
+    problems = spec_problems(spec)
+    if problems:
+        raise ValueError("; ".join(problems))
+    prefix = spec.prefix_tokens
+    for n, rid, arrival, prompt, output, group, priority, _ in _draws(spec):
+        rec: dict[str, Any] = {"type": "request", "id": rid, "arrival": arrival}
+        if group is not None:
+            shared = 1_000_000 * (group + 1)
+            own = 2_000_000_000 + n * 100_000
+            rec["prompt_token_ids"] = (list(range(shared, shared + prefix))
+                                       + list(range(own, own + max(1, prompt - prefix))))
         else:
             rec["prompt_tokens"] = prompt
         rec["output_tokens"] = output
-        if levels:
-            rec["priority"] = rng.choices(levels, weights)[0]
-        if spec.cancel_rate and rng.random() < spec.cancel_rate:
-            at = arrival + int(rng.expovariate(1.0 / spec.cancel_after))
-            if at > MAX_TIME:
-                raise ValueError(f"request {rid} would be cancelled at tick {at:.4g}, past the "
-                                 f"{limit(MAX_TIME)} a trace may hold: lower --cancel-after")
-            cancels.append({"type": "cancel", "id": rid, "at": at})
-        records.append(rec)
-    return records + cancels
+        if priority is not None:
+            rec["priority"] = priority
+        yield rec
+    if spec.cancel_rate:
+        for _, rid, _, _, _, _, _, cancel in _draws(spec):
+            if cancel is not None:
+                yield {"type": "cancel", "id": rid, "at": cancel}
+
+
+def generate(spec: WorkloadSpec) -> list[dict[str, Any]]:
+    """The trace v1 records of a synthetic workload (requests, then cancels), as a
+    list (`workload_records` gives them one at a time).
+
+    Raises ValueError when the spec has a problem (`spec_problems`), when prefix
+    groups would write more than MAX_TOKEN_IDS token ids, or when a time would
+    pass MAX_TIME.
+    """
+    return list(workload_records(spec))

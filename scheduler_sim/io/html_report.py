@@ -8,12 +8,14 @@ with inline SVG charts and a little CSS, no script and nothing fetched:
   free, and the pool), with preemptions and retractions marked; waiting and
   running requests over time; tokens per dispatch;
 - TTFT, TPOT, ITL and end-to-end latency CDFs, one line per policy, from the
-  exact values (each line is drawn through at most `CDF_POINTS` of them,
-  always the smallest and the largest);
+  exact values, or from a histogram past `report_series.EXACT_VALUES`
+  distinct values (the page says so under the chart); each line is drawn
+  through at most `CDF_POINTS` of them, always the smallest and the largest;
 - a per-request timeline (waiting, prefill, decode, preempted, recompute) of
   at most `TIMELINE_ROWS` requests: all of them when the trace is that small,
-  else the slowest by end-to-end latency and an evenly spaced sample by
-  arrival (the page says which);
+  else an evenly spaced sample by arrival (the same under every policy) and,
+  under each policy, its slowest by end-to-end latency among the others (the
+  page says which);
 - the summary table and the options, as `report.format_table` prints them.
 
 A sweep's page (`sweep_report`) draws one summary field against one swept
@@ -21,7 +23,8 @@ option, a line per policy (or per combination of the other swept values),
 above the sweep's table.
 
 Series longer than a chart is wide are downsampled (`downsample`): per pixel
-column the minimum and the maximum are kept, so no peak is lost. The page
+column the minimum and the maximum are kept, so no peak is lost (a long
+run's series come already thinned the same way, per time bucket). The page
 is deterministic (no timestamps; numbers written with fixed formats), and
 every text from a trace goes through `report.printable` and `html.escape`.
 """
@@ -36,17 +39,17 @@ from ..gpu.costmodel import PoolSizing
 from ..records.clock import Clock
 from ..records.options import Options
 from .report import format_table, printable
-from .report_series import END, PHASES, RunSeries
+from . import report_series
+from .report_series import (END, PHASES, SLOWEST, SPACED, TIMELINE_ROWS, Distribution,
+                            RunSeries)
 
-__all__ = ["html_report", "sweep_report", "sweep_lines", "downsample", "cdf_points", "select_requests", "TIMELINE_ROWS",
-           "CDF_POINTS"]
+__all__ = ["html_report", "sweep_report", "sweep_lines", "downsample", "cdf_points",
+           "select_requests", "TIMELINE_ROWS", "CDF_POINTS"]
 
 WIDTH, HEIGHT = 960, 230  # a chart, in CSS pixels
 LEFT, RIGHT, TOP, BOTTOM = 70, 150, 24, 36  # its margins (the legend sits on the right)
 PLOT_W = WIDTH - LEFT - RIGHT
 PLOT_H = HEIGHT - TOP - BOTTOM
-TIMELINE_ROWS = 300
-SLOWEST = 100  # of a larger trace's timeline: the slowest requests by E2EL
 CDF_POINTS = 400
 POLICY_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
                  "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
@@ -136,45 +139,43 @@ def cdf_points(counts: Sequence[tuple[float, int]], limit: int = CDF_POINTS
     return out
 
 
-def _counts(values: list[float]) -> list[tuple[float, int]]:
-    """Sorted (value, count) pairs of a sample."""
-    out: list[tuple[float, int]] = []
-    for value in sorted(values):
-        if out and out[-1][0] == value:
-            out[-1] = (value, out[-1][1] + 1)
-        else:
-            out.append((value, 1))
-    return out
+TimelineRow = tuple[str, "list[int] | None", "float | None"]  # id, phases, E2EL
 
 
-def select_requests(series: list[RunSeries], limit: int = TIMELINE_ROWS,
-                    slowest: int = SLOWEST) -> tuple[list[str], str]:
-    """The request ids the timeline shows, in arrival order, and a sentence saying
-    which: every request when there are at most `limit`, else the `slowest` by
-    end-to-end latency (the largest over the policies) and an evenly spaced
-    sample by arrival of the rest."""
+def select_requests(series: list[RunSeries]) -> tuple[list[list[TimelineRow]], str]:
+    """The rows of each policy's timeline, in arrival order, and a sentence saying
+    which: every request when the trace has at most `TIMELINE_ROWS` (the same
+    rows under every policy, in the first policy's order), else the `SPACED`
+    evenly spaced by arrival that every policy keeps and, under each policy,
+    the `SLOWEST` slowest by end-to-end latency among the others (`RunSeries`
+    chose them as the run went)."""
     first = series[0]
-    order = sorted(first.timeline, key=lambda rid: first.timeline[rid][0])
-    n = len(order)
-    if n <= limit:
-        return order, f"All {n:,} requests, by arrival."
-    worst: dict[str, float] = {}
+    if first.every:
+        kept = first.timeline()
+        order = sorted(kept, key=lambda rid: kept[rid][0])
+        rows = []
+        for s in series:
+            lines = s.timeline()
+            rows.append([(rid, *lines[rid][1:]) if rid in lines else (rid, None, None)
+                         for rid in order])
+        return rows, f"All {len(order):,} requests, by arrival."
+    rows = []
     for s in series:
-        for rid, value in s.e2el_of.items():
-            if value > worst.get(rid, -1.0):
-                worst[rid] = value
-    position = {rid: i for i, rid in enumerate(order)}
-    slow = sorted(worst, key=lambda rid: (-worst[rid], position.get(rid, n)))[:slowest]
-    chosen = set(slow)
-    rest = [rid for rid in order if rid not in chosen]
-    want = limit - len(chosen)
-    if rest and want > 0:
-        step = len(rest) / want
-        chosen.update(rest[int(i * step)] for i in range(min(want, len(rest))))
-    shown = [rid for rid in order if rid in chosen]
-    return shown, (f"{len(shown):,} of {n:,} requests, by arrival: the {len(slow):,} slowest "
-                   f"by end-to-end latency (the largest under any policy) and "
-                   f"{len(shown) - len(slow):,} evenly spaced by arrival among the others.")
+        kept = s.timeline()
+        order = sorted(kept, key=lambda rid: kept[rid][0])
+        rows.append([(rid, *kept[rid][1:]) for rid in order])
+    shown = _count({len(r) for r in rows})
+    slow = _count({len(s.slowest) for s in series})
+    spaced = _count({len(s.kept) for s in series})
+    return rows, (f"{shown} of {first.requests:,} requests, by arrival: {spaced} evenly "
+                  f"spaced by arrival (the same under every policy) and, under each policy, "
+                  f"the {slow} slowest by end-to-end latency among the others (so each of "
+                  f"its {SLOWEST:,} slowest is shown).")
+
+
+def _count(counts: set[int]) -> str:
+    """A count the policies share (`300`), or the largest of them (`up to 300`)."""
+    return f"{max(counts):,}" if len(counts) == 1 else f"up to {max(counts):,}"
 
 
 # --- drawing ------------------------------------------------------------------------
@@ -292,15 +293,15 @@ def _time_chart(kind: str, series: RunSeries, end: int, xunit: float, xlabel: st
             parts.append(axes.polyline(steps, color, name, dash))
     legend = [(name, color) for name, color, *_ in lines]
     if marks:
-        for times, color, what in ((series.preempt_t, PREEMPT_COLOR, "preemption"),
-                                   (series.retract_t, RETRACT_COLOR, "retraction")):
-            if not times:
+        for marked, color, what in ((series.preemptions, PREEMPT_COLOR, "preemption"),
+                                    (series.retractions, RETRACT_COLOR, "retraction")):
+            if not marked.total:
                 continue
-            legend.append((f"{what}s ({len(times):,})", color))
+            legend.append((f"{what}s ({marked.total:,})", color))
             columns: dict[int, int] = {}
-            for t in times:
+            for t, count in zip(marked.times, marked.counts):
                 column = int(axes.x(t))
-                columns[column] = columns.get(column, 0) + 1
+                columns[column] = columns.get(column, 0) + count
             for column in sorted(columns):
                 count = columns[column]
                 parts.append(f'<line class="{what}" x1="{column}" y1="{TOP}" x2="{column}" '
@@ -339,19 +340,16 @@ def _cdf_chart(kind: str, label: str, unit: str,
     return _svg(kind, parts)
 
 
-def _timeline(series: RunSeries, ids: list[str], end: int, xunit: float,
-              xlabel: str) -> str:
+def _timeline(rows: list[TimelineRow], end: int, xunit: float, xlabel: str) -> str:
     """One row per request, a rectangle per phase."""
-    row = max(2, min(10, 600 // max(1, len(ids))))
-    height = TOP + row * len(ids) + BOTTOM
+    row = max(2, min(10, 600 // max(1, len(rows))))
+    height = TOP + row * len(rows) + BOTTOM
     axes = _Axes(0, end, 0, 1, x_scale=xunit)
     parts = []
-    for i, rid in enumerate(ids):
-        line = series.timeline.get(rid)
+    for i, (rid, line, e2el) in enumerate(rows):
         if not line:
             continue
         y = TOP + i * row
-        e2el = series.e2el_of.get(rid)
         tip = esc(rid) + ("" if e2el is None else f" · E2EL {_num(e2el)}")
         rects = []
         for k in range(0, len(line) - 2, 2):
@@ -363,11 +361,11 @@ def _timeline(series: RunSeries, ids: list[str], end: int, xunit: float,
                          f'height="{row - 1 if row > 2 else row}" '
                          f'fill="{PHASE_COLORS[PHASES[code]]}"/>')
         parts.append(f'<g class="request"><title>{tip}</title>{"".join(rects)}</g>')
-    frame = [f'<rect x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{row * len(ids)}" '
+    frame = [f'<rect x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{row * len(rows)}" '
              'fill="none" stroke="#999"/>']
     for value in _ticks(0, end * xunit):
         px = axes.x(value / xunit)
-        base = TOP + row * len(ids)
+        base = TOP + row * len(rows)
         frame.append(f'<line x1="{_f(px)}" y1="{base}" x2="{_f(px)}" y2="{base + 4}" '
                      f'stroke="#999"/><text x="{_f(px)}" y="{base + 16}" '
                      f'text-anchor="middle">{_num(value)}</text>')
@@ -375,6 +373,14 @@ def _timeline(series: RunSeries, ids: list[str], end: int, xunit: float,
                  f'text-anchor="middle">{esc(xlabel)}</text>')
     legend = _legend([(name, PHASE_COLORS[name]) for name in PHASES[:-1]])
     return _svg("timeline", frame + parts + legend, height)
+
+
+def _binned_note(policy: str, values: Distribution) -> str:
+    """What a CDF drawn from a histogram is: how many values, in how many buckets,
+    and how far a value may be drawn from itself."""
+    return (f"{esc(policy)}: from a histogram of {values.total:,} values in "
+            f"{values.buckets:,} buckets; each value is drawn at the largest value of its "
+            f"bucket, at most {100 / values.per_doubling:.2g}% above it.")
 
 
 def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
@@ -415,26 +421,33 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
         out.append(_time_chart("tokens", s, end, xunit, time_label,
                                [("tokens", "#2ca02c", s.disp_t, s.disp_tokens, False)],
                                "tokens", marks=True))
+    kinds = (("ttft", "TTFT", unit), ("tpot", "TPOT", f"{unit}/token"), ("itl", "ITL", unit),
+             ("e2el", "E2EL", unit))
+    binned = any(not getattr(s, kind).is_exact for s in series for kind, _, _ in kinds)
     out.append("<h2>Latency distributions</h2>\n<p class=\"note\">Empirical CDFs of "
-               "the exact per-request values (ITL: every gap between two outputs of a "
-               "request), one line per policy.</p>\n")
-    per_token = f"{unit}/token"
-    for kind, label, unit_text, get in (
-            ("ttft", "TTFT", unit, lambda s: _counts(s.ttft)),
-            ("tpot", "TPOT", per_token, lambda s: _counts(s.tpot)),
-            ("itl", "ITL", unit, lambda s: sorted(
-                (clock.report(gap) if clock.in_seconds else gap, count)
-                for gap, count in s.itl.items())),
-            ("e2el", "E2EL", unit, lambda s: _counts(s.e2el))):
+               + ("the per-request values" if binned else "the exact per-request values")
+               + " (ITL: every gap between two outputs of a request), one line per policy."
+               + (f" A policy's values are drawn exactly while they are at most "
+                  f"{report_series.EXACT_VALUES:,} "
+                  "distinct ones, else from a histogram (said under the chart)." if binned
+                  else "") + "</p>\n")
+    for kind, label, unit_text in kinds:
         out.append(f"<h3>{label}</h3>\n")
-        out.append(_cdf_chart(f"cdf-{kind}", label, unit_text,
-                              [(s.policy, colors[s.policy], get(s)) for s in series]))
-    ids, which = select_requests(series)
+        pairs = [(s.policy, colors[s.policy], getattr(s, kind).pairs()) for s in series]
+        if kind == "itl" and clock.in_seconds:
+            pairs = [(name, color, [(clock.report(gap), count) for gap, count in counts])
+                     for name, color, counts in pairs]
+        out.append(_cdf_chart(f"cdf-{kind}", label, unit_text, pairs))
+        notes = [_binned_note(s.policy, getattr(s, kind)) for s in series
+                 if not getattr(s, kind).is_exact]
+        if notes:
+            out.append(f'<p class="note">{" ".join(notes)}</p>\n')
+    rows, which = select_requests(series)
     out.append(f"<h2>Requests</h2>\n<p class=\"note\">{esc(which)} Hover over a row for "
                "its id.</p>\n")
-    for s in series:
+    for s, policy_rows in zip(series, rows):
         out.append(f"<h3>Timeline under {esc(s.policy)}</h3>\n")
-        out.append(_timeline(s, ids, end, xunit, time_label))
+        out.append(_timeline(policy_rows, end, xunit, time_label))
     out.append("</body>\n</html>\n")
     return "".join(out)
 

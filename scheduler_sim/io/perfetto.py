@@ -27,8 +27,11 @@ for a trace in seconds or milliseconds, and one tick is taken as 1 ms
 (1000 us) for a tick trace. `otherData` in the file says which.
 
 Only what is still open is kept: per live request its open slice and the
-slices and instants it made so far, written out when the request ends;
-counters go out as they change. The output is the same bytes for the same
+slices and instants it made so far, written out when the request ends (a
+request that has only arrived is one int: its arrival and track number);
+counters go out as they change. Track numbers come from `TrackNumbers`,
+which reads the trace's requests again, in replay order, as they arrive
+(not a table of every request). The output is the same bytes for the same
 input. Each event is one line; `PerfettoFile` writes the head and tail and
 `Part` one policy's events, either into the file itself or into a file of
 its own that `PerfettoFile.join` copies in (`replay -j`).
@@ -44,9 +47,11 @@ from ..records.events import (Admitted, Cancelled, Dispatch, Event, Finished, Pr
                               TransferDone, TransferStarted)
 from .outputs import Output
 
-__all__ = ["PerfettoFile", "Part", "TICK_US", "fragment", "step_microseconds"]
+__all__ = ["PerfettoFile", "Part", "TrackNumbers", "TICK_US", "fragment",
+           "step_microseconds"]
 
 TICK_US = 1000  # a tick of a tick trace without a cost model, in microseconds
+_TID = (1 << 64) - 1  # the track number's bits in `_Track.waiting`
 _string = json.encoder.encode_basestring_ascii
 
 
@@ -65,6 +70,52 @@ def _time_note(clock: Clock) -> str:
         return f"no cost model: 1 tick = {TICK_US} us (1 ms), a convention for display"
     return (f"no cost model: 1 tick = {step_microseconds(clock):g} us "
             f"(tick_seconds of trace time)")
+
+
+class TrackNumbers:
+    """Each request's track number, its line in the trace file, for the requests of
+    `workload`; `reader` gives one policy's run its own lookup."""
+
+    def __init__(self, workload: Any) -> None:
+        self.workload = workload
+
+    def reader(self) -> "_TrackReader":
+        return _TrackReader(self.workload)
+
+
+class _TrackReader:
+    """Track numbers in the order requests arrive: the trace's requests are read
+    again, in replay order, only as far as the request asked for. What is read
+    past (arrivals that reach the replicas of a fleet in another order at one
+    time) waits in `ahead`; a request a prefill replica hands to a decode
+    replica waits in `handed` (it arrives a second time). So it holds a few
+    entries, not one per request."""
+
+    def __init__(self, workload: Any) -> None:
+        self.workload = workload
+        self.specs: Any = None
+        self.ahead: dict[str, int] = {}
+        self.handed: dict[str, int] = {}
+
+    def line(self, rid: str) -> int:
+        """The track number of `rid` (0 if the trace does not have it)."""
+        found = self.handed.pop(rid, None)
+        if found is None:
+            found = self.ahead.pop(rid, None)
+        if found is not None:
+            return found
+        if self.specs is None:
+            self.specs = iter(self.workload.arrivals())
+        ahead = self.ahead
+        for spec in self.specs:
+            if spec.id == rid:
+                return spec.index
+            ahead[spec.id] = spec.index
+        return 0
+
+    def hand_off(self, rid: str, tid: int) -> None:
+        """`rid` left a prefill replica; it will arrive at a decode replica."""
+        self.handed[rid] = tid
 
 
 class _Sink:
@@ -110,6 +161,9 @@ class _Track:
         self.part = part
         self.pid = pid
         self.live: dict[str, _Request] = {}
+        # A request that has only arrived: (arrival step << 64) | its track number,
+        # one int instead of a `_Request` (a long queue holds many of them).
+        self.waiting: dict[str, int] = {}
         self.counts: tuple | None = None
         self.prefix = f'"pid":{pid},"tid":'
         part.sink.add(f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,'
@@ -120,15 +174,25 @@ class _Track:
 
     # --- helpers -------------------------------------------------------------------
 
+    def _first_sight(self, rid: str) -> int:
+        """Name the track of a request new to this process; its track number."""
+        tid = self.part.track_number(rid)
+        sink = self.part.sink
+        head = f'"ph":"M",{self.prefix}{tid},"args":'
+        sink.add(f'{{"name":"thread_name",{head}{{"name":{_string(rid)}}}}}')
+        sink.add(f'{{"name":"thread_sort_index",{head}{{"sort_index":{tid}}}}}')
+        return tid
+
     def _request(self, rid: str) -> _Request:
         req = self.live.get(rid)
         if req is None:
-            tid = self.part.tids.get(rid, 0)
-            req = self.live[rid] = _Request(tid)
-            sink = self.part.sink
-            head = f'"ph":"M",{self.prefix}{tid},"args":'
-            sink.add(f'{{"name":"thread_name",{head}{{"name":{_string(rid)}}}}}')
-            sink.add(f'{{"name":"thread_sort_index",{head}{{"sort_index":{tid}}}}}')
+            waiting = self.waiting.pop(rid, None)
+            if waiting is None:
+                req = _Request(self._first_sight(rid))
+            else:
+                req = _Request(waiting & _TID)
+                req.wait_from = waiting >> 64
+            self.live[rid] = req
         return req
 
     def _slice(self, req: _Request, name: str, start: int, end: int) -> None:
@@ -164,6 +228,8 @@ class _Track:
         for line in req.events:
             add(line)
         del self.live[rid]
+        if instant == "prefilled":
+            self.part.hand_off(rid, req.tid)
 
     # --- the listener ----------------------------------------------------------------
 
@@ -177,7 +243,9 @@ class _Track:
             for row in event.rows:
                 req = live.get(row[0])
                 if req is None:
-                    continue
+                    if row[0] not in self.waiting:
+                        continue
+                    req = self._request(row[0])
                 phase = req.phase
                 if phase is not None and phase[0] == row[1]:
                     phase[2] = done
@@ -226,15 +294,23 @@ class _Track:
             self._close_wait(req, at)
             self._slice(req, "kv transfer", at, event.done)
         elif kind is TransferDone:
-            req = self._request(event.id)
-            req.wait_from, req.wait_name = at, "waiting"
+            req = self.live.get(event.id)
+            if req is not None:  # not a copy aborted by a cancel: the request ended
+                req.wait_from, req.wait_name = at, "waiting"
         elif event.kind == "arrival":
-            req = self._request(event.id)
-            req.wait_from = at
+            rid = event.id
+            req = self.live.get(rid)
+            if req is not None:
+                req.wait_from = at
+            else:
+                known = self.waiting.get(rid)
+                tid = self._first_sight(rid) if known is None else known & _TID
+                self.waiting[rid] = (at << 64) | tid
 
     def close(self) -> None:
-        """Write out the requests still open (none, unless the run was cut short)."""
-        for rid in list(self.live):
+        """Write out the requests still open (none, unless the run was cut short):
+        those past their arrival, then those that only arrived."""
+        for rid in list(self.live) + list(self.waiting):
             self._end(rid, self.last)
 
 
@@ -242,14 +318,20 @@ class Part:
     """One policy's events (all its replicas), written to `output`'s sink.
 
     `position` is the policy's place on the command line (from 0); `tids`
-    maps request ids to their track number."""
+    gives requests their track number (`TrackNumbers`, or a dict)."""
 
     def __init__(self, sink: _Sink, position: int, policy: str, clock: Clock,
-                 tids: dict[str, int]) -> None:
+                 tids: "TrackNumbers | dict[str, int]") -> None:
         self.sink = sink
         self.position = position
         self.policy = policy
-        self.tids = tids
+        if isinstance(tids, TrackNumbers):
+            reader = tids.reader()
+            self.track_number: Callable[[str], int] = reader.line
+            self.hand_off: Callable[[str, int], None] = reader.hand_off
+        else:
+            self.track_number = lambda rid: tids.get(rid, 0)
+            self.hand_off = lambda rid, tid: None
         self.tracks: list[_Track] = []
         per = step_microseconds(clock)
         if isinstance(per, int):
@@ -278,7 +360,7 @@ class PerfettoFile:
     `commit` ends the JSON and makes the file appear, `abort` leaves none."""
 
     def __init__(self, target: str, stdout: TextIO, trace_name: str, clock: Clock,
-                 tids: dict[str, int]) -> None:
+                 tids: "TrackNumbers | dict[str, int]") -> None:
         self.clock = clock
         self.tids = tids
         self.output = Output(target, stdout, "cannot write the Perfetto trace", ".perfetto-")
@@ -318,7 +400,7 @@ class PerfettoFile:
 
 
 def fragment(output: Output, position: int, policy: str, clock: Clock,
-             tids: dict[str, int]) -> Part:
+             tids: "TrackNumbers | dict[str, int]") -> Part:
     """A part written to an output of its own, for `PerfettoFile.join`."""
     return Part(_Sink(output), position, policy, clock, tids)
 

@@ -1,4 +1,5 @@
-"""What `replay --report` keeps of a run: compact series gathered by an event listener.
+"""What `replay --report` keeps of a run: compact series gathered by an event listener,
+in memory that does not grow with the number of requests.
 
 `RunSeries` owns the collection for one policy's run (every replica of a
 fleet). It listens to the engine's event records (`records/events.py`) and
@@ -6,14 +7,26 @@ keeps, instead of the event stream itself:
 
 - one row of block and queue counts per `snapshot` (a fleet's rows are the
   sums over its replicas, each replica's latest counts), and the tokens of
-  every `dispatch`, in flat integer arrays;
-- the times of preemptions and of retractions (`preempted`, reason `retract`);
-- the inter-token gaps (ITL) as a count per gap length, exactly as the
-  summary counts them: every gap between two consecutive outputs;
-- per request, its phase changes only (waiting, prefill, decode, preempted,
-  recompute, end): a few integers a request, not a row per dispatch;
-- per ended request (`ended`, the engine's `on_request_end`), its TTFT, TPOT
-  and end-to-end latency in the run's unit, from `engine.summary.request_record`.
+  every `dispatch`, as `TimeSeries`: exact up to `ROW_LIMIT` rows, then
+  thinned to the rows that hold a column's first minimum or first maximum
+  within a time bucket (at most `TIME_BUCKETS` buckets), so no peak is lost;
+- the times of preemptions and of retractions (`preempted`, reason
+  `retract`) as `Marks`: exact up to `ROW_LIMIT`, then counted per bucket;
+- the inter-token gaps (ITL) counted by length, exactly as the summary
+  counts them (every gap between two consecutive outputs), and per ended
+  request (`ended`, the engine's `on_request_end`) its TTFT, TPOT and
+  end-to-end latency in the run's unit, from `engine.summary.request_record`:
+  each a `Distribution`, exact up to `EXACT_VALUES` distinct values, then a
+  histogram of at most `MAX_BUCKETS` buckets less than 0.1% wide;
+- per request its phase changes (waiting, prefill, decode, preempted,
+  recompute, end) for the requests the timeline will show: every request of
+  a trace of at most `TIMELINE_ROWS`; else `SPACED` evenly spaced by arrival
+  (chosen from the trace's request count, known before the run, so the same
+  under every policy) and the `SLOWEST` slowest by end-to-end latency among
+  the others (a bounded heap), so that each of the slowest is shown. Then a
+  request costs nothing while it waits for its first dispatch (its arrival
+  is the `sent` time `ended` reads), a line of its phase changes while it
+  runs, and nothing once it has ended unless the timeline shows it.
 
 Times are kept in clock steps; `html_report` turns them into the run's unit.
 A folded stretch hands the listener the same rows tuple dispatch after
@@ -21,14 +34,19 @@ dispatch; it is recognised and counted without walking its rows.
 """
 from __future__ import annotations
 
+import heapq
+import math
 from array import array
+from bisect import bisect_left
 from typing import Any, Callable
 
 from ..engine.summary import request_record
 from ..records.clock import Clock
 
-__all__ = ["RunSeries", "SNAPSHOT_FIELDS", "PHASES", "WAITING", "PREFILL", "DECODE",
-           "PREEMPTED", "RECOMPUTE", "END", "tee"]
+__all__ = ["RunSeries", "TimeSeries", "Marks", "Distribution", "SNAPSHOT_FIELDS", "PHASES",
+           "WAITING", "PREFILL", "DECODE", "PREEMPTED", "RECOMPUTE", "END", "tee",
+           "TIMELINE_ROWS", "SLOWEST", "SPACED", "ROW_LIMIT", "TIME_BUCKETS", "EXACT_VALUES",
+           "MAX_BUCKETS", "FINEST"]
 
 # The counts of a `snapshot` record kept, in this order.
 SNAPSHOT_FIELDS = ("allocated", "reserved", "cached", "draining", "free", "waiting", "running")
@@ -54,6 +72,22 @@ def _appended(steps: array | list[int], step: int) -> array | list[int]:
     return steps
 
 
+def _like(steps: array | list[int], values: list[int]) -> array | list[int]:
+    """`values` held as `steps` holds its own (an array of 64-bit integers, or a list)."""
+    return array("q", values) if isinstance(steps, array) else values
+
+TIMELINE_ROWS = 300  # a trace of at most this many requests has all of them on the timeline
+SLOWEST = 100        # else: the slowest by end-to-end latency under the policy ...
+SPACED = 200         # ... and this many evenly spaced by arrival (the same under every policy)
+
+ROW_LIMIT = 1 << 16   # rows of a series kept exactly; past them it is thinned ...
+TIME_BUCKETS = 2048   # ... to at most this many time buckets (a chart is 740 pixels wide)
+
+EXACT_VALUES = 4096   # distinct values a distribution keeps exactly ...
+MAX_BUCKETS = 4096    # ... before it becomes a histogram of at most this many buckets,
+FINEST = 1024         # at first this many per doubling (each less than 0.1% wide)
+
+
 def tee(*listeners: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
     """One `on_event` or `on_request_end` callback that calls each given one in turn."""
     given = [f for f in listeners if f is not None]
@@ -66,43 +100,264 @@ def tee(*listeners: Callable[[Any], None] | None) -> Callable[[Any], None] | Non
     return both
 
 
+# --- bounded series ------------------------------------------------------------------
+
+
+def _bucket_width(t: array, buckets: int, width: int) -> int:
+    """The smallest power of two, at least `width`, that puts the times of `t`
+    (from 0) into at most `buckets` buckets of that many steps."""
+    first, last = min(t), max(t)
+    while last // width - first // width + 1 > buckets:
+        width *= 2
+    return width
+
+
+def _runs(t: array, width: int) -> list[tuple[int, int]]:
+    """The [start, end) index ranges of `t` that fall in one bucket of `width` steps
+    each (times ascend; if they do not, each range still moves on)."""
+    out = []
+    start, n = 0, len(t)
+    while start < n:
+        bucket = t[start] // width
+        end = bisect_left(t, (bucket + 1) * width, start)
+        if end <= start:
+            end = start + 1
+        out.append((start, end))
+        start = end
+    return out
+
+
+class TimeSeries:
+    """Rows of counts over time: a time (`t`, clock steps, ascending) and a column
+    per name (`columns`), appended by the caller, who calls `compact` once there
+    are more than `ROW_LIMIT` rows.
+
+    Until then every row is kept (the charts draw what they drew before). A
+    compaction splits time into buckets of `width` steps (a power of two, the
+    smallest that leaves at most `TIME_BUCKETS` buckets, never shrinking) and
+    keeps, in each, the rows that hold a column's first minimum or first
+    maximum, and the last row of all: at most 2 x columns x TIME_BUCKETS + 1
+    rows, so the peaks and troughs a chart draws per pixel column are kept.
+    The arrays are rewritten in place (a reference to them stays valid).
+    """
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.t = array("q")
+        self.columns = {name: array("q") for name in names}
+        self.width = 1
+        self.compactions = 0
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def compact(self) -> None:
+        """Thin the rows as the class docstring says."""
+        t = self.t
+        n = len(t)
+        if n == 0:
+            return
+        self.width = width = _bucket_width(t, TIME_BUCKETS, self.width)
+        keep = {n - 1}
+        columns = list(self.columns.values())
+        for start, end in _runs(t, width):
+            for column in columns:
+                part = column[start:end]
+                keep.add(start + part.index(min(part)))
+                keep.add(start + part.index(max(part)))
+        rows = sorted(keep)
+        t[:] = _like(t, [t[i] for i in rows])
+        for column in columns:
+            column[:] = array("q", [column[i] for i in rows])
+        self.compactions += 1
+
+
+class Marks:
+    """Times of instants (preemptions, retractions), each with a count: one entry per
+    instant (count 1) up to `ROW_LIMIT` entries; then the entries of each time
+    bucket (as `TimeSeries` chooses them) become one, at the bucket's first time,
+    with their counts summed. `total` counts every instant."""
+
+    def __init__(self) -> None:
+        self.times = array("q")
+        self.counts = array("q")
+        self.total = 0
+        self.width = 1
+
+    def __len__(self) -> int:
+        return self.total
+
+    def add(self, tick: int) -> None:
+        self.times = _appended(self.times, tick)
+        self.counts.append(1)
+        self.total += 1
+        if len(self.times) > ROW_LIMIT:
+            self.compact()
+
+    def compact(self) -> None:
+        times, counts = self.times, self.counts
+        self.width = width = _bucket_width(times, TIME_BUCKETS, self.width)
+        merged_t, merged_c = _like(times, []), array("q")
+        for start, end in _runs(times, width):
+            merged_t.append(times[start])
+            merged_c.append(sum(counts[start:end]))
+        times[:] = merged_t
+        counts[:] = merged_c
+
+
+def _bucket(value: float, per: int) -> int:
+    """The histogram bucket of `value` with `per` buckets per doubling (a power of two):
+    buckets split each [2^e, 2^(e+1)) evenly, numbered in the order of their values
+    (0 holds only 0; negative values mirror positive ones). Computed exactly
+    (`frexp` and powers of two), so the same on every machine; `_bucket(v, per) //
+    2` is `_bucket(v, per // 2)` for v > 0."""
+    if value == 0:
+        return 0
+    size = -value if value < 0 else value
+    if size == math.inf:
+        key = 2100 * per
+    else:
+        mantissa, exponent = math.frexp(size)  # mantissa in [0.5, 1)
+        key = (exponent + 1100) * per + int((mantissa - 0.5) * 2 * per)
+    return key if value > 0 else -key
+
+
+class Distribution:
+    """The values of a sample (latencies), for its CDF.
+
+    `add` counts each distinct value exactly (`exact`, value -> count) until
+    there are more than `EXACT_VALUES` of them; then they move into a histogram:
+    `per_doubling` buckets split each doubling of the values evenly (at first
+    `FINEST`, so a bucket is less than 1 / FINEST of its values wide), each
+    bucket keeping its count and its largest value; past `MAX_BUCKETS` buckets
+    the histogram merges neighbours (half as many per doubling) until it fits.
+    Which buckets a sample ends in does not depend on the order of its values.
+    `exact` stays the intake: new values are counted there and moved when it
+    fills, which keeps the common case one dictionary update (the ITL is
+    counted into it directly).
+    """
+
+    def __init__(self) -> None:
+        self.exact: dict[float, int] = {}
+        self.counts: dict[int, int] | None = None  # bucket -> how many values
+        self.tops: dict[int, float] | None = None  # bucket -> its largest value
+        self.per_doubling = FINEST
+
+    def add(self, value: float, count: int = 1) -> None:
+        exact = self.exact
+        exact[value] = exact.get(value, 0) + count
+        if len(exact) > EXACT_VALUES:
+            self.spill()
+
+    @property
+    def is_exact(self) -> bool:
+        """Whether every value is kept exactly (no histogram yet)."""
+        return self.counts is None
+
+    def spill(self) -> None:
+        """Move the exact counts into the histogram (emptying `exact` in place)."""
+        if self.counts is None:
+            self.counts, self.tops = {}, {}
+        counts, tops, per = self.counts, self.tops, self.per_doubling
+        for value, count in self.exact.items():
+            key = _bucket(value, per)
+            counts[key] = counts.get(key, 0) + count
+            top = tops.get(key)
+            if top is None or value > top:
+                tops[key] = value
+        self.exact.clear()
+        while len(self.counts) > MAX_BUCKETS and self.per_doubling > 1:
+            self._coarsen()
+
+    def _coarsen(self) -> None:
+        """Half as many buckets per doubling: each pair of neighbours becomes one."""
+        counts, tops = {}, {}
+        for key, count in self.counts.items():
+            merged = key // 2 if key > 0 else -((-key) // 2)
+            counts[merged] = counts.get(merged, 0) + count
+            top = tops.get(merged)
+            value = self.tops[key]
+            if top is None or value > top:
+                tops[merged] = value
+        self.counts, self.tops = counts, tops
+        self.per_doubling //= 2
+
+    @property
+    def total(self) -> int:
+        """How many values were added."""
+        return sum(self.exact.values()) + (sum(self.counts.values()) if self.counts else 0)
+
+    @property
+    def buckets(self) -> int:
+        """The histogram's buckets (0 while exact)."""
+        return len(self.counts) if self.counts is not None else 0
+
+    def pairs(self) -> list[tuple[float, int]]:
+        """Sorted (value, count) pairs: the exact values, or per histogram bucket its
+        largest value and its count (so each point of the CDF drawn through them
+        is a point of the exact CDF)."""
+        if self.counts is None:
+            return sorted(self.exact.items())
+        self.spill()
+        tops, counts = self.tops, self.counts
+        return [(tops[key], counts[key]) for key in sorted(counts)]
+
+
+# --- the listener --------------------------------------------------------------------
+
+
 class RunSeries:
     """The series of one policy's run, for the HTML report (see the module's docstring).
 
-    Use `listener(replica)` (or the object itself, for one engine) as the
-    `on_event` callback and `ended` as `on_request_end`.
+    `requests` is the trace's request count (it decides, before the run, which
+    requests the timeline samples by arrival). Use `listener(replica)` (or the
+    object itself, for one engine) as the `on_event` callback and `ended` as
+    `on_request_end`; call `finish` after the run.
     """
 
     kinds = KINDS  # the record kinds it reads
 
-    def __init__(self, policy: str, clock: Clock, num_blocks: int, replicas: int = 1) -> None:
+    def __init__(self, policy: str, clock: Clock, num_blocks: int, replicas: int = 1, *,
+                 requests: int) -> None:
         self.policy = policy
         self.clock = clock
         self.num_blocks = num_blocks * replicas  # the pool, a fleet's in all
         self.replicas = replicas
-        self.snap_t = array("q")
-        self.snap = {name: array("q") for name in SNAPSHOT_FIELDS}
+        self.requests = requests
+        self.snapshots = TimeSeries(SNAPSHOT_FIELDS)
+        self.snap_t, self.snap = self.snapshots.t, self.snapshots.columns
         self._latest = [(0,) * len(SNAPSHOT_FIELDS) for _ in range(replicas)]
         self._totals = [0] * len(SNAPSHOT_FIELDS)
-        self.disp_t = array("q")
-        self.disp_tokens = array("q")
-        self.preempt_t = array("q")  # preemptions other than retractions
-        self.retract_t = array("q")  # sglang's retractions
-        self.itl: dict[int, int] = {}  # gap in clock steps -> how many gaps lasted it
-        self.timeline: dict[str, list[int]] = {}  # id -> [step, phase, step, phase, ...]
-        self._phase: dict[str, int] = {}  # live request -> its phase now
-        self._last_out: dict[str, int] = {}  # live request -> step of its last output
+        self.dispatches = TimeSeries(("tokens",))
+        self.disp_t, self.disp_tokens = self.dispatches.t, self.dispatches.columns["tokens"]
+        self.preemptions = Marks()  # preemptions other than retractions
+        self.retractions = Marks()  # sglang's retractions
+        self.itl = Distribution()   # gap in clock steps
+        self.ttft = Distribution()
+        self.tpot = Distribution()
+        self.e2el = Distribution()
+        # The timeline. A request's line: [arrival rank, step of its last output
+        # (-1: none yet), step, phase, step, phase, ...], its last phase where it
+        # is now. Every request has one from its arrival when all are shown
+        # (`every`); else only once it is dispatched (or ends), its arrival step
+        # filled in when it ends (0 for its rank).
+        self._live: dict[str, list[int]] = {}
+        self.arrived = 0  # requests that arrived so far (the next one's arrival rank)
+        self.every = requests <= TIMELINE_ROWS
+        self.spaced = frozenset() if self.every else frozenset(
+            i * requests // SPACED for i in range(SPACED))
+        self._spaced_ids: set[str] = set()  # arrived at a spaced rank, not yet ended
+        # Kept for the timeline: id -> (line, E2EL, order), order the sort key by
+        # arrival: (step, rank) when every request is kept, else (sent, trace line).
+        self.kept: dict[str, tuple[list[int], float | None, tuple]] = {}
+        self.slowest: list[tuple] = []  # heap of (e2el, -sent, -line, id, line)
+        self._ended: dict[str, tuple] = {}      # `ended`, its end record not seen yet
+        self._ending: dict[str, list[int]] = {}  # end record seen, not yet `ended`
         # A folded stretch: the rows tuple of the last dispatch, whose outputs are
-        # not yet in `_last_out` while the same tuple repeats.
+        # not yet in their lines while the same tuple repeats.
         self._rows: tuple | None = None
         self._rows_done = 0
         self._rows_replica: int | None = None
         self._rows_plain = False
-        self.arrival: dict[str, int] = {}  # id -> arrival step (first seen)
-        self.ttft: list[float] = []
-        self.tpot: list[float] = []
-        self.e2el: list[float] = []
-        self.e2el_of: dict[str, float] = {}  # id -> end-to-end latency, completed or not
         self.end = 0  # the last step seen
         self._handlers = {
             "snapshot": self._snapshot, "dispatch": self._dispatch,
@@ -130,14 +385,19 @@ class RunSeries:
             handler(event, 0)
 
     def ended(self, req: Any) -> None:
-        """The engine's `on_request_end`: keep the request's latencies."""
+        """The engine's `on_request_end`: count the request's latencies; its timeline
+        is kept or dropped once its end record is seen too."""
         record = request_record(req, self.clock)
         for name in ("ttft", "tpot", "e2el"):
             value = record[name]
             if value is not None:
-                getattr(self, name).append(value)
-        if record["e2el"] is not None:
-            self.e2el_of[req.rid] = record["e2el"]
+                getattr(self, name).add(value)
+        end = (record["e2el"], req.sent, req.index)
+        line = self._ending.pop(req.rid, None)
+        if line is None:
+            self._ended[req.rid] = end
+        else:
+            self._keep(req.rid, line, end)
 
     def _snapshot(self, ev: Any, replica: int) -> None:
         cached = ev.cached or 0
@@ -152,9 +412,11 @@ class RunSeries:
             for i, value in enumerate(new):
                 totals[i] += value - old[i]
             values = totals
-        self.snap_t = _appended(self.snap_t, ev.tick)
+        self.snap_t = self.snapshots.t = _appended(self.snap_t, ev.tick)
         for name, value in zip(SNAPSHOT_FIELDS, values):
             snap[name].append(value)
+        if len(self.snap_t) > ROW_LIMIT:
+            self.snapshots.compact()
         if ev.tick > self.end:
             self.end = ev.tick
 
@@ -163,87 +425,161 @@ class RunSeries:
         rows = self._rows
         if rows is not None:
             done = self._rows_done
-            last = self._last_out
+            live = self._live
             for row in rows:
                 if row[3]:
-                    last[row[0]] = done
+                    line = live.get(row[0])
+                    if line is not None:
+                        line[1] = done
             self._rows = None
+
+    def _line(self, rid: str, tick: int) -> list[int]:
+        """The live line of `rid`, begun (waiting since `tick`) if it is new."""
+        line = self._live.get(rid)
+        if line is None:
+            if self.every:
+                line = [self.arrived, -1, tick, WAITING]
+                self.arrived += 1
+            else:
+                line = [0, -1, tick, WAITING]
+            self._live[rid] = line
+        return line
 
     def _dispatch(self, ev: Any, replica: int) -> None:
         tick, done, rows = ev.tick, ev.done, ev.rows
-        self.disp_t = _appended(self.disp_t, tick)
+        self.disp_t = self.dispatches.t = _appended(self.disp_t, tick)
         self.disp_tokens.append(ev.tokens)
+        if len(self.disp_t) > ROW_LIMIT:
+            self.dispatches.compact()
         if done > self.end:
             self.end = done
-        itl = self.itl
+        itl = self.itl.exact
         if rows is self._rows and self._rows_plain and replica == self._rows_replica:
             # The same decode rows again (folding): every row's gap is the same.
             gap = done - self._rows_done
             itl[gap] = itl.get(gap, 0) + len(rows)
             self._rows_done = done
+            if len(itl) > EXACT_VALUES:
+                self.itl.spill()
             return
         self._flush_rows()
-        phase_of, timeline, last = self._phase, self.timeline, self._last_out
+        live = self._live
         plain = True
         for rid, phase, _tokens, emits, _ids in rows:
-            code = _ROW_PHASE.get(phase)
-            if code is None:  # a static batch's padding row: no request's progress
-                plain = False
-                continue
-            if phase_of.get(rid) != code:
-                phase_of[rid] = code
-                line = timeline.get(rid)
-                if line is None:
-                    line = timeline[rid] = [tick, WAITING]
-                line += (tick, code)
-            if emits:
-                prev = last.get(rid)
-                if prev is not None:
-                    gap = done - prev
-                    itl[gap] = itl.get(gap, 0) + 1
-                last[rid] = done
+            if phase == "decode":
+                code = DECODE
             else:
                 plain = False
-            if code != DECODE:
+                code = _ROW_PHASE.get(phase)
+                if code is None:  # a static batch's padding row: no request's progress
+                    continue
+            line = live.get(rid)
+            if line is None:
+                line = self._line(rid, tick)
+            if line[-1] != code:
+                line += (tick, code)
+            if emits:
+                prev = line[1]
+                if prev >= 0:
+                    gap = done - prev
+                    itl[gap] = itl.get(gap, 0) + 1
+                line[1] = done
+            else:
                 plain = False
-        # Outputs are in `_last_out` already; a repeat of these rows (a folded
+        if len(itl) > EXACT_VALUES:
+            self.itl.spill()
+        # Outputs are in the lines already; a repeat of these rows (a folded
         # stretch) only moves their last output, which `_flush_rows` writes.
         self._rows = rows if plain else None
         self._rows_done, self._rows_replica, self._rows_plain = done, replica, plain
 
     def _arrival(self, ev: Any, replica: int) -> None:
         rid = ev.id
-        if rid not in self.timeline:
-            self.timeline[rid] = [ev.tick, WAITING]
-            self.arrival[rid] = ev.tick
-        self._phase[rid] = WAITING
+        if rid in self._live:
+            return  # handed to a decode replica: its line goes on
+        if self.every:
+            self._line(rid, ev.tick)
+            return
+        if self.arrived in self.spaced:
+            self._spaced_ids.add(rid)
+        self.arrived += 1
 
     def _preempted(self, ev: Any, replica: int) -> None:
         self._flush_rows()
-        if ev.reason == "retract":
-            self.retract_t = _appended(self.retract_t, ev.tick)
-        else:
-            self.preempt_t = _appended(self.preempt_t, ev.tick)
+        (self.retractions if ev.reason == "retract" else self.preemptions).add(ev.tick)
         self._mark(ev.id, ev.tick, PREEMPTED)
 
     def _ended_event(self, ev: Any, replica: int) -> None:
         self._flush_rows()
         rid = ev.id
-        self._mark(rid, ev.tick, END)
-        self._phase.pop(rid, None)
-        self._last_out.pop(rid, None)
+        line = self._mark(rid, ev.tick, END)
+        line[1] = -1  # a decode replica's first output follows no gap
+        if ev.kind == "prefilled":
+            return  # the prompt-only run on a prefill replica: the request goes on
+        del self._live[rid]
+        end = self._ended.pop(rid, None)
+        if end is not None and end[1] is None and not self.every:
+            # Never sent (a client's request cancelled or stalled before it was):
+            # it had no arrival record; it takes its place by arrival now.
+            if self.arrived in self.spaced:
+                self._spaced_ids.add(rid)
+            self.arrived += 1
+        if end is not None:
+            self._keep(rid, line, end)
+        else:
+            self._ending[rid] = line
 
-    def _mark(self, rid: str, tick: int, code: int) -> None:
-        line = self.timeline.get(rid)
-        if line is None:
-            line = self.timeline[rid] = [tick, WAITING]
-            self.arrival.setdefault(rid, tick)
+    def _mark(self, rid: str, tick: int, code: int) -> list[int]:
+        line = self._line(rid, tick)
         line += (tick, code)
-        if code != END:
-            self._phase[rid] = code
         if tick > self.end:
             self.end = tick
+        return line
+
+    def _keep(self, rid: str, line: list[int], end: tuple | None) -> None:
+        """An ended request (`end`: its E2EL, sent time and trace line, None if not
+        known): keep its line if the timeline may show it."""
+        e2el, sent, index = end if end is not None else (None, None, 0)
+        if self.every:
+            if line[0] < TIMELINE_ROWS:
+                self.kept[rid] = (line, e2el, (line[2], line[0]))
+            return
+        if sent is not None:
+            line[2] = sent  # it waited from its arrival, which `sent` is
+        order = (line[2], index)
+        if rid in self._spaced_ids:
+            self._spaced_ids.discard(rid)
+            self.kept[rid] = (line, e2el, order)
+        elif e2el is not None:
+            entry = (e2el, -order[0], -index, rid, line)
+            if len(self.slowest) < SLOWEST:
+                heapq.heappush(self.slowest, entry)
+            elif entry[:3] > self.slowest[0][:3]:
+                heapq.heapreplace(self.slowest, entry)
 
     def finish(self) -> None:
-        """After the run: fold in what a last folded stretch left pending."""
+        """After the run: fold in what a last folded stretch left pending, and keep
+        the lines of requests that did not end (a run cut short)."""
         self._flush_rows()
+        for rid, line in list(self._ending.items()):
+            self._keep(rid, line, None)
+        for rid, line in list(self._live.items()):
+            self._keep(rid, line, None)
+        self._ending.clear()
+        self._live.clear()
+        self._ended.clear()
+        self._spaced_ids.clear()
+
+    # --- what the timeline shows -----------------------------------------------------
+
+    def timeline(self) -> dict[str, tuple[tuple, list[int], float | None]]:
+        """The requests kept for the timeline: id -> (its place by arrival, [step,
+        phase, step, phase, ...], end-to-end latency or None)."""
+        out = {rid: (order, line[2:], e2el) for rid, (line, e2el, order) in self.kept.items()}
+        for e2el, before, earlier, rid, line in self.slowest:
+            out[rid] = ((-before, -earlier), line[2:], e2el)
+        return out
+
+    def slowest_ids(self) -> set[str]:
+        """The ids of the slowest requests kept (none when every request is kept)."""
+        return {entry[3] for entry in self.slowest}

@@ -52,6 +52,11 @@ The audit's surfaces:
   `scheduler-sim: policy error: ... policy 'SPEC' ...`, and no output file (for
   pytest: exit 1 or 2, naming the policy; `check` and pytest must never pass).
   A plugin that never misbehaved (its N-th call never came) must exit 0. A
+  plugin that ends the tool's own process (`os._exit(0)`, SIGKILL to itself,
+  outside `-j 2`) leaves it with the status it gave (0, killed by SIGKILL)
+  and maybe a temporary output file: no code runs after that; in a `-j 2`
+  worker it is exit 3 and one line naming the policy (`the worker replaying
+  policy '...'`). A
   plugin that sleeps forever is not generated: it is the user's own loop.
 - `output-path`: `replay`, `replay` with a plugin, `check`, `convert`,
   `generate` (its `empirical:` file), `sweep` (its grid file) and `sweep
@@ -1478,10 +1483,28 @@ def _strict_json(data: bytes, lines: bool) -> str | None:
     return None
 
 
+# Faults that end the process the plugin runs in: no code of the tool runs after
+# them, so only a plugin in a worker process (-j 2) can be reported.
+SELF_ENDING = {"os._exit(0)": 0, "SIGKILL to itself": -signal.SIGKILL}
+
+
+def ends_itself(case: Case) -> bool:
+    """Whether the case's plugin ends the tool's own process (not a worker's)."""
+    return (case.surface == "plugin-fault" and case.label in SELF_ENDING
+            and "-j 2" not in (case.variant or ""))
+
+
 def _policy_error(case: Case, run: Run) -> str | None:
     """Why a run in which the plugin misbehaved did not end in a policy error."""
     spec = (case.policy_spec or "").replace("{dir}", run.directory)
     named = f"policy '{spec}'"
+    if ends_itself(case):
+        # The tool's process ends as the plugin ended it (the README says so); a
+        # temporary output file may stay behind, as after any SIGKILL.
+        if run.status == SELF_ENDING[case.label]:
+            return None
+        return (f"{status_text(run.status)}, expected the status the plugin ended the "
+                "process with")
     if case.module == "pytest":
         if run.status == 0:
             return "pytest passed (exit 0) although the plugin misbehaved"
@@ -1501,7 +1524,8 @@ def _policy_error(case: Case, run: Run) -> str | None:
     # the cause may be the plugin or the system (the OOM killer), so it is no policy
     # error, but it names the policy all the same.
     prefixes = ("scheduler-sim: policy error: ", "scheduler-sim: error: the worker ")
-    if not lines[0].startswith(prefixes) or named not in lines[0]:
+    if not lines[0].startswith(prefixes) or (named not in lines[0]
+                                              and f"policy={spec})" not in lines[0]):
         return "exit 3 but the message does not name the policy"
     left = [name for name in case.outputs if name in run.after]
     if left:
@@ -1730,7 +1754,7 @@ def run_subprocess(case: Case, timeout: float) -> Outcome:
                                 if k not in case.outputs and after.get(k) != v))
         killed = status is None or status == -signal.SIGKILL
         leftovers: tuple[str, ...] = ()
-        if not killed:
+        if not killed and not ends_itself(case):
             leftovers = tuple(sorted([k for k in after if _TEMPORARY.search(k)] +
                                      ["$TMPDIR/" + n for n in os.listdir(tmp)]))
         # the last line of standard error (or output) that names an error, else its last

@@ -428,3 +428,12 @@ def test_csv_fields_escape_controls_and_double_backslashes(text, field):
     """What every CSV field becomes: RFC 4180 quoting; C0 (but TAB, CR, LF), DEL and C1
     controls and lone surrogates escaped, a backslash doubled, other text as it is."""
     assert csv_field(text) == field
+
+
+def test_a_long_axis_is_checked_for_repeats_by_value():
+    """A 20,001-value axis whose last value repeats an earlier one (0.5 and 1/2 for a
+    float option) is refused naming it; a long list of distinct values is taken whole."""
+    from scheduler_sim.io.sweep import check_axis
+    with pytest.raises(UsageError, match=r"grid: watermark lists the value 0\.5 twice"):
+        check_axis("watermark", [i / 20001 for i in range(20001)] + [0.5, 1 / 2])
+    assert len(check_axis("num_blocks", list(range(1, 20002))).values) == 20001

@@ -224,6 +224,10 @@ def check_axis(name: str, values: Any, where: str = "grid") -> Axis:
         raise UsageError(f"{where}: {name} needs a non-empty list of values, got "
                          f"{show(values)}")
     checked = []
+    # Values seen, for "listed twice": by hash where they have one (equal values,
+    # such as 1 and 1.0, hash alike), so that a long list is checked in linear time.
+    seen: set[Any] = set()
+    unhashable: list[Any] = []
     for value in values:
         if name == "policy" and not isinstance(value, str):
             raise UsageError(f"{where}: policy values are single policy names, got "
@@ -233,7 +237,13 @@ def check_axis(name: str, values: Any, where: str = "grid") -> Axis:
         if problems:
             raise UsageError(f"{where}: {problems[0]}")
         normal = out[name][0] if name == "policy" else _json_value(name, out[name])
-        if normal in checked:
+        try:
+            twice = normal in seen
+            seen.add(normal)
+        except TypeError:  # an objectives dict
+            twice = normal in unhashable
+            unhashable.append(normal)
+        if twice:
             raise UsageError(f"{where}: {name} lists the value {show(value)} twice")
         checked.append(normal)
     return Axis(name, tuple(checked))

@@ -27,18 +27,18 @@ from ..io.generator import (MAX_LENGTH, WorkloadSpec, check_workload, limit, par
                             spec_problems, weights_problem, workload_records)
 from ..io.importers import FOREIGN_LINES, convert
 from ..io.junit import junit_xml
-from ..io.outputs import (EventFile, Output, check_output_paths, jsonl, read_text,
-                          write_whole)
+from ..io.outputs import (EventFile, Output, check_output_paths, jsonl, read_limited,
+                          read_text, write_whole)
 from ..io.perfetto import PerfettoFile, TrackNumbers
 from ..io.progress import Progress, wanted
 from ..io.report import (csv_header, format_json, format_requests, format_table,
                          printable, table_rows)
 from ..io.sweep import (Axis, Configuration, build_grid, check_axis, configuration_row,
-                        file_digest, merge_shards, parse_shard, read_limited, read_shard,
-                        run_configuration, run_grid, shard_of)
+                        file_digest, parse_shard, run_configuration, run_grid, shard_of)
 from ..io.sweep import format_csv as sweep_csv
 from ..io.sweep import format_jsonl as sweep_jsonl
 from ..io.sweep import format_table as sweep_table
+from ..io.sweep_merge import merge_shards, read_shard
 from ..io.trace import (ALLOW_FLAG, MAX_PROBLEMS, Trace, allow_trace_plugins, json_value,
                         parse_trace, read_trace)
 from ..io.trace import resolve_options as resolve_trace_options

@@ -38,7 +38,7 @@ from ..kv.prefix_cache import BlockKeys
 from ..policies import PADDING, Plan, PluginError, is_builtin, is_builtin_name, make_policy
 from ..policies.base import DecodesFirst
 from ..records.clock import Clock
-from ..records.errors import InvariantError, PolicyError, SimError, UsageError
+from ..records.errors import InvariantError, UsageError
 from ..records.events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
     Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout, reads,

@@ -40,7 +40,7 @@ from ..records.clock import Clock
 from ..records.options import Options
 from .report import format_table, printable
 from . import report_series
-from .report_series import (END, PHASES, SLOWEST, SPACED, TIMELINE_ROWS, Distribution,
+from .report_series import (END, PHASES, SLOWEST, TIMELINE_ROWS, Distribution,
                             RunSeries)
 
 __all__ = ["html_report", "sweep_report", "sweep_lines", "downsample", "cdf_points",

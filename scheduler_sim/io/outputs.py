@@ -429,3 +429,24 @@ def read_text(path: str) -> str:
             return handle.read().decode("utf-8", errors="replace")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_limited(path: str, limit: int, why: str) -> bytes:
+    """The bytes of a file (`-`: standard input), read no further than `limit` bytes:
+    UsageError `FILE: larger than LIMIT, WHY` past that, or when it cannot be read."""
+    name = "<stdin>" if path == "-" else path
+    size = f"{limit // 2 ** 30} GiB" if limit >= 2 ** 30 else f"{limit // 2 ** 20} MiB"
+    too_big = UsageError(f"{name}: larger than {size}, {why}")
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size > limit:
+                    raise too_big
+                data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise too_big
+    return data

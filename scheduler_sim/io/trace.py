@@ -39,7 +39,7 @@ from ..records.workload import Action, RequestSpec, Workload
 from ..requests.queues import QUEUE_ORDERS
 
 __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
-           "resolve_options", "plugins_from_trace", "allow_trace_plugins", "ALLOW_FLAG",
+           "resolve_options", "unique_keys", "plugins_from_trace", "allow_trace_plugins", "ALLOW_FLAG",
            "SNAPSHOT_FIELDS", "MAX_PROBLEMS", "Problems"]
 
 MAX_PROBLEMS = 50
@@ -195,7 +195,8 @@ class _Constant:
         return self.name
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; ValueError naming a key given twice."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
@@ -207,8 +208,8 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 # One decoder for every line: NaN and Infinity are refused (`_Constant`), and so
-# are duplicate keys (`_pairs`).
-_DECODER = json.JSONDecoder(parse_constant=_Constant, object_pairs_hook=_pairs)
+# are duplicate keys (`unique_keys`).
+_DECODER = json.JSONDecoder(parse_constant=_Constant, object_pairs_hook=unique_keys)
 
 
 def _lone_surrogate(value: Any) -> str | None:

@@ -275,3 +275,25 @@ def test_check_fails_when_the_plugins_module_exits_while_imported(tmp_path):
     assert err == (f"scheduler-sim: policy error: policy '{path}:X' raised SystemExit while "
                    f"its module was imported: 0 ({path}:1 in <module>)\n")
     assert not (tmp_path / "j.xml").exists()
+
+
+def test_with_sigint_ignored_a_plugins_interrupt_is_still_the_plugins(bad):
+    """A command started with SIGINT ignored (as a shell starts a background job): no
+    Ctrl-C can reach it, so a KeyboardInterrupt the plugin raises is its error, exit 3,
+    not an interruption (130)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from conftest import ROOT
+    path, trace = bad
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    done = subprocess.run([sys.executable, "-m", "scheduler_sim", "replay", trace, "--policy",
+                           f"{path}:Interrupts"], capture_output=True, text=True, timeout=60,
+                          preexec_fn=ignore_sigint, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (done.returncode, done.stdout) == (3, "")
+    assert done.stderr.startswith(f"scheduler-sim: policy error: policy '{path}:Interrupts' "
+                                  "raised KeyboardInterrupt at tick 0")

@@ -148,7 +148,13 @@ class GridConfigurations(Sequence[Configuration]):
         raw = dict(self._fixed)
         raw.update((name, [value] if name == "policy" else value) for name, value in values)
         try:
-            options = fit_pool(resolve_options(self._config, raw)[0])[0]
+            # Every value was checked already (the fixed ones by `build_grid`, the swept
+            # ones by `check_axis`): what is left is how they go together.
+            options = Options.resolve(self._config, raw)
+            problems = options.problems()
+            if problems:
+                raise UsageError("; ".join(problems))
+            options = fit_pool(options)[0]
         except UsageError as exc:
             raise UsageError(f"grid: configuration {index} ({_label(values)}): {exc}") from None
         if self._plugin_dir is None:

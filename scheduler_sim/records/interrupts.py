@@ -58,20 +58,31 @@ def on_sigint(signum: int, frame: Any) -> None:
 
 @contextlib.contextmanager
 def watching() -> Iterator[None]:
-    """Tell interrupts apart for the length of the block: in the main thread, when
+    """Tell interrupts apart for the length of the block, in the main thread: when
     SIGINT still has Python's default handler, that handler is replaced by
-    `on_sigint` (which does the same, noting it) and put back afterwards."""
-    if (_state["watching"] or threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    `on_sigint` (which does the same, noting it) and put back afterwards; when
+    SIGINT is ignored (a job started in the background), no interrupt can come
+    from it at all."""
+    if _state["watching"] or threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.signal(signal.SIGINT, on_sigint)
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.SIG_IGN:  # no Ctrl-C can interrupt (a background job's lot)
+        install = False
+    elif handler is signal.default_int_handler:
+        install = True
+    else:  # a handler of the caller's: its interrupts cannot be told apart
+        yield
+        return
+    if install:
+        signal.signal(signal.SIGINT, on_sigint)
     _state.update(watching=True, seen=False)
     try:
         yield
     finally:
         _state["watching"] = False
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if install:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def is_interrupt(exc: BaseException) -> bool:

@@ -336,6 +336,10 @@ FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "affinity_threshold", "
 DURATION_OPTIONS = tuple(name for name, spec in OPTIONS.items() if spec.kind == "duration")
 
 
+# Every option's default, as `Options.resolve` starts from.
+_DEFAULTS = {name: spec.default for name, spec in OPTIONS.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     """The resolved options of one run: defaults, then the trace config, then flags.
@@ -408,13 +412,11 @@ class Options:
 
         Layer i is named `sources[i]` in `origin` (`given` past the names).
         """
-        merged: dict[str, Any] = {}
+        values = dict(_DEFAULTS)
         origin: dict[str, str] = {}
         for i, layer in enumerate(layers):
-            merged.update(layer)
-            origin.update({k: sources[i] if i < len(sources) else "given" for k in layer})
-        values = {name: spec.default for name, spec in OPTIONS.items()}
-        values.update(merged)
+            values.update(layer)
+            origin.update(dict.fromkeys(layer, sources[i] if i < len(sources) else "given"))
         values["policy"] = tuple(values["policy"])
         if isinstance(values["slo"], (str, dict)):
             values["slo"] = parse_slo(values["slo"])

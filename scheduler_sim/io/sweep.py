@@ -62,8 +62,8 @@ SWEEP_VERSION = 1
 # Python's limit on the length of a decimal string (and N fits any index).
 _SHARD = re.compile(r"([0-9]{1,18})/([0-9]{1,18})")
 # The most configurations a grid may have (and a merge may join). Every one is
-# resolved before the first runs (some 15 to 40 us each: a million take up to a
-# minute, in every shard), and the unsharded rows and `sweep merge` hold one row
+# resolved before the first runs (about 12 us each: a million take about 12 s,
+# in every shard), and the unsharded rows and `sweep merge` hold one row
 # per configuration: a cross product past this is refused up front rather than
 # left to run for hours.
 MAX_CONFIGURATIONS = 1_000_000

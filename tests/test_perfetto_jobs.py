@@ -325,3 +325,28 @@ def test_a_waiting_request_is_one_int(tmp_path):
     assert [e["name"] for e in last] == ["thread_name", "thread_sort_index", "waiting",
                                          "prefill", "decode"]
     assert last[2]["dur"] > 0 and last[2]["ts"] + last[2]["dur"] == last[3]["ts"]
+
+
+@pytest.mark.parametrize("signum, status", [(15, 143), (2, 130)])
+def test_a_signal_whose_exception_was_lost_still_leaves_no_output(tmp_path, monkeypatch,
+                                                                   signum, status):
+    """A SIGTERM (or SIGINT) whose handler ran but whose exception Python dropped (as
+    it drops one raised inside a __del__): the replay still ends as interrupted, and
+    none of its four outputs appears."""
+    from scheduler_sim.records import interrupts
+    real_run = runs.run_policy
+
+    def signalled(plan, position, policy, sinks, on_end=None):
+        finished = real_run(plan, position, policy, sinks, on_end)
+        interrupts.mark(signum)  # the handler's note; its exception went nowhere
+        return finished
+
+    monkeypatch.setattr(runs, "run_policy", signalled)
+    trace = write(tmp_path, TINY)
+    status_, _, err = run(["replay", trace, "--events", str(tmp_path / "e.jsonl"),
+                           "--requests-csv", str(tmp_path / "r.csv"), "--perfetto",
+                           str(tmp_path / "p.json"), "--report", str(tmp_path / "r.html")])
+    assert status_ == status
+    assert err.endswith("scheduler-sim: terminated\n" if signum == 15
+                        else "scheduler-sim: interrupted\n")
+    assert sorted(os.listdir(tmp_path)) == ["trace.jsonl"]

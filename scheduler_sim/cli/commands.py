@@ -43,6 +43,7 @@ from ..io.trace import (ALLOW_FLAG, MAX_PROBLEMS, Trace, allow_trace_plugins, js
                         parse_trace, read_trace)
 from ..io.trace import resolve_options as resolve_trace_options
 from ..policies import PluginError, is_plugin, plugin_file, policy_class
+from ..records import interrupts
 from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, Options, show
@@ -163,6 +164,8 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     progress = Progress(err, wanted(err, args.quiet), clock, len(trace.workload),
                         len(policies))
     interrupted = False
+    report: Output | None = None
+    opened: list = []  # every output file, committed together at the end
     try:
         if args.events:
             outputs.events = EventFile(args.events, out, len(policies) > 1, clock)
@@ -172,34 +175,34 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.perfetto:
             perfetto = PerfettoFile(args.perfetto, out, trace.name, clock,
                                     TrackNumbers(trace.workload))
+        if args.report:
+            report = Output(args.report, out, "cannot write the report", ".report-")
+        opened = [o for o in (outputs.events, outputs.csv, perfetto, report) if o]
         plan = Plan(trace, options, clock, bool(args.requests), len(policies) > 1,
                     bool(args.events), bool(args.requests_csv), bool(args.perfetto),
                     perfetto.tids if perfetto else None, bool(args.report))
         run_all(plan, policies, args.jobs, outputs, perfetto, progress, finished.append)
-        for output in (outputs.events, outputs.csv, perfetto):
-            if output:
+        runs = _replay_runs(finished, args)
+        if report is not None:
+            report.write(html_report(trace.name, options, runs,
+                                     [f.series for f in finished], clock, pool))
+        # Every output appears, or none: an interrupt that arrives while they are put
+        # in place waits until they all are.
+        with interrupts.held():
+            for output in opened:
                 output.commit()
     except BaseException as exc:
-        for output in (outputs.events, outputs.csv, perfetto):
-            if output:
-                output.abort()
+        for output in opened:
+            output.abort()
         if not isinstance(exc, KeyboardInterrupt):
             raise
         interrupted = True
+        runs = _replay_runs(finished, args)
     finally:
         progress.close()
-    finished.sort(key=lambda f: f.position)
-    runs = []
-    for f in finished:
-        if args.requests and args.json:
-            f.run["per_request"] = f.records
-        runs.append(f.run)
     stalled = [f.policy for f in finished if f.stalled]
     if interrupted and not runs:
         raise KeyboardInterrupt
-    if args.report and not interrupted:
-        write_whole(args.report, html_report(trace.name, options, runs,
-                                             [f.series for f in finished], clock, pool), out)
     text = (format_json if args.json else format_table)(trace.name, options, runs, clock, pool)
     if args.requests and not args.json:
         closed = options.max_concurrency is not None
@@ -213,6 +216,18 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   "requests ended as finished_error (see the 'stalled' events)\n")
         return 1
     return 0
+
+
+def _replay_runs(finished: list[Finished], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The finished policies' summary rows in the policies' order (with their
+    per-request records under --requests --json)."""
+    finished.sort(key=lambda f: f.position)
+    runs = []
+    for f in finished:
+        if args.requests and args.json:
+            f.run["per_request"] = f.records
+        runs.append(f.run)
+    return runs
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

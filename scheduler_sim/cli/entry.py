@@ -45,7 +45,7 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
-    mark()  # a real signal: not an interrupt a policy raised (records/interrupts.py)
+    mark(signal.SIGTERM)  # a real signal, not an interrupt a policy raised (interrupts.py)
     raise Terminated
 
 

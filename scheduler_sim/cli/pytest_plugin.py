@@ -101,12 +101,12 @@ class TraceFile(pytest.File):
             options = dataclasses.replace(self._options, policy=(policy,))
             options = allow_trace_plugins(self._trace, options, allowed,
                                           f"run pytest with {ALLOW_FLAG}")
-            if is_plugin(policy):
-                try:
-                    policy_class(policy, options.plugin_dir)
-                except PluginError as exc:
-                    raise UsageError(str(exc)) from None
             with interrupts.watching():  # an interrupt a policy raises is not Ctrl-C
+                if is_plugin(policy):
+                    try:
+                        policy_class(policy, options.plugin_dir)
+                    except PluginError as exc:
+                        raise UsageError(str(exc)) from None
                 self._results[policy] = check_trace(self._trace, options)
         return next(r for r in self._results[policy] if r.expectation.line == line)
 

@@ -34,7 +34,6 @@ about those processes:
 """
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import pickle
@@ -66,21 +65,6 @@ def _context() -> Any:
     """fork where there is one (`shared` is inherited, not pickled), else the default."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else None)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back for the block; one that arrives meanwhile is
-    delivered (its handler runs) when the block ends. A process forked inside the
-    block starts with them held too."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class _Worker:
@@ -137,7 +121,7 @@ class Workers:
             process = context.Process(
                 target=_worker_main, daemon=True,
                 args=(self.work, self.shared, theirs, reader, inherited, os.getpid()))
-            with _signals_held():
+            with interrupts.held():
                 self._start_worker(process, ours)
             theirs.close()
         reader.close()
@@ -226,7 +210,7 @@ class Workers:
         """End every worker: after a complete run each was told to and gets GRACE to
         do so; any still running is sent SIGTERM, then SIGKILL after GRACE. Never
         waits longer than that on any of them."""
-        with _signals_held():
+        with interrupts.held():
             complete = self._next == len(self.tasks) and not any(
                 w.task is not None for w in self.workers)
             if self._lifeline is not None:

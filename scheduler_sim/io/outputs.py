@@ -52,6 +52,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Iterable, TextIO
 
+from ..records import interrupts
 from ..records.clock import Clock
 from ..records.errors import SimError, UsageError
 from ..records.events import Event, LineListener
@@ -231,7 +232,10 @@ class Output:
             raise self.failed(exc) from None
 
     def commit(self) -> None:
-        """Make the output appear complete (flush it; close it; rename it into place)."""
+        """Make the output appear complete (flush it; close it; rename it into place),
+        unless an interrupt signal arrived: then raise it (records/interrupts.py), so
+        that an interrupted command leaves no output."""
+        interrupts.raise_if_signalled()
         try:
             if not self.owned:
                 self.handle.flush()

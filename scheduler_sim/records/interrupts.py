@@ -26,7 +26,7 @@ import threading
 from typing import Any, Iterator
 
 __all__ = ["Terminated", "mark", "watch", "watching", "from_signal", "on_sigint",
-           "is_interrupt"]
+           "is_interrupt", "held", "raise_if_signalled"]
 
 
 class Terminated(BaseException):
@@ -36,23 +36,48 @@ class Terminated(BaseException):
     (`except BaseException: ...; raise`) see it on its way to `main`."""
 
 
-_state = {"watching": False, "seen": False}
+_state: dict = {"watching": False, "seen": False, "signal": None}
 
 
-def mark() -> None:
-    """A signal arrived: the interrupts raised from now on are real."""
+def mark(signum: int = signal.SIGINT) -> None:
+    """Signal `signum` arrived: the interrupts raised from now on are real."""
     _state["seen"] = True
+    _state["signal"] = signum
+
+
+def raise_if_signalled() -> None:
+    """Raise the interrupt a signal asked for (KeyboardInterrupt, or Terminated for
+    SIGTERM) if one arrived: called before an output is made to appear, so that an
+    interrupted command leaves none, even when the handler's own exception was lost
+    (Python prints and drops an exception raised inside a `__del__` or a callback)."""
+    if _state["seen"]:
+        raise Terminated if _state["signal"] == signal.SIGTERM else KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for the block; one that arrives meanwhile is
+    delivered (its handler runs) when the block ends. A process forked inside the
+    block starts with them held too."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def watch() -> None:
     """From now on in this process, an interrupt is real only after `mark` (for a
     process whose signal handlers call `mark`, or that receives none)."""
-    _state["watching"] = True
+    _state.update(watching=True, seen=False, signal=None)
 
 
 def on_sigint(signum: int, frame: Any) -> None:
     """A SIGINT handler that behaves as Python's own (KeyboardInterrupt), noting it."""
-    mark()
+    mark(signal.SIGINT)
     raise KeyboardInterrupt
 
 
@@ -76,7 +101,7 @@ def watching() -> Iterator[None]:
         return
     if install:
         signal.signal(signal.SIGINT, on_sigint)
-    _state.update(watching=True, seen=False)
+    _state.update(watching=True, seen=False, signal=None)
     try:
         yield
     finally:

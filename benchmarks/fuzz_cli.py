@@ -1614,8 +1614,14 @@ def judge_surface(case: Case, run: Run) -> str | None:
 
 
 def _limit_memory() -> None:
+    """The child's set-up: at most 2 GiB of address space, and SIGINT and SIGTERM at
+    their default action, as an interactive shell starts a command (a fuzzer run in
+    the background would otherwise pass SIGINT on ignored, and no Ctrl-C case would
+    interrupt anything)."""
     import resource
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def snapshot(directory: str) -> dict[str, tuple]:

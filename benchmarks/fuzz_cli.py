@@ -1557,6 +1557,8 @@ def _signal(case: Case, run: Run) -> str | None:
         return None
     if run.status == -signum and run.signalled:  # its default action, before or after main
         return None
+    if run.signalled and "Fatal Python error: init_import_site" in run.stderr:
+        return None  # Ctrl-C while Python imported its own site module: not ours to catch
     if run.status in (case.statuses or ()):
         if run.status == 0 and any(o not in run.after for o in case.outputs):
             return f"{name}: exit 0 but an output is missing"

@@ -110,13 +110,10 @@ def _loaded_by(code: str) -> list[str]:
 
 def test_import_loads_nothing_until_a_name_is_used():
     """`import scheduler_sim` runs only its own file, and the entry module only adds the
-    command line's package, itself and the signal bookkeeping it shares with the engine
-    (records/interrupts.py, standard library only); the first use of a name loads what
-    it needs."""
+    command line's package and itself; the first use of a name loads what it needs."""
     assert _loaded_by("import scheduler_sim") == ["scheduler_sim"]
     assert _loaded_by("import scheduler_sim.cli.entry") == [
-        "scheduler_sim", "scheduler_sim.cli", "scheduler_sim.cli.entry",
-        "scheduler_sim.records", "scheduler_sim.records.interrupts"]
+        "scheduler_sim", "scheduler_sim.cli", "scheduler_sim.cli.entry"]
     loaded = _loaded_by("import scheduler_sim\nscheduler_sim.UsageError")
     assert loaded == ["scheduler_sim", "scheduler_sim.records", "scheduler_sim.records.errors"]
 

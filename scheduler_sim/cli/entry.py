@@ -1,9 +1,8 @@
 """The process around the command line: what runs first, and the last status.
 
 `main_entry` is the console script and `python -m scheduler_sim`. This
-module imports nothing of the simulator at its top but the few lines of
-`records/interrupts.py`, so that the process is set up before the simulator
-loads (a few hundred milliseconds of imports):
+module imports nothing of the simulator at its top, so that the process is
+set up before the simulator loads (a few hundred milliseconds of imports):
 
 - SIGINT and SIGTERM that arrive while it loads wait for the end of the
   import, and then end the process as they would later: one line
@@ -28,15 +27,12 @@ import os
 import signal
 import sys
 
-# Small and standard-library only: safe to load before the handlers are set.
-from ..records.interrupts import Terminated, mark
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the handlers
 if TYPE_CHECKING:
     from types import FrameType
     from typing import TextIO
 
-__all__ = ["main_entry", "Terminated", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
+__all__ = ["main_entry", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
 PROG = "scheduler-sim"  # as commands.PROG, which this module cannot import yet
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -44,9 +40,10 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    from ..records import interrupts  # loaded by then (`main_entry`)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
-    mark(signal.SIGTERM)  # a real signal, not an interrupt a policy raised (interrupts.py)
-    raise Terminated
+    interrupts.mark(signal.SIGTERM)  # a real signal, not an interrupt a policy raised
+    raise interrupts.Terminated
 
 
 def _settle(stream: TextIO | None) -> None:
@@ -86,6 +83,7 @@ def main_entry() -> int:
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from .main import main  # the whole simulator; a signal meanwhile only waits
+    from ..records.interrupts import Terminated
     started = False
     try:
         if terminable:

@@ -137,3 +137,21 @@ def test_every_public_name_is_its_modules_object():
     assert set(sim.__all__) <= set(dir(sim))
     with pytest.raises(AttributeError, match="module 'scheduler_sim' has no attribute 'nope'"):
         sim.nope
+
+
+def test_python_m_holds_signals_before_it_loads_the_entry_module():
+    """`python -m scheduler_sim` holds SIGINT and SIGTERM with its first statements,
+    importing only the built-in `_signal` before, so that no Ctrl-C meets the loading
+    of cli/entry.py (a window the fuzzer found: 17 tracebacks in 400 probes)."""
+    import ast
+    tree = ast.parse((ROOT / "scheduler_sim" / "__main__.py").read_text())
+    body = [node for node in tree.body
+            if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
+    imports = [(i, node) for i, node in enumerate(body)
+               if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert [ast.unparse(node) for _, node in imports] == [
+        "import _signal", "from .cli.entry import main_entry"]
+    held = [i for i, node in enumerate(body) if "_signal.signal(" in ast.unparse(node)]
+    assert imports[0][0] == 0 and len(held) == 2 and max(held) < imports[1][0]
+    assert ast.unparse(body[-1]) == (
+        "raise SystemExit(main_entry((_held, _interruptible, _terminable)))")

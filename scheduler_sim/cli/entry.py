@@ -23,8 +23,8 @@ a few milliseconds), a Ctrl-C is Python's to handle.
 """
 from __future__ import annotations
 
+import _signal as signal  # built in: `signal` would load enum first, a window for a Ctrl-C
 import os
-import signal
 import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the handlers
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import TextIO
 
-__all__ = ["main_entry", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
+__all__ = ["main_entry", "hold_early", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
 PROG = "scheduler-sim"  # as commands.PROG, which this module cannot import yet
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
@@ -71,15 +71,25 @@ def _say(word: str) -> None:
         pass  # no standard error: the status says it
 
 
-def main_entry() -> int:
-    """The console script (and `python -m scheduler_sim`): set the process up, load and
-    run `main`, and return its status (the script's wrapper exits with it)."""
-    pending: list[int] = []
+def hold_early() -> tuple[list[int], bool, bool]:
+    """Hold SIGINT and SIGTERM (unless the parent ignored them) in a list, from now
+    until `main_entry` has loaded the simulator: `(held, interruptible, terminable)`.
+    `python -m scheduler_sim` does the same with its first statements, before this
+    module is loaded."""
+    held: list[int] = []
     interruptible = signal.getsignal(signal.SIGINT) is signal.default_int_handler
     terminable = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # ignored: left so
     for signum, wanted in ((signal.SIGINT, interruptible), (signal.SIGTERM, terminable)):
         if wanted:
-            signal.signal(signum, lambda number, frame: pending.append(number))
+            signal.signal(signum, lambda number, frame: held.append(number))
+    return held, interruptible, terminable
+
+
+def main_entry(early: tuple[list[int], bool, bool] | None = None) -> int:
+    """The console script (and `python -m scheduler_sim`): set the process up, load and
+    run `main`, and return its status (the script's wrapper exits with it). `early` is
+    what `hold_early` returned when the caller held the signals already."""
+    pending, interruptible, terminable = early if early is not None else hold_early()
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from .main import main  # the whole simulator; a signal meanwhile only waits

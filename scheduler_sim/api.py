@@ -38,7 +38,7 @@ from typing import Any, Iterator
 from .engine.core import Engine
 from .engine.summary import request_record
 from .fleet import make_fleet
-from .gpu.costmodel import PoolSizing, fit_pool
+from .gpu.costmodel import PoolSizing, clock_for, fit_pool
 from .io.expectations import CheckResult, check_trace
 from .io.sweep import build_grid, check_axis, run_grid
 from .io.trace import Trace, allow_trace_plugins, parse_trace, read_trace, resolve_options
@@ -130,7 +130,7 @@ def replay(trace: Trace, policies: list[str] | str | None = None, *,
     """Replay `trace` under each policy (default: the trace's, else `continuous`)."""
     resolved, pool = resolve(trace, policies, allow_trace_plugins=allow_trace_plugins,
                              **options)
-    clock = Clock.of(resolved)
+    clock = clock_for(resolved)
     runs = []
     for policy in resolved.policy:
         with interrupts.watching():  # an interrupt a policy raises is not Ctrl-C
@@ -160,7 +160,7 @@ def events(trace: Trace, policy: str | None = None, *, allow_trace_plugins: bool
     """
     resolved, _ = resolve(trace, policy, allow_trace_plugins=allow_trace_plugins, **options)
     name = resolved.policy[0]
-    clock = Clock.of(resolved)
+    clock = clock_for(resolved)
     seconds = clock if clock.in_seconds else None
     buffer: queue.Queue = queue.Queue(maxsize=4096)
     stop = threading.Event()

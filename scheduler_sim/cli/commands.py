@@ -20,7 +20,8 @@ import sys
 from typing import Any, Callable, Iterable, TextIO
 
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
-from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
+from ..gpu.costmodel import (GPUS, MAX_SEQ, MODELS, PoolSizing, clock_for, fit_pool,
+                             swap_vs_recompute)
 from ..io.expectations import check_trace
 from ..io.html_report import html_report, sweep_report
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, check_workload, limit, parse_length,
@@ -44,11 +45,11 @@ from ..io.trace import (ALLOW_FLAG, MAX_PROBLEMS, Trace, allow_trace_plugins, js
 from ..io.trace import resolve_options as resolve_trace_options
 from ..policies import PluginError, is_plugin, plugin_file, policy_class
 from ..records import interrupts
-from ..records.clock import Clock
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, Options, show
 from .runs import Finished, Plan, Sinks, run_all
 from .workers import Workers
+from .calibrate import cmd_calibrate
 
 __all__ = ["COMMANDS", "resolve_options"]
 
@@ -156,7 +157,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     check_output_paths(written, [("the trace", args.trace)]
                        + _plugin_sources(options.policy, options.plugin_dir))
     load_plugins(options.policy, options.plugin_dir)  # one that fails stops us now
-    clock = Clock.of(options)
+    clock = clock_for(options)
     policies = list(options.policy)
     outputs = Sinks()
     perfetto = None
@@ -660,7 +661,7 @@ def _sweep_plot(args: argparse.Namespace, grid) -> tuple[str, str]:
                              f"got {show(args.x)}")
     else:
         x = next((name for name in names if name != "policy"), "policy")
-    clock = Clock.of(grid.configurations[0].options)
+    clock = clock_for(grid.configurations[0].options)
     units = {field: unit for _, unit, field in table_rows(clock)}
     return x, units.get(args.metric) or ""
 
@@ -697,4 +698,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "cost": cmd_cost,
     "sweep": cmd_sweep,
     "sweep-merge": cmd_sweep_merge,
+    "calibrate": cmd_calibrate,
 }

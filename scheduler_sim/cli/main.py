@@ -36,6 +36,7 @@ from ..records.errors import InvariantError, PolicyError, SimError, TraceError, 
 from ..records.interrupts import Terminated
 from ..records.options import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
+from .calibrate import add_calibrate_parser
 from .commands import COMMANDS, PROG
 from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, main_entry
 from .workers import WorkerDied
@@ -182,6 +183,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("-o", "--out", metavar="OUT", help="write here (default: stdout)")
 
     _add_sweep_parsers(sub)
+    add_calibrate_parser(sub)
 
     p = sub.add_parser("cost", help="price swap against recompute for one request",
                        description="The roofline analysis of a preempted request: recompute "

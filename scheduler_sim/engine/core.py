@@ -32,7 +32,7 @@ from functools import partial
 from itertools import compress, repeat
 from typing import Any, Callable, Iterator
 
-from ..gpu.costmodel import CostModel, fit_pool, parse_cost_model
+from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
 from ..kv.prefix_cache import BlockKeys
 from ..policies import PADDING, Plan, PluginError, is_builtin, is_builtin_name, make_policy
@@ -136,7 +136,7 @@ class Engine:
                              "fleet (replay runs one); one engine cannot replay them")
         options, self.pool = fit_pool(options)
         self.options = options
-        self.clock = clock = Clock.of(options)
+        self.clock = clock = clock_for(options)
         # (A replica's own workload is made below: it converts nothing here.)
         self.workload = workload.on_clock(clock) if not routed else workload
         # Durations in clock steps: a drain must have passed (rounded up); a
@@ -166,9 +166,7 @@ class Engine:
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))
         self.cost: CostModel | None = None
         if options.cost_model is not None:
-            model, gpu = parse_cost_model(options.cost_model)
-            self.cost = CostModel(model, gpu, options.mfu, options.bandwidth_efficiency,
-                                  options.step_overhead, options.tp)
+            self.cost = cost_model_for(options)
         self.clients = (ClientSlots(options.max_concurrency)
                         if options.max_concurrency is not None else None)
         self.policy_name = policy

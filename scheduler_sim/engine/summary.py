@@ -99,8 +99,9 @@ def _counted_rank(counts: list[tuple[int, int]], total: int, p: float) -> int | 
     return counts[-1][0]
 
 
-def _latencies(req: Request) -> dict[str, float | int | None]:
-    """A request's latencies in clock steps (None where they do not apply)."""
+def _latencies(req: Request, overhead: int = 0) -> dict[str, float | int | None]:
+    """A request's latencies in clock steps (None where they do not apply); `overhead`
+    steps of serving outside the engine are added to TTFT and end-to-end latency."""
     sent = req.sent
     completed = req.status in _COMPLETED
     out = {"client_wait": None if sent is None else sent - req.arrival,
@@ -110,9 +111,9 @@ def _latencies(req: Request) -> dict[str, float | int | None]:
     if req.admitted_at is not None:
         out["queue_delay"] = req.admitted_at - sent
     if req.first_token_at is not None:
-        out["ttft"] = req.first_token_at - sent
+        out["ttft"] = req.first_token_at - sent + overhead
     if completed:
-        out["e2el"] = req.finished_at - sent
+        out["e2el"] = req.finished_at - sent + overhead
         if req.output_tokens > 1:
             out["tpot"] = (req.finished_at - req.first_token_at) / (req.output_tokens - 1)
     return out
@@ -132,7 +133,7 @@ def request_record(req: Request, clock: Clock | None = None,
     """The per-request summary of §12 as a JSON-ready dict, times in the run's unit."""
     clock = clock or Clock()
     report = clock.report
-    lat = _latencies(req)
+    lat = _latencies(req, clock.request_overhead)
     completed = req.status in _COMPLETED
     missed = None
     if req.deadline is not None:
@@ -236,7 +237,7 @@ class RunStats:
         self.preemptions += req.preemptions
         self.cached_tokens += req.cached_tokens
         samples = self.samples
-        lat = _latencies(req)
+        lat = _latencies(req, self.clock.request_overhead)
         for metric, values in samples.items():
             value = lat[metric]
             if value is not None:

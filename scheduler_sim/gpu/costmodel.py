@@ -35,11 +35,15 @@ recompute beats the round trip.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterator
 
+from ..records.clock import Clock
 from ..records.errors import UsageError
 from ..records.options import OPTIONS
+from .calibration import Calibration, resolve_calibration
+from .coefficients import DEFAULTS, Coefficients
 
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape",
            "DEFAULT_MFU", "DEFAULT_BANDWIDTH_EFFICIENCY", "DEFAULT_STEP_OVERHEAD",
@@ -120,9 +124,9 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
 # Llama-3-8B on an H100 (vllm-project/vllm#10511: a 1.26 GiB activation peak
 # plus 1.79 GiB allocated outside PyTorch).
 DEFAULT_ACTIVATION_RESERVE = OPTIONS["activation_reserve"].default
-DEFAULT_MFU = OPTIONS["mfu"].default
-DEFAULT_BANDWIDTH_EFFICIENCY = OPTIONS["bandwidth_efficiency"].default
-DEFAULT_STEP_OVERHEAD = OPTIONS["step_overhead"].default
+DEFAULT_MFU = 400 / 989  # swap_vs_recompute's prefill rate, the reference figures' 400 TFLOP/s
+DEFAULT_BANDWIDTH_EFFICIENCY = DEFAULTS.gemm_bandwidth_efficiency
+DEFAULT_STEP_OVERHEAD = DEFAULTS.step_overhead
 
 
 def parse_cost_model(text: str) -> tuple[ModelSpec, GpuSpec]:
@@ -145,106 +149,283 @@ class DispatchShape:
 
 
 class CostModel:
-    """Seconds per dispatch for one model on `tp` GPUs of one kind."""
+    """Seconds per dispatch for one model on `tp` GPUs of one kind (§9).
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, mfu: float = DEFAULT_MFU,
-                 bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY,
-                 step_overhead: float = DEFAULT_STEP_OVERHEAD, tp: int = 1) -> None:
+    A dispatch is priced as a sum of terms, each over all layers of the
+    model on one of the `tp` GPUs (`breakdown` gives them by name):
+
+    - `linear`: the attention projections and the MLP of every layer, a
+      GEMM of T tokens (T = prefill tokens + decode rows) against the
+      layer's weights. Memory time m = weight bytes read / (HBM x
+      gemm_bandwidth_efficiency); compute time c = 2 x active linear
+      parameters x ceil((T + T0) / tile) x tile / (peak x gemm_efficiency);
+      the two blend as (m^p + c^p)^(1/p), rising smoothly from the weight
+      read to compute (p = gemm_sharpness, T0 = gemm_half_tokens, tile =
+      gemm_tile_tokens: a GEMM computes whole tiles of rows). An MoE layer reads only
+      the experts its T tokens touch: E (1 - (1 - k/E)^T) of E.
+    - `lm_head`: the same blend for the vocabulary projection of the rows
+      that sample (one per decode row and per prefill chunk); the embedding
+      table is a lookup, not read whole.
+    - `attention_prefill`: per chunk of C tokens after X of context, 4 x
+      heads x head_dim x (C X + C (C + 1) / 2) FLOPs per layer at peak x
+      attention_efficiency x C / (C + C0), C0 = attention_half_tokens.
+    - `attention_decode`: the KV every decode row reads (its context and
+      itself) at HBM x kv_read_efficiency.
+    - `kv_write`: the KV of the T new tokens at HBM x kv_read_efficiency.
+    - `elementwise`: norms, activation, rotary, residual adds: per token per
+      layer 2 bytes x (8 d + (3 I + 2 (heads + kv_heads) head_dim) / tp) at
+      HBM x elementwise_efficiency.
+    - `floors`: layers x (layer_floor, + decode_attention_floor when the
+      dispatch decodes, + prefill_attention_floor when it prefills).
+    - `allreduce` (tp > 1): 2 per layer, each allreduce_latency + 2 (tp -
+      1) / tp x T x d x 2 bytes / (link x interconnect_efficiency).
+    - `step`: step_overhead + row_overhead x rows (CPU).
+
+    Decode rows enter only through their count and the sum of their
+    contexts, which is what the engine asks (`dispatch_seconds`).
+    `request_overhead` is not a dispatch term: the summary adds it to each
+    request's TTFT and end-to-end latency.
+    """
+
+    def __init__(self, model, gpu, coefficients: Coefficients = DEFAULTS, tp: int = 1) -> None:
         self.model = model
         self.gpu = gpu
         self.tp = tp
-        # FLOPs split evenly across the GPUs; each GPU reads its share of the
-        # weights and the KV of its heads (all of them when heads are replicated).
-        self.flops_per_second = gpu.peak_flops * mfu * tp
-        self.bytes_per_second = gpu.hbm_bandwidth * bandwidth_efficiency
-        self.weight_bytes = model.weight_bytes / tp
-        self.kv_bytes = model.kv_bytes_per_token_per_gpu(tp)
-        self.step_overhead = step_overhead
-        self._two_n = 2 * model.parameters          # FLOPs per token, dense layers
-        self._att = 2 * model.layers * model.d_model  # FLOPs per (query, key) pair
-        # Seconds of all-reduce per token of the batch: 2 per layer, a ring's
-        # 2 (tp - 1) / tp of d_model x dtype bytes each, over the interconnect.
-        self.allreduce_per_token = (
-            2 * model.layers * 2 * (tp - 1) / tp * model.d_model * model.dtype_bytes
-            / gpu.interconnect)
+        self.coefficients = k = coefficients
+        wb = model.weight_bytes_per_param
+        peak = gpu.bf16_flops
+        if model.fp8 and gpu.fp8_flops:
+            peak = gpu.fp8_flops  # fp8 weights run the GEMMs at the FP8 peak
+        self.gemm_peak = peak
+        layers = model.layers
+        self._p = k.gemm_sharpness
+        self._t0 = k.gemm_half_tokens
+        self._tile = k.gemm_tile_tokens
+        gemm_flops = peak * k.gemm_efficiency
+        weight_rate = gpu.hbm_bandwidth * k.gemm_bandwidth_efficiency
+        # Linear layers: seconds of compute per token, and of weight reading, per GPU.
+        self._lin_c = 2 * model.active_linear_params / tp / gemm_flops
+        expert_bytes = model.moe_layers * model.experts * model.expert_params * wb / tp
+        self._lin_m_fixed = (model.linear_params * wb / tp - expert_bytes) / weight_rate
+        self._experts = model.experts
+        self._k_over_e = (model.experts_per_token / model.experts) if model.experts else 0.0
+        self._expert_m = (expert_bytes / model.experts / weight_rate) if model.experts else 0.0
+        # The LM head, by sampled row.
+        self._head_c = 2 * model.vocab * model.d_model / tp / gemm_flops
+        self._head_m = model.vocab * model.d_model * wb / tp / weight_rate
+        # Prefill attention: seconds per (query, key) pair over all layers.
+        self._pair = (4 * model.heads * model.head_dim * layers / tp
+                      / (peak_bf16(gpu) * k.attention_efficiency))
+        self._c0 = k.attention_half_tokens
+        kv_rate = gpu.hbm_bandwidth * k.kv_read_efficiency
+        self._kv = model.kv_bytes_per_token_per_gpu(tp) / kv_rate  # seconds per token of KV
+        width = mlp_width(model)
+        self._elementwise = (layers * 2 * (8 * model.d_model + (3 * width + 2 * (
+            model.heads + model.kv_heads) * model.head_dim) / tp)
+            / (gpu.hbm_bandwidth * k.elementwise_efficiency))
+        self._floor = layers * k.layer_floor
+        self._decode_floor = layers * k.decode_attention_floor
+        self._prefill_floor = layers * k.prefill_attention_floor
+        if tp > 1:
+            self._ar_fixed = 2 * layers * k.allreduce_latency
+            self._ar_token = (2 * layers * 2 * (tp - 1) / tp * model.d_model * 2
+                              / (gpu.interconnect * k.interconnect_efficiency))
+        else:
+            self._ar_fixed = self._ar_token = 0.0
+        self._step = k.step_overhead
+        self._row = k.row_overhead
+        self.request_overhead = k.request_overhead
+        self._decode_fixed: dict[int, float] = {}
 
-    def _seconds(self, chunks: list[tuple[int, int]], rows: int, contexts: int) -> tuple[float, float]:
-        """(compute, memory) seconds of chunks plus `rows` decodes whose contexts sum
-        to `contexts` (decodes enter only through their count and that sum)."""
-        two_n = self._two_n
-        att = self._att
-        flops = 0.0
-        tokens = rows
-        read = contexts
+    # --- the terms --------------------------------------------------------------
+
+    def _blend(self, memory: float, compute: float) -> float:
+        """(m^p + c^p)^(1/p): the smooth roofline of one GEMM."""
+        p = self._p
+        if p == 2.0:
+            return math.sqrt(memory * memory + compute * compute)
+        return (memory ** p + compute ** p) ** (1.0 / p)
+
+    def _gemm_tokens(self, tokens: int) -> float:
+        """The tokens a GEMM computes for `tokens`: plus T0, rounded up to whole tiles."""
+        tile = self._tile
+        padded = tokens + self._t0
+        if tile > 1.0:
+            padded = math.ceil(padded / tile) * tile
+        return padded
+
+    def _linear(self, tokens: int) -> float:
+        memory = self._lin_m_fixed
+        if self._experts:
+            memory += self._expert_m * self._experts * (1.0 - (1.0 - self._k_over_e) ** tokens)
+        return self._blend(memory, self._lin_c * self._gemm_tokens(tokens))
+
+    def _head(self, sampled: int) -> float:
+        return self._blend(self._head_m, self._head_c * self._gemm_tokens(sampled))
+
+    def _fixed(self, tokens: int, sampled: int, rows: int) -> float:
+        """Every term but the attention: what depends only on the counts."""
+        return (self._linear(tokens) + self._head(sampled) + self._kv * tokens
+                + self._elementwise * tokens + self._floor
+                + self._ar_fixed + self._ar_token * tokens + self._step + self._row * rows)
+
+    def _prefill_attention(self, chunks) -> float:
+        pair = self._pair
+        c0 = self._c0
+        total = 0.0
         for chunk, context in chunks:
-            end = context + chunk
-            flops += two_n * chunk + att * (end * end - context * context)
-            tokens += chunk
-            read += end
-        if rows:
-            flops += two_n * rows + att * (2 * contexts + rows)
-        memory = self.weight_bytes + self.kv_bytes * (read + tokens)
-        return flops / self.flops_per_second, memory / self.bytes_per_second
+            pairs = chunk * context + chunk * (chunk + 1) / 2
+            total += pair * pairs * (chunk + c0) / chunk
+        return total
 
-    def _total(self, compute: float, memory: float, tokens: int) -> float:
-        return (max(compute, memory) + self.allreduce_per_token * tokens
-                + self.step_overhead)
+    # --- what the engine asks ------------------------------------------------------
 
-    def compute_seconds(self, shape: DispatchShape) -> float:
-        """Time at the achieved FLOP rate."""
-        return self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))[0]
-
-    def memory_seconds(self, shape: DispatchShape) -> float:
-        """Time to stream weights and the KV the dispatch reads and writes."""
-        return self._seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))[1]
-
-    def seconds(self, shape: DispatchShape) -> float:
-        """Roofline: the slower of compute and memory, plus the all-reduces (tp > 1)
-        and the step overhead."""
-        return self.dispatch_seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))
-
-    def dispatch_seconds(self, chunks: list[tuple[int, int]], rows: int,
-                         contexts: int) -> float:
-        """`seconds` of prefill `chunks` (tokens, context before) and `rows` decodes
-        whose contexts sum to `contexts`: what the engine asks per dispatch."""
+    def dispatch_seconds(self, chunks, rows: int, contexts: int) -> float:
+        """Seconds of prefill `chunks` ((tokens, context before) pairs) and `rows`
+        decodes whose contexts sum to `contexts`."""
         if not chunks:
             return self.decode_seconds(rows, contexts)
-        compute, memory = self._seconds(chunks, rows, contexts)
-        if self.tp == 1:
-            return max(compute, memory) + self.step_overhead
-        return self._total(compute, memory, rows + sum(chunk for chunk, _ in chunks))
+        tokens = rows
+        for chunk, _ in chunks:
+            tokens += chunk
+        seconds = (self._fixed(tokens, rows + len(chunks), rows + len(chunks))
+                   + self._prefill_attention(chunks) + self._prefill_floor)
+        if rows:
+            seconds += self._decode_floor + self._kv * (contexts + rows)
+        return seconds
+
+    def _decode_base(self, rows: int) -> float:
+        """The part of a decode dispatch of `rows` rows that does not depend on their
+        contexts (cached: decoding batches repeat their sizes)."""
+        base = self._decode_fixed.get(rows)
+        if base is None:
+            base = self._fixed(rows, rows, rows) + (self._decode_floor if rows else 0.0)
+            if len(self._decode_fixed) < 4096:
+                self._decode_fixed[rows] = base
+        return base
 
     def decode_seconds(self, rows: int, contexts: int) -> float:
-        """`seconds` of a dispatch of `rows` decodes whose contexts sum to `contexts`
-        (the same arithmetic as `_seconds`, spelled out: folding calls it per step)."""
-        compute = (0.0 + (self._two_n * rows + self._att * (2 * contexts + rows)) if rows
-                   else 0.0) / self.flops_per_second
-        memory = (self.weight_bytes + self.kv_bytes * (contexts + rows)) / self.bytes_per_second
-        if self.tp == 1:
-            return (compute if compute > memory else memory) + self.step_overhead
-        return self._total(compute, memory, rows)
+        """`dispatch_seconds` of `rows` decodes whose contexts sum to `contexts`."""
+        return self._decode_base(rows) + self._kv * (contexts + rows)
 
     def decode_series(self, rows: int, contexts: int) -> Iterator[float]:
         """`decode_seconds(rows, contexts + k * rows)` for k = 0, 1, 2, ...: the
         dispatches of a steady stretch, in which each of `rows` decodes adds one
-        row to its context per dispatch (folding draws one value per dispatch;
-        the same arithmetic, without a call each)."""
-        if not rows or self.tp != 1:
-            while True:
-                yield self.decode_seconds(rows, contexts)
-                contexts += rows
-        dense = self._two_n * rows
-        att = self._att
-        flops = self.flops_per_second
-        weights = self.weight_bytes
-        kv = self.kv_bytes
-        bandwidth = self.bytes_per_second
-        overhead = self.step_overhead
+        token to its context per dispatch (the same floats as `decode_seconds`,
+        without a call each)."""
+        base = self._decode_base(rows)
+        kv = self._kv
         while True:
-            compute = (0.0 + (dense + att * (2 * contexts + rows))) / flops
-            memory = (weights + kv * (contexts + rows)) / bandwidth
-            yield (compute if compute > memory else memory) + overhead
+            yield base + kv * (contexts + rows)
             contexts += rows
+
+    def breakdown(self, chunks, rows: int, contexts: int) -> dict[str, float]:
+        """`dispatch_seconds` term by term (seconds; see the class docstring); the
+        terms add up to it (within float rounding)."""
+        chunks = list(chunks)
+        tokens = rows + sum(chunk for chunk, _ in chunks)
+        sampled = rows + len(chunks)
+        floors = self._floor
+        if chunks:
+            floors += self._prefill_floor
+        if rows:
+            floors += self._decode_floor
+        return {
+            "linear": self._linear(tokens),
+            "lm_head": self._head(sampled),
+            "attention_prefill": self._prefill_attention(chunks),
+            "attention_decode": self._kv * (contexts + rows) if rows else 0.0,
+            "kv_write": self._kv * tokens,
+            "elementwise": self._elementwise * tokens,
+            "floors": floors,
+            "allreduce": self._ar_fixed + self._ar_token * tokens,
+            "step": self._step + self._row * sampled,
+        }
+
+    # --- single kernels, for comparing with profiles (profiles.py) -------------------
+
+    def linear_seconds(self, tokens: int) -> float:
+        """The `linear` term of a dispatch of `tokens` tokens."""
+        return self._linear(tokens)
+
+    def elementwise_seconds(self, tokens: int) -> float:
+        """The `elementwise` term of `tokens` tokens."""
+        return self._elementwise * tokens
+
+    def layer_floor_seconds(self) -> float:
+        """layers x layer_floor."""
+        return self._floor
+
+    def prefill_attention_seconds(self, chunk: int, context: int) -> float:
+        """Prefill attention of one chunk after `context` tokens, with its floor."""
+        return self._prefill_attention([(chunk, context)]) + self._prefill_floor
+
+    def decode_attention_seconds(self, rows: int, contexts: int) -> float:
+        """Decode attention of `rows` rows whose contexts sum to `contexts`, with its
+        floor."""
+        return self._kv * (contexts + rows) + self._decode_floor
+
+    def seconds(self, shape: "DispatchShape") -> float:
+        """`dispatch_seconds` of a `DispatchShape`."""
+        return self.dispatch_seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))
+
+
+@functools.lru_cache(maxsize=64)
+def _calibration(spec: str | None, gpu_name: str, base: str | None) -> Calibration:
+    return resolve_calibration(spec, gpu_name, base)
+
+
+def calibration_for(options) -> Calibration:
+    """The calibration `options` ask for (see calibration.resolve_calibration); a file
+    is read once per process."""
+    model, gpu = parse_cost_model(options.cost_model)
+    return _calibration(options.calibration, gpu.name, options.plugin_dir)
+
+
+def cost_model_for(options) -> CostModel:
+    """The cost model of `options` (which name one): its model, GPU and tp, the
+    calibration's coefficients, and the options that override them (`mfu` ->
+    gemm_efficiency, `bandwidth_efficiency` -> the weight and KV reads,
+    `step_overhead`)."""
+    model, gpu = parse_cost_model(options.cost_model)
+    k = _calibration(options.calibration, gpu.name, options.plugin_dir).coefficients
+    changes = {}
+    if options.mfu is not None:
+        changes["gemm_efficiency"] = options.mfu
+    if options.bandwidth_efficiency is not None:
+        changes["gemm_bandwidth_efficiency"] = options.bandwidth_efficiency
+        changes["kv_read_efficiency"] = options.bandwidth_efficiency
+    if options.step_overhead is not None:
+        changes["step_overhead"] = options.step_overhead
+    return CostModel(model, gpu, k.replace(**changes) if changes else k, options.tp)
+
+
+def clock_for(options) -> Clock:
+    """The run's clock (records/clock.py `Clock.of`), with the serving overhead of
+    the cost model's calibration (`request_overhead`, in whole clock steps) that
+    every request's TTFT and end-to-end latency include."""
+    clock = Clock.of(options)
+    if options.cost_model is None:
+        return clock
+    seconds = calibration_for(options).coefficients.request_overhead
+    if not seconds:
+        return clock
+    return dataclasses.replace(clock, request_overhead=round(seconds / clock.step_seconds))
+
+
+def mlp_width(model) -> float:
+    """The MLP's intermediate width a token passes through, averaged over the layers:
+    `intermediate` in a dense layer; in an MoE layer, that of the experts it is
+    routed to and of the shared experts."""
+    moe = (model.experts_per_token * model.expert_intermediate
+           + model.shared_experts * model.shared_expert_intermediate)
+    dense_layers = model.layers - model.moe_layers
+    return (dense_layers * model.intermediate + model.moe_layers * moe) / model.layers
+
+
+def peak_bf16(gpu) -> float:
+    """The GPU's dense 16-bit FLOP/s (attention runs in 16 bits even for fp8 weights)."""
+    return gpu.bf16_flops
 
 
 # The longest request `swap_vs_recompute` prices: far beyond any context window, and

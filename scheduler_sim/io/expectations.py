@@ -23,7 +23,7 @@ from typing import Any
 from ..engine.core import Engine, RunResult
 from ..engine.summary import request_record
 from ..fleet import make_fleet
-from ..gpu.costmodel import fit_pool
+from ..gpu.costmodel import clock_for, fit_pool
 from ..records.clock import Clock
 from ..records.errors import UsageError
 from ..records.options import Options, show
@@ -195,7 +195,7 @@ def check_trace(trace: Trace, options: Options) -> list[CheckResult]:
     """Replay `trace` under each of `options.policy` and check its expectations."""
     expects = list(trace.expects)
     options, _ = fit_pool(options)
-    clock = Clock.of(options)
+    clock = clock_for(options)
     results: list[CheckResult] = []
     for policy in options.policy:
         if not any(_applies(e, policy) for e in expects):

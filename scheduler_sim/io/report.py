@@ -29,7 +29,7 @@ from typing import Any
 
 from ..engine.summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
                       TIME_RUN_FIELDS)
-from ..gpu.costmodel import PoolSizing
+from ..gpu.costmodel import PoolSizing, clock_for
 from ..records.clock import Clock
 from ..records.options import OPTIONS, Options, format_slo
 
@@ -276,7 +276,7 @@ def format_table(trace_name: str, options: Options, runs: list[dict[str, Any]],
                  clock: Clock | None = None, pool: PoolSizing | None = None) -> str:
     """The side-by-side table of `replay`: one column per policy, times in the run's unit.
     A fleet's run (`replicas` in the run) adds a table of its replicas below."""
-    clock = clock or Clock.of(options)
+    clock = clock or clock_for(options)
     policies = [printable(run["policy"]) for run in runs]
     lines = header_lines("replay", trace_name, options, clock,
                          runs[0]["requests"] if runs else 0, pool)
@@ -357,7 +357,7 @@ def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]],
                 clock: Clock | None = None, pool: PoolSizing | None = None) -> str:
     """The same content as the table, as one JSON document; `results_time_unit`
     (`ticks` or `s`) names the unit of every time in the runs."""
-    clock = clock or Clock.of(options)
+    clock = clock or clock_for(options)
     doc: dict[str, Any] = {"trace": trace_name, "results_time_unit": clock.label,
                            "options": options.as_dict(), "origin": dict(options.origin)}
     if pool is not None:

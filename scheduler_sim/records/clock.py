@@ -83,6 +83,9 @@ class Clock:
     unit_seconds: float | None = None
     step_seconds: float | None = None
     in_seconds: bool = False
+    # Steps of serving overhead outside the engine (the cost model's
+    # request_overhead), added to every request's TTFT and end-to-end latency.
+    request_overhead: int = 0
 
     @classmethod
     def of(cls, options: Any) -> "Clock":

@@ -183,15 +183,20 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("cost_model", "str", None,
                    "MODEL/GPU for the roofline cost model, e.g. llama-3-8b/h100-sxm (§9)",
                    nullable=True),
-        OptionSpec("mfu", "float", 400 / 989,
-                   "cost model: achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)",
-                   minimum=1e-6, maximum=1.0),
-        OptionSpec("bandwidth_efficiency", "float", 0.8,
-                   "cost model: achieved fraction of HBM bandwidth", minimum=1e-6,
-                   maximum=1.0),
-        OptionSpec("step_overhead", "float", 0.0005,
-                   "cost model: fixed seconds added to every dispatch", minimum=0.0,
-                   maximum=3600.0),
+        OptionSpec("calibration", "str", None,
+                   "cost model: the calibration of its coefficients: a file, a shipped "
+                   "GPU's name, or none for the uncalibrated physics (default: the GPU's "
+                   "shipped calibration if there is one)", nullable=True),
+        OptionSpec("mfu", "float", None,
+                   "cost model: fraction of peak FLOP/s the linear layers reach on many "
+                   "tokens (default: the calibration's gemm_efficiency)",
+                   minimum=1e-6, maximum=1.0, nullable=True),
+        OptionSpec("bandwidth_efficiency", "float", None,
+                   "cost model: fraction of HBM bandwidth reading weights and KV (default: "
+                   "the calibration's)", minimum=1e-6, maximum=1.0, nullable=True),
+        OptionSpec("step_overhead", "float", None,
+                   "cost model: seconds of CPU added to every dispatch (default: the "
+                   "calibration's)", minimum=0.0, maximum=3600.0, nullable=True),
         OptionSpec("gpu_memory_utilization", "float", 0.9,
                    "cost model: fraction of GPU memory for weights, activations and the KV "
                    "pool, which sizes num_blocks when it is not given", minimum=0.0,
@@ -387,9 +392,10 @@ class Options:
     max_concurrency: int | None = OPTIONS["max_concurrency"].default
     slo: tuple[tuple[str, float], ...] | None = OPTIONS["slo"].default
     cost_model: str | None = OPTIONS["cost_model"].default
-    mfu: float = OPTIONS["mfu"].default
-    bandwidth_efficiency: float = OPTIONS["bandwidth_efficiency"].default
-    step_overhead: float = OPTIONS["step_overhead"].default
+    calibration: str | None = OPTIONS["calibration"].default
+    mfu: float | None = OPTIONS["mfu"].default
+    bandwidth_efficiency: float | None = OPTIONS["bandwidth_efficiency"].default
+    step_overhead: float | None = OPTIONS["step_overhead"].default
     gpu_memory_utilization: float = OPTIONS["gpu_memory_utilization"].default
     tp: int = OPTIONS["tp"].default
     activation_reserve: float = OPTIONS["activation_reserve"].default
@@ -491,8 +497,8 @@ class Options:
             if self.clock_resolution is not None:
                 out.append("clock_resolution has no effect without a cost model (a dispatch "
                            "is one tick)")
-            for name in ("gpu_memory_utilization", "tp", "activation_reserve", "mfu",
-                         "bandwidth_efficiency", "step_overhead"):
+            for name in ("gpu_memory_utilization", "tp", "activation_reserve", "calibration",
+                         "mfu", "bandwidth_efficiency", "step_overhead"):
                 if name in self.origin:
                     out.append(f"{name} has no effect without a cost model")
         elif self.tick_seconds is not None and real:

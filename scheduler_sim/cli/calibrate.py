@@ -1,0 +1,191 @@
+"""`scheduler-sim calibrate`: fit the cost model's coefficients and write a calibration.
+
+Two kinds of measurement, either or both:
+
+- `--profile FILE` (repeatable): Vidur kernel profiles (mlp.csv,
+  attention.csv) of `--model` on `--gpu`; fits the kernel coefficients
+  (gpu/calibration.py `fit_kernels`).
+- `--run TRACE=MEASURED` (repeatable): a trace whose config names the model,
+  GPU and scheduler settings, and the latencies a real server measured for
+  its requests; fits the serving coefficients by replaying
+  (io/run_fit.py), after the profiles if both are given.
+
+It starts from `--from CALIBRATION` (a file, a shipped GPU's name, or
+`none`, the default: the physics defaults), writes the calibration to
+`-o FILE` (`-` for standard output), and prints the coefficients, how each
+was set, and the residuals as a table (on standard error when the
+calibration goes to standard output).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from typing import TextIO
+
+from ..gpu.calibration import (Calibration, dump, fit_kernels, resolve_calibration,
+                               residual_summary, sha256_of)
+from ..gpu.coefficients import FIELDS, SOURCES
+from ..gpu.costmodel import parse_cost_model
+from ..gpu.profiles import read_profile
+from ..io.outputs import Output, check_output_paths
+from ..io.run_fit import MeasuredRun, fit_runs, read_measured
+from ..io.trace import read_trace, resolve_options
+from ..records.errors import UsageError
+
+__all__ = ["cmd_calibrate", "add_calibrate_parser"]
+
+MAX_INPUT_BYTES = 256 * 2 ** 20
+
+
+def add_calibrate_parser(sub) -> None:
+    p = sub.add_parser(
+        "calibrate", help="fit the cost model to kernel profiles and real runs",
+        description="Fit the cost model's coefficients to Vidur kernel profiles (--profile, "
+                    "with --model and --gpu) and to real runs (--run TRACE=MEASURED), and "
+                    "write a calibration file for --calibration.")
+    p.add_argument("--gpu", help="the GPU the measurements are of (with --profile)")
+    p.add_argument("--model", help="the model the profiles are of (with --profile)")
+    p.add_argument("--profile", action="append", default=[], metavar="FILE",
+                   help="a Vidur mlp.csv or attention.csv (repeatable)")
+    p.add_argument("--run", action="append", default=[], metavar="TRACE=MEASURED",
+                   help="a trace and its measured latencies, JSONL of {id, ttft, e2e} "
+                        "(repeatable)")
+    p.add_argument("--from", dest="start", default="none", metavar="CALIBRATION",
+                   help="the coefficients to start from (default: none, the physics "
+                        "defaults)")
+    p.add_argument("--name", help="the calibration's name (default: the output's file name)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="replay-and-fit rounds with --run (default: 2)")
+    p.add_argument("-o", "--out", required=True, metavar="OUT",
+                   help="write the calibration here (- for standard output)")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(MAX_INPUT_BYTES + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+    if len(text) > MAX_INPUT_BYTES:
+        raise UsageError(f"{path}: at most {MAX_INPUT_BYTES // 2**20} MiB, got more")
+    return text
+
+
+def _runs(specs: list[str]) -> list[MeasuredRun]:
+    runs = []
+    for spec in specs:
+        trace_path, sep, measured_path = spec.partition("=")
+        if not sep or not trace_path or not measured_path:
+            raise UsageError(f"--run must look like TRACE=MEASURED, got {spec!r}")
+        trace = read_trace(trace_path)
+        options = resolve_options(trace.config, {})[0]
+        options = dataclasses.replace(options, plugin_dir=trace.directory)
+        if len(options.policy) != 1 or options.fleet:
+            raise UsageError(f"{trace_path}: a measured run is one engine under one policy "
+                             f"(its config names {list(options.policy)}"
+                             f"{' on a fleet' if options.fleet else ''})")
+        measured = read_measured(measured_path, _read(measured_path))
+        outputs = {spec_.id: spec_.output_tokens for spec_ in trace.workload.arrivals()}
+        from ..gpu.costmodel import fit_pool
+        options = fit_pool(options)[0]
+        runs.append(MeasuredRun(os.path.basename(trace_path), trace.workload, options,
+                                options.policy[0], measured, outputs))
+    return runs
+
+
+def cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Fit, write the calibration, print the table."""
+    inputs = [("a profile", p) for p in args.profile]
+    for spec in args.run:
+        trace_path, _, measured_path = spec.partition("=")
+        inputs += [("a run's trace", trace_path), ("a run's measurements", measured_path)]
+    check_output_paths([("-o", args.out)], inputs)
+    if not args.profile and not args.run:
+        raise UsageError("calibrate needs measurements: --profile FILE (with --model and "
+                         "--gpu) or --run TRACE=MEASURED")
+    if not 1 <= args.rounds <= 10:
+        raise UsageError(f"--rounds must be from 1 to 10, got {args.rounds}")
+    gpu_name = args.gpu
+    start = resolve_calibration(args.start, gpu_name or "any")
+    k = start.coefficients
+    fitted = {name: f"from {start.name}" for name in FIELDS}
+    data: list[dict] = []
+    residuals: dict = {}
+    points: list = []
+    if args.profile:
+        if not args.model or not args.gpu:
+            raise UsageError("--profile needs --model and --gpu (the profiles' model and GPU)")
+        model, gpu = parse_cost_model(f"{args.model}/{args.gpu}")
+        kernel_points = []
+        for path in args.profile:
+            text = _read(path)
+            found = read_profile(path, text, model)
+            kernel_points += found
+            data.append({"file": os.path.basename(path),
+                         "sha256": sha256_of(text.encode("utf-8")),
+                         "points": len(found), "model": model.name, "gpu": gpu.name})
+        before = k
+        k, rows = fit_kernels(model, gpu, kernel_points, k)
+        for name in FIELDS:
+            if getattr(k, name) != getattr(before, name):
+                fitted[name] = f"kernel profiles of {model.name} on {gpu.name}"
+        residuals.update(residual_summary(rows))
+        points = [[kind, tokens, context, tp, round(measured, 9), round(predicted, 9)]
+                  for kind, tokens, context, tp, measured, predicted in rows]
+    if args.run:
+        runs = _runs(args.run)
+        gpus = {run.options.cost_model.partition("/")[2] for run in runs}
+        if gpu_name is None:
+            if len(gpus) > 1:
+                raise UsageError(f"the runs are on several GPUs ({', '.join(sorted(gpus))}): "
+                                 f"calibrate one GPU at a time")
+            gpu_name = gpus.pop()
+        before = k
+        k, rows = fit_runs(runs, k, rounds=args.rounds,
+                           progress=lambda text: err.write(f"calibrate: {text}\n"))
+        for name in FIELDS:
+            if getattr(k, name) != getattr(before, name):
+                fitted[name] = "real runs"
+        for run, row in zip(runs, rows):
+            data.append({"run": run.name, "requests": len(run.measured)})
+        residuals["runs"] = [{"run": r["run"], **{f"{key}_error": round(
+            r["predicted"][key] / r["measured"][key] - 1, 4) for key in r["measured"]}}
+            for r in rows]
+    name = args.name or (os.path.splitext(os.path.basename(args.out))[0]
+                         if args.out != "-" else gpu_name)
+    calibration = Calibration(name, gpu_name, k, fitted, data, residuals, points)
+    text = dump(calibration)
+    table = _table(calibration)
+    output = Output(args.out, out, "cannot write the calibration", ".calibration-")
+    try:
+        output.write(text)
+        output.commit()
+    except BaseException:
+        output.abort()
+        raise
+    (err if args.out == "-" else out).write(table)
+    return 0
+
+
+def _table(calibration: Calibration) -> str:
+    rows = [("coefficient", "value", "set by")]
+    for name in FIELDS:
+        rows.append((name, f"{getattr(calibration.coefficients, name):.6g}",
+                     calibration.fitted.get(name, "default")))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    lines = [f"calibration {calibration.name} for {calibration.gpu}", ""]
+    lines += [f"{a.ljust(w0)}  {b.rjust(w1)}  {c}" for a, b, c in rows]
+    kernel = {kind: v for kind, v in calibration.residuals.items() if kind != "runs"}
+    if kernel:
+        lines += ["", "kernel residuals |predicted / measured - 1|:"]
+        for kind, v in kernel.items():
+            lines.append(f"  {kind:<8} {v['points']:>5} points  median {v['median']:.1%}  "
+                         f"max {v['max']:.1%}")
+    for run in calibration.residuals.get("runs", []):
+        errors = "  ".join(f"{key[:-6]} {value:+.1%}" for key, value in run.items()
+                           if key.endswith("_error"))
+        lines.append(f"  {run['run']}: {errors}")
+    return "\n".join(lines) + "\n"

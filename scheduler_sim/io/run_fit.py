@@ -1,0 +1,263 @@
+"""Fitting the cost model's serving coefficients to real runs, by replaying them.
+
+A measured run is a trace (its config names the model, GPU, tp and the
+scheduler's settings) and the latencies a real server measured for its
+requests: a JSONL file of `{"id": ..., "ttft": seconds, "e2e": seconds}`,
+one object per request of the trace (`read_measured`).
+
+What a kernel profile cannot tell is fitted here: `step_overhead`,
+`row_overhead`, `request_overhead` and, when some run has tp > 1,
+`allreduce_latency`. A replay under the current coefficients records every
+dispatch: when it started, its shape, which requests it gave a first or a
+last output, and whether the engine had been idle before it. Each fitted
+coefficient changes every dispatch's duration by a known amount (step: 1
+per dispatch; row: per sampled row; all-reduce: 2 per layer when tp > 1),
+so the recording is re-timed under candidate coefficients in one pass
+(`Recording.latencies`): a dispatch starts when the one before it ends, or
+when the engine, idle, started it in the replay; a request's TTFT is the
+end of its first output's dispatch less its arrival, plus the request
+overhead. The loss over runs is the squared log error of each run's mean
+TTFT, mean end-to-end latency, mean ITL ((e2e - ttft) / (N - 1)) and p99
+end-to-end latency; a bounded Nelder-Mead (gpu/fit.py) minimises it. The
+batches a replay forms depend on the times, so the fit replays again under
+what it found and fits once more (`rounds`, 2 by default).
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+
+from ..engine.core import Engine
+from ..gpu.coefficients import Coefficients
+from ..gpu.costmodel import CostModel, cost_model_for
+from ..gpu.fit import log_error, minimize
+from ..records.clock import Clock
+from ..records.errors import UsageError
+from ..records.events import Admitted, Arrival, Dispatch, Preempted
+
+__all__ = ["read_measured", "MeasuredRun", "Recording", "record", "run_statistics",
+           "fit_runs", "SERVING_COEFFICIENTS", "MAX_MEASURED_BYTES"]
+
+SERVING_COEFFICIENTS = ("step_overhead", "row_overhead", "request_overhead",
+                        "allreduce_latency")
+MAX_MEASURED_BYTES = 256 * 2 ** 20
+_BOX = {"step_overhead": (0.0, 0.05), "row_overhead": (0.0, 0.001),
+        "request_overhead": (0.0, 0.5), "allreduce_latency": (0.0, 0.0005)}
+
+
+def read_measured(path: str, text: str) -> dict[str, tuple[float, float]]:
+    """`{id: (ttft, e2e)}` from a measured-latency JSONL `text` read from `path`;
+    UsageError listing every bad line (at most 50)."""
+    if len(text) > MAX_MEASURED_BYTES:
+        raise UsageError(f"{path}: a measured file is at most "
+                         f"{MAX_MEASURED_BYTES // 2**20} MiB, got {len(text):,} characters")
+    out: dict[str, tuple[float, float]] = {}
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            problems.append(f"{where}: not JSON: {exc}")
+            continue
+        if not isinstance(obj, dict):
+            problems.append(f"{where}: a measured request is a JSON object, got "
+                            f"{type(obj).__name__}")
+            continue
+        rid = obj.get("id")
+        if not isinstance(rid, str) or not rid:
+            problems.append(f"{where}: field 'id': must be a non-empty string, got {rid!r}")
+            continue
+        values = []
+        for key in ("ttft", "e2e"):
+            value = obj.get(key)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or not 0 < value <= 1e6):
+                problems.append(f"{where}: field {key!r}: must be seconds in (0, 1e6], "
+                                f"got {value!r}")
+            values.append(value)
+        if len(values) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                    and math.isfinite(v) for v in values) \
+                and values[0] > values[1]:
+            problems.append(f"{where}: ttft {values[0]} is after e2e {values[1]}")
+        if rid in out:
+            problems.append(f"{where}: request {rid!r} appears twice")
+        out[rid] = (values[0], values[1])
+        if len(problems) >= 50:
+            problems.append(f"{path}: stopped after 50 problems")
+            break
+    if problems:
+        raise UsageError("\n".join(problems))
+    if not out:
+        raise UsageError(f"{path}: no measured request")
+    return out
+
+
+class MeasuredRun:
+    """A trace's workload and options (with a cost model), and its measured latencies."""
+
+    def __init__(self, name: str, workload, options, policy: str,
+                 measured: dict[str, tuple[float, float]], outputs: dict[str, int]) -> None:
+        if options.cost_model is None:
+            raise UsageError(f"{name}: a measured run needs a cost model in its trace's "
+                             f"config (model and gpu, or cost_model)")
+        self.name = name
+        self.workload = workload
+        self.options = options
+        self.policy = policy
+        self.measured = measured
+        self.outputs = outputs  # id -> output tokens generated
+        missing = sorted(set(outputs) - set(measured))
+        if len(missing) == len(outputs):
+            raise UsageError(f"{name}: no request of the trace is in its measured file "
+                             f"(the first trace id is {next(iter(outputs), None)!r})")
+
+
+class Recording:
+    """One replay's dispatches, enough to time them again under other coefficients."""
+
+    def __init__(self, run: MeasuredRun, cost: CostModel) -> None:
+        self.run = run
+        self.tp = cost.tp
+        self.layers = cost.model.layers
+        self.starts: list[float] = []     # seconds, as replayed
+        self.idle: list[bool] = []        # the engine was idle just before
+        self.kernel: list[float] = []     # seconds of every term but the fitted ones
+        self.sampled: list[int] = []      # rows that sample (row overhead)
+        self.first: dict[str, int] = {}   # request -> dispatch of its first output
+        self.last: dict[str, int] = {}    # request -> dispatch of its last output
+        self.arrival: dict[str, float] = {}
+
+    def latencies(self, k: Coefficients) -> dict[str, tuple[float, float]]:
+        """`{id: (ttft, e2e)}` of every measured request that finished, re-timed with the
+        serving coefficients of `k` (the kernel terms as recorded)."""
+        fixed = k.step_overhead + (2 * self.layers * k.allreduce_latency if self.tp > 1 else 0.0)
+        row = k.row_overhead
+        ends = []
+        end = -math.inf
+        for start, idle, kernel, sampled in zip(self.starts, self.idle, self.kernel,
+                                                self.sampled):
+            begin = start if idle and start > end else end
+            if begin == -math.inf:
+                begin = start
+            end = begin + kernel + fixed + row * sampled
+            ends.append(end)
+        extra = k.request_overhead
+        out = {}
+        for rid, first in self.first.items():
+            last = self.last.get(rid)
+            if last is None or rid not in self.run.measured:
+                continue
+            arrival = self.arrival[rid]
+            out[rid] = (ends[first] - arrival + extra, ends[last] - arrival + extra)
+        return out
+
+
+def record(run: MeasuredRun, k: Coefficients) -> Recording:
+    """Replay `run` under coefficients `k` and record its dispatches."""
+    options = run.options
+    cost = CostModel(*_hardware(options), k.replace(step_overhead=0.0, row_overhead=0.0,
+                                                    allreduce_latency=0.0), options.tp)
+    rec = Recording(run, cost)
+    clock: Clock | None = None
+    computed: dict[str, int] = {}
+    previous_done = [-1]
+
+    def listen(event) -> None:
+        kind = type(event)
+        if kind is Dispatch:
+            seconds = clock.report
+            chunks = []
+            rows = contexts = sampled = 0
+            index = len(rec.starts)
+            for rid, phase, tokens, emits, _ in event.rows:
+                if phase == "padding":
+                    rows += 1
+                    continue
+                done = computed.get(rid, 0)
+                if phase == "decode":
+                    rows += 1
+                    contexts += done
+                else:
+                    chunks.append((tokens, done))
+                computed[rid] = done + tokens
+                sampled += 1
+                if emits:
+                    rec.first.setdefault(rid, index)
+                    rec.last[rid] = index
+            rec.starts.append(seconds(event.tick))
+            rec.idle.append(event.tick > previous_done[0])
+            rec.kernel.append(cost.dispatch_seconds(chunks, rows, contexts))
+            rec.sampled.append(sampled)
+            previous_done[0] = event.done
+        elif kind is Admitted:
+            computed[event.id] = event.cached_tokens
+        elif kind is Preempted:
+            computed[event.id] = 0
+        elif kind is Arrival:
+            rec.arrival[event.id] = clock.report(event.tick)
+
+    engine = Engine(run.workload, options, run.policy, on_event=listen)
+    clock = engine.clock
+    engine.cost = CostModel(*_hardware(options), k, options.tp)
+    engine.run()
+    return rec
+
+
+def _hardware(options):
+    cost = cost_model_for(options)
+    return cost.model, cost.gpu
+
+
+def run_statistics(latencies: dict[str, tuple[float, float]], outputs: dict[str, int]
+                   ) -> dict[str, float]:
+    """Mean TTFT, mean end-to-end, mean ITL ((e2e - ttft) / (N - 1) over requests of
+    N > 1 outputs) and p99 end-to-end (nearest rank) of `{id: (ttft, e2e)}`."""
+    ttfts = [t for t, _ in latencies.values()]
+    e2es = sorted(e for _, e in latencies.values())
+    itls = [(e - t) / (outputs[rid] - 1) for rid, (t, e) in latencies.items()
+            if outputs.get(rid, 0) > 1]
+    n = len(e2es)
+    return {"ttft": sum(ttfts) / n, "e2e": sum(e2es) / n,
+            "itl": sum(itls) / len(itls) if itls else 0.0,
+            "e2e_p99": e2es[max(0, math.ceil(0.99 * n) - 1)]}
+
+
+def _loss(recordings: Sequence[Recording], k: Coefficients,
+          targets: Sequence[dict[str, float]]) -> float:
+    total = 0.0
+    for rec, target in zip(recordings, targets):
+        stats = run_statistics(rec.latencies(k), rec.run.outputs)
+        total += sum(log_error(stats[key], target[key]) for key in target)
+    return total
+
+
+def fit_runs(runs: Sequence[MeasuredRun], start: Coefficients, rounds: int = 2,
+             progress: Callable[[str], None] | None = None
+             ) -> tuple[Coefficients, list[dict]]:
+    """Fit the serving coefficients to `runs` from `start`: the coefficients, and per
+    run its measured and predicted statistics under them."""
+    names = [n for n in SERVING_COEFFICIENTS
+             if n != "allreduce_latency" or any(r.options.tp > 1 for r in runs)]
+    targets = [run_statistics({rid: v for rid, v in r.measured.items() if rid in r.outputs},
+                              r.outputs) for r in runs]
+    k = start
+    for round_number in range(rounds):
+        recordings = []
+        for run in runs:
+            if progress:
+                progress(f"round {round_number + 1}: replaying {run.name}")
+            recordings.append(record(run, k))
+        fit = minimize(lambda x: _loss(recordings, k.replace(**dict(zip(names, x))), targets),
+                       [getattr(k, n) for n in names], [_BOX[n] for n in names],
+                       iterations=400, restarts=1)
+        k = k.replace(**dict(zip(names, fit.point)))
+    rows = []
+    for run, target in zip(runs, targets):
+        rec = record(run, k)
+        rows.append({"run": run.name, "measured": target,
+                     "predicted": run_statistics(rec.latencies(k), run.outputs)})
+    return k, rows

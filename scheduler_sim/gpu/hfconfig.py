@@ -268,6 +268,10 @@ def _dtypes(f: _Fields) -> tuple[float, bool, float]:
         fp8 = True
     elif method == "modelopt":
         fp8 = quant.get("quant_algo") == "FP8"
+        if not fp8:
+            f.fail(f"{key}.quant_algo", "only FP8 is modelled among modelopt's algorithms",
+                   quant.get("quant_algo"))
+            return 2.0, False, kv_bytes
     elif method == "compressed-tensors":
         groups = quant.get("config_groups")
         weights = ([g.get("weights") for g in groups.values() if isinstance(g, dict)]

@@ -25,8 +25,8 @@ from typing import TextIO
 
 from ..gpu.calibration import (Calibration, dump, fit_kernels, resolve_calibration,
                                residual_summary, sha256_of)
-from ..gpu.coefficients import FIELDS, SOURCES
-from ..gpu.costmodel import parse_cost_model
+from ..gpu.coefficients import FIELDS
+from ..gpu.catalogue import cost_specs, gpu_named, model_named
 from ..gpu.profiles import read_profile
 from ..io.outputs import Output, check_output_paths
 from ..io.run_fit import MeasuredRun, fit_runs, read_measured
@@ -117,7 +117,7 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.profile:
         if not args.model or not args.gpu:
             raise UsageError("--profile needs --model and --gpu (the profiles' model and GPU)")
-        model, gpu = parse_cost_model(f"{args.model}/{args.gpu}")
+        model, gpu = model_named(args.model), gpu_named(args.gpu)
         kernel_points = []
         for path in args.profile:
             text = _read(path)
@@ -136,7 +136,7 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   for kind, tokens, context, tp, measured, predicted in rows]
     if args.run:
         runs = _runs(args.run)
-        gpus = {run.options.cost_model.partition("/")[2] for run in runs}
+        gpus = {cost_specs(run.options)[1].name for run in runs}
         if gpu_name is None:
             if len(gpus) > 1:
                 raise UsageError(f"the runs are on several GPUs ({', '.join(sorted(gpus))}): "

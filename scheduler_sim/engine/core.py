@@ -165,7 +165,7 @@ class Engine:
             self.allocator.track_evictions(
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))
         self.cost: CostModel | None = None
-        if options.cost_model is not None:
+        if options.has_cost_model:
             self.cost = cost_model_for(options)
         self.clients = (ClientSlots(options.max_concurrency)
                         if options.max_concurrency is not None else None)

@@ -30,7 +30,8 @@ from collections.abc import Callable, Sequence
 
 from ..engine.core import Engine
 from ..gpu.coefficients import Coefficients
-from ..gpu.costmodel import CostModel, cost_model_for
+from ..gpu.catalogue import cost_specs
+from ..gpu.costmodel import CostModel
 from ..gpu.fit import log_error, minimize
 from ..records.clock import Clock
 from ..records.errors import UsageError
@@ -101,7 +102,7 @@ class MeasuredRun:
 
     def __init__(self, name: str, workload, options, policy: str,
                  measured: dict[str, tuple[float, float]], outputs: dict[str, int]) -> None:
-        if options.cost_model is None:
+        if not options.has_cost_model:
             raise UsageError(f"{name}: a measured run needs a cost model in its trace's "
                              f"config (model and gpu, or cost_model)")
         self.name = name
@@ -208,8 +209,7 @@ def record(run: MeasuredRun, k: Coefficients) -> Recording:
 
 
 def _hardware(options):
-    cost = cost_model_for(options)
-    return cost.model, cost.gpu
+    return cost_specs(options)
 
 
 def run_statistics(latencies: dict[str, tuple[float, float]], outputs: dict[str, int]

@@ -518,7 +518,7 @@ def test_a_400_digit_option_is_out_of_range(tmp_path):
     path.write_text('{"type":"config","mfu":1' + "0" * 400 + '}\n')
     status, out, err = run(["validate", str(path)])
     assert (status, out) == (2, "")
-    assert err == (f"{path}:1: config: mfu must be a number in [1e-06, 1], got "
+    assert err == (f"{path}:1: config: mfu must be a number in [1e-06, 1] or null, got "
                    "1000000000000000000000000000000000000...\n")
 
 

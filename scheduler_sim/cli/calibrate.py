@@ -23,13 +23,15 @@ import dataclasses
 import os
 from typing import TextIO
 
-from ..gpu.calibration import (Calibration, dump, fit_kernels, resolve_calibration,
-                               residual_summary, sha256_of)
+from ..gpu.calibration import (Calibration, dump, fit_kernels, is_file_spec,
+                               resolve_calibration, residual_summary, sha256_of)
 from ..gpu.coefficients import FIELDS
 from ..gpu.catalogue import cost_specs, gpu_named, model_named
 from ..gpu.profiles import read_profile
+from ..gpu.costmodel import fit_pool
 from ..io.outputs import Output, check_output_paths
 from ..io.run_fit import MeasuredRun, fit_runs, read_measured
+from ..io.specs import load_specs, read_calibration_file
 from ..io.trace import read_trace, resolve_options
 from ..records.errors import UsageError
 
@@ -88,8 +90,7 @@ def _runs(specs: list[str]) -> list[MeasuredRun]:
                              f"{' on a fleet' if options.fleet else ''})")
         measured = read_measured(measured_path, _read(measured_path))
         outputs = {spec_.id: spec_.output_tokens for spec_ in trace.workload.arrivals()}
-        from ..gpu.costmodel import fit_pool
-        options = fit_pool(options)[0]
+        options = fit_pool(load_specs(dataclasses.replace(options, trace_dir=trace.directory)))[0]
         runs.append(MeasuredRun(os.path.basename(trace_path), trace.workload, options,
                                 options.policy[0], measured, outputs))
     return runs
@@ -98,6 +99,8 @@ def _runs(specs: list[str]) -> list[MeasuredRun]:
 def cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Fit, write the calibration, print the table."""
     inputs = [("a profile", p) for p in args.profile]
+    if is_file_spec(args.start):
+        inputs.append(("the calibration of --from", args.start))
     for spec in args.run:
         trace_path, _, measured_path = spec.partition("=")
         inputs += [("a run's trace", trace_path), ("a run's measurements", measured_path)]
@@ -108,7 +111,8 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not 1 <= args.rounds <= 10:
         raise UsageError(f"--rounds must be from 1 to 10, got {args.rounds}")
     gpu_name = args.gpu
-    start = resolve_calibration(args.start, gpu_name or "any")
+    start = (read_calibration_file(args.start) if is_file_spec(args.start)
+             else resolve_calibration(args.start, gpu_name or "any"))
     k = start.coefficients
     fitted = {name: f"from {start.name}" for name in FIELDS}
     data: list[dict] = []

@@ -31,19 +31,19 @@ import json
 import math
 import os
 from collections.abc import Sequence
+from importlib import resources
 
 from ..records.errors import UsageError
 from . import coefficients as coeffs
 from .coefficients import DEFAULTS, Coefficients
 from .fit import log_error, minimize
 
-__all__ = ["Calibration", "SHIPPED", "NONE", "load_calibration", "parse_calibration",
+__all__ = ["Calibration", "SHIPPED", "NONE", "parse_calibration", "is_file_spec",
            "shipped_for", "resolve_calibration", "fit_kernels", "KERNEL_COEFFICIENTS",
            "residual_summary", "dump", "sha256_of"]
 
 FORMAT_KEY = "scheduler_sim_calibration"
 MAX_BYTES = 16 * 2 ** 20
-DATA_DIR = os.path.join(os.path.dirname(__file__), "data", "calibrations")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,38 +147,38 @@ def _show(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def load_calibration(path: str) -> Calibration:
-    """The calibration in file `path` (UsageError when it cannot be read or is bad)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(MAX_BYTES + 1)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read the calibration: "
-                         f"{getattr(exc, 'strerror', None) or exc}") from None
-    return parse_calibration(text, path)
-
-
 def shipped_for(gpu_name: str) -> Calibration | None:
     """The calibration the package ships for `gpu_name`, if any."""
     file = SHIPPED.get(gpu_name)
     if file is None:
         return None
-    calibration = load_calibration(os.path.join(DATA_DIR, file))
-    return dataclasses.replace(calibration, path=f"shipped:{file}")
+    text = resources.files(__package__).joinpath("data", "calibrations", file).read_text(
+        encoding="utf-8")
+    return dataclasses.replace(parse_calibration(text, f"shipped:{file}"),
+                               path=f"shipped:{file}")
 
 
-def resolve_calibration(spec: str | None, gpu_name: str, base: str | None = None) -> Calibration:
+def is_file_spec(spec: str | None) -> bool:
+    """Whether the `calibration` option names a file (not None, none or a shipped name)."""
+    return spec is not None and spec != "none" and spec not in SHIPPED
+
+
+def resolve_calibration(spec: str | None, gpu_name: str,
+                        loaded: Calibration | None = None) -> Calibration:
     """What `calibration` (the option) means for a GPU: None -> the GPU's shipped
     calibration, or the physics defaults when there is none; `none` -> the defaults;
-    a shipped name -> that one; anything else a file (relative to `base`)."""
+    a shipped name -> that one; a file -> `loaded`, which io/specs.py read (a
+    UsageError when it did not)."""
     if spec is None:
         return shipped_for(gpu_name) or NONE
     if spec == "none":
         return NONE
     if spec in SHIPPED:
         return shipped_for(spec)
-    path = spec if base is None or os.path.isabs(spec) else os.path.join(base, spec)
-    return load_calibration(path)
+    if loaded is None:
+        raise UsageError(f"calibration {spec!r} is a file: read it with "
+                         "scheduler_sim.io.specs.load_specs before the run")
+    return loaded
 
 
 # --- fitting the kernel coefficients to profiles ------------------------------------

@@ -10,10 +10,10 @@ fixed costs surround it. Those are the coefficients here, one field each:
 | `gemm_efficiency` | fraction of peak FLOP/s the linear layers reach on many tokens |
 | `gemm_bandwidth_efficiency` | fraction of HBM bandwidth they reach reading weights (few tokens) |
 | `gemm_sharpness` | p of the p-norm that blends the two regimes: (m^p + c^p)^(1/p) |
-| `gemm_half_tokens` | T0: T tokens take the compute time of T + T0 (small GEMMs run below peak) |
-| `gemm_tile_tokens` | GEMMs compute whole tiles: T + T0 rounded up to a multiple of this many tokens |
+| `gemm_half_tokens` | Th: T tokens take the compute time of T + Th (small GEMMs run below peak) |
+| `gemm_tile_tokens` | GEMMs compute whole tiles: T + Th rounded up to a multiple of this many tokens |
 | `attention_efficiency` | fraction of peak FLOP/s of prefill attention on long chunks |
-| `attention_half_tokens` | C0: a chunk of C tokens runs at C / (C + C0) of that |
+| `attention_half_tokens` | Ch: a chunk of C tokens runs at C / (C + Ch) of that |
 | `kv_read_efficiency` | fraction of HBM bandwidth decode attention reaches reading KV |
 | `elementwise_efficiency` | fraction of HBM bandwidth of norms, activation, rotary, residual adds |
 | `layer_floor` | seconds per layer of every dispatch: the small kernels at one token |

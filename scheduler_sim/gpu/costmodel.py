@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from ..records.clock import Clock
 from ..records.errors import UsageError
 from ..records.options import OPTIONS
-from .calibration import Calibration, resolve_calibration
+from .calibration import Calibration, is_file_spec, resolve_calibration
 from .coefficients import DEFAULTS, Coefficients
 # The specs moved to their own modules (models.py, gpus.py, catalogue.py); their names
 # stay importable from here.
@@ -89,9 +89,9 @@ class CostModel:
       GEMM of T tokens (T = prefill tokens + decode rows) against the
       layer's weights. Memory time m = weight bytes read / (HBM x
       gemm_bandwidth_efficiency); compute time c = 2 x active linear
-      parameters x ceil((T + T0) / tile) x tile / (peak x gemm_efficiency);
+      parameters x ceil((T + Th) / tile) x tile / (peak x gemm_efficiency);
       the two blend as (m^p + c^p)^(1/p), rising smoothly from the weight
-      read to compute (p = gemm_sharpness, T0 = gemm_half_tokens, tile =
+      read to compute (p = gemm_sharpness, Th = gemm_half_tokens, tile =
       gemm_tile_tokens: a GEMM computes whole tiles of rows). An MoE layer reads only
       the experts its T tokens touch: E (1 - (1 - k/E)^T) of E.
     - `lm_head`: the same blend for the vocabulary projection of the rows
@@ -99,7 +99,7 @@ class CostModel:
       table is a lookup, not read whole.
     - `attention_prefill`: per chunk of C tokens after X of context, 4 x
       heads x head_dim x (C X + C (C + 1) / 2) FLOPs per layer at peak x
-      attention_efficiency x C / (C + C0), C0 = attention_half_tokens.
+      attention_efficiency x C / (C + Ch), Ch = attention_half_tokens.
     - `attention_decode`: the KV every decode row reads (its context and
       itself) at HBM x kv_read_efficiency.
     - `kv_write`: the KV of the T new tokens at HBM x kv_read_efficiency.
@@ -178,7 +178,7 @@ class CostModel:
         return (memory ** p + compute ** p) ** (1.0 / p)
 
     def _gemm_tokens(self, tokens: int) -> float:
-        """The tokens a GEMM computes for `tokens`: plus T0, rounded up to whole tiles."""
+        """The tokens a GEMM computes for `tokens`: plus Th, rounded up to whole tiles."""
         tile = self._tile
         padded = tokens + self._t0
         if tile > 1.0:
@@ -301,16 +301,19 @@ class CostModel:
         return self.dispatch_seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))
 
 
-@functools.lru_cache(maxsize=64)
-def _calibration(spec: str | None, gpu_name: str, base: str | None) -> Calibration:
-    return resolve_calibration(spec, gpu_name, base)
+@functools.lru_cache(maxsize=16)
+def _shipped(spec: str | None, gpu_name: str) -> Calibration:
+    return resolve_calibration(spec, gpu_name)
 
 
 def calibration_for(options) -> Calibration:
-    """The calibration `options` ask for (see calibration.resolve_calibration); a file
-    is read once per process."""
+    """The calibration `options` ask for (calibration.resolve_calibration): a file's,
+    read by io/specs.py into `options.calibration_file`; a shipped one, read once per
+    process."""
     model, gpu = cost_specs(options)
-    return _calibration(options.calibration, gpu.name, options.plugin_dir)
+    if is_file_spec(options.calibration):
+        return resolve_calibration(options.calibration, gpu.name, options.calibration_file)
+    return _shipped(options.calibration, gpu.name)
 
 
 def cost_model_for(options) -> CostModel:
@@ -319,7 +322,7 @@ def cost_model_for(options) -> CostModel:
     gemm_efficiency, `bandwidth_efficiency` -> the weight and KV reads,
     `step_overhead`)."""
     model, gpu = cost_specs(options)
-    k = _calibration(options.calibration, gpu.name, options.plugin_dir).coefficients
+    k = calibration_for(options).coefficients
     changes = {}
     if options.mfu is not None:
         changes["gemm_efficiency"] = options.mfu

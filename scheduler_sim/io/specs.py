@@ -1,4 +1,5 @@
-"""Reading the files a cost model may be given: a model's config.json, a GPU's spec .json.
+"""Reading the files a cost model may be given: a model's config.json, a GPU's spec .json,
+a calibration.
 
 `load_specs` turns the options' `cost_model`, `model` and `gpu` into the
 (ModelSpec, GpuSpec) a run prices and keeps them in `Options.cost_specs`,
@@ -15,6 +16,7 @@ import json
 import os
 from typing import Any
 
+from ..gpu.calibration import Calibration, is_file_spec, parse_calibration
 from ..gpu.catalogue import agree, gpu_named, is_path, model_named, parse_cost_model
 from ..gpu.gpus import GpuSpec
 from ..gpu.models import ModelSpec
@@ -23,10 +25,13 @@ from ..records.options import Options
 from .outputs import read_limited
 
 __all__ = ["load_specs", "read_model_file", "read_gpu_file", "spec_path", "spec_inputs",
-           "model_spec", "gpu_spec", "MAX_SPEC_BYTES"]
+           "model_spec", "gpu_spec", "MAX_SPEC_BYTES", "calibration_path",
+           "read_calibration_file"]
 
 # A config.json is a few KiB (Llama-4's, with its quantisation's ignore list, 28 KiB).
 MAX_SPEC_BYTES = 2 ** 20
+# A calibration with its fitted points is a few hundred KiB.
+MAX_CALIBRATION_BYTES = 16 * 2 ** 20
 
 
 def spec_path(options: Options, key: str) -> str | None:
@@ -44,8 +49,12 @@ def spec_path(options: Options, key: str) -> str | None:
 def spec_inputs(options: Options) -> list[tuple[str, str]]:
     """The spec files the options read, as (option, path) inputs for
     `outputs.check_output_paths` (no output may be written over one)."""
-    return [(f"--{key}", path) for key in ("model", "gpu")
-            if (path := spec_path(options, key)) is not None]
+    found = [(f"--{key}", path) for key in ("model", "gpu")
+             if (path := spec_path(options, key)) is not None]
+    calibration = calibration_path(options)
+    if calibration is not None:
+        found.append(("--calibration", calibration))
+    return found
 
 
 def load_specs(options: Options, cache: dict[tuple[str, str], Any] | None = None
@@ -72,7 +81,34 @@ def load_specs(options: Options, cache: dict[tuple[str, str], Any] | None = None
         named_gpu = (gpu_named(options.gpu) if path is None
                      else _cached(cache, "gpu", path, read_gpu_file))
     specs = agree(options, model, gpu, named_model, named_gpu)
-    return dataclasses.replace(options, cost_specs=specs)
+    calibration = None
+    path = calibration_path(options)
+    if path is not None:
+        calibration = _cached(cache, "calibration", path, read_calibration_file)
+    return dataclasses.replace(options, cost_specs=specs, calibration_file=calibration)
+
+
+def calibration_path(options: Options) -> str | None:
+    """The file `options.calibration` names, as it is opened (relative to the trace's
+    folder when the trace's config gave it); None when it names no file."""
+    value = options.calibration
+    if not is_file_spec(value):
+        return None
+    if (options.origin.get("calibration") == "trace" and options.trace_dir is not None
+            and not os.path.isabs(value)):
+        return os.path.join(options.trace_dir, value)
+    return value
+
+
+def read_calibration_file(path: str) -> Calibration:
+    """The calibration in file `path` (gpu/calibration.py's format); UsageError listing
+    every problem."""
+    data = read_limited(path, MAX_CALIBRATION_BYTES, "which no calibration file is")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: invalid UTF-8 at byte {exc.start + 1}") from None
+    return dataclasses.replace(parse_calibration(text, path), path=path)
 
 
 def model_spec(text: str) -> ModelSpec:

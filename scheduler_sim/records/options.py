@@ -418,6 +418,9 @@ class Options:
     # The (ModelSpec, GpuSpec) the cost model prices, once io/specs.py has read them
     # (gpu/catalogue.cost_specs); None until then, and without a cost model.
     cost_specs: Any = dataclasses.field(default=None, compare=False, repr=False)
+    # The calibration file `calibration` names, read by io/specs.py (load_specs); None
+    # until then, and when it names no file.
+    calibration_file: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.prefill_chunk is None:

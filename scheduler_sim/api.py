@@ -241,7 +241,7 @@ def sweep(trace: Trace, grid: dict[str, Any], policies: list[str] | str | None =
                                else list(policies), "policies"))
     plugin_dir = None
     if not any(axis.name == "policy" for axis in axes) and "policy" not in options:
-        base = resolve_options(trace.config, dict(options), trace.directory)[0]  # its policies
+        base = resolve_options(trace.config, dict(options), specs=False)[0]  # its policies
         plugin_dir = _allow(trace, base, allow_trace_plugins).plugin_dir
     built = build_grid(trace, axes, options, plugin_dir=plugin_dir)
     with interrupts.watching():

@@ -431,9 +431,8 @@ def test_cost_specs_from_the_options():
         cost_specs(Options(model="qwen3-14b"))
     with pytest.raises(UsageError, match="is a file"):
         cost_specs(Options(model="m/config.json", gpu="h100-sxm"))
-    assert Options(model="qwen3-14b").problems() == [
-        "model qwen3-14b needs gpu too: a cost model prices a model on a GPU (or give both "
-        "as cost_model MODEL/GPU)"]
+    # Not a problem of the options alone: a sweep's axis may give the GPU.
+    assert Options(model="qwen3-14b").problems() == []
 
 
 def test_replay_with_a_model_by_name_names_it_in_the_header(tmp_path):
@@ -517,3 +516,29 @@ def test_models_command_lists_both_catalogues():
     mixtral = next(line for line in lines if line.startswith("mixtral-8x7b "))
     assert "46.70B" in mixtral and "12.88B" in mixtral and "8, top 2" in mixtral
     assert "aliases: llama-3-8b = llama-3.1-8b, llama-3-70b = llama-3.1-70b" in lines
+
+
+def test_a_sweep_over_models_and_a_config_path(tmp_path, monkeypatch):
+    """`sweep --grid model=llama-3.1-8b,FILE --gpu h100-sxm`: the model is an axis like any
+    option, a path among its values read once; the GPU fixed alone is no problem."""
+    path = write_trace(tmp_path, [req("a", 0, 4, 2)])
+    (tmp_path / "q.json").write_bytes((DATA / "qwen3-14b.json").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_cli(["sweep", path, "--grid", "model=llama-3.1-8b,q.json",
+                                "--gpu", "h100-sxm", "--policy", "vllm"])
+    assert status == 0, err
+    rows = [line.split()[1] for line in out.splitlines()[3:]]
+    assert rows == ["llama-3.1-8b", "q.json"]
+
+
+def test_the_shipped_configs_are_unchanged():
+    """Every config.json ships byte for byte as published: its SHA-256 is the one
+    SOURCES.md records."""
+    import hashlib
+    import re
+    sources = (DATA / "SOURCES.md").read_text(encoding="utf-8")
+    recorded = dict((name, digest) for digest, name in
+                    re.findall(r"^([0-9a-f]{64})  (\S+\.json)$", sources, re.M))
+    assert sorted(recorded) == sorted(f"{name}.json" for name in CATALOGUE)
+    for name, digest in recorded.items():
+        assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == digest, name

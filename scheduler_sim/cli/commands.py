@@ -639,7 +639,7 @@ def _sweep_plugins(args: argparse.Namespace, trace: Trace, axes: list[Axis],
     that file's folder."""
     axis = next((a for a in axes if a.name == "policy"), None)
     if axis is None:  # the trace's policies (or the default)
-        base = resolve_trace_options(trace.config, dict(fixed))[0]
+        base = resolve_trace_options(trace.config, dict(fixed), specs=False)[0]
         base = allow_trace_plugins(trace, base, args.allow_trace_plugins,
                                    f"pass {ALLOW_FLAG} (or name it with --policy)")
         return base.plugin_dir, list(base.policy)

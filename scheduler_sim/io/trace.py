@@ -260,11 +260,14 @@ def json_value(decode: Callable[[str], Any], text: str) -> tuple[Any, str | None
 
 
 def resolve_options(config: dict[str, Any], values: dict[str, Any],
-                    directory: str | None = None) -> tuple[Options, dict[str, Any]]:
+                    directory: str | None = None, specs: bool = True
+                    ) -> tuple[Options, dict[str, Any]]:
     """Defaults, then a trace's `config`, then `values` (flags or keyword options),
     checked: the options and the checked values, with the model and GPU a cost model
-    prices read (`specs.load_specs`; a file the config names is taken from the trace's
-    `directory`). Every problem raises UsageError (ConfigError for a bad spec file)."""
+    prices read when `specs` (`specs.load_specs`; a file the config names is taken from
+    the trace's `directory`; a sweep's base options, whose axes may give the model or the
+    GPU, leave them to each configuration). Every problem raises UsageError (ConfigError
+    for a bad spec file)."""
     problems: list[str] = []
     checked = check_options(values, problems.append)
     if problems:
@@ -272,7 +275,7 @@ def resolve_options(config: dict[str, Any], values: dict[str, Any],
     options = dataclasses.replace(Options.resolve(config, checked), trace_dir=directory)
     if options.problems():
         raise UsageError("; ".join(options.problems()))
-    return load_specs(options), checked
+    return (load_specs(options) if specs else options), checked
 
 
 def check_options(values: dict[str, Any], report) -> dict[str, Any]:

@@ -463,10 +463,6 @@ class Options:
     def problems(self) -> list[str]:
         """Combinations of values that cannot work together."""
         out = []
-        if self.cost_model is None and (self.model is None) != (self.gpu is None):
-            given, missing = ("model", "gpu") if self.gpu is None else ("gpu", "model")
-            out.append(f"{given} {getattr(self, given)} needs {missing} too: a cost model "
-                       "prices a model on a GPU (or give both as cost_model MODEL/GPU)")
         if self.fleet and self.max_concurrency is not None:
             out.append("max_concurrency (closed-loop clients) is not modelled across "
                        + (f"replicas: use replicas 1, got replicas {self.replicas}"

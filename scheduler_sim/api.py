@@ -83,7 +83,7 @@ def resolve(trace: Trace, policies: list[str] | str | None = None, *,
     only the trace names is refused unless `allow_trace_plugins`."""
     if policies is not None:
         options["policy"] = [policies] if isinstance(policies, str) else list(policies)
-    resolved = resolve_options(trace.config, options)[0]
+    resolved = resolve_options(trace.config, options, trace.directory)[0]
     return fit_pool(_allow(trace, resolved, allow_trace_plugins))
 
 
@@ -241,7 +241,7 @@ def sweep(trace: Trace, grid: dict[str, Any], policies: list[str] | str | None =
                                else list(policies), "policies"))
     plugin_dir = None
     if not any(axis.name == "policy" for axis in axes) and "policy" not in options:
-        base = resolve_options(trace.config, dict(options))[0]  # the trace's policies
+        base = resolve_options(trace.config, dict(options), specs=False)[0]  # its policies
         plugin_dir = _allow(trace, base, allow_trace_plugins).plugin_dir
     built = build_grid(trace, axes, options, plugin_dir=plugin_dir)
     with interrupts.watching():

@@ -87,11 +87,11 @@ def test_a_workload_on_a_clock():
 
 def test_changing_the_resolution_never_moves_an_arrival_by_a_step():
     """A trace in seconds, a at 0 and b at 0.0104 s (P=16, N=2, Llama-3-8B on an H100):
-    each dispatch costs about 6.47 ms (weights 1.6e10 B at 2.68e12 B/s = 5.97 ms, plus
-    0.5 ms). On a 1-ms clock b arrives at step 11 (0.011 s), on a 1-us clock at 10400
+    each dispatch costs about 6.49 ms (weights 16,060,522,496 B at 2.68e12 B/s = 5.99 ms,
+    plus 0.5 ms). On a 1-ms clock b arrives at step 11 (0.011 s), on a 1-us clock at 10400
     (0.0104 s): never more than one step later than the trace says. a's prefill ends at
-    6.4717 ms and its decode at 12.9434 ms: 0.007 and 0.013 s on the coarse clock,
-    0.006472 and 0.012943 on the fine one; every reported time differs by less than one
+    6.4943 ms and its decode at 12.9879 ms: 0.007 and 0.013 s on the coarse clock,
+    0.006495 and 0.012988 on the fine one; every reported time differs by less than one
     coarse step (1 ms)."""
     records = [{"type": "config", "time_unit": "s"}, req("a", 0, 16, 2),
                req("b", 0.0104, 16, 2)]
@@ -100,7 +100,7 @@ def test_changing_the_resolution_never_moves_an_arrival_by_a_step():
     fine = simulate(records, cost_model=COST, block_size=4, num_blocks=64)
     assert coarse.req["b"].arrival == 11 and fine.req["b"].arrival == 10400
     assert (coarse.req["a"].first_token_at, coarse.req["a"].finished_at) == (7, 13)
-    assert (fine.req["a"].first_token_at, fine.req["a"].finished_at) == (6472, 12943)
+    assert (fine.req["a"].first_token_at, fine.req["a"].finished_at) == (6495, 12988)
     from scheduler_sim.engine.summary import request_record
     for rid in "ab":
         a = request_record(coarse.req[rid], coarse.result.clock)

@@ -1,15 +1,19 @@
 """The roofline cost model (§9): reference figures, regimes, and timed replays.
 
 Numbers used throughout (Llama-3-8B on an H100 SXM, the defaults):
-- N = 8.0e9 parameters, L = 32 layers, d = 4096, 8 KV heads x 128 x 2 bytes;
-  KV bytes per token = 2 x 32 x 8 x 128 x 2 = 131072; weights 1.6e10 bytes.
+- N = 8,030,261,248 parameters (the Llama-3.1-8B config's count, which replaced the
+  rounded 8.0e9: tests/test_models.py derives it), L = 32 layers, d = 4096, 8 KV heads
+  x 128 x 2 bytes; KV bytes per token = 2 x 32 x 8 x 128 x 2 = 131072; weights 2N =
+  16,060,522,496 bytes.
 - achieved compute F = 989e12 x 400/989 = 4e14 FLOP/s; achieved bandwidth
   B = 3.35e12 x 0.8 = 2.68e12 B/s; step overhead 0.0005 s; host link 64e9 B/s.
-- prefill of S tokens: 2 N S + 2 L d S^2 FLOPs; at S = 8192 that is
-  1.31072e14 + 1.7592e13 = 1.4866e14 FLOP, 0.37166 s at F.
+- swap against recompute prices the prefill with ModelSpec.prefill_flops: 2 x
+  6,979,321,856 linear parameters x S + 4 x 32 heads x 128 x 32 layers = 524,288 FLOPs
+  per (query, key) pair x S (S + 1) / 2 causal pairs; at S = 8192 that is
+  1.143492e14 + 1.759433e13 = 1.319435e14 FLOP, 0.329859 s at F.
 - swap: 131072 x 8192 = 2^30 bytes; one way 2^30 / 64e9 = 0.016777 s, round
-  trip 0.033554 s; 0.37166 / 0.033554 = 11.08x; crossover 8192 / 0.033554 =
-  244,141 tok/s; recompute wins above 1 - 0.033554 / 0.37166 = 90.97% survival.
+  trip 0.033554 s; 0.329859 / 0.033554 = 9.83x; crossover 8192 / 0.033554 =
+  244,141 tok/s; recompute wins above 1 - 0.033554 / 0.329859 = 89.83% survival.
 """
 from __future__ import annotations
 
@@ -26,12 +30,17 @@ from scheduler_sim.gpu.costmodel import (GPUS, MODELS, CostModel, DispatchShape,
                                      swap_vs_recompute)
 from scheduler_sim.records.errors import TraceError
 from scheduler_sim.io.trace import parse_trace
+from conftest import ROOT
+
+DATA = ROOT / "scheduler_sim" / "gpu" / "data" / "models"
 
 M8 = MODELS["llama-3-8b"]
 H100 = GPUS["h100-sxm"]
 F = 4e14        # achieved FLOP/s
 B = 2.68e12     # achieved HBM bytes/s
 KV = 131072     # KV bytes per token, Llama-3-8B
+N = 8_030_261_248  # Llama-3-8B's parameters (every one active: a dense model)
+W = 2 * N          # its weight bytes, bf16
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -60,26 +69,29 @@ def test_kv_bytes_per_token_llama_3_70b_exact():
 
 
 def test_swap_vs_recompute_reference_figures():
-    """At S = 8192: prefill 1.487e14 FLOP, cold recompute 0.372 s, round-trip swap 0.0336 s,
-    swap 11x cheaper, crossover 244k tok/s, recompute wins above 91% survival (each within
-    1%); the KV of the request is 2^30 bytes exactly and one way is half the round trip."""
+    """At S = 8192: prefill 1.319e14 FLOP, cold recompute 0.330 s, round-trip swap 0.0336 s,
+    swap 9.8x cheaper, crossover 244k tok/s, recompute wins above 89.8% survival (each
+    within 1%); the KV of the request is 2^30 bytes exactly and one way is half the round
+    trip."""
     r = swap_vs_recompute(M8, H100, 8192)
-    assert within(r["prefill_flops"], 1.487e14)
-    assert within(r["recompute_seconds"], 0.372)
+    assert within(r["prefill_flops"], 1.319e14)
+    assert within(r["recompute_seconds"], 0.330)
     assert within(r["swap_round_trip_seconds"], 0.0336)
-    assert within(r["swap_advantage"], 11)
+    assert within(r["swap_advantage"], 9.83)
     assert within(r["crossover_tokens_per_second"], 244e3)
-    assert within(r["survival_threshold"], 0.91)
+    assert within(r["survival_threshold"], 0.898)
     assert r["kv_bytes"] == 2 ** 30
     assert math.isclose(r["swap_one_way_seconds"] * 2, r["swap_round_trip_seconds"])
 
 
 def test_swap_vs_recompute_formulas():
-    """The figures follow their definitions: prefill FLOPs = 2 N S + 2 L d S^2 =
-    1.31072e14 + 1.75922e13 = 1.48664e14; cold = FLOPs / F; round trip = 2 x 2^30 / 64e9;
-    advantage = cold / round trip; crossover = S / round trip; threshold = 1 - rt / cold."""
+    """The figures follow their definitions: prefill FLOPs = 2 x 6,979,321,856 x S +
+    524,288 x S (S + 1) / 2 = 1.143492e14 + 1.759433e13 = 1.319435e14; cold = FLOPs / F;
+    round trip = 2 x 2^30 / 64e9; advantage = cold / round trip; crossover = S / round
+    trip; threshold = 1 - rt / cold."""
     r = swap_vs_recompute(M8, H100, 8192)
-    flops = 2 * 8.0e9 * 8192 + 2 * 32 * 4096 * 8192 ** 2
+    flops = 2 * 6_979_321_856 * 8192 + 524_288 * 8192 * 8193 // 2
+    assert flops == 131_943_542_816_768
     assert math.isclose(r["prefill_flops"], flops, rel_tol=1e-12)
     assert math.isclose(r["recompute_seconds"], flops / F, rel_tol=1e-9)
     rt = 2 * 2 ** 30 / 64e9
@@ -109,21 +121,27 @@ def number(cell: str) -> float:
 
 def test_cost_command_prints_the_reference_figures():
     """`cost --model llama-3-8b --gpu h100-sxm --seq 8192` prints each reference figure
-    within 1% (KV bytes per token exactly 131,072 B), and exits 0."""
+    within 1% (KV bytes per token exactly 131,072 B), and exits 0; the same figures for
+    the model's config.json given as a path."""
     status, out, err = run(["cost", "--model", "llama-3-8b", "--gpu", "h100-sxm",
                             "--seq", "8192"])
     assert status == 0 and err == ""
     rows = cost_rows(out)
     assert rows["KV bytes per token"] == "131,072 B"
-    assert within(number(rows["prefill FLOPs"]), 1.487e14)
+    assert within(number(rows["prefill FLOPs"]), 1.319e14)
     assert rows["cold recompute"].endswith(" s")
-    assert within(number(rows["cold recompute"]), 0.372)
+    assert within(number(rows["cold recompute"]), 0.330)
     assert rows["swap, round trip"].endswith(" s")
     assert within(number(rows["swap, round trip"]), 0.0336)
-    assert within(number(rows["swap is cheaper by"]), 11)
+    assert within(number(rows["swap is cheaper by"]), 9.83)
     assert within(number(rows["crossover prefill rate"]), 244e3)
     assert rows["recompute wins above"].endswith("%")
-    assert within(number(rows["recompute wins above"]) / 100, 0.91)
+    assert within(number(rows["recompute wins above"]) / 100, 0.898)
+    config = str(DATA / "llama-3.1-8b.json")
+    status, by_path, err = run(["cost", "--model", config, "--gpu", "h100-sxm",
+                                "--seq", "8192"])
+    assert status == 0 and err == ""
+    assert by_path.splitlines()[2:] == out.splitlines()[2:]
 
 
 def test_cost_command_unknown_model_or_gpu_exits_2():
@@ -139,15 +157,15 @@ def test_cost_command_unknown_model_or_gpu_exits_2():
 # --- the roofline ----------------------------------------------------------------------------
 
 def test_large_prefill_is_compute_bound():
-    """One 8192-token prefill from an empty context: compute 1.4866e14 / 4e14 = 0.37166 s;
-    memory (1.6e10 weights + 131072 x (8192 read + 8192 written)) / 2.68e12 = 0.006771 s;
-    so compute-bound, and seconds = compute + 0.0005."""
+    """One 8192-token prefill from an empty context: compute (2 N 8192 + 2 L d 8192^2) /
+    4e14 = 1.4916e14 / 4e14 = 0.37290 s; memory (W weights + 131072 x (8192 read + 8192
+    written)) / 2.68e12 = 0.006794 s; so compute-bound, and seconds = compute + 0.0005."""
     cost = CostModel(M8, H100)
     shape = DispatchShape(chunks=[(8192, 0)])
     compute, memory = cost.compute_seconds(shape), cost.memory_seconds(shape)
-    assert math.isclose(compute, (2 * 8.0e9 * 8192 + 2 * 32 * 4096 * 8192 ** 2) / F,
+    assert math.isclose(compute, (2 * N * 8192 + 2 * 32 * 4096 * 8192 ** 2) / F,
                         rel_tol=1e-9)
-    assert math.isclose(memory, (1.6e10 + KV * (8192 + 8192)) / B, rel_tol=1e-9)
+    assert math.isclose(memory, (W + KV * (8192 + 8192)) / B, rel_tol=1e-9)
     assert compute > 10 * memory
     assert cost.seconds(shape) == compute + 0.0005
 
@@ -173,7 +191,7 @@ def test_prefill_time_grows_quadratically_with_context():
     cost = CostModel(M8, H100)
 
     def attention(s: int) -> float:
-        return cost.compute_seconds(DispatchShape(chunks=[(s, 0)])) - 2 * 8.0e9 * s / F
+        return cost.compute_seconds(DispatchShape(chunks=[(s, 0)])) - 2 * N * s / F
     assert math.isclose(attention(8192), 2 * 32 * 4096 * 8192 ** 2 / F, rel_tol=1e-9)
     assert math.isclose(attention(16384) / attention(8192), 4, rel_tol=1e-9)
     assert math.isclose(attention(32768) / attention(16384), 4, rel_tol=1e-9)
@@ -184,15 +202,15 @@ def test_prefill_time_grows_quadratically_with_context():
 
 
 def test_small_decode_batch_is_memory_bound():
-    """Four decodes at context 1000: compute (2N x 4 + 2Ld (2 x 4000 + 4)) / F = 1.55e-4 s;
-    memory (1.6e10 + 131072 x (4000 read + 4 written)) / 2.68e12 = 0.0061660 s: memory-bound,
+    """Four decodes at context 1000: compute (2N x 4 + 2Ld (2 x 4000 + 4)) / F = 1.66e-4 s;
+    memory (W + 131072 x (4000 read + 4 written)) / 2.68e12 = 0.0061886 s: memory-bound,
     seconds = memory + 0.0005."""
     cost = CostModel(M8, H100)
     shape = DispatchShape(decodes=[1000] * 4)
     compute, memory = cost.compute_seconds(shape), cost.memory_seconds(shape)
-    assert math.isclose(compute, (2 * 8.0e9 * 4 + 2 * 32 * 4096 * (2 * 4000 + 4)) / F,
+    assert math.isclose(compute, (2 * N * 4 + 2 * 32 * 4096 * (2 * 4000 + 4)) / F,
                         rel_tol=1e-9)
-    assert math.isclose(memory, (1.6e10 + KV * (4000 + 4)) / B, rel_tol=1e-9)
+    assert math.isclose(memory, (W + KV * (4000 + 4)) / B, rel_tol=1e-9)
     assert memory > 10 * compute
     assert cost.seconds(shape) == memory + 0.0005
 
@@ -260,15 +278,15 @@ COST = "llama-3-8b/h100-sxm"
 
 def test_replay_dispatches_last_their_modelled_steps():
     """One request P=2048, N=3 on a 1-ms clock. Step 0 prefills 2048 tokens: compute
-    (2N 2048 + 2Ld 2048^2) / F = 3.38675e13 / 4e14 = 0.0846688 s, memory (1.6e10 + 131072 x
-    4096) / B = 0.00617 s, + 0.0005 = 0.0851688 s: it ends at 85.17 ms and completes at
-    step 86. The decode at 86 (context 2048) costs memory (1.6e10 + 131072 x 2049) / B =
-    0.0060704 s + 0.0005 = 6.5704 ms and starts from the exact 85.17 ms: it ends at 91.74
-    and completes at 92; the decode at 92 (context 2049, 6.5704 ms) ends at 98.31: 99. So
-    rounding never accumulates: ceil(85.17) = 86, ceil(91.74) = 92, ceil(98.31) = 99."""
+    (2N 2048 + 2Ld 2048^2) / F = 3.39915e13 / 4e14 = 0.0849787 s, memory (W + 131072 x
+    4096) / B = 0.00619 s, + 0.0005 = 0.0854787 s: it ends at 85.48 ms and completes at
+    step 86. The decode at 86 (context 2048) costs memory (W + 131072 x 2049) / B =
+    0.0060929 s + 0.0005 = 6.5929 ms and starts from the exact 85.48 ms: it ends at 92.07
+    and completes at 93; the decode at 93 (context 2049, 6.5930 ms) ends at 98.66: 99. So
+    rounding never accumulates: ceil(85.48) = 86, ceil(92.07) = 93, ceil(98.66) = 99."""
     s = simulate([req("a", 0, 2048, 3)], cost_model=COST, clock_resolution=0.001)
     dispatches = s.of("dispatch")
-    assert [(d["tick"], d["done"]) for d in dispatches] == [(0, 86), (86, 92), (92, 99)]
+    assert [(d["tick"], d["done"]) for d in dispatches] == [(0, 86), (86, 93), (93, 99)]
     assert [d["rows"][0]["phase"] for d in dispatches] == ["prefill", "decode", "decode"]
     assert s.req["a"].first_token_at == 86 and s.req["a"].finished_at == 99
     assert s.summary["makespan"] == 0.099 and s.summary["iterations"] == 3
@@ -276,14 +294,14 @@ def test_replay_dispatches_last_their_modelled_steps():
 
 def test_replay_cost_model_defaults_to_a_1us_clock():
     """Without clock_resolution a cost model steps in microseconds: the three dispatches
-    end at 85,168.78, 91,739.14 and 98,309.55 us, so they complete at steps 85169, 91740
-    and 98310 (makespan 0.09831 s). On a 10-ms clock the prefill ends at 8.52 steps (9);
-    the first decode ends at 8.52 + 0.657 = 9.17 (10); the second would end at 9.83, before
+    end at 85,478.65, 92,071.60 and 98,664.59 us, so they complete at steps 85479, 92072
+    and 98665 (makespan 0.098665 s). On a 10-ms clock the prefill ends at 8.55 steps (9);
+    the first decode ends at 8.55 + 0.659 = 9.21 (10); the second would end at 9.87, before
     the step 10 it starts at, so it lasts one step (11): makespan 0.11 s."""
     s = simulate([req("a", 0, 2048, 3)], cost_model=COST)
     assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [
-        (0, 85169), (85169, 91740), (91740, 98310)]
-    assert s.summary["makespan"] == 0.09831
+        (0, 85479), (85479, 92072), (92072, 98665)]
+    assert s.summary["makespan"] == 0.098665
     s = simulate([req("a", 0, 2048, 3)], cost_model=COST, clock_resolution=0.01)
     assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [(0, 9), (9, 10), (10, 11)]
     assert s.summary["makespan"] == 0.11

@@ -289,18 +289,21 @@ def test_one_lockstep_rank_replays_exactly_as_the_engine(seed, policy):
 
 def test_a_lockstep_step_lasts_as_long_as_its_slowest_rank():
     """Two ranks, one long prefill and one short: both dispatches end when the long one
-    does, as it would alone; the short rank waits the difference."""
+    does, as it would alone; the short rank waits the difference. Llama-3-8B (N =
+    8,030,261,248, weights 2N bytes) on an H100: the 2000-token prefill computes (2N 2000 +
+    2 x 32 x 4096 x 2000^2) / 4e14 = 82.924 ms, + 0.5 ms: done at 83,425 us; the 8-token
+    one reads (2N + 131,072 x 16) / 2.68e12 = 5.993 ms, + 0.5: 6,494 us."""
     cost = dict(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.001, block_size=4,
                 num_blocks=1024, token_budget=2048)
     long_, short = req("long", 0, 2000, 1), req("short", 0, 8, 1)
     alone_long, long_events = _fleet([long_], replicas=1, **cost)
     alone_short, short_events = _fleet([short], replicas=1, **cost)
     done = lambda events: [e["done"] for _, e in events if e["event"] == "dispatch"]  # noqa
-    assert done(long_events) == [83122] and done(short_events) == [6471]  # clock steps (us)
+    assert done(long_events) == [83425] and done(short_events) == [6494]  # clock steps (us)
     result, events = _lockstep([long_, short], replicas=2, **cost)
-    assert [(i, e["done"]) for i, e in events if e["event"] == "dispatch"] == [(0, 83122),
-                                                                              (1, 83122)]
-    assert result.summary["e2el_max"] == result.summary["e2el_p50"] == 0.083122
+    assert [(i, e["done"]) for i, e in events if e["event"] == "dispatch"] == [(0, 83425),
+                                                                              (1, 83425)]
+    assert result.summary["e2el_max"] == result.summary["e2el_p50"] == 0.083425
     busy = [alone_long.summary["busy_seconds"], alone_short.summary["busy_seconds"]]
     assert [r["busy_seconds"] for r in result.replicas] == busy
     assert [r["lockstep_wait"] for r in result.replicas] == [0, pytest.approx(

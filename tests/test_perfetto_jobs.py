@@ -270,7 +270,9 @@ def test_a_fleet_replay_leaves_the_reader_empty(tmp_path):
 def test_a_copy_aborted_by_a_cancel_leaves_no_second_track(tmp_path):
     """Disaggregated, a 0.001 Gb/s link: a's copy (6,291,456 us) is cancelled at 0.1 s on
     the decode replica (process 1001). Its track there is named once, on a's line (2),
-    and ends with the cancel: the copy's late `transfer_done` (aborted) adds nothing."""
+    and ends with the cancel: the copy's late `transfer_done` (aborted) adds nothing. The
+    copy starts when a's prefill ends: (16,060,522,496 weight bytes + 131,072 x 12) /
+    2.68e12 + 0.0005 s = 6,494 us."""
     records = [{"type": "config", "block_size": 4, "prefill_replicas": 1,
                 "decode_replicas": 1, "num_blocks": 2, "kv_link_gbps": 0.001,
                 "cost_model": "llama-3-8b/h100-sxm", "tick_seconds": 0.001},
@@ -284,7 +286,7 @@ def test_a_copy_aborted_by_a_cancel_leaves_no_second_track(tmp_path):
     decode_a = [(e["name"], e["ph"], e.get("ts"), e.get("dur")) for e in doc["traceEvents"]
                 if e["pid"] == 1001 and e["tid"] == 2]
     assert decode_a == [("thread_name", "M", None, None), ("thread_sort_index", "M", None, None),
-                        ("kv transfer", "X", 6471, 6291456), ("cancelled", "i", 100000, None)]
+                        ("kv transfer", "X", 6494, 6291456), ("cancelled", "i", 100000, None)]
     prefill_a = [e["name"] for e in doc["traceEvents"] if e["pid"] == 1000 and e["tid"] == 2]
     assert prefill_a == ["thread_name", "thread_sort_index", "prefill", "prefilled"]
 

@@ -20,7 +20,9 @@ import sys
 from typing import Any, Callable, Iterable, TextIO
 
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
-from ..gpu.costmodel import GPUS, MAX_SEQ, MODELS, PoolSizing, fit_pool, swap_vs_recompute
+from ..gpu.catalogue import is_path
+from ..gpu.costmodel import MAX_SEQ, PoolSizing, fit_pool, swap_vs_recompute
+from ..io.catalogue_table import format_catalogue
 from ..io.expectations import check_trace
 from ..io.html_report import html_report, sweep_report
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, check_workload, limit, parse_length,
@@ -33,6 +35,7 @@ from ..io.outputs import (EventFile, Output, check_output_paths, jsonl, read_inp
                           read_limited, read_text, write_whole)
 from ..io.perfetto import PerfettoFile, TrackNumbers
 from ..io.progress import Progress, wanted
+from ..io.specs import gpu_spec, model_spec, spec_inputs
 from ..io.report import (csv_header, format_json, format_requests, format_table,
                          printable, table_rows)
 from ..io.sweep import (Axis, Configuration, build_grid, check_axis, configuration_row,
@@ -100,10 +103,10 @@ def resolve_options(trace: Trace, args: argparse.Namespace,
     policy that only the trace's config names is refused unless the command
     line allows it (`--allow-trace-plugins`); `load_plugins` then loads them.
     """
-    options, flags = resolve_trace_options(trace.config, _flag_values(args))
+    options, flags = resolve_trace_options(trace.config, _flag_values(args), trace.directory)
     options = allow_trace_plugins(trace, options, getattr(args, "allow_trace_plugins", False))
     ticks = trace.config.get("tick_seconds")
-    if (err is not None and options.cost_model and options.time_unit == "tick"
+    if (err is not None and options.has_cost_model and options.time_unit == "tick"
             and "tick_seconds" in flags and ticks is not None and flags["tick_seconds"] != ticks):
         err.write(f"{PROG}: warning: --tick-seconds {flags['tick_seconds']:g} overrides the "
                   f"trace's tick of {ticks:g} s: every arrival and wait in the trace moves "
@@ -155,7 +158,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)
     # The trace's config may name plugin policies of its own.
-    check_output_paths(written, [("the trace", args.trace)]
+    check_output_paths(written, [("the trace", args.trace)] + spec_inputs(options)
                        + _plugin_sources(options.policy, options.plugin_dir))
     load_plugins(options.policy, options.plugin_dir)  # one that fails stops us now
     clock = Clock.of(options)
@@ -245,7 +248,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     check_output_paths(written, [("the trace", args.trace)] + _plugin_sources(args.policy))
     trace = read_trace(args.trace)
     options, _ = resolve_options(trace, args, err)
-    check_output_paths(written, [("the trace", args.trace)]
+    check_output_paths(written, [("the trace", args.trace)] + spec_inputs(options)
                        + _plugin_sources(options.policy, options.plugin_dir))
     load_plugins(options.policy, options.plugin_dir)
     name = printable(trace.name)
@@ -477,25 +480,25 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_cost(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Print the swap-versus-recompute analysis of a preempted request."""
-    if args.model not in MODELS:
-        raise UsageError(f"unknown model {args.model!r} (known: {', '.join(MODELS)})")
-    if args.gpu not in GPUS:
-        raise UsageError(f"unknown gpu {args.gpu!r} (known: {', '.join(GPUS)})")
     if not 1 <= args.seq <= MAX_SEQ:
         raise UsageError(f"--seq must be an integer from 1 to {MAX_SEQ:,}, got {show(args.seq)}")
     mfu = OPTIONS["mfu"]
     if not mfu.minimum <= args.mfu <= mfu.maximum:  # False for nan
         raise UsageError(f"--mfu must be a number from {limit(mfu.minimum)} to "
                          f"{limit(mfu.maximum)}, got {show(args.mfu)}")
-    model, gpu = MODELS[args.model], GPUS[args.gpu]
+    model, gpu = model_spec(args.model), gpu_spec(args.gpu)
     r = swap_vs_recompute(model, gpu, args.seq, args.mfu)
+    width = (f"({model.mla.kv_lora_rank} + {model.mla.qk_rope_head_dim}) latent"
+             if model.mla is not None and model.kv_width else
+             f"{model.kv_token_width}" if model.kv_width else
+             f"2 x {model.kv_heads} KV heads x {model.head_dim}")
     rows = [
         ("KV bytes per token", f"{r['kv_bytes_per_token']:,} B",
-         f"2 x {model.layers} layers x {model.kv_heads} KV heads x {model.head_dim} x "
-         f"{model.dtype_bytes} B"),
+         f"{model.layers} layers x {width} x {model.kv_dtype_bytes:g} B"),
         ("KV of the request", f"{r['kv_bytes'] / 2**30:,.3f} GiB", f"{args.seq:,} tokens"),
         ("prefill FLOPs", f"{r['prefill_flops']:.4g}",
-         f"2 N S + 2 L S^2 d, N = {model.parameters:.3g}"),
+         f"2 N S + A S (S + 1) / 2, N = {model.active_linear_params:.3g}, "
+         f"A = {model.attention_flops_per_pair_total:.3g}"),
         ("cold recompute", f"{r['recompute_seconds']:.4f} s",
          f"at {gpu.peak_flops * args.mfu / 1e12:,.0f} TFLOP/s"),
         ("swap, one way", f"{r['swap_one_way_seconds']:.4f} s",
@@ -512,6 +515,12 @@ def cmd_cost(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     w1 = max(len(b) for _, b, _ in rows)
     for a, b, c in rows:
         out.write(f"{a.ljust(w0)}  {b.rjust(w1)}  {c}\n")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """List the model and GPU catalogues."""
+    out.write(format_catalogue())
     return 0
 
 
@@ -699,7 +708,7 @@ def _sweep_plugins(args: argparse.Namespace, trace: Trace, axes: list[Axis],
     that file's folder."""
     axis = next((a for a in axes if a.name == "policy"), None)
     if axis is None:  # the trace's policies (or the default)
-        base = resolve_trace_options(trace.config, dict(fixed))[0]
+        base = resolve_trace_options(trace.config, dict(fixed), specs=False)[0]
         base = allow_trace_plugins(trace, base, args.allow_trace_plugins,
                                    f"pass {ALLOW_FLAG} (or name it with --policy)")
         return base.plugin_dir, list(base.policy)
@@ -763,6 +772,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "convert": cmd_convert,
     "generate": cmd_generate,
     "cost": cmd_cost,
+    "models": cmd_models,
     "sweep": cmd_sweep,
     "sweep-merge": cmd_sweep_merge,
 }

@@ -25,7 +25,6 @@ import sys
 from typing import Any, TextIO
 
 from .. import __version__
-from ..gpu.costmodel import GPUS, MODELS
 from ..io.importers import FORMATS, RUN_FORMATS
 from ..io.outputs import GuardedStream, PipeClosed
 from ..io.report import printable
@@ -201,11 +200,19 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p = sub.add_parser("cost", help="price swap against recompute for one request",
                        description="The roofline analysis of a preempted request: recompute "
                                    "its prefill, or swap its KV to host memory and back.")
-    p.add_argument("--model", required=True, help=f"one of {', '.join(MODELS)}")
-    p.add_argument("--gpu", required=True, help=f"one of {', '.join(GPUS)}")
+    p.add_argument("--model", required=True,
+                   help="a catalogue name (scheduler-sim models) or the path of a config.json")
+    p.add_argument("--gpu", required=True,
+                   help="a catalogue name (scheduler-sim models) or the path of a GPU spec "
+                        ".json")
     p.add_argument("--seq", type=int, required=True, help="tokens of the request")
     p.add_argument("--mfu", type=float, default=400 / 989,
                    help="achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)")
+
+    sub.add_parser("models", help="list the models and GPUs a cost model knows by name",
+                   description="The model catalogue (parameters, layers, width, heads, "
+                               "experts, dtype, KV bytes per token) and the GPU catalogue "
+                               "(peak FLOP/s, HBM bandwidth, memory, interconnect).")
     return parser
 
 

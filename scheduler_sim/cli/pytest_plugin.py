@@ -28,6 +28,7 @@ import pytest
 
 from ..gpu.costmodel import fit_pool
 from ..io.expectations import CheckResult, check_trace
+from ..io.specs import load_specs
 from ..io.trace import ALLOW_FLAG, Trace, allow_trace_plugins, read_trace
 from ..policies import PluginError, is_plugin, policy_class
 from ..records import interrupts
@@ -75,9 +76,11 @@ class TraceFile(pytest.File):
     def collect(self):
         try:
             trace = read_trace(str(self.path))
-            options, _ = fit_pool(Options.resolve(trace.config))
+            options = dataclasses.replace(Options.resolve(trace.config),
+                                          trace_dir=trace.directory)
             if options.problems():
                 raise UsageError("; ".join(options.problems()))
+            options, _ = fit_pool(load_specs(options))
         except TraceError as exc:
             yield ProblemItem.from_parent(self, name="trace", messages=exc.problems)
             return

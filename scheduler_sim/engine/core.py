@@ -32,7 +32,8 @@ from functools import partial
 from itertools import compress, repeat
 from typing import Any, Callable, Iterator
 
-from ..gpu.costmodel import CostModel, fit_pool, parse_cost_model
+from ..gpu.catalogue import cost_specs
+from ..gpu.costmodel import CostModel, fit_pool
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
 from ..kv.prefix_cache import BlockKeys
 from ..policies import PADDING, Plan, PluginError, is_builtin, is_builtin_name, make_policy
@@ -165,8 +166,9 @@ class Engine:
             self.allocator.track_evictions(
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))
         self.cost: CostModel | None = None
-        if options.cost_model is not None:
-            model, gpu = parse_cost_model(options.cost_model)
+        specs = cost_specs(options)
+        if specs is not None:
+            model, gpu = specs
             self.cost = CostModel(model, gpu, options.mfu, options.bandwidth_efficiency,
                                   options.step_overhead, options.tp)
         self.clients = (ClientSlots(options.max_concurrency)

@@ -40,6 +40,11 @@ from collections.abc import Iterator
 
 from ..records.errors import UsageError
 from ..records.options import OPTIONS
+# The specs moved to their own modules (models.py, gpus.py, catalogue.py); their names
+# stay importable from here.
+from .catalogue import GPUS, MODELS, cost_specs, parse_cost_model
+from .gpus import GpuSpec
+from .models import ACTIVATION_BYTES, ModelSpec
 
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape",
            "DEFAULT_MFU", "DEFAULT_BANDWIDTH_EFFICIENCY", "DEFAULT_STEP_OVERHEAD",
@@ -48,70 +53,6 @@ __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape
 
 GIB = 2 ** 30
 
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """A dense decoder's architecture numbers (public model cards)."""
-
-    name: str
-    parameters: float
-    layers: int
-    kv_heads: int
-    head_dim: int
-    d_model: int
-    dtype_bytes: int = 2  # bf16
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V one token keeps in the cache, over all layers."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
-
-    @property
-    def weight_bytes(self) -> float:
-        """Bytes of weights read once per forward pass."""
-        return self.parameters * self.dtype_bytes
-
-    def kv_bytes_per_token_per_gpu(self, tp: int) -> int:
-        """KV bytes of one token on each of `tp` GPUs: the KV heads split across them
-        (replicated when there are more GPUs than KV heads, as vLLM does)."""
-        heads = max(1, self.kv_heads // tp)
-        return 2 * self.layers * heads * self.head_dim * self.dtype_bytes
-
-    def prefill_flops(self, tokens: int, context: int = 0) -> float:
-        """FLOPs to prefill `tokens` tokens that follow `context` cached tokens."""
-        end = context + tokens
-        return (2 * self.parameters * tokens
-                + 2 * self.layers * self.d_model * (end * end - context * context))
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuSpec:
-    """A GPU's peak numbers (datasheets): dense bf16 FLOP/s, HBM and host-link bytes/s,
-    memory as the CUDA runtime reports it, and the GPU-to-GPU link (one direction)."""
-
-    name: str
-    peak_flops: float
-    hbm_bandwidth: float
-    host_link: float  # one direction
-    memory_gib: float = 80.0
-    interconnect: float = 300e9  # NVLink bytes/s, one direction
-
-
-MODELS: dict[str, ModelSpec] = {m.name: m for m in (
-    ModelSpec("llama-3-8b", 8.0e9, 32, 8, 128, 4096),
-    ModelSpec("llama-3-70b", 70.6e9, 80, 8, 128, 8192),
-)}
-
-# Memory is what the CUDA runtime reports, a little under the nominal size:
-# 79.22 GiB for an H100 SXM (vLLM's memory profile, vllm-project/vllm#10511),
-# 79.35 GiB for an A100 80GB (PyTorch's "total capacity"), and for an H200 its
-# 140.4 GiB less the same 0.43 GiB as the H100. NVLink per direction: 300 GB/s
-# (A100 SXM, NVLink 3), 450 GB/s (H100 and H200, NVLink 4).
-GPUS: dict[str, GpuSpec] = {g.name: g for g in (
-    GpuSpec("a100-80gb", 312e12, 2.039e12, 32e9, 79.35, 300e9),   # PCIe Gen4 x16
-    GpuSpec("h100-sxm", 989e12, 3.35e12, 64e9, 79.22, 450e9),     # PCIe Gen5 x16
-    GpuSpec("h200", 989e12, 4.8e12, 64e9, 139.97, 450e9),
-)}
 
 # The defaults live in the option table (options.OPTIONS), where their sources
 # are given: 400 of an H100's 989 dense TFLOP/s (a conservative MFU for batched
@@ -123,16 +64,6 @@ DEFAULT_ACTIVATION_RESERVE = OPTIONS["activation_reserve"].default
 DEFAULT_MFU = OPTIONS["mfu"].default
 DEFAULT_BANDWIDTH_EFFICIENCY = OPTIONS["bandwidth_efficiency"].default
 DEFAULT_STEP_OVERHEAD = OPTIONS["step_overhead"].default
-
-
-def parse_cost_model(text: str) -> tuple[ModelSpec, GpuSpec]:
-    """`llama-3-8b/h100-sxm` -> (model, gpu); ValueError naming the known ones."""
-    model_name, _, gpu_name = text.partition("/")
-    if model_name not in MODELS or gpu_name not in GPUS:
-        raise ValueError(
-            f"cost_model must be MODEL/GPU with MODEL in {', '.join(MODELS)} and GPU in "
-            f"{', '.join(GPUS)}, got {text!r}")
-    return MODELS[model_name], GPUS[gpu_name]
 
 
 @dataclasses.dataclass
@@ -160,12 +91,14 @@ class CostModel:
         self.weight_bytes = model.weight_bytes / tp
         self.kv_bytes = model.kv_bytes_per_token_per_gpu(tp)
         self.step_overhead = step_overhead
-        self._two_n = 2 * model.parameters          # FLOPs per token, dense layers
+        # FLOPs per token: 2 x the parameters a token meets (an MoE layer's active
+        # experts only; every parameter of a dense model).
+        self._two_n = 2 * model.active_parameters
         self._att = 2 * model.layers * model.d_model  # FLOPs per (query, key) pair
         # Seconds of all-reduce per token of the batch: 2 per layer, a ring's
         # 2 (tp - 1) / tp of d_model x dtype bytes each, over the interconnect.
         self.allreduce_per_token = (
-            2 * model.layers * 2 * (tp - 1) / tp * model.d_model * model.dtype_bytes
+            2 * model.layers * 2 * (tp - 1) / tp * model.d_model * ACTIVATION_BYTES
             / gpu.interconnect)
 
     def _seconds(self, chunks: list[tuple[int, int]], rows: int, contexts: int) -> tuple[float, float]:
@@ -290,7 +223,7 @@ class PoolSizing:
     tp: int
     utilization: float
     usable: float        # utilization x memory
-    weights: float       # parameters x dtype / tp
+    weights: float       # weight bytes (ModelSpec.weight_bytes) / tp
     reserve: float       # activations and memory outside PyTorch
     kv: float            # what is left for KV blocks
     block_bytes: int     # block_size x KV bytes per token per GPU
@@ -344,15 +277,21 @@ def fit_pool(options) -> tuple:
     and the sizing is None. Raises UsageError with the arithmetic when the
     model or the pool does not fit.
     """
-    if options.cost_model is None:
+    specs = cost_specs(options)
+    if specs is None:
         return options, None
-    model, gpu = parse_cost_model(options.cost_model)
+    model, gpu = specs
+    if options.cost_specs is None:  # resolved once: the engines of a run reuse them
+        options = dataclasses.replace(options, cost_specs=specs)
     if options.tp > 8:
         raise UsageError(f"tp must be at most 8, the GPUs of one NVLink node (the model has "
                          f"no network between nodes), got {options.tp}")
     if model.kv_heads % options.tp and options.tp % model.kv_heads:
         raise UsageError(f"tp must divide {model.name}'s {model.kv_heads} KV heads or be a "
                          f"multiple of them, got {options.tp}")
+    if model.heads % options.tp:
+        raise UsageError(f"tp must divide {model.name}'s {model.heads} attention heads, got "
+                         f"{options.tp}")
     try:
         sizing = size_pool(model, gpu, options.block_size, options.gpu_memory_utilization,
                            options.tp, options.activation_reserve)

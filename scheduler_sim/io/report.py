@@ -29,13 +29,14 @@ from typing import Any
 
 from ..engine.summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
                       TIME_RUN_FIELDS)
+from ..gpu.catalogue import is_path
 from ..gpu.costmodel import PoolSizing
 from ..records.clock import Clock
 from ..records.options import OPTIONS, Options, format_slo
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
            "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text", "printable",
-           "text_width", "csv_field"]
+           "text_width", "csv_field", "cost_model_line"]
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -245,15 +246,28 @@ def header_lines(command: str, trace_name: str, options: Options, clock: Clock,
     noun = "request" if requests == 1 else "requests"
     lines = [f"scheduler-sim {command} {printable(trace_name)}",
              f"{requests:,} {noun} · {clock.describe()}"]
-    if options.cost_model:
-        lines.append(f"cost model {options.cost_model}"
-                     + (f" on {options.tp} GPUs" if options.tp > 1 else ""))
+    if options.has_cost_model:
+        lines.append(printable(cost_model_line(options)))
     if pool is not None:
         derived = options.origin.get("num_blocks") == "derived"
         lines.append(pool.describe(None if derived else options.num_blocks))
     lines += _wrap("options: ", options_text(options) or ["all defaults"])
     lines += [f"note: {printable(text)}" for text in options.unused()]
     return lines
+
+
+def cost_model_line(options: Options) -> str:
+    """`cost model llama-3-8b/h100-sxm on 4 GPUs`: the model and GPU priced, by their
+    names, and the files they were read from (as given) when a path named them."""
+    specs = options.cost_specs
+    if specs is None:
+        text = options.cost_model or f"{options.model}/{options.gpu}"
+    else:
+        text = f"{specs[0].name}/{specs[1].name}"
+    line = f"cost model {text}" + (f" on {options.tp} GPUs" if options.tp > 1 else "")
+    files = [f"{key} from {value}" for key in ("model", "gpu")
+             if (value := getattr(options, key)) is not None and is_path(value)]
+    return line + (f" ({', '.join(files)})" if files else "")
 
 
 # Rows of fields only some runs have (a fleet's): shown when a run has them.

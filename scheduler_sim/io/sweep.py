@@ -50,6 +50,7 @@ from ..records.clock import Clock
 from ..records.errors import UsageError
 from ..records.options import OPTIONS, Options, format_slo, show
 from .report import csv_field, format_number, printable, text_width
+from .specs import load_specs
 from .trace import Trace, check_options, resolve_options
 
 __all__ = ["SWEEP_VERSION", "Axis", "Configuration", "GridConfigurations", "Grid",
@@ -106,9 +107,12 @@ class GridConfigurations(Sequence[Configuration]):
     Indexing, slicing, `len` and iteration; nothing is kept."""
 
     def __init__(self, config: dict[str, Any], fixed: dict[str, Any],
-                 axes: tuple[Axis, ...], plugin_dir: str | None = None) -> None:
+                 axes: tuple[Axis, ...], plugin_dir: str | None = None,
+                 trace_dir: str | None = None) -> None:
         self._config = config
         self._plugin_dir = plugin_dir  # where a relative plugin file is taken from
+        self._trace_dir = trace_dir    # where a spec file the trace's config names is
+        self._specs: dict = {}         # spec files read, each once (specs.load_specs)
         self._fixed = fixed
         self._axes = axes
         self._names = tuple(axis.name for axis in axes)
@@ -150,11 +154,12 @@ class GridConfigurations(Sequence[Configuration]):
         try:
             # Every value was checked already (the fixed ones by `build_grid`, the swept
             # ones by `check_axis`): what is left is how they go together.
-            options = Options.resolve(self._config, raw)
+            options = dataclasses.replace(Options.resolve(self._config, raw),
+                                          trace_dir=self._trace_dir)
             problems = options.problems()
             if problems:
                 raise UsageError("; ".join(problems))
-            options = fit_pool(options)[0]
+            options = fit_pool(load_specs(options, self._specs))[0]
         except UsageError as exc:
             raise UsageError(f"grid: configuration {index} ({_label(values)}): {exc}") from None
         if self._plugin_dir is None:
@@ -271,11 +276,12 @@ def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
         if name in fixed and fixed[name] is not None:
             flag = "--policy" if name == "policy" else OPTIONS[name].flag
             raise UsageError(f"grid: {name} is both swept and fixed ({flag}); drop one")
-    base, checked = resolve_options(trace.config, dict(fixed))
+    base, checked = resolve_options(trace.config, dict(fixed), trace.directory, specs=False)
     if "policy" not in names:
         axes.append(Axis("policy", tuple(base.policy)))
         names.append("policy")
-    configurations = GridConfigurations(trace.config, checked, tuple(axes), plugin_dir)
+    configurations = GridConfigurations(trace.config, checked, tuple(axes), plugin_dir,
+                                        trace.directory)
     if len(configurations) > MAX_CONFIGURATIONS:
         sizes = " x ".join(f"{len(axis.values):,} {axis.name}" for axis in axes)
         raise UsageError(f"grid: {len(configurations):,} configurations ({sizes}), more than "

@@ -29,7 +29,7 @@ from hashlib import blake2b
 from typing import Any, Callable, Iterable, Iterator
 
 from ..engine.summary import FLEET_REQUEST_FIELDS, FLEET_RUN_FIELDS, REQUEST_FIELDS, RUN_FIELDS
-from ..gpu.costmodel import parse_cost_model
+from ..gpu.catalogue import GPUS, MODELS, is_path, parse_cost_model
 from ..kv.allocator import blocks_for
 from ..policies import POLICIES, is_plugin, spelling_problem
 from ..records.errors import TraceError, UsageError
@@ -37,6 +37,7 @@ from ..records.options import OPTIONS, Options, check_value, show
 from ..records.states import RequestStatus
 from ..records.workload import Action, RequestSpec, Workload
 from ..requests.queues import QUEUE_ORDERS
+from .specs import load_specs
 
 __all__ = ["Trace", "Expectation", "parse_trace", "read_trace", "check_options",
            "resolve_options", "unique_keys", "plugins_from_trace", "allow_trace_plugins", "ALLOW_FLAG",
@@ -258,18 +259,23 @@ def json_value(decode: Callable[[str], Any], text: str) -> tuple[Any, str | None
         return None, f"invalid JSON: {exc}"
 
 
-def resolve_options(config: dict[str, Any], values: dict[str, Any]
+def resolve_options(config: dict[str, Any], values: dict[str, Any],
+                    directory: str | None = None, specs: bool = True
                     ) -> tuple[Options, dict[str, Any]]:
     """Defaults, then a trace's `config`, then `values` (flags or keyword options),
-    checked: the options and the checked values. Every problem raises UsageError."""
+    checked: the options and the checked values, with the model and GPU a cost model
+    prices read when `specs` (`specs.load_specs`; a file the config names is taken from
+    the trace's `directory`; a sweep's base options, whose axes may give the model or the
+    GPU, leave them to each configuration). Every problem raises UsageError (ConfigError
+    for a bad spec file)."""
     problems: list[str] = []
     checked = check_options(values, problems.append)
     if problems:
         raise UsageError("; ".join(problems))
-    options = Options.resolve(config, checked)
+    options = dataclasses.replace(Options.resolve(config, checked), trace_dir=directory)
     if options.problems():
         raise UsageError("; ".join(options.problems()))
-    return options, checked
+    return (load_specs(options) if specs else options), checked
 
 
 def check_options(values: dict[str, Any], report) -> dict[str, Any]:
@@ -305,6 +311,13 @@ def check_options(values: dict[str, Any], report) -> dict[str, Any]:
                 parse_cost_model(checked)
             except ValueError as exc:
                 report(str(exc))
+                continue
+        if key in ("model", "gpu") and checked is not None and not is_path(checked):
+            known = MODELS if key == "model" else GPUS
+            if checked not in known:
+                what = "a config.json" if key == "model" else "a GPU spec .json"
+                report(f"unknown {key} {checked!r}{_suggest(checked, known)} (known: "
+                       f"{', '.join(known)}; or the path of {what})")
                 continue
         if key == "order" and checked not in QUEUE_ORDERS:
             report(f"unknown order {checked!r}{_suggest(checked, QUEUE_ORDERS)} "

@@ -89,7 +89,7 @@ class Clock:
         """The clock `options` (an `Options`) describe; see the module's table."""
         unit = options.time_unit
         tick = options.tick_seconds
-        if options.cost_model is not None:
+        if options.has_cost_model:
             step = options.clock_resolution or DEFAULT_RESOLUTION
             length = TIME_UNITS[unit] if unit != "tick" else (tick or DEFAULT_TICK_SECONDS)
             return cls(unit, length, step, True)

@@ -6,7 +6,7 @@ Only the command-line layer turns them into messages and exit codes.
 """
 from __future__ import annotations
 
-__all__ = ["SimError", "TraceError", "UsageError", "InvariantError", "PolicyError"]
+__all__ = ["SimError", "TraceError", "ConfigError", "UsageError", "InvariantError", "PolicyError"]
 
 
 class SimError(Exception):
@@ -25,6 +25,12 @@ class TraceError(SimError):
 
     def __reduce__(self):  # from a worker process: the problems, not the joined text
         return (type(self), (self.problems,))
+
+
+class ConfigError(TraceError):
+    """A model's config.json or a GPU's spec file cannot be read as one; every problem of
+    the file, each a complete `FILE: field 'NAME': what is wrong, got what` message.
+    Exit status 2, like a bad trace."""
 
 
 class UsageError(SimError):

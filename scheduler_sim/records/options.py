@@ -183,6 +183,12 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("cost_model", "str", None,
                    "MODEL/GPU for the roofline cost model, e.g. llama-3-8b/h100-sxm (§9)",
                    nullable=True),
+        OptionSpec("model", "str", None,
+                   "the model a cost model prices: a catalogue name (scheduler-sim models) "
+                   "or the path of its Hugging Face config.json (with gpu; §9)", nullable=True),
+        OptionSpec("gpu", "str", None,
+                   "the GPU a cost model prices: a catalogue name (scheduler-sim models) or "
+                   "the path of a GPU spec .json (with model; §9)", nullable=True),
         OptionSpec("mfu", "float", 400 / 989,
                    "cost model: achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)",
                    minimum=1e-6, maximum=1.0),
@@ -387,6 +393,8 @@ class Options:
     max_concurrency: int | None = OPTIONS["max_concurrency"].default
     slo: tuple[tuple[str, float], ...] | None = OPTIONS["slo"].default
     cost_model: str | None = OPTIONS["cost_model"].default
+    model: str | None = OPTIONS["model"].default
+    gpu: str | None = OPTIONS["gpu"].default
     mfu: float = OPTIONS["mfu"].default
     bandwidth_efficiency: float = OPTIONS["bandwidth_efficiency"].default
     step_overhead: float = OPTIONS["step_overhead"].default
@@ -398,6 +406,12 @@ class Options:
     # The folder a relative `FILE.py:CLASS` policy is loaded from (None: the working
     # directory): the trace's own folder when its config named the plugin.
     plugin_dir: str | None = dataclasses.field(default=None, compare=False, repr=False)
+    # The folder of the trace whose config these options were resolved over: a relative
+    # `model` or `gpu` path that the config gave is read from there (io/specs.py).
+    trace_dir: str | None = dataclasses.field(default=None, compare=False, repr=False)
+    # The (ModelSpec, GpuSpec) the cost model prices, once io/specs.py has read them
+    # (gpu/catalogue.cost_specs); None until then, and without a cost model.
+    cost_specs: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.prefill_chunk is None:
@@ -421,6 +435,11 @@ class Options:
         if isinstance(values["slo"], (str, dict)):
             values["slo"] = parse_slo(values["slo"])
         return cls(**values, origin=origin)
+
+    @property
+    def has_cost_model(self) -> bool:
+        """Whether dispatches are priced in seconds: `cost_model`, or `model` and `gpu`."""
+        return self.cost_model is not None or self.model is not None or self.gpu is not None
 
     @property
     def fleet(self) -> bool:
@@ -478,13 +497,13 @@ class Options:
             if "kv_link_gbps" in self.origin:
                 out.append("kv_link_gbps has no effect without prefill_replicas and "
                            "decode_replicas")
-        elif self.cost_model is None and "kv_link_gbps" in self.origin:
+        elif not self.has_cost_model and "kv_link_gbps" in self.origin:
             out.append("kv_link_gbps has no effect without a cost model (a transfer lasts "
                        "one tick)")
-        if self.cost_model is None and self.slo is not None:
+        if not self.has_cost_model and self.slo is not None:
             out.append("the slo objectives are in ticks: without a cost model every result "
                        "is")
-        if self.cost_model is None:
+        if not self.has_cost_model:
             if self.tick_seconds is not None and not real:
                 out.append("tick_seconds has no effect: without a cost model a tick trace "
                            "is replayed in ticks")

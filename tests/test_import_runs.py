@@ -52,7 +52,21 @@ def test_config_record_carries_the_run_settings(run):
     assert trace[0] == {"type": "config", "time_unit": "s", "policy": "vllm",
                         "prefix_caching": True, "block_size": 4, "hash_block_size": 4,
                         "num_blocks": 64, "token_budget": 32, "max_rows": 4, "tp": 1,
-                        "model": "llama-2-7b", "gpu": "h100-sxm"}
+                        "model": "llama-2-7b", "gpu": "h100-sxm",
+                        "activation_reserve": 58.62}
+
+
+def test_activation_reserve_is_what_the_blocks_leave():
+    """0.9 x 79.22 GiB - 12.551 GiB of Llama-2-7B weights - 64 blocks of 4 x 512 KiB
+    (0.125 GiB) = 58.6217 GiB, rounded down to 0.01 GiB: the measured pool fits."""
+    from scheduler_sim.io.blis_run import implied_reserve, read_run
+    from scheduler_sim.io.specs import gpu_spec, model_spec
+    run = read_run((DATA / "run.json").read_text(), "run.json")
+    model, gpu = model_spec("llama-2-7b"), gpu_spec("h100-sxm")
+    assert (model.weight_bytes, gpu.memory_gib) == (13_476_831_232, 79.22)
+    assert implied_reserve(run, model, gpu) == 58.62
+    run.blocks = 10 ** 6  # 1.9 TiB of KV: nothing is left, no reserve is written
+    assert implied_reserve(run, model, gpu) is None
 
 
 def test_requests_generate_the_profile_output_length(run):
@@ -199,6 +213,12 @@ def test_unknown_model_needs_a_name(run):
                          "name one with --model"])
     status, trace, _, _ = convert(run, "--model", "llama-3-8b", "--gpu", "a100-80gb")
     assert status == 0 and (trace[0]["model"], trace[0]["gpu"]) == ("llama-3-8b", "a100-80gb")
+    config = run / "tiny" / "config.json"
+    config.parent.mkdir()
+    shutil.copy(ROOT / "scheduler_sim" / "gpu" / "data" / "models" / "llama-2-7b.json", config)
+    status, trace, _, _ = convert(run, "--model", str(config))
+    assert status == 0 and trace[0]["model"] == "tiny/config.json"  # from the trace's folder
+    assert trace[0]["activation_reserve"] == 58.62
 
 
 def test_stages_must_account_for_every_request(run):

@@ -22,12 +22,12 @@ from typing import Any, Callable, Iterable, TextIO
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.catalogue import is_path
 from ..gpu.costmodel import MAX_SEQ, PoolSizing, fit_pool, swap_vs_recompute
+from ..io.blis_run import convert_run, measured_records, model_name, read_run
 from ..io.catalogue_table import format_catalogue
 from ..io.expectations import check_trace
 from ..io.html_report import html_report, sweep_report
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, check_workload, limit, parse_length,
                             spec_problems, weights_problem, workload_records)
-from ..io.blis_run import convert_run, measured_records, read_run
 from ..io.importers import FOREIGN_LINES, RUN_FORMATS, convert
 from ..io.inference_perf import read_client_config
 from ..io.junit import junit_xml
@@ -297,6 +297,15 @@ def _ground_truth_path(run: str) -> str:
     return run + "_ground_truth.json"
 
 
+def _from_output(path: str, output: str | None) -> str:
+    """`path` (a file named on the command line) as seen from the folder of `output`,
+    where a trace's config takes its relative paths from; absolute when written to
+    standard output."""
+    if output is None or output == "-":
+        return os.path.abspath(path)
+    return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(output)))
+
+
 def _convert_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """`convert --from blis-run`: a real vLLM run, all or nothing (blis_run.py)."""
     if not args.client_config:
@@ -315,11 +324,20 @@ def _convert_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("--ground-truth is read only for --measured OUT")
     check_output_paths([("-o", args.out), ("--measured", args.measured)],
                        [("the input", args.file), ("--client-config", args.client_config),
-                        ("--ground-truth", truth)])
+                        ("--ground-truth", truth)]
+                       + [(flag, value) for flag, value in (("--model", args.model),
+                                                             ("--gpu", args.gpu))
+                          if value is not None and is_path(value)])
     name = "<stdin>" if args.file == "-" else args.file
     run = read_run(read_input(args.file), name)
     client = read_client_config(read_input(args.client_config), args.client_config)
-    result = convert_run(run, client, name, args.model, args.gpu or "h100-sxm")
+    model = model_name(run, name, args.model)
+    gpu = args.gpu or "h100-sxm"
+    specs = model_spec(model), gpu_spec(gpu)
+    # A spec file is written as the trace's folder will find it.
+    written = [_from_output(value, args.out) if is_path(value) else value
+               for value in (model, gpu)]
+    result = convert_run(run, client, name, *written, specs=specs)
     measured = measured_records(read_input(truth), truth, run) if truth else None
     outputs = [Output("-" if args.out is None else args.out, out)]
     if measured is not None:

@@ -42,6 +42,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from ..gpu.gpus import GpuSpec
+from ..gpu.models import ModelSpec
 from ..records.errors import TraceError
 from ..records.options import show
 from .inference_perf import ClientConfig
@@ -49,9 +51,13 @@ from .trace import MAX_PROBLEMS, unique_keys
 
 __all__ = ["MODEL_NAMES", "SPLITS", "RunConversion", "convert_run", "assign_prompts",
            "measured_records", "parse_measured", "read_run", "Run", "Prompts", "NEIGHBOURS",
-           "ID_PREFIX", "MEASURED_KEYS"]
+           "ID_PREFIX", "MEASURED_KEYS", "model_name", "implied_reserve",
+           "VLLM_MEMORY_UTILIZATION"]
 
 ID_PREFIX = "blis-run-"
+GIB = 2 ** 30
+# vLLM's default gpu_memory_utilization; the runs' launch arguments do not set it.
+VLLM_MEMORY_UTILIZATION = 0.9
 SPLITS = ("train", "validate", "test")
 # Hugging Face ids of the published runs -> the model catalogue's names.
 MODEL_NAMES = {
@@ -64,8 +70,9 @@ MODEL_NAMES = {
 # slot's may find its slot: requests scheduled a few ms apart can reach the server
 # swapped (every mismatch of the 16 published runs is within 2).
 NEIGHBOURS = (1, -1, 2, -2)
-# The most a request's arrival may be, in microseconds (the trace's 1e15 s).
-_MAX_US = 10 ** 21
+# The most a request's arrival may be, in microseconds: 1e14 s, so that with a client
+# timeout (at most 1e9 s) every time written stays below a trace's 1e15.
+_MAX_US = 10 ** 20
 _WS = re.compile(r"[ \t\n\r]*")
 
 
@@ -275,7 +282,7 @@ def _request_problems(req: Any, position: int, previous: int) -> list[str]:
         out.append(f"index must be the request's position ({position}), got {show(req['index'])}")
     arrival = req["arrival_time_us"]
     if not _integer(arrival, 0, _MAX_US):
-        out.append(f"arrival_time_us must be an integer of microseconds from 0 to 1e21, "
+        out.append(f"arrival_time_us must be an integer of microseconds from 0 to 1e20, "
                    f"got {show(arrival)}")
     elif arrival < previous:
         out.append(f"arrival_time_us must not be before the previous request's ({previous}): "
@@ -409,21 +416,44 @@ class RunConversion:
         return text
 
 
-def convert_run(run: Run, client: ClientConfig, name: str, model: str | None = None,
-                gpu: str = "h100-sxm") -> RunConversion:
-    """The trace v1 records of a checked run (see the module's docstring). `model`
-    names the catalogue model when the run's id is not in MODEL_NAMES."""
-    if model is None:
-        model = MODEL_NAMES.get(run.model_id)
-        if model is None:
-            raise TraceError([f"{name}:1: model_id {show(run.model_id)} has no catalogue name "
-                              f"(known: {', '.join(MODEL_NAMES)}); name one with --model"])
+def model_name(run: Run, name: str, model: str | None = None) -> str:
+    """The catalogue name of the run's model (`model` when given); TraceError when its
+    id has none."""
+    if model is not None:
+        return model
+    if run.model_id not in MODEL_NAMES:
+        raise TraceError([f"{name}:1: model_id {show(run.model_id)} has no catalogue name "
+                          f"(known: {', '.join(MODEL_NAMES)}); name one with --model"])
+    return MODEL_NAMES[run.model_id]
+
+
+def implied_reserve(run: Run, model: ModelSpec, gpu: GpuSpec) -> float | None:
+    """GiB per GPU that vLLM's memory profile left beside the weights and the run's KV
+    blocks, at vLLM's default gpu_memory_utilization (0.9): 0.9 x memory - weights / tp
+    - blocks x block bytes, rounded down to 0.01 GiB (None when negative: the model's
+    weights and those blocks do not fit the GPU as the catalogue describes them)."""
+    usable = VLLM_MEMORY_UTILIZATION * gpu.memory_gib * GIB
+    kv = run.blocks * run.block_size * model.kv_bytes_per_token_per_gpu(run.tp)
+    left = (usable - model.weight_bytes / run.tp - kv) / GIB
+    return math.floor(left * 100) / 100 if left >= 0 else None
+
+
+def convert_run(run: Run, client: ClientConfig, name: str, model: str,
+                gpu: str = "h100-sxm", specs: tuple[ModelSpec, GpuSpec] | None = None
+                ) -> RunConversion:
+    """The trace v1 records of a checked run (see the module's docstring): `model` and
+    `gpu` as the config record names them; with their `specs`, the config also gets
+    the `activation_reserve` the run's block count implies (`implied_reserve`), so
+    that the pool vLLM measured fits the GPU when a cost model checks it."""
     prompts = assign_prompts(run, client, name)
     size = run.block_size
     config = {"type": "config", "time_unit": "s", "policy": "vllm", "prefix_caching": True,
               "block_size": size, "hash_block_size": size, "num_blocks": run.blocks,
               "token_budget": run.max_num_batched_tokens, "max_rows": run.max_num_seqs,
               "tp": run.tp, "model": model, "gpu": gpu}
+    reserve = implied_reserve(run, *specs) if specs is not None else None
+    if reserve is not None:
+        config["activation_reserve"] = reserve
     records: list[dict[str, Any]] = [config]
     # Entries of prompt s are s x stride + j: the first entry alone already tells
     # prompts apart (keys are chained), and the stride keeps the numbers readable.

@@ -25,7 +25,7 @@ import sys
 from typing import Any, TextIO
 
 from .. import __version__
-from ..io.importers import FORMATS
+from ..io.importers import FORMATS, RUN_FORMATS
 from ..io.outputs import GuardedStream, PipeClosed, abort_unfinished
 from ..io.report import printable
 from ..io.trace import ALLOW_FLAG
@@ -145,15 +145,30 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     _add_option_flags(p)
 
     p = sub.add_parser("convert", help="import a public trace format into trace v1",
-                       description="Convert FILE (mooncake, azure, vidur or burstgpt) into "
-                                   "trace v1 with times in seconds: each arrival is its "
-                                   "timestamp less the earliest one, exactly.")
-    p.add_argument("--from", dest="fmt", required=True, choices=list(FORMATS),
+                       description="Convert FILE (mooncake, azure, vidur or burstgpt; or "
+                                   "blis-run, a real vLLM run) into trace v1 with times in "
+                                   "seconds: each arrival is its timestamp less the earliest "
+                                   "one, exactly. A gzipped FILE is read as its content.")
+    p.add_argument("--from", dest="fmt", required=True, choices=list(FORMATS) + list(RUN_FORMATS),
                    help="the input format")
     p.add_argument("file", metavar="FILE", help="the input file, or - for stdin")
     p.add_argument("-o", "--out", metavar="OUT", help="write here (default: stdout)")
     p.add_argument("--strict", action="store_true",
-                   help="fail on any bad row (exit 2); a file with no good row always fails")
+                   help="fail on any bad row (exit 2); a file with no good row always fails "
+                        "(blis-run is always strict)")
+    g = p.add_argument_group("blis-run (a real vLLM run of inference-sim/training)")
+    g.add_argument("--client-config", metavar="FILE",
+                   help="the run's resolved inference-perf config (results/config.yaml): "
+                        "output length, prompts and stages (required)")
+    g.add_argument("--model", metavar="NAME",
+                   help="the catalogue model, when the run's model_id has no known name")
+    g.add_argument("--gpu", metavar="NAME", default=None,
+                   help="the GPU the run used (default: h100-sxm, as every published run)")
+    g.add_argument("--measured", metavar="OUT",
+                   help="also write the measured per-request TTFT and E2E here (JSONL)")
+    g.add_argument("--ground-truth", metavar="FILE",
+                   help="the run's measured latencies (default: RUN_ground_truth.json[.gz] "
+                        "beside FILE)")
 
     p = sub.add_parser("generate", help="write a seeded synthetic workload",
                        description="Generate a synthetic trace; the same arguments always "

@@ -30,6 +30,10 @@ the format the file looks like.
 | azure | CSV: TIMESTAMP (`2023-11-16 18:17:03.9799600`), ContextTokens, GeneratedTokens | absolute time |
 | vidur | CSV: arrived_at, num_prefill_tokens, num_decode_tokens | s |
 | burstgpt | CSV by column name: Timestamp, Request tokens, Response tokens | s |
+
+A real vLLM run as the BLIS project publishes it (`blis-run`: a JSON
+document of requests, its client's config and its measured latencies) is a
+whole run rather than rows, converted all or nothing: `blis_run.py`.
 """
 from __future__ import annotations
 
@@ -45,7 +49,7 @@ from ..kv.allocator import blocks_for
 from ..records.options import show
 from .trace import json_value
 
-__all__ = ["FORMATS", "Conversion", "convert", "guess_format", "MOONCAKE_HASH_BLOCK",
+__all__ = ["FORMATS", "RUN_FORMATS", "Conversion", "convert", "guess_format", "MOONCAKE_HASH_BLOCK",
            "MAX_TIMESTAMP", "TIMESTAMP_DECIMALS", "FOREIGN_LINES"]
 
 MOONCAKE_HASH_BLOCK = 512
@@ -350,6 +354,10 @@ def _read_burstgpt(text: str, rows: _Rows) -> int:
         rows.rows.append((line, ms, {"prompt_tokens": prompt, "output_tokens": output}))
     return failed
 
+
+# Formats that hold a whole run (server settings, requests, measurements) rather
+# than rows: each is converted by its own module, all or nothing.
+RUN_FORMATS = ("blis-run",)
 
 FORMATS: dict[str, Callable[[str, _Rows], Any]] = {
     "mooncake": _read_mooncake,

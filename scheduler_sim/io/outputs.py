@@ -43,7 +43,9 @@ lone surrogate in a request id, in a CSV) is written as a backslash escape.
 from __future__ import annotations
 
 import errno
+import gzip
 import io
+import zlib
 import json
 import os
 import re
@@ -59,7 +61,12 @@ from ..records.events import Event, LineListener
 from .report import printable
 
 __all__ = ["EventFile", "Output", "OutputError", "PipeClosed", "GuardedStream",
-           "write_whole", "jsonl", "read_text", "check_output_paths"]
+           "write_whole", "jsonl", "read_text", "read_input", "check_output_paths",
+           "MAX_DECOMPRESSED"]
+
+# The most text a gzip input may decompress to: far above any trace `convert`
+# reads, and a bound on what a small file that inflates without end can take.
+MAX_DECOMPRESSED = 2 ** 31
 
 
 class OutputError(UsageError):
@@ -473,3 +480,28 @@ def read_limited(path: str, limit: int, why: str) -> bytes:
     if len(data) > limit:
         raise too_big
     return data
+
+
+def read_input(path: str, limit: int = MAX_DECOMPRESSED) -> str:
+    """The text of an input file (`-`: standard input), gunzipped when it starts with
+    gzip's magic bytes, whatever its name; bad bytes become U+FFFD. A gzip stream
+    is inflated no further than `limit` bytes (UsageError past that), and a
+    corrupt one is a UsageError naming the file."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read()
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+                data = stream.read(limit + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UsageError(f"{name}: not a readable gzip file: {exc}") from None
+        if len(data) > limit:
+            raise UsageError(f"{name}: decompresses to more than {limit // 2 ** 20:,} MiB")
+    return data.decode("utf-8", errors="replace")

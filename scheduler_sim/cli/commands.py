@@ -20,6 +20,7 @@ import sys
 from typing import Any, Callable, Iterable, TextIO
 
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
+from ..gpu.catalogue import is_path
 from ..gpu.costmodel import MAX_SEQ, PoolSizing, clock_for, fit_pool, swap_vs_recompute
 from ..io.blis_run import convert_run, measured_records, model_name, read_run
 from ..io.catalogue_table import format_catalogue
@@ -31,7 +32,7 @@ from ..io.importers import FOREIGN_LINES, RUN_FORMATS, convert
 from ..io.inference_perf import read_client_config
 from ..io.junit import junit_xml
 from ..io.outputs import (EventFile, Output, check_output_paths, jsonl, read_input,
-                          read_limited, read_text, write_whole)
+                          read_limited, write_whole)
 from ..io.perfetto import PerfettoFile, TrackNumbers
 from ..io.progress import Progress, wanted
 from ..io.specs import gpu_spec, model_spec, spec_inputs

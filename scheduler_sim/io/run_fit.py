@@ -6,12 +6,15 @@ requests: a JSONL file of `{"id": ..., "ttft": seconds, "e2e": seconds}`,
 one object per request of the trace (`read_measured`).
 
 What a kernel profile cannot tell is fitted here: `step_overhead`,
-`row_overhead`, `request_overhead` and, when some run has tp > 1,
-`allreduce_latency`. A replay under the current coefficients records every
+`row_overhead`, `request_overhead`, the per-layer floors `layer_floor` and
+`decode_attention_floor` (a server runs its decode steps as CUDA graphs, a
+kernel profile measures kernels one launch at a time) and, when some run
+has tp > 1, `allreduce_latency`. A replay under the current coefficients records every
 dispatch: when it started, its shape, which requests it gave a first or a
 last output, and whether the engine had been idle before it. Each fitted
 coefficient changes every dispatch's duration by a known amount (step: 1
-per dispatch; row: per sampled row; all-reduce: 2 per layer when tp > 1),
+per dispatch; row: per sampled row; floors: 1 per layer, the decode floor
+when the dispatch decodes; all-reduce: 2 per layer when tp > 1),
 so the recording is re-timed under candidate coefficients in one pass
 (`Recording.latencies`): a dispatch starts when the one before it ends, or
 when the engine, idle, started it in the replay; a request's TTFT is the
@@ -41,10 +44,11 @@ __all__ = ["read_measured", "MeasuredRun", "Recording", "record", "run_statistic
            "fit_runs", "SERVING_COEFFICIENTS", "MAX_MEASURED_BYTES"]
 
 SERVING_COEFFICIENTS = ("step_overhead", "row_overhead", "request_overhead",
-                        "allreduce_latency")
+                        "allreduce_latency", "layer_floor", "decode_attention_floor")
 MAX_MEASURED_BYTES = 256 * 2 ** 20
 _BOX = {"step_overhead": (0.0, 0.05), "row_overhead": (0.0, 0.001),
-        "request_overhead": (0.0, 0.5), "allreduce_latency": (0.0, 0.0005)}
+        "request_overhead": (0.0, 0.5), "allreduce_latency": (0.0, 0.0005),
+        "layer_floor": (0.0, 0.0002), "decode_attention_floor": (0.0, 0.0002)}
 
 
 def read_measured(path: str, text: str) -> dict[str, tuple[float, float]]:
@@ -128,6 +132,7 @@ class Recording:
         self.idle: list[bool] = []        # the engine was idle just before
         self.kernel: list[float] = []     # seconds of every term but the fitted ones
         self.sampled: list[int] = []      # rows that sample (row overhead)
+        self.decodes: list[bool] = []     # the dispatch decodes (decode attention floor)
         self.first: dict[str, int] = {}   # request -> dispatch of its first output
         self.last: dict[str, int] = {}    # request -> dispatch of its last output
         self.arrival: dict[str, float] = {}
@@ -135,16 +140,19 @@ class Recording:
     def latencies(self, k: Coefficients) -> dict[str, tuple[float, float]]:
         """`{id: (ttft, e2e)}` of every measured request that finished, re-timed with the
         serving coefficients of `k` (the kernel terms as recorded)."""
-        fixed = k.step_overhead + (2 * self.layers * k.allreduce_latency if self.tp > 1 else 0.0)
+        layers = self.layers
+        fixed = (k.step_overhead + layers * k.layer_floor
+                 + (2 * layers * k.allreduce_latency if self.tp > 1 else 0.0))
+        decode_floor = layers * k.decode_attention_floor
         row = k.row_overhead
         ends = []
         end = -math.inf
-        for start, idle, kernel, sampled in zip(self.starts, self.idle, self.kernel,
-                                                self.sampled):
+        for start, idle, kernel, sampled, decodes in zip(
+                self.starts, self.idle, self.kernel, self.sampled, self.decodes):
             begin = start if idle and start > end else end
             if begin == -math.inf:
                 begin = start
-            end = begin + kernel + fixed + row * sampled
+            end = begin + kernel + fixed + row * sampled + (decode_floor if decodes else 0.0)
             ends.append(end)
         extra = k.request_overhead
         out = {}
@@ -160,8 +168,9 @@ class Recording:
 def record(run: MeasuredRun, k: Coefficients) -> Recording:
     """Replay `run` under coefficients `k` and record its dispatches."""
     options = run.options
-    cost = CostModel(*_hardware(options), k.replace(step_overhead=0.0, row_overhead=0.0,
-                                                    allreduce_latency=0.0), options.tp)
+    cost = CostModel(*_hardware(options), k.replace(
+        step_overhead=0.0, row_overhead=0.0, allreduce_latency=0.0, layer_floor=0.0,
+        decode_attention_floor=0.0), options.tp)
     rec = Recording(run, cost)
     clock: Clock | None = None
     computed: dict[str, int] = {}
@@ -193,6 +202,7 @@ def record(run: MeasuredRun, k: Coefficients) -> Recording:
             rec.idle.append(event.tick > previous_done[0])
             rec.kernel.append(cost.dispatch_seconds(chunks, rows, contexts))
             rec.sampled.append(sampled)
+            rec.decodes.append(rows > 0)
             previous_done[0] = event.done
         elif kind is Admitted:
             computed[event.id] = event.cached_tokens

@@ -199,17 +199,30 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     _add_sweep_parsers(sub)
     add_calibrate_parser(sub)
 
-    p = sub.add_parser("cost", help="price swap against recompute for one request",
-                       description="The roofline analysis of a preempted request: recompute "
+    p = sub.add_parser("cost", help="price one dispatch, or swap against recompute",
+                       description="With --prefill and --decode: the seconds of one dispatch "
+                                   "term by term, under the cost model and its calibration. "
+                                   "With --seq: the analysis of a preempted request: recompute "
                                    "its prefill, or swap its KV to host memory and back.")
     p.add_argument("--model", required=True,
                    help="a catalogue name (scheduler-sim models) or the path of a config.json")
     p.add_argument("--gpu", required=True,
                    help="a catalogue name (scheduler-sim models) or the path of a GPU spec "
                         ".json")
-    p.add_argument("--seq", type=int, required=True, help="tokens of the request")
+    p.add_argument("--prefill", action="append", default=[], metavar="TOKENS[@CONTEXT]",
+                   help="a prefill chunk of TOKENS after CONTEXT cached or computed tokens "
+                        "(default 0); repeatable")
+    p.add_argument("--decode", action="append", default=[], metavar="ROWS@CONTEXT",
+                   help="ROWS decode rows, each after CONTEXT tokens; repeatable")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default: 1)")
+    p.add_argument("--calibration", default=None,
+                   help="a calibration file, a shipped GPU's name, or none (default: the "
+                        "GPU's shipped calibration)")
+    p.add_argument("--seq", type=int, help="tokens of a preempted request (swap against "
+                                           "recompute)")
     p.add_argument("--mfu", type=float, default=400 / 989,
-                   help="achieved fraction of peak FLOP/s (default: 400 of 989 TFLOP/s)")
+                   help="with --seq: achieved fraction of peak FLOP/s (default: 400 of 989 "
+                        "TFLOP/s)")
 
     sub.add_parser("models", help="list the models and GPUs a cost model knows by name",
                    description="The model catalogue (parameters, layers, width, heads, "

@@ -30,8 +30,9 @@ from typing import Any
 from ..engine.summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
                       TIME_RUN_FIELDS)
 from ..gpu.catalogue import is_path
-from ..gpu.costmodel import PoolSizing, clock_for
+from ..gpu.costmodel import PoolSizing, calibration_for, clock_for
 from ..records.clock import Clock
+from ..records.errors import SimError
 from ..records.options import OPTIONS, Options, format_slo
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
@@ -267,7 +268,18 @@ def cost_model_line(options: Options) -> str:
     line = f"cost model {text}" + (f" on {options.tp} GPUs" if options.tp > 1 else "")
     files = [f"{key} from {value}" for key in ("model", "gpu")
              if (value := getattr(options, key)) is not None and is_path(value)]
-    return line + (f" ({', '.join(files)})" if files else "")
+    line += f" ({', '.join(files)})" if files else ""
+    try:
+        calibration = calibration_for(options)
+    except SimError:
+        return line  # the run itself reports what is wrong
+    line += f" · calibration {calibration.name}"
+    if calibration.path is not None and not calibration.path.startswith("shipped:"):
+        line += f" (from {calibration.path})"
+    overhead = calibration.coefficients.request_overhead
+    if overhead:
+        line += f" · serving overhead {overhead * 1e3:.1f} ms per request, in TTFT and E2EL"
+    return line
 
 
 # Rows of fields only some runs have (a fleet's): shown when a run has them.

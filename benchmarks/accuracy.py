@@ -50,7 +50,8 @@ sum of their tokens, interpolated between profiled counts, plus both
 attentions). Reported: the median and the largest absolute relative error
 per class, and per term.
 
-Prints aligned tables; `--markdown` prints the README's tables instead;
+Prints aligned tables; `--markdown` prints the README's tables instead (the
+MAPE table, one row of errors per run, the kernels);
 `--json OUT` writes every figure, and `--from-json OUT` prints the tables of
 such a file again (aligned, or with `--markdown` the README's), so that both
 come from one replay. The same input gives the same output.
@@ -425,7 +426,7 @@ def overall_table(groups: dict) -> list[list[str]]:
 
 
 def kernel_table(result: dict) -> list[list[str]]:
-    rows = [["shapes", "n", "median |err|", "max |err|", "worst"]]
+    rows = [["shapes", "n", "median abs. error", "max abs. error", "worst"]]
     for kind in KERNEL_CLASSES:
         c = result["classes"][kind]
         rows.append([kind, str(c["shapes"]), f"{c['median']:.1f}%", f"{c['max']:.1f}%",
@@ -448,22 +449,39 @@ def aligned(rows: list[list[str]]) -> str:
 
 
 def markdown(rows: list[list[str]]) -> str:
-    """A Markdown table, numbers right-aligned."""
+    """A Markdown table: columns of text left-aligned, of numbers right-aligned."""
     head = "| " + " | ".join(rows[0]) + " |\n"
-    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(rows[0]))) + "|\n"
+    text = [i == 0 or any(r[i][:1].isalpha() for r in rows[1:]) for i in range(len(rows[0]))]
+    rule = "|" + "|".join("---" if t else "---:" for t in text) + "|\n"
     return head + rule + "".join("| " + " | ".join(r) + " |\n" for r in rows[1:])
 
 
+def summary_run_table(runs: list[dict]) -> list[list[str]]:
+    """One row per run: its model and tp, and the error of each metric's mean and of
+    the E2E p99 (the README's per-run table)."""
+    rows = [["run", "split", "tp", "TTFT mean", "ITL mean", "E2E mean", "E2E p99"]]
+    for r in runs:
+        m = r["metrics"]
+        rows.append([short(r["run"]), r["split"], str(r["tp"]), _pct(m["ttft"]["mean"]["error"]),
+                     _pct(m["itl"]["mean"]["error"]), _pct(m["e2e"]["mean"]["error"]),
+                     _pct(m["e2e"]["p99"]["error"])])
+    return rows
+
+
 def report(result: dict, as_markdown: bool) -> str:
-    """The printed report: the tables, aligned or in Markdown."""
+    """The printed report: aligned, every table; or in Markdown the README's: the MAPE
+    table, the errors per run, the kernels."""
     fmt = markdown if as_markdown else aligned
     runs = result["runs"]
     parts = []
     if runs:
         parts.append(f"Real vLLM runs ({result['setting']}): MAPE over runs of the per-run "
                      "relative error (largest in brackets)\n\n" + fmt(overall_table(result["groups"])))
-        for metric in METRICS:
-            parts.append(f"{LABELS[metric]} per run\n\n" + fmt(run_table(runs, metric)))
+        if as_markdown:
+            parts.append("Relative error per run\n\n" + fmt(summary_run_table(runs)))
+        else:
+            for metric in METRICS:
+                parts.append(f"{LABELS[metric]} per run\n\n" + fmt(run_table(runs, metric)))
     k = result.get("kernels")
     if k is not None:
         what = ("the model's linear, floors and attention terms" if k["breakdown"] else

@@ -130,7 +130,8 @@ def test_tables():
     rows = acc.overall_table(groups)
     assert rows[0][:3] == ["runs", "n", "TTFT mean"]
     assert rows[1][:3] == ["train", "1", "12.5% (12%)"]
-    assert acc.markdown([["a", "b"], ["x", "1"]]) == "| a | b |\n|---|---:|\n| x | 1 |\n"
+    assert acc.markdown([["a", "b", "c"], ["x", "1", "y"]]) == \
+        "| a | b | c |\n|---|---:|---|\n| x | 1 | y |\n"
     assert acc.aligned([["a", "bb"], ["xyz", "1"]]) == "a    bb\nxyz   1\n"
 
 

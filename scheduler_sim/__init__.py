@@ -7,7 +7,7 @@ record and every run as a summary. Standard library only.
 Layers, each importing only from those above it in this list:
   errors, options, states, events, workload      records and configuration
   request, allocator, prefix_cache, queues,
-  rotation, costmodel                            state, accounting and cost
+  rotation, costmodel, models, gpus              state, accounting and cost
   policies/                                      decisions, no I/O
   engine, folding, summary                       clock, event order, lifecycle
   trace, expectations, junit, report, importers,

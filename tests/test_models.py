@@ -529,3 +529,16 @@ def test_a_sweep_over_models_and_a_config_path(tmp_path, monkeypatch):
     assert status == 0, err
     rows = [line.split()[1] for line in out.splitlines()[3:]]
     assert rows == ["llama-3.1-8b", "q.json"]
+
+
+def test_the_shipped_configs_are_unchanged():
+    """Every config.json ships byte for byte as published: its SHA-256 is the one
+    SOURCES.md records."""
+    import hashlib
+    import re
+    sources = (DATA / "SOURCES.md").read_text(encoding="utf-8")
+    recorded = dict((name, digest) for digest, name in
+                    re.findall(r"^([0-9a-f]{64})  (\S+\.json)$", sources, re.M))
+    assert sorted(recorded) == sorted(f"{name}.json" for name in CATALOGUE)
+    for name, digest in recorded.items():
+        assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == digest, name

@@ -459,3 +459,17 @@ def test_lone_surrogates_in_a_csv_file_are_escaped(tmp_path):
     assert lines[1].startswith(b"continuous,\\ud800x,0,0,0,1,3,")
     assert lines[2].startswith(b"continuous,y\\udfff,0,0,0,1,3,")
     assert sorted(os.listdir(tmp_path)) == ["req.csv", "trace.jsonl"]
+
+
+def test_abort_unfinished_removes_a_temporary_file_no_code_aborted(tmp_path):
+    """An output whose creator was interrupted before it could abort it (the fuzzer's
+    SIGTERM to `replay -j 2 --events` once left `.events-*.tmp`) is removed as the
+    command ends: its temporary file goes, the target never appears."""
+    from scheduler_sim.io.outputs import Output, abort_unfinished
+    target = tmp_path / "ev.jsonl"
+    output = Output(str(target), io.StringIO(), "cannot write events", ".events-")
+    output.write("partial\n")
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    abort_unfinished()
+    assert list(tmp_path.iterdir()) == []
+    abort_unfinished()  # nothing left to do

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from .. import __version__
 from ..io.importers import FORMATS, RUN_FORMATS
-from ..io.outputs import GuardedStream, PipeClosed
+from ..io.outputs import GuardedStream, PipeClosed, abort_unfinished
 from ..io.report import printable
 from ..io.trace import ALLOW_FLAG
 from ..policies import POLICIES
@@ -284,6 +284,14 @@ def _run(argv: list[str] | None, out: GuardedStream,
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["sweep", "merge"]:  # a trace named merge: ./merge
         argv[:2] = ["sweep-merge"]
+    try:
+        return _command(argv, out, err)
+    finally:
+        abort_unfinished()  # no temporary file outlives the command (io/outputs.py)
+
+
+def _command(argv: list[str], out: GuardedStream, err: GuardedStream) -> tuple[int, str]:
+    """`_run` for the parsed command line."""
     try:
         try:
             args = build_parser(out, err).parse_args(argv)

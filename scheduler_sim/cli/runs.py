@@ -33,6 +33,7 @@ from ..io.perfetto import PerfettoFile, fragment
 from ..io.progress import Progress
 from ..io.report import csv_row
 from ..io.report_series import RunSeries
+from ..records import interrupts
 from ..records.clock import Clock
 from .workers import Workers
 
@@ -259,7 +260,11 @@ def run_all(plan: Plan, policies: list[str], jobs: int, outputs: Sinks,
             on_finished(run_policy(plan, position, policy, sinks, progress.listener(policy)))
         return
     tasks = list(enumerate(policies))
-    with tempfile.TemporaryDirectory(prefix=".scheduler-sim-j-") as tmpdir, \
+    # Made with signals held: the folder is removed at exit by its finalizer even if an
+    # interrupt comes before the `with` below takes it.
+    with interrupts.held():
+        folder = tempfile.TemporaryDirectory(prefix=".scheduler-sim-j-")
+    with folder as tmpdir, \
             Workers(_child_run, (plan, tmpdir), tasks, jobs,
                     lambda i: f"replaying policy '{policies[i]}'") as workers:
         current: Finished | None = None  # received, its outputs not joined yet

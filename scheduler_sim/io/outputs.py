@@ -219,8 +219,12 @@ class Output:
                 raise _failure(target, what, exc) from None
         else:
             try:
-                fd, self.tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp",
-                                                dir=os.path.dirname(path))
+                # Created and noted with signals held: an interrupt cannot fall between
+                # the file's creation and the note that `abort_unfinished` reads.
+                with interrupts.held():
+                    fd, self.tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp",
+                                                    dir=os.path.dirname(path))
+                    _UNFINISHED.add(self)
             except OSError as exc:
                 raise _failure(target, what, exc) from None
             self.path = path
@@ -252,6 +256,7 @@ class Output:
                 os.chmod(self.tmp, _file_mode())
                 os.replace(self.tmp, self.path)
                 self.tmp = None
+                _UNFINISHED.discard(self)
         except OSError as exc:
             self.abort()
             raise self.failed(exc) from None
@@ -269,6 +274,20 @@ class Output:
             except OSError:
                 pass
             self.tmp = None
+        _UNFINISHED.discard(self)
+
+
+# Every Output whose temporary file exists (created, neither committed nor aborted).
+_UNFINISHED: set = set()
+
+
+def abort_unfinished() -> None:
+    """Abort every output still unfinished: the command line calls it as a command
+    ends, however it ends, so that no temporary file outlives the process even when an
+    interrupt came between an output's creation and the code that would abort it."""
+    with interrupts.held():
+        for output in list(_UNFINISHED):
+            output.abort()
 
 
 class _FileLines(LineListener):

@@ -2,6 +2,7 @@
 
     python3 benchmarks/accuracy.py CALIBRATION_DIR [--calibration FILE|none]
         [--runs GLOB] [--jobs N] [--json OUT] [--markdown] [--no-kernels]
+    python3 benchmarks/accuracy.py - --from-json OUT [--markdown]
 
 CALIBRATION_DIR holds `real-vllm/` (the BLIS project's 16 real vLLM 0.15.1
 runs on H100 SXM: `runs/RUN.json.gz`, `runs/RUN_ground_truth.json.gz`,
@@ -39,7 +40,9 @@ attn_rope, mlp_act, add), `attention_prefill` against attn_prefill,
 decode attn_kv_cache_save (the prefill one implies about 7 GB/s, a
 profiler artefact, and is left out). A shape's total is the sum of those
 terms on each side (`lm_head`, `allreduce`, `step` and Vidur's embedding
-are not in the profiles and are left out; so is `kv_write`). Shapes:
+are not in the profiles and are left out; so is `kv_write`). A cost model
+without `breakdown` (before issue 23) is compared on totals only: its
+dispatch time less its step overhead (the LM head included). Shapes:
 prefill of 128 to 8,192 tokens (no context), decode of 1 to 256 rows at
 context 512 to 4,096, and mixed batches (a 128 to 2,048-token prefill with 8
 to 128 decode rows at context 1,024 or 2,048: Vidur's linear time at the
@@ -47,8 +50,11 @@ sum of their tokens, interpolated between profiled counts, plus both
 attentions). Reported: the median and the largest absolute relative error
 per class, and per term.
 
-Prints aligned tables; `--markdown` prints the README's tables instead;
-`--json OUT` writes every figure. The same input gives the same output.
+Prints aligned tables; `--markdown` prints the README's tables instead (the
+MAPE table, one row of errors per run, the kernels);
+`--json OUT` writes every figure, and `--from-json OUT` prints the tables of
+such a file again (aligned, or with `--markdown` the README's), so that both
+come from one replay. The same input gives the same output.
 """
 from __future__ import annotations
 
@@ -168,14 +174,16 @@ def run_files(folder: str, pattern: str) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def replay_run(job: tuple[str, str, str, str, dict]) -> dict:
-    """Convert one run, replay it, and compare it with what was measured."""
+def replay_run(job: tuple[str, str, str, str, dict]) -> tuple[dict, float]:
+    """Convert one run, replay it, and compare it with what was measured: the
+    comparison, and the CPU seconds it took."""
     import io
 
     import scheduler_sim as sim
     from scheduler_sim.cli.main import main
 
     name, path, truth, config, options = job
+    started = time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
         trace_path = os.path.join(tmp, "trace.jsonl")
         measured_path = os.path.join(tmp, "measured.jsonl")
@@ -214,9 +222,11 @@ def replay_run(job: tuple[str, str, str, str, dict]) -> dict:
         "tp": trace.config.get("tp"), "requests": len(trace.workload),
         "errored": len(trace.workload) - len(measured), "compared": len(actual["ttft"]),
         "missing": missing, "preemptions": summary_.get("preemptions"),
-        "cached_tokens": summary_.get("cached_tokens"),
+        # prompt tokens found in the prefix cache, of all the prompt tokens admitted
+        "prefix_hit": round(summary_["cached_tokens"]
+                            / (summary_["cached_tokens"] + summary_["prompt_tokens"]), 4),
         "metrics": compare(actual, predicted),
-    }
+    }, time.process_time() - started
 
 
 # --- kernels --------------------------------------------------------------------------
@@ -224,6 +234,7 @@ def replay_run(job: tuple[str, str, str, str, dict]) -> dict:
 LINEAR = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 SMALL_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 TERMS = ("linear", "floors", "attention_prefill", "attention_decode")  # a shape's total
+KERNEL_CLASSES = ("prefill", "decode", "mixed", "all")
 PREFILL = (128, 256, 512, 1024, 2048, 4096, 8192)
 DECODE_ROWS = (1, 8, 16, 32, 64, 128, 256)
 DECODE_CONTEXTS = (512, 1024, 2048, 4096)
@@ -280,27 +291,44 @@ def kernel_shapes(attention: dict) -> list[tuple[str, int, int, int]]:
     return shapes
 
 
+class TotalOnly:
+    """A cost model without `breakdown` (the one before issue 23): its dispatch time less
+    its step overhead stands for the kernels' total, as one term, `dispatch`."""
+
+    def __init__(self, cost) -> None:
+        self.cost = cost
+        self.model = cost.model
+
+    def breakdown(self, chunks, rows, contexts) -> dict[str, float]:
+        return {"dispatch": self.cost.dispatch_seconds(chunks, rows, contexts)
+                - self.cost.step_overhead}
+
+
 def kernel_model(calibration: str | None):
-    """The checkout's cost model for Llama-3-8B on an A100 80GB, tp 1 (None when it
-    cannot say how long each term takes: no `breakdown`)."""
+    """The checkout's cost model for Llama-3-8B on an A100 80GB, tp 1 (wrapped in
+    TotalOnly when it has no `breakdown`)."""
     from scheduler_sim.gpu import costmodel
 
-    if not hasattr(costmodel.CostModel, "breakdown"):
-        return None
     model, gpu = costmodel.parse_cost_model("llama-3-8b/a100-80gb")
-    return costmodel.CostModel(model, gpu)
+    cost = costmodel.CostModel(model, gpu)
+    return cost if hasattr(cost, "breakdown") else TotalOnly(cost)
 
 
 def kernels(folder: str, calibration: str | None) -> dict:
-    """The kernel comparison (see the module's docstring)."""
+    """The kernel comparison (see the module's docstring) of the checkout's cost model."""
     vidur = os.path.join(folder, "vidur")
     model = kernel_model(calibration)
-    if model is None:
-        return {"skipped": "this checkout's CostModel has no breakdown(chunks, rows, contexts)"}
     mlp = read_mlp(os.path.join(vidur, "a100_llama3_8b_mlp.csv"))
     with open(os.path.join(vidur, "vidur_a100_llama3_8b_attention_extract.json"),
               encoding="utf-8") as handle:
         attention = json.load(handle)
+    return compare_kernels(mlp, attention, model)
+
+
+def compare_kernels(mlp: dict, attention: dict, model) -> dict:
+    """Every shape of `kernel_shapes` priced by `model.breakdown` against Vidur's terms:
+    per shape, per class (median and largest absolute error of the totals) and per
+    term."""
     layers = model.model.layers
     shapes = []
     for kind, chunk, rows, context in kernel_shapes(attention):
@@ -308,13 +336,14 @@ def kernels(folder: str, calibration: str | None) -> dict:
         chunks = [(chunk, 0)] if chunk else []
         terms = model.breakdown(chunks, rows, rows * context)
         total_m = math.fsum(measured[t] for t in TERMS)
-        total_p = math.fsum(terms.get(t, 0.0) for t in TERMS)
+        total_p = terms["dispatch"] if "dispatch" in terms else math.fsum(
+            terms.get(t, 0.0) for t in TERMS)
         shapes.append({"class": kind, "chunk": chunk, "rows": rows, "context": context,
                        "measured": measured, "predicted": dict(terms),
                        "total_measured": total_m, "total_predicted": total_p,
                        "error": relative_error(total_p, total_m)})
     classes = {}
-    for kind in ("prefill", "decode", "mixed", "all"):
+    for kind in KERNEL_CLASSES:
         errors = [s["error"] for s in shapes if kind in ("all", s["class"])]
         worst_shape = max((s for s in shapes if kind in ("all", s["class"])),
                           key=lambda s: abs(s["error"]))
@@ -324,10 +353,11 @@ def kernels(folder: str, calibration: str | None) -> dict:
     for term in TERMS + ("kv_write",):
         errors = [relative_error(s["predicted"].get(term, 0.0), s["measured"][term])
                   for s in shapes if s["measured"][term]]
-        if errors:
+        if errors and any(term in s["predicted"] for s in shapes):
             per_term[term] = {"shapes": len(errors), "median": 100 * median([abs(e) for e in errors]),
                               "max": worst(errors)}
-    return {"model": "llama-3-8b", "gpu": "a100-80gb", "tp": 1, "classes": classes,
+    return {"model": "llama-3-8b", "gpu": "a100-80gb", "tp": 1,
+            "breakdown": not isinstance(model, TotalOnly), "classes": classes,
             "terms": per_term, "shapes": shapes}
 
 
@@ -382,7 +412,10 @@ def overall_table(groups: dict) -> list[list[str]]:
     """Rows of the MAPE table: per group, MAPE (max) of each metric and statistic."""
     head = ["runs", "n"] + [f"{LABELS[m]} {s}" for m in METRICS for s in STATS]
     rows = [head]
-    for group, figures in groups.items():
+    for group, _ in GROUPS:  # in this order, also when read back from JSON
+        if group not in groups:
+            continue
+        figures = groups[group]
         row = [group, str(figures["runs"])]
         for m in METRICS:
             for s in STATS:
@@ -393,11 +426,15 @@ def overall_table(groups: dict) -> list[list[str]]:
 
 
 def kernel_table(result: dict) -> list[list[str]]:
-    rows = [["shapes", "n", "median |err|", "max |err|", "worst"]]
-    for kind, c in result["classes"].items():
+    rows = [["shapes", "n", "median abs. error", "max abs. error", "worst"]]
+    for kind in KERNEL_CLASSES:
+        c = result["classes"][kind]
         rows.append([kind, str(c["shapes"]), f"{c['median']:.1f}%", f"{c['max']:.1f}%",
                      c["worst"]])
-    for term, c in result["terms"].items():
+    for term in TERMS + ("kv_write",):
+        if term not in result["terms"]:
+            continue
+        c = result["terms"][term]
         rows.append([f"term {term}", str(c["shapes"]), f"{c['median']:.1f}%",
                      f"{c['max']:.1f}%", ""])
     return rows
@@ -412,31 +449,54 @@ def aligned(rows: list[list[str]]) -> str:
 
 
 def markdown(rows: list[list[str]]) -> str:
-    """A Markdown table, numbers right-aligned."""
+    """A Markdown table: columns of text left-aligned, of numbers right-aligned."""
     head = "| " + " | ".join(rows[0]) + " |\n"
-    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(rows[0]))) + "|\n"
+    text = [i == 0 or any(r[i][:1].isalpha() for r in rows[1:]) for i in range(len(rows[0]))]
+    rule = "|" + "|".join("---" if t else "---:" for t in text) + "|\n"
     return head + rule + "".join("| " + " | ".join(r) + " |\n" for r in rows[1:])
 
 
+def summary_run_table(runs: list[dict]) -> list[list[str]]:
+    """One row per run: its model and tp, and the error of each metric's mean and of
+    the E2E p99 (the README's per-run table)."""
+    rows = [["run", "split", "tp", "TTFT mean", "ITL mean", "E2E mean", "E2E p99"]]
+    for r in runs:
+        m = r["metrics"]
+        rows.append([short(r["run"]), r["split"], str(r["tp"]), _pct(m["ttft"]["mean"]["error"]),
+                     _pct(m["itl"]["mean"]["error"]), _pct(m["e2e"]["mean"]["error"]),
+                     _pct(m["e2e"]["p99"]["error"])])
+    return rows
+
+
 def report(result: dict, as_markdown: bool) -> str:
-    """The printed report: the tables, aligned or in Markdown."""
+    """The printed report: aligned, every table; or in Markdown the README's: the MAPE
+    table, the errors per run, the kernels."""
     fmt = markdown if as_markdown else aligned
     runs = result["runs"]
     parts = []
     if runs:
         parts.append(f"Real vLLM runs ({result['setting']}): MAPE over runs of the per-run "
                      "relative error (largest in brackets)\n\n" + fmt(overall_table(result["groups"])))
-        for metric in METRICS:
-            parts.append(f"{LABELS[metric]} per run\n\n" + fmt(run_table(runs, metric)))
+        if as_markdown:
+            parts.append("Relative error per run\n\n" + fmt(summary_run_table(runs)))
+        else:
+            for metric in METRICS:
+                parts.append(f"{LABELS[metric]} per run\n\n" + fmt(run_table(runs, metric)))
     k = result.get("kernels")
     if k is not None:
-        if "skipped" in k:
-            parts.append(f"Kernels: skipped: {k['skipped']}\n")
-        else:
-            parts.append(f"Kernels: {k['model']} on {k['gpu']}, tp {k['tp']}, against Vidur's "
-                         "A100 Llama-3-8B profiles (total of linear, floors and attention)\n\n"
-                         + fmt(kernel_table(k)))
+        what = ("the model's linear, floors and attention terms" if k["breakdown"] else
+                "no breakdown in this checkout: its dispatch time less the step overhead")
+        parts.append(f"Kernels: {k['model']} on {k['gpu']}, tp {k['tp']}, against Vidur's "
+                     f"A100 Llama-3-8B profiles (totals: {what})\n\n" + fmt(kernel_table(k)))
     return "\n".join(parts)
+
+
+def describe_setting(calibration: str | None) -> str:
+    """What priced the runs, as the report's first line says it."""
+    from scheduler_sim.records.options import OPTIONS
+    if "calibration" not in OPTIONS:
+        return "the cost model's defaults; this checkout has no calibrations"
+    return f"calibration {calibration}" if calibration else "the default calibration"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,7 +514,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true",
                         help="print the README's tables (Markdown) instead of aligned ones")
     parser.add_argument("--no-kernels", action="store_true", help="skip the kernel section")
+    parser.add_argument("--from-json", metavar="FILE",
+                        help="print the tables of an earlier --json output instead of "
+                             "replaying (CALIBRATION_DIR is then not read)")
     args = parser.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as handle:
+            sys.stdout.write(report(json.load(handle), args.markdown))
+        return 0
     options = {}
     if args.calibration is not None:
         from scheduler_sim.records.options import OPTIONS
@@ -468,16 +535,19 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(name, path, truth, config, options) for name, path, truth, config in files]
     if args.jobs > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(min(args.jobs, len(jobs))) as pool:
-            runs = list(pool.map(replay_run, jobs))
+            done = list(pool.map(replay_run, jobs))
     else:
-        runs = [replay_run(job) for job in jobs]
-    setting = "calibration " + (args.calibration or "default")
+        done = [replay_run(job) for job in jobs]
+    runs = [run for run, _ in done]
+    for run, cpu in done:
+        print(f"{run['run']}: {cpu:.1f} s of CPU", file=sys.stderr)
+    setting = describe_setting(args.calibration)
     result = {"setting": setting, "runs": runs, "groups": overall(runs) if runs else {}}
     if not args.no_kernels:
         result["kernels"] = kernels(args.folder, args.calibration)
     wall = time.perf_counter() - started
     sys.stdout.write(report(result, args.markdown))
-    print(f"\n{len(runs)} runs replayed in {wall:.0f} s of wall time (--jobs {args.jobs})",
+    print(f"{len(runs)} runs replayed in {wall:.0f} s of wall time (--jobs {args.jobs})",
           file=sys.stderr)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -130,7 +130,8 @@ def test_tables():
     rows = acc.overall_table(groups)
     assert rows[0][:3] == ["runs", "n", "TTFT mean"]
     assert rows[1][:3] == ["train", "1", "12.5% (12%)"]
-    assert acc.markdown([["a", "b"], ["x", "1"]]) == "| a | b |\n|---|---:|\n| x | 1 |\n"
+    assert acc.markdown([["a", "b", "c"], ["x", "1", "y"]]) == \
+        "| a | b | c |\n|---|---:|---|\n| x | 1 | y |\n"
     assert acc.aligned([["a", "bb"], ["xyz", "1"]]) == "a    bb\nxyz   1\n"
 
 
@@ -161,7 +162,46 @@ def test_replay_run_on_the_fixture(tmp_path, monkeypatch):
     truth = tmp_path / "run_ground_truth.json.gz"
     truth.write_bytes(gzip.compress((data / "run_ground_truth.json").read_bytes()))
     shutil.copy(data / "config.yaml", tmp_path / "config.yaml")
-    result = acc.replay_run(("tiny", str(run), str(truth), str(tmp_path / "config.yaml"), {}))
+    result, _ = acc.replay_run(("tiny", str(run), str(truth), str(tmp_path / "config.yaml"),
+                                {}))
     assert (result["split"], result["requests"], result["errored"], result["compared"]) == \
         ("validate", 14, 1, 13)
     assert json.loads(json.dumps(result)) == result
+
+
+class FakeModel:
+    """A cost model that prices each term at Vidur's figure times a factor."""
+
+    class model:
+        layers = 2
+
+    def __init__(self, mlp, factor):
+        self.mlp, self.factor = mlp, factor
+
+    def breakdown(self, chunks, rows, contexts):
+        chunk = chunks[0][0] if chunks else 0
+        context = contexts // rows if rows else 0
+        terms = acc.vidur_shape(self.mlp, ATTENTION, 2, chunk, rows, context)
+        out = {k: (v or 0.0) * self.factor for k, v in terms.items()}
+        out["lm_head"] = out["step"] = 1.0  # not profiled: never compared
+        return out
+
+
+def test_compare_kernels_totals_and_terms(monkeypatch):
+    """Totals of linear, floors and both attentions; a model 10% slow is 10% off
+    everywhere; the largest error names its shape."""
+    mlp = {1: {"linear": 0.1, "small": 0.01}, 8: {"linear": 0.4, "small": 0.05},
+           16: {"linear": 1.6, "small": 0.2}}
+    monkeypatch.setattr(acc, "PREFILL", (8,))
+    monkeypatch.setattr(acc, "DECODE_ROWS", (8,))
+    monkeypatch.setattr(acc, "DECODE_CONTEXTS", (512,))
+    monkeypatch.setattr(acc, "MIXED", [(8, 8, 512)])
+    result = acc.compare_kernels(mlp, ATTENTION, FakeModel(mlp, 1.1))
+    assert [s["class"] for s in result["shapes"]] == ["prefill", "decode", "mixed"]
+    prefill = result["shapes"][0]
+    assert prefill["total_measured"] == pytest.approx(0.0008 + 0.0001 + 0.0004)
+    assert prefill["error"] == pytest.approx(0.1)
+    assert result["classes"]["all"]["median"] == pytest.approx(10.0)
+    assert result["classes"]["mixed"]["worst"] == "mixed 8 + 8 x 512"
+    assert result["terms"]["kv_write"] == {"shapes": 1, "median": pytest.approx(10.0),
+                                           "max": pytest.approx(10.0)}

@@ -300,3 +300,22 @@ def test_measured_file_errors():
         "m.jsonl:3: unknown field 'x' (known: id, ttft, e2e, client_output_tokens)",
         "m.jsonl:4: invalid JSON: Expecting value at column 1",
     ]
+
+
+def test_every_format_reads_gzip(tmp_path):
+    """A gzipped Mooncake slice converts to the same trace as the plain one."""
+    plain = ROOT / "tests" / "data" / "mooncake_conversation_head.jsonl"
+    zipped = tmp_path / "head.jsonl.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    outs = []
+    for path in (plain, zipped):
+        out = io.StringIO()
+        assert main(["convert", "--from", "mooncake", str(path)], out, io.StringIO()) == 0
+        outs.append(out.getvalue())
+    assert outs[0] == outs[1] and outs[0].count("\n") == 201
+    (tmp_path / "bad.gz").write_bytes(b"\x1f\x8b" + b"not gzip")
+    err = io.StringIO()
+    assert main(["convert", "--from", "mooncake", str(tmp_path / "bad.gz")], io.StringIO(),
+                err) == 2
+    assert err.getvalue().startswith(f"scheduler-sim: error: {tmp_path / 'bad.gz'}: not a "
+                                     "readable gzip file: ")

@@ -14,6 +14,7 @@ of the caller.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Mapping
 from importlib import resources
@@ -163,6 +164,5 @@ def agree(options, model: ModelSpec | None, gpu: GpuSpec | None,
 
 def _same_model(one: ModelSpec, other: ModelSpec) -> bool:
     """The same architecture, whatever each is called and wherever it was read."""
-    import dataclasses
     return (dataclasses.replace(one, name="", source="")
             == dataclasses.replace(other, name="", source=""))

@@ -30,19 +30,22 @@ error is (predicted - actual) / actual. Over a group of runs (a split, or
 "not fitted" = validate + test, or all) the MAPE is the mean of the runs'
 absolute relative errors, and "max" the largest of them.
 
-**Kernels.** For Llama-3-8B on an A100 80GB at tp 1, `CostModel.breakdown
-(chunks, rows, contexts)` (seconds per term over the whole model) against
-Vidur's per-layer medians (ms) times the layers: `linear` against
-attn_pre_proj + attn_post_proj + mlp_up_proj + mlp_down_proj, `floors`
-against the small ops (input_layernorm, post_attention_layernorm,
-attn_rope, mlp_act, add), `attention_prefill` against attn_prefill,
-`attention_decode` against the decode attention, `kv_write` against the
-decode attn_kv_cache_save (the prefill one implies about 7 GB/s, a
-profiler artefact, and is left out). A shape's total is the sum of those
-terms on each side (`lm_head`, `allreduce`, `step` and Vidur's embedding
-are not in the profiles and are left out; so is `kv_write`). A cost model
-without `breakdown` (before issue 23) is compared on totals only: its
-dispatch time less its step overhead (the LM head included). Shapes:
+**Kernels.** For Llama-3-8B on an A100 80GB at tp 1 under the calibration
+asked for (`--calibration`; by default the A100's shipped one), the cost
+model's single-kernel prices (seconds over the whole model) against Vidur's
+per-layer medians (ms) times the layers: `linear` (`CostModel.linear_seconds`)
+against attn_pre_proj + attn_post_proj + mlp_up_proj + mlp_down_proj,
+`small` (the elementwise term plus the layer floor) against the small ops
+(input_layernorm, post_attention_layernorm, attn_rope, mlp_act, add),
+`attention_prefill` (with its floor) against attn_prefill, and
+`attention_decode` (with its floor) against the decode attention. A shape's
+total is the sum of those terms on each side (`lm_head`, `allreduce`,
+`step`, the KV write and Vidur's embedding are left out: the profiles do
+not time them, or, for the prefill KV write, at an implausible 7 GB/s). A
+cost model without single-kernel prices (before issue 23) is compared on
+totals only: its dispatch time less its step overhead (the LM head
+included). The A100 calibration was fitted to these same profiles, so this
+is how well the model's form fits them, not a prediction. Shapes:
 prefill of 128 to 8,192 tokens (no context), decode of 1 to 256 rows at
 context 512 to 4,096, and mixed batches (a 128 to 2,048-token prefill with 8
 to 128 decode rows at context 1,024 or 2,048: Vidur's linear time at the
@@ -233,7 +236,7 @@ def replay_run(job: tuple[str, str, str, str, dict]) -> tuple[dict, float]:
 
 LINEAR = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 SMALL_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
-TERMS = ("linear", "floors", "attention_prefill", "attention_decode")  # a shape's total
+TERMS = ("linear", "small", "attention_prefill", "attention_decode")  # a shape's total
 KERNEL_CLASSES = ("prefill", "decode", "mixed", "all")
 PREFILL = (128, 256, 512, 1024, 2048, 4096, 8192)
 DECODE_ROWS = (1, 8, 16, 32, 64, 128, 256)
@@ -274,7 +277,7 @@ def vidur_shape(mlp: dict, attention: dict, layers: int, chunk: int, rows: int,
     and `rows` decodes at `context` each, over `layers` layers."""
     tokens = chunk + rows
     ms = {"linear": at_tokens(mlp, tokens, "linear"),
-          "floors": at_tokens(mlp, tokens, "small"),
+          "small": at_tokens(mlp, tokens, "small"),
           "attention_prefill": attention["prefill_kv0"][str(chunk)][1] if chunk else 0.0,
           "attention_decode": attention["decode"][str(context)][str(rows)] if rows else 0.0,
           "kv_write": attention["decode_kv_cache_save"][str(rows)] if rows and not chunk
@@ -304,14 +307,40 @@ class TotalOnly:
                 - self.cost.step_overhead}
 
 
+class Kernels:
+    """The cost model's kernels, per Vidur term (its single-kernel prices: the linear
+    layers, the small ops as the elementwise term plus the layer floor, each attention
+    with its floor)."""
+
+    def __init__(self, cost) -> None:
+        self.cost = cost
+        self.model = cost.model
+
+    def breakdown(self, chunks, rows, contexts) -> dict[str, float]:
+        cost = self.cost
+        tokens = rows + sum(c for c, _ in chunks)
+        return {"linear": cost.linear_seconds(tokens),
+                "small": cost.elementwise_seconds(tokens) + cost.layer_floor_seconds(),
+                "attention_prefill": math.fsum(cost.prefill_attention_seconds(c, x)
+                                               for c, x in chunks),
+                "attention_decode": cost.decode_attention_seconds(rows, contexts) if rows
+                else 0.0}
+
+
 def kernel_model(calibration: str | None):
-    """The checkout's cost model for Llama-3-8B on an A100 80GB, tp 1 (wrapped in
-    TotalOnly when it has no `breakdown`)."""
+    """The checkout's cost model for Llama-3-8B on an A100 80GB, tp 1, under
+    `calibration` (None: the GPU's default), as `Kernels` (or TotalOnly when the
+    checkout's cost model has no single-kernel prices)."""
     from scheduler_sim.gpu import costmodel
 
     model, gpu = costmodel.parse_cost_model("llama-3-8b/a100-80gb")
-    cost = costmodel.CostModel(model, gpu)
-    return cost if hasattr(cost, "breakdown") else TotalOnly(cost)
+    if not hasattr(costmodel.CostModel, "linear_seconds"):
+        return TotalOnly(costmodel.CostModel(model, gpu))
+    from scheduler_sim.gpu.calibration import is_file_spec, resolve_calibration
+    from scheduler_sim.io.specs import read_calibration_file
+    chosen = (read_calibration_file(calibration) if is_file_spec(calibration)
+              else resolve_calibration(calibration, gpu.name))
+    return Kernels(costmodel.CostModel(model, gpu, chosen.coefficients, 1))
 
 
 def kernels(folder: str, calibration: str | None) -> dict:

@@ -181,7 +181,7 @@ OPTIONS: dict[str, OptionSpec] = {
                    "service-level objectives for goodput, e.g. ttft=0.2,tpot=0.05,e2el=5 "
                    "(in the results' time unit)", nullable=True),
         OptionSpec("cost_model", "str", None,
-                   "MODEL/GPU for the roofline cost model, e.g. llama-3-8b/h100-sxm (§9)",
+                   "MODEL/GPU for the cost model, e.g. llama-3-8b/h100-sxm (§9)",
                    nullable=True),
         OptionSpec("model", "str", None,
                    "the model a cost model prices: a catalogue name (scheduler-sim models) "

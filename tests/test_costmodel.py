@@ -489,3 +489,24 @@ def test_unknown_cost_model_flag_exits_2(tmp_path):
     assert status == 2 and out == ""
     assert "llama-3-8b/tpu" in err
     assert all(name in err for name in list(MODELS) + list(GPUS))
+
+
+def test_fp8_weights_run_the_linear_layers_at_the_fp8_peak_and_not_the_lm_head():
+    """A tiny fp8 model (2 layers, d 8, 2 heads and 1 KV head of 4, MLP width 16,
+    vocabulary 10: 1,152 linear parameters, an 80-parameter LM head) on a GPU of 1e6
+    16-bit and 2e6 FP8 FLOP/s and 1e4 B/s, every efficiency 0.5, sharpness 1 (the two
+    regimes add up). The linear layers read 1,152 one-byte weights, 1,152 / 5e3 = 0.2304
+    s, and compute 2 x 1,152 = 2,304 FLOPs a token at 2e6 x 0.5: 3 tokens 0.006912 s.
+    The LM head stays in 16 bits (as ModelSpec.weight_bytes counts it): 160 bytes / 5e3 =
+    0.032 s, and 160 FLOPs a sampled row at the 16-bit 1e6 x 0.5: 3 rows 0.00096 s."""
+    from scheduler_sim.gpu.gpus import GpuSpec
+    from scheduler_sim.gpu.models import ModelSpec
+    tiny = ModelSpec(name="tiny-fp8", layers=2, d_model=8, heads=2, kv_heads=1, head_dim=4,
+                     intermediate=16, vocab=10, weight_bytes_per_param=1.0, fp8=True)
+    gpu = GpuSpec(name="toy", bf16_flops=1e6, fp8_flops=2e6, hbm_bandwidth=1e4,
+                  memory_gib=1.0, host_link=1e3, interconnect=1e3, interconnect_kind="nvlink")
+    half = Coefficients(gemm_efficiency=0.5, gemm_bandwidth_efficiency=0.5, gemm_sharpness=1.0)
+    assert tiny.weight_bytes == 1152 * 1 + (80 + 80 + 2 * 8 * 2 + 8) * 2
+    terms = CostModel(tiny, gpu, half).breakdown([], 3, 12)
+    assert terms["linear"] == pytest.approx(0.2304 + 0.006912, rel=1e-12)
+    assert terms["lm_head"] == pytest.approx(0.032 + 0.00096, rel=1e-12)

@@ -86,21 +86,28 @@ def test_a_workload_on_a_clock():
 
 
 def test_changing_the_resolution_never_moves_an_arrival_by_a_step():
-    """A trace in seconds, a at 0 and b at 0.0104 s (P=16, N=2, Llama-3-8B on an H100):
-    each dispatch costs about 6.49 ms (weights 16,060,522,496 B at 2.68e12 B/s = 5.99 ms,
-    plus 0.5 ms). On a 1-ms clock b arrives at step 11 (0.011 s), on a 1-us clock at 10400
-    (0.0104 s): never more than one step later than the trace says. a's prefill ends at
-    6.4943 ms and its decode at 12.9879 ms: 0.007 and 0.013 s on the coarse clock,
-    0.006495 and 0.012988 on the fine one; every reported time differs by less than one
-    coarse step (1 ms)."""
-    records = [{"type": "config", "time_unit": "s"}, req("a", 0, 16, 2),
+    """A trace in seconds, a at 0 and b at 0.0104 s (P=16, N=2, Llama-3-8B on an H100,
+    the uncalibrated physics `Coefficients()`, which refits do not move). a's prefill of
+    16 tokens: linear sqrt(5.34200^2 + 0.301096^2) = 5.35048 ms (13,958,643,712 weight
+    bytes at 3.35e12 x 0.78 B/s; 2 x 6,979,321,856 x 16 FLOPs at 989e12 x 0.75 FLOP/s),
+    LM head 1,050,673,152 B / 2.613e12 = 0.402097 ms, attention 136 pairs x 524,288 /
+    494.5e12 = 0.000144 ms, KV write 16 x 131,072 / 2.68e12 = 0.000783 ms, elementwise 16
+    x 5,505,024 / 1.675e12 = 0.052585 ms, step 0.5 ms: 6.30609 ms. Its decode (context
+    16): linear sqrt(5.34200^2 + 0.018819^2) = 5.34203 ms, LM head 0.402097, KV 18 x
+    131,072 / 2.68e12 = 0.000880, elementwise 0.003287, step 0.5: 6.24830 ms, so it ends
+    at 12.55438 ms. On a 1-ms clock b arrives at step 11 (0.011 s), on a 1-us clock at
+    10400 (0.0104 s): never more than one step later than the trace says. a's prefill
+    and decode end at steps 7 and 13 on the coarse clock (the decode starts from the
+    exact 6.306 ms), ceil(6306.09) = 6307 and ceil(12554.38) = 12555 on the fine one;
+    every reported time differs by less than one coarse step (1 ms)."""
+    records = [{"type": "config", "time_unit": "s", "calibration": "none"}, req("a", 0, 16, 2),
                req("b", 0.0104, 16, 2)]
     coarse = simulate(records, cost_model=COST, block_size=4, num_blocks=64,
                       clock_resolution=0.001)
     fine = simulate(records, cost_model=COST, block_size=4, num_blocks=64)
     assert coarse.req["b"].arrival == 11 and fine.req["b"].arrival == 10400
     assert (coarse.req["a"].first_token_at, coarse.req["a"].finished_at) == (7, 13)
-    assert (fine.req["a"].first_token_at, fine.req["a"].finished_at) == (6495, 12988)
+    assert (fine.req["a"].first_token_at, fine.req["a"].finished_at) == (6307, 12555)
     from scheduler_sim.engine.summary import request_record
     for rid in "ab":
         a = request_record(coarse.req[rid], coarse.result.clock)

@@ -1,19 +1,33 @@
-"""The roofline cost model (§9): reference figures, regimes, and timed replays.
+"""The cost model (§9): swap against recompute, the terms a dispatch costs, and timed replays.
 
-Numbers used throughout (Llama-3-8B on an H100 SXM, the defaults):
-- N = 8,030,261,248 parameters (the Llama-3.1-8B config's count, which replaced the
-  rounded 8.0e9: tests/test_models.py derives it), L = 32 layers, d = 4096, 8 KV heads
-  x 128 x 2 bytes; KV bytes per token = 2 x 32 x 8 x 128 x 2 = 131072; weights 2N =
-  16,060,522,496 bytes.
-- achieved compute F = 989e12 x 400/989 = 4e14 FLOP/s; achieved bandwidth
-  B = 3.35e12 x 0.8 = 2.68e12 B/s; step overhead 0.0005 s; host link 64e9 B/s.
-- swap against recompute prices the prefill with ModelSpec.prefill_flops: 2 x
-  6,979,321,856 linear parameters x S + 4 x 32 heads x 128 x 32 layers = 524,288 FLOPs
-  per (query, key) pair x S (S + 1) / 2 causal pairs; at S = 8192 that is
-  1.143492e14 + 1.759433e13 = 1.319435e14 FLOP, 0.329859 s at F.
-- swap: 131072 x 8192 = 2^30 bytes; one way 2^30 / 64e9 = 0.016777 s, round
-  trip 0.033554 s; 0.329859 / 0.033554 = 9.83x; crossover 8192 / 0.033554 =
-  244,141 tok/s; recompute wins above 1 - 0.033554 / 0.329859 = 89.83% survival.
+Numbers used throughout (Llama-3-8B on an H100 SXM):
+- N = 8,030,261,248 parameters (the Llama-3.1-8B config's count: tests/test_models.py
+  derives it), of which 6,979,321,856 in the linear layers; L = 32 layers, d = 4096, 32
+  heads and 8 KV heads of 128, MLP width 14,336, vocabulary 128,256; KV bytes per token
+  = 2 x 32 x 8 x 128 x 2 = 131,072.
+- swap against recompute prices the prefill at 400 of the H100's 989 TFLOP/s (F = 4e14)
+  with ModelSpec.prefill_flops: 2 x 6,979,321,856 linear parameters x S + 4 x 32 heads x
+  128 x 32 layers = 524,288 FLOPs per (query, key) pair x S (S + 1) / 2 causal pairs; at
+  S = 8192 that is 1.143492e14 + 1.759433e13 = 1.319435e14 FLOP, 0.329859 s at F.
+- swap: 131072 x 8192 = 2^30 bytes over a 64e9 B/s host link; one way 2^30 / 64e9 =
+  0.016777 s, round trip 0.033554 s; 0.329859 / 0.033554 = 9.83x; crossover 8192 /
+  0.033554 = 244,141 tok/s; recompute wins above 1 - 0.033554 / 0.329859 = 89.83%
+  survival.
+- the cost model under the uncalibrated physics (`Coefficients()`, which calibration
+  refits do not move; the shipped calibrations' numbers are never asserted here):
+  - linear layers: 13,958,643,712 weight bytes read at 3.35e12 x gemm_bandwidth_efficiency
+    0.78 = 2.613e12 B/s: m = 5.34200 ms; 2 x 6,979,321,856 FLOPs a token at 989e12 x
+    gemm_efficiency 0.75 = 741.75e12 FLOP/s: c = 0.0188185 ms a token; the term of T
+    tokens is sqrt(m^2 + (c T)^2) (gemm_sharpness 2, no half tokens, no tiles);
+  - LM head: 128,256 x 4,096 x 2 = 1,050,673,152 bytes, 0.402095 ms, and 1,050,673,152
+    FLOPs a sampled row, 0.00141648 ms, blended alike;
+  - prefill attention: 524,288 FLOPs a pair at 989e12 x attention_efficiency 0.5 =
+    494.5e12 FLOP/s (1.06024 ns a pair);
+  - KV read and written at 3.35e12 x kv_read_efficiency 0.8 = 2.68e12 B/s: 48.9075 ns a
+    token;
+  - elementwise: 32 x 2 x (8 x 4,096 + 3 x 14,336 + 2 x (32 + 8) x 128) = 5,505,024
+    bytes a token at 3.35e12 x 0.5 = 1.675e12 B/s (3.28658 us a token);
+  - no floors, no all-reduce (tp 1), step 0.5 ms.
 """
 from __future__ import annotations
 
@@ -26,8 +40,10 @@ import pytest
 
 from conftest import req, simulate
 from scheduler_sim.cli.main import main
-from scheduler_sim.gpu.costmodel import (GPUS, MODELS, CostModel, DispatchShape, parse_cost_model,
-                                     swap_vs_recompute)
+from scheduler_sim.gpu.coefficients import Coefficients
+from scheduler_sim.gpu.costmodel import (GPUS, MODELS, CostModel, DispatchShape, calibration_for,
+                                         cost_model_for, parse_cost_model, swap_vs_recompute)
+from scheduler_sim.records.options import Options
 from scheduler_sim.records.errors import TraceError
 from scheduler_sim.io.trace import parse_trace
 from conftest import ROOT
@@ -36,11 +52,18 @@ DATA = ROOT / "scheduler_sim" / "gpu" / "data" / "models"
 
 M8 = MODELS["llama-3-8b"]
 H100 = GPUS["h100-sxm"]
-F = 4e14        # achieved FLOP/s
-B = 2.68e12     # achieved HBM bytes/s
+F = 4e14        # swap_vs_recompute's prefill FLOP/s
 KV = 131072     # KV bytes per token, Llama-3-8B
-N = 8_030_261_248  # Llama-3-8B's parameters (every one active: a dense model)
-W = 2 * N          # its weight bytes, bf16
+# The cost model's figures (module docstring): FLOPs and bytes of Llama-3-8B, and the
+# H100's rates under Coefficients().
+LIN_FLOPS = 2 * 6_979_321_856          # linear-layer FLOPs a token
+LIN_READ = 13_958_643_712 / (3.35e12 * 0.78)   # seconds to read the linear weights
+HEAD_FLOPS = 2 * 128_256 * 4_096       # LM-head FLOPs a sampled row
+HEAD_READ = 1_050_673_152 / (3.35e12 * 0.78)
+PAIR_FLOPS = 524_288                   # attention FLOPs a (query, key) pair, all layers
+ELEMENTWISE = 5_505_024                # elementwise bytes a token
+GEMM_RATE, ATTENTION_RATE = 989e12 * 0.75, 989e12 * 0.5
+KV_RATE, ELEMENTWISE_RATE = 3.35e12 * 0.8, 3.35e12 * 0.5
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -154,101 +177,177 @@ def test_cost_command_unknown_model_or_gpu_exits_2():
     assert "tpu" in err and all(g in err for g in ("a100-80gb", "h100-sxm", "h200"))
 
 
-# --- the roofline ----------------------------------------------------------------------------
+# --- the sum of terms (§9) ------------------------------------------------------------------
 
-def test_large_prefill_is_compute_bound():
-    """One 8192-token prefill from an empty context: compute (2 N 8192 + 2 L d 8192^2) /
-    4e14 = 1.4916e14 / 4e14 = 0.37290 s; memory (W weights + 131072 x (8192 read + 8192
-    written)) / 2.68e12 = 0.006794 s; so compute-bound, and seconds = compute + 0.0005."""
+def test_a_large_prefill_is_bound_by_its_gemm_compute():
+    """One 8192-token prefill from an empty context under `Coefficients()`: the linear
+    layers compute 8192 x 0.0188185 = 154.161 ms, 28.9 times their 5.34200-ms weight read,
+    so their term sqrt(5.34200^2 + 154.161^2) = 154.254 ms is 1.000600 times the compute
+    alone, and closer still as the prefill grows (sqrt(1 + (5.34200 / 1,233.29)^2) =
+    1.0000094 times at 65,536 tokens): it approaches 2 x active parameters x T / (peak x
+    gemm_efficiency). The whole dispatch: linear 154.254 + LM head 0.402097 + attention
+    8192 x 8193 / 2 = 33,558,528 pairs x 524,288 / 494.5e12 = 35.5800 + KV write 8192 x
+    131,072 / 2.68e12 = 0.400650 + elementwise 8192 x 5,505,024 / 1.675e12 = 26.9237 +
+    step 0.5 = 218.0604 ms."""
     cost = CostModel(M8, H100)
-    shape = DispatchShape(chunks=[(8192, 0)])
-    compute, memory = cost.compute_seconds(shape), cost.memory_seconds(shape)
-    assert math.isclose(compute, (2 * N * 8192 + 2 * 32 * 4096 * 8192 ** 2) / F,
-                        rel_tol=1e-9)
-    assert math.isclose(memory, (W + KV * (8192 + 8192)) / B, rel_tol=1e-9)
-    assert compute > 10 * memory
-    assert cost.seconds(shape) == compute + 0.0005
+    assert cost.coefficients == Coefficients()
+    compute = LIN_FLOPS * 8192 / GEMM_RATE
+    assert math.isclose(compute, 0.154161388, rel_tol=1e-8)
+    assert compute / LIN_READ == pytest.approx(28.858, abs=1e-3)
+    linear = cost.linear_seconds(8192)
+    assert math.isclose(linear, math.hypot(LIN_READ, compute), rel_tol=1e-12)
+    assert linear / compute == pytest.approx(1.000600, abs=1e-6)
+    assert cost.linear_seconds(65536) / (LIN_FLOPS * 65536 / GEMM_RATE) == pytest.approx(
+        1.0000094, abs=1e-7)
+    expected = (math.hypot(LIN_READ, compute) + math.hypot(HEAD_READ, HEAD_FLOPS / GEMM_RATE)
+                + 33_558_528 * PAIR_FLOPS / ATTENTION_RATE + 8192 * KV / KV_RATE
+                + 8192 * ELEMENTWISE / ELEMENTWISE_RATE + 0.0005)
+    assert math.isclose(cost.seconds(DispatchShape(chunks=[(8192, 0)])), expected,
+                        rel_tol=1e-12)
+    assert math.isclose(expected, 0.2180604, rel_tol=1e-6)
 
 
-def test_prefill_time_grows_linearly_with_tokens():
-    """Prefill chunks add up: four 1024-token prefills cost exactly four times one; one
-    prefill of 2048 tokens costs about twice one of 1024 (the dense 2 N per token dominates:
-    (2N 2048 + 2Ld 2048^2) / (2N 1024 + 2Ld 1024^2) = 2.033)."""
+def test_chunks_of_one_dispatch_share_its_linear_layers():
+    """Four 1024-token chunks in one dispatch and one 4096-token chunk run the same 4096
+    tokens through the linear layers, the KV write and the elementwise kernels (terms of
+    the token count only), which grow in proportion to the tokens (twice the tokens, twice
+    the KV write and elementwise time). They differ in attention, 4096 x 4097 / 2 -
+    4 x 1024 x 1025 / 2 = 6,291,456 more pairs for the single chunk (x 524,288 / 494.5e12
+    = 6.67044 ms), and in the LM head, 4 sampled rows against 1: sqrt(0.402095^2 +
+    0.00566592^2) - sqrt(0.402095^2 + 0.00141648^2) = 3.74e-5 ms."""
     cost = CostModel(M8, H100)
-    one = cost.compute_seconds(DispatchShape(chunks=[(1024, 0)]))
-    four = cost.compute_seconds(DispatchShape(chunks=[(1024, 0)] * 4))
-    assert math.isclose(four, 4 * one, rel_tol=1e-12)
-    double = cost.compute_seconds(DispatchShape(chunks=[(2048, 0)]))
-    assert math.isclose(double / one, 2.033, rel_tol=1e-3)
-    assert cost.seconds(DispatchShape(chunks=[(2048, 0)])) > \
-        cost.seconds(DispatchShape(chunks=[(1024, 0)]))
+    four = cost.breakdown([(1024, 0)] * 4, 0, 0)
+    one = cost.breakdown([(4096, 0)], 0, 0)
+    for term in ("linear", "kv_write", "elementwise", "floors", "allreduce"):
+        assert four[term] == one[term], term
+    half = cost.breakdown([(2048, 0)], 0, 0)
+    for term in ("kv_write", "elementwise"):
+        assert math.isclose(one[term], 2 * half[term], rel_tol=1e-12), term
+    assert math.isclose(one["attention_prefill"] - four["attention_prefill"],
+                        6_291_456 * PAIR_FLOPS / ATTENTION_RATE, rel_tol=1e-9)
+    assert math.isclose(four["lm_head"] - one["lm_head"],
+                        math.hypot(HEAD_READ, 4 * HEAD_FLOPS / GEMM_RATE)
+                        - math.hypot(HEAD_READ, HEAD_FLOPS / GEMM_RATE), rel_tol=1e-6)
+    assert four["step"] == one["step"] == 0.0005
 
 
-def test_prefill_time_grows_quadratically_with_context():
-    """The attention part of a whole prefill of S tokens, compute - 2 N S / F = 2 L d S^2 / F,
-    quadruples when S doubles (8192 -> 16384 -> 32768); and a 512-token chunk after s tokens
-    of context costs 2 L d ((s+512)^2 - s^2) / F more attention than at s = 0."""
+def test_prefill_attention_grows_quadratically_with_context():
+    """With no short-chunk penalty (attention_half_tokens 0) a whole prefill of S tokens
+    attends over S (S + 1) / 2 pairs of 524,288 FLOPs at 989e12 x 0.5: 8192 tokens cost
+    33,558,528 pairs = 35.5800 ms, and doubling S multiplies it by 2 (2S + 1) / (S + 1)
+    (3.99976 from 8192 to 16384). A 512-token chunk after 30,000 tokens of context attends
+    to them too: 512 x 30,000 = 15,360,000 more pairs than at context 0, 16.2853 ms, the
+    whole difference between the two dispatches (every other term depends on the tokens
+    only)."""
     cost = CostModel(M8, H100)
 
     def attention(s: int) -> float:
-        return cost.compute_seconds(DispatchShape(chunks=[(s, 0)])) - 2 * N * s / F
-    assert math.isclose(attention(8192), 2 * 32 * 4096 * 8192 ** 2 / F, rel_tol=1e-9)
-    assert math.isclose(attention(16384) / attention(8192), 4, rel_tol=1e-9)
-    assert math.isclose(attention(32768) / attention(16384), 4, rel_tol=1e-9)
-    late = cost.compute_seconds(DispatchShape(chunks=[(512, 30000)]))
-    early = cost.compute_seconds(DispatchShape(chunks=[(512, 0)]))
-    assert math.isclose(late - early,
-                        2 * 32 * 4096 * ((30512 ** 2 - 30000 ** 2) - 512 ** 2) / F, rel_tol=1e-9)
+        return cost.breakdown([(s, 0)], 0, 0)["attention_prefill"]
+    assert math.isclose(attention(8192), 33_558_528 * PAIR_FLOPS / ATTENTION_RATE,
+                        rel_tol=1e-12)
+    for s in (8192, 16384):
+        assert math.isclose(attention(2 * s) / attention(s), 2 * (2 * s + 1) / (s + 1),
+                            rel_tol=1e-12)
+    late = cost.dispatch_seconds([(512, 30000)], 0, 0)
+    early = cost.dispatch_seconds([(512, 0)], 0, 0)
+    assert math.isclose(late - early, 15_360_000 * PAIR_FLOPS / ATTENTION_RATE, rel_tol=1e-9)
+    assert math.isclose(late - early, 0.0162853, rel_tol=1e-5)
 
 
-def test_small_decode_batch_is_memory_bound():
-    """Four decodes at context 1000: compute (2N x 4 + 2Ld (2 x 4000 + 4)) / F = 1.66e-4 s;
-    memory (W + 131072 x (4000 read + 4 written)) / 2.68e12 = 0.0061886 s: memory-bound,
-    seconds = memory + 0.0005."""
+def test_a_small_decode_batch_is_bound_by_the_weight_read():
+    """Four decodes at context 1000: the linear layers compute 4 x 0.0188185 = 0.0752741
+    ms against their 5.34200-ms weight read, so their term sqrt(5.34200^2 + 0.0752741^2)
+    = 5.34253 ms is sqrt(1 + (0.0752741 / 5.34200)^2) = 1.0000993 times the read alone.
+    The whole dispatch: linear 5.34253 +
+    LM head sqrt(0.402095^2 + 0.00566592^2) = 0.402135 + decode attention (4000 + 4) x
+    131,072 / 2.68e12 = 0.195825 + KV write 4 x 131,072 / 2.68e12 = 0.000196 +
+    elementwise 4 x 5,505,024 / 1.675e12 = 0.0131463 + step 0.5 = 6.45383 ms."""
     cost = CostModel(M8, H100)
-    shape = DispatchShape(decodes=[1000] * 4)
-    compute, memory = cost.compute_seconds(shape), cost.memory_seconds(shape)
-    assert math.isclose(compute, (2 * N * 4 + 2 * 32 * 4096 * (2 * 4000 + 4)) / F,
-                        rel_tol=1e-9)
-    assert math.isclose(memory, (W + KV * (4000 + 4)) / B, rel_tol=1e-9)
-    assert memory > 10 * compute
-    assert cost.seconds(shape) == memory + 0.0005
+    linear = cost.linear_seconds(4)
+    assert math.isclose(linear, math.hypot(LIN_READ, 4 * LIN_FLOPS / GEMM_RATE), rel_tol=1e-12)
+    assert linear / LIN_READ == pytest.approx(1.0000993, abs=1e-7)
+    expected = (linear + math.hypot(HEAD_READ, 4 * HEAD_FLOPS / GEMM_RATE)
+                + 4004 * KV / KV_RATE + 4 * KV / KV_RATE
+                + 4 * ELEMENTWISE / ELEMENTWISE_RATE + 0.0005)
+    assert math.isclose(cost.seconds(DispatchShape(decodes=[1000] * 4)), expected,
+                        rel_tol=1e-12)
+    assert math.isclose(expected, 0.00645383, rel_tol=1e-6)
 
 
 def test_decode_time_grows_with_the_context_it_reads():
-    """Raising each of four decodes' context from 1000 to 8000 adds 131072 x 28000 bytes
-    read: 1.3694e-3 s more memory time (and more seconds); the batch stays memory-bound."""
+    """Decode attention reads every token of context at 3.35e12 x kv_read_efficiency 0.8 =
+    2.68e12 B/s: 131,072 / 2.68e12 = 48.9075 ns a token. Raising each of four decodes'
+    context from 1000 to 8000 adds 28,000 tokens read, 1.36941 ms, to that term and to the
+    dispatch, and nothing else (the other terms count rows, not context)."""
     cost = CostModel(M8, H100)
-    short, long_ = DispatchShape(decodes=[1000] * 4), DispatchShape(decodes=[8000] * 4)
-    extra = cost.memory_seconds(long_) - cost.memory_seconds(short)
-    assert math.isclose(extra, KV * 28000 / B, rel_tol=1e-9)
-    assert cost.seconds(long_) > cost.seconds(short)
-    assert cost.memory_seconds(long_) > cost.compute_seconds(long_)
+    short = cost.breakdown([], 4, 4000)
+    long_ = cost.breakdown([], 4, 32000)
+    assert math.isclose(cost.breakdown([], 4, 4001)["attention_decode"]
+                        - short["attention_decode"], KV / KV_RATE, rel_tol=1e-9)
+    assert math.isclose(long_["attention_decode"] - short["attention_decode"],
+                        28000 * KV / KV_RATE, rel_tol=1e-12)
+    assert {k: v for k, v in long_.items() if k != "attention_decode"} == \
+        {k: v for k, v in short.items() if k != "attention_decode"}
+    extra = (cost.seconds(DispatchShape(decodes=[8000] * 4))
+             - cost.seconds(DispatchShape(decodes=[1000] * 4)))
+    assert math.isclose(extra, 28000 * KV / KV_RATE, rel_tol=1e-9)
+    assert math.isclose(extra, 0.00136941, rel_tol=1e-5)
 
 
-def test_seconds_is_the_roofline_plus_overhead():
-    """For a prefill, a decode batch and a mixed shape, under the default and a 2-ms step
-    overhead: seconds = max(compute, memory) + step_overhead."""
+def test_the_step_overhead_is_added_to_every_dispatch():
+    """For a prefill, a decode batch and a mixed dispatch, on Llama-3-8B/H100 and
+    Llama-3-70B/A100: a 2-ms step overhead instead of the default 0.5 ms adds exactly 1.5
+    ms, the `step` term; and `seconds` of a DispatchShape is `dispatch_seconds` of its
+    chunks, its row count and the sum of its contexts."""
     shapes = [DispatchShape(chunks=[(4096, 0)]), DispatchShape(decodes=[300, 4000, 17]),
-              DispatchShape(chunks=[(512, 1000)], decodes=[300, 4000]), DispatchShape()]
-    for cost, overhead in ((CostModel(M8, H100), 0.0005),
-                           (CostModel(M8, H100, step_overhead=0.002), 0.002),
-                           (CostModel(MODELS["llama-3-70b"], GPUS["a100-80gb"]), 0.0005)):
+              DispatchShape(chunks=[(512, 1000)], decodes=[300, 4000])]
+    for model, gpu in ((M8, H100), (MODELS["llama-3-70b"], GPUS["a100-80gb"])):
+        base = CostModel(model, gpu)
+        slow = CostModel(model, gpu, Coefficients(step_overhead=0.002))
         for shape in shapes:
-            assert cost.seconds(shape) == \
-                max(cost.compute_seconds(shape), cost.memory_seconds(shape)) + overhead
+            args = (shape.chunks, len(shape.decodes), sum(shape.decodes))
+            assert base.seconds(shape) == base.dispatch_seconds(*args)
+            assert math.isclose(slow.seconds(shape) - base.seconds(shape), 0.0015,
+                                rel_tol=1e-9)
+            assert (base.breakdown(*args)["step"], slow.breakdown(*args)["step"]) == \
+                (0.0005, 0.002)
 
 
-def test_mfu_and_bandwidth_efficiency_scale_the_rates():
-    """Halving mfu doubles compute time; halving bandwidth_efficiency doubles memory time."""
-    shape = DispatchShape(chunks=[(1024, 100)], decodes=[50, 60])
-    base = CostModel(M8, H100)
-    slow_f = CostModel(M8, H100, mfu=200 / 989)
-    slow_b = CostModel(M8, H100, bandwidth_efficiency=0.4)
-    assert math.isclose(slow_f.compute_seconds(shape), 2 * base.compute_seconds(shape),
+def options(**values) -> Options:
+    return Options.resolve({"cost_model": COST, **values})
+
+
+def test_mfu_bandwidth_efficiency_and_step_overhead_override_the_calibration():
+    """`mfu` replaces gemm_efficiency, `bandwidth_efficiency` both gemm_bandwidth_efficiency
+    and kv_read_efficiency, `step_overhead` the step; every other coefficient stays the
+    calibration's (`none`: Coefficients(); the shipped one: its own). Halving mfu (0.375)
+    doubles the GEMM compute and bandwidth_efficiency 0.39 (half of 0.78) the weight read:
+    an 8192-token linear term becomes sqrt(10.6840^2 + 308.323^2) ms, a 4-row decode's
+    sqrt(10.6840^2 + 0.150548^2) ms; KV is read at 3.35e12 x 0.39 B/s instead of 0.8 of
+    it: 28,000 more tokens of context cost 28,000 x 131,072 / 1.3065e12 = 2.80905 ms
+    instead of 1.36941."""
+    assert cost_model_for(options(calibration="none")).coefficients == Coefficients()
+    tuned = cost_model_for(options(calibration="none", mfu=0.375, bandwidth_efficiency=0.39,
+                                   step_overhead=0.002))
+    assert tuned.coefficients == Coefficients(
+        gemm_efficiency=0.375, gemm_bandwidth_efficiency=0.39, kv_read_efficiency=0.39,
+        step_overhead=0.002)
+    assert math.isclose(tuned.linear_seconds(8192),
+                        math.hypot(2 * LIN_READ, 2 * LIN_FLOPS * 8192 / GEMM_RATE),
                         rel_tol=1e-12)
-    assert math.isclose(slow_b.memory_seconds(shape), 2 * base.memory_seconds(shape),
-                        rel_tol=1e-12)
+    assert math.isclose(tuned.linear_seconds(4),
+                        math.hypot(2 * LIN_READ, 2 * 4 * LIN_FLOPS / GEMM_RATE), rel_tol=1e-12)
+    assert math.isclose(tuned.decode_seconds(4, 32000) - tuned.decode_seconds(4, 4000),
+                        0.00280905, rel_tol=1e-5)
+    assert math.isclose(tuned.decode_seconds(4, 32000) - tuned.decode_seconds(4, 4000),
+                        28000 * KV / (3.35e12 * 0.39), rel_tol=1e-9)
+    assert tuned.breakdown([], 4, 4000)["step"] == 0.002
+    shipped = calibration_for(options()).coefficients
+    over = cost_model_for(options(mfu=0.375, bandwidth_efficiency=0.39, step_overhead=0.002))
+    assert over.coefficients == shipped.replace(
+        gemm_efficiency=0.375, gemm_bandwidth_efficiency=0.39, kv_read_efficiency=0.39,
+        step_overhead=0.002)
+    assert cost_model_for(options()).coefficients == shipped
 
 
 def test_decode_seconds_equals_seconds_of_the_same_decode_shape():
@@ -277,34 +376,41 @@ COST = "llama-3-8b/h100-sxm"
 
 
 def test_replay_dispatches_last_their_modelled_steps():
-    """One request P=2048, N=3 on a 1-ms clock. Step 0 prefills 2048 tokens: compute
-    (2N 2048 + 2Ld 2048^2) / F = 3.39915e13 / 4e14 = 0.0849787 s, memory (W + 131072 x
-    4096) / B = 0.00619 s, + 0.0005 = 0.0854787 s: it ends at 85.48 ms and completes at
-    step 86. The decode at 86 (context 2048) costs memory (W + 131072 x 2049) / B =
-    0.0060929 s + 0.0005 = 6.5929 ms and starts from the exact 85.48 ms: it ends at 92.07
-    and completes at 93; the decode at 93 (context 2049, 6.5930 ms) ends at 98.66: 99. So
-    rounding never accumulates: ceil(85.48) = 86, ceil(92.07) = 93, ceil(98.66) = 99."""
-    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, clock_resolution=0.001)
+    """One request P=2048, N=3 on a 1-ms clock, under the uncalibrated physics (`calibration:
+    none`). Step 0 prefills 2048 tokens: linear sqrt(5.34200^2 + (2048 x 0.0188185 =
+    38.5403)^2) = 38.9088 ms, LM head 0.402097, attention 2,098,176 pairs x 524,288 /
+    494.5e12 = 2.22457, KV write 2048 x 131,072 / 2.68e12 = 0.100162, elementwise 2048 x
+    5,505,024 / 1.675e12 = 6.73092, step 0.5: 48.8666 ms; it completes at step 49. The
+    decode at 49 (context 2048): linear sqrt(5.34200^2 + 0.0188185^2) = 5.34203 ms, LM head
+    0.402097, KV read and written (2049 + 1) x 131,072 / 2.68e12 = 0.100260, elementwise
+    0.003287, step 0.5: 6.34768 ms, from the exact 48.8666 ms: it ends at 55.2142 and
+    completes at 56; the decode at 56 (context 2049, 48.9 ns more: 6.34773 ms) ends at
+    61.5620: 62. So rounding never accumulates: ceil(48.87) = 49, ceil(55.21) = 56,
+    ceil(61.56) = 62."""
+    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, calibration="none",
+                 clock_resolution=0.001)
     dispatches = s.of("dispatch")
-    assert [(d["tick"], d["done"]) for d in dispatches] == [(0, 86), (86, 93), (93, 99)]
+    assert [(d["tick"], d["done"]) for d in dispatches] == [(0, 49), (49, 56), (56, 62)]
     assert [d["rows"][0]["phase"] for d in dispatches] == ["prefill", "decode", "decode"]
-    assert s.req["a"].first_token_at == 86 and s.req["a"].finished_at == 99
-    assert s.summary["makespan"] == 0.099 and s.summary["iterations"] == 3
+    assert s.req["a"].first_token_at == 49 and s.req["a"].finished_at == 62
+    assert s.summary["makespan"] == 0.062 and s.summary["iterations"] == 3
 
 
 def test_replay_cost_model_defaults_to_a_1us_clock():
-    """Without clock_resolution a cost model steps in microseconds: the three dispatches
-    end at 85,478.65, 92,071.60 and 98,664.59 us, so they complete at steps 85479, 92072
-    and 98665 (makespan 0.098665 s). On a 10-ms clock the prefill ends at 8.55 steps (9);
-    the first decode ends at 8.55 + 0.659 = 9.21 (10); the second would end at 9.87, before
-    the step 10 it starts at, so it lasts one step (11): makespan 0.11 s."""
-    s = simulate([req("a", 0, 2048, 3)], cost_model=COST)
+    """Without clock_resolution a cost model steps in microseconds: the three dispatches of
+    the test above end at 48,866.55, 55,214.23 and 61,561.95 us, so they complete at steps
+    48867, 55215 and 61562 (makespan 0.061562 s). On a 20-ms clock the prefill ends at
+    2.443 steps (3); the first decode, from 2.443, would end at 2.443 + 0.3174 = 2.761,
+    before the step 3 it starts at, so it lasts one step (4) and its exact end becomes 4;
+    the second ends at 4 + 0.3174 = 4.317 (5): makespan 5 x 0.02 = 0.1 s."""
+    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, calibration="none")
     assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [
-        (0, 85479), (85479, 92072), (92072, 98665)]
-    assert s.summary["makespan"] == 0.098665
-    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, clock_resolution=0.01)
-    assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [(0, 9), (9, 10), (10, 11)]
-    assert s.summary["makespan"] == 0.11
+        (0, 48867), (48867, 55215), (55215, 61562)]
+    assert s.summary["makespan"] == 0.061562
+    s = simulate([req("a", 0, 2048, 3)], cost_model=COST, calibration="none",
+                 clock_resolution=0.02)
+    assert [(d["tick"], d["done"]) for d in s.of("dispatch")] == [(0, 3), (3, 4), (4, 5)]
+    assert s.summary["makespan"] == 0.1
 
 
 def test_replay_without_cost_model_dispatches_last_one_tick():
@@ -321,9 +427,10 @@ def write_trace(tmp_path, records: list[dict]) -> str:
 
 
 def test_replay_table_shows_seconds(tmp_path):
-    """The replay table of that request on a 1-ms clock gives times in seconds (`s`):
-    makespan 99 steps = 0.0990 s, TTFT 86 steps = 0.0860 s, E2EL 0.0990 s."""
-    path = write_trace(tmp_path, [{"type": "config", "cost_model": COST,
+    """The replay table of that request on a 1-ms clock (test_replay_dispatches_last_their_
+    modelled_steps) gives times in seconds (`s`): makespan 62 steps = 0.0620 s, TTFT 49
+    steps = 0.0490 s, E2EL 0.0620 s."""
+    path = write_trace(tmp_path, [{"type": "config", "cost_model": COST, "calibration": "none",
                                    "clock_resolution": 0.001}, req("a", 0, 2048, 3)])
     status, out, err = run(["replay", path])
     assert status == 0, err
@@ -332,23 +439,24 @@ def test_replay_table_shows_seconds(tmp_path):
         parts = line.split()
         if line.startswith(("makespan", "TTFT", "E2EL")):
             rows[parts[0]] = parts[-2:]
-    assert rows["makespan"] == ["s", "0.0990"]
-    assert rows["TTFT"] == ["s", "0.0860"]
-    assert rows["E2EL"] == ["s", "0.0990"]
+    assert rows["makespan"] == ["s", "0.0620"]
+    assert rows["TTFT"] == ["s", "0.0490"]
+    assert rows["E2EL"] == ["s", "0.0620"]
     assert "time in seconds" in out and COST in out
 
 
 def test_replay_json_is_in_seconds_under_a_cost_model(tmp_path):
-    """`--json` under a cost model says `time_unit: s` and every time is in seconds:
-    makespan 0.099, ttft_mean 0.086, tpot_mean (99 - 86) / 2 = 6.5 steps = 0.0065 s."""
+    """`--json` under a cost model (`--calibration none`, the same request on a 1-ms clock)
+    says `time_unit: s` and every time is in seconds: makespan 0.062, ttft_mean 0.049,
+    tpot_mean (62 - 49) / 2 = 6.5 steps = 0.0065 s."""
     path = write_trace(tmp_path, [req("a", 0, 2048, 3)])
-    status, out, err = run(["replay", path, "--cost-model", COST, "--clock-resolution",
-                            "0.001", "--json"])
+    status, out, err = run(["replay", path, "--cost-model", COST, "--calibration", "none",
+                            "--clock-resolution", "0.001", "--json"])
     assert status == 0, err
     doc = json.loads(out)
     run_ = doc["runs"][0]
     assert doc["results_time_unit"] == "s"
-    assert (run_["makespan"], run_["ttft_mean"], run_["tpot_mean"]) == (0.099, 0.086, 0.0065)
+    assert (run_["makespan"], run_["ttft_mean"], run_["tpot_mean"]) == (0.062, 0.049, 0.0065)
     assert "seconds" not in run_
 
 
@@ -381,3 +489,24 @@ def test_unknown_cost_model_flag_exits_2(tmp_path):
     assert status == 2 and out == ""
     assert "llama-3-8b/tpu" in err
     assert all(name in err for name in list(MODELS) + list(GPUS))
+
+
+def test_fp8_weights_run_the_linear_layers_at_the_fp8_peak_and_not_the_lm_head():
+    """A tiny fp8 model (2 layers, d 8, 2 heads and 1 KV head of 4, MLP width 16,
+    vocabulary 10: 1,152 linear parameters, an 80-parameter LM head) on a GPU of 1e6
+    16-bit and 2e6 FP8 FLOP/s and 1e4 B/s, every efficiency 0.5, sharpness 1 (the two
+    regimes add up). The linear layers read 1,152 one-byte weights, 1,152 / 5e3 = 0.2304
+    s, and compute 2 x 1,152 = 2,304 FLOPs a token at 2e6 x 0.5: 3 tokens 0.006912 s.
+    The LM head stays in 16 bits (as ModelSpec.weight_bytes counts it): 160 bytes / 5e3 =
+    0.032 s, and 160 FLOPs a sampled row at the 16-bit 1e6 x 0.5: 3 rows 0.00096 s."""
+    from scheduler_sim.gpu.gpus import GpuSpec
+    from scheduler_sim.gpu.models import ModelSpec
+    tiny = ModelSpec(name="tiny-fp8", layers=2, d_model=8, heads=2, kv_heads=1, head_dim=4,
+                     intermediate=16, vocab=10, weight_bytes_per_param=1.0, fp8=True)
+    gpu = GpuSpec(name="toy", bf16_flops=1e6, fp8_flops=2e6, hbm_bandwidth=1e4,
+                  memory_gib=1.0, host_link=1e3, interconnect=1e3, interconnect_kind="nvlink")
+    half = Coefficients(gemm_efficiency=0.5, gemm_bandwidth_efficiency=0.5, gemm_sharpness=1.0)
+    assert tiny.weight_bytes == 1152 * 1 + (80 + 80 + 2 * 8 * 2 + 8) * 2
+    terms = CostModel(tiny, gpu, half).breakdown([], 3, 12)
+    assert terms["linear"] == pytest.approx(0.2304 + 0.006912, rel=1e-12)
+    assert terms["lm_head"] == pytest.approx(0.032 + 0.00096, rel=1e-12)

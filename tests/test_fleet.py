@@ -289,21 +289,30 @@ def test_one_lockstep_rank_replays_exactly_as_the_engine(seed, policy):
 
 def test_a_lockstep_step_lasts_as_long_as_its_slowest_rank():
     """Two ranks, one long prefill and one short: both dispatches end when the long one
-    does, as it would alone; the short rank waits the difference. Llama-3-8B (N =
-    8,030,261,248, weights 2N bytes) on an H100: the 2000-token prefill computes (2N 2000 +
-    2 x 32 x 4096 x 2000^2) / 4e14 = 82.924 ms, + 0.5 ms: done at 83,425 us; the 8-token
-    one reads (2N + 131,072 x 16) / 2.68e12 = 5.993 ms, + 0.5: 6,494 us."""
-    cost = dict(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.001, block_size=4,
-                num_blocks=1024, token_budget=2048)
+    does, as it would alone; the short rank waits the difference. Llama-3-8B on an H100
+    under the uncalibrated physics (`calibration: none`, `Coefficients()`): the linear
+    layers read 13,958,643,712 weight bytes at 3.35e12 x 0.78 B/s = 5.34200 ms and
+    compute 2 x 6,979,321,856 FLOPs a token at 989e12 x 0.75 = 0.0188185 ms a token,
+    blended as sqrt(m^2 + c^2); the LM head reads 1,050,673,152 B in 0.402097 ms; a
+    (query, key) pair costs 524,288 FLOPs at 494.5e12; a token's KV 131,072 B at 2.68e12
+    B/s and its elementwise kernels 5,505,024 B at 1.675e12 B/s; a step 0.5 ms.
+    The 2000-token prefill: linear sqrt(5.34200^2 + 37.6371^2) = 38.0143 ms, LM head
+    0.402097, attention 2,001,000 pairs = 2.12154, KV write 0.0978149, elementwise
+    6.57316, step 0.5: 47.70889 ms, done at ceil(47,708.89) = 47,709 us. The 8-token one:
+    linear sqrt(5.34200^2 + 0.150548^2) = 5.34412, LM head 0.402097, attention 36 pairs =
+    0.0000382, KV write 0.000391, elementwise 0.026293, step 0.5: 6.27294 ms, done at
+    6,273 us."""
+    cost = dict(cost_model="llama-3-8b/h100-sxm", calibration="none", tick_seconds=0.001,
+                block_size=4, num_blocks=1024, token_budget=2048)
     long_, short = req("long", 0, 2000, 1), req("short", 0, 8, 1)
     alone_long, long_events = _fleet([long_], replicas=1, **cost)
     alone_short, short_events = _fleet([short], replicas=1, **cost)
     done = lambda events: [e["done"] for _, e in events if e["event"] == "dispatch"]  # noqa
-    assert done(long_events) == [83425] and done(short_events) == [6494]  # clock steps (us)
+    assert done(long_events) == [47709] and done(short_events) == [6273]  # clock steps (us)
     result, events = _lockstep([long_, short], replicas=2, **cost)
-    assert [(i, e["done"]) for i, e in events if e["event"] == "dispatch"] == [(0, 83425),
-                                                                              (1, 83425)]
-    assert result.summary["e2el_max"] == result.summary["e2el_p50"] == 0.083425
+    assert [(i, e["done"]) for i, e in events if e["event"] == "dispatch"] == [(0, 47709),
+                                                                              (1, 47709)]
+    assert result.summary["e2el_max"] == result.summary["e2el_p50"] == 0.047709
     busy = [alone_long.summary["busy_seconds"], alone_short.summary["busy_seconds"]]
     assert [r["busy_seconds"] for r in result.replicas] == busy
     assert [r["lockstep_wait"] for r in result.replicas] == [0, pytest.approx(

@@ -271,11 +271,17 @@ def test_a_copy_aborted_by_a_cancel_leaves_no_second_track(tmp_path):
     """Disaggregated, a 0.001 Gb/s link: a's copy (6,291,456 us) is cancelled at 0.1 s on
     the decode replica (process 1001). Its track there is named once, on a's line (2),
     and ends with the cancel: the copy's late `transfer_done` (aborted) adds nothing. The
-    copy starts when a's prefill ends: (16,060,522,496 weight bytes + 131,072 x 12) /
-    2.68e12 + 0.0005 s = 6,494 us."""
+    copy starts when a's prefill of 6 tokens ends, under the uncalibrated physics
+    (`calibration: none`): linear sqrt((13,958,643,712 B / (3.35e12 x 0.78))^2 + (2 x
+    6,979,321,856 x 6 / (989e12 x 0.75))^2) = sqrt(5.34200^2 + 0.112911^2) = 5.34319 ms,
+    LM head 1,050,673,152 B / 2.613e12 = 0.402097 ms, attention 21 pairs x 524,288 /
+    494.5e12 = 0.0000223 ms, KV write 6 x 131,072 / 2.68e12 = 0.000293 ms, elementwise 6 x
+    5,505,024 / 1.675e12 = 0.019719 ms, step 0.5 ms: 6.26532 ms, completed at the 1-us
+    step ceil(6,265.32) = 6,266."""
     records = [{"type": "config", "block_size": 4, "prefill_replicas": 1,
                 "decode_replicas": 1, "num_blocks": 2, "kv_link_gbps": 0.001,
-                "cost_model": "llama-3-8b/h100-sxm", "tick_seconds": 0.001},
+                "cost_model": "llama-3-8b/h100-sxm", "calibration": "none",
+                "tick_seconds": 0.001},
                {"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 6,
                 "output_tokens": 3},
                {"type": "request", "id": "b", "arrival": 50, "prompt_tokens": 8,
@@ -286,7 +292,7 @@ def test_a_copy_aborted_by_a_cancel_leaves_no_second_track(tmp_path):
     decode_a = [(e["name"], e["ph"], e.get("ts"), e.get("dur")) for e in doc["traceEvents"]
                 if e["pid"] == 1001 and e["tid"] == 2]
     assert decode_a == [("thread_name", "M", None, None), ("thread_sort_index", "M", None, None),
-                        ("kv transfer", "X", 6494, 6291456), ("cancelled", "i", 100000, None)]
+                        ("kv transfer", "X", 6266, 6291456), ("cancelled", "i", 100000, None)]
     prefill_a = [e["name"] for e in doc["traceEvents"] if e["pid"] == 1000 and e["tid"] == 2]
     assert prefill_a == ["thread_name", "thread_sort_index", "prefill", "prefilled"]
 

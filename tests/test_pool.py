@@ -23,6 +23,7 @@ max(1, kv_heads // tp) x 128 x 2; blocks = floor(kv / block_bytes), refused belo
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -305,30 +306,78 @@ def test_tp_3_with_llama_8b_is_refused(tmp_path):
 
 # --- the cost of tensor parallelism -----------------------------------------------------------
 
+# The cost model's coefficients here are the uncalibrated physics (`Coefficients()`,
+# the default of `CostModel`): the linear layers read weights at 0.78 of HBM bandwidth
+# and compute at 0.75 of peak, blended as sqrt(m^2 + c^2); KV is read and written at
+# 0.8 of HBM, the elementwise kernels move their bytes at 0.5; an all-reduce runs at 0.8
+# of the link; every dispatch adds 0.5 ms. An H100: 989e12 FLOP/s, 3.35e12 B/s of HBM,
+# so weights at 2.613e12 B/s, GEMMs at 741.75e12 FLOP/s, KV at 2.68e12 B/s, elementwise at
+# 1.675e12 B/s, all-reduces at 450e9 x 0.8 = 360e9 B/s.
+WEIGHT_RATE, GEMM_RATE, KV_RATE, ELEMENTWISE_RATE, LINK_RATE = (
+    3.35e12 * 0.78, 989e12 * 0.75, 3.35e12 * 0.8, 3.35e12 * 0.5, 450e9 * 0.8)
+
+
 def test_decode_cost_on_two_h100s():
-    """Llama-3-8B, 8 decode rows at context 1,000 each (contexts sum 8,000), tp 2 on H100s.
-    FLOPs: 2 x 8,030,261,248 x 8 = 1.2848e11 dense, plus attention 2 x 32 x 4,096 =
-    262,144 x (2 x 8,000 + 8) = 4,196,401,152: 1.3268e11 FLOPs at 400e12 x 2 = 800e12
-    FLOP/s = 1.6585e-4 s. Bytes: weights 16,060,522,496 + KV 131,072 x (8,000 read + 8
-    written) = 1,049,624,576: 17,110,147,072 B at 3.35e12 x 0.8 x 2 = 5.36e12 B/s =
-    3.1922e-3 s (memory-bound). All-reduce: 2 x 32 layers x 2 x (2-1)/2 x 4,096 x 2 B =
-    524,288 B per token, x 8 tokens / 450e9 B/s = 9.3207e-6 s. Plus 0.0005 s overhead:
-    3.70152e-3 s. On one H100 the same is 17,110,147,072 / 2.68e12 + 0.0005 = 6.88438e-3 s
-    (no all-reduce)."""
-    two = CostModel(L8, H100, tp=2).decode_seconds(8, 8_000)
-    assert two == pytest.approx(17_110_147_072 / 5.36e12 + 8 * 524_288 / 450e9 + 0.0005,
-                                rel=1e-12)
+    """Llama-3-8B (6,979,321,856 linear parameters, vocabulary 128,256, d 4,096, MLP width
+    14,336, 32 heads and 8 KV heads of 128), 8 decode rows whose contexts sum to 8,000, tp
+    2: each GPU holds half of every weight and of every token's KV.
+    - linear: 6,979,321,856 B read / 2.613e12 = 2.67100 ms; 2 x 3,489,660,928 x 8 =
+      55,834,574,848 FLOPs / 741.75e12 = 0.0752741 ms; sqrt(2.67100^2 + 0.0752741^2) =
+      2.67206 ms.
+    - LM head: 128,256 x 4,096 / 2 = 262,668,288 parameters, 525,336,576 B / 2.613e12 =
+      0.201047 ms; 2 x 262,668,288 x 8 rows / 741.75e12 = 0.00566592 ms; 0.201127 ms.
+    - KV: 32 layers x 2 x 4 KV heads x 128 x 2 B = 65,536 B a token per GPU; read (8,000 +
+      8) x 65,536 / 2.68e12 = 0.195825 ms, written 8 x 65,536 / 2.68e12 = 0.000195630 ms.
+    - elementwise: 32 x 2 x (8 x 4,096 + (3 x 14,336 + 2 x 40 x 128) / 2) = 3,801,088 B a
+      token x 8 / 1.675e12 = 0.0181544 ms.
+    - all-reduce: 2 per layer of 2 x (2 - 1) / 2 x 4,096 x 2 B a token: 2 x 32 x 8,192 =
+      524,288 B a token x 8 / 360e9 = 0.0116508 ms.
+    - step 0.5 ms. In all 3.599013 ms.
+    On one H100 the same decode: linear sqrt(5.34200^2 + 0.150548^2) = 5.34412 ms, LM head
+    sqrt(0.402095^2 + 0.0113318^2) = 0.402254 ms, KV 8,008 x 131,072 / 2.68e12 = 0.391651
+    ms read and 0.000391 written, elementwise 8 x 5,505,024 / 1.675e12 = 0.0262927 ms, no
+    all-reduce, step 0.5 ms: 6.664709 ms."""
+    two = CostModel(L8, H100, tp=2)
+    terms = two.breakdown([], 8, 8_000)
+    assert terms["linear"] == pytest.approx(
+        math.hypot(6_979_321_856 / WEIGHT_RATE, 55_834_574_848 / GEMM_RATE), rel=1e-12)
+    assert terms["lm_head"] == pytest.approx(
+        math.hypot(525_336_576 / WEIGHT_RATE, 2 * 262_668_288 * 8 / GEMM_RATE), rel=1e-12)
+    assert terms["attention_decode"] == pytest.approx(8_008 * 65_536 / KV_RATE, rel=1e-12)
+    assert terms["kv_write"] == pytest.approx(8 * 65_536 / KV_RATE, rel=1e-12)
+    assert terms["elementwise"] == pytest.approx(8 * 3_801_088 / ELEMENTWISE_RATE, rel=1e-12)
+    assert terms["allreduce"] == pytest.approx(8 * 524_288 / LINK_RATE, rel=1e-12)
+    assert terms["step"] == 0.0005 and terms["attention_prefill"] == terms["floors"] == 0
+    assert two.decode_seconds(8, 8_000) == pytest.approx(0.003599013, rel=1e-6)
     one = CostModel(L8, H100).decode_seconds(8, 8_000)
-    assert one == pytest.approx(17_110_147_072 / 2.68e12 + 0.0005, rel=1e-12)
+    assert one == pytest.approx(
+        math.hypot(13_958_643_712 / WEIGHT_RATE, 2 * 6_979_321_856 * 8 / GEMM_RATE)
+        + math.hypot(1_050_673_152 / WEIGHT_RATE, 2 * 525_336_576 * 8 / GEMM_RATE)
+        + 8_016 * 131_072 / KV_RATE + 8 * 5_505_024 / ELEMENTWISE_RATE + 0.0005, rel=1e-12)
+    assert one == pytest.approx(0.006664709, rel=1e-6)
 
 
 def test_decode_cost_of_llama_70b_on_four_h100s():
-    """Llama-3-70B, 8 decode rows at context 1,000 each, tp 4. FLOPs 2 x 70,553,706,496 x 8
-    = 1.12886e12 + 2 x 80 x 8,192 = 1,310,720 x 16,008 = 20,982,005,760: 1.14984e12 at
-    1.6e15 FLOP/s = 7.19e-4 s. Bytes: 141,107,412,992 + 327,680 x 8,008 = 2,624,061,440:
-    143,731,474,432 B at 2.68e12 x 4 = 10.72e12 B/s = 1.34078e-2 s (memory-bound).
-    All-reduce: 2 x 80 x 2 x 3/4 x 8,192 x 2 B = 3,932,160 B per token, x 8 / 450e9 =
-    6.9905e-5 s. Plus 0.0005: 1.39777e-2 s."""
-    cost = CostModel(L70, H100, tp=4).decode_seconds(8, 8_000)
-    assert cost == pytest.approx(143_731_474_432 / 10.72e12 + 8 * 3_932_160 / 450e9 + 0.0005,
-                                 rel=1e-12)
+    """Llama-3-70B (68,451,041,280 linear parameters, d 8,192, MLP width 28,672, 64 heads
+    and 8 KV heads of 128, 80 layers), 8 decode rows whose contexts sum to 8,000, tp 4.
+    - linear: 68,451,041,280 x 2 / 4 = 34,225,520,640 B / 2.613e12 = 13.0982 ms; 2 x
+      68,451,041,280 / 4 x 8 = 273,804,165,120 FLOPs / 741.75e12 = 0.369133 ms;
+      sqrt(13.0982^2 + 0.369133^2) = 13.1034 ms.
+    - LM head: 128,256 x 8,192 / 4 = 262,668,288 parameters: 0.201127 ms as on two GPUs
+      for the 8B (same count).
+    - KV: 80 x 2 x 2 KV heads x 128 x 2 B = 81,920 B a token per GPU; read 8,008 x 81,920
+      / 2.68e12 = 0.244782 ms, written 8 x 81,920 / 2.68e12 = 0.000244537 ms.
+    - elementwise: 80 x 2 x (8 x 8,192 + (3 x 28,672 + 2 x 72 x 128) / 4) = 14,663,680 B a
+      token x 8 / 1.675e12 = 0.0700355 ms.
+    - all-reduce: 2 x 80 x 2 x 3/4 x 8,192 x 2 B = 3,932,160 B a token x 8 / 360e9 =
+      0.0873813 ms.
+    - step 0.5 ms. In all 14.20694 ms."""
+    cost = CostModel(L70, H100, tp=4)
+    expected = (math.hypot(34_225_520_640 / WEIGHT_RATE, 273_804_165_120 / GEMM_RATE)
+                + math.hypot(525_336_576 / WEIGHT_RATE, 2 * 262_668_288 * 8 / GEMM_RATE)
+                + 8_016 * 81_920 / KV_RATE + 8 * 14_663_680 / ELEMENTWISE_RATE
+                + 8 * 3_932_160 / LINK_RATE + 0.0005)
+    assert cost.decode_seconds(8, 8_000) == pytest.approx(expected, rel=1e-12)
+    assert cost.decode_seconds(8, 8_000) == pytest.approx(0.01420694, rel=1e-6)
+    assert cost.breakdown([], 8, 8_000)["allreduce"] == pytest.approx(8 * 3_932_160 / LINK_RATE,
+                                                                     rel=1e-12)

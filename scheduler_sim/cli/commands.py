@@ -62,9 +62,18 @@ __all__ = ["COMMANDS", "resolve_options"]
 PROG = "scheduler-sim"
 
 
-def _convert(spec_kind: str, text: str) -> Any:
-    """Turn a flag's text into the JSON-like value `check_value` expects."""
-    if text.lower() in ("null", "none"):
+# Options for which `none` is a value, not null: `--calibration none` is the uncalibrated
+# physics, `--calibration null` the default (the GPU's shipped calibration).
+_NONE_IS_A_VALUE = frozenset({"calibration"})
+
+
+def _convert(spec_kind: str, text: str, name: str = "") -> Any:
+    """Turn a flag's text into the JSON-like value `check_value` expects (`null`, and
+    `none` but for the options in `_NONE_IS_A_VALUE`, are None)."""
+    lowered = text.lower()
+    if lowered == "none" and name in _NONE_IS_A_VALUE:
+        return "none"
+    if lowered in ("null", "none"):
         return None
     if spec_kind == "int":
         try:
@@ -90,7 +99,7 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
         if value is None:
             continue
         if spec.kind in ("int", "float", "str", "duration"):
-            value = _convert(spec.kind, value)
+            value = _convert(spec.kind, value, spec.name)
         raw[spec.name] = value
     return raw
 
@@ -628,7 +637,7 @@ def _grid_value(spec: Any, text: str) -> Any:
     if spec.kind == "bool":
         return {"true": True, "false": False}.get(text.lower(), text)
     if spec.kind in ("int", "float", "str", "duration"):
-        return _convert(spec.kind, text)
+        return _convert(spec.kind, text, spec.name)
     return text
 
 

@@ -33,7 +33,7 @@ import os
 from collections.abc import Sequence
 from importlib import resources
 
-from ..records.errors import UsageError
+from ..records.errors import ConfigError, UsageError
 from . import coefficients as coeffs
 from .coefficients import DEFAULTS, Coefficients
 from .fit import log_error, minimize
@@ -95,7 +95,9 @@ def sha256_of(data: bytes) -> str:
 
 
 def parse_calibration(text: str, where: str) -> Calibration:
-    """A calibration from its file's `text`; UsageError listing every problem."""
+    """A calibration from its file's `text`. UsageError when it is too large or not a
+    JSON object; ConfigError listing every problem of its fields (one a line, as a
+    model's config.json: a UsageError's text is printed on one line)."""
     if len(text) > MAX_BYTES:
         raise UsageError(f"{where}: a calibration file is at most {MAX_BYTES // 2**20} MiB, "
                          f"got {len(text):,} characters")
@@ -136,7 +138,7 @@ def parse_calibration(text: str, where: str) -> Calibration:
         if key in obj and not isinstance(obj[key], list):
             problems.append(f"field {key!r}: must be a list, got {_show(obj[key])}")
     if problems:
-        raise UsageError("\n".join(f"{where}: {p}" for p in problems))
+        raise ConfigError([f"{where}: {p}" for p in problems])
     return Calibration(name, gpu, DEFAULTS.replace(**chosen), obj.get("fitted", {}),
                        obj.get("data", []), obj.get("residuals", {}), obj.get("points", []),
                        where)

@@ -95,8 +95,9 @@ class CostModel:
       gemm_tile_tokens: a GEMM computes whole tiles of rows). An MoE layer reads only
       the experts its T tokens touch: E (1 - (1 - k/E)^T) of E.
     - `lm_head`: the same blend for the vocabulary projection of the rows
-      that sample (one per decode row and per prefill chunk); the embedding
-      table is a lookup, not read whole.
+      that sample (one per decode row and per prefill chunk), in 16 bits at
+      the 16-bit peak even for fp8 weights; the embedding table is a lookup,
+      not read whole.
     - `attention_prefill`: per chunk of C tokens after X of context, 4 x
       heads x head_dim x (C X + C (C + 1) / 2) FLOPs per layer at peak x
       attention_efficiency x C / (C + Ch), Ch = attention_half_tokens.
@@ -141,9 +142,12 @@ class CostModel:
         self._experts = model.experts
         self._k_over_e = (model.experts_per_token / model.experts) if model.experts else 0.0
         self._expert_m = (expert_bytes / model.experts / weight_rate) if model.experts else 0.0
-        # The LM head, by sampled row.
-        self._head_c = 2 * model.vocab * model.d_model / tp / gemm_flops
-        self._head_m = model.vocab * model.d_model * wb / tp / weight_rate
+        # The LM head, by sampled row: 16-bit even in an fp8 checkpoint (vLLM quantises
+        # the linear layers only; ModelSpec.weight_bytes counts it so), at the 16-bit peak.
+        head_bytes = ACTIVATION_BYTES if model.fp8 else wb
+        self._head_c = (2 * model.vocab * model.d_model / tp
+                        / (peak_bf16(gpu) * k.gemm_efficiency))
+        self._head_m = model.vocab * model.d_model * head_bytes / tp / weight_rate
         # Prefill attention: seconds per (query, key) pair over all layers.
         self._pair = (model.attention_flops_per_pair_total / tp
                       / (peak_bf16(gpu) * k.attention_efficiency))

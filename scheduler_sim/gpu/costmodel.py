@@ -1,36 +1,29 @@
-"""A roofline cost model: how long a dispatch takes on a GPU, and swap against recompute.
+"""The cost model: how long a dispatch takes on a GPU, the KV pool its memory holds, and
+swap against recompute.
 
-Model and GPU specs are data (`MODELS`, `GPUS`). For a dispatch, the cost
-is the larger of its compute time and its memory time, plus a fixed
-per-step overhead (§9):
+`CostModel` prices a dispatch as a sum of physical terms (§9; the class
+docstring gives each): the FLOPs and bytes come from the model's
+architecture (models.py) and the GPU's datasheet (gpus.py); how close to
+the peaks each kind of kernel gets, and the fixed costs around them, are
+the coefficients of a calibration (coefficients.py, calibration.py).
+`cost_model_for(options)` builds the one a run asks for, `clock_for`
+the run's clock with the serving overhead its TTFT and end-to-end
+latencies include.
 
-- FLOPs: each token costs 2 x parameters for the dense layers; attention
-  costs 2 x layers x d_model per (query, key) pair, so a prefill chunk of c
-  tokens after s tokens of context adds 2 L d ((s + c)^2 - s^2), and a
-  decode row at context n adds 2 L d (2n + 1). A whole prefill of S tokens
-  thus costs 2 N S + 2 L S^2 d, the reference formula.
-- Bytes: the weights once per dispatch, the KV cache each row attends to
-  (context x KV bytes per token), and the KV it writes.
-- KV bytes per token = 2 (K and V) x layers x KV heads x head dim x dtype bytes.
-
-Compute runs at `mfu` x peak FLOP/s, memory at `bandwidth_efficiency` x
-HBM bandwidth. The defaults make an H100 SXM deliver 400 TFLOP/s, the
-figure the reference numbers assume.
-
-With tensor parallelism over `tp` GPUs, each GPU holds 1/tp of the
-weights and of every token's KV and does 1/tp of the FLOPs, and every
-layer adds two all-reduces of the batch's activations (tokens x d_model x
-dtype bytes, after attention and after the MLP), each costing a ring's
-2 (tp - 1) / tp times its bytes over the GPU interconnect.
+With tensor parallelism over `tp` GPUs each GPU holds 1/tp of the weights
+and of every token's KV (KV heads replicated when tp exceeds them) and does
+1/tp of the FLOPs, and every layer adds two all-reduces.
 
 `size_pool` derives the KV pool from the GPU as vLLM does: of each GPU's
 memory, `gpu_memory_utilization` is for the engine; the weights and an
 activation reserve come off it and the rest holds KV blocks.
 
-`swap_vs_recompute` prices a preempted request of S tokens both ways:
-recomputing its prefill, or copying its KV to host memory and back over
-the host link; and the prefix-survival fraction above which a warm
-recompute beats the round trip.
+`swap_vs_recompute` prices a preempted request of S tokens both ways, as
+the reference figures do (a prefill at `mfu` x peak FLOP/s, 400 TFLOP/s on
+an H100 by default; not the calibrated dispatch time): recomputing its
+prefill, or copying its KV to host memory and back over the host link; and
+the prefix-survival fraction above which a warm recompute beats the round
+trip.
 """
 from __future__ import annotations
 

@@ -274,6 +274,9 @@ def cost_model_line(options: Options) -> str:
     except SimError:
         return line  # the run itself reports what is wrong
     line += f" · calibration {calibration.name}"
+    gpu = options.cost_specs[1].name if options.cost_specs is not None else None
+    if gpu is not None and calibration.gpu not in ("any", gpu):
+        line += f" (fitted on {calibration.gpu}, run on {gpu})"
     if calibration.path is not None and not calibration.path.startswith("shipped:"):
         line += f" (from {calibration.path})"
     overhead = calibration.coefficients.request_overhead

@@ -102,7 +102,7 @@ def test_vidur_shape_in_seconds_over_the_layers():
     of its tokens; the prefill KV save is never used."""
     mlp = {8: {"linear": 0.4, "small": 0.05}, 16: {"linear": 1.6, "small": 0.2}}
     prefill = acc.vidur_shape(mlp, ATTENTION, 2, 8, 0, 0)
-    assert prefill == {"linear": pytest.approx(0.0008), "floors": pytest.approx(0.0001),
+    assert prefill == {"linear": pytest.approx(0.0008), "small": pytest.approx(0.0001),
                        "attention_prefill": pytest.approx(0.0004), "attention_decode": 0.0,
                        "kv_write": None}
     decode = acc.vidur_shape(mlp, ATTENTION, 2, 0, 8, 512)

@@ -203,3 +203,32 @@ def test_an_output_onto_the_calibration_file_is_refused(tmp_path):
                    f"({os.path.join(str(tmp_path), 'cal.json')}): an output never replaces "
                    "an input\n")
     assert cal.read_bytes() == before
+
+
+def test_the_serving_overhead_enters_ttft_and_e2el_and_nothing_else(tmp_path):
+    """A calibration whose request_overhead is 0.25 s (the rest the physics defaults)
+    against `none`: every request's TTFT and end-to-end latency are exactly 0.25 s
+    longer (250,000 steps of 1 us), its admission, TPOT and the makespan are the same,
+    and the header says so."""
+    (tmp_path / "slow.json").write_text(json.dumps(
+        {"scheduler_sim_calibration": 1, "name": "api", "gpu": "h100-sxm",
+         "coefficients": {"request_overhead": 0.25}}), encoding="utf-8")
+    trace = write_trace(tmp_path, [{"type": "config", "cost_model": COST},
+                                   req("a", 0, 40, 5), req("b", 1, 8, 3)])
+    runs = {}
+    for calibration in ("none", str(tmp_path / "slow.json")):
+        replay = sim.replay(sim.load(trace), calibration=calibration)
+        runs[calibration] = ({r["id"]: r for r in replay.runs[0].requests},
+                             replay.runs[0].summary)
+    (plain, plain_summary), (slow, slow_summary) = runs.values()
+    for rid in ("a", "b"):
+        assert slow[rid]["ttft"] == pytest.approx(plain[rid]["ttft"] + 0.25, abs=1e-9)
+        assert slow[rid]["e2el"] == pytest.approx(plain[rid]["e2el"] + 0.25, abs=1e-9)
+        for field in ("admitted", "first_token", "finished", "tpot"):
+            assert slow[rid][field] == plain[rid][field]
+    assert slow_summary["makespan"] == plain_summary["makespan"]
+    assert slow_summary["ttft_mean"] == pytest.approx(plain_summary["ttft_mean"] + 0.25)
+    status, out, err = run_cli(["replay", trace, "--calibration", str(tmp_path / "slow.json")])
+    assert status == 0, err
+    assert (f"cost model llama-3-8b/h100-sxm · calibration api (from {tmp_path / 'slow.json'})"
+            " · serving overhead 250.0 ms per request, in TTFT and E2EL") in out.splitlines()

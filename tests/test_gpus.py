@@ -92,7 +92,7 @@ def test_gpu_file_on_the_command_line(tmp_path):
     spec.write_text(json.dumps(dict(H100_JSON, name="big", memory_gib=160)))
     status, out, err = run_cli(["replay", path, "--model", "llama-3-8b", "--gpu", str(spec)])
     assert status == 0, err
-    assert f"cost model llama-3-8b/big (gpu from {spec})" in out.splitlines()
+    assert f"cost model llama-3-8b/big (gpu from {spec}) · calibration none" in out.splitlines()
     assert "0.9 x 160 GiB" in out
     status, out, err = run_cli(["cost", "--model", "llama-3-8b", "--gpu", str(spec),
                                 "--seq", "1024"])

@@ -442,7 +442,8 @@ def test_replay_with_a_model_by_name_names_it_in_the_header(tmp_path):
     status, out, err = run_cli(["replay", path, "--model", "qwen3-30b-a3b", "--gpu",
                                 "h100-sxm", "--tp", "2"])
     assert status == 0, err
-    assert "cost model qwen3-30b-a3b/h100-sxm on 2 GPUs" in out.splitlines()
+    assert any(line.startswith("cost model qwen3-30b-a3b/h100-sxm on 2 GPUs · calibration h100-sxm")
+               for line in out.splitlines())
     assert MODELS["qwen3-30b-a3b"].parameters == 30_532_110_336
     assert "weights 28.44 GiB" in out
 
@@ -464,7 +465,8 @@ def test_a_config_path_in_a_trace_is_read_from_the_trace_folder(tmp_path, monkey
     monkeypatch.chdir(elsewhere)
     status, out, err = run_cli(["replay", str(trace)])
     assert status == 0, err
-    assert ("cost model q/h100-sxm (model from models/q/config.json)" in out.splitlines())
+    assert any(line.startswith("cost model q/h100-sxm (model from models/q/config.json) · "
+                               "calibration h100-sxm") for line in out.splitlines())
     status, out, err = run_cli(["replay", str(trace), "--model", "models/q/config.json"])
     assert status == 2 and "models/q/config.json: cannot read" in err
     monkeypatch.chdir(folder)

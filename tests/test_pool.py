@@ -235,7 +235,8 @@ def test_replay_header_with_tp_and_utilization(tmp_path):
                             "--tp", "4"])
     assert status == 0, err
     lines = out.splitlines()
-    assert "cost model llama-3-70b/h100-sxm on 4 GPUs" in lines
+    assert any(line.startswith("cost model llama-3-70b/h100-sxm on 4 GPUs · calibration h100-sxm")
+               for line in lines)
     assert ("KV pool 28,994 blocks of 1.25 MiB per GPU (tp 4): 0.9 x 79.22 GiB - weights "
             "32.85 GiB - activation reserve 3.05 GiB = 35.39 GiB of KV") in lines
     status, out, err = run(["replay", path, "--cost-model", COST8,

@@ -162,3 +162,59 @@ def test_cost_prices_one_dispatch_term_by_term():
 def test_cost_refuses_a_bad_shape(argv, message):
     status, out, err = run(["cost", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", *argv])
     assert status == 2 and message in err and out == ""
+
+
+# --- real runs: the serving coefficients ------------------------------------------------
+
+def _measured_run(tmp_path, coefficients: dict):
+    """A 24-request trace on Llama-3-8B / H100 (arrivals 20 ms apart, prompts 64 to 600
+    tokens, 12 to 40 outputs) replayed under the physics defaults with `coefficients`
+    changed: the trace, and its requests' TTFT and E2E as a measured file."""
+    import scheduler_sim as sim
+    records = [{"type": "config", "time_unit": "s", "policy": "vllm", "model": "llama-3-8b",
+                "gpu": "h100-sxm", "token_budget": 512, "max_rows": 8}]
+    for i in range(24):
+        records.append({"type": "request", "id": f"r{i}", "arrival": round(0.02 * i, 3),
+                        "prompt_tokens": 64 + (i * 97) % 537, "output_tokens": 12 + (i * 7) % 29})
+    trace = tmp_path / "run.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    truth = tmp_path / "truth.json"
+    truth.write_text(json.dumps({"scheduler_sim_calibration": 1, "gpu": "h100-sxm",
+                                 "coefficients": coefficients}))
+    replay = sim.replay(sim.load(str(trace)), calibration=str(truth))
+    measured = tmp_path / "run.measured.jsonl"
+    measured.write_text("".join(json.dumps({"id": r["id"], "ttft": r["ttft"], "e2e": r["e2el"]})
+                                + "\n" for r in replay.runs[0].requests))
+    return str(trace), str(measured), replay
+
+
+def test_retiming_under_the_replays_own_coefficients_gives_the_replay(tmp_path):
+    """Recording.latencies under the coefficients the replay ran under is the replay's own
+    TTFT and E2E for every request (to the 1 us clock's rounding)."""
+    from scheduler_sim.cli.calibrate import _runs
+    from scheduler_sim.io.run_fit import record
+    k = {"step_overhead": 0.002, "layer_floor": 10e-6, "request_overhead": 0.03}
+    trace, measured, replay = _measured_run(tmp_path, k)
+    run = _runs([f"{trace}={measured}"])[0]
+    latencies = record(run, Coefficients(**k)).latencies(Coefficients(**k))
+    for r in replay.runs[0].requests:
+        assert latencies[r["id"]] == pytest.approx((r["ttft"], r["e2el"]), abs=2e-6)
+
+
+def test_a_run_made_with_known_serving_coefficients_is_fitted_to_its_statistics(tmp_path):
+    """The run measured under step 2 ms, layer floor 10 us, request overhead 30 ms; the fit
+    from the physics defaults (step 0.5 ms, no floor, no overhead) reproduces its mean
+    TTFT, mean E2E, mean ITL and p99 E2E within 1%, and says the coefficients came from
+    real runs."""
+    trace, measured, _ = _measured_run(tmp_path, {"step_overhead": 0.002, "layer_floor": 10e-6,
+                                                  "request_overhead": 0.03})
+    out = tmp_path / "fit.json"
+    status, stdout, stderr = run(["calibrate", "--run", f"{trace}={measured}", "-o", str(out)])
+    assert status == 0, stderr
+    fitted = parse_calibration(out.read_text(), str(out))
+    assert fitted.gpu == "h100-sxm"
+    errors = fitted.residuals["runs"][0]
+    for key in ("ttft_error", "e2e_error", "itl_error", "e2e_p99_error"):
+        assert abs(errors[key]) < 0.01, (key, errors)
+    assert fitted.fitted["request_overhead"] == "real runs"
+    assert "run.jsonl: ttft" in stdout

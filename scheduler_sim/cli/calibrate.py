@@ -57,8 +57,8 @@ def add_calibrate_parser(sub) -> None:
                    help="the coefficients to start from (default: none, the physics "
                         "defaults)")
     p.add_argument("--name", help="the calibration's name (default: the output's file name)")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="replay-and-fit rounds with --run (default: 2)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="replay-and-fit rounds with --run (default: 3)")
     p.add_argument("-o", "--out", required=True, metavar="OUT",
                    help="write the calibration here (- for standard output)")
 

@@ -10,23 +10,26 @@ What a kernel profile cannot tell is fitted here: `step_overhead`,
 `decode_attention_floor` (a server runs its decode steps as CUDA graphs, a
 kernel profile measures kernels one launch at a time) and, when some run
 has tp > 1, `allreduce_latency`. A replay under the current coefficients records every
-dispatch: when it started, its shape, which requests it gave a first or a
-last output, and whether the engine had been idle before it. Each fitted
-coefficient changes every dispatch's duration by a known amount (step: 1
-per dispatch; row: per sampled row; floors: 1 per layer, the decode floor
-when the dispatch decodes; all-reduce: 2 per layer when tp > 1),
-so the recording is re-timed under candidate coefficients in one pass
-(`Recording.latencies`): a dispatch starts when the one before it ends, or
-when the engine, idle, started it in the replay; a request's TTFT is the
-end of its first output's dispatch less its arrival, plus the request
-overhead. The loss over runs is the squared log error of each run's mean
-TTFT, mean end-to-end latency, mean ITL ((e2e - ttft) / (N - 1)) and p99
-end-to-end latency; a bounded Nelder-Mead (gpu/fit.py) minimises it. The
-batches a replay forms depend on the times, so the fit replays again under
-what it found and fits once more (`rounds`, 2 by default).
+dispatch: when it started and ended, its shape, and which requests it gave
+a first or a last output. Each fitted coefficient changes every dispatch's
+duration by a known amount (step: 1 per dispatch; row: per sampled row;
+floors: 1 per layer, the decode floor when the dispatch decodes;
+all-reduce: 2 per layer when tp > 1), so the requests are re-timed under
+candidate coefficients in one pass, to first order (`Recording.latencies`):
+a request's TTFT is the replayed one plus the change in every dispatch
+that ran between its arrival and its first output (the one under way when
+it arrived included), plus the request overhead; its end-to-end latency
+likewise up to its last output. The loss over runs is the squared log
+error of each run's mean TTFT, mean end-to-end latency, mean ITL ((e2e -
+ttft) / (N - 1)) and p99 end-to-end latency; a bounded Nelder-Mead (gpu/fit.py) minimises it. To first
+order the batches stay as replayed; faster steps make smaller batches
+(and slower ones larger), which first order sees only in part, so the fit
+replays again under what it found and fits once more (`rounds`, 3 by
+default: a fixed-point iteration).
 """
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -122,14 +125,16 @@ class MeasuredRun:
 
 
 class Recording:
-    """One replay's dispatches, enough to time them again under other coefficients."""
+    """One replay's dispatches, enough to time its requests again under other serving
+    coefficients, to first order (see the module's docstring)."""
 
-    def __init__(self, run: MeasuredRun, cost: CostModel) -> None:
+    def __init__(self, run: MeasuredRun, cost: CostModel, k: Coefficients) -> None:
         self.run = run
         self.tp = cost.tp
         self.layers = cost.model.layers
+        self.k = k                        # the coefficients the replay ran under
         self.starts: list[float] = []     # seconds, as replayed
-        self.idle: list[bool] = []        # the engine was idle just before
+        self.ends: list[float] = []       # seconds, as replayed (exact, not rounded)
         self.kernel: list[float] = []     # seconds of every term but the fitted ones
         self.sampled: list[int] = []      # rows that sample (row overhead)
         self.decodes: list[bool] = []     # the dispatch decodes (decode attention floor)
@@ -137,31 +142,39 @@ class Recording:
         self.last: dict[str, int] = {}    # request -> dispatch of its last output
         self.arrival: dict[str, float] = {}
 
-    def latencies(self, k: Coefficients) -> dict[str, tuple[float, float]]:
-        """`{id: (ttft, e2e)}` of every measured request that finished, re-timed with the
-        serving coefficients of `k` (the kernel terms as recorded)."""
+    def durations(self, k: Coefficients) -> list[float]:
+        """Every dispatch's seconds under the serving coefficients of `k`."""
         layers = self.layers
         fixed = (k.step_overhead + layers * k.layer_floor
                  + (2 * layers * k.allreduce_latency if self.tp > 1 else 0.0))
         decode_floor = layers * k.decode_attention_floor
         row = k.row_overhead
-        ends = []
-        end = -math.inf
-        for start, idle, kernel, sampled, decodes in zip(
-                self.starts, self.idle, self.kernel, self.sampled, self.decodes):
-            begin = start if idle and start > end else end
-            if begin == -math.inf:
-                begin = start
-            end = begin + kernel + fixed + row * sampled + (decode_floor if decodes else 0.0)
-            ends.append(end)
-        extra = k.request_overhead
+        return [kernel + fixed + row * sampled + (decode_floor if decodes else 0.0)
+                for kernel, sampled, decodes in zip(self.kernel, self.sampled, self.decodes)]
+
+    def latencies(self, k: Coefficients) -> dict[str, tuple[float, float]]:
+        """`{id: (ttft, e2e)}` of every measured request that finished, under the serving
+        coefficients of `k`: as replayed, plus what `k` changes in the dispatches that
+        ran while the request waited for its first and its last output (the dispatch
+        under way when it arrived, and every one after it up to that output)."""
+        change = [0.0]  # change[j + 1]: the summed change of dispatches 0 to j
+        total = 0.0
+        for new, old in zip(self.durations(k), self.durations(self.k)):
+            total += new - old
+            change.append(total)
+        extra = k.request_overhead - self.k.request_overhead
+        ends = self.ends
         out = {}
         for rid, first in self.first.items():
             last = self.last.get(rid)
             if last is None or rid not in self.run.measured:
                 continue
             arrival = self.arrival[rid]
-            out[rid] = (ends[first] - arrival + extra, ends[last] - arrival + extra)
+            # the first dispatch that ended after the request arrived
+            before = change[bisect.bisect_right(ends, arrival, 0, first)]
+            base = self.k.request_overhead + extra
+            out[rid] = (ends[first] - arrival + change[first + 1] - before + base,
+                        ends[last] - arrival + change[last + 1] - before + base)
         return out
 
 
@@ -171,10 +184,9 @@ def record(run: MeasuredRun, k: Coefficients) -> Recording:
     cost = CostModel(*_hardware(options), k.replace(
         step_overhead=0.0, row_overhead=0.0, allreduce_latency=0.0, layer_floor=0.0,
         decode_attention_floor=0.0), options.tp)
-    rec = Recording(run, cost)
+    rec = Recording(run, cost, k)
     clock: Clock | None = None
     computed: dict[str, int] = {}
-    previous_done = [-1]
 
     def listen(event) -> None:
         kind = type(event)
@@ -182,7 +194,7 @@ def record(run: MeasuredRun, k: Coefficients) -> Recording:
             seconds = clock.report
             chunks = []
             rows = contexts = sampled = 0
-            index = len(rec.starts)
+            index = len(rec.ends)
             for rid, phase, tokens, emits, _ in event.rows:
                 if phase == "padding":
                     rows += 1
@@ -199,11 +211,10 @@ def record(run: MeasuredRun, k: Coefficients) -> Recording:
                     rec.first.setdefault(rid, index)
                     rec.last[rid] = index
             rec.starts.append(seconds(event.tick))
-            rec.idle.append(event.tick > previous_done[0])
+            rec.ends.append(seconds(event.done))
             rec.kernel.append(cost.dispatch_seconds(chunks, rows, contexts))
             rec.sampled.append(sampled)
             rec.decodes.append(rows > 0)
-            previous_done[0] = event.done
         elif kind is Admitted:
             computed[event.id] = event.cached_tokens
         elif kind is Preempted:
@@ -245,7 +256,7 @@ def _loss(recordings: Sequence[Recording], k: Coefficients,
     return total
 
 
-def fit_runs(runs: Sequence[MeasuredRun], start: Coefficients, rounds: int = 2,
+def fit_runs(runs: Sequence[MeasuredRun], start: Coefficients, rounds: int = 3,
              progress: Callable[[str], None] | None = None
              ) -> tuple[Coefficients, list[dict]]:
     """Fit the serving coefficients to `runs` from `start`: the coefficients, and per
@@ -263,7 +274,7 @@ def fit_runs(runs: Sequence[MeasuredRun], start: Coefficients, rounds: int = 2,
             recordings.append(record(run, k))
         fit = minimize(lambda x: _loss(recordings, k.replace(**dict(zip(names, x))), targets),
                        [getattr(k, n) for n in names], [_BOX[n] for n in names],
-                       iterations=400, restarts=1)
+                       iterations=3000, restarts=2)
         k = k.replace(**dict(zip(names, fit.point)))
     rows = []
     for run, target in zip(runs, targets):

@@ -141,40 +141,58 @@ class Recording:
         self.first: dict[str, int] = {}   # request -> dispatch of its first output
         self.last: dict[str, int] = {}    # request -> dispatch of its last output
         self.arrival: dict[str, float] = {}
+        self._cached: list[tuple] | None = None
 
-    def durations(self, k: Coefficients) -> list[float]:
-        """Every dispatch's seconds under the serving coefficients of `k`."""
-        layers = self.layers
-        fixed = (k.step_overhead + layers * k.layer_floor
-                 + (2 * layers * k.allreduce_latency if self.tp > 1 else 0.0))
-        decode_floor = layers * k.decode_attention_floor
-        row = k.row_overhead
-        return [kernel + fixed + row * sampled + (decode_floor if decodes else 0.0)
-                for kernel, sampled, decodes in zip(self.kernel, self.sampled, self.decodes)]
+    def _spans(self) -> list[tuple]:
+        """Per measured request that finished: its id, replayed TTFT and E2E (without the
+        request overhead), and for each the dispatches that ran while it waited: how
+        many, their sampled rows, and how many decoded (from the one under way when it
+        arrived). Computed once: every coefficient's change is linear in these."""
+        if self._cached is not None:
+            return self._cached
+        count = [0]
+        rows = [0]
+        decoding = [0]
+        for sampled, decodes in zip(self.sampled, self.decodes):
+            count.append(count[-1] + 1)
+            rows.append(rows[-1] + sampled)
+            decoding.append(decoding[-1] + decodes)
+        ends = self.ends
+        spans = []
+        for rid, first in self.first.items():
+            last = self.last.get(rid)
+            if last is None or rid not in self.run.measured:
+                continue
+            arrival = self.arrival[rid]
+            b = bisect.bisect_right(ends, arrival, 0, first)
+            spans.append((rid, ends[first] - arrival, ends[last] - arrival,
+                          count[first + 1] - count[b], rows[first + 1] - rows[b],
+                          decoding[first + 1] - decoding[b],
+                          count[last + 1] - count[b], rows[last + 1] - rows[b],
+                          decoding[last + 1] - decoding[b]))
+        self._cached = spans
+        return spans
 
     def latencies(self, k: Coefficients) -> dict[str, tuple[float, float]]:
         """`{id: (ttft, e2e)}` of every measured request that finished, under the serving
         coefficients of `k`: as replayed, plus what `k` changes in the dispatches that
         ran while the request waited for its first and its last output (the dispatch
         under way when it arrived, and every one after it up to that output)."""
-        change = [0.0]  # change[j + 1]: the summed change of dispatches 0 to j
-        total = 0.0
-        for new, old in zip(self.durations(k), self.durations(self.k)):
-            total += new - old
-            change.append(total)
-        extra = k.request_overhead - self.k.request_overhead
-        ends = self.ends
+        layers = self.layers
+        old = self.k
+
+        def fixed(c: Coefficients) -> float:
+            return (c.step_overhead + layers * c.layer_floor
+                    + (2 * layers * c.allreduce_latency if self.tp > 1 else 0.0))
+
+        per_dispatch = fixed(k) - fixed(old)
+        per_row = k.row_overhead - old.row_overhead
+        per_decode = layers * (k.decode_attention_floor - old.decode_attention_floor)
+        extra = k.request_overhead
         out = {}
-        for rid, first in self.first.items():
-            last = self.last.get(rid)
-            if last is None or rid not in self.run.measured:
-                continue
-            arrival = self.arrival[rid]
-            # the first dispatch that ended after the request arrived
-            before = change[bisect.bisect_right(ends, arrival, 0, first)]
-            base = self.k.request_overhead + extra
-            out[rid] = (ends[first] - arrival + change[first + 1] - before + base,
-                        ends[last] - arrival + change[last + 1] - before + base)
+        for rid, ttft, e2e, n1, r1, d1, n2, r2, d2 in self._spans():
+            out[rid] = (ttft + per_dispatch * n1 + per_row * r1 + per_decode * d1 + extra,
+                        e2e + per_dispatch * n2 + per_row * r2 + per_decode * d2 + extra)
         return out
 
 

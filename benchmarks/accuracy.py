@@ -513,7 +513,7 @@ def report(result: dict, as_markdown: bool) -> str:
                 parts.append(f"{LABELS[metric]} per run\n\n" + fmt(run_table(runs, metric)))
     k = result.get("kernels")
     if k is not None:
-        what = ("the model's linear, floors and attention terms" if k["breakdown"] else
+        what = ("the model's linear, small-op (elementwise and layer floor) and attention terms" if k["breakdown"] else
                 "no breakdown in this checkout: its dispatch time less the step overhead")
         parts.append(f"Kernels: {k['model']} on {k['gpu']}, tp {k['tp']}, against Vidur's "
                      f"A100 Llama-3-8B profiles (totals: {what})\n\n" + fmt(kernel_table(k)))

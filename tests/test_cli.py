@@ -15,6 +15,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -325,8 +326,14 @@ def test_interrupt_exits_130_and_leaves_no_events_file(tmp_path, monkeypatch):
     """Ctrl-C during a replay: exit 130, a short message, and no partial events file."""
     monkeypatch.setitem(scheduler_sim.policies.POLICIES, "interrupted", Interrupted)
     trace = write(tmp_path, TINY)
-    status, _, err = run(["replay", trace, "--policy", "interrupted", "--events",
-                          str(tmp_path / "events.jsonl")])
+    # As from a terminal: the suite may run with SIGINT ignored (a background job's lot),
+    # where no Ctrl-C can come and the policy's own signal would be ignored too.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status, _, err = run(["replay", trace, "--policy", "interrupted", "--events",
+                              str(tmp_path / "events.jsonl")])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert status == 130
     assert "interrupted" in err
     assert "Traceback" not in err

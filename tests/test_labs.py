@@ -13,20 +13,6 @@ _spec.loader.exec_module(transcript_module)
 
 LAB_DIRS = sorted(p.parent for p in LABS.glob("*/commands"))
 
-# Labs whose transcripts price Llama-3-8B with the cost model: the model catalogue now
-# reads its config.json (8,030,261,248 parameters where the first catalogue said 8.0e9),
-# so every time they print moved by a few tenths of a percent, and lab 07's preemption
-# counts with them. Their transcripts and handouts are regenerated with the new cost
-# model (issue 23, part 8); until then they are expected to differ.
-REPRICED = {"03-preemption-storm", "07-preemption-at-scale", "09-fleet"}
-
-
-def _lab_param(lab: Path):
-    marks = ([pytest.mark.xfail(strict=True, reason="repriced by the model catalogue; "
-                                "regenerated with the new cost model (issue 23 part 8)")]
-             if lab.name in REPRICED else [])
-    return pytest.param(lab, id=lab.name, marks=marks)
-
 
 def test_every_lab_has_a_handout_and_a_transcript():
     """Each lab folder has its commands, a README handout and expected output."""
@@ -36,7 +22,7 @@ def test_every_lab_has_a_handout_and_a_transcript():
         assert (lab / "expected.txt").is_file()
 
 
-@pytest.mark.parametrize("lab", [_lab_param(lab) for lab in LAB_DIRS])
+@pytest.mark.parametrize("lab", LAB_DIRS, ids=lambda p: p.name)
 def test_lab_output_matches_expected(lab):
     """Regenerating the lab's transcript gives exactly its expected.txt."""
     assert transcript_module.transcript(lab) == (lab / "expected.txt").read_text()

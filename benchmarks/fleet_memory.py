@@ -8,7 +8,8 @@ TRACES_DIR holds `mooncake/conversation_trace.jsonl` (see benchmarks/README.md).
 The script converts it with this checkout's `convert`, then, in a fresh
 child process per run (`python3 -m scheduler_sim` in the checkout), replays
 it with prefix caching under `vllm` on a fleet of N replicas of the pool
-sized from the GPU (`--cost-model llama-3-8b/h100-sxm`: 27,313 blocks of 16
+sized from the GPU (`--cost-model llama-3-8b/h100-sxm`: 27,284 blocks of 16 (27,313 before
+issue 23's model catalogue, when the figures in benchmarks/README.md were measured)
 tokens per replica) for each N of `--replicas` and each router, with
 `--json`, and once with `--report` at N = `--report` (round-robin). Then it
 sweeps `traces/quickstart.jsonl` over a grid of `--grid` A x B values

@@ -409,7 +409,7 @@ class PoolSizing:
     blocks: int          # floor(kv / block_bytes)
 
     def describe(self, given: int | None = None) -> str:
-        """`KV pool 27,313 blocks of 2 MiB: 0.9 x 79.22 GiB - weights 14.90 GiB - ...`;
+        """`KV pool 27,284 blocks of 2 MiB: 0.9 x 79.22 GiB - weights 14.96 GiB - ...`;
         with a `given` pool, how it compares with what the GPU holds."""
         per = "" if self.tp == 1 else f" per GPU (tp {self.tp})"
         arithmetic = (f"{self.utilization:g} x {self.gpu.memory_gib:g} GiB - weights "

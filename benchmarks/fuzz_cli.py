@@ -498,14 +498,33 @@ def generate_case(rng: random.Random, small: bool) -> Case:
 
 
 def cost_case(rng: random.Random, small: bool) -> Case:
+    """`cost`: swap against recompute (--seq), or one dispatch priced term by term
+    (--prefill, --decode, --tp, --calibration), or both (a usage error)."""
     case = Case("cost", ["cost"])
-    for flag, ordinary in (("--model", ["llama-3-8b", "llama-3-70b"]),
-                           ("--gpu", ["h100-sxm", "a100-80gb", "h200"]),
-                           ("--seq", ["8192", "1", "131072", "1000000000", "1000000001",
-                                      "1" + "0" * 154, "0"]),
-                           ("--mfu", ["0.4", "1", "0.001", "1e-6", "1e-320"])):
-        if rng.random() < (0.97 if flag != "--mfu" else 0.5):
+    for flag, ordinary in (("--model", ["llama-3-8b", "llama-3-70b", "mixtral-8x7b",
+                                        "deepseek-v2-lite", "glm-5.2-fp8"]),
+                           ("--gpu", ["h100-sxm", "a100-80gb", "h200", "b200"])):
+        if rng.random() < 0.97:
             _flag(rng, case.argv, flag, _flag_value(rng, ordinary, 0.2))
+    if rng.random() < 0.5:
+        for flag, ordinary in (("--seq", ["8192", "1", "131072", "1000000000", "1000000001",
+                                          "1" + "0" * 154, "0"]),
+                               ("--mfu", ["0.4", "1", "0.001", "1e-6", "1e-320"])):
+            if rng.random() < (0.97 if flag != "--mfu" else 0.5):
+                _flag(rng, case.argv, flag, _flag_value(rng, ordinary, 0.2))
+    if rng.random() < 0.6 or "--seq" not in case.argv:
+        for _ in range(rng.choice((0, 1, 1, 2, 3))):
+            _flag(rng, case.argv, "--prefill", _flag_value(
+                rng, ["512", "1", "2048@4000", "10000000@10000000", "0", "3@", "@5", "1e3",
+                      "-4", "5@-1"], 0.2))
+        for _ in range(rng.choice((0, 1, 1, 2))):
+            _flag(rng, case.argv, "--decode", _flag_value(
+                rng, ["32@1024", "1@0", "256@4096", "3", "0@5", "10000001@1"], 0.2))
+        for flag, ordinary in (("--tp", ["1", "2", "8", "9", "0"]),
+                               ("--calibration", ["none", "h100-sxm", "a100-80gb",
+                                                  "{dir}/missing.json"])):
+            if rng.random() < 0.3:
+                _flag(rng, case.argv, flag, _flag_value(rng, ordinary, 0.2))
     return case
 
 
@@ -529,6 +548,8 @@ REPLAY_FLAGS = {
     "--tick-seconds": ["0.001", "1e-12", "3600"], "--clock-resolution": ["1e-6", "1e-15", "1"],
     "--max-concurrency": ["1", "2"], "--slo": ["ttft=0.2", "ttft=2,tpot=1", "x=1"],
     "--cost-model": ["llama-3-8b/h100-sxm", "llama-3-70b/a100-80gb", "x/y"],
+    "--calibration": ["none", "h100-sxm", "a100-80gb", "{dir}/missing.json"],
+    "--model": ["qwen3-30b-a3b", "llama-2-7b", "nope"], "--gpu": ["h100-sxm", "l40s", "nope"],
     "--mfu": ["0.4", "1e-6"], "--step-overhead": ["0", "3600"], "--tp": ["1", "2", "8"],
     "--gpu-memory-utilization": ["0.9", "0.01"], "--activation-reserve": ["3", "1e6"],
     "--prefix-caching": None, "--lpm-threshold": ["1", "128"],

@@ -218,3 +218,23 @@ def test_a_run_made_with_known_serving_coefficients_is_fitted_to_its_statistics(
         assert abs(errors[key]) < 0.01, (key, errors)
     assert fitted.fitted["request_overhead"] == "real runs"
     assert "run.jsonl: ttft" in stdout
+
+
+def test_a_round_that_replays_worse_is_not_kept(tmp_path, monkeypatch):
+    """fit_runs judges every round's coefficients by their replay and keeps the best: a
+    minimiser that always proposes the top of every box (step 50 ms, floors 200 us, a
+    0.5 s request overhead) never beats the coefficients the run was made with, which
+    the fit starts from, so those come back unchanged."""
+    from scheduler_sim.cli.calibrate import _runs
+    from scheduler_sim.gpu.fit import Fit
+    from scheduler_sim.io import run_fit
+    k = {"step_overhead": 0.002, "layer_floor": 10e-6, "request_overhead": 0.03}
+    trace, measured, _ = _measured_run(tmp_path, k)
+    runs = _runs([f"{trace}={measured}"])
+    monkeypatch.setattr(run_fit, "minimize",
+                        lambda loss, start, bounds, **_: Fit([b for _, b in bounds], 0.0, 1))
+    fitted, rows = run_fit.fit_runs(runs, Coefficients(**k), rounds=2)
+    assert fitted == Coefficients(**k)
+    errors = [rows[0]["predicted"][key] / rows[0]["measured"][key] - 1
+              for key in ("ttft", "e2e", "itl", "e2e_p99")]
+    assert max(abs(e) for e in errors) < 1e-5

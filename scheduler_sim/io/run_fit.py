@@ -25,7 +25,10 @@ ttft) / (N - 1)) and p99 end-to-end latency; a bounded Nelder-Mead (gpu/fit.py) 
 order the batches stay as replayed; faster steps make smaller batches
 (and slower ones larger), which first order sees only in part, so the fit
 replays again under what it found and fits once more (`rounds`, 3 by
-default: a fixed-point iteration).
+default: a fixed-point iteration). Every round's coefficients are judged by
+their replay (a recording under its own coefficients gives the replay's
+latencies exactly), and the best of them is kept: on runs where the
+iteration does not settle, a later round cannot make the fit worse.
 """
 from __future__ import annotations
 
@@ -284,19 +287,28 @@ def fit_runs(runs: Sequence[MeasuredRun], start: Coefficients, rounds: int = 3,
     targets = [run_statistics({rid: v for rid, v in r.measured.items() if rid in r.outputs},
                               r.outputs) for r in runs]
     k = start
-    for round_number in range(rounds):
+    best: tuple | None = None  # (loss as replayed, coefficients, their recordings)
+    for round_number in range(rounds + 1):
         recordings = []
         for run in runs:
             if progress:
-                progress(f"round {round_number + 1}: replaying {run.name}")
+                what = (f"round {round_number + 1}" if round_number < rounds
+                        else "checking what the last round found")
+                progress(f"{what}: replaying {run.name}")
             recordings.append(record(run, k))
+        # A recording under the coefficients it was replayed with gives the replay's own
+        # latencies: this is the loss of `k` as replayed, not to first order.
+        replayed = _loss(recordings, k, targets)
+        if best is None or replayed < best[0]:
+            best = (replayed, k, recordings)
+        if round_number == rounds:
+            break
         fit = minimize(lambda x: _loss(recordings, k.replace(**dict(zip(names, x))), targets),
                        [getattr(k, n) for n in names], [_BOX[n] for n in names],
                        iterations=3000, restarts=2)
         k = k.replace(**dict(zip(names, fit.point)))
-    rows = []
-    for run, target in zip(runs, targets):
-        rec = record(run, k)
-        rows.append({"run": run.name, "measured": target,
-                     "predicted": run_statistics(rec.latencies(k), run.outputs)})
+    _, k, recordings = best  # the round whose replay fitted best, the last one if it did
+    rows = [{"run": run.name, "measured": target,
+             "predicted": run_statistics(rec.latencies(k), run.outputs)}
+            for run, target, rec in zip(runs, targets, recordings)]
     return k, rows

@@ -1,6 +1,7 @@
 """Shared helpers for the tests: build a trace from records and replay it."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -87,3 +88,16 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     status = main(argv, out=out, err=err)
     return status, out.getvalue(), err.getvalue()
+
+
+def load_script(path: Path, name: str):
+    """A script from outside the package (benchmarks/, labs/) as a module named `name`,
+    loaded once per session (registered in sys.modules: dataclasses look their module
+    up by name)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

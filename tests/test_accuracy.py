@@ -2,15 +2,12 @@
 (in-process; no public data)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_script
 
-spec = importlib.util.spec_from_file_location("bench_accuracy", ROOT / "benchmarks" / "accuracy.py")
-acc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(acc)
+acc = load_script(ROOT / "benchmarks" / "accuracy.py", "bench_accuracy")
 
 
 def test_percentiles_are_nearest_rank():

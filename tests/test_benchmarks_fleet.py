@@ -2,18 +2,15 @@
 the trace rewrites, the prefix bound, the search for N and the tables."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 from scheduler_sim.fleet import Fleet
 from scheduler_sim.io.trace import parse_trace
 from scheduler_sim.records.options import Options
 
-spec = importlib.util.spec_from_file_location("bench_fleet", ROOT / "benchmarks" / "fleet.py")
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+bench = load_script(ROOT / "benchmarks" / "fleet.py", "bench_fleet")
 
 
 def write(path, requests):

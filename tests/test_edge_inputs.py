@@ -25,17 +25,15 @@ The limits (README "Real traces and synthetic workloads", spec §10):
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import random
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 from scheduler_sim.cli.main import main
 from scheduler_sim.io import generator
 from scheduler_sim.io.generator import WorkloadSpec, generate
@@ -46,15 +44,7 @@ EDGE = Path(__file__).resolve().parent / "data" / "edge"
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def _load_fuzz():
-    spec = importlib.util.spec_from_file_location("fuzz_cli", ROOT / "benchmarks" / "fuzz_cli.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fuzz_cli"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz_cli = _load_fuzz()
+fuzz_cli = load_script(ROOT / "benchmarks" / "fuzz_cli.py", "fuzz_cli")
 
 
 class Hang(BaseException):

@@ -24,25 +24,15 @@ on a machine of any speed.
 """
 from __future__ import annotations
 
-import importlib.util
 import random
 import signal
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 
-def _load_fuzz():
-    spec = importlib.util.spec_from_file_location("fuzz_cli", ROOT / "benchmarks" / "fuzz_cli.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fuzz_cli"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz = _load_fuzz()
+fuzz = load_script(ROOT / "benchmarks" / "fuzz_cli.py", "fuzz_cli")
 TIMEOUT = 30.0
 
 

@@ -29,7 +29,7 @@ from ..gpu.coefficients import FIELDS
 from ..gpu.catalogue import cost_specs, gpu_named, model_named
 from ..gpu.profiles import read_profile
 from ..gpu.costmodel import fit_pool
-from ..io.outputs import Output, check_output_paths
+from ..io.outputs import check_output_paths, read_limited, write_whole
 from ..io.run_fit import MeasuredRun, fit_runs, read_measured
 from ..io.specs import load_specs, read_calibration_file
 from ..io.trace import read_trace, resolve_options
@@ -64,15 +64,12 @@ def add_calibrate_parser(sub) -> None:
 
 
 def _read(path: str) -> str:
+    """A profile's or a measured file's text (at most 256 MiB)."""
+    data = read_limited(path, MAX_INPUT_BYTES, "which no profile or measured file is")
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(MAX_INPUT_BYTES + 1)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") \
-            from None
-    if len(text) > MAX_INPUT_BYTES:
-        raise UsageError(f"{path}: at most {MAX_INPUT_BYTES // 2**20} MiB, got more")
-    return text
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: invalid UTF-8 at byte {exc.start + 1}") from None
 
 
 def _runs(specs: list[str]) -> list[MeasuredRun]:
@@ -162,13 +159,7 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     calibration = Calibration(name, gpu_name, k, fitted, data, residuals, points)
     text = dump(calibration)
     table = _table(calibration)
-    output = Output(args.out, out, "cannot write the calibration", ".calibration-")
-    try:
-        output.write(text)
-        output.commit()
-    except BaseException:
-        output.abort()
-        raise
+    write_whole(args.out, text, out)
     (err if args.out == "-" else out).write(table)
     return 0
 

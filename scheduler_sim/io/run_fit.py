@@ -10,8 +10,8 @@ What a kernel profile cannot tell is fitted here: `step_overhead`,
 `decode_attention_floor` (a server runs its decode steps as CUDA graphs, a
 kernel profile measures kernels one launch at a time) and, when some run
 has tp > 1, `allreduce_latency`. A replay under the current coefficients records every
-dispatch: when it started and ended, its shape, and which requests it gave
-a first or a last output. Each fitted coefficient changes every dispatch's
+dispatch: when it ended, how many rows it ran, whether it decoded, and which
+requests it gave a first or a last output. Each fitted coefficient changes every dispatch's
 duration by a known amount (step: 1 per dispatch; row: per sampled row;
 floors: 1 per layer, the decode floor when the dispatch decodes;
 all-reduce: 2 per layer when tp > 1), so the requests are re-timed under
@@ -42,9 +42,8 @@ from ..gpu.coefficients import Coefficients
 from ..gpu.catalogue import cost_specs
 from ..gpu.costmodel import CostModel
 from ..gpu.fit import log_error, minimize
-from ..records.clock import Clock
 from ..records.errors import UsageError
-from ..records.events import Admitted, Arrival, Dispatch, Preempted
+from ..records.events import Arrival, Dispatch
 
 __all__ = ["read_measured", "MeasuredRun", "Recording", "record", "run_statistics",
            "fit_runs", "SERVING_COEFFICIENTS", "MAX_MEASURED_BYTES"]
@@ -131,15 +130,13 @@ class Recording:
     """One replay's dispatches, enough to time its requests again under other serving
     coefficients, to first order (see the module's docstring)."""
 
-    def __init__(self, run: MeasuredRun, cost: CostModel, k: Coefficients) -> None:
+    def __init__(self, run: MeasuredRun, layers: int, k: Coefficients) -> None:
         self.run = run
-        self.tp = cost.tp
-        self.layers = cost.model.layers
+        self.tp = run.options.tp
+        self.layers = layers
         self.k = k                        # the coefficients the replay ran under
-        self.starts: list[float] = []     # seconds, as replayed
-        self.ends: list[float] = []       # seconds, as replayed (exact, not rounded)
-        self.kernel: list[float] = []     # seconds of every term but the fitted ones
-        self.sampled: list[int] = []      # rows that sample (row overhead)
+        self.ends: list[float] = []       # seconds, as replayed
+        self.sampled: list[int] = []      # rows of each dispatch (row overhead)
         self.decodes: list[bool] = []     # the dispatch decodes (decode attention floor)
         self.first: dict[str, int] = {}   # request -> dispatch of its first output
         self.last: dict[str, int] = {}    # request -> dispatch of its last output
@@ -200,58 +197,34 @@ class Recording:
 
 
 def record(run: MeasuredRun, k: Coefficients) -> Recording:
-    """Replay `run` under coefficients `k` and record its dispatches."""
+    """Replay `run` under coefficients `k` and record its dispatches: when each ended,
+    how many rows it ran (as `CostModel.dispatch_seconds` counts them for the row
+    overhead), whether it decoded, and which requests it gave an output."""
     options = run.options
-    cost = CostModel(*_hardware(options), k.replace(
-        step_overhead=0.0, row_overhead=0.0, allreduce_latency=0.0, layer_floor=0.0,
-        decode_attention_floor=0.0), options.tp)
-    rec = Recording(run, cost, k)
-    clock: Clock | None = None
-    computed: dict[str, int] = {}
+    model, gpu = cost_specs(options)
+    rec = Recording(run, model.layers, k)
 
     def listen(event) -> None:
         kind = type(event)
         if kind is Dispatch:
-            seconds = clock.report
-            chunks = []
-            rows = contexts = sampled = 0
             index = len(rec.ends)
-            for rid, phase, tokens, emits, _ in event.rows:
-                if phase == "padding":
-                    rows += 1
-                    continue
-                done = computed.get(rid, 0)
-                if phase == "decode":
-                    rows += 1
-                    contexts += done
-                else:
-                    chunks.append((tokens, done))
-                computed[rid] = done + tokens
-                sampled += 1
+            decodes = False
+            for rid, phase, _, emits, _ in event.rows:
+                if phase == "decode" or phase == "padding":
+                    decodes = True
                 if emits:
                     rec.first.setdefault(rid, index)
                     rec.last[rid] = index
-            rec.starts.append(seconds(event.tick))
-            rec.ends.append(seconds(event.done))
-            rec.kernel.append(cost.dispatch_seconds(chunks, rows, contexts))
-            rec.sampled.append(sampled)
-            rec.decodes.append(rows > 0)
-        elif kind is Admitted:
-            computed[event.id] = event.cached_tokens
-        elif kind is Preempted:
-            computed[event.id] = 0
+            rec.ends.append(engine.clock.report(event.done))
+            rec.sampled.append(len(event.rows))
+            rec.decodes.append(decodes)
         elif kind is Arrival:
-            rec.arrival[event.id] = clock.report(event.tick)
+            rec.arrival[event.id] = engine.clock.report(event.tick)
 
     engine = Engine(run.workload, options, run.policy, on_event=listen)
-    clock = engine.clock
-    engine.cost = CostModel(*_hardware(options), k, options.tp)
+    engine.cost = CostModel(model, gpu, k, options.tp)
     engine.run()
     return rec
-
-
-def _hardware(options):
-    return cost_specs(options)
 
 
 def run_statistics(latencies: dict[str, tuple[float, float]], outputs: dict[str, int]

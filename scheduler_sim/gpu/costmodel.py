@@ -44,23 +44,20 @@ from .gpus import GpuSpec
 from .models import ACTIVATION_BYTES, ModelSpec
 
 __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape",
-           "DEFAULT_MFU", "DEFAULT_BANDWIDTH_EFFICIENCY", "DEFAULT_STEP_OVERHEAD",
+           "DEFAULT_MFU",
            "swap_vs_recompute", "parse_cost_model", "PoolSizing", "size_pool", "fit_pool", "GIB",
            "DEFAULT_ACTIVATION_RESERVE", "MAX_SEQ"]
 
 GIB = 2 ** 30
 
 
-# The defaults live in the option table (options.OPTIONS), where their sources
-# are given: 400 of an H100's 989 dense TFLOP/s (a conservative MFU for batched
-# prefill), 80% of HBM bandwidth, 0.5 ms of launch and scheduling per dispatch,
-# and 3.05 GiB per GPU outside weights and KV, vLLM's memory profile for
-# Llama-3-8B on an H100 (vllm-project/vllm#10511: a 1.26 GiB activation peak
-# plus 1.79 GiB allocated outside PyTorch).
+# The activation reserve's default lives in the option table (options.OPTIONS):
+# 3.05 GiB per GPU outside weights and KV, vLLM's memory profile for Llama-3-8B
+# on an H100 (vllm-project/vllm#10511: a 1.26 GiB activation peak plus 1.79 GiB
+# allocated outside PyTorch). The dispatch coefficients' defaults and sources are
+# in coefficients.py.
 DEFAULT_ACTIVATION_RESERVE = OPTIONS["activation_reserve"].default
 DEFAULT_MFU = 400 / 989  # swap_vs_recompute's prefill rate, the reference figures' 400 TFLOP/s
-DEFAULT_BANDWIDTH_EFFICIENCY = DEFAULTS.gemm_bandwidth_efficiency
-DEFAULT_STEP_OVERHEAD = DEFAULTS.step_overhead
 
 
 @dataclasses.dataclass
@@ -139,11 +136,12 @@ class CostModel:
         # the linear layers only; ModelSpec.weight_bytes counts it so), at the 16-bit peak.
         head_bytes = ACTIVATION_BYTES if model.fp8 else wb
         self._head_c = (2 * model.vocab * model.d_model / tp
-                        / (peak_bf16(gpu) * k.gemm_efficiency))
+                        / (gpu.bf16_flops * k.gemm_efficiency))
         self._head_m = model.vocab * model.d_model * head_bytes / tp / weight_rate
-        # Prefill attention: seconds per (query, key) pair over all layers.
+        # Prefill attention: seconds per (query, key) pair over all layers (16-bit, also
+        # for fp8 weights).
         self._pair = (model.attention_flops_per_pair_total / tp
-                      / (peak_bf16(gpu) * k.attention_efficiency))
+                      / (gpu.bf16_flops * k.attention_efficiency))
         self._c0 = k.attention_half_tokens
         kv_rate = gpu.hbm_bandwidth * k.kv_read_efficiency
         self._kv = model.kv_bytes_per_token_per_gpu(tp) / kv_rate  # seconds per token of KV
@@ -352,11 +350,6 @@ def mlp_width(model) -> float:
            + model.shared_experts * model.shared_expert_intermediate)
     dense_layers = model.layers - model.moe_layers
     return (dense_layers * model.intermediate + model.moe_layers * moe) / model.layers
-
-
-def peak_bf16(gpu) -> float:
-    """The GPU's dense 16-bit FLOP/s (attention runs in 16 bits even for fp8 weights)."""
-    return gpu.bf16_flops
 
 
 # The longest request `swap_vs_recompute` prices: far beyond any context window, and

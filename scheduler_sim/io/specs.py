@@ -16,6 +16,7 @@ import json
 import os
 from typing import Any
 
+from ..gpu.calibration import MAX_BYTES as MAX_CALIBRATION_BYTES
 from ..gpu.calibration import Calibration, is_file_spec, parse_calibration
 from ..gpu.catalogue import agree, gpu_named, is_path, model_named, parse_cost_model
 from ..gpu.gpus import GpuSpec
@@ -30,8 +31,6 @@ __all__ = ["load_specs", "read_model_file", "read_gpu_file", "spec_path", "spec_
 
 # A config.json is a few KiB (Llama-4's, with its quantisation's ignore list, 28 KiB).
 MAX_SPEC_BYTES = 2 ** 20
-# A calibration with its fitted points is a few hundred KiB.
-MAX_CALIBRATION_BYTES = 16 * 2 ** 20
 
 
 def spec_path(options: Options, key: str) -> str | None:

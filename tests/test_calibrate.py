@@ -13,6 +13,8 @@ import json
 
 import pytest
 
+from conftest import ROOT
+
 from scheduler_sim.cli.main import main
 from scheduler_sim.gpu.calibration import parse_calibration
 from scheduler_sim.gpu.catalogue import gpu_named, model_named
@@ -238,3 +240,33 @@ def test_a_round_that_replays_worse_is_not_kept(tmp_path, monkeypatch):
     errors = [rows[0]["predicted"][key] / rows[0]["measured"][key] - 1
               for key in ("ttft", "e2e", "itl", "e2e_p99")]
     assert max(abs(e) for e in errors) < 1e-5
+
+
+def test_calibrate_refuses_writing_over_a_file_a_runs_trace_names(tmp_path):
+    """A run's trace whose config names a model config.json: `-o` onto that file is
+    refused (exit 2) and the file is left as it was."""
+    trace, measured, _ = _measured_run(tmp_path, {"step_overhead": 0.002})
+    config = tmp_path / "config.json"
+    config.write_text((ROOT / "scheduler_sim" / "gpu" / "data" / "models" / "llama-3.1-8b.json")
+                      .read_text())
+    text = open(trace).read().replace('"model": "llama-3-8b"', '"model": "config.json"')
+    open(trace, "w").write(text)
+    before = config.read_bytes()
+    status, _, stderr = run(["calibrate", "--run", f"{trace}={measured}", "-o", str(config)])
+    assert status == 2 and "--model" in stderr
+    assert config.read_bytes() == before
+
+
+def test_calibrate_never_runs_a_plugin_a_runs_trace_names(tmp_path):
+    """A run's trace whose config names `evil.py:X` (a module that writes a file when
+    imported): calibrate refuses it, naming the plugin and the flag, and nothing is
+    imported."""
+    trace, measured, _ = _measured_run(tmp_path, {"step_overhead": 0.002})
+    (tmp_path / "evil.py").write_text("open(__file__ + '.ran', 'w').close()\n")
+    text = open(trace).read().replace('"policy": "vllm"', '"policy": "evil.py:X"')
+    open(trace, "w").write(text)
+    status, _, stderr = run(["calibrate", "--run", f"{trace}={measured}",
+                             "-o", str(tmp_path / "fit.json")])
+    assert status == 2
+    assert "'evil.py:X'" in stderr and "--allow-trace-plugins" in stderr
+    assert not (tmp_path / "evil.py.ran").exists() and not (tmp_path / "fit.json").exists()

@@ -19,7 +19,6 @@ calibration goes to standard output).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from typing import TextIO
 
@@ -31,8 +30,8 @@ from ..gpu.profiles import read_profile
 from ..gpu.costmodel import fit_pool
 from ..io.outputs import check_output_paths, read_limited, write_whole
 from ..io.run_fit import MeasuredRun, fit_runs, read_measured
-from ..io.specs import load_specs, read_calibration_file
-from ..io.trace import read_trace, resolve_options
+from ..io.specs import read_calibration_file, spec_inputs
+from ..io.trace import ALLOW_FLAG, allow_trace_plugins, read_trace, resolve_options
 from ..records.errors import UsageError
 
 __all__ = ["cmd_calibrate", "add_calibrate_parser"]
@@ -57,6 +56,8 @@ def add_calibrate_parser(sub) -> None:
                    help="the coefficients to start from (default: none, the physics "
                         "defaults)")
     p.add_argument("--name", help="the calibration's name (default: the output's file name)")
+    p.add_argument(ALLOW_FLAG, action="store_true",
+                   help="run a plugin policy a --run trace's config names (Python code)")
     p.add_argument("--rounds", type=int, default=3,
                    help="replay-and-fit rounds with --run (default: 3)")
     p.add_argument("-o", "--out", required=True, metavar="OUT",
@@ -72,22 +73,22 @@ def _read(path: str) -> str:
         raise UsageError(f"{path}: invalid UTF-8 at byte {exc.start + 1}") from None
 
 
-def _runs(specs: list[str]) -> list[MeasuredRun]:
+def _runs(specs: list[str], allowed: bool = False) -> list[MeasuredRun]:
     runs = []
     for spec in specs:
         trace_path, sep, measured_path = spec.partition("=")
         if not sep or not trace_path or not measured_path:
             raise UsageError(f"--run must look like TRACE=MEASURED, got {spec!r}")
         trace = read_trace(trace_path)
-        options = resolve_options(trace.config, {})[0]
-        options = dataclasses.replace(options, plugin_dir=trace.directory)
+        options = allow_trace_plugins(trace, resolve_options(trace.config, {}, trace.directory)[0],
+                                      allowed)
         if len(options.policy) != 1 or options.fleet:
             raise UsageError(f"{trace_path}: a measured run is one engine under one policy "
                              f"(its config names {list(options.policy)}"
                              f"{' on a fleet' if options.fleet else ''})")
         measured = read_measured(measured_path, _read(measured_path))
         outputs = {spec_.id: spec_.output_tokens for spec_ in trace.workload.arrivals()}
-        options = fit_pool(load_specs(dataclasses.replace(options, trace_dir=trace.directory)))[0]
+        options = fit_pool(options)[0]
         runs.append(MeasuredRun(os.path.basename(trace_path), trace.workload, options,
                                 options.policy[0], measured, outputs))
     return runs
@@ -136,7 +137,10 @@ def cmd_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         points = [[kind, tokens, context, tp, round(measured, 9), round(predicted, 9)]
                   for kind, tokens, context, tp, measured, predicted in rows]
     if args.run:
-        runs = _runs(args.run)
+        runs = _runs(args.run, args.allow_trace_plugins)
+        # The runs' traces may name a model, GPU or calibration file: inputs too.
+        check_output_paths([("-o", args.out)], inputs + [
+            (what, path) for run in runs for what, path in spec_inputs(run.options)])
         gpus = {cost_specs(run.options)[1].name for run in runs}
         if gpu_name is None:
             if len(gpus) > 1:

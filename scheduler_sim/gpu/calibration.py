@@ -221,17 +221,13 @@ def fit_kernels(model, gpu, points: Sequence, start: Coefficients = DEFAULTS,
         by_kind.setdefault(point.kind, []).append(point)
     tps = sorted({p.tp for p in points})
 
-    def coefficients_at(x: list[float]) -> Coefficients:
-        return start.replace(**dict(zip(wanted, x)))
-
     # Whole dispatches as Vidur composes them: the linear point of the same token count
     # and tp plus the attention point (a prefill of C tokens, a decode of R rows).
     linear_at = {(p.tokens, p.tp): p for p in by_kind.get("linear", ())}
     dispatches = [(linear_at[p.tokens, p.tp], p) for p in points
                   if p.kind != "linear" and (p.tokens, p.tp) in linear_at]
 
-    def loss(x: list[float]) -> float:
-        k = coefficients_at(x)
+    def loss(k: Coefficients) -> float:
         models = {tp: CostModel(model, gpu, k, tp) for tp in tps}
         total = 0.0
         for group in by_kind.values():
@@ -241,20 +237,19 @@ def fit_kernels(model, gpu, points: Sequence, start: Coefficients = DEFAULTS,
                                    a.seconds + b.seconds) for a, b in dispatches) / len(dispatches)
         return total
 
-    fitted = start
+    # Tiles are whole: with gemm_tile_tokens wanted, one fit of the rest from each tile
+    # size, the best kept.
+    bases = [start]
     if "gemm_tile_tokens" in wanted:
-        # Tiles are whole: one fit of the rest for each tile size, the best kept.
         wanted.remove("gemm_tile_tokens")
-        best = None
-        for tile in TILES:
-            start = fitted.replace(gemm_tile_tokens=float(tile))
-            fit = minimize(loss, [getattr(start, n) for n in wanted], [_BOX[n] for n in wanted])
-            if best is None or fit.loss < best[0]:
-                best = (fit.loss, coefficients_at(fit.point))
-        fitted = best[1]
-    elif wanted:
-        fit = minimize(loss, [getattr(start, n) for n in wanted], [_BOX[n] for n in wanted])
-        fitted = coefficients_at(fit.point)
+        bases = [start.replace(gemm_tile_tokens=float(tile)) for tile in TILES]
+    fitted, best = start, None
+    if wanted:
+        for base in bases:
+            fit = minimize(lambda x: loss(base.replace(**dict(zip(wanted, x)))),
+                           [getattr(base, n) for n in wanted], [_BOX[n] for n in wanted])
+            if best is None or fit.loss < best:
+                best, fitted = fit.loss, base.replace(**dict(zip(wanted, fit.point)))
     models = {tp: CostModel(model, gpu, fitted, tp) for tp in tps}
     rows = [(p.kind, p.tokens, p.context, p.tp, p.seconds, predict(models[p.tp], p))
             for p in points]

@@ -54,6 +54,7 @@ from ..requests.request import (
 )
 from .cohort import Cohort
 from .folding import fold
+from .ledger import DispatchLedger
 from .policy_failure import policy_failure, shown
 from .summary import RunStats
 
@@ -164,9 +165,7 @@ class Engine:
             # Report whose cached blocks are handed out again (evicted).
             self.allocator.track_evictions(
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))
-        self.cost: CostModel | None = None
-        if options.has_cost_model:
-            self.cost = cost_model_for(options)
+        cost = cost_model_for(options) if options.has_cost_model else None
         self.clients = (ClientSlots(options.max_concurrency)
                         if options.max_concurrency is not None else None)
         self.policy_name = policy
@@ -209,10 +208,6 @@ class Engine:
         self._cursor = (0, 0, 0)  # arrivals, cancellations and forced preemptions taken
         self._specs: Iterator[RequestSpec] = iter(())  # the arrivals still to come ...
         self._next_spec: RequestSpec | None = None     # ... and the first of them
-        # The exact end of the last dispatch and the step it completed at: a
-        # dispatch that starts at that step starts from the exact time.
-        self._exact_end = 0.0
-        self._end_step = -1
         # The requests of the run: all of them (`keep_requests`, for the result),
         # or only the live ones and those a cancel or preempt names, so that a
         # long trace replays in memory bounded by what is live.
@@ -234,6 +229,8 @@ class Engine:
         self._reader: Iterator[RequestSpec] | None = None  # the trace read again ...
         self._read = 0                                     # ... and how far
         self.stats = RunStats(clock, options.slo)
+        # Every dispatch's statistics, timing and output gaps (ledger.py).
+        self.ledger = DispatchLedger(self.stats, cost, clock)
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
         self._step_block: tuple[str, str, int, int, int] | None = None  # this step's blocked head
@@ -259,6 +256,17 @@ class Engine:
         # req)`); and the remote requests admitted in the step being planned.
         self.remote = None
         self._parking: list[Request] = []
+
+    @property
+    def cost(self) -> CostModel | None:
+        """The cost model pricing the dispatches (None: each lasts one step)."""
+        return self.ledger.cost
+
+    @cost.setter
+    def cost(self, cost: CostModel | None) -> None:
+        # Before the run starts: a calibration fit prices a replay with its own
+        # coefficients (io/run_fit.py).
+        self.ledger.cost = cost
 
     # --- what folding (folding.py) reads ----------------------------------------
 
@@ -780,24 +788,8 @@ class Engine:
             self._replay_limit = None
         else:
             self._watch_replay(total)
-        stats = self.stats
-        stats.iterations += 1
-        stats.rows += n_rows + padding
-        stats.tokens += total
-        stats.prompt_tokens += prompt
-        stats.decode_tokens += decode
-        stats.recompute_tokens += recompute
-        stats.padding_rows += padding
-        if self.cost is None:
-            done = exact = now + 1  # without a cost model a dispatch is one tick
-        else:
-            seconds = self.cost.dispatch_seconds(chunks, decode + padding, contexts)
-            stats.busy_seconds += seconds
-            start = self._exact_end if self._end_step == now else now
-            exact = start + self.clock.steps(seconds)
-            done = self.clock.end_step(exact, now)
-            if exact <= now:
-                exact = done  # shorter than the rest of its first step: one step
+        done, exact = self.ledger.dispatch(now, n_rows, total, prompt, decode, recompute,
+                                           padding, chunks, contexts)
         flight = _InFlight(rows, now, done, exact,
                            decode == total and not padding and total > 0,
                            emitting + len(decoders) + members,
@@ -829,21 +821,8 @@ class Engine:
                                  f"({self.options.token_budget}) is false", now)
         self._idle_replay = 0
         self._replay_limit = None
-        stats = self.stats
-        stats.iterations += 1
-        stats.rows += members
-        stats.tokens += members
-        stats.decode_tokens += members
-        if self.cost is None:
-            done = exact = now + 1
-        else:
-            seconds = self.cost.dispatch_seconds((), members, contexts)
-            stats.busy_seconds += seconds
-            start = self._exact_end if self._end_step == now else now
-            exact = start + self.clock.steps(seconds)
-            done = self.clock.end_step(exact, now)
-            if exact <= now:
-                exact = done
+        done, exact = self.ledger.dispatch(now, members, members, 0, members, 0, 0, (),
+                                           contexts)
         return _InFlight(None, now, done, exact, True, members, [], members, requests)
 
     def _start_members(self, plan: Plan, cohort: Cohort
@@ -909,7 +888,6 @@ class Engine:
     def _complete(self, flight: _InFlight) -> None:
         """E1: record the outputs; finish requests that produced their last one."""
         now = self.now
-        self.stats.makespan = now
         # Gaps since each request's previous output (ITL), counted by the time of
         # that output: most rows had theirs when this dispatch started.
         since: dict[int, int] = {}  # previous output time -> outputs since then
@@ -935,12 +913,7 @@ class Engine:
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))
-        self.stats.output_tokens += flight.outputs
-        if since:
-            gaps = self.stats.itl
-            for last, count in since.items():
-                gap = now - last
-                gaps[gap] = gaps.get(gap, 0) + count
+        self.ledger.completed(now, flight.outputs, since)
 
     def _complete_members(self, flight: _InFlight, cohort: Cohort, ended: list[Request],
                           since: dict[int, int]) -> list[Request]:
@@ -1044,8 +1017,7 @@ class Engine:
         flight = self.flight
         if flight is not None and flight.done == self.now:
             self._complete(flight)
-            self._exact_end = flight.exact
-            self._end_step = self.now
+            self.ledger.ended(self.now, flight.exact)
             self.flight = None
 
     def _take_outside_events(self) -> None:
@@ -1223,7 +1195,7 @@ class Engine:
             # E6b: the policy changed something (admitted, preempted) but ran
             # nothing: an empty iteration, and the next decision one step later,
             # when a step that preempted may admit.
-            self.stats.empty_iterations += 1
+            self.ledger.empty()
             nxt = min(nxt, t + 1)
         return nxt
 

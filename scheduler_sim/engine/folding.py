@@ -122,57 +122,18 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
         silent = low
         if silent <= 0:
             return
-    cost = engine.cost
-    clock = engine.clock
-    stats = engine.stats
-    done = flight.done
-    folded = 0
-    busy = 0.0
     starts = [] if emit is not None else None
-    # Lengths of the folded dispatches as runs (length, count): under a cost
-    # model they grow slowly with the contexts, so runs are long.
-    runs: list[tuple[int, int]] = []
-    step = run_length = 0
-    exact = flight.exact  # each folded dispatch starts from its predecessor's exact end
-    steps_of = clock.steps
-    end_step = clock.end_step
     # Contexts before the next dispatch's rows; each folded dispatch adds n.
     contexts = cohort.contexts() if cohort is not None else sum(r.resident for r in reqs)
-    series = cost.decode_series(n, contexts) if cost is not None else None
-    while folded < silent and done < until:
-        if starts is not None:
-            starts.append(done)
-        # Dispatch number folded + 2 starts at `done`.
-        if series is None:
-            length = 1
-        else:
-            seconds = next(series)
-            busy += seconds
-            exact += steps_of(seconds)
-            end = end_step(exact, done)
-            if exact <= done:
-                exact = end  # shorter than the rest of its first step: one step
-            length = end - done
-        if length != step:
-            if run_length:
-                runs.append((step, run_length))
-            step, run_length = length, 0
-        run_length += 1
-        folded += 1
-        done += step
+    ledger = engine.ledger
+    folded, done, exact, last_output = ledger.fold(flight.exact, flight.done, n, contexts,
+                                                   silent, until, starts)
     if starts is not None:
         _emit_folded(engine, reqs, starts, done, taken_first)
-    # Output gaps (ITL): the flight's own completion ends each request's gap
-    # since its last output; each folded dispatch but the last (which becomes
-    # the flight) completes n outputs one dispatch after the previous ones.
-    gaps = stats.itl
+    # Output gaps (ITL) of the flight's own completion, which ends each request's
+    # gap since its last output (the ledger counted the folded dispatches').
     first = flight.done
     start = flight.start
-    last_output = done - step
-    runs.append((step, run_length - 1))  # the last folded dispatch becomes the flight
-    for length, count in runs:
-        if count:
-            gaps[length] = gaps.get(length, 0) + n * count
     if cohort is not None:
         steady = n  # every member's previous output came when the flight started
         cohort.advance(folded, last_output, allocator.grow)
@@ -183,7 +144,7 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
             if last == start:
                 steady += 1
             else:
-                gaps[first - last] = gaps.get(first - last, 0) + 1
+                ledger.gap(first - last, 1)
         grow = allocator.grow
         for req in reqs:
             rows = req.resident + folded
@@ -192,18 +153,11 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
                 allocator.register_decoded(req.rid, req.block_keys, rows)
         advance_decodes(reqs, folded, last_output)
     if steady:
-        gaps[first - start] = gaps.get(first - start, 0) + steady
-    rows = n * folded
-    stats.iterations += folded
-    stats.rows += rows
-    stats.tokens += rows
-    stats.decode_tokens += rows
-    stats.output_tokens += rows
-    stats.busy_seconds += busy
+        ledger.gap(first - start, steady)
     engine.folded += folded
     flight.start = last_output
     flight.done = done
-    flight.exact = exact if cost is not None else done
+    flight.exact = exact
 
 def _block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
     """Whether the policy reported its blocked head after this step's rows took

@@ -69,7 +69,7 @@ class LockstepFleet(Fleet):
                     engine.now = t
                     engine._complete_due()
                     # Every rank starts the next step from the same exact time.
-                    engine._exact_end, engine._end_step = step_exact, t
+                    engine.ledger.ended(t, step_exact)
                 step_end = None
             for engine in engines:
                 engine.now = t
@@ -126,7 +126,7 @@ class LockstepFleet(Fleet):
             moved[i] = engine._step()
             if moved[i] and engine.flight is None and engine._live:
                 # The policy admitted or preempted but ran nothing (E6b).
-                engine.stats.empty_iterations += 1
+                engine.ledger.empty()
         return stalled
 
     def _close_step(self, t: int) -> tuple[int, float]:
@@ -135,7 +135,7 @@ class LockstepFleet(Fleet):
         flights = [e.flight for e in engines]
         exact = max(f.exact for f in flights if f is not None)
         done = max(f.done for f in flights if f is not None)
-        start = engines[0]._exact_end if engines[0]._end_step == t else t
+        start = engines[0].ledger.start_of(t)
         for i, engine in enumerate(engines):
             flight = flights[i]
             if flight is None:

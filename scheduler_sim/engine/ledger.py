@@ -1,0 +1,183 @@
+"""The dispatch ledger: what every dispatch adds to a run, written in one place.
+
+A dispatch is started in one of three ways (engine/core.py): stepped, row by
+row (`Engine._start`); counted, when every row is a steady decode the cohort
+answers for (`Engine._start_counted`, cohort.py); or folded, a stretch of
+identical decode dispatches applied at once (folding.py). Whichever way, the
+same three things follow from it, and `DispatchLedger` is the only code that
+computes them:
+
+- the run's dispatch statistics (`RunStats`: iterations, rows, tokens by
+  kind, padding, outputs, busy seconds, empty iterations, the makespan);
+- its timing: the cost model's seconds (`CostModel.dispatch_seconds`, or for
+  a folded stretch `decode_series`, the same floats) turned into clock steps.
+  A dispatch that starts at the step the previous one completed at starts
+  from that one's exact end, so rounding to whole steps never adds up
+  (records/clock.py); without a cost model a dispatch lasts one step;
+- the inter-token gaps (ITL): a count per gap length, in clock steps.
+
+Request statistics (latencies, statuses) are `RunStats.request_ended`'s, fed
+as requests end.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..gpu.costmodel import CostModel
+from ..records.clock import Clock
+from .summary import RunStats
+
+__all__ = ["DispatchLedger"]
+
+
+class DispatchLedger:
+    """The statistics, timing and output gaps of one engine's dispatches."""
+
+    __slots__ = ("stats", "cost", "clock", "exact_end", "end_step")
+
+    def __init__(self, stats: RunStats, cost: CostModel | None, clock: Clock) -> None:
+        self.stats = stats
+        self.cost = cost
+        self.clock = clock
+        # The exact end of the last dispatch and the step it completed at.
+        self.exact_end = 0.0
+        self.end_step = -1
+
+    # --- timing -----------------------------------------------------------------------
+
+    def ended(self, step: int, exact: float) -> None:
+        """A dispatch (or, under lockstep, every rank's step) ended at clock step
+        `step`, exactly at `exact`: the next one starting at `step` starts there."""
+        self.exact_end = exact
+        self.end_step = step
+
+    def start_of(self, now: int) -> float:
+        """The exact time a dispatch starting at step `now` starts from."""
+        return self.exact_end if self.end_step == now else now
+
+    def timed(self, now: int, seconds: float) -> tuple[int, float]:
+        """(completion step, exact end) of a dispatch of `seconds` starting at step
+        `now`: it completes at the first step at or after its exact end, and at
+        least one step later (a dispatch shorter than the rest of its first step
+        then ends exactly there)."""
+        clock = self.clock
+        exact = (self.exact_end if self.end_step == now else now) + clock.steps(seconds)
+        done = clock.end_step(exact, now)
+        if exact <= now:
+            exact = done
+        return done, exact
+
+    # --- dispatches ---------------------------------------------------------------------
+
+    def dispatch(self, now: int, rows: int, tokens: int, prompt: int, decode: int,
+                 recompute: int, padding: int, chunks: list[tuple[int, int]],
+                 contexts: int) -> tuple[int, float]:
+        """Record a dispatch started at step `now`: `rows` rows besides `padding`
+        padding rows, `tokens` tokens of which `prompt`, `decode` and `recompute`
+        by kind; priced from its prefill `chunks` ((tokens, context before)
+        pairs) and its `decode + padding` decode rows of summed context
+        `contexts`. Returns (completion step, exact end)."""
+        stats = self.stats
+        stats.iterations += 1
+        stats.rows += rows + padding
+        stats.tokens += tokens
+        stats.prompt_tokens += prompt
+        stats.decode_tokens += decode
+        stats.recompute_tokens += recompute
+        stats.padding_rows += padding
+        cost = self.cost
+        if cost is None:
+            return now + 1, now + 1  # without a cost model a dispatch is one step
+        seconds = cost.dispatch_seconds(chunks, decode + padding, contexts)
+        stats.busy_seconds += seconds
+        return self.timed(now, seconds)
+
+    def empty(self) -> None:
+        """The policy changed something but ran nothing: an empty iteration (E6b)."""
+        self.stats.empty_iterations += 1
+
+    def completed(self, now: int, outputs: int, since: dict[int, int]) -> None:
+        """A dispatch completed at `now` with `outputs` outputs; `since` counts them
+        by the time of each one's previous output (the gaps end now)."""
+        stats = self.stats
+        stats.makespan = now
+        stats.output_tokens += outputs
+        if since:
+            gaps = stats.itl
+            for last, count in since.items():
+                gap = now - last
+                gaps[gap] = gaps.get(gap, 0) + count
+
+    def gap(self, length: int, count: int) -> None:
+        """`count` outputs came `length` steps after the previous output of theirs."""
+        gaps = self.stats.itl
+        gaps[length] = gaps.get(length, 0) + count
+
+    def gaps(self, lengths: Iterable[int]) -> None:
+        """One output gap of each of `lengths` steps."""
+        gaps = self.stats.itl
+        for length in lengths:
+            gaps[length] = gaps.get(length, 0) + 1
+
+    # --- folded stretches (folding.py) -------------------------------------------------
+
+    def fold(self, exact: float, done: int, rows: int, contexts: int, most: int,
+             until: float, starts: list[int] | None) -> tuple[int, int, float, int]:
+        """Time and record the decode dispatches that follow one completing at step
+        `done` (exact end `exact`), each of the same `rows` decode rows, whose
+        contexts sum to `contexts` before the first and grow by `rows` a dispatch:
+        at most `most` of them, each starting before `until` (the starts are
+        appended to `starts` when given).
+
+        The statistics count every one of them as started. Completed are the
+        dispatch in flight now, at `done` (its outputs; the gaps they end depend
+        on when each of its rows last emitted, which the caller knows), and every
+        folded one but the last, whose `rows` outputs each come one dispatch after
+        the previous ones; the last stays in flight, and records its own outputs
+        when it completes. Returns (dispatches, the last one's completion step,
+        its exact end, its start step)."""
+        cost = self.cost
+        folded = 0
+        busy = 0.0
+        # Lengths of the dispatches as runs (length, count): under a cost model they
+        # grow slowly with the contexts, so runs are long.
+        runs: list[tuple[int, int]] = []
+        step = run_length = 0
+        series = cost.decode_series(rows, contexts) if cost is not None else None
+        steps_of = self.clock.steps
+        end_step = self.clock.end_step
+        while folded < most and done < until:
+            if starts is not None:
+                starts.append(done)
+            if series is None:
+                length = 1
+            else:
+                seconds = next(series)
+                busy += seconds
+                exact += steps_of(seconds)
+                end = end_step(exact, done)
+                if exact <= done:
+                    exact = end  # shorter than the rest of its first step: one step
+                length = end - done
+            if length != step:
+                if run_length:
+                    runs.append((step, run_length))
+                step, run_length = length, 0
+            run_length += 1
+            folded += 1
+            done += step
+        # Output gaps of every dispatch but the last (the flight, still to complete).
+        runs.append((step, run_length - 1))
+        gaps = self.stats.itl
+        for length, count in runs:
+            if count:
+                gaps[length] = gaps.get(length, 0) + rows * count
+        written = rows * folded
+        stats = self.stats
+        stats.iterations += folded
+        stats.rows += written
+        stats.tokens += written
+        stats.decode_tokens += written
+        stats.output_tokens += written
+        stats.busy_seconds += busy
+        return folded, done, exact if cost is not None else done, done - step

@@ -256,3 +256,51 @@ def test_all_is_declared_and_every_name_exists(name):
     missing = [n for n in names if not hasattr(module, n)]
     assert missing == [], f"{name}.__all__ names missing attributes: {missing}"
     assert list(module.__all__) == names
+
+
+# --- the engine's step protocol: drivers use public names only --------------------
+
+def engine_private_names() -> set[str]:
+    """Every `_name` the Engine class defines: its methods and the attributes it sets
+    on `self`."""
+    tree = ast.parse((ROOT / "engine" / "core.py").read_text())
+    engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Engine")
+    names = set()
+    for node in ast.walk(engine):
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("_") \
+                and not node.name.startswith("__"):
+            names.add(node.name)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "self" and node.attr.startswith("_")
+              and not node.attr.startswith("__")):
+            names.add(node.attr)
+    return names
+
+
+def private_engine_uses(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every `x._name` in `source` with `_name` in `names` and `x`
+    not `self` or `cls`."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and node.attr in names
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            out.append((node.lineno, node.attr))
+    return out
+
+
+def test_nothing_outside_the_engine_uses_its_private_names():
+    names = engine_private_names()
+    assert {"_cursor", "_changes", "_live", "_complete", "_start"} <= names
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.parent.name == "engine":
+            continue
+        for line, name in private_engine_uses(path.read_text(), names):
+            found.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+    assert found == []
+
+
+def test_the_private_name_scan_finds_a_use():
+    names = {"_changes", "_cursor"}
+    source = "def f(engine):\n    engine._changes += 1\n    self._cursor = 0\n"
+    assert private_engine_uses(source, names) == [(2, "_changes")]

@@ -150,7 +150,7 @@ class Engine:
         # the cancellations and forced preemptions of the requests it got
         # (`accept_action`); the workload is only checked, never read.
         self.routed = routed
-        self._horizon = INF  # the fleet's next arrival: folding stops there
+        self.horizon = INF  # the fleet's next arrival: folding stops there
         self.replica: int | None = None  # this engine's number in a fleet
         # Under data-parallel lockstep, the step counter all ranks share (vLLM's
         # step_counter), which the vllm policy's prefill cadence reads; else None.
@@ -342,6 +342,44 @@ class Engine:
             timeouts.popleft()  # admitted (or ended) since: it will never fire
         return None
 
+    # --- the step protocol drivers use (fleet/) -----------------------------------
+    # A boundary at `now` is: complete_due() (E1), the driver's arrivals (accept),
+    # take_outside_events() (E2, E3 up to the policy), stall_if_livelocked(),
+    # step() (E3: plan, start, fold), then next_boundary() (E7). `run` is that
+    # loop for a lone engine; fleet/ drives several engines through it.
+
+    @property
+    def live(self) -> int:
+        """Requests registered and not yet ended."""
+        return self._live
+
+    @property
+    def keep_requests(self) -> bool:
+        """Whether the result keeps every request's record."""
+        return self._keep_requests
+
+    def peek(self) -> float:
+        """The first time after `now` at which something outside the dispatches may
+        happen (`next_event` from the workload's position)."""
+        ia, ic, ip = self._cursor
+        return self.next_event(ia, ic, ip, self.now, self.flight is not None)
+
+    def note_change(self) -> None:
+        """Something a policy sees changed besides decoding progress (a copy landed,
+        a pin was dropped): the next step may not be folded as a repeat."""
+        self._changes += 1
+
+    def stall_if_livelocked(self) -> bool:
+        """End the live requests as a stall (E6b) if the policy goes in circles (the
+        livelock watch, `_watch_replay`) and nothing runs; return whether it did."""
+        if not (self._livelocked and self.flight is None and self._live):
+            return False
+        self.stall("the policy keeps recomputing the same rows: "
+                   f"{self._idle_replay:,} rows replayed without one useful row "
+                   "(a livelock)")
+        self._livelocked = False
+        return True
+
     # --- the SchedulerView a policy sees ----------------------------------------
 
     def admit(self, req: Request, credit: int, cached: list[int] = ()) -> None:
@@ -440,7 +478,7 @@ class Engine:
             req.emit_on_restore = False
             self._parking.remove(req)
         self.policy.remove(req)
-        self._start_waiting(req)
+        self.start_waiting(req)
         self.policy.requeue(req)
         self._policy_moved = True
         self._changes += 1
@@ -474,7 +512,7 @@ class Engine:
         if not self._keep_requests and req.rid not in self._named:
             del self.requests[req.rid]
 
-    def _start_waiting(self, req: Request) -> None:
+    def start_waiting(self, req: Request) -> None:
         """Note when `req` entered the waiting queue (for waiting_timeout)."""
         req.wait_since = self.now
         timeout = self.waiting_timeout
@@ -594,7 +632,7 @@ class Engine:
                 spans.append([number, number])
             self._spill.spill(self._unspill)
             return
-        self._start_waiting(req)
+        self.start_waiting(req)
         self.policy.add(req)
 
     def _cancel(self, rid: str) -> None:
@@ -991,19 +1029,16 @@ class Engine:
             self.now = t
             flight = self.flight
             if flight is not None and flight.done == t:
-                self._complete_due()       # E1
-            self._take_outside_events()    # E2, E3 before the policy
-            if self._livelocked and self.flight is None and self._live:
-                self._stall("the policy keeps recomputing the same rows: "
-                            f"{self._idle_replay:,} rows replayed without one useful row "
-                            "(a livelock)")
+                self.complete_due()       # E1
+            self.take_outside_events()    # E2, E3 before the policy
+            if self.stall_if_livelocked():
                 stalled = True
                 break
-            moved = self._step()           # E3: the policy admits and dispatches
-            t = self._next_boundary(moved)
+            moved = self.step()           # E3: the policy admits and dispatches
+            t = self.next_boundary(moved)
             if t == INF:
                 if self._live:
-                    self._stall()
+                    self.stall()
                     stalled = True
                 break
         summary = self.stats.summary(self.allocator.peak_reserved, self.allocator.peak_held,
@@ -1012,7 +1047,7 @@ class Engine:
                          list(self.requests.values()) if self._keep_requests else [], stalled,
                          self.clock, self.options)
 
-    def _complete_due(self) -> None:
+    def complete_due(self) -> None:
         """E1: the dispatch completing now records its outputs first."""
         flight = self.flight
         if flight is not None and flight.done == self.now:
@@ -1020,12 +1055,15 @@ class Engine:
             self.ledger.ended(self.now, flight.exact)
             self.flight = None
 
-    def _take_outside_events(self) -> None:
+    def take_outside_events(self, cancels: list[str] | None = None,
+                            preempts: list[str] | None = None) -> None:
         """E2 and E3 up to the policy: arrivals (and sends of closed-loop clients),
         then, unless a dispatch is in flight (E4), cancellations, timeouts and forced
-        preemptions; then the drains that expire now."""
+        preemptions; then the drains that expire now. The cancellations and forced
+        preemptions due now are the workload's, or under disaggregation the ids the
+        fleet gives (`cancels`, `preempts`: the fleet holds those of the requests
+        it moves between replicas)."""
         t = self.now
-        w = self.workload
         cursor = self._cursor
         ia, ic, ip = cursor
         spec = self._next_spec
@@ -1039,19 +1077,26 @@ class Engine:
         clients = self.clients
         if clients is not None:
             self._send_ready()
+        given = cancels is not None
         if self.flight is None:
-            cancels, preempts = w.cancels, w.preempts
-            while ic < len(cancels) and cancels[ic].at <= t:
-                self._cancel(cancels[ic].id)
-                ic += 1
+            if not given:
+                # (Tested before the call: nearly every boundary has none due.)
+                cancels = preempts = ()
+                due = self.workload.cancels
+                if ic < len(due) and due[ic].at <= t:
+                    cancels, ic = _due_ids(due, ic, t)
+                due = self.workload.preempts
+                if ip < len(due) and due[ip].at <= t:
+                    preempts, ip = _due_ids(due, ip, t)
+            for rid in cancels:
+                self._cancel(rid)
             if self._timeouts:
                 self._expire_waiting()
             if clients is not None:
                 self._send_ready()  # slots the cancellations and timeouts freed
-            while ip < len(preempts) and preempts[ip].at <= t:
-                self._force_preempt(preempts[ip].id)
-                ip += 1
-        if (ia, ic, ip) != cursor:
+            for rid in preempts:
+                self._force_preempt(rid)
+        if (ia, ic, ip) != cursor or (given and (cancels or preempts)):
             self._cursor = (ia, ic, ip)
             # The trace changed things: replays since are not the policy's circle.
             self._idle_replay = 0
@@ -1064,7 +1109,7 @@ class Engine:
                 if self._emit is not None:
                     self._emit(Released(t, released))
 
-    def _step(self) -> bool:
+    def step(self) -> bool:
         """E3: when nothing runs, the policy admits, preempts and plans; the plan is
         started (and a steady stretch folded). Returns whether the policy moved."""
         t = self.now
@@ -1099,14 +1144,14 @@ class Engine:
                 elif not flight.members:
                     if self._repeats(flight, changes, assignments):
                         until = self.next_event(*self._cursor, t)
-                        fold(self, flight, until if until < self._horizon else self._horizon,
+                        fold(self, flight, until if until < self.horizon else self.horizon,
                              grown)
                 else:
                     # Counted decoders: a stretch is looked at for folding only if it
                     # may last (the next look starts afresh).
                     until = self.next_event(*self._cursor, t)
-                    if self._horizon < until:
-                        until = self._horizon
+                    if self.horizon < until:
+                        until = self.horizon
                     if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
                         self._seen = None
                     elif self._repeats(flight, changes, assignments):
@@ -1182,7 +1227,7 @@ class Engine:
         # (The loops run in C: this is on the path of every steady stretch.)
         return list(compress(before, map(_is_running, map(_status, before)))) == mine
 
-    def _next_boundary(self, moved: bool) -> float:
+    def next_boundary(self, moved: bool) -> float:
         """E7: the earliest time at which anything can change (infinity: nothing can)."""
         t = self.now
         ia, ic, ip = self._cursor
@@ -1199,7 +1244,7 @@ class Engine:
             nxt = min(nxt, t + 1)
         return nxt
 
-    def _stall(self, why: str | None = None) -> None:
+    def stall(self, why: str | None = None) -> None:
         """E6b: nothing can ever change again; every live request ends in error."""
         now = self.now
         a = self.allocator
@@ -1234,6 +1279,16 @@ SPILL_AFTER = 4096
 # With a cohort, a steady stretch is looked at for folding only when it may
 # last this many dispatches: a shorter one saves less than looking costs.
 FOLD_AFTER = 4
+
+
+def _due_ids(actions: list[Action], i: int, t: int) -> tuple[list[str], int]:
+    """The ids of `actions` from position `i` that are due at `t`, and the position
+    after them."""
+    j = i
+    n = len(actions)
+    while j < n and actions[j].at <= t:
+        j += 1
+    return [a.id for a in actions[i:j]], j
 
 
 def request_of(spec: RequestSpec) -> Request:

@@ -86,14 +86,14 @@ from typing import Any, Callable
 from ..engine.core import Engine, request_of
 from ..engine.summary import RunStats
 from ..kv.allocator import blocks_for
-from ..records.events import Event, Prefilled, Released, TransferDone, TransferStarted
+from ..records.events import Event, Prefilled, TransferDone, TransferStarted
 from ..records.options import Options
 from ..records.workload import RequestSpec, Workload
 from ..requests.request import (
     HANDED_OFF, LOADED, LOADING, PRODUCER, REMOTE, Request, set_outputs,
 )
 from .fleet import (FleetResult, ReplicaView, fleet_summary, make_replicas,
-                    replica_summaries, run_guarded, stall_if_livelocked, stall_the_stuck)
+                    replica_summaries, run_guarded, stall_the_stuck)
 from .routers import make_router
 
 __all__ = ["DisaggFleet", "Transfer"]
@@ -250,7 +250,7 @@ class DisaggFleet:
         engine = self.engines[source]
         engine.now = self.now
         engine.allocator.unpin(handle, self.now, engine.release_delay)
-        engine._changes += 1
+        engine.note_change()
         self._active.add(source)
 
     # --- the loop ----------------------------------------------------------------------
@@ -277,9 +277,9 @@ class DisaggFleet:
             if req.block_keys is not None and rows:
                 engine.allocator.register_full_blocks(req.rid, req.block_keys, rows)
             req.remote = LOADED
-            engine._start_waiting(req)
+            engine.start_waiting(req)
             engine.policy.requeue_landed(req)  # before every request holding no blocks
-            engine._changes += 1
+            engine.note_change()
             self._active.add(copy.target)
         if engine.listener is not None:
             engine.listener(TransferDone(t, req.rid, copy.source, copy.target, copy.tokens,
@@ -367,7 +367,7 @@ class DisaggFleet:
             for i in sorted(active):                          # 1. E1
                 engine = engines[i]
                 engine.now = t
-                engine._complete_due()
+                engine.complete_due()
             transfers = self._transfers
             while transfers and transfers[0][0] <= t:         # 2. copies landing
                 self._land(heapq.heappop(transfers)[2])
@@ -387,14 +387,14 @@ class DisaggFleet:
                 for i in todo:
                     engine = engines[i]
                     engine.now = t
-                    self._outside_events(engine, cancels.pop(i, ()), preempts.pop(i, ()))
-                    if stall_if_livelocked(engine):
+                    engine.take_outside_events(cancels.pop(i, []), preempts.pop(i, []))
+                    if engine.stall_if_livelocked():
                         stalled = True
                         due[i] = INF
                         continue
-                    engine._horizon = self._horizon(i, t, spec, due)
-                    moved = engine._step()
-                    due[i] = when = engine._next_boundary(moved)
+                    engine.horizon = self._horizon(i, t, spec, due)
+                    moved = engine.step()
+                    due[i] = when = engine.next_boundary(moved)
                     if when != INF:
                         heapq.heappush(queue, (when, i))
             while queue and due[queue[0][1]] != queue[0][0]:
@@ -428,32 +428,10 @@ class DisaggFleet:
             for j in range(self.prefills):
                 engine = self.engines[j]
                 when = (engine.flight.done if engine.flight is not None
-                        else (t + 1 if engine._live else due[j]))
+                        else (t + 1 if engine.live else due[j]))
                 if when < horizon:
                     horizon = when
         return horizon
-
-    @staticmethod
-    def _outside_events(engine: Engine, cancels, preempts) -> None:
-        """E2 and E3 up to the policy, for a replica: its due cancellations, timeouts,
-        due forced preemptions, then its expired drains."""
-        if engine.flight is None:
-            for rid in cancels:
-                engine._cancel(rid)
-            if engine._timeouts:
-                engine._expire_waiting()
-            for rid in preempts:
-                engine._force_preempt(rid)
-            if cancels or preempts:
-                engine._idle_replay = 0
-                engine._replay_limit = None
-        allocator = engine.allocator
-        if allocator.draining:
-            released = allocator.release_expired(engine.now)
-            if released:
-                engine._changes += 1
-                if engine.listener is not None:
-                    engine.listener(Released(engine.now, released))
 
     def _result(self, first: int, stalled: bool) -> FleetResult:
         engines = self.engines

@@ -51,7 +51,6 @@ from ..requests.request import Request
 from .routers import make_router
 
 __all__ = ["Fleet", "FleetResult", "ReplicaView", "make_replicas", "run_guarded",
-           "stall_if_livelocked",
            "stall_the_stuck",
            "replica_summaries", "fleet_summary"]
 
@@ -94,26 +93,14 @@ def run_guarded(engines: list[Engine], policy: str,
         raise failure from None
 
 
-def stall_if_livelocked(engine: Engine) -> bool:
-    """End a replica's live requests as a stall (E6b) if its policy goes in circles
-    (the engine's livelock watch) and nothing runs; return whether it did."""
-    if not (engine._livelocked and engine.flight is None and engine._live):
-        return False
-    engine._stall("the policy keeps recomputing the same rows: "
-                  f"{engine._idle_replay:,} rows replayed without one useful row "
-                  "(a livelock)")
-    engine._livelocked = False
-    return True
-
-
 def stall_the_stuck(engines: list[Engine], t: int) -> bool:
     """Nothing can happen any more anywhere: every replica's live requests stall (E6b)
     at `t`; return whether any did."""
     stalled = False
     for engine in engines:
-        if engine._live:
+        if engine.live:
             engine.now = t
-            engine._stall()
+            engine.stall()
             stalled = True
     return stalled
 
@@ -229,7 +216,7 @@ class Fleet:
             for i in active:
                 engine = engines[i]
                 engine.now = t
-                engine._complete_due()                       # 1. E1
+                engine.complete_due()                        # 1. E1
             while upcoming and upcoming[0].arrival == t:     # 2. routing
                 spec = upcoming.popleft()
                 later = next(specs, None)
@@ -247,14 +234,14 @@ class Fleet:
             horizon = upcoming[0].arrival if upcoming else INF
             for i in sorted(active):                          # 3. E2, E3
                 engine = engines[i]
-                engine._take_outside_events()
-                if stall_if_livelocked(engine):
+                engine.take_outside_events()
+                if engine.stall_if_livelocked():
                     stalled = True
                     due[i] = INF
                     continue
-                engine._horizon = router.reaches(i, upcoming, n)
-                moved = engine._step()
-                due[i] = when = engine._next_boundary(moved)
+                engine.horizon = router.reaches(i, upcoming, n)
+                moved = engine.step()
+                due[i] = when = engine.next_boundary(moved)
                 if when != INF:
                     heapq.heappush(queue, (when, i))
             while queue and due[queue[0][1]] != queue[0][0]:  # drop stale entries
@@ -274,6 +261,6 @@ class Fleet:
         summary = fleet_summary(engines, RunStats.combined([e.stats for e in engines]), first)
         requests: list[Request] = []
         for engine in engines:
-            requests += engine.requests.values() if engine._keep_requests else ()
+            requests += engine.requests.values() if engine.keep_requests else ()
         return FleetResult(self.policy_name, summary, requests, stalled, self.clock,
                            self.options, per_replica)

@@ -34,7 +34,7 @@ costs one scheduling call per rank and step.
 """
 from __future__ import annotations
 
-from .fleet import INF, Fleet, FleetResult, stall_if_livelocked, stall_the_stuck
+from .fleet import INF, Fleet, FleetResult, stall_the_stuck
 
 __all__ = ["LockstepFleet"]
 
@@ -67,7 +67,7 @@ class LockstepFleet(Fleet):
             if step_end == t:                                 # 1. E1, every rank
                 for engine in engines:
                     engine.now = t
-                    engine._complete_due()
+                    engine.complete_due()
                     # Every rank starts the next step from the same exact time.
                     engine.ledger.ended(t, step_exact)
                 step_end = None
@@ -81,22 +81,21 @@ class LockstepFleet(Fleet):
                 self.routed[i] += 1
                 spec = next(specs, None)
             for engine in engines:                            # 3. E2, E3 up to planning
-                engine._take_outside_events()
+                engine.take_outside_events()
             if step_end is None:
                 stalled |= self._plan_step(t, counter, moved)
                 if any(e.flight is not None for e in engines):
                     step_end, step_exact = self._close_step(t)
                     counter += 1
                     self.steps += 1
-                elif not any(e._live for e in engines):
+                elif not any(e.live for e in engines):
                     counter = 0  # the fleet is idle: the next step starts a new wave
             nxt = spec.arrival if spec is not None else INF
             if step_end is not None and step_end < nxt:
                 nxt = step_end
             for i, engine in enumerate(engines):
-                ia, ic, ip = engine._cursor
-                when = engine.next_event(ia, ic, ip, t, engine.flight is not None)
-                if engine.flight is None and engine._live and moved[i]:
+                when = engine.peek()
+                if engine.flight is None and engine.live and moved[i]:
                     when = min(when, t + 1)  # an empty iteration: decide again next step
                 if when < nxt:
                     nxt = when
@@ -118,13 +117,13 @@ class LockstepFleet(Fleet):
         """Every rank's policy plans at `t`; returns whether a rank stalled."""
         stalled = False
         for i, engine in enumerate(self.engines):
-            if stall_if_livelocked(engine):
+            if engine.stall_if_livelocked():
                 stalled = True
                 moved[i] = False
                 continue
             engine.lockstep_step = counter
-            moved[i] = engine._step()
-            if moved[i] and engine.flight is None and engine._live:
+            moved[i] = engine.step()
+            if moved[i] and engine.flight is None and engine.live:
                 # The policy admitted or preempted but ran nothing (E6b).
                 engine.ledger.empty()
         return stalled

@@ -304,3 +304,18 @@ def test_the_private_name_scan_finds_a_use():
     names = {"_changes", "_cursor"}
     source = "def f(engine):\n    engine._changes += 1\n    self._cursor = 0\n"
     assert private_engine_uses(source, names) == [(2, "_changes")]
+
+
+# --- option choices and the registries they name --------------------------------
+
+def test_option_choices_are_the_registries_names():
+    """records/ sits below policies/ and fleet/, so the option specs spell the names
+    out; this ties them to the registries (a new victim rule or router must be
+    offered, and nothing offered may be missing)."""
+    from scheduler_sim.fleet.routers import ROUTERS
+    from scheduler_sim.policies import POLICIES
+    from scheduler_sim.policies.vllm import VICTIM_RULES
+    from scheduler_sim.records.options import DEFAULT_POLICIES, OPTIONS
+    assert OPTIONS["victim"].choices == tuple(VICTIM_RULES)
+    assert OPTIONS["router"].choices == tuple(ROUTERS)
+    assert set(DEFAULT_POLICIES) <= set(POLICIES)

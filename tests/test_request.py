@@ -398,3 +398,24 @@ def test_two_preemptions_count_and_replay_accumulates():
     step(r, 1, 9)
     assert r.status is S.FINISHED_LENGTH_CAPPED
     assert (r.useful_rows, r.replay_rows, r.preemptions) == (5, 8, 2)
+
+
+def test_plain_decode_needs_the_prompt_and_every_restored_row_resident():
+    """Prompt 4: not before the 4 prompt rows are written; after a preemption that
+    restores P + k rows (include_pending, vllm), not until all 6 are back, although
+    the last of them (the pending output's row, never written) is already `decode`
+    by phase."""
+    r = running(prompt=4, output=4)
+    assert not r.plain_decode
+    step(r, 3, 1)
+    assert not r.plain_decode
+    step(r, 1, 2)          # the prompt's last row emits output 1
+    assert r.plain_decode
+    step(r, 1, 3)          # output 2: 5 rows written
+    r.preempt(include_pending=True)
+    assert (r.restore, r.high_water) == (6, 5)
+    r.admit(4, 1, 2)
+    step(r, 5, 5)          # the 5 rows written before: recompute
+    assert (r.resident, r.phase) == (5, DECODE) and not r.plain_decode
+    step(r, 1, 6)          # the pending row: output 3 is emitted, every row back
+    assert (r.resident, r.outputs) == (6, 3) and r.plain_decode

@@ -762,7 +762,8 @@ class Engine:
                                      f"{req.status.label} with {tokens} tokens", now)
             r = req.resident
             if tokens == 1 and r >= req.prompt_tokens and r >= req.restore:
-                # The hot path: a decode writes one row and emits one output.
+                # The hot path (Request.plain_decode, inlined): a decode writes one
+                # row and emits one output.
                 contexts += r
                 if add_record is not None:
                     add_record((req.rid, DECODE, 1, True, None if req.output_token_ids is None
@@ -976,6 +977,7 @@ class Engine:
             finished = set(ended) if ended else ()
             for req in joining:
                 if (req not in finished and req.resident >= req.high_water
+                        # Request.plain_decode, inlined:
                         and req.resident >= req.prompt_tokens and req.resident >= req.restore
                         and req.last_output_at == self.now):
                     cohort.join(req)

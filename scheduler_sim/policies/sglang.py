@@ -325,7 +325,7 @@ class SglangPolicy(QueueAndListPolicy):
 
     def _decode_batch(self, now: int) -> Plan:
         chunked = self.chunked
-        decoders = [r for r in self.running if r is not chunked
+        decoders = [r for r in self.running if r is not chunked  # plain_decode, inlined:
                     and r.resident >= r.prompt_tokens and r.resident >= r.restore]
         if not decoders:
             return []

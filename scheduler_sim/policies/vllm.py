@@ -161,8 +161,7 @@ class VllmPolicy(QueueAndListPolicy):
         defer = (interval > 1 and not self.capacity_bound
                  and (self.executed_steps + 1 - self.last_prefill_step < interval
                       if shared is None else shared % interval != 0)
-                 and any(r.resident >= r.prompt_tokens and r.resident >= r.restore
-                         for r in running))
+                 and any(r.plain_decode for r in running))
         prefill_ran = False
 
         # 1. Running requests, in running order.
@@ -171,7 +170,7 @@ class VllmPolicy(QueueAndListPolicy):
         while i < len(running) and budget > 0:
             req = running[i]
             r = req.resident
-            decoding = r >= req.prompt_tokens and r >= req.restore
+            decoding = r >= req.prompt_tokens and r >= req.restore  # plain_decode, inlined
             if decoding:
                 # A decode: one token, and a new block only at a block boundary.
                 tokens = 1

@@ -123,6 +123,19 @@ class Request:
         return DECODE
 
     @property
+    def plain_decode(self) -> bool:
+        """Whether the next row is a plain decode: the prompt and every row to
+        restore are resident, so the row writes one token and emits one output.
+        Stricter than `phase == DECODE`, which also holds for the last row a
+        recompute restores (the row of the last sampled token, never written),
+        when a dispatch may still write several rows. The engine's and the
+        policies' hot loops spell this test out (a property call costs about
+        40 ns more per row, measured with timeit: about 2% of an Azure replay's
+        stepped rows) and say so where they do."""
+        r = self.resident
+        return r >= self.prompt_tokens and r >= self.restore
+
+    @property
     def phase_remaining(self) -> int:
         """Tokens left in the current phase (a decode is always one token)."""
         if self.resident < self.restore:

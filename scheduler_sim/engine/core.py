@@ -49,8 +49,8 @@ from ..records.workload import Action, RequestSpec, Workload
 from ..requests.clients import ClientSlots
 from ..requests.queues import FcfsQueue
 from ..requests.request import (
-    DECODE, LOADED, LOADING, PARKING, PREFILL, PRODUCER, REMOTE, Request, emit_outputs, seal,
-    write_decodes,
+    DECODE, LOADED, LOADING, PARKING, PREFILL, PRODUCER, REMOTE, RemoteKv, Request, emit_outputs,
+    seal, write_decodes,
 )
 from .cohort import Cohort
 from .folding import fold
@@ -86,7 +86,7 @@ class _InFlight:
     its exact (fractional) completion in clock steps."""
 
     __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs", "decoders",
-                 "members", "requests", "held")
+                 "members", "requests", "unsent")
 
     def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
                  exact: float, all_decode: bool, outputs: int,
@@ -102,7 +102,7 @@ class _InFlight:
         self.decoders = decoders
         self.members = members  # rows of cohort members (counted, not written)
         self.requests = requests  # every row's request in plan order, with members
-        self.held: tuple | None = None  # (rows, tokens) of a Dispatch record not yet sent
+        self.unsent: tuple | None = None  # (rows, tokens) of a Dispatch record not yet sent
 
 
 class Engine:
@@ -397,7 +397,7 @@ class Engine:
         if loaded:
             # Its prompt's KV was copied in: `cached` are its own blocks (see
             # `cached_prefix`), and from here on it is a request like any other.
-            req.remote = 0
+            req.remote = RemoteKv.NONE
         elif cached:
             self.allocator.share(req.rid, cached, req.block_keys)
             hit = len(cached) * self.options.block_size
@@ -837,7 +837,7 @@ class Engine:
             if self.lockstep_step is None:
                 self._emit(Dispatch(now, tuple(records), total, done))
             else:  # the step's end is known once every rank has planned
-                flight.held = (tuple(records), total)
+                flight.unsent = (tuple(records), total)
         return flight
 
     def end_dispatch_at(self, done: int, exact: float) -> None:
@@ -845,9 +845,9 @@ class Engine:
         completes with the step of every rank, at step `done` (exact: `exact`)."""
         flight = self.flight
         flight.done, flight.exact = done, exact
-        if flight.held is not None:
-            rows, tokens = flight.held
-            flight.held = None
+        if flight.unsent is not None:
+            rows, tokens = flight.unsent
+            flight.unsent = None
             self._emit(Dispatch(flight.start, rows, tokens, done))
 
     def _start_counted(self, requests: list[Request], members: int,
@@ -1139,7 +1139,7 @@ class Engine:
                 if self._emit is not None:
                     self._emit(Snapshot(t, **self._state(plan)))
                 # Blocks the policy itself gave this step's rows (before the dispatch).
-                grown = sum(allocator.step_growth.values()) if self._step_block else 0
+                policy_blocks = sum(allocator.step_growth.values()) if self._step_block else 0
                 flight = self.flight = self._start(plan)
                 if not fast:
                     pass
@@ -1147,7 +1147,7 @@ class Engine:
                     if self._repeats(flight, changes, assignments):
                         until = self.next_event(*self._cursor, t)
                         fold(self, flight, until if until < self.horizon else self.horizon,
-                             grown)
+                             policy_blocks)
                 else:
                     # Counted decoders: a stretch is looked at for folding only if it
                     # may last (the next look starts afresh).
@@ -1157,7 +1157,7 @@ class Engine:
                     if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
                         self._seen = None
                     elif self._repeats(flight, changes, assignments):
-                        fold(self, flight, until, grown)
+                        fold(self, flight, until, policy_blocks)
                 if on_state is not None:
                     on_state(t, self._state(), True)
             else:

@@ -70,8 +70,8 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
         # Every row a counted decode: the cohort answers for all of them at once.
         reqs = None
         n = flight.members
-        silent = cohort.fewest_left() - 1
-        if silent <= 0:
+        foldable = cohort.fewest_left() - 1
+        if foldable <= 0:
             return
     else:
         reqs = flight.decoders
@@ -81,8 +81,8 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
             return  # the same
         # Completions that emit without finishing anybody: min(N - outputs) - 1.
         # (These scans run in C: they are paid by every attempt, folded or not.)
-        silent = min(map(sub, map(_output_tokens, reqs), map(_outputs, reqs))) - 1
-        if silent <= 0:
+        foldable = min(map(sub, map(_output_tokens, reqs), map(_outputs, reqs))) - 1
+        if foldable <= 0:
             return
         if any(map(lt, map(_resident, reqs), map(_high_water, reqs))):
             return  # replayed rows are not steady decodes
@@ -109,25 +109,25 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
             return cohort.blocks_within(f)
         return sum(grow(r.rid, r.resident + f) for r in reqs)
 
-    # Each request needs at most silent // block_size + 1 new blocks: when even
+    # Each request needs at most foldable // block_size + 1 new blocks: when even
     # that fits, no request can run short.
-    if n * (silent // allocator.block_size + 1) > room and blocks(silent) > room:
-        low, high = 0, silent  # the most dispatches whose blocks fit
+    if n * (foldable // allocator.block_size + 1) > room and blocks(foldable) > room:
+        low, high = 0, foldable  # the most dispatches whose blocks fit
         while low < high:
             mid = (low + high + 1) // 2
             if blocks(mid) <= room:
                 low = mid
             else:
                 high = mid - 1
-        silent = low
-        if silent <= 0:
+        foldable = low
+        if foldable <= 0:
             return
     starts = [] if emit is not None else None
     # Contexts before the next dispatch's rows; each folded dispatch adds n.
     contexts = cohort.contexts() if cohort is not None else sum(r.resident for r in reqs)
     ledger = engine.ledger
     folded, done, exact, last_output = ledger.fold(flight.exact, flight.done, n, contexts,
-                                                   silent, until, starts)
+                                                   foldable, until, starts)
     if starts is not None:
         _emit_folded(engine, reqs, starts, done, taken_first)
     # Output gaps (ITL) of the flight's own completion, which ends each request's
@@ -158,6 +158,7 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     flight.start = last_output
     flight.done = done
     flight.exact = exact
+
 
 def _block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
     """Whether the policy reported its blocked head after this step's rows took
@@ -211,15 +212,15 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
                                     policy, clock))
         return
     for s, (tick, done) in enumerate(zip(starts, ends), start=1):
-        grown = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
+        opened = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
         free = total - held - draining
         if report is not None:
             # The head's report as the observed step made it, with this step's
             # blocks (with the order unknown, no folded step opens a block).
             rid, reason, needed = report[:3]
-            seen = free - grown if taken_first else free
+            seen = free - opened if taken_first else free
             record = AdmissionBlocked(tick, rid, reason, needed, seen, reserved, draining,
-                                      (grown or None) if taken_first else None)
+                                      (opened or None) if taken_first else None)
             if write is not None:
                 write(record.to_json(policy, clock))
             else:
@@ -234,6 +235,6 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
         else:
             emit(Snapshot(tick, waiting, running, reserved, held, draining, free))
             emit(Dispatch(tick, rows, n, done))
-        held += grown
+        held += opened
     if write is not None:
         emit.write_all(lines)

@@ -16,29 +16,43 @@ state it starts from.
 """
 from __future__ import annotations
 
+from enum import IntEnum
+
 from ..records.errors import InvariantError
 from ..records.states import RequestStatus
 
 __all__ = ["Request", "SealedRequest", "seal", "set_outputs", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
-           "advance_decodes", "catch_up", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
+           "advance_decodes", "catch_up", "RemoteKv", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
            "LOADING", "LOADED"]
 
 PREFILL = "prefill"
 DECODE = "decode"
 RECOMPUTE = "recompute"
 
-# `Request.remote`: a request's part in prefill/decode disaggregation (fleet/disagg.py).
-# 0: none. On a prefill replica: PRODUCER, its one (hidden) output ends its run
-# there, and HANDED_OFF once it has. On a decode replica: REMOTE until an admission
-# takes blocks for its prompt, PARKING until the end of that step, LOADING while the
-# prompt's KV is copied, LOADED waiting with the rows resident; 0 again once admitted
-# with them.
-PRODUCER = 1
-HANDED_OFF = 2
-REMOTE = 3
-PARKING = 4
-LOADING = 5
-LOADED = 6
+class RemoteKv(IntEnum):
+    """`Request.remote`: a request's part in prefill/decode disaggregation
+    (fleet/disagg.py). On a prefill replica: PRODUCER, its one (hidden) output
+    ends its run there, and HANDED_OFF once it has. On a decode replica: REMOTE
+    until an admission takes blocks for its prompt, PARKING until the end of that
+    step, LOADING while the prompt's KV is copied, LOADED waiting with the rows
+    resident; NONE again once admitted with them. NONE (0, false) everywhere
+    else."""
+
+    NONE = 0
+    PRODUCER = 1
+    HANDED_OFF = 2
+    REMOTE = 3
+    PARKING = 4
+    LOADING = 5
+    LOADED = 6
+
+
+PRODUCER = RemoteKv.PRODUCER
+HANDED_OFF = RemoteKv.HANDED_OFF
+REMOTE = RemoteKv.REMOTE
+PARKING = RemoteKv.PARKING
+LOADING = RemoteKv.LOADING
+LOADED = RemoteKv.LOADED
 
 W = RequestStatus
 
@@ -94,7 +108,7 @@ class Request:
         self.wait_since = arrival  # when it last entered the waiting queue
         self.sent: int | None = None  # when the server received it (after a client slot)
         self.last_output_at = 0       # completion time of its latest output (for ITL)
-        self.remote = 0               # its part in disaggregation (see PRODUCER)
+        self.remote = RemoteKv.NONE   # its part in disaggregation
         self.transfer_time: int | None = None  # how long its prompt's KV took to copy
 
     def __repr__(self) -> str:

@@ -66,12 +66,13 @@ def test_a_dispatch_shorter_than_the_rest_of_its_step_ends_on_the_next_step():
 def test_completions_count_outputs_and_gaps_by_length():
     stats = RunStats(MS)
     ledger = DispatchLedger(stats, None, Clock())
-    ledger.completed(30, 5, {24: 3, 27: 2})
-    ledger.completed(33, 1, {30: 1})
+    ledger.completed(30, 29.5, 5, {24: 3, 27: 2})
+    ledger.completed(33, 33.0, 1, {30: 1})
     ledger.gap(3, 4)
     ledger.gaps([6, 6, 9])
     ledger.empty()
     assert stats.makespan == 33
+    assert (ledger.end_step, ledger.exact_end) == (33, 33.0)
     assert stats.output_tokens == 6
     assert stats.itl == {6: 3 + 2, 3: 2 + 1 + 4, 9: 1}
     assert stats.empty_iterations == 1
@@ -107,10 +108,9 @@ def test_a_folded_stretch_is_the_dispatches_stepped_one_by_one():
         expected_starts = []
         while count < most and t < until:
             if previous is None:  # the flight completes: outputs, gaps left to the caller
-                stepped.completed(t, rows, {})
+                stepped.completed(t, exact, rows, {})
             else:  # the dispatch before this one completes at t
-                stepped.completed(t, rows, {previous: rows})
-                stepped.ended(t, e)
+                stepped.completed(t, e, rows, {previous: rows})
             expected_starts.append(t)
             d, e = stepped.dispatch(t, rows, rows, 0, rows, 0, 0, [], ctx)
             previous, t, ctx, count = t, d, ctx + rows, count + 1

@@ -952,7 +952,7 @@ class Engine:
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))
-        self.ledger.completed(now, flight.outputs, since)
+        self.ledger.completed(now, flight.exact, flight.outputs, since)
 
     def _complete_members(self, flight: _InFlight, cohort: Cohort, ended: list[Request],
                           since: dict[int, int]) -> list[Request]:
@@ -1033,7 +1033,7 @@ class Engine:
             if flight is not None and flight.done == t:
                 self.complete_due()       # E1
             self.take_outside_events()    # E2, E3 before the policy
-            if self.stall_if_livelocked():
+            if self._livelocked and self.stall_if_livelocked():
                 stalled = True
                 break
             moved = self.step()           # E3: the policy admits and dispatches
@@ -1054,7 +1054,6 @@ class Engine:
         flight = self.flight
         if flight is not None and flight.done == self.now:
             self._complete(flight)
-            self.ledger.ended(self.now, flight.exact)
             self.flight = None
 
     def take_outside_events(self, cancels: list[str] | None = None,
@@ -1084,10 +1083,11 @@ class Engine:
             if not given:
                 # (Tested before the call: nearly every boundary has none due.)
                 cancels = preempts = ()
-                due = self.workload.cancels
+                w = self.workload
+                due = w.cancels
                 if ic < len(due) and due[ic].at <= t:
                     cancels, ic = _due_ids(due, ic, t)
-                due = self.workload.preempts
+                due = w.preempts
                 if ip < len(due) and due[ip].at <= t:
                     preempts, ip = _due_ids(due, ip, t)
             for rid in cancels:

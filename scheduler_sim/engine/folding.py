@@ -139,12 +139,15 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
         cohort.advance(folded, last_output, allocator.grow)
     else:
         steady = 0  # requests whose previous output came when the flight started
+        others = []  # the gaps of the others
         for req in reqs:
             last = req.last_output_at
             if last == start:
                 steady += 1
             else:
-                ledger.gap(first - last, 1)
+                others.append(first - last)
+        if others:
+            ledger.gaps(others)
         grow = allocator.grow
         for req in reqs:
             rows = req.resident + folded

@@ -1078,9 +1078,8 @@ class Engine:
         clients = self.clients
         if clients is not None:
             self._send_ready()
-        given = cancels is not None
         if self.flight is None:
-            if not given:
+            if cancels is None:
                 # (Tested before the call: nearly every boundary has none due.)
                 cancels = preempts = ()
                 w = self.workload
@@ -1090,6 +1089,11 @@ class Engine:
                 due = w.preempts
                 if ip < len(due) and due[ip].at <= t:
                     preempts, ip = _due_ids(due, ip, t)
+            elif cancels or preempts:
+                # The fleet's actions changed things: replays since are not the
+                # policy's circle.
+                self._idle_replay = 0
+                self._replay_limit = None
             for rid in cancels:
                 self._cancel(rid)
             if self._timeouts:
@@ -1098,7 +1102,7 @@ class Engine:
                 self._send_ready()  # slots the cancellations and timeouts freed
             for rid in preempts:
                 self._force_preempt(rid)
-        if (ia, ic, ip) != cursor or (given and (cancels or preempts)):
+        if (ia, ic, ip) != cursor:
             self._cursor = (ia, ic, ip)
             # The trace changed things: replays since are not the policy's circle.
             self._idle_replay = 0

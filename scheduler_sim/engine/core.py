@@ -21,40 +21,40 @@ a request reaches the server (is "sent") only when a client slot is free
 
 The engine is the `SchedulerView` its policy sees: `admit`, `report_blocked` and
 `preempt` are how a policy's decisions become transitions and events.
+
+`Engine` is written in three modules: this one holds its state, the loop and
+the step protocol fleets drive; lifecycle.py how requests move between states
+(the SchedulerView calls, arrivals, cancellations, timeouts, the spilled
+queue); dispatching.py how a plan is started and completed. What a dispatch
+adds to the run is the ledger's (ledger.py), folding is folding.py's.
 """
 from __future__ import annotations
 
 import dataclasses
 import operator
-from bisect import insort
 from collections import deque
 from functools import partial
-from itertools import compress, repeat
+from itertools import compress
 from typing import Any, Callable, Iterator
 
 from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
-from ..kv.prefix_cache import BlockKeys
-from ..policies import PADDING, Plan, PluginError, is_builtin, is_builtin_name, make_policy
+from ..policies import Plan, PluginError, is_builtin, is_builtin_name, make_policy
 from ..policies.base import DecodesFirst
 from ..records.clock import Clock
 from ..records.errors import InvariantError, UsageError
-from ..records.events import (
-    Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Dispatch, Event, Evicted,
-    Finished, PreemptIgnored, Preempted, Rejected, Released, Snapshot, Stalled, Timeout, reads,
-)
+from ..records.events import Event, Evicted, Released, Snapshot, Stalled, reads
 from ..records.options import Options
 from ..records.states import RequestStatus
 from ..records.workload import Action, RequestSpec, Workload
 from ..requests.clients import ClientSlots
 from ..requests.queues import FcfsQueue
-from ..requests.request import (
-    DECODE, LOADED, LOADING, PARKING, PREFILL, PRODUCER, REMOTE, RemoteKv, Request, emit_outputs,
-    seal, write_decodes,
-)
+from ..requests.request import LOADED, LOADING, PARKING, Request
 from .cohort import Cohort
+from .dispatching import Dispatching, InFlight
 from .folding import fold
 from .ledger import DispatchLedger
+from .lifecycle import Lifecycle, request_of
 from .policy_failure import policy_failure, shown
 from .summary import RunStats
 
@@ -63,9 +63,7 @@ __all__ = ["Engine", "RunResult", "run", "request_of"]
 RUNNING = RequestStatus.RUNNING
 INF = float("inf")
 _first = operator.itemgetter(0)
-_second = operator.itemgetter(1)
 _status = operator.attrgetter("status")
-_action_order = operator.attrgetter("at", "index")
 _is_running = partial(operator.is_, RUNNING)
 
 
@@ -81,31 +79,7 @@ class RunResult:
     options: Options | None = None  # as run: num_blocks derived from the GPU if it was
 
 
-class _InFlight:
-    """The dispatch being executed: its rows, its start and its completion tick, and
-    its exact (fractional) completion in clock steps."""
-
-    __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs", "decoders",
-                 "members", "requests", "unsent")
-
-    def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
-                 exact: float, all_decode: bool, outputs: int,
-                 decoders: list[Request] | None = None, members: int = 0,
-                 requests: list[Request] | None = None) -> None:
-        self.rows = rows  # (request, emits), cohort members left out
-        self.outputs = outputs  # rows that emit
-        self.start = start
-        self.done = done
-        self.exact = exact
-        self.all_decode = all_decode  # every row a decode: a candidate for folding
-        # The rows' requests when every row (cohort members left out) is a plain decode.
-        self.decoders = decoders
-        self.members = members  # rows of cohort members (counted, not written)
-        self.requests = requests  # every row's request in plan order, with members
-        self.unsent: tuple | None = None  # (rows, tokens) of a Dispatch record not yet sent
-
-
-class Engine:
+class Engine(Lifecycle, Dispatching):
     """Replays one workload under one policy.
 
     `on_event` receives every event record as it happens (None: build none;
@@ -204,7 +178,7 @@ class Engine:
                         and self.policy.lazy_decoders else None)
         # A policy with lazy decoders may then plan its decodes as its own list.
         self.takes_decodes_first = self._cohort is not None
-        self.flight: _InFlight | None = None  # the dispatch being executed
+        self.flight: InFlight | None = None  # the dispatch being executed
         self._cursor = (0, 0, 0)  # arrivals, cancellations and forced preemptions taken
         self._specs: Iterator[RequestSpec] = iter(())  # the arrivals still to come ...
         self._next_spec: RequestSpec | None = None     # ... and the first of them
@@ -280,7 +254,7 @@ class Engine:
         """The steady decoders counted rather than written, if counted at all."""
         return self._cohort
 
-    def settle_members(self, flight: _InFlight) -> None:
+    def settle_members(self, flight: InFlight) -> None:
         """Write every counted decoder's progress while `flight`, a dispatch of
         decodes only, runs: its rows are then all written ones, and its members'
         outputs are emitted as theirs when it completes (folding, when counted
@@ -379,609 +353,6 @@ class Engine:
                    "(a livelock)")
         self._livelocked = False
         return True
-
-    # --- the SchedulerView a policy sees ----------------------------------------
-
-    def admit(self, req: Request, credit: int, cached: list[int] = ()) -> None:
-        """Carry out a policy's admission: reserve, take cached blocks, transition, report.
-
-        `cached` are the leading blocks found by `cached_prefix`; the request
-        shares them and starts with their rows resident.
-        """
-        if credit:
-            self.allocator.reserve(req.rid, credit)
-        resumed = req.status == RequestStatus.PREEMPTED
-        req.admit(self.now, self._admit_seq, credit)
-        hit = 0
-        loaded = req.remote == LOADED
-        if loaded:
-            # Its prompt's KV was copied in: `cached` are its own blocks (see
-            # `cached_prefix`), and from here on it is a request like any other.
-            req.remote = RemoteKv.NONE
-        elif cached:
-            self.allocator.share(req.rid, cached, req.block_keys)
-            hit = len(cached) * self.options.block_size
-            req.record_cached(hit)
-            if req.remote == REMOTE:
-                # A decode replica's hit on a prompt to be copied saves copying, not
-                # computing: it shows as fewer `transfer_tokens` (fleet/disagg.py).
-                req.cached_tokens -= hit
-        if req.block_keys is not None and not loaded:
-            # Keys are given again to the blocks it writes from here on (a resumed
-            # request starts from its hits, not from what it had before).
-            req.block_keys.registered = len(cached)
-        self._admit_seq += 1
-        self._policy_moved = True
-        self._changes += 1
-        if self._emit is not None:
-            self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
-        if req.remote == REMOTE:
-            # Disaggregation: blocks for its whole prompt now; the copy starts when
-            # the policy's step is over (`_park`).
-            if not self.allocator.try_grow(req.rid, req.prompt_tokens):
-                raise InvariantError(
-                    f"request {req.rid!r}: admitted on a decode replica without free "
-                    f"blocks for its prompt of {req.prompt_tokens} rows", self.now)
-            req.remote = PARKING
-            self._parking.append(req)
-
-    def cached_prefix(self, req: Request, whole: bool = False) -> list[int]:
-        """The leading blocks of `req` found in the prefix cache (none without one).
-
-        At least the last token of the current sequence is always computed, so
-        at most (P + outputs - 1) // block_size blocks are reused; `whole` looks
-        up the last token's block too (what SGLang matches when it sorts or
-        refreshes its waiting queue, which stamps more of its tree).
-        """
-        if req.remote == LOADED:
-            return self.allocator.table(req.rid)  # its loaded prompt, in its own blocks
-        if req.block_keys is None:
-            return []
-        rows = req.prompt_tokens + req.outputs
-        limit = (rows if whole else rows - 1) // self.options.block_size
-        return self.allocator.lookup(req.block_keys, limit)
-
-    def report_blocked(self, req: Request, reason: str, needed: int) -> None:
-        """Report the queue head that cannot be admitted at this boundary."""
-        a = self.allocator
-        taken = sum(a.step_growth.values())  # blocks this step's rows took already
-        self._step_block = (req.rid, reason, needed, a.free, taken)
-        if self._emit is not None:
-            self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
-                                        a.reserved, a.draining, taken or None))
-
-    def release(self, req: Request) -> int:
-        """Free the blocks and credit a finished request kept (static batches)."""
-        self._changes += 1
-        return self._release_request(req)
-
-    def emit_event(self, event: Event) -> None:
-        """Pass a policy's own event record to the listener (the policy changed
-        something it reports, so the step is not a repeat)."""
-        self._changes += 1
-        if self._emit is not None:
-            self._emit(event)
-
-    def preempt(self, req: Request, reason: str, rule: str | None = None,
-                trigger: str | None = None) -> int:
-        """Preempt a running request: its credit goes, its blocks drain (A4, L2)."""
-        self._settle(req)
-        freed = self.allocator.free_request(req.rid, self.now, self.release_delay)
-        outputs = req.outputs
-        rows = req.resident
-        req.preempt(include_pending=self.policy.recompute_includes_pending)
-        if req.remote == PARKING:
-            # Admitted and preempted in one step, before its copy began: it waits
-            # for the copy as before, nothing to recompute.
-            req.remote = REMOTE
-            req.restore = 0
-            req.emit_on_restore = False
-            self._parking.remove(req)
-        self.policy.remove(req)
-        self.start_waiting(req)
-        self.policy.requeue(req)
-        self._policy_moved = True
-        self._changes += 1
-        if self._emit is not None:
-            self._emit(Preempted(self.now, req.rid, outputs, rows, freed, reason, rule, trigger))
-        return freed
-
-    # --- lifecycle helpers --------------------------------------------------------
-
-    def _settle(self, req: Request) -> None:
-        """Before anything touches a running request: if the cohort counts it, its
-        progress is written into it and it leaves."""
-        cohort = self._cohort
-        if cohort is not None and req in cohort.members:
-            cohort.settle(req)
-
-    def _end(self, req: Request) -> None:
-        """Bookkeeping shared by every way a live request ends."""
-        self._live -= 1
-        self._changes += 1
-        self._record_end(req)
-        if self.clients is not None:
-            self.clients.ended()
-
-    def _record_end(self, req: Request) -> None:
-        """A request reached its terminal state: into the statistics, to the
-        `on_request_end` listener, and out of memory unless kept."""
-        self.stats.request_ended(req)
-        if self._on_request_end is not None:
-            self._on_request_end(req)
-        if not self._keep_requests and req.rid not in self._named:
-            del self.requests[req.rid]
-
-    def start_waiting(self, req: Request) -> None:
-        """Note when `req` entered the waiting queue (for waiting_timeout)."""
-        req.wait_since = self.now
-        timeout = self.waiting_timeout
-        if timeout is not None:
-            # "Longer than" the timeout: at wait_since + timeout it has waited
-            # exactly the timeout, one tick later it has waited longer.
-            self._timeouts.append((self.now + timeout + 1, req, self.now))
-
-    def _expire_waiting(self) -> None:
-        """Abort requests that have waited longer than waiting_timeout."""
-        timeouts = self._timeouts
-        now = self.now
-        while timeouts and timeouts[0][0] <= now:
-            _, req, since = timeouts.popleft()
-            if (req.wait_since != since or req.status.is_finished or req.status == RUNNING
-                    or req.status == RequestStatus.WAITING_FOR_REMOTE_KV):
-                continue  # admitted (and maybe back in the queue) since then, or ended
-            self.policy.remove(req)
-            if req.remote == LOADED:
-                self._release_request(req)  # the blocks its copied prompt is in
-            req.time_out(now)
-            self._end(req)
-            if self._emit is not None:
-                self._emit(Timeout(now, req.rid, now - since))
-
-    def _release_request(self, req: Request) -> int:
-        return self.allocator.free_request(req.rid, self.now, self.release_delay)
-
-    def _arrive(self, spec) -> None:
-        """A request reaches its trace time: sent at once, or queued for a client slot."""
-        req = request_of(spec)
-        req.replica = self.replica
-        self.requests[req.rid] = req
-        self.stats.requests += 1
-        self._arrived += 1
-        if self.clients is None:
-            spill = self._spill
-            self._register(req, spill is not None
-                           and (spill.spilled > 0 or len(spill) >= self._spill_cap))
-        else:
-            self.clients.arrive(req)
-
-    def _unspill(self) -> Request:
-        """Build the next spilled request again from the trace (the spill's `make`)."""
-        if self._reader is None:
-            self._reader = self.workload.arrivals()
-        spans = self._spans
-        while True:
-            spec = next(self._reader)
-            number = self._read
-            self._read += 1
-            first, last = spans[0]
-            if number < first:
-                continue
-            if number == last:
-                spans.popleft()
-            else:
-                spans[0][0] = number + 1
-            break
-        req = request_of(spec)
-        req.sent = spec.arrival
-        if self._plugin:
-            seal(req)
-        self._give_keys(req)
-        self.requests[req.rid] = req
-        return req
-
-    def _give_keys(self, req: Request) -> None:
-        if self.options.prefix_caching:
-            o = self.options
-            req.block_keys = BlockKeys(req.index, req.prompt_tokens, o.block_size,
-                                       o.hash_block_size, req.prompt_token_ids,
-                                       req.output_token_ids, req.block_hashes)
-
-    def _send_ready(self) -> None:
-        """Send the requests that waited for a client slot and now have one."""
-        clients = self.clients
-        while True:
-            ready = clients.ready()
-            if not ready:
-                return
-            for req in ready:
-                self._register(req)  # a rejection frees its slot: loop again
-
-    def _register(self, req: Request, spill: bool = False, forwarded: bool = False) -> None:
-        """The server receives `req`: it waits for admission (with `spill`, as a count
-        at the tail of the queue), or is rejected (E6). A `forwarded` request (one
-        another replica sent on) keeps its send time."""
-        if not forwarded:
-            req.sent = self.now
-        if self._plugin:
-            seal(req)  # a plugin reads its requests, and changes them only through us
-        self._changes += 1
-        self._give_keys(req)
-        emit = self._emit
-        if emit is not None:
-            wait = self.now - req.arrival if not forwarded else 0
-            emit(Arrival(self.now, req.rid, wait or None))
-        needed = self.policy.blocks_to_finish(req)
-        if needed > self.options.num_blocks:
-            req.reject(self.now)
-            self._record_end(req)
-            if self.clients is not None:
-                self.clients.ended()
-            if emit is not None:
-                emit(Rejected(self.now, req.rid, self.policy.why_too_big(req, needed),
-                              needed, self.options.num_blocks))
-            return
-        self._live += 1
-        if spill:
-            del self.requests[req.rid]
-            number = self._arrived - 1
-            spans = self._spans
-            if spans and spans[-1][1] == number - 1:
-                spans[-1][1] = number
-            else:
-                spans.append([number, number])
-            self._spill.spill(self._unspill)
-            return
-        self.start_waiting(req)
-        self.policy.add(req)
-
-    def _cancel(self, rid: str) -> None:
-        req = self.requests[rid]
-        if req.status.is_finished:
-            if self._emit is not None:
-                self._emit(CancelIgnored(self.now, rid, req.status.label))
-            return
-        if req.sent is None:
-            # Still waiting for a client slot: the client simply never sends it.
-            self.clients.withdraw(req)
-            req.cancel(self.now)
-            self._record_end(req)
-            if self._emit is not None:
-                self._emit(Cancelled(self.now, rid, "unsent"))
-            return
-        was_running = req.status == RUNNING
-        self._settle(req)
-        remote = req.remote
-        if remote != LOADING:  # a request being copied in is not the policy's yet
-            self.policy.remove(req)
-        if was_running or remote == LOADING or remote == LOADED:
-            self._release_request(req)
-        was = req.cancel(self.now)
-        self._end(req)
-        if self._emit is not None:
-            self._emit(Cancelled(self.now, rid, was.label))
-
-    def _force_preempt(self, rid: str) -> None:
-        req = self.requests[rid]
-        if req.status != RUNNING:
-            if self._emit is not None:
-                self._emit(PreemptIgnored(self.now, rid, req.status.label))
-            return
-        self.preempt(req, "manual")
-
-    # --- what a fleet hands a replica (fleet/) -------------------------------------
-
-    def accept(self, spec: RequestSpec) -> None:
-        """A router sends this replica a request arriving now (E2; times on the clock)."""
-        self.accept_request(request_of(spec))
-
-    def accept_request(self, req: Request, forwarded: bool = False) -> None:
-        """A fleet hands this replica a request arriving now (E2): one of the trace, a
-        prefill-only request, or (`forwarded`) one whose prompt another replica
-        computed (fleet/disagg.py). (A replica has no client slots and no spill.)"""
-        req.replica = self.replica
-        self.requests[req.rid] = req
-        self.stats.requests += 1
-        self._arrived += 1
-        self._register(req, forwarded=forwarded)
-        # The trace changed things: replays since are not the policy's circle.
-        self._idle_replay = 0
-        self._replay_limit = None
-
-    def accept_action(self, action: Action) -> None:
-        """A cancellation or forced preemption of a request this replica was sent, due
-        at `action.at` (on the clock), kept in (time, trace position) order."""
-        w = self.workload
-        actions = w.cancels if action.kind == "cancel" else w.preempts
-        insort(actions, action, key=_action_order)
-
-    # --- dispatches -------------------------------------------------------------------
-
-    def _state(self, plan: Plan | tuple = ()) -> dict[str, int]:
-        """Block counts now; with `plan`, as they were before the plan's rows got
-        their blocks (an on-demand policy allocates while it schedules)."""
-        a = self.allocator
-        pending = pending_cached = 0
-        if plan and a.step_growth:
-            # Blocks the policy allocated in this step are the plan's: before the
-            # dispatch they were free (and, if evicted, cached).
-            pending = sum(a.step_growth.values())
-            pending_cached = sum(a.step_evictions.values())
-        state = {"waiting": self.policy.waiting_count, "running": self.policy.running_count,
-                 "reserved": a.reserved, "allocated": a.held - pending, "draining": a.draining,
-                 "free": a.free + pending}
-        if a.cache is not None:
-            state["cached"] = a.cached_free + pending_cached
-        return state
-
-    def _start(self, plan: Plan) -> _InFlight:
-        """Check the plan, allocate its blocks, write its rows (dispatch start)."""
-        now = self.now
-        options = self.options
-        size = (len(plan) if type(plan) is not DecodesFirst
-                else len(plan.decoders) + len(plan.rest))
-        if size > options.max_rows:
-            raise InvariantError(f"dispatch rows({size}) <= max_rows({options.max_rows}) "
-                                 "is false", now)
-        allocator = self.allocator
-        grow = allocator.grow
-        open_block = allocator.open_block
-        size = allocator.block_size  # from here on, the block size
-        # (request, emits) in plan order, built only once a row is not a plain
-        # decode: a dispatch of decodes is its list of requests (`decoders`).
-        rows: list[tuple[Request, bool]] | None = None
-        add_row = None
-        total = prompt = decode = recompute = 0
-        records = [] if self._emit is not None else None
-        add_record = records.append if records is not None else None
-        chunks: list[tuple[int, int]] = []  # (tokens, context before), for the cost model
-        contexts = 0  # summed context of the decode and padding rows
-        padding = 0
-        useful = 0
-        emitting = 0  # rows of chunks that emit (every decode row does)
-        decoders: list[Request] = []  # their rows are written together, below
-        add_decoder = decoders.append
-        members = 0
-        requests = None
-        rest = plan
-        cohort = self._cohort
-        if cohort is not None and cohort.members:
-            requests, rest, members, contexts = self._start_members(plan, cohort)
-            if not rest and members:
-                return self._start_counted(requests, members, contexts)
-        for req, tokens in rest:
-            if req.status is not RUNNING:
-                if tokens == PADDING and req.status.is_finished \
-                        and self.policy.keeps_blocks_after_finish:
-                    padding += 1
-                    total += 1
-                    if add_record is not None:
-                        add_record((req.rid, "padding", 1, False, None))
-                    continue
-                raise InvariantError(f"request {req.rid!r} dispatched while "
-                                     f"{req.status.label} with {tokens} tokens", now)
-            r = req.resident
-            if tokens == 1 and r >= req.prompt_tokens and r >= req.restore:
-                # The hot path (Request.plain_decode, inlined): a decode writes one
-                # row and emits one output.
-                contexts += r
-                if add_record is not None:
-                    add_record((req.rid, DECODE, 1, True, None if req.output_token_ids is None
-                                else req.token_ids(r, r + 1)))
-                if not r % size:
-                    open_block(req.rid, r + 1)
-                if req.block_keys is not None and not (r + 1) % size:
-                    allocator.register_decoded(req.rid, req.block_keys, r + 1)
-                if add_row is not None:
-                    add_row((req, True))
-                add_decoder(req)
-                continue
-            if rows is None:
-                rows = [(r, True) for r in decoders]
-                add_row = rows.append
-            remaining = req.phase_remaining
-            if not 1 <= tokens <= remaining:
-                raise InvariantError(f"request {req.rid!r}: 1 <= tokens({tokens}) <= "
-                                     f"phase remaining({remaining}) is false", now)
-            phase = req.phase
-            emits = req.chunk_emits(tokens)
-            chunks.append((tokens, r))
-            if add_record is not None:
-                add_record((req.rid, phase, tokens, emits, req.token_ids(r, r + tokens)))
-            grow(req.rid, r + tokens)
-            useful += req.record_rows(tokens)
-            if req.block_keys is not None:
-                if phase is DECODE:
-                    allocator.register_decoded(req.rid, req.block_keys, req.resident)
-                else:
-                    allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
-            add_row((req, emits))
-            if emits:
-                emitting += 1
-            if phase is DECODE:
-                decode += tokens  # added to the total below, with the fast path's
-            else:
-                total += tokens
-                if phase is PREFILL:
-                    prompt += tokens
-                else:
-                    recompute += tokens
-        if decoders:
-            useful += write_decodes(decoders)
-            decode += len(decoders)
-        if members:
-            useful += members
-            decode += members
-        total += decode
-        if total > options.token_budget:
-            raise InvariantError(f"dispatch tokens({total}) <= token_budget"
-                                 f"({options.token_budget}) is false", now)
-        n_rows = (len(decoders) if rows is None else len(rows)) + members
-        if (self._audit or self._plugin) and len(
-                set(map(id, decoders)) if rows is None else {id(r) for r, _ in rows}
-        ) != n_rows - members:
-            raise InvariantError("each request appears at most once in a dispatch is false",
-                                 now)
-        if useful or not total:
-            self._idle_replay = 0
-            self._replay_limit = None
-        else:
-            self._watch_replay(total)
-        done, exact = self.ledger.dispatch(now, n_rows, total, prompt, decode, recompute,
-                                           padding, chunks, contexts)
-        flight = _InFlight(rows, now, done, exact,
-                           decode == total and not padding and total > 0,
-                           emitting + len(decoders) + members,
-                           decoders if rows is None else None, members, requests)
-        if records is not None:
-            if self.lockstep_step is None:
-                self._emit(Dispatch(now, tuple(records), total, done))
-            else:  # the step's end is known once every rank has planned
-                flight.unsent = (tuple(records), total)
-        return flight
-
-    def end_dispatch_at(self, done: int, exact: float) -> None:
-        """Data-parallel lockstep (fleet/lockstep.py): the dispatch just started
-        completes with the step of every rank, at step `done` (exact: `exact`)."""
-        flight = self.flight
-        flight.done, flight.exact = done, exact
-        if flight.unsent is not None:
-            rows, tokens = flight.unsent
-            flight.unsent = None
-            self._emit(Dispatch(flight.start, rows, tokens, done))
-
-    def _start_counted(self, requests: list[Request], members: int,
-                       contexts: int) -> _InFlight:
-        """`_start` for a dispatch of counted decodes only (the cohort opened their
-        blocks): the same statistics, duration and flight, without a row loop."""
-        now = self.now
-        if members > self.options.token_budget:
-            raise InvariantError(f"dispatch tokens({members}) <= token_budget"
-                                 f"({self.options.token_budget}) is false", now)
-        self._idle_replay = 0
-        self._replay_limit = None
-        done, exact = self.ledger.dispatch(now, members, members, 0, members, 0, 0, (),
-                                           contexts)
-        return _InFlight(None, now, done, exact, True, members, [], members, requests)
-
-    def _start_members(self, plan: Plan, cohort: Cohort
-                       ) -> tuple[list[Request] | None, Any, int, int]:
-        """The cohort's part of a dispatch start: members the plan runs as plain
-        decodes stay (their blocks opened, their rows counted); members it does
-        not run so are settled and leave. Returns every row's request, the rows
-        left to write one by one, the members run, and their summed context."""
-        if cohort.last_done != self.now:
-            # An idle gap (no built-in policy leaves one while members decode): their
-            # last output is not this start, so they are written and leave.
-            cohort.settle_all()
-            return None, plan, 0, 0
-        get = cohort.members.get
-        if type(plan) is DecodesFirst:
-            # The policy's own list of decodes: one look-up per row, in C.
-            decoders = plan.decoders
-            inside = list(map(get, decoders))
-            members = len(decoders) - inside.count(None)
-            if members != len(cohort.members):
-                kept = set(compress(decoders, inside))
-                for req in list(cohort.members):
-                    if req not in kept:
-                        cohort.settle(req)
-            chunks = plan.rest
-            requests = decoders if not chunks else decoders + list(map(_first, chunks))
-            if members < len(decoders):
-                others = [req for req, m in zip(decoders, inside) if m is None]
-                rest = list(zip(others, repeat(1)))
-                rest += chunks
-            else:
-                rest = chunks
-        else:
-            requests = list(map(_first, plan))
-            inside = list(map(get, requests))
-            members = len(requests) - inside.count(None)
-            mine = [row for row, m in zip(plan, inside) if m is not None]
-            if members != len(cohort.members) or sum(map(_second, mine)) != members:
-                # Members left out of the plan, or given other than one row: settled.
-                kept = {req for req, tokens in mine if tokens == 1}
-                for req in list(cohort.members):
-                    if req not in kept:
-                        cohort.settle(req)
-                members = len(kept)
-            rest = [row for row in plan if row[0] not in cohort.members]
-        if not members:
-            return None, plan, 0, 0
-        return requests, rest, members, cohort.start(self.allocator.open_block)
-
-    def _watch_replay(self, tokens: int) -> None:
-        """Detect a schedule going in circles: replaying, without one useful row,
-        more rows than all live requests ever wrote (plus one full pool)."""
-        self._idle_replay += tokens
-        pool = self.options.num_blocks * self.options.block_size
-        if self._idle_replay <= pool:
-            return
-        if self._replay_limit is None:
-            self._replay_limit = pool + sum(r.high_water for r in self.requests.values()
-                                            if not r.status.is_finished)
-        if self._idle_replay > self._replay_limit:
-            self._livelocked = True
-
-    def _complete(self, flight: _InFlight) -> None:
-        """E1: record the outputs; finish requests that produced their last one."""
-        now = self.now
-        # Gaps since each request's previous output (ITL), counted by the time of
-        # that output: most rows had theirs when this dispatch started.
-        since: dict[int, int] = {}  # previous output time -> outputs since then
-        decoders = flight.decoders
-        if decoders is None:  # chunks among the rows: only those that emit
-            decoders = [req for req, emits in flight.rows if emits]
-        ended = emit_outputs(decoders, now, flight.start, since)
-        cohort = self._cohort
-        if cohort is not None:
-            ended = self._complete_members(flight, cohort, ended, since)
-        keeps = self.policy.keeps_blocks_after_finish
-        for req in ended:  # their last output
-            if req.block_keys is not None and not keeps:
-                # What decoding left unkeyed (SGLang's tree keys it now).
-                self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
-            req.finish(now)
-            self.policy.remove(req)
-            handed = req.remote == PRODUCER and self.remote is not None
-            if handed:
-                self.remote.prefilled(self, req)  # pins its blocks for the copy
-            if not keeps:
-                self._release_request(req)
-            self._end(req)
-            if self._emit is not None and not handed:
-                self._emit(Finished(now, req.rid, req.status.label))
-        self.ledger.completed(now, flight.exact, flight.outputs, since)
-
-    def _complete_members(self, flight: _InFlight, cohort: Cohort, ended: list[Request],
-                          since: dict[int, int]) -> list[Request]:
-        """The cohort's part of a completion: members emit (their previous output
-        came when the dispatch started), those at their last output leave, and the
-        plain decodes of this dispatch that go on join. Returns every request that
-        finished, in row order."""
-        if flight.members:
-            since[flight.start] = since.get(flight.start, 0) + flight.members
-            done = cohort.complete(self.now)
-            if done:
-                order = flight.requests.index
-                ended = sorted(ended + done, key=order)
-        else:
-            cohort.completed += 1
-            cohort.last_done = self.now
-        if flight.rows is None:
-            joining = flight.decoders
-        else:  # the rows that were plain decodes: steady rows that emit
-            joining = [req for req, emits in flight.rows if emits]
-        if joining:
-            finished = set(ended) if ended else ()
-            for req in joining:
-                if (req not in finished and req.resident >= req.high_water
-                        # Request.plain_decode, inlined:
-                        and req.resident >= req.prompt_tokens and req.resident >= req.restore
-                        and req.last_output_at == self.now):
-                    cohort.join(req)
-        return ended
 
     # --- the main loop ----------------------------------------------------------------
 
@@ -1196,7 +567,7 @@ class Engine:
                                 [row for row in plan.rest if row[0] not in gone])
         return [row for row in plan if row[0] not in gone]
 
-    def _repeats(self, flight: _InFlight, changes: int, assignments: int) -> bool:
+    def _repeats(self, flight: InFlight, changes: int, assignments: int) -> bool:
         """Whether the policy's call that planned `flight` will repeat itself: the
         dispatch is all decodes; the call changed nothing (no admission,
         preemption, release or policy event: `changes` is the count before it)
@@ -1295,13 +666,6 @@ def _due_ids(actions: list[Action], i: int, t: int) -> tuple[list[str], int]:
     while j < n and actions[j].at <= t:
         j += 1
     return [a.id for a in actions[i:j]], j
-
-
-def request_of(spec: RequestSpec) -> Request:
-    """A request, waiting, as its trace record describes it (also for fleets)."""
-    return Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens, spec.output_tokens,
-                   spec.max_tokens, spec.priority, spec.deadline, spec.prompt_token_ids,
-                   spec.output_token_ids, spec.block_hashes)
 
 
 def _check_bookkeeping(workload: Workload, options: Options) -> None:

@@ -1,0 +1,348 @@
+"""The stepped dispatch: a plan becomes rows, blocks, a record and a flight, and a
+completion records its outputs.
+
+`Dispatching` is the part of `Engine` (core.py) that starts a policy's plan
+(`_start`: checks the budgets, derives each row's phase and emission,
+allocates blocks, writes the rows, asks the ledger for the dispatch's
+statistics and timing) and completes it (`_complete`: outputs, finished
+requests, the ledger's gaps), with the decode cohort's counted rows
+(`_start_counted`, `_start_members`, `_complete_members`; cohort.py) and the
+livelock watch. A dispatch in progress is an `InFlight`. Folded stretches
+are folding.py's.
+"""
+from __future__ import annotations
+
+import operator
+from itertools import compress, repeat
+from typing import Any
+
+from ..policies import PADDING, Plan
+from ..policies.base import DecodesFirst
+from ..records.errors import InvariantError
+from ..records.events import Dispatch, Finished
+from ..records.states import RequestStatus
+from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs, write_decodes
+from .cohort import Cohort
+
+__all__ = ["Dispatching", "InFlight"]
+
+RUNNING = RequestStatus.RUNNING
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
+
+
+class InFlight:
+    """The dispatch being executed: its rows, its start and its completion tick, and
+    its exact (fractional) completion in clock steps."""
+
+    __slots__ = ("rows", "start", "done", "exact", "all_decode", "outputs", "decoders",
+                 "members", "requests", "unsent")
+
+    def __init__(self, rows: list[tuple[Request, bool]], start: int, done: int,
+                 exact: float, all_decode: bool, outputs: int,
+                 decoders: list[Request] | None = None, members: int = 0,
+                 requests: list[Request] | None = None) -> None:
+        self.rows = rows  # (request, emits), cohort members left out
+        self.outputs = outputs  # rows that emit
+        self.start = start
+        self.done = done
+        self.exact = exact
+        self.all_decode = all_decode  # every row a decode: a candidate for folding
+        # The rows' requests when every row (cohort members left out) is a plain decode.
+        self.decoders = decoders
+        self.members = members  # rows of cohort members (counted, not written)
+        self.requests = requests  # every row's request in plan order, with members
+        self.unsent: tuple | None = None  # (rows, tokens) of a Dispatch record not yet sent
+
+
+class Dispatching:
+    """Starting and completing dispatches of an `Engine` (see the module)."""
+
+    # --- dispatches -------------------------------------------------------------------
+
+    def _state(self, plan: Plan | tuple = ()) -> dict[str, int]:
+        """Block counts now; with `plan`, as they were before the plan's rows got
+        their blocks (an on-demand policy allocates while it schedules)."""
+        a = self.allocator
+        pending = pending_cached = 0
+        if plan and a.step_growth:
+            # Blocks the policy allocated in this step are the plan's: before the
+            # dispatch they were free (and, if evicted, cached).
+            pending = sum(a.step_growth.values())
+            pending_cached = sum(a.step_evictions.values())
+        state = {"waiting": self.policy.waiting_count, "running": self.policy.running_count,
+                 "reserved": a.reserved, "allocated": a.held - pending, "draining": a.draining,
+                 "free": a.free + pending}
+        if a.cache is not None:
+            state["cached"] = a.cached_free + pending_cached
+        return state
+
+    def _start(self, plan: Plan) -> InFlight:
+        """Check the plan, allocate its blocks, write its rows (dispatch start)."""
+        now = self.now
+        options = self.options
+        size = (len(plan) if type(plan) is not DecodesFirst
+                else len(plan.decoders) + len(plan.rest))
+        if size > options.max_rows:
+            raise InvariantError(f"dispatch rows({size}) <= max_rows({options.max_rows}) "
+                                 "is false", now)
+        allocator = self.allocator
+        grow = allocator.grow
+        open_block = allocator.open_block
+        size = allocator.block_size  # from here on, the block size
+        # (request, emits) in plan order, built only once a row is not a plain
+        # decode: a dispatch of decodes is its list of requests (`decoders`).
+        rows: list[tuple[Request, bool]] | None = None
+        add_row = None
+        total = prompt = decode = recompute = 0
+        records = [] if self._emit is not None else None
+        add_record = records.append if records is not None else None
+        chunks: list[tuple[int, int]] = []  # (tokens, context before), for the cost model
+        contexts = 0  # summed context of the decode and padding rows
+        padding = 0
+        useful = 0
+        emitting = 0  # rows of chunks that emit (every decode row does)
+        decoders: list[Request] = []  # their rows are written together, below
+        add_decoder = decoders.append
+        members = 0
+        requests = None
+        rest = plan
+        cohort = self._cohort
+        if cohort is not None and cohort.members:
+            requests, rest, members, contexts = self._start_members(plan, cohort)
+            if not rest and members:
+                return self._start_counted(requests, members, contexts)
+        for req, tokens in rest:
+            if req.status is not RUNNING:
+                if tokens == PADDING and req.status.is_finished \
+                        and self.policy.keeps_blocks_after_finish:
+                    padding += 1
+                    total += 1
+                    if add_record is not None:
+                        add_record((req.rid, "padding", 1, False, None))
+                    continue
+                raise InvariantError(f"request {req.rid!r} dispatched while "
+                                     f"{req.status.label} with {tokens} tokens", now)
+            r = req.resident
+            if tokens == 1 and r >= req.prompt_tokens and r >= req.restore:
+                # The hot path (Request.plain_decode, inlined): a decode writes one
+                # row and emits one output.
+                contexts += r
+                if add_record is not None:
+                    add_record((req.rid, DECODE, 1, True, None if req.output_token_ids is None
+                                else req.token_ids(r, r + 1)))
+                if not r % size:
+                    open_block(req.rid, r + 1)
+                if req.block_keys is not None and not (r + 1) % size:
+                    allocator.register_decoded(req.rid, req.block_keys, r + 1)
+                if add_row is not None:
+                    add_row((req, True))
+                add_decoder(req)
+                continue
+            if rows is None:
+                rows = [(r, True) for r in decoders]
+                add_row = rows.append
+            remaining = req.phase_remaining
+            if not 1 <= tokens <= remaining:
+                raise InvariantError(f"request {req.rid!r}: 1 <= tokens({tokens}) <= "
+                                     f"phase remaining({remaining}) is false", now)
+            phase = req.phase
+            emits = req.chunk_emits(tokens)
+            chunks.append((tokens, r))
+            if add_record is not None:
+                add_record((req.rid, phase, tokens, emits, req.token_ids(r, r + tokens)))
+            grow(req.rid, r + tokens)
+            useful += req.record_rows(tokens)
+            if req.block_keys is not None:
+                if phase is DECODE:
+                    allocator.register_decoded(req.rid, req.block_keys, req.resident)
+                else:
+                    allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+            add_row((req, emits))
+            if emits:
+                emitting += 1
+            if phase is DECODE:
+                decode += tokens  # added to the total below, with the fast path's
+            else:
+                total += tokens
+                if phase is PREFILL:
+                    prompt += tokens
+                else:
+                    recompute += tokens
+        if decoders:
+            useful += write_decodes(decoders)
+            decode += len(decoders)
+        if members:
+            useful += members
+            decode += members
+        total += decode
+        if total > options.token_budget:
+            raise InvariantError(f"dispatch tokens({total}) <= token_budget"
+                                 f"({options.token_budget}) is false", now)
+        n_rows = (len(decoders) if rows is None else len(rows)) + members
+        if (self._audit or self._plugin) and len(
+                set(map(id, decoders)) if rows is None else {id(r) for r, _ in rows}
+        ) != n_rows - members:
+            raise InvariantError("each request appears at most once in a dispatch is false",
+                                 now)
+        if useful or not total:
+            self._idle_replay = 0
+            self._replay_limit = None
+        else:
+            self._watch_replay(total)
+        done, exact = self.ledger.dispatch(now, n_rows, total, prompt, decode, recompute,
+                                           padding, chunks, contexts)
+        flight = InFlight(rows, now, done, exact,
+                           decode == total and not padding and total > 0,
+                           emitting + len(decoders) + members,
+                           decoders if rows is None else None, members, requests)
+        if records is not None:
+            if self.lockstep_step is None:
+                self._emit(Dispatch(now, tuple(records), total, done))
+            else:  # the step's end is known once every rank has planned
+                flight.unsent = (tuple(records), total)
+        return flight
+
+    def end_dispatch_at(self, done: int, exact: float) -> None:
+        """Data-parallel lockstep (fleet/lockstep.py): the dispatch just started
+        completes with the step of every rank, at step `done` (exact: `exact`)."""
+        flight = self.flight
+        flight.done, flight.exact = done, exact
+        if flight.unsent is not None:
+            rows, tokens = flight.unsent
+            flight.unsent = None
+            self._emit(Dispatch(flight.start, rows, tokens, done))
+
+    def _start_counted(self, requests: list[Request], members: int,
+                       contexts: int) -> InFlight:
+        """`_start` for a dispatch of counted decodes only (the cohort opened their
+        blocks): the same statistics, duration and flight, without a row loop."""
+        now = self.now
+        if members > self.options.token_budget:
+            raise InvariantError(f"dispatch tokens({members}) <= token_budget"
+                                 f"({self.options.token_budget}) is false", now)
+        self._idle_replay = 0
+        self._replay_limit = None
+        done, exact = self.ledger.dispatch(now, members, members, 0, members, 0, 0, (),
+                                           contexts)
+        return InFlight(None, now, done, exact, True, members, [], members, requests)
+
+    def _start_members(self, plan: Plan, cohort: Cohort
+                       ) -> tuple[list[Request] | None, Any, int, int]:
+        """The cohort's part of a dispatch start: members the plan runs as plain
+        decodes stay (their blocks opened, their rows counted); members it does
+        not run so are settled and leave. Returns every row's request, the rows
+        left to write one by one, the members run, and their summed context."""
+        if cohort.last_done != self.now:
+            # An idle gap (no built-in policy leaves one while members decode): their
+            # last output is not this start, so they are written and leave.
+            cohort.settle_all()
+            return None, plan, 0, 0
+        get = cohort.members.get
+        if type(plan) is DecodesFirst:
+            # The policy's own list of decodes: one look-up per row, in C.
+            decoders = plan.decoders
+            inside = list(map(get, decoders))
+            members = len(decoders) - inside.count(None)
+            if members != len(cohort.members):
+                kept = set(compress(decoders, inside))
+                for req in list(cohort.members):
+                    if req not in kept:
+                        cohort.settle(req)
+            chunks = plan.rest
+            requests = decoders if not chunks else decoders + list(map(_first, chunks))
+            if members < len(decoders):
+                others = [req for req, m in zip(decoders, inside) if m is None]
+                rest = list(zip(others, repeat(1)))
+                rest += chunks
+            else:
+                rest = chunks
+        else:
+            requests = list(map(_first, plan))
+            inside = list(map(get, requests))
+            members = len(requests) - inside.count(None)
+            mine = [row for row, m in zip(plan, inside) if m is not None]
+            if members != len(cohort.members) or sum(map(_second, mine)) != members:
+                # Members left out of the plan, or given other than one row: settled.
+                kept = {req for req, tokens in mine if tokens == 1}
+                for req in list(cohort.members):
+                    if req not in kept:
+                        cohort.settle(req)
+                members = len(kept)
+            rest = [row for row in plan if row[0] not in cohort.members]
+        if not members:
+            return None, plan, 0, 0
+        return requests, rest, members, cohort.start(self.allocator.open_block)
+
+    def _watch_replay(self, tokens: int) -> None:
+        """Detect a schedule going in circles: replaying, without one useful row,
+        more rows than all live requests ever wrote (plus one full pool)."""
+        self._idle_replay += tokens
+        pool = self.options.num_blocks * self.options.block_size
+        if self._idle_replay <= pool:
+            return
+        if self._replay_limit is None:
+            self._replay_limit = pool + sum(r.high_water for r in self.requests.values()
+                                            if not r.status.is_finished)
+        if self._idle_replay > self._replay_limit:
+            self._livelocked = True
+
+    def _complete(self, flight: InFlight) -> None:
+        """E1: record the outputs; finish requests that produced their last one."""
+        now = self.now
+        # Gaps since each request's previous output (ITL), counted by the time of
+        # that output: most rows had theirs when this dispatch started.
+        since: dict[int, int] = {}  # previous output time -> outputs since then
+        decoders = flight.decoders
+        if decoders is None:  # chunks among the rows: only those that emit
+            decoders = [req for req, emits in flight.rows if emits]
+        ended = emit_outputs(decoders, now, flight.start, since)
+        cohort = self._cohort
+        if cohort is not None:
+            ended = self._complete_members(flight, cohort, ended, since)
+        keeps = self.policy.keeps_blocks_after_finish
+        for req in ended:  # their last output
+            if req.block_keys is not None and not keeps:
+                # What decoding left unkeyed (SGLang's tree keys it now).
+                self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+            req.finish(now)
+            self.policy.remove(req)
+            handed = req.remote == PRODUCER and self.remote is not None
+            if handed:
+                self.remote.prefilled(self, req)  # pins its blocks for the copy
+            if not keeps:
+                self._release_request(req)
+            self._end(req)
+            if self._emit is not None and not handed:
+                self._emit(Finished(now, req.rid, req.status.label))
+        self.ledger.completed(now, flight.exact, flight.outputs, since)
+
+    def _complete_members(self, flight: InFlight, cohort: Cohort, ended: list[Request],
+                          since: dict[int, int]) -> list[Request]:
+        """The cohort's part of a completion: members emit (their previous output
+        came when the dispatch started), those at their last output leave, and the
+        plain decodes of this dispatch that go on join. Returns every request that
+        finished, in row order."""
+        if flight.members:
+            since[flight.start] = since.get(flight.start, 0) + flight.members
+            done = cohort.complete(self.now)
+            if done:
+                order = flight.requests.index
+                ended = sorted(ended + done, key=order)
+        else:
+            cohort.completed += 1
+            cohort.last_done = self.now
+        if flight.rows is None:
+            joining = flight.decoders
+        else:  # the rows that were plain decodes: steady rows that emit
+            joining = [req for req, emits in flight.rows if emits]
+        if joining:
+            finished = set(ended) if ended else ()
+            for req in joining:
+                if (req not in finished and req.resident >= req.high_water
+                        # Request.plain_decode, inlined:
+                        and req.resident >= req.prompt_tokens and req.resident >= req.restore
+                        and req.last_output_at == self.now):
+                    cohort.join(req)
+        return ended
+

@@ -48,7 +48,6 @@ from ..records.options import Options
 from ..records.states import RequestStatus
 from ..records.workload import Action, RequestSpec, Workload
 from ..requests.clients import ClientSlots
-from ..requests.queues import FcfsQueue
 from ..requests.request import LOADED, LOADING, PARKING, Request
 from .cohort import Cohort
 from .dispatching import Dispatching, InFlight
@@ -56,6 +55,7 @@ from .folding import fold
 from .ledger import DispatchLedger
 from .lifecycle import Lifecycle, request_of
 from .policy_failure import policy_failure, shown
+from .spill import Spill
 from .summary import RunStats
 
 __all__ = ["Engine", "RunResult", "run", "request_of"]
@@ -193,15 +193,14 @@ class Engine(Lifecycle, Dispatching):
         # twice max_rows), new arrivals join the policy's FCFS queue as a count and
         # are built again from the trace when they near the head. Only when no
         # request is kept, named by an action, timed out or sent by a client.
-        self._spill: FcfsQueue | None = None
+        self._spill: Spill | None = None
         if (not keep_requests and self.clients is None and self.waiting_timeout is None
                 and not self._named and not routed):
-            self._spill = self.policy.spill_queue()
-        self._spill_cap = max(SPILL_AFTER, 2 * options.max_rows)
-        self._spans: deque[list[int]] = deque()  # [first, last] arrival numbers spilled
-        self._arrived = 0                        # arrivals taken from the trace
-        self._reader: Iterator[RequestSpec] | None = None  # the trace read again ...
-        self._read = 0                                     # ... and how far
+            queue = self.policy.spill_queue()
+            if queue is not None:
+                self._spill = Spill(queue, max(SPILL_AFTER, 2 * options.max_rows),
+                                    self.workload.arrivals)
+        self._arrived = 0  # arrivals taken from the trace
         self.stats = RunStats(clock, options.slo)
         # Every dispatch's statistics, timing and output gaps (ledger.py).
         self.ledger = DispatchLedger(self.stats, cost, clock)
@@ -631,8 +630,8 @@ class Engine(Lifecycle, Dispatching):
                   f"{self.policy.waiting_count} waiting, free {a.free}, reserved "
                   f"{a.reserved}, draining {a.draining}, and "
                   + (why or "no event pending"))
-        if self._spill is not None and self._spill.spilled:
-            list(self._spill)  # every spilled request is built, to end in error
+        if self._spill is not None:
+            self._spill.build_all()  # every spilled request is built, to end in error
         for req in list(self.requests.values()):
             if req.status.is_finished:
                 continue

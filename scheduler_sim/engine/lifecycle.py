@@ -203,28 +203,13 @@ class Lifecycle:
         self._arrived += 1
         if self.clients is None:
             spill = self._spill
-            self._register(req, spill is not None
-                           and (spill.spilled > 0 or len(spill) >= self._spill_cap))
+            self._register(req, spill is not None and spill.wanted())
         else:
             self.clients.arrive(req)
 
     def _unspill(self) -> Request:
         """Build the next spilled request again from the trace (the spill's `make`)."""
-        if self._reader is None:
-            self._reader = self.workload.arrivals()
-        spans = self._spans
-        while True:
-            spec = next(self._reader)
-            number = self._read
-            self._read += 1
-            first, last = spans[0]
-            if number < first:
-                continue
-            if number == last:
-                spans.popleft()
-            else:
-                spans[0][0] = number + 1
-            break
+        spec = self._spill.next_spec()
         req = request_of(spec)
         req.sent = spec.arrival
         if self._plugin:
@@ -277,13 +262,7 @@ class Lifecycle:
         self._live += 1
         if spill:
             del self.requests[req.rid]
-            number = self._arrived - 1
-            spans = self._spans
-            if spans and spans[-1][1] == number - 1:
-                spans[-1][1] = number
-            else:
-                spans.append([number, number])
-            self._spill.spill(self._unspill)
+            self._spill.add(self._arrived - 1, self._unspill)
             return
         self.start_waiting(req)
         self.policy.add(req)

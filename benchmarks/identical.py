@@ -136,6 +136,16 @@ def main() -> int:
     args = parser.parse_args()
     if not args.out and not args.against:
         parser.error("give -o MANIFEST, --against MANIFEST, or both")
+    # No output replaces an input: the manifest may not be the one compared with, nor
+    # a source trace (the baseline is read before anything runs).
+    if args.out:
+        inputs = [args.traces_dir / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv",
+                  args.traces_dir / "mooncake" / "conversation_trace.jsonl"]
+        if args.against:
+            inputs.append(args.against)
+        if any(args.out.resolve() == path.resolve() for path in inputs):
+            parser.error(f"-o {args.out} names an input of this run")
+    before = json.loads(args.against.read_text())["runs"] if args.against else None
     args.work_dir.mkdir(parents=True, exist_ok=True)
     checkout = args.checkout.resolve()
     traces = convert(checkout, args.traces_dir, args.work_dir, args.quick)
@@ -146,8 +156,7 @@ def main() -> int:
                 "runs": {name: results[name] for name, _ in todo}}
     if args.out:
         args.out.write_text(json.dumps(manifest, indent=1) + "\n")
-    if args.against:
-        before = json.loads(args.against.read_text())["runs"]
+    if before is not None:
         differ = [name for name in manifest["runs"] if before.get(name) != manifest["runs"][name]]
         missing = [name for name in before if name not in manifest["runs"]]
         for name in differ:

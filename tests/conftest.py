@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -19,6 +20,23 @@ from scheduler_sim.io.trace import parse_trace  # noqa: E402
 def trace_bytes(records: list[dict]) -> bytes:
     """JSONL bytes for a list of record dicts."""
     return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+def random_workload(seed: int) -> list[dict]:
+    """1 to 30 requests (prompts 1-40, outputs 1-60 tokens) arriving in bursts and
+    gaps, a tenth of them cancelled up to 50 ticks later: the random traces the
+    folding and step-protocol tests replay."""
+    rng = random.Random(seed)
+    records = []
+    t = 0
+    for i in range(rng.randint(1, 30)):
+        t += rng.choice([0, 0, 1, 3, 10, 40])
+        records.append({"type": "request", "id": f"r{i}", "arrival": t,
+                        "prompt_tokens": rng.randint(1, 40),
+                        "output_tokens": rng.randint(1, 60)})
+        if rng.random() < 0.1:
+            records.append({"type": "cancel", "id": f"r{i}", "at": t + rng.randint(0, 50)})
+    return records
 
 
 class Sim:

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import trace_bytes
+from conftest import random_workload, trace_bytes
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.records.options import Options
 from scheduler_sim.policies import POLICIES
@@ -13,18 +13,7 @@ from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace
 
 
-def _workload(seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    records = []
-    t = 0
-    for i in range(rng.randint(1, 30)):
-        t += rng.choice([0, 0, 1, 3, 10, 40])
-        records.append({"type": "request", "id": f"r{i}", "arrival": t,
-                        "prompt_tokens": rng.randint(1, 40),
-                        "output_tokens": rng.randint(1, 60)})
-        if rng.random() < 0.1:
-            records.append({"type": "cancel", "id": f"r{i}", "at": t + rng.randint(0, 50)})
-    return records
+_workload = random_workload
 
 
 def _replay(records, policy, fast, **options):

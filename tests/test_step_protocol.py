@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from conftest import trace_bytes
+from conftest import random_workload, trace_bytes
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace
@@ -20,19 +20,6 @@ from scheduler_sim.policies import POLICIES
 from scheduler_sim.records.options import Options
 
 INF = float("inf")
-
-
-def _workload(seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    records, t = [], 0
-    for i in range(rng.randint(1, 25)):
-        t += rng.choice([0, 0, 1, 3, 10, 40])
-        records.append({"type": "request", "id": f"r{i}", "arrival": t,
-                        "prompt_tokens": rng.randint(1, 40),
-                        "output_tokens": rng.randint(1, 50)})
-        if rng.random() < 0.15:
-            records.append({"type": "cancel", "id": f"r{i}", "at": t + rng.randint(0, 40)})
-    return records
 
 
 def drive(workload, options: Options, policy: str) -> tuple[dict, list]:
@@ -80,7 +67,7 @@ def test_a_driver_of_the_protocol_reproduces_the_lone_engine(seed, policy):
                    release_delay=rng.choice([0, 0, 2]))
     if seed % 2:
         options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
-    trace = parse_trace(trace_bytes(_workload(seed)), "protocol.jsonl")
+    trace = parse_trace(trace_bytes(random_workload(seed)), "protocol.jsonl")
     opts = Options.resolve(trace.config, options)
     lone = Engine(trace.workload, opts, policy).run()
     expected = (lone.summary, [request_record(r) for r in lone.requests])

@@ -81,7 +81,7 @@ their `role` and count what each replica did (a prefill replica's runs end
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable
+from typing import Callable
 
 from ..engine.core import Engine, request_of
 from ..engine.summary import RunStats
@@ -464,8 +464,3 @@ def _next_at(actions: list, t: int) -> float:
         if action.at > t:
             return action.at
     return INF
-
-
-def run_disagg(workload: Workload, options: Options, policy: str, **kwargs) -> Any:
-    """Convenience: build a disaggregated fleet and replay the workload."""
-    return DisaggFleet(workload, options, policy, **kwargs).run()

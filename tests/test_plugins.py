@@ -418,9 +418,11 @@ def test_the_lab_solution_folds_to_the_same_replay(trace):
     assert folded_events == stepped_events
 
 
-def test_assignments_count_only_new_values():
-    """Policy.assignments counts an attribute given a new value (or removed), not one
-    given the value it had; a value that cannot be compared counts as new."""
+def test_steadiness_sees_a_policy_attribute_given_a_new_value_not_an_equal_one():
+    """Steadiness compares the policy's attributes before and after a call: x = 1 then
+    1.0 (equal) is no change; 2, a new attribute, a removal, a value that cannot be
+    compared and a changed slot each are; the change log counts its writes."""
+    from scheduler_sim.engine.steadiness import Steadiness
     from scheduler_sim.policies.base import Policy
 
     class Uncomparable:
@@ -428,19 +430,39 @@ def test_assignments_count_only_new_values():
             raise ValueError("ambiguous")
 
     policy = Policy(Options.resolve({}), view=None)
-    start = policy.assignments
     policy.x = 1
-    assert policy.assignments == start + 1  # a new attribute
-    policy.x = 1
-    policy.x = 1.0  # equal value
-    assert policy.assignments == start + 1
+    steady = Steadiness(policy)
+    before = steady.before_call()
+    policy.x = 1.0
+    assert not steady.policy_changed(before)
     policy.x = 2
-    assert policy.assignments == start + 2
-    policy.y = Uncomparable()
-    policy.y = Uncomparable()
-    assert policy.assignments == start + 4
+    assert steady.policy_changed(before)
+    policy.x = 1
+    policy.y = 0
+    assert steady.policy_changed(before)  # a new attribute
+    del policy.y
     del policy.x
-    assert policy.assignments == start + 5
+    assert steady.policy_changed(before)  # a removal
+    policy.x = Uncomparable()
+    before = steady.before_call()
+    assert not steady.policy_changed(before)  # the same object
+    policy.x = Uncomparable()
+    assert steady.policy_changed(before)  # cannot be compared: counted as changed
+
+    class Slotted(Policy):
+        __slots__ = ("turn",)
+
+    slotted = Slotted(Options.resolve({}), view=None)
+    slotted.turn = 0
+    steady = Steadiness(slotted)
+    before = steady.before_call()
+    assert not steady.policy_changed(before)
+    slotted.turn = 1
+    assert steady.policy_changed(before)
+    assert steady.changes == 0
+    steady.changed()
+    steady.changed()
+    assert (steady.changes, steady.before_call()[0]) == (2, 2)
 
 
 def test_a_plugin_built_on_continuous_gets_lists_and_no_counted_decoders(plugin):

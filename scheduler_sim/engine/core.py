@@ -31,10 +31,7 @@ adds to the run is the ledger's (ledger.py), folding is folding.py's.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections import deque
-from functools import partial
-from itertools import compress
 from typing import Any, Callable, Iterator
 
 from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
@@ -56,15 +53,13 @@ from .ledger import DispatchLedger
 from .lifecycle import Lifecycle, request_of
 from .policy_failure import policy_failure, shown
 from .spill import Spill
+from .steadiness import Steadiness
 from .summary import RunStats
 
 __all__ = ["Engine", "RunResult", "run", "request_of"]
 
 RUNNING = RequestStatus.RUNNING
 INF = float("inf")
-_first = operator.itemgetter(0)
-_status = operator.attrgetter("status")
-_is_running = partial(operator.is_, RUNNING)
 
 
 @dataclasses.dataclass
@@ -169,7 +164,6 @@ class Engine(Lifecycle, Dispatching):
         if fast_forward is None:
             fast_forward = on_state is None and not audit
         self._fast_forward_on = fast_forward
-        self.folded = 0  # dispatches applied by folding, for tests and benchmarks
         # Steady decoders counted rather than written (cohort.py), when nobody
         # watches each dispatch and the policy does not read their progress.
         self._cohort = (Cohort(options.block_size)
@@ -206,15 +200,8 @@ class Engine(Lifecycle, Dispatching):
         self.ledger = DispatchLedger(self.stats, cost, clock)
         self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
-        self._step_block: tuple[str, str, int, int, int] | None = None  # this step's blocked head
-        # Steadiness (`_repeats`): a count of everything that changes what a
-        # policy sees besides decoding progress, and the last plan's request ids
-        # and blocked head.
-        self._changes = 0
-        # The requests of the last dispatch planned (None unless all decodes), the
-        # head it reported blocked, and the change count after its call (see
-        # `_repeats`).
-        self._seen: tuple[list[Request] | None, tuple | None, int] | None = None
+        # The change log and the judgement of repeats folding rests on.
+        self.steadiness = Steadiness(self.policy)
         self._admit_seq = 0
         # Rows replayed since a dispatch last wrote a useful row, and the most
         # that may be replayed before the schedule is known to go in circles.
@@ -269,7 +256,12 @@ class Engine(Lifecycle, Dispatching):
         """(id, reason, needed, free, taken) of the head the policy reported blocked
         this step: `free` and `taken` (blocks this step's rows held already) as the
         report saw them."""
-        return self._step_block
+        return self.steadiness.blocked
+
+    @property
+    def folded(self) -> int:
+        """Dispatches applied by folding so far (for tests and benchmarks)."""
+        return self.steadiness.folded
 
     def next_event(self, ia: int, ic: int, ip: int, now: int,
                    in_flight: bool = False) -> float:
@@ -340,7 +332,7 @@ class Engine(Lifecycle, Dispatching):
     def note_change(self) -> None:
         """Something a policy sees changed besides decoding progress (a copy landed,
         a pin was dropped): the next step may not be folded as a repeat."""
-        self._changes += 1
+        self.steadiness.changed()
 
     def stall_if_livelocked(self) -> bool:
         """End the live requests as a stall (E6b) if the policy goes in circles (the
@@ -481,7 +473,7 @@ class Engine(Lifecycle, Dispatching):
         if allocator.draining:
             released = allocator.release_expired(t)
             if released:
-                self._changes += 1
+                self.steadiness.changed()
                 if self._emit is not None:
                     self._emit(Released(t, released))
 
@@ -494,13 +486,14 @@ class Engine(Lifecycle, Dispatching):
         moved = False
         if self.flight is None and self._live:
             self._policy_moved = False
-            self._step_block = None
+            steady = self.steadiness
+            steady.blocked = None
             allocator.step_evictions.clear()
             allocator.step_growth.clear()
             policy = self.policy
             fast = self._fast_forward_on
             if fast:
-                changes, assignments = self._changes, policy.assignments
+                before = steady.before_call()
             plan = policy.schedule(t)
             if self._plugin:
                 self._check_plan(plan)
@@ -513,12 +506,12 @@ class Engine(Lifecycle, Dispatching):
                 if self._emit is not None:
                     self._emit(Snapshot(t, **self._state(plan)))
                 # Blocks the policy itself gave this step's rows (before the dispatch).
-                policy_blocks = sum(allocator.step_growth.values()) if self._step_block else 0
+                policy_blocks = sum(allocator.step_growth.values()) if steady.blocked else 0
                 flight = self.flight = self._start(plan)
                 if not fast:
                     pass
                 elif not flight.members:
-                    if self._repeats(flight, changes, assignments):
+                    if steady.repeats(flight, before):
                         until = self.next_event(*self._cursor, t)
                         fold(self, flight, until if until < self.horizon else self.horizon,
                              policy_blocks)
@@ -529,13 +522,13 @@ class Engine(Lifecycle, Dispatching):
                     if self.horizon < until:
                         until = self.horizon
                     if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
-                        self._seen = None
-                    elif self._repeats(flight, changes, assignments):
+                        steady.forget()
+                    elif steady.repeats(flight, before):
                         fold(self, flight, until, policy_blocks)
                 if on_state is not None:
                     on_state(t, self._state(), True)
             else:
-                self._seen = None
+                steady.forget()
         elif on_state is not None:
             on_state(t, self._state(), self.flight is not None)
         allocator.check() if not self._audit else allocator.audit()
@@ -558,50 +551,13 @@ class Engine(Lifecycle, Dispatching):
             # Its blocks are its own, not the dispatch's rows' (for the snapshot).
             allocator.step_growth.pop(req.rid, None)
             allocator.step_evictions.pop(req.rid, None)
-            self._changes += 1
+            self.steadiness.changed()
             self.remote.transfer(self, req)
         gone = set(parked)
         if type(plan) is DecodesFirst:
             return DecodesFirst([r for r in plan.decoders if r not in gone],
                                 [row for row in plan.rest if row[0] not in gone])
         return [row for row in plan if row[0] not in gone]
-
-    def _repeats(self, flight: InFlight, changes: int, assignments: int) -> bool:
-        """Whether the policy's call that planned `flight` will repeat itself: the
-        dispatch is all decodes; the call changed nothing (no admission,
-        preemption, release or policy event: `changes` is the count before it)
-        and gave none of the policy's attributes a new value (`assignments` is
-        `Policy.assignments` before it); it
-        reported the same blocked head (id, reason, blocks needed) as the
-        previous call; and its rows are those of the previous dispatch that are
-        still running, in the same order (a policy reordering a list in place
-        shows here), or, when the previous dispatch had prefill rows (requests
-        changed phase since), every running request.
-        A policy that decides from what it sees then plans the same again, one
-        token further, until a request finishes or something outside happens:
-        the engine may fold those steps (folding.py). The policy is never
-        asked whether it is steady; docs/policies.md says what this assumes.
-        """
-        block = self._step_block
-        block = block[:3] if block is not None else None
-        mine = None
-        if flight.all_decode:
-            mine = flight.requests if flight.members else flight.decoders
-            if mine is None:
-                mine = list(map(_first, flight.rows))
-        # Only the requests are kept: the rows go with their dispatch.
-        last, self._seen = self._seen, (mine, block, self._changes)
-        if (mine is None or self._changes != changes or last is None
-                or last[1] != block
-                or self.policy.assignments != assignments):
-            return False
-        before = last[0]
-        if before is None:  # the previous dispatch had other rows than decodes
-            return len(mine) == self.policy.running_count
-        if last[2] == changes:
-            return mine == before  # nothing ended since: the same requests
-        # (The loops run in C: this is on the path of every steady stretch.)
-        return list(compress(before, map(_is_running, map(_status, before)))) == mine
 
     def next_boundary(self, moved: bool) -> float:
         """E7: the earliest time at which anything can change (infinity: nothing can)."""

@@ -1,7 +1,7 @@
 """Folding: one step for a steady stretch of identical decode dispatches.
 
 The engine decides when a stretch is steady, from what it observes
-(`Engine._repeats`): the dispatch just planned is all decodes and repeats
+(`Steadiness.repeats`, steadiness.py): the dispatch just planned is all decodes and repeats
 the previous one (the same requests in the same order, the same blocked
 head), the policy's own attributes did not change, and nothing happened in
 between (no arrival, end, admission, preemption, release, drain or policy
@@ -42,7 +42,7 @@ _high_water = attrgetter("high_water")
 def fold(engine, flight, until: float, policy_growth: int) -> None:
     """Fold the dispatches that would repeat `flight` exactly into it (see the module).
 
-    The engine saw `flight` repeat the dispatch before it (`Engine._repeats`)
+    The engine saw `flight` repeat the dispatch before it (`Steadiness.repeats`, steadiness.py)
     and the policy agreed (`may_fold`): until a request finishes or something
     happens at `until`, every boundary would complete the same rows (outputs,
     no finish) and start the same decodes again. So the completions of the
@@ -157,7 +157,7 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
         advance_decodes(reqs, folded, last_output)
     if steady:
         ledger.gap(first - start, steady)
-    engine.folded += folded
+    engine.steadiness.folded += folded
     flight.start = last_output
     flight.done = done
     flight.exact = exact

@@ -65,7 +65,7 @@ class Lifecycle:
             req.block_keys.registered = len(cached)
         self._admit_seq += 1
         self._policy_moved = True
-        self._changes += 1
+        self.steadiness.changed()
         if self._emit is not None:
             self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
         if req.remote == REMOTE:
@@ -98,20 +98,20 @@ class Lifecycle:
         """Report the queue head that cannot be admitted at this boundary."""
         a = self.allocator
         taken = sum(a.step_growth.values())  # blocks this step's rows took already
-        self._step_block = (req.rid, reason, needed, a.free, taken)
+        self.steadiness.blocked = (req.rid, reason, needed, a.free, taken)
         if self._emit is not None:
             self._emit(AdmissionBlocked(self.now, req.rid, reason, needed, a.free,
                                         a.reserved, a.draining, taken or None))
 
     def release(self, req: Request) -> int:
         """Free the blocks and credit a finished request kept (static batches)."""
-        self._changes += 1
+        self.steadiness.changed()
         return self._release_request(req)
 
     def emit_event(self, event: Event) -> None:
         """Pass a policy's own event record to the listener (the policy changed
         something it reports, so the step is not a repeat)."""
-        self._changes += 1
+        self.steadiness.changed()
         if self._emit is not None:
             self._emit(event)
 
@@ -134,7 +134,7 @@ class Lifecycle:
         self.start_waiting(req)
         self.policy.requeue(req)
         self._policy_moved = True
-        self._changes += 1
+        self.steadiness.changed()
         if self._emit is not None:
             self._emit(Preempted(self.now, req.rid, outputs, rows, freed, reason, rule, trigger))
         return freed
@@ -151,7 +151,7 @@ class Lifecycle:
     def _end(self, req: Request) -> None:
         """Bookkeeping shared by every way a live request ends."""
         self._live -= 1
-        self._changes += 1
+        self.steadiness.changed()
         self._record_end(req)
         if self.clients is not None:
             self.clients.ended()
@@ -243,7 +243,7 @@ class Lifecycle:
             req.sent = self.now
         if self._plugin:
             seal(req)  # a plugin reads its requests, and changes them only through us
-        self._changes += 1
+        self.steadiness.changed()
         self._give_keys(req)
         emit = self._emit
         if emit is not None:

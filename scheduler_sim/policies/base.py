@@ -120,28 +120,9 @@ class Policy:
     # anything else touches them. Built-in policies only.
     lazy_decoders: ClassVar[bool] = False
 
-    # How many times an attribute of this policy was given a different value: the
-    # engine folds a steady stretch only after a `schedule` call that changed
-    # none (Engine._repeats). Counted by `__setattr__` and `__delattr__`.
-    assignments: int = 0
-
     def __init__(self, options: Options, view: SchedulerView) -> None:
         self.options = options
         self.view = view
-
-    def __setattr__(self, name: str, value: object) -> None:
-        try:
-            old = object.__getattribute__(self, name)
-            same = old is value or bool(old == value)
-        except Exception:  # a new attribute, or values that cannot be compared
-            same = False
-        if not same:
-            object.__setattr__(self, "assignments", self.assignments + 1)
-        object.__setattr__(self, name, value)
-
-    def __delattr__(self, name: str) -> None:
-        object.__setattr__(self, "assignments", self.assignments + 1)
-        object.__delattr__(self, name)
 
     def requeue_into(self, queue: RequestQueue, req: Request) -> None:
         """Put a preempted request back: at the front, or by its original arrival

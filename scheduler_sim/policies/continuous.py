@@ -106,9 +106,7 @@ class ContinuousPolicy(Policy):
         # Every decoding request takes one row, from the rotation point on.
         chosen = self.decoders.take_after(self._last_decode, min(max_rows, budget))
         if chosen:
-            last_decode = chosen[-1].admit_seq
-            if last_decode != self._last_decode:  # (an assignment is counted, and costs)
-                self._last_decode = last_decode
+            self._last_decode = chosen[-1].admit_seq
             budget -= len(chosen)
         chunks: list[tuple[Request, int]] = []
         rows = len(chosen)

@@ -145,14 +145,21 @@ def main() -> int:
             inputs.append(args.against)
         if any(args.out.resolve() == path.resolve() for path in inputs):
             parser.error(f"-o {args.out} names an input of this run")
-    before = json.loads(args.against.read_text())["runs"] if args.against else None
+    baseline = json.loads(args.against.read_text()) if args.against else {}
+    before = baseline.get("runs") if args.against else None
+    # The JSON summaries name the trace's path: runs compare only with converted traces
+    # in the same folder as the manifest's.
+    work_dir = str(args.work_dir.resolve())
+    if args.against and baseline.get("work_dir", work_dir) != work_dir:
+        parser.error(f"{args.against} was made with --work-dir {baseline['work_dir']}, whose "
+                     "path every JSON summary names: give the same --work-dir")
     args.work_dir.mkdir(parents=True, exist_ok=True)
     checkout = args.checkout.resolve()
     traces = convert(checkout, args.traces_dir, args.work_dir, args.quick)
     todo = cases(traces)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = dict(pool.map(lambda c: run_case(checkout, c[0], c[1], args.work_dir), todo))
-    manifest = {"checkout": str(checkout), "quick": args.quick,
+    manifest = {"checkout": str(checkout), "quick": args.quick, "work_dir": work_dir,
                 "runs": {name: results[name] for name, _ in todo}}
     if args.out:
         args.out.write_text(json.dumps(manifest, indent=1) + "\n")

@@ -94,7 +94,7 @@ def _replay(records, policy, fast, **options):
     opts = Options.resolve(trace.config, options)
     engine = Engine(trace.workload, opts, policy, fast_forward=fast)
     result = engine.run()
-    counted = engine._cohort.started if engine._cohort is not None else 0
+    counted = engine.cohort.started if engine.cohort is not None else 0
     return (result.summary, [request_record(r) for r in result.requests]), counted
 
 
@@ -138,12 +138,12 @@ def test_no_cohort_when_somebody_watches_or_caches_or_for_other_policies():
     decoders' progress (vllm) run without a cohort."""
     trace = parse_trace(trace_bytes(_workload(1)), "cohort.jsonl")
     opts = Options.resolve(trace.config, {})
-    assert Engine(trace.workload, opts, "continuous")._cohort is not None
-    assert Engine(trace.workload, opts, "continuous", on_event=lambda e: None)._cohort is None
-    assert Engine(trace.workload, opts, "continuous", fast_forward=False)._cohort is None
-    assert Engine(trace.workload, opts, "vllm")._cohort is None
+    assert Engine(trace.workload, opts, "continuous").cohort is not None
+    assert Engine(trace.workload, opts, "continuous", on_event=lambda e: None).cohort is None
+    assert Engine(trace.workload, opts, "continuous", fast_forward=False).cohort is None
+    assert Engine(trace.workload, opts, "vllm").cohort is None
     cached = Options.resolve(trace.config, {"prefix_caching": True})
-    assert Engine(trace.workload, cached, "continuous")._cohort is None
+    assert Engine(trace.workload, cached, "continuous").cohort is None
 
 
 def test_the_full_audit_holds_while_decoders_are_counted():
@@ -159,7 +159,7 @@ def test_the_full_audit_holds_while_decoders_are_counted():
     engine = Engine(trace.workload, opts, "continuous", audit=True, fast_forward=True)
     counted = engine.run()
     plain = Engine(trace.workload, opts, "continuous", audit=True, fast_forward=False).run()
-    assert engine._cohort.started > 0
+    assert engine.cohort.started > 0
     assert counted.summary == plain.summary
     assert [request_record(r) for r in counted.requests] == \
         [request_record(r) for r in plain.requests]
@@ -193,10 +193,10 @@ def test_a_plan_given_as_a_list_is_counted_the_same(seed, monkeypatch):
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        self.takes_decodes_first = False
         made.append(self)
 
     monkeypatch.setattr(core.Engine, "__init__", init)
+    monkeypatch.setattr(core.Engine, "takes_decodes_first", False)
     rng = random.Random(7000 + seed)
     options = dict(block_size=rng.choice([1, 2, 4]), num_blocks=rng.randint(12, 80),
                    token_budget=rng.randint(2, 64), max_rows=rng.randint(1, 10))
@@ -204,4 +204,4 @@ def test_a_plan_given_as_a_list_is_counted_the_same(seed, monkeypatch):
     counted, used = _replay(records, "continuous", True, **options)
     written, _ = _replay(records, "continuous", False, **options)
     assert counted == written
-    assert made[0]._cohort is not None
+    assert made[0].cohort is not None

@@ -590,5 +590,5 @@ def test_replicas_share_one_set_of_the_ids_the_trace_cancels_or_preempts():
                     {"type": "cancel", "id": "a", "at": 2},
                     {"type": "preempt", "id": "c", "at": 2}])
     fleet = Fleet(trace.workload, _options(trace, replicas=3), "vllm")
-    named = [engine._named for engine in fleet.engines]
+    named = [engine.roster.named for engine in fleet.engines]
     assert named[0] == {"a", "c"} and named[0] is named[1] is named[2]

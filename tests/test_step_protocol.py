@@ -43,7 +43,7 @@ def drive(workload, options: Options, policy: str) -> tuple[dict, list]:
         engine.take_outside_events()                      # E2, E3 up to the policy
         if engine.stall_if_livelocked():
             break
-        engine.horizon = spec.arrival if spec is not None else INF
+        engine.link.horizon = spec.arrival if spec is not None else INF
         moved = engine.step()                             # E3
         nxt = engine.next_boundary(moved)                 # E7
         if spec is not None and spec.arrival < nxt:

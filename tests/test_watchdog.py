@@ -48,3 +48,28 @@ def test_replays_forced_by_the_trace_are_not_a_livelock():
     assert s.result.stalled is False
     assert (a.status.label, a.first_token_at, a.finished_at, a.preemptions, a.replay_rows) == (
         "finished_length_capped", 11, 12, 7, 32)
+
+
+def test_the_watch_sets_its_limit_when_the_count_first_passes_a_pool():
+    """Pool of 16 rows, a live request that wrote 10 (and a finished one that wrote 50,
+    not counted): replays of 8 rows make 8, 16, 24 (past the pool: limit 16 + 10 =
+    26, not tripped), 32 (tripped). After a reset, the live request having written
+    2, one replay of 20 passes the pool and the new limit 18 at once."""
+    from types import SimpleNamespace
+
+    from scheduler_sim.engine.livelock import LivelockWatch
+    from scheduler_sim.records.states import RequestStatus
+
+    live = SimpleNamespace(high_water=10, status=RequestStatus.RUNNING)
+    done = SimpleNamespace(high_water=50, status=RequestStatus.FINISHED_STOPPED)
+    watch = LivelockWatch(16)
+    seen = []
+    for _ in range(4):
+        watch.replayed(8, [live, done])
+        seen.append((watch.idle, watch.limit, watch.tripped))
+    assert seen == [(8, 0, False), (16, 0, False), (24, 26, False), (32, 26, True)]
+    watch.tripped = False
+    watch.reset()
+    live.high_water = 2
+    watch.replayed(20, [live])
+    assert (watch.idle, watch.limit, watch.tripped) == (20, 18, True)

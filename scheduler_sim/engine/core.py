@@ -31,27 +31,29 @@ adds to the run is the ledger's (ledger.py), folding is folding.py's.
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
-from ..policies import Plan, PluginError, is_builtin, is_builtin_name, make_policy
-from ..policies.base import DecodesFirst
+from ..policies import PluginError, is_builtin, is_builtin_name, make_policy
 from ..records.clock import Clock
 from ..records.errors import InvariantError, UsageError
 from ..records.events import Event, Evicted, Released, Snapshot, Stalled, reads
 from ..records.options import Options
 from ..records.states import RequestStatus
-from ..records.workload import Action, RequestSpec, Workload
+from ..records.workload import Workload
 from ..requests.clients import ClientSlots
-from ..requests.request import LOADED, LOADING, PARKING, Request
+from ..requests.request import LOADED, LOADING, Request
 from .cohort import Cohort
 from .dispatching import Dispatching, InFlight
 from .folding import fold
 from .ledger import DispatchLedger
+from .livelock import LivelockWatch
 from .lifecycle import Lifecycle, request_of
 from .policy_failure import policy_failure, shown
+from .agenda import Agenda
+from .fleet_link import FleetLink, park
+from .roster import Roster
 from .spill import Spill
 from .steadiness import Steadiness
 from .summary import RunStats
@@ -104,26 +106,18 @@ class Engine(Lifecycle, Dispatching):
         if options.disagg and not routed:
             raise UsageError("prefill_replicas and decode_replicas need a disaggregated "
                              "fleet (replay runs one); one engine cannot replay them")
-        options, self.pool = fit_pool(options)
+        options, _ = fit_pool(options)
         self.options = options
-        self.clock = clock = clock_for(options)
+        clock = clock_for(options)
         # (A replica's own workload is made below: it converts nothing here.)
         self.workload = workload.on_clock(clock) if not routed else workload
         # Durations in clock steps: a drain must have passed (rounded up); a
         # timeout must be exceeded (rounded down, so "longer than" stays exact).
         self.release_delay = clock.after(options.release_delay)
-        self.waiting_timeout = (None if options.waiting_timeout is None
-                                else clock.before(options.waiting_timeout))
         _check_bookkeeping(workload, options)
-        # A replica of a fleet (fleet/): a router hands it its arrivals (`accept`) and
-        # the cancellations and forced preemptions of the requests it got
-        # (`accept_action`); the workload is only checked, never read.
-        self.routed = routed
-        self.horizon = INF  # the fleet's next arrival: folding stops there
-        self.replica: int | None = None  # this engine's number in a fleet
-        # Under data-parallel lockstep, the step counter all ranks share (vLLM's
-        # step_counter), which the vllm policy's prefill cadence reads; else None.
-        self.lockstep_step: int | None = None
+        # A replica of a fleet (fleet/) is `routed`: its workload is only checked,
+        # never read; what the fleet sets on it is in `link` (fleet_link.py).
+        self.link = FleetLink(routed)
         named = workload.named_ids()
         if routed:
             self.workload = Workload()
@@ -135,6 +129,9 @@ class Engine(Lifecycle, Dispatching):
             self.allocator.track_evictions(
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))
         cost = cost_model_for(options) if options.has_cost_model else None
+        # Every dispatch's statistics, timing and output gaps (ledger.py), and the
+        # run's statistics it writes to.
+        self.ledger = DispatchLedger(RunStats(clock, options.slo), cost, clock)
         self.clients = (ClientSlots(options.max_concurrency)
                         if options.max_concurrency is not None else None)
         self.policy_name = policy
@@ -143,7 +140,7 @@ class Engine(Lifecycle, Dispatching):
         except PluginError as exc:  # no such file, module or class: the user's spelling
             raise UsageError(str(exc)) from None
         except BaseException as exc:  # a plugin's import or constructor failed
-            failure = policy_failure(exc, policy, not is_builtin_name(policy), self.clock, 0)
+            failure = policy_failure(exc, policy, not is_builtin_name(policy), clock, 0)
             if failure is None:
                 raise
             raise failure from None
@@ -153,69 +150,53 @@ class Engine(Lifecycle, Dispatching):
         # A policy from outside the package has every decision checked, and its
         # failures are reported as the policy's (PolicyError), not as ours.
         self._plugin = not is_builtin(self.policy)
-        self.builtin_policy = not self._plugin
         self.now = 0
         self._emit = on_event
         self._on_state = on_state
         self._audit = audit
-        # Folding steady decode stretches (folding.py) changes nothing a
-        # summary or the event stream shows; the per-boundary state callback and
-        # the audit want every boundary for real, so with them it is off.
+        # Folding (folding.py) is off by default under a per-boundary state callback
+        # or the audit (steadiness.py).
         if fast_forward is None:
             fast_forward = on_state is None and not audit
-        self._fast_forward_on = fast_forward
         # Steady decoders counted rather than written (cohort.py), when nobody
         # watches each dispatch and the policy does not read their progress.
         self._cohort = (Cohort(options.block_size)
                         if fast_forward and on_event is None and on_state is None
                         and not options.prefix_caching and not self._plugin
                         and self.policy.lazy_decoders else None)
-        # A policy with lazy decoders may then plan its decodes as its own list.
-        self.takes_decodes_first = self._cohort is not None
         self.flight: InFlight | None = None  # the dispatch being executed
-        self._cursor = (0, 0, 0)  # arrivals, cancellations and forced preemptions taken
-        self._specs: Iterator[RequestSpec] = iter(())  # the arrivals still to come ...
-        self._next_spec: RequestSpec | None = None     # ... and the first of them
-        # The requests of the run: all of them (`keep_requests`, for the result),
-        # or only the live ones and those a cancel or preempt names, so that a
-        # long trace replays in memory bounded by what is live.
-        self.requests: dict[str, Request] = {}
-        self._keep_requests = keep_requests
-        self._named = named
-        self._on_request_end = on_request_end
+        # What is pending outside the dispatches (arrivals, cancellations, forced
+        # preemptions, timeouts, drains, the policy's wakeup) and when (agenda.py).
+        self.agenda = Agenda(self.workload, None if options.waiting_timeout is None
+                             else clock.before(options.waiting_timeout),
+                             self.allocator, self.policy)
+        # The requests of the run, which are kept, how many live (roster.py).
+        self.roster = roster = Roster(keep_requests, named, on_request_end)
         # Spilling (bounded memory): past SPILL_AFTER held waiting requests (or
         # twice max_rows), new arrivals join the policy's FCFS queue as a count and
         # are built again from the trace when they near the head. Only when no
         # request is kept, named by an action, timed out or sent by a client.
-        self._spill: Spill | None = None
-        if (not keep_requests and self.clients is None and self.waiting_timeout is None
-                and not self._named and not routed):
+        if (not keep_requests and self.clients is None and options.waiting_timeout is None
+                and not named and not routed):
             queue = self.policy.spill_queue()
             if queue is not None:
-                self._spill = Spill(queue, max(SPILL_AFTER, 2 * options.max_rows),
+                roster.spill = Spill(queue, max(SPILL_AFTER, 2 * options.max_rows),
                                     self.workload.arrivals)
-        self._arrived = 0  # arrivals taken from the trace
-        self.stats = RunStats(clock, options.slo)
-        # Every dispatch's statistics, timing and output gaps (ledger.py).
-        self.ledger = DispatchLedger(self.stats, cost, clock)
-        self._live = 0            # registered requests not yet ended
         self._policy_moved = False  # the policy admitted or preempted in this schedule
         # The change log and the judgement of repeats folding rests on.
-        self.steadiness = Steadiness(self.policy)
-        self._admit_seq = 0
-        # Rows replayed since a dispatch last wrote a useful row, and the most
-        # that may be replayed before the schedule is known to go in circles.
-        self._idle_replay = 0
-        self._replay_limit: int | None = None
-        self._livelocked = False
-        # (expiry tick, request, wait_since) for waiting_timeout, in expiry order.
-        self._timeouts: deque[tuple[int, Request, int]] = deque()
-        # Prefill/decode disaggregation (fleet/disagg.py): the fleet's hooks, called
-        # when a producer's prefill is recorded (`prefilled(engine, req)`) and when a
-        # remote request admitted in this step starts its copy (`transfer(engine,
-        # req)`); and the remote requests admitted in the step being planned.
-        self.remote = None
-        self._parking: list[Request] = []
+        self.steadiness = Steadiness(self.policy, fast_forward)
+        # A schedule going in circles is stopped as a stall (livelock.py).
+        self.livelock = LivelockWatch(options.num_blocks * options.block_size)
+
+    @property
+    def clock(self) -> Clock:
+        """The run's time unit (the ledger's)."""
+        return self.ledger.clock
+
+    @property
+    def stats(self) -> RunStats:
+        """The run's statistics (the ledger writes them)."""
+        return self.ledger.stats
 
     @property
     def cost(self) -> CostModel | None:
@@ -259,53 +240,26 @@ class Engine(Lifecycle, Dispatching):
         return self.steadiness.blocked
 
     @property
+    def builtin_policy(self) -> bool:
+        """Whether the policy is one of the package's (not a plugin)."""
+        return not self._plugin
+
+    @property
+    def takes_decodes_first(self) -> bool:
+        """Whether the policy may plan its decodes as its own list (`DecodesFirst`):
+        with lazy decoders, when the engine counts them (cohort.py)."""
+        return self._cohort is not None
+
+    @property
+    def lockstep_step(self) -> int | None:
+        """Under data-parallel lockstep, the step counter all ranks share (the
+        SchedulerView's); None otherwise."""
+        return self.link.lockstep_step
+
+    @property
     def folded(self) -> int:
         """Dispatches applied by folding so far (for tests and benchmarks)."""
         return self.steadiness.folded
-
-    def next_event(self, ia: int, ic: int, ip: int, now: int,
-                   in_flight: bool = False) -> float:
-        """The first time after `now` at which something outside the dispatches may
-        happen: the next arrival (position `ia` in the workload) or drain expiry; and,
-        unless a dispatch is in flight (it would defer them, E4), the next
-        cancellation (`ic`), forced preemption (`ip`), timeout or policy wakeup.
-        Infinity when nothing is pending. The one rule for the next boundary (E7),
-        and for where folding must stop."""
-        w = self.workload
-        spec = self._next_spec
-        nxt = spec.arrival if spec is not None else INF
-        allocator = self.allocator
-        if allocator.draining:
-            expiry = allocator.next_expiry()
-            if expiry < nxt:
-                nxt = expiry
-        if in_flight:
-            return nxt
-        cancels, preempts = w.cancels, w.preempts
-        if ic < len(cancels) and cancels[ic].at < nxt:
-            nxt = cancels[ic].at
-        if ip < len(preempts) and preempts[ip].at < nxt:
-            nxt = preempts[ip].at
-        if self._timeouts:
-            timeout = self.next_timeout()
-            if timeout is not None and timeout < nxt:
-                nxt = timeout
-        if self._live:
-            wake = self.policy.next_wakeup(now)
-            if wake is not None and now < wake < nxt:
-                nxt = wake
-        return nxt
-
-    def next_timeout(self) -> int | None:
-        """The tick of the next waiting_timeout that can still fire, if any."""
-        timeouts = self._timeouts
-        while timeouts:
-            _, req, since = timeouts[0]
-            if req.wait_since == since and req.status in (RequestStatus.WAITING,
-                                                          RequestStatus.PREEMPTED):
-                return timeouts[0][0]
-            timeouts.popleft()  # admitted (or ended) since: it will never fire
-        return None
 
     # --- the step protocol drivers use (fleet/) -----------------------------------
     # A boundary at `now` is: complete_due() (E1), the driver's arrivals (accept),
@@ -316,18 +270,23 @@ class Engine(Lifecycle, Dispatching):
     @property
     def live(self) -> int:
         """Requests registered and not yet ended."""
-        return self._live
+        return self.roster.live
 
     @property
     def keep_requests(self) -> bool:
         """Whether the result keeps every request's record."""
-        return self._keep_requests
+        return self.roster.keep
+
+    @property
+    def requests(self) -> dict[str, Request]:
+        """The run's requests by id: every one registered, or with `keep_requests`
+        False only the live ones and those an action names."""
+        return self.roster.requests
 
     def peek(self) -> float:
         """The first time after `now` at which something outside the dispatches may
-        happen (`next_event` from the workload's position)."""
-        ia, ic, ip = self._cursor
-        return self.next_event(ia, ic, ip, self.now, self.flight is not None)
+        happen (the agenda's `peek`)."""
+        return self.agenda.peek(self.now, self.flight is not None, self.roster.live > 0)
 
     def note_change(self) -> None:
         """Something a policy sees changed besides decoding progress (a copy landed,
@@ -336,13 +295,13 @@ class Engine(Lifecycle, Dispatching):
 
     def stall_if_livelocked(self) -> bool:
         """End the live requests as a stall (E6b) if the policy goes in circles (the
-        livelock watch, `_watch_replay`) and nothing runs; return whether it did."""
-        if not (self._livelocked and self.flight is None and self._live):
+        livelock watch, livelock.py) and nothing runs; return whether it did."""
+        if not (self.livelock.tripped and self.flight is None and self.roster.live):
             return False
         self.stall("the policy keeps recomputing the same rows: "
-                   f"{self._idle_replay:,} rows replayed without one useful row "
+                   f"{self.livelock.idle:,} rows replayed without one useful row "
                    "(a livelock)")
-        self._livelocked = False
+        self.livelock.tripped = False
         return True
 
     # --- the main loop ----------------------------------------------------------------
@@ -368,7 +327,7 @@ class Engine(Lifecycle, Dispatching):
         if not isinstance(plan, list):
             raise InvariantError(f"schedule() returns a list of (request, tokens) pairs, "
                                  f"got {type(plan).__name__}", self.now)
-        requests = self.requests
+        requests = self.roster.requests
         seen: set[str] = set()
         for entry in plan:
             if (type(entry) is not tuple or len(entry) != 2
@@ -385,9 +344,7 @@ class Engine(Lifecycle, Dispatching):
 
     def _run(self) -> RunResult:
         """The loop: at each boundary E1, then E2 and E3, then the next boundary (E7)."""
-        self._specs = specs = self.workload.arrivals()
-        self._next_spec = spec = next(specs, None)
-        t = first = spec.arrival if spec is not None else 0
+        t = first = self.agenda.begin()
         stalled = False
         while True:
             self.now = t
@@ -395,20 +352,20 @@ class Engine(Lifecycle, Dispatching):
             if flight is not None and flight.done == t:
                 self.complete_due()       # E1
             self.take_outside_events()    # E2, E3 before the policy
-            if self._livelocked and self.stall_if_livelocked():
+            if self.livelock.tripped and self.stall_if_livelocked():
                 stalled = True
                 break
             moved = self.step()           # E3: the policy admits and dispatches
             t = self.next_boundary(moved)
             if t == INF:
-                if self._live:
+                if self.roster.live:
                     self.stall()
                     stalled = True
                 break
         summary = self.stats.summary(self.allocator.peak_reserved, self.allocator.peak_held,
                                      first)
         return RunResult(self.policy_name, summary,
-                         list(self.requests.values()) if self._keep_requests else [], stalled,
+                         list(self.roster.requests.values()) if self.roster.keep else [], stalled,
                          self.clock, self.options)
 
     def complete_due(self) -> None:
@@ -427,16 +384,16 @@ class Engine(Lifecycle, Dispatching):
         fleet gives (`cancels`, `preempts`: the fleet holds those of the requests
         it moves between replicas)."""
         t = self.now
-        cursor = self._cursor
-        ia, ic, ip = cursor
-        spec = self._next_spec
+        agenda = self.agenda
+        outside = False  # the trace changed things at t
+        spec = agenda.next_arrival
         if spec is not None and spec.arrival == t:
-            specs = self._specs
+            specs = agenda.arrivals
             while spec is not None and spec.arrival == t:
                 self._arrive(spec)
-                ia += 1
                 spec = next(specs, None)
-            self._next_spec = spec
+            agenda.next_arrival = spec
+            outside = True
         clients = self.clients
         if clients is not None:
             self._send_ready()
@@ -446,29 +403,28 @@ class Engine(Lifecycle, Dispatching):
                 cancels = preempts = ()
                 w = self.workload
                 due = w.cancels
-                if ic < len(due) and due[ic].at <= t:
-                    cancels, ic = _due_ids(due, ic, t)
+                if agenda.cancel_at < len(due) and due[agenda.cancel_at].at <= t:
+                    cancels = agenda.due_cancels(t)
+                    outside = True
                 due = w.preempts
-                if ip < len(due) and due[ip].at <= t:
-                    preempts, ip = _due_ids(due, ip, t)
+                if agenda.preempt_at < len(due) and due[agenda.preempt_at].at <= t:
+                    preempts = agenda.due_preempts(t)
+                    outside = True
             elif cancels or preempts:
                 # The fleet's actions changed things: replays since are not the
                 # policy's circle.
-                self._idle_replay = 0
-                self._replay_limit = None
+                self.livelock.reset()
             for rid in cancels:
                 self._cancel(rid)
-            if self._timeouts:
+            if agenda.timeouts:
                 self._expire_waiting()
             if clients is not None:
                 self._send_ready()  # slots the cancellations and timeouts freed
             for rid in preempts:
                 self._force_preempt(rid)
-        if (ia, ic, ip) != cursor:
-            self._cursor = (ia, ic, ip)
+        if outside:
             # The trace changed things: replays since are not the policy's circle.
-            self._idle_replay = 0
-            self._replay_limit = None
+            self.livelock.reset()
         allocator = self.allocator
         if allocator.draining:
             released = allocator.release_expired(t)
@@ -484,21 +440,21 @@ class Engine(Lifecycle, Dispatching):
         allocator = self.allocator
         on_state = self._on_state
         moved = False
-        if self.flight is None and self._live:
+        if self.flight is None and self.roster.live:
             self._policy_moved = False
             steady = self.steadiness
             steady.blocked = None
             allocator.step_evictions.clear()
             allocator.step_growth.clear()
             policy = self.policy
-            fast = self._fast_forward_on
+            fast = steady.enabled
             if fast:
                 before = steady.before_call()
             plan = policy.schedule(t)
             if self._plugin:
                 self._check_plan(plan)
-            if self._parking:
-                plan = self._park(plan)
+            if self.link.parking:
+                plan = park(self, plan)
             moved = self._policy_moved
             if on_state is not None:
                 on_state(t, self._state(plan), False)
@@ -512,15 +468,16 @@ class Engine(Lifecycle, Dispatching):
                     pass
                 elif not flight.members:
                     if steady.repeats(flight, before):
-                        until = self.next_event(*self._cursor, t)
-                        fold(self, flight, until if until < self.horizon else self.horizon,
+                        until = self.agenda.peek(t, False, self.roster.live > 0)
+                        horizon = self.link.horizon
+                        fold(self, flight, until if until < horizon else horizon,
                              policy_blocks)
                 else:
                     # Counted decoders: a stretch is looked at for folding only if it
                     # may last (the next look starts afresh).
-                    until = self.next_event(*self._cursor, t)
-                    if self.horizon < until:
-                        until = self.horizon
+                    until = self.agenda.peek(t, False, self.roster.live > 0)
+                    if self.link.horizon < until:
+                        until = self.link.horizon
                     if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
                         steady.forget()
                     elif steady.repeats(flight, before):
@@ -534,41 +491,15 @@ class Engine(Lifecycle, Dispatching):
         allocator.check() if not self._audit else allocator.audit()
         return moved
 
-    def _park(self, plan: Plan) -> Plan:
-        """Disaggregation: the remote requests admitted in this step leave the policy
-        and wait for their prompt's KV (WAITING_FOR_REMOTE_KV); their copies start
-        (the fleet's `transfer` hook) and their rows leave the plan. The policy
-        gets them back as waiting requests when the copies land."""
-        parked = [req for req in self._parking if req.remote == PARKING]
-        self._parking = []
-        if not parked:
-            return plan
-        allocator = self.allocator
-        for req in parked:
-            self.policy.remove(req)
-            req.wait_for_remote_kv()
-            req.remote = LOADING
-            # Its blocks are its own, not the dispatch's rows' (for the snapshot).
-            allocator.step_growth.pop(req.rid, None)
-            allocator.step_evictions.pop(req.rid, None)
-            self.steadiness.changed()
-            self.remote.transfer(self, req)
-        gone = set(parked)
-        if type(plan) is DecodesFirst:
-            return DecodesFirst([r for r in plan.decoders if r not in gone],
-                                [row for row in plan.rest if row[0] not in gone])
-        return [row for row in plan if row[0] not in gone]
-
     def next_boundary(self, moved: bool) -> float:
         """E7: the earliest time at which anything can change (infinity: nothing can)."""
         t = self.now
-        ia, ic, ip = self._cursor
         flight = self.flight
         if flight is not None:
-            nxt = self.next_event(ia, ic, ip, t, True)
+            nxt = self.agenda.peek(t, True)
             return flight.done if flight.done < nxt else nxt
-        nxt = self.next_event(ia, ic, ip, t)
-        if self._live and moved:
+        nxt = self.agenda.peek(t, False, self.roster.live > 0)
+        if self.roster.live and moved:
             # E6b: the policy changed something (admitted, preempted) but ran
             # nothing: an empty iteration, and the next decision one step later,
             # when a step that preempted may admit.
@@ -586,9 +517,9 @@ class Engine(Lifecycle, Dispatching):
                   f"{self.policy.waiting_count} waiting, free {a.free}, reserved "
                   f"{a.reserved}, draining {a.draining}, and "
                   + (why or "no event pending"))
-        if self._spill is not None:
-            self._spill.build_all()  # every spilled request is built, to end in error
-        for req in list(self.requests.values()):
+        if self.roster.spill is not None:
+            self.roster.spill.build_all()  # every spilled request is built, to end in error
+        for req in list(self.roster.requests.values()):
             if req.status.is_finished:
                 continue
             if req.sent is None:
@@ -611,16 +542,6 @@ SPILL_AFTER = 4096
 # With a cohort, a steady stretch is looked at for folding only when it may
 # last this many dispatches: a shorter one saves less than looking costs.
 FOLD_AFTER = 4
-
-
-def _due_ids(actions: list[Action], i: int, t: int) -> tuple[list[str], int]:
-    """The ids of `actions` from position `i` that are due at `t`, and the position
-    after them."""
-    j = i
-    n = len(actions)
-    while j < n and actions[j].at <= t:
-        j += 1
-    return [a.id for a in actions[i:j]], j
 
 
 def _check_bookkeeping(workload: Workload, options: Options) -> None:

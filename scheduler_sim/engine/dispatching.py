@@ -186,10 +186,9 @@ class Dispatching:
             raise InvariantError("each request appears at most once in a dispatch is false",
                                  now)
         if useful or not total:
-            self._idle_replay = 0
-            self._replay_limit = None
+            self.livelock.idle = 0  # (LivelockWatch.reset, inline)
         else:
-            self._watch_replay(total)
+            self.livelock.replayed(total, self.roster.requests.values())
         done, exact = self.ledger.dispatch(now, n_rows, total, prompt, decode, recompute,
                                            padding, chunks, contexts)
         flight = InFlight(rows, now, done, exact,
@@ -197,7 +196,7 @@ class Dispatching:
                            emitting + len(decoders) + members,
                            decoders if rows is None else None, members, requests)
         if records is not None:
-            if self.lockstep_step is None:
+            if self.link.lockstep_step is None:
                 self._emit(Dispatch(now, tuple(records), total, done))
             else:  # the step's end is known once every rank has planned
                 flight.unsent = (tuple(records), total)
@@ -221,8 +220,7 @@ class Dispatching:
         if members > self.options.token_budget:
             raise InvariantError(f"dispatch tokens({members}) <= token_budget"
                                  f"({self.options.token_budget}) is false", now)
-        self._idle_replay = 0
-        self._replay_limit = None
+        self.livelock.idle = 0  # (LivelockWatch.reset, inline)
         done, exact = self.ledger.dispatch(now, members, members, 0, members, 0, 0, (),
                                            contexts)
         return InFlight(None, now, done, exact, True, members, [], members, requests)
@@ -274,19 +272,6 @@ class Dispatching:
             return None, plan, 0, 0
         return requests, rest, members, cohort.start(self.allocator.open_block)
 
-    def _watch_replay(self, tokens: int) -> None:
-        """Detect a schedule going in circles: replaying, without one useful row,
-        more rows than all live requests ever wrote (plus one full pool)."""
-        self._idle_replay += tokens
-        pool = self.options.num_blocks * self.options.block_size
-        if self._idle_replay <= pool:
-            return
-        if self._replay_limit is None:
-            self._replay_limit = pool + sum(r.high_water for r in self.requests.values()
-                                            if not r.status.is_finished)
-        if self._idle_replay > self._replay_limit:
-            self._livelocked = True
-
     def _complete(self, flight: InFlight) -> None:
         """E1: record the outputs; finish requests that produced their last one."""
         now = self.now
@@ -307,9 +292,9 @@ class Dispatching:
                 self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             req.finish(now)
             self.policy.remove(req)
-            handed = req.remote == PRODUCER and self.remote is not None
+            handed = req.remote == PRODUCER and self.link.hooks is not None
             if handed:
-                self.remote.prefilled(self, req)  # pins its blocks for the copy
+                self.link.hooks.prefilled(self, req)  # pins its blocks for the copy
             if not keeps:
                 self._release_request(req)
             self._end(req)

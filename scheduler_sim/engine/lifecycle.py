@@ -44,7 +44,7 @@ class Lifecycle:
         if credit:
             self.allocator.reserve(req.rid, credit)
         resumed = req.status == RequestStatus.PREEMPTED
-        req.admit(self.now, self._admit_seq, credit)
+        req.admit(self.now, self.roster.admitted, credit)
         hit = 0
         loaded = req.remote == LOADED
         if loaded:
@@ -63,7 +63,7 @@ class Lifecycle:
             # Keys are given again to the blocks it writes from here on (a resumed
             # request starts from its hits, not from what it had before).
             req.block_keys.registered = len(cached)
-        self._admit_seq += 1
+        self.roster.admitted += 1
         self._policy_moved = True
         self.steadiness.changed()
         if self._emit is not None:
@@ -76,7 +76,7 @@ class Lifecycle:
                     f"request {req.rid!r}: admitted on a decode replica without free "
                     f"blocks for its prompt of {req.prompt_tokens} rows", self.now)
             req.remote = PARKING
-            self._parking.append(req)
+            self.link.parking.append(req)
 
     def cached_prefix(self, req: Request, whole: bool = False) -> list[int]:
         """The leading blocks of `req` found in the prefix cache (none without one).
@@ -129,7 +129,7 @@ class Lifecycle:
             req.remote = REMOTE
             req.restore = 0
             req.emit_on_restore = False
-            self._parking.remove(req)
+            self.link.parking.remove(req)
         self.policy.remove(req)
         self.start_waiting(req)
         self.policy.requeue(req)
@@ -150,7 +150,7 @@ class Lifecycle:
 
     def _end(self, req: Request) -> None:
         """Bookkeeping shared by every way a live request ends."""
-        self._live -= 1
+        self.roster.live -= 1
         self.steadiness.changed()
         self._record_end(req)
         if self.clients is not None:
@@ -160,23 +160,16 @@ class Lifecycle:
         """A request reached its terminal state: into the statistics, to the
         `on_request_end` listener, and out of memory unless kept."""
         self.stats.request_ended(req)
-        if self._on_request_end is not None:
-            self._on_request_end(req)
-        if not self._keep_requests and req.rid not in self._named:
-            del self.requests[req.rid]
+        self.roster.ended(req)
 
     def start_waiting(self, req: Request) -> None:
         """Note when `req` entered the waiting queue (for waiting_timeout)."""
         req.wait_since = self.now
-        timeout = self.waiting_timeout
-        if timeout is not None:
-            # "Longer than" the timeout: at wait_since + timeout it has waited
-            # exactly the timeout, one tick later it has waited longer.
-            self._timeouts.append((self.now + timeout + 1, req, self.now))
+        self.agenda.wait(req, self.now)
 
     def _expire_waiting(self) -> None:
         """Abort requests that have waited longer than waiting_timeout."""
-        timeouts = self._timeouts
+        timeouts = self.agenda.timeouts
         now = self.now
         while timeouts and timeouts[0][0] <= now:
             _, req, since = timeouts.popleft()
@@ -197,25 +190,25 @@ class Lifecycle:
     def _arrive(self, spec) -> None:
         """A request reaches its trace time: sent at once, or queued for a client slot."""
         req = request_of(spec)
-        req.replica = self.replica
-        self.requests[req.rid] = req
+        req.replica = self.link.replica
+        self.roster.requests[req.rid] = req
         self.stats.requests += 1
-        self._arrived += 1
+        self.agenda.arrived += 1
         if self.clients is None:
-            spill = self._spill
+            spill = self.roster.spill
             self._register(req, spill is not None and spill.wanted())
         else:
             self.clients.arrive(req)
 
     def _unspill(self) -> Request:
         """Build the next spilled request again from the trace (the spill's `make`)."""
-        spec = self._spill.next_spec()
+        spec = self.roster.spill.next_spec()
         req = request_of(spec)
         req.sent = spec.arrival
         if self._plugin:
             seal(req)
         self._give_keys(req)
-        self.requests[req.rid] = req
+        self.roster.requests[req.rid] = req
         return req
 
     def _give_keys(self, req: Request) -> None:
@@ -259,16 +252,16 @@ class Lifecycle:
                 emit(Rejected(self.now, req.rid, self.policy.why_too_big(req, needed),
                               needed, self.options.num_blocks))
             return
-        self._live += 1
+        self.roster.live += 1
         if spill:
-            del self.requests[req.rid]
-            self._spill.add(self._arrived - 1, self._unspill)
+            del self.roster.requests[req.rid]
+            self.roster.spill.add(self.agenda.arrived - 1, self._unspill)
             return
         self.start_waiting(req)
         self.policy.add(req)
 
     def _cancel(self, rid: str) -> None:
-        req = self.requests[rid]
+        req = self.roster.requests[rid]
         if req.status.is_finished:
             if self._emit is not None:
                 self._emit(CancelIgnored(self.now, rid, req.status.label))
@@ -294,7 +287,7 @@ class Lifecycle:
             self._emit(Cancelled(self.now, rid, was.label))
 
     def _force_preempt(self, rid: str) -> None:
-        req = self.requests[rid]
+        req = self.roster.requests[rid]
         if req.status != RUNNING:
             if self._emit is not None:
                 self._emit(PreemptIgnored(self.now, rid, req.status.label))
@@ -311,14 +304,13 @@ class Lifecycle:
         """A fleet hands this replica a request arriving now (E2): one of the trace, a
         prefill-only request, or (`forwarded`) one whose prompt another replica
         computed (fleet/disagg.py). (A replica has no client slots and no spill.)"""
-        req.replica = self.replica
-        self.requests[req.rid] = req
+        req.replica = self.link.replica
+        self.roster.requests[req.rid] = req
         self.stats.requests += 1
-        self._arrived += 1
+        self.agenda.arrived += 1
         self._register(req, forwarded=forwarded)
         # The trace changed things: replays since are not the policy's circle.
-        self._idle_replay = 0
-        self._replay_limit = None
+        self.livelock.reset()
 
     def accept_action(self, action: Action) -> None:
         """A cancellation or forced preemption of a request this replica was sent, due

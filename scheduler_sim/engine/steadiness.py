@@ -53,9 +53,13 @@ def _slot_names(cls: type) -> tuple[str, ...]:
 class Steadiness:
     """The change log, the policy's state before each call, and the last plan seen."""
 
-    __slots__ = ("changes", "blocked", "folded", "_policy", "_slots", "_last")
+    __slots__ = ("enabled", "changes", "blocked", "folded", "_policy", "_slots", "_last")
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, policy: Any, enabled: bool = True) -> None:
+        # Whether folding is on at all: it changes nothing a summary or the event
+        # stream shows, but a per-boundary state callback or the audit wants every
+        # boundary for real, so with them it is off.
+        self.enabled = enabled
         self.changes = 0  # transitions written to the change log so far
         # This step's blocked head: (id, reason, needed, free, taken).
         self.blocked: tuple[str, str, int, int, int] | None = None

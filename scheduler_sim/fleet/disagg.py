@@ -125,7 +125,7 @@ class Transfer:
 
 
 class _Hooks:
-    """What one replica's engine calls back (`Engine.remote`)."""
+    """What one replica's engine calls back (`FleetLink.hooks`)."""
 
     __slots__ = ("fleet", "index")
 
@@ -158,7 +158,7 @@ class DisaggFleet:
         self.engines = make_replicas(workload, options, policy, n, on_event, keep_requests,
                                      self._ender, audit, fast_forward)
         for i, engine in enumerate(self.engines):
-            engine.remote = _Hooks(self, i)
+            engine.link.hooks = _Hooks(self, i)
         first = self.engines[0]
         self.options = first.options
         self.clock = first.clock
@@ -392,7 +392,7 @@ class DisaggFleet:
                         stalled = True
                         due[i] = INF
                         continue
-                    engine.horizon = self._horizon(i, t, spec, due)
+                    engine.link.horizon = self._horizon(i, t, spec, due)
                     moved = engine.step()
                     due[i] = when = engine.next_boundary(moved)
                     if when != INF:

@@ -73,7 +73,7 @@ def make_replicas(workload: Workload, options: Options, policy: str, count: int,
                       audit=audit, fast_forward=fast_forward, routed=True)
                for i in range(count)]
     for i, engine in enumerate(engines):
-        engine.replica = i
+        engine.link.replica = i
     return engines
 
 
@@ -239,7 +239,7 @@ class Fleet:
                     stalled = True
                     due[i] = INF
                     continue
-                engine.horizon = router.reaches(i, upcoming, n)
+                engine.link.horizon = router.reaches(i, upcoming, n)
                 moved = engine.step()
                 due[i] = when = engine.next_boundary(moved)
                 if when != INF:

@@ -50,7 +50,7 @@ class LockstepFleet(Fleet):
         self.waited = [0.0] * n  # clock steps spent waiting for the other ranks
         self.steps = 0           # steps run, all waves
         for engine in self.engines:
-            engine.lockstep_step = 0
+            engine.link.lockstep_step = 0
 
     def _run(self) -> FleetResult:
         engines = self.engines
@@ -121,7 +121,7 @@ class LockstepFleet(Fleet):
                 stalled = True
                 moved[i] = False
                 continue
-            engine.lockstep_step = counter
+            engine.link.lockstep_step = counter
             moved[i] = engine.step()
             if moved[i] and engine.flight is None and engine.live:
                 # The policy admitted or preempted but ran nothing (E6b).

@@ -1,0 +1,66 @@
+"""What a fleet sets on one of its replicas (fleet/), and disaggregation's parking.
+
+A lone engine reads its own trace; a replica of a fleet is `routed`: a router
+hands it its arrivals (`Engine.accept`) and the cancellations and forced
+preemptions of the requests it got (`Engine.accept_action`). Besides, the
+fleet drivers tell the replica:
+- `replica`: its number in the fleet (each request records it);
+- `horizon`: the fleet's next arrival for it, where folding must stop;
+- `lockstep_step`: under data-parallel lockstep, the step counter all ranks
+  share (vLLM's step_counter, which the vllm policy's prefill cadence reads);
+- `hooks`: under prefill/decode disaggregation (fleet/disagg.py), the
+  fleet's callbacks, `prefilled(engine, req)` when a producer's prefill is
+  recorded and `transfer(engine, req)` when a remote request admitted in
+  this step starts its copy.
+A remote request admitted in a step is `parking` until the step's plan is
+made; `park` then takes it out of the policy to wait for its copy.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..policies.base import DecodesFirst
+from ..requests.request import LOADING, PARKING
+
+__all__ = ["FleetLink", "park"]
+
+
+class FleetLink:
+    """A replica's place in its fleet (all defaults for a lone engine)."""
+
+    __slots__ = ("routed", "replica", "horizon", "lockstep_step", "hooks", "parking")
+
+    def __init__(self, routed: bool) -> None:
+        self.routed = routed
+        self.replica: int | None = None
+        self.horizon = float("inf")
+        self.lockstep_step: int | None = None
+        self.hooks: Any = None
+        self.parking: list = []  # remote requests admitted in the step being planned
+
+
+def park(engine: Any, plan: Any) -> Any:
+    """Disaggregation: the remote requests admitted in this step leave the policy
+    and wait for their prompt's KV (WAITING_FOR_REMOTE_KV); their copies start
+    (the fleet's `transfer` hook) and their rows leave the plan. The policy gets
+    them back as waiting requests when the copies land. Returns the plan left."""
+    link = engine.link
+    parked = [req for req in link.parking if req.remote == PARKING]
+    link.parking = []
+    if not parked:
+        return plan
+    allocator = engine.allocator
+    for req in parked:
+        engine.policy.remove(req)
+        req.wait_for_remote_kv()
+        req.remote = LOADING
+        # Its blocks are its own, not the dispatch's rows' (for the snapshot).
+        allocator.step_growth.pop(req.rid, None)
+        allocator.step_evictions.pop(req.rid, None)
+        engine.steadiness.changed()
+        link.hooks.transfer(engine, req)
+    gone = set(parked)
+    if type(plan) is DecodesFirst:
+        return DecodesFirst([r for r in plan.decoders if r not in gone],
+                            [row for row in plan.rest if row[0] not in gone])
+    return [row for row in plan if row[0] not in gone]

@@ -1,0 +1,80 @@
+"""The agenda (engine/agenda.py): the engine's pending outside sources and the one
+`peek` over them (E7, E4), with hand-placed times."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from scheduler_sim.engine.agenda import Agenda
+from scheduler_sim.records.states import RequestStatus
+from scheduler_sim.records.workload import Action, RequestSpec, Workload
+
+
+class Pool:
+    """An allocator as the agenda reads it: blocks draining until `expiry`."""
+
+    def __init__(self, expiry=None):
+        self.expiry = expiry
+        self.draining = 1 if expiry is not None else 0
+
+    def next_expiry(self):
+        return self.expiry
+
+
+class Wakes:
+    """A policy that wants to be woken at `at`."""
+
+    def __init__(self, at=None):
+        self.at = at
+
+    def next_wakeup(self, now):
+        return self.at
+
+
+def spec(rid, arrival):
+    return RequestSpec(rid, 0, arrival, 4, 2, 2)
+
+
+def workload():
+    """Arrivals at 2 and 9; cancels at 4 and 4; a forced preemption at 6."""
+    return Workload([spec("a", 2), spec("b", 9)],
+                    [Action("cancel", "a", 4, 0), Action("cancel", "b", 4, 1)],
+                    [Action("preempt", "a", 6, 2)])
+
+
+def test_peek_is_the_first_pending_source_and_in_flight_only_arrivals_and_drains():
+    """Arrival 2 first; once it is taken, the cancellations at 4 come before the
+    drain at 5 and the wakeup at 7; in flight only the drain (5) and the next
+    arrival (9) count, and taking the cancels at 4 leaves the preemption at 6."""
+    agenda = Agenda(workload(), None, Pool(expiry=5), Wakes(at=7))
+    assert agenda.begin() == 2
+    assert agenda.peek(0) == 2
+    agenda.next_arrival = next(agenda.arrivals)  # a is taken: b at 9 is next
+    assert agenda.peek(2) == 4
+    assert agenda.peek(2, in_flight=True) == 5
+    assert agenda.due_cancels(4) == ["a", "b"]
+    assert agenda.peek(4) == 5
+    agenda.allocator = Pool()
+    assert agenda.peek(4) == 6
+    assert agenda.due_preempts(6) == ["a"]
+    assert agenda.peek(6) == 7
+    assert agenda.peek(6, live=False) == 9  # no live request: no wakeup asked
+
+
+def test_a_timeout_fires_one_tick_after_the_limit_unless_the_wait_ended():
+    """waiting_timeout 3: a request waiting since 1 times out at 1 + 3 + 1 = 5; once
+    it is admitted (running) its timeout is dropped and nothing is pending."""
+    agenda = Agenda(Workload(), 3, Pool(), Wakes())
+    req = SimpleNamespace(wait_since=1, status=RequestStatus.WAITING)
+    agenda.wait(req, 1)
+    assert (agenda.next_timeout(), agenda.peek(1)) == (5, 5)
+    req.status = RequestStatus.RUNNING
+    assert (agenda.next_timeout(), agenda.peek(1), len(agenda.timeouts)) == (
+        None, float("inf"), 0)
+
+
+def test_without_a_timeout_waiting_adds_nothing_and_an_empty_trace_begins_at_0():
+    """No waiting_timeout: `wait` queues nothing; an empty workload begins at 0 and
+    has nothing pending."""
+    agenda = Agenda(Workload(), None, Pool(), Wakes())
+    agenda.wait(SimpleNamespace(wait_since=0, status=RequestStatus.WAITING), 0)
+    assert (agenda.begin(), len(agenda.timeouts), agenda.peek(0)) == (0, 0, float("inf"))

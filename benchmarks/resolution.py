@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scheduler_sim.records import clock as clock_module  # noqa: E402
-from scheduler_sim.engine import summary as summary_module  # noqa: E402
+from scheduler_sim.engine import run_stats as run_stats_module  # noqa: E402
 from scheduler_sim.engine.core import Engine  # noqa: E402
 from scheduler_sim.records.options import Options  # noqa: E402
 from scheduler_sim.engine.summary import METRICS, STATS  # noqa: E402
@@ -50,18 +50,18 @@ def replay(trace, policy: str, resolution: float, exact: bool) -> tuple[dict, fl
     """One replay in this process; (summary, CPU seconds)."""
     options = Options.resolve(trace.config, dict(SETUP, clock_resolution=resolution))
     saved = clock_module.Clock.end_step
-    saved_array = summary_module.array
+    saved_array = run_stats_module.array
     if exact:
         clock_module.Clock.end_step = lambda self, exact_end, start: exact_end
         # latencies are kept in integer arrays of steps; exact ends are floats
-        summary_module.array = lambda typecode, *values: list(*values)
+        run_stats_module.array = lambda typecode, *values: list(*values)
     try:
         start = time.process_time()
         result = Engine(trace.workload, options, policy).run()
         return result.summary, time.process_time() - start
     finally:
         clock_module.Clock.end_step = saved
-        summary_module.array = saved_array
+        run_stats_module.array = saved_array
 
 
 def worst(run: dict, reference: dict) -> tuple[str, float]:

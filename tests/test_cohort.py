@@ -1,4 +1,4 @@
-"""The decode cohort (engine/cohort.py): steady decoders counted, not written,
+"""The decode cohort (engine/fast/cohort.py): steady decoders counted, not written,
 with the same results as writing every row."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import pytest
 
 from conftest import trace_bytes
-from scheduler_sim.engine.cohort import Cohort
+from scheduler_sim.engine.fast.cohort import Cohort
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace

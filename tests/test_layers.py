@@ -157,7 +157,9 @@ def test_import_resolution_on_known_cases():
     its sibling base (one dot), cli reaches __init__."""
     engine = {t for _, t in internal_imports("engine.core")}
     assert {"kv.allocator", "policies", "requests.request", "records.events",
-            "engine.folding"} <= engine
+            "engine.fast.cohort"} <= engine
+    counted = {t for _, t in internal_imports("engine.fast.counted")}  # three dots, two
+    assert {"policies", "records.errors", "engine.dispatching", "engine.fast.cohort"} <= counted
     base = {t for _, t in internal_imports("policies.base")}
     assert {"kv.allocator", "requests.queues", "requests.request"} <= base
     cont = {t for _, t in internal_imports("policies.continuous")}

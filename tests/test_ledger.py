@@ -11,7 +11,7 @@ import random
 import pytest
 
 from scheduler_sim.engine.ledger import DispatchLedger
-from scheduler_sim.engine.summary import RunStats
+from scheduler_sim.engine.run_stats import RunStats
 from scheduler_sim.records.clock import Clock
 
 MS = Clock("s", 1.0, 0.001, True)

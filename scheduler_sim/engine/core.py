@@ -22,11 +22,20 @@ a request reaches the server (is "sent") only when a client slot is free
 The engine is the `SchedulerView` its policy sees: `admit`, `report_blocked` and
 `preempt` are how a policy's decisions become transitions and events.
 
-`Engine` is written in three modules: this one holds its state, the loop and
-the step protocol fleets drive; lifecycle.py how requests move between states
-(the SchedulerView calls, arrivals, cancellations, timeouts, the spilled
-queue); dispatching.py how a plan is started and completed. What a dispatch
-adds to the run is the ledger's (ledger.py), folding is folding.py's.
+`Engine` is one class written in several modules, one concern each:
+  core.py         its state (about twenty attributes) and the lone-engine loop;
+  stepping.py     the step protocol: the phases of a boundary, under public
+                  names, that `run` and the fleet drivers (fleet/) call;
+  lifecycle.py    how requests move between states (the SchedulerView calls,
+                  arrivals, cancellations, timeouts, the spilled queue);
+  dispatching.py  how a plan is started and completed, row by row;
+  fast/           counted dispatches (the decode cohort) and folding.
+Its parts are objects of their own: the agenda (agenda.py: what is pending
+outside the dispatches, and when), the roster (roster.py: the run's requests),
+the dispatch ledger (ledger.py: every dispatch's statistics, timing and output
+gaps), steadiness (steadiness.py: the change log, and whether a step repeats),
+the livelock watch (livelock.py), the fleet link (fleet_link.py), the spilled
+queue tail (spill.py) and the allocator (kv/).
 """
 from __future__ import annotations
 
@@ -34,31 +43,32 @@ import dataclasses
 from typing import Any, Callable
 
 from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
-from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
+from ..kv.allocator import BlockAllocator
 from ..policies import PluginError, is_builtin, is_builtin_name, make_policy
 from ..records.clock import Clock
-from ..records.errors import InvariantError, UsageError
-from ..records.events import Event, Evicted, Released, Snapshot, Stalled, reads
+from ..records.errors import UsageError
+from ..records.events import Event, Evicted, reads
 from ..records.options import Options
 from ..records.states import RequestStatus
 from ..records.workload import Workload
 from ..requests.clients import ClientSlots
-from ..requests.request import LOADED, LOADING, Request
-from .cohort import Cohort
+from ..requests.request import Request
+from .fast.cohort import Cohort
+from .fast.counted import Counting
 from .dispatching import Dispatching, InFlight
-from .folding import fold
 from .ledger import DispatchLedger
 from .livelock import LivelockWatch
 from .lifecycle import Lifecycle, request_of
-from .policy_failure import policy_failure, shown
+from .policy_failure import policy_failure
 from .agenda import Agenda
-from .fleet_link import FleetLink, park
-from .roster import Roster
+from .fleet_link import FleetLink
+from .roster import Roster, check_request_sizes
 from .spill import Spill
 from .steadiness import Steadiness
-from .summary import RunStats
+from .stepping import Stepping
+from .run_stats import RunStats
 
-__all__ = ["Engine", "RunResult", "run", "request_of"]
+__all__ = ["Engine", "RunResult", "request_of"]
 
 RUNNING = RequestStatus.RUNNING
 INF = float("inf")
@@ -76,7 +86,7 @@ class RunResult:
     options: Options | None = None  # as run: num_blocks derived from the GPU if it was
 
 
-class Engine(Lifecycle, Dispatching):
+class Engine(Stepping, Lifecycle, Dispatching, Counting):
     """Replays one workload under one policy.
 
     `on_event` receives every event record as it happens (None: build none;
@@ -114,7 +124,7 @@ class Engine(Lifecycle, Dispatching):
         # Durations in clock steps: a drain must have passed (rounded up); a
         # timeout must be exceeded (rounded down, so "longer than" stays exact).
         self.release_delay = clock.after(options.release_delay)
-        _check_bookkeeping(workload, options)
+        check_request_sizes(workload, options)
         # A replica of a fleet (fleet/) is `routed`: its workload is only checked,
         # never read; what the fleet sets on it is in `link` (fleet_link.py).
         self.link = FleetLink(routed)
@@ -154,11 +164,11 @@ class Engine(Lifecycle, Dispatching):
         self._emit = on_event
         self._on_state = on_state
         self._audit = audit
-        # Folding (folding.py) is off by default under a per-boundary state callback
+        # Folding (fast/folding.py) is off by default under a per-boundary state callback
         # or the audit (steadiness.py).
         if fast_forward is None:
             fast_forward = on_state is None and not audit
-        # Steady decoders counted rather than written (cohort.py), when nobody
+        # Steady decoders counted rather than written (fast/cohort.py), when nobody
         # watches each dispatch and the policy does not read their progress.
         self._cohort = (Cohort(options.block_size)
                         if fast_forward and on_event is None and on_state is None
@@ -182,7 +192,6 @@ class Engine(Lifecycle, Dispatching):
             if queue is not None:
                 roster.spill = Spill(queue, max(SPILL_AFTER, 2 * options.max_rows),
                                     self.workload.arrivals)
-        self._policy_moved = False  # the policy admitted or preempted in this schedule
         # The change log and the judgement of repeats folding rests on.
         self.steadiness = Steadiness(self.policy, fast_forward)
         # A schedule going in circles is stopped as a stall (livelock.py).
@@ -209,28 +218,10 @@ class Engine(Lifecycle, Dispatching):
         # coefficients (io/run_fit.py).
         self.ledger.cost = cost
 
-    # --- what folding (folding.py) reads ----------------------------------------
-
     @property
     def listener(self) -> Callable[[Event], None] | None:
         """The event listener, if anybody listens."""
         return self._emit
-
-    @property
-    def cohort(self) -> Cohort | None:
-        """The steady decoders counted rather than written, if counted at all."""
-        return self._cohort
-
-    def settle_members(self, flight: InFlight) -> None:
-        """Write every counted decoder's progress while `flight`, a dispatch of
-        decodes only, runs: its rows are then all written ones, and its members'
-        outputs are emitted as theirs when it completes (folding, when counted
-        and written rows are mixed)."""
-        if flight.rows is not None:
-            raise InvariantError("the members of a dispatch with rows other than "
-                                 "decodes are settled before it completes", self.now)
-        self._cohort.settle_all()
-        flight.decoders, flight.members = flight.requests, 0
 
     @property
     def step_block(self) -> tuple[str, str, int, int, int] | None:
@@ -247,7 +238,7 @@ class Engine(Lifecycle, Dispatching):
     @property
     def takes_decodes_first(self) -> bool:
         """Whether the policy may plan its decodes as its own list (`DecodesFirst`):
-        with lazy decoders, when the engine counts them (cohort.py)."""
+        with lazy decoders, when the engine counts them (fast/cohort.py)."""
         return self._cohort is not None
 
     @property
@@ -260,49 +251,6 @@ class Engine(Lifecycle, Dispatching):
     def folded(self) -> int:
         """Dispatches applied by folding so far (for tests and benchmarks)."""
         return self.steadiness.folded
-
-    # --- the step protocol drivers use (fleet/) -----------------------------------
-    # A boundary at `now` is: complete_due() (E1), the driver's arrivals (accept),
-    # take_outside_events() (E2, E3 up to the policy), stall_if_livelocked(),
-    # step() (E3: plan, start, fold), then next_boundary() (E7). `run` is that
-    # loop for a lone engine; fleet/ drives several engines through it.
-
-    @property
-    def live(self) -> int:
-        """Requests registered and not yet ended."""
-        return self.roster.live
-
-    @property
-    def keep_requests(self) -> bool:
-        """Whether the result keeps every request's record."""
-        return self.roster.keep
-
-    @property
-    def requests(self) -> dict[str, Request]:
-        """The run's requests by id: every one registered, or with `keep_requests`
-        False only the live ones and those an action names."""
-        return self.roster.requests
-
-    def peek(self) -> float:
-        """The first time after `now` at which something outside the dispatches may
-        happen (the agenda's `peek`)."""
-        return self.agenda.peek(self.now, self.flight is not None, self.roster.live > 0)
-
-    def note_change(self) -> None:
-        """Something a policy sees changed besides decoding progress (a copy landed,
-        a pin was dropped): the next step may not be folded as a repeat."""
-        self.steadiness.changed()
-
-    def stall_if_livelocked(self) -> bool:
-        """End the live requests as a stall (E6b) if the policy goes in circles (the
-        livelock watch, livelock.py) and nothing runs; return whether it did."""
-        if not (self.livelock.tripped and self.flight is None and self.roster.live):
-            return False
-        self.stall("the policy keeps recomputing the same rows: "
-                   f"{self.livelock.idle:,} rows replayed without one useful row "
-                   "(a livelock)")
-        self.livelock.tripped = False
-        return True
 
     # --- the main loop ----------------------------------------------------------------
 
@@ -320,27 +268,6 @@ class Engine(Lifecycle, Dispatching):
             if failure is None:
                 raise
             raise failure from None
-
-    def _check_plan(self, plan) -> None:
-        """A plugin's plan must be a list of (request, tokens) pairs of its own running
-        requests; the rest (budgets, phases, blocks) `_start` checks for everyone."""
-        if not isinstance(plan, list):
-            raise InvariantError(f"schedule() returns a list of (request, tokens) pairs, "
-                                 f"got {type(plan).__name__}", self.now)
-        requests = self.roster.requests
-        seen: set[str] = set()
-        for entry in plan:
-            if (type(entry) is not tuple or len(entry) != 2
-                    or not isinstance(entry[0], Request)
-                    or requests.get(entry[0].rid) is not entry[0]
-                    or type(entry[1]) is not int):
-                raise InvariantError(f"each plan entry is a (request of this run, int "
-                                     f"tokens) pair, got {shown(entry)}", self.now)
-            rid = entry[0].rid
-            if rid in seen:
-                raise InvariantError(f"request {rid!r} appears twice in one dispatch (a "
-                                     "request runs at most once per dispatch)", self.now)
-            seen.add(rid)
 
     def _run(self) -> RunResult:
         """The loop: at each boundary E1, then E2 and E3, then the next boundary (E7)."""
@@ -368,200 +295,5 @@ class Engine(Lifecycle, Dispatching):
                          list(self.roster.requests.values()) if self.roster.keep else [], stalled,
                          self.clock, self.options)
 
-    def complete_due(self) -> None:
-        """E1: the dispatch completing now records its outputs first."""
-        flight = self.flight
-        if flight is not None and flight.done == self.now:
-            self._complete(flight)
-            self.flight = None
-
-    def take_outside_events(self, cancels: list[str] | None = None,
-                            preempts: list[str] | None = None) -> None:
-        """E2 and E3 up to the policy: arrivals (and sends of closed-loop clients),
-        then, unless a dispatch is in flight (E4), cancellations, timeouts and forced
-        preemptions; then the drains that expire now. The cancellations and forced
-        preemptions due now are the workload's, or under disaggregation the ids the
-        fleet gives (`cancels`, `preempts`: the fleet holds those of the requests
-        it moves between replicas)."""
-        t = self.now
-        agenda = self.agenda
-        outside = False  # the trace changed things at t
-        spec = agenda.next_arrival
-        if spec is not None and spec.arrival == t:
-            specs = agenda.arrivals
-            while spec is not None and spec.arrival == t:
-                self._arrive(spec)
-                spec = next(specs, None)
-            agenda.next_arrival = spec
-            outside = True
-        clients = self.clients
-        if clients is not None:
-            self._send_ready()
-        if self.flight is None:
-            if cancels is None:
-                # (Tested before the call: nearly every boundary has none due.)
-                cancels = preempts = ()
-                w = self.workload
-                due = w.cancels
-                if agenda.cancel_at < len(due) and due[agenda.cancel_at].at <= t:
-                    cancels = agenda.due_cancels(t)
-                    outside = True
-                due = w.preempts
-                if agenda.preempt_at < len(due) and due[agenda.preempt_at].at <= t:
-                    preempts = agenda.due_preempts(t)
-                    outside = True
-            elif cancels or preempts:
-                # The fleet's actions changed things: replays since are not the
-                # policy's circle.
-                self.livelock.reset()
-            for rid in cancels:
-                self._cancel(rid)
-            if agenda.timeouts:
-                self._expire_waiting()
-            if clients is not None:
-                self._send_ready()  # slots the cancellations and timeouts freed
-            for rid in preempts:
-                self._force_preempt(rid)
-        if outside:
-            # The trace changed things: replays since are not the policy's circle.
-            self.livelock.reset()
-        allocator = self.allocator
-        if allocator.draining:
-            released = allocator.release_expired(t)
-            if released:
-                self.steadiness.changed()
-                if self._emit is not None:
-                    self._emit(Released(t, released))
-
-    def step(self) -> bool:
-        """E3: when nothing runs, the policy admits, preempts and plans; the plan is
-        started (and a steady stretch folded). Returns whether the policy moved."""
-        t = self.now
-        allocator = self.allocator
-        on_state = self._on_state
-        moved = False
-        if self.flight is None and self.roster.live:
-            self._policy_moved = False
-            steady = self.steadiness
-            steady.blocked = None
-            allocator.step_evictions.clear()
-            allocator.step_growth.clear()
-            policy = self.policy
-            fast = steady.enabled
-            if fast:
-                before = steady.before_call()
-            plan = policy.schedule(t)
-            if self._plugin:
-                self._check_plan(plan)
-            if self.link.parking:
-                plan = park(self, plan)
-            moved = self._policy_moved
-            if on_state is not None:
-                on_state(t, self._state(plan), False)
-            if plan:
-                if self._emit is not None:
-                    self._emit(Snapshot(t, **self._state(plan)))
-                # Blocks the policy itself gave this step's rows (before the dispatch).
-                policy_blocks = sum(allocator.step_growth.values()) if steady.blocked else 0
-                flight = self.flight = self._start(plan)
-                if not fast:
-                    pass
-                elif not flight.members:
-                    if steady.repeats(flight, before):
-                        until = self.agenda.peek(t, False, self.roster.live > 0)
-                        horizon = self.link.horizon
-                        fold(self, flight, until if until < horizon else horizon,
-                             policy_blocks)
-                else:
-                    # Counted decoders: a stretch is looked at for folding only if it
-                    # may last (the next look starts afresh).
-                    until = self.agenda.peek(t, False, self.roster.live > 0)
-                    if self.link.horizon < until:
-                        until = self.link.horizon
-                    if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
-                        steady.forget()
-                    elif steady.repeats(flight, before):
-                        fold(self, flight, until, policy_blocks)
-                if on_state is not None:
-                    on_state(t, self._state(), True)
-            else:
-                steady.forget()
-        elif on_state is not None:
-            on_state(t, self._state(), self.flight is not None)
-        allocator.check() if not self._audit else allocator.audit()
-        return moved
-
-    def next_boundary(self, moved: bool) -> float:
-        """E7: the earliest time at which anything can change (infinity: nothing can)."""
-        t = self.now
-        flight = self.flight
-        if flight is not None:
-            nxt = self.agenda.peek(t, True)
-            return flight.done if flight.done < nxt else nxt
-        nxt = self.agenda.peek(t, False, self.roster.live > 0)
-        if self.roster.live and moved:
-            # E6b: the policy changed something (admitted, preempted) but ran
-            # nothing: an empty iteration, and the next decision one step later,
-            # when a step that preempted may admit.
-            self.ledger.empty()
-            nxt = min(nxt, t + 1)
-        return nxt
-
-    def stall(self, why: str | None = None) -> None:
-        """E6b: nothing can ever change again; every live request ends in error."""
-        now = self.now
-        a = self.allocator
-        if self._cohort is not None:
-            self._cohort.settle_all()
-        reason = (f"no progress possible at tick {now}: {self.policy.running_count} running, "
-                  f"{self.policy.waiting_count} waiting, free {a.free}, reserved "
-                  f"{a.reserved}, draining {a.draining}, and "
-                  + (why or "no event pending"))
-        if self.roster.spill is not None:
-            self.roster.spill.build_all()  # every spilled request is built, to end in error
-        for req in list(self.roster.requests.values()):
-            if req.status.is_finished:
-                continue
-            if req.sent is None:
-                self.clients.withdraw(req)  # never sent: the server does not know it
-                req.fail(now)
-                self._record_end(req)
-            else:
-                if req.status == RUNNING or req.remote == LOADING or req.remote == LOADED:
-                    self._release_request(req)
-                if req.remote != LOADING:
-                    self.policy.remove(req)
-                req.fail(now)
-                self._end(req)
-            if self._emit is not None:
-                self._emit(Stalled(now, req.rid, reason))
-
-
 # Held waiting requests past which arrivals are spilled (with twice max_rows).
 SPILL_AFTER = 4096
-# With a cohort, a steady stretch is looked at for folding only when it may
-# last this many dispatches: a shorter one saves less than looking costs.
-FOLD_AFTER = 4
-
-
-def _check_bookkeeping(workload: Workload, options: Options) -> None:
-    """Refuse a request whose blocks could outgrow what the simulator tracks per
-    request (it would be admitted: it fits in the pool), with the arithmetic."""
-    spec = workload.largest
-    if spec is None:
-        return
-    size = options.block_size
-    rows = spec.prompt_tokens + spec.max_tokens
-    blocks = blocks_for(rows, size)
-    if MAX_REQUEST_BLOCKS < blocks <= options.num_blocks:
-        raise UsageError(
-            f"request {spec.id!r} may need {blocks:,} blocks of {size} tokens (prompt "
-            f"{spec.prompt_tokens:,} + max_tokens {spec.max_tokens:,}), more than the "
-            f"{MAX_REQUEST_BLOCKS:,} the simulator tracks per request (about {BLOCK_BYTES} "
-            f"bytes each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size of "
-            f"at least {blocks_for(rows, MAX_REQUEST_BLOCKS):,}")
-
-
-def run(workload: Workload, options: Options, policy: str, **kwargs) -> RunResult:
-    """Convenience: build an engine and replay the workload under one policy."""
-    return Engine(workload, options, policy, **kwargs).run()

@@ -5,16 +5,12 @@ completion records its outputs.
 (`_start`: checks the budgets, derives each row's phase and emission,
 allocates blocks, writes the rows, asks the ledger for the dispatch's
 statistics and timing) and completes it (`_complete`: outputs, finished
-requests, the ledger's gaps), with the decode cohort's counted rows
-(`_start_counted`, `_start_members`, `_complete_members`; cohort.py) and the
-livelock watch. A dispatch in progress is an `InFlight`. Folded stretches
-are folding.py's.
+requests, the ledger's gaps), and feeds the livelock watch. A dispatch in
+progress is an `InFlight`. The decode cohort's counted rows are
+fast/counted.py's, folded stretches fast/folding.py's.
 """
 from __future__ import annotations
 
-import operator
-from itertools import compress, repeat
-from typing import Any
 
 from ..policies import PADDING, Plan
 from ..policies.base import DecodesFirst
@@ -22,13 +18,10 @@ from ..records.errors import InvariantError
 from ..records.events import Dispatch, Finished
 from ..records.states import RequestStatus
 from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs, write_decodes
-from .cohort import Cohort
 
 __all__ = ["Dispatching", "InFlight"]
 
 RUNNING = RequestStatus.RUNNING
-_first = operator.itemgetter(0)
-_second = operator.itemgetter(1)
 
 
 class InFlight:
@@ -212,66 +205,6 @@ class Dispatching:
             flight.unsent = None
             self._emit(Dispatch(flight.start, rows, tokens, done))
 
-    def _start_counted(self, requests: list[Request], members: int,
-                       contexts: int) -> InFlight:
-        """`_start` for a dispatch of counted decodes only (the cohort opened their
-        blocks): the same statistics, duration and flight, without a row loop."""
-        now = self.now
-        if members > self.options.token_budget:
-            raise InvariantError(f"dispatch tokens({members}) <= token_budget"
-                                 f"({self.options.token_budget}) is false", now)
-        self.livelock.idle = 0  # (LivelockWatch.reset, inline)
-        done, exact = self.ledger.dispatch(now, members, members, 0, members, 0, 0, (),
-                                           contexts)
-        return InFlight(None, now, done, exact, True, members, [], members, requests)
-
-    def _start_members(self, plan: Plan, cohort: Cohort
-                       ) -> tuple[list[Request] | None, Any, int, int]:
-        """The cohort's part of a dispatch start: members the plan runs as plain
-        decodes stay (their blocks opened, their rows counted); members it does
-        not run so are settled and leave. Returns every row's request, the rows
-        left to write one by one, the members run, and their summed context."""
-        if cohort.last_done != self.now:
-            # An idle gap (no built-in policy leaves one while members decode): their
-            # last output is not this start, so they are written and leave.
-            cohort.settle_all()
-            return None, plan, 0, 0
-        get = cohort.members.get
-        if type(plan) is DecodesFirst:
-            # The policy's own list of decodes: one look-up per row, in C.
-            decoders = plan.decoders
-            inside = list(map(get, decoders))
-            members = len(decoders) - inside.count(None)
-            if members != len(cohort.members):
-                kept = set(compress(decoders, inside))
-                for req in list(cohort.members):
-                    if req not in kept:
-                        cohort.settle(req)
-            chunks = plan.rest
-            requests = decoders if not chunks else decoders + list(map(_first, chunks))
-            if members < len(decoders):
-                others = [req for req, m in zip(decoders, inside) if m is None]
-                rest = list(zip(others, repeat(1)))
-                rest += chunks
-            else:
-                rest = chunks
-        else:
-            requests = list(map(_first, plan))
-            inside = list(map(get, requests))
-            members = len(requests) - inside.count(None)
-            mine = [row for row, m in zip(plan, inside) if m is not None]
-            if members != len(cohort.members) or sum(map(_second, mine)) != members:
-                # Members left out of the plan, or given other than one row: settled.
-                kept = {req for req, tokens in mine if tokens == 1}
-                for req in list(cohort.members):
-                    if req not in kept:
-                        cohort.settle(req)
-                members = len(kept)
-            rest = [row for row in plan if row[0] not in cohort.members]
-        if not members:
-            return None, plan, 0, 0
-        return requests, rest, members, cohort.start(self.allocator.open_block)
-
     def _complete(self, flight: InFlight) -> None:
         """E1: record the outputs; finish requests that produced their last one."""
         now = self.now
@@ -301,33 +234,3 @@ class Dispatching:
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))
         self.ledger.completed(now, flight.exact, flight.outputs, since)
-
-    def _complete_members(self, flight: InFlight, cohort: Cohort, ended: list[Request],
-                          since: dict[int, int]) -> list[Request]:
-        """The cohort's part of a completion: members emit (their previous output
-        came when the dispatch started), those at their last output leave, and the
-        plain decodes of this dispatch that go on join. Returns every request that
-        finished, in row order."""
-        if flight.members:
-            since[flight.start] = since.get(flight.start, 0) + flight.members
-            done = cohort.complete(self.now)
-            if done:
-                order = flight.requests.index
-                ended = sorted(ended + done, key=order)
-        else:
-            cohort.completed += 1
-            cohort.last_done = self.now
-        if flight.rows is None:
-            joining = flight.decoders
-        else:  # the rows that were plain decodes: steady rows that emit
-            joining = [req for req, emits in flight.rows if emits]
-        if joining:
-            finished = set(ended) if ended else ()
-            for req in joining:
-                if (req not in finished and req.resident >= req.high_water
-                        # Request.plain_decode, inlined:
-                        and req.resident >= req.prompt_tokens and req.resident >= req.restore
-                        and req.last_output_at == self.now):
-                    cohort.join(req)
-        return ended
-

@@ -2,8 +2,8 @@
 
 A dispatch is started in one of three ways (engine/core.py): stepped, row by
 row (`Engine._start`); counted, when every row is a steady decode the cohort
-answers for (`Engine._start_counted`, cohort.py); or folded, a stretch of
-identical decode dispatches applied at once (folding.py). Whichever way, the
+answers for (`Engine._start_counted`, fast/counted.py); or folded, a stretch of
+identical decode dispatches applied at once (fast/folding.py). Whichever way, the
 same three things follow from it, and `DispatchLedger` is the only code that
 computes them:
 
@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from ..gpu.costmodel import CostModel
 from ..records.clock import Clock
-from .summary import RunStats
+from .run_stats import RunStats
 
 __all__ = ["DispatchLedger"]
 
@@ -122,7 +122,7 @@ class DispatchLedger:
         for length in lengths:
             gaps[length] = gaps.get(length, 0) + 1
 
-    # --- folded stretches (folding.py) -------------------------------------------------
+    # --- folded stretches (fast/folding.py) --------------------------------------------
 
     def fold(self, exact: float, done: int, rows: int, contexts: int, most: int,
              until: float, starts: list[int] | None) -> tuple[int, int, float, int]:

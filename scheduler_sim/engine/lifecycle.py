@@ -11,8 +11,6 @@ set up by `Engine.__init__`; this class adds no state of its own.
 """
 from __future__ import annotations
 
-import operator
-from bisect import insort
 
 from ..kv.prefix_cache import BlockKeys
 from ..records.errors import InvariantError
@@ -21,13 +19,12 @@ from ..records.events import (
     PreemptIgnored, Preempted, Rejected, Timeout,
 )
 from ..records.states import RequestStatus
-from ..records.workload import Action, RequestSpec
+from ..records.workload import RequestSpec
 from ..requests.request import LOADED, LOADING, PARKING, REMOTE, RemoteKv, Request, seal
 
 __all__ = ["Lifecycle", "request_of"]
 
 RUNNING = RequestStatus.RUNNING
-_action_order = operator.attrgetter("at", "index")
 
 
 class Lifecycle:
@@ -64,7 +61,7 @@ class Lifecycle:
             # request starts from its hits, not from what it had before).
             req.block_keys.registered = len(cached)
         self.roster.admitted += 1
-        self._policy_moved = True
+        self.steadiness.moved = True
         self.steadiness.changed()
         if self._emit is not None:
             self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
@@ -133,7 +130,7 @@ class Lifecycle:
         self.policy.remove(req)
         self.start_waiting(req)
         self.policy.requeue(req)
-        self._policy_moved = True
+        self.steadiness.moved = True
         self.steadiness.changed()
         if self._emit is not None:
             self._emit(Preempted(self.now, req.rid, outputs, rows, freed, reason, rule, trigger))
@@ -293,32 +290,6 @@ class Lifecycle:
                 self._emit(PreemptIgnored(self.now, rid, req.status.label))
             return
         self.preempt(req, "manual")
-
-    # --- what a fleet hands a replica (fleet/) -------------------------------------
-
-    def accept(self, spec: RequestSpec) -> None:
-        """A router sends this replica a request arriving now (E2; times on the clock)."""
-        self.accept_request(request_of(spec))
-
-    def accept_request(self, req: Request, forwarded: bool = False) -> None:
-        """A fleet hands this replica a request arriving now (E2): one of the trace, a
-        prefill-only request, or (`forwarded`) one whose prompt another replica
-        computed (fleet/disagg.py). (A replica has no client slots and no spill.)"""
-        req.replica = self.link.replica
-        self.roster.requests[req.rid] = req
-        self.stats.requests += 1
-        self.agenda.arrived += 1
-        self._register(req, forwarded=forwarded)
-        # The trace changed things: replays since are not the policy's circle.
-        self.livelock.reset()
-
-    def accept_action(self, action: Action) -> None:
-        """A cancellation or forced preemption of a request this replica was sent, due
-        at `action.at` (on the clock), kept in (time, trace position) order."""
-        w = self.workload
-        actions = w.cancels if action.kind == "cancel" else w.preempts
-        insort(actions, action, key=_action_order)
-
 
 def request_of(spec: RequestSpec) -> Request:
     """A request, waiting, as its trace record describes it (also for fleets)."""

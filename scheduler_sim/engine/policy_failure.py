@@ -19,6 +19,8 @@ What stays as it is: an interrupt a signal explains (`records.interrupts`),
 and the simulator's own errors raised by the package's code (an output that
 cannot be written, a reader that went away); under a built-in policy every
 failure is the simulator's.
+
+`check_plan` is the check every plan of a plugin passes first.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from ..policies.plugins import describe, raised_outside, where
 from ..records.clock import Clock
 from ..records.errors import InvariantError, PolicyError, SimError
 from ..records.interrupts import from_signal
+from ..requests.request import Request
 
 __all__ = ["policy_failure", "moment", "shown"]
 
@@ -71,3 +74,25 @@ def policy_failure(exc: BaseException, policy: str, plugin: bool, clock: Clock,
     name, text = describe(exc)
     return PolicyError(f"policy {policy!r} raised {name} at {moment(clock, now)}"
                        f"{': ' + text if text else ''}{where(exc)}")
+
+
+def check_plan(plan: object, requests: dict, now: int) -> None:
+    """A plugin's plan must be a list of (request, tokens) pairs of requests of this
+    run (`requests`, by id), each at most once; the rest (budgets, phases, blocks)
+    the engine's `_start` checks for every policy."""
+    if not isinstance(plan, list):
+        raise InvariantError(f"schedule() returns a list of (request, tokens) pairs, "
+                             f"got {type(plan).__name__}", now)
+    seen: set[str] = set()
+    for entry in plan:
+        if (type(entry) is not tuple or len(entry) != 2
+                or not isinstance(entry[0], Request)
+                or requests.get(entry[0].rid) is not entry[0]
+                or type(entry[1]) is not int):
+            raise InvariantError(f"each plan entry is a (request of this run, int "
+                                 f"tokens) pair, got {shown(entry)}", now)
+        rid = entry[0].rid
+        if rid in seen:
+            raise InvariantError(f"request {rid!r} appears twice in one dispatch (a "
+                                 "request runs at most once per dispatch)", now)
+        seen.add(rid)

@@ -7,12 +7,19 @@ names (`named`) stay, so that a long trace replays in memory bounded by
 what is live. `on_end` hears of each request as it reaches its end.
 `admitted` numbers admissions in order (a request's `admit_seq`). `spill`,
 when the engine spills the tail of a long FCFS queue (spill.py), holds it.
+`check_request_sizes` refuses, before the replay, a request whose blocks could
+outgrow what the simulator tracks per request.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["Roster"]
+from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, blocks_for
+from ..records.errors import UsageError
+from ..records.options import Options
+from ..records.workload import Workload
+
+__all__ = ["Roster", "check_request_sizes"]
 
 
 class Roster:
@@ -37,3 +44,21 @@ class Roster:
             self.on_end(req)
         if not self.keep and req.rid not in self.named:
             del self.requests[req.rid]
+
+
+def check_request_sizes(workload: Workload, options: Options) -> None:
+    """Refuse a request whose blocks could outgrow what the simulator tracks per
+    request (it would be admitted: it fits in the pool), with the arithmetic."""
+    spec = workload.largest
+    if spec is None:
+        return
+    size = options.block_size
+    rows = spec.prompt_tokens + spec.max_tokens
+    blocks = blocks_for(rows, size)
+    if MAX_REQUEST_BLOCKS < blocks <= options.num_blocks:
+        raise UsageError(
+            f"request {spec.id!r} may need {blocks:,} blocks of {size} tokens (prompt "
+            f"{spec.prompt_tokens:,} + max_tokens {spec.max_tokens:,}), more than the "
+            f"{MAX_REQUEST_BLOCKS:,} the simulator tracks per request (about {BLOCK_BYTES} "
+            f"bytes each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size of "
+            f"at least {blocks_for(rows, MAX_REQUEST_BLOCKS):,}")

@@ -1,6 +1,6 @@
 """Steadiness: whether the step a policy just planned repeats the one before it.
 
-Folding (folding.py) applies a run of identical decode steps at once. It may
+Folding (fast/folding.py) applies a run of identical decode steps at once. It may
 do so only after a `schedule` call that will repeat itself, one token
 further, until something outside happens. This module owns that judgement
 and the two records it rests on:
@@ -53,7 +53,8 @@ def _slot_names(cls: type) -> tuple[str, ...]:
 class Steadiness:
     """The change log, the policy's state before each call, and the last plan seen."""
 
-    __slots__ = ("enabled", "changes", "blocked", "folded", "_policy", "_slots", "_last")
+    __slots__ = ("enabled", "changes", "moved", "blocked", "folded", "_policy", "_slots",
+                 "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
         # Whether folding is on at all: it changes nothing a summary or the event
@@ -61,6 +62,9 @@ class Steadiness:
         # boundary for real, so with them it is off.
         self.enabled = enabled
         self.changes = 0  # transitions written to the change log so far
+        # Whether the policy admitted or preempted during this step's call (then an
+        # empty plan is still an iteration, E6b).
+        self.moved = False
         # This step's blocked head: (id, reason, needed, free, taken).
         self.blocked: tuple[str, str, int, int, int] | None = None
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks

@@ -84,7 +84,7 @@ import heapq
 from typing import Callable
 
 from ..engine.core import Engine, request_of
-from ..engine.summary import RunStats
+from ..engine.run_stats import RunStats
 from ..kv.allocator import blocks_for
 from ..records.events import Event, Prefilled, TransferDone, TransferStarted
 from ..records.options import Options

@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 from ..engine.core import Engine, RunResult
 from ..engine.policy_failure import policy_failure
-from ..engine.summary import RunStats
+from ..engine.run_stats import RunStats
 from ..kv.prefix_cache import BlockKeys
 from ..records.clock import Clock
 from ..records.events import Event

@@ -116,7 +116,7 @@ class Policy:
     # True: between dispatches the policy reads nothing of a request it runs as
     # a plain decode but its identity and `admit_seq` (its plan lists such rows
     # as (request, 1)): the engine may then count steady decoders instead of
-    # writing each row (engine/cohort.py), writing their progress in before
+    # writing each row (engine/fast/cohort.py), writing their progress in before
     # anything else touches them. Built-in policies only.
     lazy_decoders: ClassVar[bool] = False
 
@@ -223,7 +223,7 @@ class Policy:
         before exactly (the same rows, nothing admitted, preempted, freed or
         reported differently): may the engine apply the identical steps that
         follow at once, until a request finishes or something outside happens
-        (engine/folding.py)? `blocked_reason` is the reason this step's queue head was
+        (engine/fast/folding.py)? `blocked_reason` is the reason this step's queue head was
         reported blocked for, or None.
 
         The default answers yes when no head is blocked: only the policy knows

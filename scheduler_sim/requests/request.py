@@ -418,7 +418,7 @@ def emit_outputs(reqs: list[Request], now: int, start: int,
 
 def catch_up(req: Request, rows: int, outputs: int, last_output_at: int) -> None:
     """Account at once what a steady decoder did while it was counted rather than
-    written (engine/cohort.py): `rows` new rows, all useful, and `outputs`
+    written (engine/fast/cohort.py): `rows` new rows, all useful, and `outputs`
     outputs, the last at `last_output_at`."""
     if rows:
         r = req.resident + rows

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from operator import attrgetter, lt, sub
 
-from ..records.events import (AdmissionBlocked, Dispatch, LineListener, Snapshot,
+from ...records.events import (AdmissionBlocked, Dispatch, LineListener, Snapshot,
                               dispatch_line, snapshot_line, steady_lines)
-from ..requests.request import DECODE, Request, advance_decodes
+from ...requests.request import DECODE, Request, advance_decodes
 
 __all__ = ["fold"]
 

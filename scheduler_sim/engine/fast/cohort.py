@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..requests.request import Request, catch_up
+from ...requests.request import Request, catch_up
 
 __all__ = ["Cohort"]
 

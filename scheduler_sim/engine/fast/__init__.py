@@ -1,0 +1,7 @@
+"""The engine's fast paths: counting steady decoders (cohort.py, counted.py) and
+folding steady stretches (folding.py). Each changes no output (the tests
+replay random workloads both ways) and writes through the dispatch ledger;
+each speed trick in them is labelled with what it stands for and the
+measurement behind it."""
+
+__all__: list[str] = []

@@ -1,0 +1,146 @@
+"""Counted dispatches: the decode cohort's side of starting and completing one.
+
+While a `Cohort` (cohort.py) counts steady decoders, a dispatch that runs them
+again writes no row for them: `_start_members` finds the members the plan
+runs as plain decodes (one look-up per row, in C) and lets the cohort open
+their blocks; `_start_counted` starts a dispatch of members only without a
+row loop; `_complete_members` has members emit and finish by the counters and
+lets this dispatch's plain decoders join. Each asks the ledger (ledger.py) for
+the same statistics, duration and gaps a written dispatch gets, so a counted
+run is byte for byte a written one (tests/test_cohort.py compares them on
+random workloads of every policy that counts).
+
+Why: on the Azure conversation trace under `continuous` most dispatches are
+steady decodes; counting them instead of writing each row is what keeps the
+replay's cost near its events (benchmarks/README.md, "the decode cohort").
+
+`Counting` is the part of `Engine` that does this; `settle_members` and
+`cohort` are what folding (folding.py) reads of it.
+"""
+from __future__ import annotations
+
+import operator
+from itertools import compress, repeat
+from typing import Any
+
+from ...policies import Plan
+from ...policies.base import DecodesFirst
+from ...records.errors import InvariantError
+from ...requests.request import Request
+from ..dispatching import InFlight
+from .cohort import Cohort
+
+__all__ = ["Counting"]
+
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
+
+
+class Counting:
+    """The counted side of `Engine`'s dispatches (mixed into it)."""
+
+    @property
+    def cohort(self) -> Cohort | None:
+        """The steady decoders counted rather than written, if counted at all."""
+        return self._cohort
+
+    def settle_members(self, flight: InFlight) -> None:
+        """Write every counted decoder's progress while `flight`, a dispatch of
+        decodes only, runs: its rows are then all written ones, and its members'
+        outputs are emitted as theirs when it completes (folding, when counted
+        and written rows are mixed)."""
+        if flight.rows is not None:
+            raise InvariantError("the members of a dispatch with rows other than "
+                                 "decodes are settled before it completes", self.now)
+        self._cohort.settle_all()
+        flight.decoders, flight.members = flight.requests, 0
+
+    def _start_counted(self, requests: list[Request], members: int,
+                       contexts: int) -> InFlight:
+        """`_start` for a dispatch of counted decodes only (the cohort opened their
+        blocks): the same statistics, duration and flight, without a row loop."""
+        now = self.now
+        if members > self.options.token_budget:
+            raise InvariantError(f"dispatch tokens({members}) <= token_budget"
+                                 f"({self.options.token_budget}) is false", now)
+        self.livelock.idle = 0  # (LivelockWatch.reset, inline)
+        done, exact = self.ledger.dispatch(now, members, members, 0, members, 0, 0, (),
+                                           contexts)
+        return InFlight(None, now, done, exact, True, members, [], members, requests)
+
+    def _start_members(self, plan: Plan, cohort: Cohort
+                       ) -> tuple[list[Request] | None, Any, int, int]:
+        """The cohort's part of a dispatch start: members the plan runs as plain
+        decodes stay (their blocks opened, their rows counted); members it does
+        not run so are settled and leave. Returns every row's request, the rows
+        left to write one by one, the members run, and their summed context."""
+        if cohort.last_done != self.now:
+            # An idle gap (no built-in policy leaves one while members decode): their
+            # last output is not this start, so they are written and leave.
+            cohort.settle_all()
+            return None, plan, 0, 0
+        get = cohort.members.get
+        if type(plan) is DecodesFirst:
+            # The policy's own list of decodes: one look-up per row, in C.
+            decoders = plan.decoders
+            inside = list(map(get, decoders))
+            members = len(decoders) - inside.count(None)
+            if members != len(cohort.members):
+                kept = set(compress(decoders, inside))
+                for req in list(cohort.members):
+                    if req not in kept:
+                        cohort.settle(req)
+            chunks = plan.rest
+            requests = decoders if not chunks else decoders + list(map(_first, chunks))
+            if members < len(decoders):
+                others = [req for req, m in zip(decoders, inside) if m is None]
+                rest = list(zip(others, repeat(1)))
+                rest += chunks
+            else:
+                rest = chunks
+        else:
+            requests = list(map(_first, plan))
+            inside = list(map(get, requests))
+            members = len(requests) - inside.count(None)
+            mine = [row for row, m in zip(plan, inside) if m is not None]
+            if members != len(cohort.members) or sum(map(_second, mine)) != members:
+                # Members left out of the plan, or given other than one row: settled.
+                kept = {req for req, tokens in mine if tokens == 1}
+                for req in list(cohort.members):
+                    if req not in kept:
+                        cohort.settle(req)
+                members = len(kept)
+            rest = [row for row in plan if row[0] not in cohort.members]
+        if not members:
+            return None, plan, 0, 0
+        return requests, rest, members, cohort.start(self.allocator.open_block)
+
+    def _complete_members(self, flight: InFlight, cohort: Cohort, ended: list[Request],
+                          since: dict[int, int]) -> list[Request]:
+        """The cohort's part of a completion: members emit (their previous output
+        came when the dispatch started), those at their last output leave, and the
+        plain decodes of this dispatch that go on join. Returns every request that
+        finished, in row order."""
+        if flight.members:
+            since[flight.start] = since.get(flight.start, 0) + flight.members
+            done = cohort.complete(self.now)
+            if done:
+                order = flight.requests.index
+                ended = sorted(ended + done, key=order)
+        else:
+            cohort.completed += 1
+            cohort.last_done = self.now
+        if flight.rows is None:
+            joining = flight.decoders
+        else:  # the rows that were plain decodes: steady rows that emit
+            joining = [req for req, emits in flight.rows if emits]
+        if joining:
+            finished = set(ended) if ended else ()
+            for req in joining:
+                if (req not in finished and req.resident >= req.high_water
+                        # Request.plain_decode, inlined:
+                        and req.resident >= req.prompt_tokens and req.resident >= req.restore
+                        and req.last_output_at == self.now):
+                    cohort.join(req)
+        return ended
+

@@ -1,0 +1,203 @@
+"""Per-run statistics: what the run's summary needs, gathered request by request (§12).
+
+`RunStats` is fed by the engine (through the dispatch ledger, ledger.py) as
+requests end and dispatches run; it keeps only the numbers the statistics
+need: one value per request for each latency (8 bytes each: a million
+requests cost 40 MB, the exact percentiles' price), and a count per distinct
+gap for the inter-token latency (ITL). `summary` gives the run's record in
+the run's unit (summary.py names its fields and the latency metrics). A
+fleet's statistics are its replicas' combined (`combined`).
+"""
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any
+
+from ..records.clock import Clock
+from ..requests.request import Request
+from .summary import (COMPLETED, METRICS, PERCENTILES, RUN_FIELDS, STATUS_FIELDS, latencies,
+                      meets_slo, nearest_rank)
+
+__all__ = ["RunStats"]
+
+
+def _counted_rank(counts: list[tuple[int, int]], total: int, p: float) -> int | None:
+    """nearest_rank over a sample given as ascending (value, count) pairs."""
+    if not total:
+        return None
+    rank = max(1, math.ceil(p / 100 * total))
+    seen = 0
+    for value, count in counts:
+        seen += count
+        if seen >= rank:
+            return value
+    return counts[-1][0]
+
+
+
+class RunStats:
+    """Accumulates what the per-run summary needs, request by request."""
+
+    def __init__(self, clock: Clock | None = None, slo: tuple | None = None) -> None:
+        self.clock = clock or Clock()
+        self.slo = slo
+        # One value per request and metric, 8 bytes each: whole clock steps, and
+        # TPOT's fractions (a list only if a time outgrows 64 bits).
+        self.samples: dict[str, Any] = {m: array("d" if m == "tpot" else "q")
+                                        for m in METRICS if m != "itl"}
+        self.itl: dict[int, int] = {}  # gap in steps -> how many output gaps lasted it
+        self.status_counts = {label: 0 for label in STATUS_FIELDS}
+        self.requests = 0
+        self.iterations = 0
+        self.empty_iterations = 0
+        self.makespan = 0
+        self.rows = 0
+        self.tokens = 0
+        self.prompt_tokens = 0
+        self.decode_tokens = 0
+        self.recompute_tokens = 0
+        self.padding_rows = 0
+        self.output_tokens = 0
+        self.useful_rows = 0
+        self.replay_rows = 0
+        self.preemptions = 0
+        self.cached_tokens = 0
+        self.busy_seconds = 0.0  # modelled GPU time, with a cost model
+        self.completed_input = 0   # prompt tokens of completed requests
+        self.completed_output = 0  # output tokens of completed requests
+        self.slo_met = 0
+        self.deadlines = 0
+        self.deadline_misses = 0
+
+    @classmethod
+    def combined(cls, parts: list["RunStats"]) -> "RunStats":
+        """The statistics of several engines' runs as one (a fleet): counts add up,
+        samples are pooled, the makespan is the latest."""
+        out = cls(parts[0].clock, parts[0].slo)
+        for part in parts:
+            for metric, values in part.samples.items():
+                mine = out.samples[metric]
+                try:
+                    mine.extend(values)
+                except (OverflowError, TypeError):
+                    out.samples[metric] = list(mine) + list(values)
+            for gap, count in part.itl.items():
+                out.itl[gap] = out.itl.get(gap, 0) + count
+            for label, count in part.status_counts.items():
+                out.status_counts[label] += count
+            for name in _SUMMED:
+                setattr(out, name, getattr(out, name) + getattr(part, name))
+            out.makespan = max(out.makespan, part.makespan)
+        return out
+
+    def request_ended(self, req: Request) -> None:
+        """Fold one request's numbers in, once, when it reaches a terminal state."""
+        self.status_counts[req.status.label] += 1
+        self.useful_rows += req.useful_rows
+        self.replay_rows += req.replay_rows
+        self.preemptions += req.preemptions
+        self.cached_tokens += req.cached_tokens
+        samples = self.samples
+        lat = latencies(req, self.clock.request_overhead)
+        for metric, values in samples.items():
+            value = lat[metric]
+            if value is not None:
+                try:
+                    values.append(value)
+                except OverflowError:
+                    samples[metric] = values = list(values)
+                    values.append(value)
+        completed = req.status in COMPLETED
+        if completed:
+            self.completed_input += req.prompt_tokens
+            self.completed_output += req.output_tokens
+            if self.slo is not None and meets_slo(lat, self.slo, self.clock):
+                self.slo_met += 1
+        if req.deadline is not None:
+            self.deadlines += 1
+            if not completed or req.finished_at > req.deadline:
+                self.deadline_misses += 1
+
+    def summary(self, peak_reserved: int, peak_allocated: int,
+                first_arrival: int = 0) -> dict[str, Any]:
+        """The per-run summary of §12, fields in `RUN_FIELDS` order, times in the
+        run's unit. The duration runs from `first_arrival` to the last completion."""
+        clock = self.clock
+        report = clock.report
+        completed = (self.status_counts["finished_stopped"]
+                     + self.status_counts["finished_length_capped"])
+        span = self.makespan - first_arrival if self.iterations else 0
+        out: dict[str, Any] = {
+            "requests": self.requests,
+            "iterations": self.iterations,
+            "empty_iterations": self.empty_iterations,
+            "makespan": report(self.makespan),
+            "duration": report(span) if span > 0 else None,
+            "completed": completed,
+        }
+        out.update(self.status_counts)
+        out.update({
+            "request_throughput": clock.rate(completed, span),
+            "input_throughput": clock.rate(self.completed_input, span),
+            "output_throughput": clock.rate(self.completed_output, span),
+            "total_token_throughput": clock.rate(self.completed_input
+                                                 + self.completed_output, span),
+        })
+        for metric in METRICS:
+            if metric == "itl":
+                out.update(self._itl())
+                continue
+            values = sorted(self.samples[metric])
+            out[f"{metric}_mean"] = report(sum(values) / len(values)) if values else None
+            for p in PERCENTILES:
+                out[f"{metric}_p{p}"] = report(nearest_rank(values, p))
+            out[f"{metric}_max"] = report(values[-1]) if values else None
+        slo = self.slo is not None
+        iters = self.iterations
+        out.update({
+            "slo_met": self.slo_met if slo else None,
+            "slo_attainment": (round(self.slo_met / self.requests, 4)
+                               if slo and self.requests else None),
+            "request_goodput": clock.rate(self.slo_met, span) if slo else None,
+            "deadlines": self.deadlines,
+            "deadline_misses": self.deadline_misses,
+            "prompt_tokens": self.prompt_tokens,
+            "decode_tokens": self.decode_tokens,
+            "recompute_tokens": self.recompute_tokens,
+            "padding_rows": self.padding_rows,
+            "output_tokens": self.output_tokens,
+            "useful_rows": self.useful_rows,
+            "replay_rows": self.replay_rows,
+            "cached_tokens": self.cached_tokens,
+            "preemptions": self.preemptions,
+            "peak_reserved": peak_reserved,
+            "peak_allocated": peak_allocated,
+            "mean_batch_rows": _round(self.rows / iters) if iters else None,
+            "mean_batch_tokens": _round(self.tokens / iters) if iters else None,
+            "busy_seconds": round(self.busy_seconds, 6) if self.busy_seconds else None,
+        })
+        assert tuple(out) == RUN_FIELDS, "summary fields drifted from RUN_FIELDS"
+        return out
+
+    def _itl(self) -> dict[str, Any]:
+        report = self.clock.report
+        counts = sorted(self.itl.items())
+        total = sum(c for _, c in counts)
+        out = {"itl_mean": report(sum(v * c for v, c in counts) / total) if total else None}
+        for p in PERCENTILES:
+            out[f"itl_p{p}"] = report(_counted_rank(counts, total, p))
+        out["itl_max"] = report(counts[-1][0]) if total else None
+        return out
+
+
+# The counters of RunStats that add up over the engines of a fleet.
+_SUMMED = ("requests", "iterations", "empty_iterations", "rows", "tokens", "prompt_tokens",
+           "decode_tokens", "recompute_tokens", "padding_rows", "output_tokens", "useful_rows",
+           "replay_rows", "preemptions", "cached_tokens", "busy_seconds", "completed_input",
+           "completed_output", "slo_met", "deadlines", "deadline_misses")
+
+
+def _round(value: float) -> float | int:
+    value = round(value, 4)
+    return int(value) if value.is_integer() else value

@@ -262,8 +262,8 @@ def test_all_is_declared_and_every_name_exists(name):
 
 # --- the engine's step protocol: drivers use public names only --------------------
 
-ENGINE_PARTS = {"core.py": "Engine", "lifecycle.py": "Lifecycle",
-                "dispatching.py": "Dispatching"}
+ENGINE_PARTS = {"core.py": "Engine", "stepping.py": "Stepping", "lifecycle.py": "Lifecycle",
+                "dispatching.py": "Dispatching", "fast/counted.py": "Counting"}
 
 
 def engine_private_names() -> set[str]:
@@ -301,7 +301,7 @@ def test_nothing_outside_the_engine_uses_its_private_names():
     assert {"_plugin", "_complete", "_start", "_register", "_cohort"} <= names
     found = []
     for path in sorted(ROOT.rglob("*.py")):
-        if path.parent.name == "engine":
+        if path.relative_to(ROOT).parts[0] == "engine":
             continue
         for line, name in private_engine_uses(path.read_text(), names):
             found.append(f"{path.relative_to(ROOT)}:{line}: {name}")
@@ -327,3 +327,34 @@ def test_option_choices_are_the_registries_names():
     assert OPTIONS["victim"].choices == tuple(VICTIM_RULES)
     assert OPTIONS["router"].choices == tuple(ROUTERS)
     assert set(DEFAULT_POLICIES) <= set(POLICIES)
+
+
+# --- the engine's size: modules a newcomer can read, state a newcomer can hold ------
+
+ENGINE_MODULE_LINES = 300
+ENGINE_ATTRIBUTES = 20
+
+
+def test_no_engine_module_is_over_300_lines():
+    """Every module under engine/ (fast/ included) is at most 300 lines."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "engine").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > ENGINE_MODULE_LINES}
+    assert long == {}
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm", "sglang"])
+def test_an_engine_holds_at_most_20_attributes_before_and_after_a_run(policy):
+    """The Engine's state is about twenty names (its parts are objects of their own):
+    counted on a real engine with events, prefix caching and a waiting timeout, before
+    and after it replays the shipped quickstart trace; a run adds none."""
+    from scheduler_sim.engine.core import Engine
+    from scheduler_sim.io.trace import read_trace
+    from scheduler_sim.records.options import Options
+
+    trace = read_trace(str(ROOT.parent / "traces" / "quickstart.jsonl"))
+    options = Options.resolve(trace.config, {"prefix_caching": True, "waiting_timeout": 50})
+    engine = Engine(trace.workload, options, policy, on_event=lambda event: None)
+    before = set(vars(engine))
+    engine.run()
+    assert len(before) <= ENGINE_ATTRIBUTES
+    assert set(vars(engine)) == before

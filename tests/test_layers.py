@@ -18,7 +18,7 @@ LAYERS = {
     "kv": 1,        # the block allocator and the prefix cache
     "gpu": 1,       # the roofline cost model and the KV pool from GPU memory
     "policies": 2,  # one module per policy behind policies/base.py
-    "engine": 3,    # the loop and its transitions, folding, the statistics
+    "engine": 3,    # the loop, the step protocol, transitions, fast paths, the statistics
     "fleet": 4,     # several engines behind a router, lockstep, disaggregation
     "io": 5,        # traces in and out, expectations, tables, JSON, CSV, files
     "cli": 6,       # argv, the commands, exit codes; the pytest plugin

@@ -156,7 +156,7 @@ class Lifecycle:
     def _record_end(self, req: Request) -> None:
         """A request reached its terminal state: into the statistics, to the
         `on_request_end` listener, and out of memory unless kept."""
-        self.stats.request_ended(req)
+        self.ledger.stats.request_ended(req)
         self.roster.ended(req)
 
     def start_waiting(self, req: Request) -> None:
@@ -189,7 +189,7 @@ class Lifecycle:
         req = request_of(spec)
         req.replica = self.link.replica
         self.roster.requests[req.rid] = req
-        self.stats.requests += 1
+        self.ledger.stats.requests += 1
         self.agenda.arrived += 1
         if self.clients is None:
             spill = self.roster.spill

@@ -260,7 +260,7 @@ class Stepping:
         computed (fleet/disagg.py). (A replica has no client slots and no spill.)"""
         req.replica = self.link.replica
         self.roster.requests[req.rid] = req
-        self.stats.requests += 1
+        self.ledger.stats.requests += 1
         self.agenda.arrived += 1
         self._register(req, forwarded=forwarded)
         # The trace changed things: replays since are not the policy's circle.

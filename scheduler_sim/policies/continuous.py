@@ -124,7 +124,7 @@ class ContinuousPolicy(Policy):
             last = req
             if tokens == remaining and req.resident + tokens >= req.prompt_tokens:
                 to_decode.append(req)  # its next row, after this dispatch, is a decode
-        if last is not None and last.admit_seq != self._last_prefill:
+        if last is not None:
             self._last_prefill = last.admit_seq
         for req in to_decode:
             self.prefillers.discard(req)

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator
 
 from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
+from ..kv.caches import cache_kind, make_cache
 from ..policies import Plan, PluginError, is_builtin, is_builtin_name, make_policy
 from ..policies.base import DecodesFirst
 from ..records.clock import Clock
@@ -133,8 +134,7 @@ class Engine(Lifecycle, Dispatching):
         if routed:
             self.workload = Workload()
             self.workload.cancels, self.workload.preempts = [], []
-        self.allocator = BlockAllocator(options.num_blocks, options.block_size,
-                                        options.prefix_caching, compact=routed)
+        self.allocator = BlockAllocator(options.num_blocks, options.block_size)
         if on_event is not None and options.prefix_caching and reads(on_event, "evicted"):
             # Report whose cached blocks are handed out again (evicted).
             self.allocator.track_evictions(
@@ -152,9 +152,9 @@ class Engine(Lifecycle, Dispatching):
             if failure is None:
                 raise
             raise failure from None
-        if self.allocator.cache is not None:
-            self.allocator.cache.duplicates = bool(self.policy.caches_duplicate_blocks)
-            self.allocator.cache.tree = bool(self.policy.radix_eviction)
+        if options.prefix_caching:  # the kind of cache the policy names (a replica's compact)
+            self.allocator.bind_cache(make_cache(cache_kind(
+                self.policy.caches_duplicate_blocks, self.policy.radix_eviction), compact=routed))
         # A policy from outside the package has every decision checked, and its
         # failures are reported as the policy's (PolicyError), not as ours.
         self._plugin = not is_builtin(self.policy)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 from bisect import insort
 
-from ..kv.prefix_cache import BlockKeys
+from ..kv.block_keys import BlockKeys
 from ..records.errors import InvariantError
 from ..records.events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Event,

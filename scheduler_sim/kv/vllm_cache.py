@@ -78,8 +78,11 @@ class VllmCache(PrefixCache):
         writers = self.writers
         self.request_keys[rid] = keys
         if full == start + 1 and writers is None:
-            # One block (a decode filled it), inlined from the loop below and
-            # `_registered`: a decode fills a block every block-size rows.
+            # One block (a decode filled it), inlined from the lines below and
+            # `_registered`: 150,432 of the 305,464 registrations replaying the
+            # Mooncake trace under vllm. Measured with `take`'s inline: without
+            # both that replay took 0.99x the time (medians of 5, within noise);
+            # kept as the allocator had it before the protocol.
             key = key_list[start]
             block = table[start]
             if index.setdefault(key, block) != block:
@@ -138,7 +141,8 @@ class VllmCache(PrefixCache):
         each; a duplicate takes an evicted block's place in the index."""
         if count == 1 and self.report is None:
             # One block (a decode opening a block), inlined from the lines
-            # below and `forget_key`: about 1 in 16 decode rows of a full cache.
+            # below and `forget_key`: 140,776 of the 209,727 takes replaying the
+            # Mooncake trace under vllm (measured with `register`'s inline, above).
             block, key = self.pop_one()
             index = self.index
             if index[key] == block and key not in self.others:

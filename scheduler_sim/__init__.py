@@ -6,7 +6,7 @@ record and every run as a summary. Standard library only.
 
 Layers, each importing only from those above it in this list:
   errors, options, states, events, workload      records and configuration
-  request, allocator, prefix_cache, queues,
+  request, allocator, prefix caches, queues,
   rotation, costmodel, models, gpus              state, accounting and cost
   policies/                                      decisions, no I/O
   engine, folding, summary                       clock, event order, lifecycle

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 LAYERS = {
     "records": 0,   # errors, options, states, events, workload, clock
     "requests": 1,  # a request's progress, waiting queues, rotation, client slots
-    "kv": 1,        # the block allocator and the prefix cache
+    "kv": 1,        # the block allocator, block keys, the prefix caches behind one protocol
     "gpu": 1,       # the roofline cost model and the KV pool from GPU memory
     "policies": 2,  # one module per policy behind policies/base.py
     "engine": 3,    # the loop, the step protocol, transitions, fast paths, the statistics

@@ -15,7 +15,7 @@ from scheduler_sim.engine.core import Engine
 from scheduler_sim.records.errors import UsageError
 from scheduler_sim.records.options import Options
 from scheduler_sim.policies import POLICIES
-from scheduler_sim.kv.prefix_cache import BlockKeys
+from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.requests.queues import QUEUE_ORDERS, LpmQueue, make_queue
 from scheduler_sim.requests.request import Request
 from scheduler_sim.io.trace import parse_trace

@@ -9,7 +9,11 @@ import pytest
 
 from conftest import req, simulate
 from scheduler_sim.kv.allocator import BlockAllocator
-from scheduler_sim.kv.prefix_cache import BlockKeys, BlockSet, PrefixCache
+from scheduler_sim.kv.block_keys import BlockKeys
+from scheduler_sim.kv.block_set import BlockSet
+from scheduler_sim.kv.lru_cache import LruCache
+from scheduler_sim.kv.radix_cache import RadixCache
+from scheduler_sim.kv.vllm_cache import VllmCache
 from scheduler_sim.records.errors import InvariantError
 
 
@@ -140,20 +144,20 @@ def test_colliding_python_hashes_give_no_false_hit_in_a_replay():
     assert [(e["id"], e["cached_tokens"]) for e in s.of("admitted")] == [("a", 0), ("b", 0)]
 
 
-# --- the PrefixCache alone -------------------------------------------------------------
+# --- a cache alone ---------------------------------------------------------------------
 
 
-def test_prefix_cache_evict_forgets_the_key_of_the_least_recent_block():
-    """Blocks 3 (key k) and 4 (key m) in the LRU, 3 first: evict() returns [3] and k leaves
-    the index and the block's key."""
-    c = PrefixCache()
+def test_lru_cache_evict_forgets_the_key_of_the_least_recent_block():
+    """Blocks 3 (key k) and 4 (key m) in the LRU, 3 first: evict_one() returns [3] and k
+    leaves the index and the block's key."""
+    c = LruCache()
     c.index.update({"k": 3, "m": 4})
     c.key_of.update({3: "k", 4: "m"})
-    c.lru[3] = None
-    c.lru[4] = None
-    assert isinstance(c.lru, OrderedDict)
-    assert c.evict() == [3]
-    assert (c.index, c.key_of, list(c.lru)) == ({"m": 4}, {4: "m"}, [4])
+    c.free_blocks[3] = None
+    c.free_blocks[4] = None
+    assert isinstance(c.free_blocks, OrderedDict)
+    assert c.evict_one() == [3]
+    assert (c.index, c.key_of, list(c.free_blocks)) == ({"m": 4}, {4: "m"}, [4])
 
 
 # --- the allocator with prefix caching -----------------------------------------------
@@ -164,28 +168,28 @@ def test_freed_hashed_blocks_join_the_lru_tail_first_and_are_evicted_in_that_ord
     the tail first, so the LRU is [2,1,0]. B, growing 3 blocks with the 2 plain blocks
     3 and 4 taken first (num_blocks 5), then evicts 2 (A's tail) first, and C's next
     block evicts 1."""
-    a = BlockAllocator(5, B, prefix_caching=True)
+    a = BlockAllocator(5, B, cache=LruCache())
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     assert a.free_request("A", 0, 0) == 3
     ok(a)
-    assert list(a.cache.lru) == [2, 1, 0]
+    assert list(a.cache.free_blocks) == [2, 1, 0]
     assert (a.free, a.cached_free) == (5, 3)
     a.grow("B", 12)
     ok(a)
     assert a.table("B") == [3, 4, 2]
-    assert list(a.cache.lru) == [1, 0]
+    assert list(a.cache.free_blocks) == [1, 0]
     a.grow("C", 1)
     ok(a)
     assert a.table("C") == [1]
-    assert list(a.cache.lru) == [0]
+    assert list(a.cache.free_blocks) == [0]
 
 
 def test_hashed_blocks_keep_their_key_until_handed_out_again():
     """A's keyed blocks [0,1] freed into the LRU are still found by A's keys (lookup
     [0,1]); after B takes block 1 (LRU order [1,0], no plain block left in a pool of 2),
     key 1 is gone: lookup finds [0] only, and block 1 carries no key."""
-    a = BlockAllocator(2, B, prefix_caching=True)
+    a = BlockAllocator(2, B, cache=LruCache())
     ka = plain_keys(0, 8)
     prefill(a, "A", ka, 8)
     a.free_request("A", 0, 0)
@@ -202,28 +206,28 @@ def test_unhashed_free_blocks_are_reused_before_cached_ones():
     """A writes 6 rows into [0,1]: block 0 is full (keyed), block 1 is partial (plain).
     Freed, block 1 joins the plain pool and block 0 the LRU; the next grow of one block
     takes 1, and leaves cached block 0 in the LRU (pool of 2)."""
-    a = BlockAllocator(2, B, prefix_caching=True)
+    a = BlockAllocator(2, B, cache=LruCache())
     prefill(a, "A", plain_keys(0, 6), 6)
     a.free_request("A", 0, 0)
     ok(a)
-    assert (list(a.cache.lru), a.cached_free, a.free) == ([0], 1, 2)
+    assert (list(a.cache.free_blocks), a.cached_free, a.free) == ([0], 1, 2)
     a.grow("B", 4)
     ok(a)
     assert a.table("B") == [1]
-    assert list(a.cache.lru) == [0]
+    assert list(a.cache.free_blocks) == [0]
     assert a.lookup(plain_keys(0, 6), 1) == [0]
 
 
 def test_a_hit_takes_the_block_out_of_the_middle_of_the_lru():
     """A's blocks [0,1,2] freed give LRU [2,1,0]; a hit on block 1 (share) removes it from
     the middle, leaving [2,0] in order, and moves it from free to held (1 held, 2 free)."""
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, cache=LruCache())
     prefill(a, "A", plain_keys(0, 12), 12)
     a.free_request("A", 0, 0)
-    assert isinstance(a.cache.lru, OrderedDict)  # O(1) removal from the middle
+    assert isinstance(a.cache.free_blocks, OrderedDict)  # O(1) removal from the middle
     a.share("B", [1])
     ok(a)
-    assert list(a.cache.lru) == [2, 0]
+    assert list(a.cache.free_blocks) == [2, 0]
     assert (a.held, a.free, a.cached_free) == (1, 2, 2)
     assert a.table("B") == [1]
     assert a.evictable([0, 1, 2]) == 2
@@ -232,7 +236,7 @@ def test_a_hit_takes_the_block_out_of_the_middle_of_the_lru():
 def test_sharing_a_held_block_counts_it_once():
     """B shares A's held block 0: refs 2, held stays 1 (A5); A's release frees nothing
     (blocks_freed 0), B's release then puts it in the LRU."""
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, cache=LruCache())
     prefill(a, "A", plain_keys(0, 4), 4)
     a.share("B", [0])
     ok(a)
@@ -242,7 +246,7 @@ def test_sharing_a_held_block_counts_it_once():
     assert (a.held, a.cached_free) == (1, 0)
     assert a.free_request("B", 0, 0) == 1
     ok(a)
-    assert (a.held, a.cached_free, list(a.cache.lru)) == (0, 1, [0])
+    assert (a.held, a.cached_free, list(a.cache.free_blocks)) == (0, 1, [0])
 
 
 def test_lookup_stops_at_the_first_miss():
@@ -250,7 +254,7 @@ def test_lookup_stops_at_the_first_miss():
     moves it to the LRU tail. Pool 1: LRU [2,0,1], two one-block grows evict 2 then 0,
     so lookup of A's keys misses at key 0 and returns []. Pool 2: LRU [1,0,2], one grow
     evicts 1, so lookup returns [0] and stops, although block 2 still holds key 2."""
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, cache=LruCache())
     ka = plain_keys(0, 12)
     prefill(a, "A", ka, 12)
     a.free_request("A", 0, 0)
@@ -258,14 +262,14 @@ def test_lookup_stops_at_the_first_miss():
     a.share("X", [1])
     a.free_request("X", 0, 0)       # 1 rejoins at the tail: LRU [2, 0, 1]
     ok(a)
-    assert list(a.cache.lru) == [2, 0, 1]
+    assert list(a.cache.free_blocks) == [2, 0, 1]
     a.grow("B", 4)                  # evicts 2
     a.grow("C", 4)                  # evicts 0
     ok(a)
     assert (a.table("B"), a.table("C")) == ([2], [0])
     assert a.lookup(plain_keys(0, 12), 3) == []     # block 0 missing: stop at once
     # A second pool: only the middle block is evicted.
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, cache=LruCache())
     prefill(a, "A", plain_keys(0, 12), 12)
     a.free_request("A", 0, 0)       # LRU [2, 1, 0]
     a.share("X", [2])
@@ -281,11 +285,11 @@ def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of(compa
     """vLLM's cache (duplicates), pool of 4, delay 1: A keys [0,1,2]; B shares hits [0,1]
     (registered 2); a pin holds [1,2]. A's free drains nothing (0, 1 are B's too, 2 is a
     pinned orphan); B's drains 0 (1 is now an orphan); the unpin drains 1 and 2. Released
-    at 1, the LRU is [0,1,2] with each block's key as its value, key_of stays empty, and
-    A's keys find all three; after fresh block 3 goes, the next grow evicts 0, key 0
+    at 1, the LRU is [0,1,2] with each block's key beside it (the cache names no key per
+    block: no key_of; the pinned orphans' keys were kept aside meanwhile), and A's keys
+    find all three; after fresh block 3 goes, the next grow evicts 0, key 0
     leaves the index and the lookup misses at once."""
-    a = BlockAllocator(4, B, prefix_caching=True, compact=compact)
-    a.cache.duplicates = True
+    a = BlockAllocator(4, B, cache=VllmCache(compact))
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     kb = plain_keys(0, 12)
@@ -301,18 +305,20 @@ def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of(compa
     assert a.free_request("B", 0, 1) == 1
     ok(a)
     assert (a.held, a.draining, sorted(a._orphans)) == (2, 1, [1, 2])
+    assert a.cache.orphan_keys == {2: key(ka, 2), 1: key(ka, 1)}
     assert a.unpin(handle, 0, 1) == 2
     ok(a)
+    assert a.cache.orphan_keys == {}
     assert (a.held, a.draining, a.lookup(ka, 3)) == (0, 3, [])
     assert a.release_expired(1) == 3
     ok(a)
     assert list(zip(*a.cache.queue_items())) == [(0, key(ka, 0)), (1, key(ka, 1)), (2, key(ka, 2))]
-    assert a.cache.key_of == {}
+    assert not hasattr(a.cache, "key_of")
     assert a.lookup(ka, 3) == [0, 1, 2]
     a.grow("C", 4)
     a.grow("D", 4)
     ok(a)
-    assert (a.table("C"), a.table("D"), a.cache.runs_order()) == ([3], [0], [1, 2])
+    assert (a.table("C"), a.table("D"), a.cache.queue_items()[0]) == ([3], [0], [1, 2])
     assert a.cache.index == {key(ka, 1): 1, key(ka, 2): 2}
     assert a.lookup(ka, 3) == []
 
@@ -324,9 +330,8 @@ def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind(compact):
     run [1,0]; the queue is [2,1,0] in order. C's 8 rows evict 2, skip the stale 1 and
     0, then evict 1 from B's run: C holds [2,1], the queue is [0] (B's run at position
     1), nothing is stale, and keys 1 and 2 of A left the index."""
-    a = BlockAllocator(3, B, prefix_caching=True, compact=compact)
-    a.cache.duplicates = True
-    assert type(a.cache.lru) is (BlockSet if compact else set) and a.cache.runs is not None
+    a = BlockAllocator(3, B, cache=VllmCache(compact))
+    assert type(a.cache.free_blocks) is (BlockSet if compact else set)
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     a.free_request("A", 0, 0)
@@ -337,7 +342,7 @@ def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind(compact):
     assert hits == [0, 1]
     a.share("B", hits, kb)
     ok(a)
-    assert (a.cache.stale, a.cache.stale_total, a.cache.runs_order()) == ({0: 1, 1: 1}, 2, [2])
+    assert (a.cache.stale, a.cache.stale_total, a.cache.queue_items()[0]) == ({0: 1, 1: 1}, 2, [2])
     a.free_request("B", 0, 0)
     ok(a)
     assert [[list(r[0]), r[2]] for r in a.cache.runs] == [[[2, 1, 0], 0], [[1, 0], 0]]
@@ -347,7 +352,7 @@ def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind(compact):
     ok(a)
     assert a.table("C") == [2, 1]
     assert [[list(r[0]), r[2]] for r in a.cache.runs] == [[[1, 0], 1]]
-    assert (a.cache.stale, a.cache.stale_total, a.cache.runs_order()) == ({}, 0, [0])
+    assert (a.cache.stale, a.cache.stale_total, a.cache.queue_items()[0]) == ({}, 0, [0])
     assert a.cache.index == {key(ka, 0): 0}
 
 
@@ -356,37 +361,38 @@ def test_vllm_cache_runs_are_rebuilt_once_stale_entries_outnumber_the_queue():
     entries for a queue of 3 (67 <= 3 + 64: kept); the hit on 67 makes 68 > 2 + 64, so
     the runs become the queue [68, 69] with nothing stale; popping 1 gives block 68 and
     its key 168."""
-    c = PrefixCache()
-    c.duplicates = True
-    c.push_run(list(range(70)), range(100, 170))
+    c = VllmCache()
+    assert c.give_back([], list(range(70)), range(100, 170)) == []
     for b in range(67):
         c.hit(b)
-    assert (c.stale_total, len(c.runs), c.runs_order()) == (67, 1, [67, 68, 69])
+    assert (c.stale_total, len(c.runs), c.queue_items()[0]) == (67, 1, [67, 68, 69])
     c.hit(67)
-    assert ([[list(r[0]), r[2]] for r in c.runs], c.stale, c.stale_total) == ([[[68, 69], 0]], {}, 0)
+    assert ([[list(r[0]), r[2]] for r in c.runs], c.stale, c.stale_total) == (
+        [[[68, 69], 0]], {}, 0)
     assert c.pop_oldest(1) == ([68], [168])
-    assert (list(zip(*c.queue_items())), c.lru) == ([(69, 169)], {69})
+    assert (list(zip(*c.queue_items())), c.free_blocks) == ([(69, 169)], {69})
 
 
-def test_prefix_cache_mode_is_fixed_once_its_queue_holds_blocks():
-    """The queue's form follows the mode while empty (ordered dict, or a plain one with
-    runs in vLLM's cache); with a block queued a change of form raises."""
-    c = PrefixCache()
-    c.duplicates = True
-    assert (type(c.lru), c.runs) == (set, c.runs) and c.runs is not None
-    c.tree = True
-    assert (type(c.lru), c.runs) == (OrderedDict, None)
-    c.tree = False
-    c.push_run([5], ["k"])
-    with pytest.raises(ValueError):
-        c.duplicates = False
+def test_a_cache_is_bound_once_before_any_block_is_handed_out():
+    """An allocator without a cache takes one (`bind_cache`) while no block was handed
+    out; a second cache, or one bound after block 0 went to r, raises."""
+    a = BlockAllocator(4, B)
+    assert (a.cache, a.free) == (None, 4)
+    a.bind_cache(VllmCache())
+    assert type(a.cache) is VllmCache
+    with pytest.raises(InvariantError, match="bound once"):
+        a.bind_cache(LruCache())
+    b = BlockAllocator(4, B)
+    b.grow("r", 1)
+    with pytest.raises(InvariantError, match="bound once"):
+        b.bind_cache(LruCache())
+    assert b.cache is None
 
 
 def test_vllm_cache_refuses_a_share_without_the_requests_keys():
     """vLLM's cache knows a shared block's key only from its sharer's BlockKeys: sharing
     A's cached block 0 without them raises, and so does sharing after own blocks."""
-    a = BlockAllocator(3, B, prefix_caching=True)
-    a.cache.duplicates = True
+    a = BlockAllocator(3, B, cache=VllmCache())
     ka = plain_keys(0, 8)
     prefill(a, "A", ka, 8)
     with pytest.raises(InvariantError, match="without their keys"):
@@ -400,7 +406,7 @@ def test_vllm_cache_refuses_a_share_without_the_requests_keys():
 def test_lookup_honours_max_blocks():
     """With A's three keyed blocks in the LRU, lookup with max_blocks 2 returns [0,1] and
     with max_blocks 0 returns []."""
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, cache=LruCache())
     prefill(a, "A", plain_keys(0, 12), 12)
     a.free_request("A", 0, 0)
     assert a.lookup(plain_keys(0, 12), 2) == [0, 1]
@@ -410,7 +416,7 @@ def test_lookup_honours_max_blocks():
 def test_lookup_never_returns_draining_blocks():
     """With release_delay 2, A's keyed blocks freed at tick 0 drain until tick 2: lookup
     finds nothing at tick 1 (draining 2, free 1), then [0,1] once they are released."""
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, cache=LruCache())
     prefill(a, "A", plain_keys(0, 8), 8)
     assert a.free_request("A", 0, 2) == 2
     ok(a)
@@ -426,7 +432,7 @@ def test_lookup_never_returns_draining_blocks():
 def test_a_held_block_is_found_by_another_request_with_the_same_prompt():
     """A holds [0,1,2] for prompt [1..12]; B with the same ids finds [0,1] (max 2 blocks:
     (12-1)//4), and sharing them adds no held block: held 3, free 1 (pool of 4)."""
-    a = BlockAllocator(4, B, prefix_caching=True)
+    a = BlockAllocator(4, B, cache=LruCache())
     ids = list(range(1, 13))
     prefill(a, "A", keys_of(ids), 12)
     hits = a.lookup(keys_of(ids, index=1), (12 - 1) // B)
@@ -441,7 +447,7 @@ def test_conservation_holds_after_every_step_of_a_mixed_sequence():
     """Grow, register, share, free with and without delay, release and evict on a pool of
     5: held + draining + free == 5 and audit() passes after each step (checked in
     `prefill`/`ok`), and the final pools are exact."""
-    a = BlockAllocator(5, B, prefix_caching=True)
+    a = BlockAllocator(5, B, cache=LruCache())
     ids = list(range(1, 9))
     prefill(a, "A", keys_of(ids), 8)                 # A [0,1] keyed
     a.share("B", a.lookup(keys_of(ids, 1), 1))       # B shares block 0
@@ -490,14 +496,13 @@ def test_tree_mode_evicts_a_single_block_when_no_whole_node_is_free():
     """Tree mode, one node [3, 4] (keys k, m) of which block 3 is still held: no node
     can go whole, so evict() takes the LRU head, block 4, forgets its key and takes it
     out of the node, which keeps block 3."""
-    c = PrefixCache()
-    c.tree = True
+    c = RadixCache()
     c.index.update({"k": 3, "m": 4})
     c.key_of.update({3: "k", 4: "m"})
     c._new_node([3, 4], None, 0)
-    c.lru[4] = None
-    assert c.evict() == [4]
-    assert (c.index, c.key_of, list(c.lru)) == ({"k": 3}, {3: "k"}, [])
+    c.free_blocks[4] = None
+    assert c.evict_one() == [4]
+    assert (c.index, c.key_of, list(c.free_blocks)) == ({"k": 3}, {3: "k"}, [])
     assert [info[0] for info in c.nodes.values()] == [[3]]
     assert c.node_of == {3: 0}
 
@@ -505,32 +510,32 @@ def test_tree_mode_evicts_a_single_block_when_no_whole_node_is_free():
 def test_tree_mode_evicts_a_free_leaf_node_whole():
     """Tree mode, node 0 = [1, 2] with child node 1 = [5, 6], all free: the child is the
     only leaf and goes whole (both keys forgotten); then node 0 is a leaf and goes."""
-    c = PrefixCache()
-    c.tree = True
+    c = RadixCache()
     for block, key in ((1, "a"), (2, "b"), (5, "c"), (6, "d")):
         c.index[key] = block
         c.key_of[block] = key
-        c.lru[block] = None
+        c.free_blocks[block] = None
     parent = c._new_node([1, 2], None, 0)
     c._new_node([5, 6], parent, 0)
-    assert c.evict() == [5, 6]
-    assert c.evict() == [1, 2]
-    assert (c.index, c.nodes, list(c.lru)) == ({}, {}, [])
+    assert c.evict_one() == [5, 6]
+    assert c.evict_one() == [1, 2]
+    assert (c.index, c.nodes, list(c.free_blocks)) == ({}, {}, [])
 
 
 def test_tree_mode_cuts_a_run_where_the_prompt_ends():
     """Tree mode, B=1, P=2 (ids 1, 2) with outputs 7, 8: one registration of all 4 blocks
     (a recompute writes prompt and outputs at once) makes two nodes, [prompt] and
     [outputs], as SGLang inserts the prompt separately. Freed, the outputs node is the
-    only leaf: eviction takes it whole and the prompt stays cached (2 blocks found)."""
-    a = BlockAllocator(4, 1, prefix_caching=True)
-    a.cache.tree = True
+    only leaf: evicting ahead of 2 plain blocks takes it whole, and the prompt stays
+    cached (2 blocks found)."""
+    a = BlockAllocator(4, 1, cache=RadixCache())
     keys = BlockKeys(0, 2, 1, 1, prompt_ids=[1, 2], output_ids=[7, 8, 9])
     a.grow("a", 4)
     a.register_full_blocks("a", keys, 4)
     assert sorted(info[0] for info in a.cache.nodes.values()) == [[0, 1], [2, 3]]
     a.free_request("a", 0, 0)
-    assert a.cache.evict() == [2, 3]
+    assert (a.evict_until(2), a.cached_free) == (2, 2)
+    ok(a)
     again = BlockKeys(1, 2, 1, 1, prompt_ids=[1, 2], output_ids=[7, 8, 9])
     assert a.lookup(again, 2) == [0, 1]
 
@@ -543,8 +548,7 @@ def test_a_run_with_keys_already_cached_keeps_the_later_blocks_as_duplicates():
     [0,1] (keyed). B writes the same 8 tokens and 4 more into [2,3,4] before looking
     anything up: its first two keys are cached already, so the index keeps A's blocks
     and B's 2 and 3 become duplicates of them; its third key is new and indexed to 4."""
-    a = BlockAllocator(6, B, prefix_caching=True)
-    a.cache.duplicates = True
+    a = BlockAllocator(6, B, cache=VllmCache())
     ids = [1, 2, 3, 4, 5, 6, 7, 8]
     ka, kb = keys_of(ids, 0), keys_of(ids + [9, 9, 9, 9], 1)
     assert prefill(a, "A", ka, 8) == [0, 1]
@@ -559,15 +563,14 @@ def test_evicting_a_run_promotes_each_duplicate_in_turn():
     C takes 1 never-used block (5) and 3 evicted ones, 1, 0, 4: A's blocks leave, so
     the duplicates 3 and 2 become the index entries of the first two keys, and the
     third key is forgotten. A lookup of B's chain finds [2, 3]."""
-    a = BlockAllocator(6, B, prefix_caching=True)
-    a.cache.duplicates = True
+    a = BlockAllocator(6, B, cache=VllmCache())
     ids = [1, 2, 3, 4, 5, 6, 7, 8]
     ka, kb = keys_of(ids, 0), keys_of(ids + [9, 9, 9, 9], 1)
     prefill(a, "A", ka, 8)
     prefill(a, "B", kb, 12)
     a.free_request("A", 0, 0)
     a.free_request("B", 0, 0)
-    assert a.cache.runs_order() == [1, 0, 4, 3, 2]
+    assert a.cache.queue_items()[0] == [1, 0, 4, 3, 2]
     a.grow("C", 16)
     ok(a)
     assert a.table("C") == [5, 1, 0, 4]
@@ -581,8 +584,7 @@ def test_vllm_cache_a_freed_table_keeps_its_leading_blocks_that_others_hold():
     [0,1], then writes 4 rows of its own into [3,4] (block 3 a duplicate of A's 2).
     A frees: 0 and 1 stay held by B, only 2 joins the queue with its key. B frees its
     table tail first, [4,3,1,0], each with its key; nobody holds two owners any more."""
-    a = BlockAllocator(8, B, prefix_caching=True)
-    a.cache.duplicates = True
+    a = BlockAllocator(8, B, cache=VllmCache())
     ids = list(range(1, 13))
     ka, kb = keys_of(ids, 0), keys_of(ids + [20, 21, 22, 23], 1)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
@@ -607,8 +609,7 @@ def test_vllm_cache_a_freed_table_keeps_a_later_block_that_another_holds():
     C finds [0,3] (block 0 out of the queue, 3 shared with B). B frees: its second
     block stays held by C, its first (2, key 0) joins the queue. C frees [3,0]; a
     lookup finds A's 0 (indexed before B's duplicate 2) and B's 3."""
-    a = BlockAllocator(4, B, prefix_caching=True)
-    a.cache.duplicates = True
+    a = BlockAllocator(4, B, cache=VllmCache())
     ids = [1, 2, 3, 4, 5, 6, 7, 8]
     ka, kb, kc = keys_of(ids, 0), keys_of(ids, 1), keys_of(ids, 2)
     assert prefill(a, "A", ka, 8) == [0, 1]
@@ -636,7 +637,7 @@ def test_a_pinned_block_whose_owners_left_is_held_and_never_a_hit_until_unpinned
     blocks drain (pinned, owned by nobody), held stays 1, and a lookup of the same
     prompt finds nothing (the block is not reusable). Unpinned with no delay it goes
     to the LRU queue (keyed) and is found again."""
-    a = BlockAllocator(3, B, prefix_caching=True)
+    a = BlockAllocator(3, B, cache=LruCache())
     ids = [1, 2, 3, 4, 5]
     prefill(a, "A", keys_of(ids, 0), 4)
     handle = a.pin([0])
@@ -713,10 +714,10 @@ def test_hash_keys_resume_and_chain_into_output_ids():
 @pytest.fixture
 def fresh_entries(monkeypatch):
     """A new interning table for the test (ids from 0), whatever other tests left alive."""
-    from scheduler_sim.kv import prefix_cache
-    monkeypatch.setattr(prefix_cache, "_current_entries", prefix_cache.weakref.ref(
-        prefix_cache._Entries()))
-    return prefix_cache
+    from scheduler_sim.kv import block_keys
+    monkeypatch.setattr(block_keys, "_current_entries", block_keys.weakref.ref(
+        block_keys._Entries()))
+    return block_keys
 
 
 def test_hash_entries_are_interned_in_order_and_keys_count_blocks_within_an_entry(
@@ -758,8 +759,7 @@ def test_the_interning_table_lives_as_long_as_a_cache_that_holds_its_keys(fresh_
     time [x] is looked up again: the cache keeps the table, so [x] is still id 1 and its
     cached block is found. (A table dropped with the chains would give [x] id 0.)"""
     import gc
-    a = BlockAllocator(4, B, prefix_caching=True)
-    a.cache.duplicates = True
+    a = BlockAllocator(4, B, cache=VllmCache())
     BlockKeys(0, 8, B, 8, hashes=["u"]).ensure(2)
     kx = BlockKeys(1, 8, B, 8, hashes=["x"])
     assert prefill(a, "A", kx, 8) == [0, 1]
@@ -779,8 +779,7 @@ def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs(co
     then B frees 0 (run [0]): the queue is 2, 1, 3, 0. One-block growths (decodes
     opening a block) take 2, 1, then skip the stale 0 and take 3, then 0; each key
     leaves the index, and no run is left."""
-    a = BlockAllocator(4, B, prefix_caching=True, compact=compact)
-    a.cache.duplicates = True
+    a = BlockAllocator(4, B, cache=VllmCache(compact))
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     a.free_request("A", 0, 0)
@@ -805,8 +804,7 @@ def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entr
     """vLLM's cache, pool of 3: A's [0,1,2] freed (run [2,1,0]); B finds [0] and keeps
     it. Two one-block growths take 2 and 1: the queue is empty, and the stale entry of
     0 left in A's run is dropped with it (as taking the whole queue at once does)."""
-    a = BlockAllocator(3, B, prefix_caching=True, compact=compact)
-    a.cache.duplicates = True
+    a = BlockAllocator(3, B, cache=VllmCache(compact))
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     a.free_request("A", 0, 0)
@@ -814,7 +812,7 @@ def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entr
     a.share("B", a.lookup(kb, 1), kb)
     assert (a.grow("C", 1), a.grow("C", 5)) == (1, 1)
     ok(a)
-    assert (a.table("C"), len(a.cache.lru), list(a.cache.runs), a.cache.stale,
+    assert (a.table("C"), len(a.cache.free_blocks), list(a.cache.runs), a.cache.stale,
             a.cache.stale_total) == ([2, 1], 0, [], {}, 0)
 
 
@@ -823,8 +821,7 @@ def test_vllm_cache_a_decode_that_fills_a_cached_block_keeps_it_as_a_duplicate(c
     """vLLM's cache, pool of 4, block size 4: A writes [1..8] into [0,1]; B writes [1..4]
     into 2 and then, a row at a time as decodes do, [5..8] into 3: block 2 and then
     block 3 (registered alone) are duplicates of A's 0 and 1."""
-    a = BlockAllocator(4, B, prefix_caching=True, compact=compact)
-    a.cache.duplicates = True
+    a = BlockAllocator(4, B, cache=VllmCache(compact))
     ids = [1, 2, 3, 4, 5, 6, 7, 8]
     ka, kb = keys_of(ids, 0), keys_of(ids[:4], 1, output_ids=ids[4:])
     assert prefill(a, "A", ka, 8) == [0, 1]
@@ -845,8 +842,7 @@ def test_vllm_cache_a_freed_table_drops_only_its_own_blocks_extra_owners(compact
     Extra owners: 0 twice, 1, 3 and 4 once (D's blocks sit at A's positions 0 and 1:
     not A's). A frees: 0 keeps one extra owner, 1 none; 3 and 4 keep theirs, and only
     A's 2 joins the queue."""
-    a = BlockAllocator(12, B, prefix_caching=True, compact=compact)
-    a.cache.duplicates = True
+    a = BlockAllocator(12, B, cache=VllmCache(compact))
     ka = keys_of(list(range(1, 13)), 0)
     kd = keys_of(list(range(101, 113)), 1)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
@@ -891,7 +887,7 @@ def test_a_compact_cache_copies_its_grown_index_into_a_table_of_its_size():
     keeps its index in the copy's size (checked after every 1,000 // 8 + 64 keys
     added: after the last key it is checked once more) and holds the same keys."""
     plain: dict = {}
-    cache = PrefixCache(compact=True)
+    cache = LruCache(compact=True)
     for k in range(20_000):
         for index in (plain, cache.index):
             index[k] = k % 7
@@ -909,7 +905,6 @@ def test_a_compact_allocator_counts_the_keys_it_adds_to_its_index():
     """A compact vLLM cache told of the 3 keys a 12-row prefill registered (a plain one
     counts nothing): what `fit_index` waits for."""
     for compact, added in ((False, 0), (True, 3)):
-        a = BlockAllocator(8, B, prefix_caching=True, compact=compact)
-        a.cache.duplicates = True
+        a = BlockAllocator(8, B, cache=VllmCache(compact))
         prefill(a, "A", plain_keys(0, 12), 12)
         assert a.cache.added == added

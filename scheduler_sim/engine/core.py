@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
 from ..kv.allocator import BlockAllocator
+from ..kv.caches import cache_kind, make_cache
 from ..policies import PluginError, is_builtin, is_builtin_name, make_policy
 from ..records.clock import Clock
 from ..records.errors import UsageError
@@ -53,20 +54,20 @@ from ..records.states import RequestStatus
 from ..records.workload import Workload
 from ..requests.clients import ClientSlots
 from ..requests.request import Request
+from .agenda import Agenda
+from .dispatching import Dispatching, InFlight
 from .fast.cohort import Cohort
 from .fast.counted import Counting
-from .dispatching import Dispatching, InFlight
-from .ledger import DispatchLedger
-from .livelock import LivelockWatch
-from .lifecycle import Lifecycle, request_of
-from .policy_failure import policy_failure
-from .agenda import Agenda
 from .fleet_link import FleetLink
+from .ledger import DispatchLedger
+from .lifecycle import Lifecycle, request_of
+from .livelock import LivelockWatch
+from .policy_failure import policy_failure
 from .roster import Roster, check_request_sizes
+from .run_stats import RunStats
 from .spill import Spill
 from .steadiness import Steadiness
 from .stepping import Stepping
-from .run_stats import RunStats
 
 __all__ = ["Engine", "RunResult", "request_of"]
 
@@ -132,8 +133,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting):
         if routed:
             self.workload = Workload()
             self.workload.cancels, self.workload.preempts = [], []
-        self.allocator = BlockAllocator(options.num_blocks, options.block_size,
-                                        options.prefix_caching, compact=routed)
+        self.allocator = BlockAllocator(options.num_blocks, options.block_size)
         if on_event is not None and options.prefix_caching and reads(on_event, "evicted"):
             # Report whose cached blocks are handed out again (evicted).
             self.allocator.track_evictions(
@@ -154,9 +154,9 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting):
             if failure is None:
                 raise
             raise failure from None
-        if self.allocator.cache is not None:
-            self.allocator.cache.duplicates = bool(self.policy.caches_duplicate_blocks)
-            self.allocator.cache.tree = bool(self.policy.radix_eviction)
+        if options.prefix_caching:  # the kind of cache the policy names (a replica's compact)
+            self.allocator.bind_cache(make_cache(cache_kind(
+                self.policy.caches_duplicate_blocks, self.policy.radix_eviction), compact=routed))
         # A policy from outside the package has every decision checked, and its
         # failures are reported as the policy's (PolicyError), not as ours.
         self._plugin = not is_builtin(self.policy)

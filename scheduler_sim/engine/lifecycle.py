@@ -12,7 +12,7 @@ set up by `Engine.__init__`; this class adds no state of its own.
 from __future__ import annotations
 
 
-from ..kv.prefix_cache import BlockKeys
+from ..kv.block_keys import BlockKeys
 from ..records.errors import InvariantError
 from ..records.events import (
     Admitted, AdmissionBlocked, Arrival, CancelIgnored, Cancelled, Event,

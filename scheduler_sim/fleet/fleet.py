@@ -42,7 +42,7 @@ from typing import Any, Callable
 from ..engine.core import Engine, RunResult
 from ..engine.policy_failure import policy_failure
 from ..engine.run_stats import RunStats
-from ..kv.prefix_cache import BlockKeys
+from ..kv.block_keys import BlockKeys
 from ..records.clock import Clock
 from ..records.events import Event
 from ..records.options import Options

@@ -35,7 +35,7 @@ from __future__ import annotations
 import random
 from typing import Protocol
 
-from ..kv.prefix_cache import BlockKeys
+from ..kv.block_keys import BlockKeys
 from ..records.options import Options
 from ..records.workload import RequestSpec
 

@@ -1,0 +1,70 @@
+"""The allocator's full check: the part of `BlockAllocator` that verifies, in
+O(blocks), that its counters agree with its tables, pins, drain queue and free
+pools, and asks the prefix cache to check its own invariants (tests and
+`--audit`; the O(1) check of every boundary is `BlockAllocator.check`).
+"""
+from __future__ import annotations
+
+from ..records.errors import InvariantError
+
+__all__ = ["Audit"]
+
+
+class Audit:
+    """`BlockAllocator.audit` (see the module docstring)."""
+
+    def audit(self) -> None:
+        """The full O(blocks) check used by tests: counters agree with the tables."""
+        self.check()
+        credits = sum(self._credits.values())
+        if credits != self.reserved:
+            raise InvariantError(f"sum of credits({credits}) == reserved({self.reserved}) is false")
+        grown = sum(self._grown.values())
+        if grown != self.granted:
+            raise InvariantError(f"sum of grown({grown}) == granted({self.granted}) is false")
+        referenced = {b for table in self._tables.values() for b in table}
+        pinned = {b for blocks in self._pin_sets.values() for b in blocks}
+        if len(referenced | pinned) != self.held:
+            raise InvariantError(
+                f"referenced or pinned blocks({len(referenced | pinned)}) == "
+                f"held({self.held}) is false")
+        for block in referenced:
+            owners = sum(t.count(block) for t in self._tables.values())
+            if owners != 1 + self._extra.get(block, 0):
+                raise InvariantError(f"block {block}: owners({owners}) == "
+                                     f"1 + extra({self._extra.get(block, 0)}) is false")
+        if any(b not in referenced for b in self._extra):
+            raise InvariantError("a block with extra owners is in no table")
+        pin_counts: dict[int, int] = {}
+        for blocks in self._pin_sets.values():
+            for b in blocks:
+                pin_counts[b] = pin_counts.get(b, 0) + 1
+        if pin_counts != self._pins:
+            raise InvariantError(f"pins({self._pins}) == pins of the handles({pin_counts}) "
+                                 "is false")
+        if self._orphans != set(pinned) - referenced:
+            raise InvariantError(f"orphans({sorted(self._orphans)}) == pinned blocks in no "
+                                 f"table({sorted(set(pinned) - referenced)}) is false")
+        if self._shared and (self._plain_set != set(self._free) or self._draining_set != {
+                b for _, blocks, keyed, _ in self._drain for b in blocks + keyed}):
+            raise InvariantError("the plain free and draining sets disagree with their queues")
+        for rid, credit in self._credits.items():
+            if self._grown[rid] > credit:
+                raise InvariantError(
+                    f"request {rid!r}: allocated({self._grown[rid]}) <= credit({credit}) is false")
+        draining = sum(len(b) + len(k) for _, b, k, _ in self._drain)
+        if draining != self.draining:
+            raise InvariantError(f"drain queue({draining}) == draining({self.draining}) is false")
+        carried: list = []
+        for _, _, keyed, keys in self._drain:
+            if len(keyed) != len(keys):
+                raise InvariantError("draining keyed blocks and their keys differ in number")
+            carried += zip(keyed, keys)
+        free = set(self._free) | set(self._cached_free)
+        if len(free) + self.num_blocks - self._fresh != self.free or \
+                any(b >= self._fresh for b in free):
+            raise InvariantError(f"distinct free blocks({len(free)}) + never used "
+                                 f"({self.num_blocks - self._fresh}) == free({self.free}) is false")
+        if free & (referenced | pinned):
+            raise InvariantError("a free block is still referenced or pinned")
+        self._cache.audit(self._tables, carried, self._orphans)

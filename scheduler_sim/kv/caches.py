@@ -1,0 +1,35 @@
+"""The kinds of prefix cache by name, and the kind a policy's flags ask for (§8).
+
+A policy names its cache through two class attributes (docs/policies.md):
+`caches_duplicate_blocks` (vLLM's cache) and `radix_eviction` (SGLang's radix
+tree, which wins when both are set); any other policy gets the LRU cache.
+A new kind is one module implementing `prefix_cache.PrefixCache` and one line
+in `CACHE_KINDS`.
+"""
+from __future__ import annotations
+
+from .lru_cache import LruCache
+from .prefix_cache import PrefixCache
+from .radix_cache import RadixCache
+from .vllm_cache import VllmCache
+
+__all__ = ["CACHE_KINDS", "cache_kind", "make_cache"]
+
+CACHE_KINDS: dict[str, type[PrefixCache]] = {
+    "lru": LruCache,
+    "vllm": VllmCache,
+    "radix": RadixCache,
+}
+
+
+def cache_kind(caches_duplicate_blocks: bool, radix_eviction: bool) -> str:
+    """The kind of cache a policy's two flags name."""
+    if radix_eviction:
+        return "radix"
+    return "vllm" if caches_duplicate_blocks else "lru"
+
+
+def make_cache(kind: str, compact: bool = False) -> PrefixCache:
+    """A new, empty cache of `kind` (a name of `CACHE_KINDS`); `compact` (a fleet's
+    replicas) spends some time to take less memory."""
+    return CACHE_KINDS[kind](compact)

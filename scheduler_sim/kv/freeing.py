@@ -1,0 +1,151 @@
+"""Letting go of blocks: the part of `BlockAllocator` that releases a request's
+table, drains what nobody holds any more (A4) and gives blocks back to the free
+pools.
+
+Blocks are dereferenced tail first; a block somebody else owns or pins stays
+held. Freed blocks drain for `release_delay` clock steps (the drain queue:
+(expiry tick, blocks, keyed blocks, their keys), the last two for a cache
+whose keys travel with the blocks) and are then given back: the cache keeps
+the keyed ones, the plain ones go on the free stack. The methods below are
+`BlockAllocator`'s (a base class of it) and use the attributes its
+`__init__` sets.
+"""
+from __future__ import annotations
+
+from itertools import compress, filterfalse, islice
+from operator import not_
+
+from ..records.errors import InvariantError
+from .sharing import drop_one
+
+__all__ = ["Freeing"]
+
+
+class Freeing:
+    """`BlockAllocator`'s release of tables, drain queue and free pools."""
+
+    def free_request(self, rid: str, now: int, delay: int) -> int:
+        """Release `rid`'s credit and block references; return the blocks sent to drain.
+
+        Blocks are dereferenced tail first; a block nobody references or pins
+        any more drains until `now + delay` (A4).
+        """
+        self.release_credit(rid)
+        self.step_evictions.pop(rid, None)
+        self.step_growth.pop(rid, None)
+        table = self._tables.pop(rid, None)
+        count, carried = self._release(rid)
+        if not table:
+            return 0
+        table.reverse()  # tail first
+        # The table's first `count` blocks carry their keys (the cache says so),
+        # the last ones of the reversed table.
+        if count:
+            split = len(table) - count
+            keyed = table[split:]
+            keys = carried[count - 1::-1]
+            del table[split:]
+        else:
+            keyed = keys = ()
+        extra = self._extra
+        if extra:
+            shared = extra.keys() & table  # blocks somebody else owns too
+            if shared:
+                for block in shared:
+                    drop_one(extra, block)
+                table = list(filterfalse(shared.__contains__, table))
+            shared = self._cache.owned_elsewhere(keyed, extra) if keyed else None
+            if shared:
+                for block in shared:  # _drop_one, inline: often thousands
+                    left = extra[block] - 1
+                    if left:
+                        extra[block] = left
+                    else:
+                        del extra[block]
+                # Usually the blocks others own too are the table's leading ones
+                # (hits are prefixes): the tail of `keyed`, cut off in one slice.
+                cut = len(keyed) - len(shared)
+                if shared.issuperset(islice(keyed, cut, None)):
+                    keyed = keyed[:cut]
+                    keys = keys[:cut]
+                else:
+                    keep = list(map(not_, map(shared.__contains__, keyed)))
+                    keyed = list(compress(keyed, keep))
+                    keys = list(compress(keys, keep))
+        pins = self._pins
+        if pins:
+            pinned = pins.keys() & table  # owned by nobody now, but pinned: held
+            if keyed:
+                pinned_keyed = pins.keys() & keyed
+                if pinned_keyed:
+                    keep = [block not in pinned_keyed for block in keyed]
+                    self._cache.keep_orphan_keys(
+                        (block, key) for block, key, kept in zip(keyed, keys, keep) if not kept)
+                    keyed = list(compress(keyed, keep))
+                    keys = list(compress(keys, keep))
+                    self._orphans.update(pinned_keyed)
+            if pinned:
+                self._orphans.update(pinned)
+                table = list(filterfalse(pinned.__contains__, table))
+        self._drain_blocks(table, now, delay, keyed, keys)
+        return len(table) + len(keyed)
+
+    def _give(self, blocks: list[int], keyed=(), keys=()) -> None:
+        """Return blocks to the free pools, in the order they were freed.
+
+        Plain blocks go on top of a stack, as vLLM prepends them to its free
+        queue: the latest batch freed is reused first and, within a batch, the
+        block freed first (a request's tail). The cache keeps the blocks that
+        have a key (`keyed` carry `keys`: see `PrefixCache.give_back`), in
+        order, so a request's tail blocks are evicted before its prefix.
+        """
+        plain = self._give_back(blocks, keyed, keys)
+        if plain:
+            self._free.extend(reversed(plain))
+            if self._shared:
+                self._plain_set.update(plain)
+
+    def _drain_blocks(self, blocks: list[int], now: int, delay: int,
+                      keyed=(), keys=()) -> None:
+        """Move blocks nobody holds from held to draining, free at `now + delay`
+        (`keyed`, with `keys`, as for `_give`).
+
+        With no delay they are free at once, so a policy that preempts in the
+        middle of a step can reuse the victim's blocks in that same step.
+        """
+        count = len(blocks) + len(keyed)
+        if not count:
+            return
+        self.held -= count
+        if delay == 0:
+            self._give(blocks, keyed, keys)
+            return
+        self.draining += count
+        if self._shared:
+            self._draining_set.update(blocks)
+            self._draining_set.update(keyed)
+        expiry = now + delay
+        drain = self._drain
+        if drain and drain[-1][0] == expiry:
+            last = drain[-1]
+            last[1].extend(blocks)
+            last[2].extend(keyed)
+            last[3].extend(keys)
+        elif drain and drain[-1][0] > expiry:
+            raise InvariantError(f"drain expiry({expiry}) >= last expiry({drain[-1][0]}) is false")
+        else:
+            drain.append((expiry, blocks, keyed or [], keys or []))
+
+    def release_expired(self, now: int) -> int:
+        """Move every draining block whose delay has passed to the free pools."""
+        released = 0
+        drain = self._drain
+        while drain and drain[0][0] <= now:
+            _, blocks, keyed, keys = drain.popleft()
+            if self._shared:
+                self._draining_set.difference_update(blocks)
+                self._draining_set.difference_update(keyed)
+            self._give(blocks, keyed, keys)
+            released += len(blocks) + len(keyed)
+        self.draining -= released
+        return released

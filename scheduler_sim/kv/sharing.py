@@ -1,0 +1,142 @@
+"""Shared and pinned blocks: the part of `BlockAllocator` that gives a block more
+owners than one (A5) and pins it for an in-flight transfer (L5).
+
+A block in a table has one owner, plus `_extra[block]` more when it is
+shared; `_pins[block]` pins when pinned; `_orphans` are pinned blocks nobody
+owns any more (held until unpinned). Blocks neither shared nor pinned cost
+nothing here. Once blocks may be shared or pinned the plain free and
+draining blocks are also kept as sets, to tell a held block from one nobody
+holds. The methods below are `BlockAllocator`'s (a base class of it) and use
+the attributes its `__init__` sets.
+"""
+from __future__ import annotations
+
+from ..records.errors import InvariantError
+from .block_keys import BlockKeys
+
+__all__ = ["Sharing", "drop_one"]
+
+
+def drop_one(counts: dict[int, int], block: int) -> int:
+    """One fewer of `block` in `counts` (extra owners, pins), forgotten at zero;
+    return what is left."""
+    left = counts[block] - 1
+    if left:
+        counts[block] = left
+    else:
+        del counts[block]
+    return left
+
+
+class Sharing:
+    """`BlockAllocator`'s shares, pins and orphans (see the module docstring)."""
+
+    def _become_shared(self) -> None:
+        """From now on blocks may have several owners or pins: keep the plain free
+        and draining blocks as sets too."""
+        if not self._shared:
+            self._shared = True
+            self._plain_set = set(self._free)
+            self._draining_set = {b for _, blocks, keyed, _ in self._drain
+                                   for b in blocks + keyed}
+
+    def _held(self, block: int) -> bool:
+        """Whether somebody owns or pins `block` (shared mode)."""
+        return (0 <= block < self._fresh and block not in self._plain_set
+                and block not in self._draining_set and block not in self._cached_free)
+
+    def share(self, rid: str, blocks: list[int], keys: BlockKeys | None = None) -> None:
+        """Append blocks found in the cache or held by others to `rid`'s table.
+
+        Each gets one more owner; a cached free block leaves the cache's free
+        blocks and is held again. A cache may need `keys` (what `lookup(keys,
+        ...)` found them with) and an empty table (`PrefixCache.on_share`).
+        """
+        self._become_shared()
+        if blocks:
+            self._cache.on_share(rid, blocks, keys, bool(self._tables.get(rid)))
+        extra = self._extra
+        orphans = self._orphans
+        cached = self._cached_free
+        hit = self._hit
+        for block in blocks:
+            if block in cached:
+                hit(block)
+                self.held += 1
+            elif block in orphans:
+                orphans.remove(block)  # pinned, and owned again
+                self._cache.orphan_key(block)  # (its new owner names its key)
+            elif self._held(block):
+                extra[block] = extra.get(block, 0) + 1
+            elif 0 <= block < self._fresh:
+                raise InvariantError(f"block {block} is shared by {rid!r} but "
+                                     "nobody holds it and it is not cached")
+            else:
+                raise InvariantError(f"block {block} is shared by {rid!r} but was never "
+                                     "allocated")
+        if self.held > self.peak_held:
+            self.peak_held = self.held
+        self._tables.setdefault(rid, []).extend(blocks)
+
+    def pin(self, blocks: list[int]) -> int:
+        """Pin held blocks for an in-flight transfer; return the pin's handle.
+
+        A pinned block stays held, even with no owner left, until `unpin`
+        (the transfer's drain acknowledgement).
+        """
+        self._become_shared()
+        pins = self._pins
+        for block in blocks:
+            if not self._held(block):
+                raise InvariantError(f"block {block} is pinned but nobody holds it")
+            pins[block] = pins.get(block, 0) + 1
+        handle = self._next_pin
+        self._next_pin += 1
+        self._pin_sets[handle] = list(blocks)
+        return handle
+
+    def unpin(self, handle: int, now: int, delay: int) -> int:
+        """Acknowledge a transfer's drain; blocks nobody holds any more start draining."""
+        blocks = self._pin_sets.pop(handle)
+        pins = self._pins
+        orphan_key = self._cache.orphan_key
+        orphans = []
+        keyed = []
+        keys = []
+        for block in blocks:
+            if not drop_one(pins, block):
+                if block in self._orphans:
+                    self._orphans.remove(block)
+                    key = orphan_key(block)
+                    if key is None:
+                        orphans.append(block)
+                    else:
+                        keyed.append(block)
+                        keys.append(key)
+        self._drain_blocks(orphans, now, delay, keyed, keys)
+        return len(orphans) + len(keyed)
+
+    def _adopt(self, table: list[int], swaps: list[tuple[int, int]]) -> None:
+        """SGLang's insert keeps one copy of a run: a request that wrote a block
+        the cache already holds (another request computed it in the same step)
+        takes the cached block, and its own copy is freed. `swaps`: (position in
+        `table`, cached block), from the cache."""
+        extra = self._extra
+        for i, cached in swaps:
+            if cached in self._cached_free:
+                self._hit(cached)
+                self.held += 1
+            elif cached in self._draining_set or cached in self._orphans:
+                continue  # not reusable: keep the request's own copy
+            else:
+                extra[cached] = extra.get(cached, 0) + 1
+            own = table[i]
+            table[i] = cached
+            if own in extra:
+                drop_one(extra, own)
+            elif own in self._pins:
+                self._orphans.add(own)
+            else:
+                self.held -= 1
+                self._free.append(own)
+                self._plain_set.add(own)

@@ -20,7 +20,8 @@ from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.html_report import cdf_points, downsample
 from scheduler_sim.io import report_series
 from scheduler_sim.io.report_series import RunSeries
-from scheduler_sim.io.trace import read_trace, resolve_options
+from scheduler_sim.io.trace import read_trace
+from scheduler_sim.io.trace_config import resolve_options
 from scheduler_sim.records.clock import Clock
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,8 @@ import pytest
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.io import report_series as rs
 from scheduler_sim.io.generator import WorkloadSpec, generate
-from scheduler_sim.io.trace import parse_trace, resolve_options
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.io.trace_config import resolve_options
 from scheduler_sim.records.clock import Clock
 
 

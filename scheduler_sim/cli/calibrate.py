@@ -31,7 +31,8 @@ from ..gpu.costmodel import fit_pool
 from ..io.outputs import check_output_paths, read_limited, write_whole
 from ..io.run_fit import MeasuredRun, fit_runs, read_measured
 from ..io.specs import read_calibration_file, spec_inputs
-from ..io.trace import ALLOW_FLAG, allow_trace_plugins, read_trace, resolve_options
+from ..io.trace import read_trace
+from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins, resolve_options
 from ..records.errors import UsageError
 
 __all__ = ["cmd_calibrate", "add_calibrate_parser"]

@@ -46,9 +46,11 @@ from ..io.sweep import format_csv as sweep_csv
 from ..io.sweep import format_jsonl as sweep_jsonl
 from ..io.sweep import format_table as sweep_table
 from ..io.sweep_merge import merge_shards, read_shard
-from ..io.trace import (ALLOW_FLAG, MAX_PROBLEMS, Trace, allow_trace_plugins, json_value,
-                        parse_trace, read_trace)
-from ..io.trace import resolve_options as resolve_trace_options
+from ..io.json_lines import json_value
+from ..io.problems import MAX_PROBLEMS
+from ..io.trace import Trace, parse_trace, read_trace
+from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins
+from ..io.trace_config import resolve_options as resolve_trace_options
 from ..policies import PluginError, is_plugin, plugin_file, policy_class
 from ..records import interrupts
 from ..records.errors import TraceError, UsageError

@@ -28,7 +28,7 @@ from .. import __version__
 from ..io.importers import FORMATS, RUN_FORMATS
 from ..io.outputs import GuardedStream, PipeClosed, abort_unfinished
 from ..io.report import printable
-from ..io.trace import ALLOW_FLAG
+from ..io.trace_config import ALLOW_FLAG
 from ..policies import POLICIES
 from ..records import interrupts
 from ..records.errors import InvariantError, PolicyError, SimError, TraceError, UsageError

@@ -47,7 +47,8 @@ from ..gpu.models import ModelSpec
 from ..records.errors import TraceError
 from ..records.options import show
 from .inference_perf import ClientConfig
-from .trace import MAX_PROBLEMS, unique_keys
+from .json_lines import unique_keys
+from .problems import MAX_PROBLEMS
 
 __all__ = ["MODEL_NAMES", "SPLITS", "RunConversion", "convert_run", "assign_prompts",
            "measured_records", "parse_measured", "read_run", "Run", "Prompts", "NEIGHBOURS",

@@ -27,7 +27,8 @@ from ..gpu.costmodel import clock_for, fit_pool
 from ..records.clock import Clock
 from ..records.errors import UsageError
 from ..records.options import Options, show
-from .trace import Expectation, Trace
+from .trace import Trace
+from .trace_records import Expectation
 
 __all__ = ["StateProbe", "FieldOutcome", "CheckResult", "verify", "snapshot_ticks",
            "check_trace", "holds", "describe_expected", "DEFAULT_REL"]

@@ -51,7 +51,8 @@ from ..records.errors import UsageError
 from ..records.options import OPTIONS, Options, format_slo, show
 from .report import csv_field, format_number, printable, text_width
 from .specs import load_specs
-from .trace import Trace, check_options, resolve_options
+from .trace import Trace
+from .trace_config import check_options, resolve_options
 
 __all__ = ["SWEEP_VERSION", "Axis", "Configuration", "GridConfigurations", "Grid",
            "check_axis", "build_grid", "fingerprint", "parse_shard", "shard_of",

@@ -19,9 +19,10 @@ from typing import Any, Callable, Iterable, Iterator
 from ..engine.summary import FLEET_RUN_FIELDS
 from ..records.errors import TraceError, UsageError
 from ..records.options import OPTIONS, check_value, show
+from .json_lines import json_value, unique_keys
 from .outputs import read_limited
+from .problems import Problems
 from .sweep import MAX_CONFIGURATIONS, SWEEP_VERSION, csv_text, fingerprint, parse_shard
-from .trace import Problems, json_value, unique_keys
 
 __all__ = ["MAX_SHARD_BYTES", "HEADER_FIELDS", "Merged", "merge_shards", "read_shard"]
 

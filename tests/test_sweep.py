@@ -394,9 +394,9 @@ def test_a_bad_report_request_exits_2(trace, tmp_path, argv, message):
 
 def test_an_output_that_cannot_be_written_stops_the_sweep_before_it_runs(trace, tmp_path,
                                                                          monkeypatch):
-    import scheduler_sim.cli.commands as commands
+    import scheduler_sim.cli.sweep as sweep_command
     ran = []
-    monkeypatch.setattr(commands, "run_grid", lambda *a, **k: ran.append(1) or [])
+    monkeypatch.setattr(sweep_command, "run_grid", lambda *a, **k: ran.append(1) or [])
     code, out, err = run("sweep", trace, "--grid", "num_blocks=8,16", "--report",
                          str(tmp_path / "missing" / "r.html"))
     assert code == 2 and "cannot write the report" in err and not ran

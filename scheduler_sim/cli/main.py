@@ -36,8 +36,8 @@ from ..records.interrupts import Terminated
 from ..records.options import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
 from .calibrate import add_calibrate_parser
-from .commands import COMMANDS, PROG
-from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, main_entry
+from .commands import COMMANDS
+from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, PROG, main_entry
 from .workers import WorkerDied
 
 __all__ = ["main", "main_entry", "build_parser", "Terminated", "EXIT_INTERRUPTED",

@@ -29,7 +29,7 @@ This module owns the grid and everything made from it:
   table `sweep` prints (`format_table`).
 
 Joining shards back (`sweep merge`) is `sweep_merge.py`'s. Nothing here
-writes files or reads argv: `cli.commands` does.
+writes files or reads argv: `cli.sweep` does.
 """
 from __future__ import annotations
 

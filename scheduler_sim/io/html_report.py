@@ -8,7 +8,7 @@ with inline SVG charts and a little CSS, no script and nothing fetched:
   free, and the pool), with preemptions and retractions marked; waiting and
   running requests over time; tokens per dispatch;
 - TTFT, TPOT, ITL and end-to-end latency CDFs, one line per policy, from the
-  exact values, or from a histogram past `report_series.EXACT_VALUES`
+  exact values, or from a histogram past `bounded_series.EXACT_VALUES`
   distinct values (the page says so under the chart); each line is drawn
   through at most `CDF_POINTS` of them, always the smallest and the largest;
 - a per-request timeline (waiting, prefill, decode, preempted, recompute) of
@@ -38,10 +38,10 @@ from typing import Any, Sequence
 from ..gpu.costmodel import PoolSizing
 from ..records.clock import Clock
 from ..records.options import Options
+from . import bounded_series
+from .bounded_series import Distribution
 from .report import format_table, printable
-from . import report_series
-from .report_series import (END, PHASES, SLOWEST, TIMELINE_ROWS, Distribution,
-                            RunSeries)
+from .report_series import END, PHASES, SLOWEST, TIMELINE_ROWS, RunSeries
 
 __all__ = ["html_report", "sweep_report", "sweep_lines", "downsample", "cdf_points",
            "select_requests", "TIMELINE_ROWS", "CDF_POINTS"]
@@ -428,7 +428,7 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
                + ("the per-request values" if binned else "the exact per-request values")
                + " (ITL: every gap between two outputs of a request), one line per policy."
                + (f" A policy's values are drawn exactly while they are at most "
-                  f"{report_series.EXACT_VALUES:,} "
+                  f"{bounded_series.EXACT_VALUES:,} "
                   "distinct ones, else from a histogram (said under the chart)." if binned
                   else "") + "</p>\n")
     for kind, label, unit_text in kinds:

@@ -17,9 +17,9 @@ import pytest
 from scheduler_sim.cli.main import main
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
-from scheduler_sim.io.html_report import cdf_points, downsample
 from scheduler_sim.io import bounded_series
 from scheduler_sim.io.report_series import RunSeries
+from scheduler_sim.io.svg_charts import cdf_points, downsample
 from scheduler_sim.io.trace import read_trace
 from scheduler_sim.io.trace_config import resolve_options
 from scheduler_sim.records.clock import Clock

@@ -10,7 +10,8 @@ import os
 from typing import TextIO
 
 from ..gpu.catalogue import is_path
-from ..io.blis_run import convert_run, measured_records, model_name, read_run
+from ..io.blis_measured import measured_records
+from ..io.blis_run import convert_run, model_name, read_run
 from ..io.importers import FOREIGN_LINES, RUN_FORMATS, convert
 from ..io.inference_perf import read_client_config
 from ..io.outputs import Output, check_output_paths, jsonl, read_input, write_whole

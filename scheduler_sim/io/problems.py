@@ -13,7 +13,7 @@ from typing import Iterable
 
 from ..records.errors import TraceError
 
-__all__ = ["MAX_PROBLEMS", "Problems", "did_you_mean"]
+__all__ = ["MAX_PROBLEMS", "Problems", "did_you_mean", "capped"]
 
 MAX_PROBLEMS = 50
 
@@ -51,3 +51,11 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """` (did you mean 'x'?)` naming the closest of `choices` to `word`, or ''."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def capped(problems: list[str], name: str) -> list[str]:
+    """`problems` as a file's messages: the first MAX_PROBLEMS, then a count of the rest."""
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    return problems[:MAX_PROBLEMS] + [f"{name}: ... and {len(problems) - MAX_PROBLEMS:,} "
+                                      "more errors"]

@@ -522,7 +522,7 @@ def report(result: dict, as_markdown: bool) -> str:
 
 def describe_setting(calibration: str | None) -> str:
     """What priced the runs, as the report's first line says it."""
-    from scheduler_sim.records.options import OPTIONS
+    from scheduler_sim.records.option_table import OPTIONS
     if "calibration" not in OPTIONS:
         return "the cost model's defaults; this checkout has no calibrations"
     return f"calibration {calibration}" if calibration else "the default calibration"
@@ -553,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     options = {}
     if args.calibration is not None:
-        from scheduler_sim.records.options import OPTIONS
+        from scheduler_sim.records.option_table import OPTIONS
         if "calibration" not in OPTIONS:
             parser.error("--calibration: this checkout has no `calibration` option")
         options["calibration"] = args.calibration

@@ -38,7 +38,7 @@ from scheduler_sim.cli.main import main
 from scheduler_sim.io import generator
 from scheduler_sim.io.generator import WorkloadSpec, generate
 from scheduler_sim.io.trace import parse_trace
-from scheduler_sim.records.options import show
+from scheduler_sim.records.option_values import show
 
 EDGE = Path(__file__).resolve().parent / "data" / "edge"
 DATA = Path(__file__).resolve().parent / "data"

@@ -14,7 +14,8 @@ from ..io.catalogue_table import format_catalogue
 from ..io.generator import limit
 from ..io.specs import gpu_spec, model_spec
 from ..records.errors import UsageError
-from ..records.options import OPTIONS, show
+from ..records.option_table import OPTIONS
+from ..records.option_values import show
 
 __all__ = ["cmd_cost", "cmd_models"]
 

@@ -15,7 +15,8 @@ from ..io.trace_config import allow_trace_plugins
 from ..io.trace_config import resolve_options as resolve_trace_options
 from ..policies import PluginError, is_plugin, plugin_file, policy_class
 from ..records.errors import UsageError
-from ..records.options import OPTIONS, Options
+from ..records.option_table import OPTIONS
+from ..records.options import Options
 from .entry import PROG
 
 __all__ = ["flag_value", "flag_values", "resolve_options", "load_plugins", "plugin_sources"]

@@ -14,7 +14,7 @@ from ..io.outputs import Output, check_output_paths, jsonl
 from ..io.problems import MAX_PROBLEMS
 from ..io.trace import read_trace
 from ..records.errors import TraceError, UsageError
-from ..records.options import show
+from ..records.option_values import show
 
 __all__ = ["cmd_generate"]
 

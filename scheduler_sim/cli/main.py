@@ -7,7 +7,7 @@ full, file too large, permission denied, a directory), 3 an internal
 invariant failed, a plugin policy failed, or a worker process of -j died
 (`workers.WorkerDied`), 130 interrupted (SIGINT), 141 the reader of standard
 output or of a FIFO went away (quietly, as a tool killed by SIGPIPE), 143
-terminated (SIGTERM). Every option of `options.OPTIONS` is also a flag
+terminated (SIGTERM). Every option of `option_table.OPTIONS` is also a flag
 (`block_size` -> `--block-size`); flags override the trace's config record.
 Messages are printed through `report.printable`, one line each whatever
 text they carry. Together with `commands` and `outputs` this is the only
@@ -33,7 +33,7 @@ from ..policies import POLICIES
 from ..records import interrupts
 from ..records.errors import InvariantError, PolicyError, SimError, TraceError, UsageError
 from ..records.interrupts import Terminated
-from ..records.options import OPTIONS
+from ..records.option_table import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
 from .calibrate import add_calibrate_parser
 from .commands import COMMANDS

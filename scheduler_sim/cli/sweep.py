@@ -30,7 +30,8 @@ from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins
 from ..io.trace_config import resolve_options as resolve_trace_options
 from ..policies import is_plugin
 from ..records.errors import TraceError, UsageError
-from ..records.options import OPTIONS, show
+from ..records.option_table import OPTIONS
+from ..records.option_values import show
 from .entry import PROG
 from .flags import flag_value, flag_values, load_plugins, plugin_sources
 from .workers import Workers

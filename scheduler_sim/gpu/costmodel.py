@@ -34,7 +34,7 @@ from collections.abc import Iterator
 
 from ..records.clock import Clock
 from ..records.errors import UsageError
-from ..records.options import OPTIONS
+from ..records.option_table import OPTIONS
 from .calibration import Calibration, is_file_spec, resolve_calibration
 from .coefficients import DEFAULTS, Coefficients
 # The specs moved to their own modules (models.py, gpus.py, catalogue.py); their names
@@ -51,7 +51,7 @@ __all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape
 GIB = 2 ** 30
 
 
-# The activation reserve's default lives in the option table (options.OPTIONS):
+# The activation reserve's default lives in the option table (option_table.OPTIONS):
 # 3.05 GiB per GPU outside weights and KV, vLLM's memory profile for Llama-3-8B
 # on an H100 (vllm-project/vllm#10511: a 1.26 GiB activation peak plus 1.79 GiB
 # allocated outside PyTorch). The dispatch coefficients' defaults and sources are

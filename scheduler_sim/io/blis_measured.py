@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from ..records.errors import TraceError
-from ..records.options import show
+from ..records.option_values import show
 from .blis_run import ID_PREFIX, Run, integer_in
 from .json_document import DECODER, JSONDocument
 from .problems import capped

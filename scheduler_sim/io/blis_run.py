@@ -46,7 +46,7 @@ from typing import Any
 from ..gpu.gpus import GpuSpec
 from ..gpu.models import ModelSpec
 from ..records.errors import TraceError
-from ..records.options import show
+from ..records.option_values import show
 from .blis_prompts import Prompts, assign_prompts
 from .inference_perf import ClientConfig
 from .json_document import JSONDocument

@@ -26,7 +26,8 @@ from ..fleet import make_fleet
 from ..gpu.costmodel import clock_for, fit_pool
 from ..records.clock import Clock
 from ..records.errors import UsageError
-from ..records.options import Options, show
+from ..records.option_values import show
+from ..records.options import Options
 from .trace import Trace
 from .trace_records import Expectation
 

@@ -41,7 +41,7 @@ import random
 import re
 from typing import Any, Iterator
 
-from ..records.options import show
+from ..records.option_values import show
 
 __all__ = ["LengthSpec", "parse_length", "WorkloadSpec", "generate", "workload_records",
            "check_workload", "spec_problems", "weights_problem", "limit", "MAX_REQUESTS",

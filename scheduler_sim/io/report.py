@@ -33,7 +33,8 @@ from ..gpu.catalogue import is_path
 from ..gpu.costmodel import PoolSizing, calibration_for, clock_for
 from ..records.clock import Clock
 from ..records.errors import SimError
-from ..records.options import OPTIONS, Options, format_slo
+from ..records.option_table import OPTIONS, format_slo
+from ..records.options import Options
 
 __all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
            "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text", "printable",

@@ -48,7 +48,9 @@ from ..fleet import make_fleet
 from ..gpu.costmodel import fit_pool
 from ..records.clock import Clock
 from ..records.errors import UsageError
-from ..records.options import OPTIONS, Options, format_slo, show
+from ..records.option_table import OPTIONS, format_slo
+from ..records.option_values import show
+from ..records.options import Options
 from .report import csv_field, format_number, printable, text_width
 from .specs import load_specs
 from .trace import Trace

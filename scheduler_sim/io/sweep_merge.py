@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..engine.summary import FLEET_RUN_FIELDS
 from ..records.errors import TraceError, UsageError
-from ..records.options import OPTIONS, check_value, show
+from ..records.option_table import OPTIONS
+from ..records.option_values import check_value, show
 from .json_lines import json_value, unique_keys
 from .outputs import read_limited
 from .problems import Problems

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 from ..gpu.catalogue import GPUS, MODELS, is_path, parse_cost_model
 from ..policies import POLICIES, is_plugin, spelling_problem
 from ..records.errors import UsageError
-from ..records.options import OPTIONS, Options, check_value, show
+from ..records.option_table import OPTIONS
+from ..records.option_values import check_value, show
+from ..records.options import Options
 from ..requests.queues import QUEUE_ORDERS
 from .problems import did_you_mean
 from .specs import load_specs

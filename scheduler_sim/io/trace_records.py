@@ -15,7 +15,7 @@ from typing import Any, Iterable
 from ..engine.summary import FLEET_REQUEST_FIELDS, FLEET_RUN_FIELDS, REQUEST_FIELDS, RUN_FIELDS
 from ..kv.allocator import blocks_for
 from ..policies import POLICIES, is_plugin
-from ..records.options import show
+from ..records.option_values import show
 from ..records.states import RequestStatus
 from ..records.workload import RequestSpec
 from .json_lines import NonFiniteConstant

@@ -13,7 +13,8 @@ from array import array
 from hashlib import blake2b
 from typing import Any, Callable, Iterable
 
-from ..records.options import Options, show
+from ..records.option_values import show
+from ..records.options import Options
 from ..records.workload import Action, RequestSpec
 from .json_lines import decode_line, json_kind
 from .problems import Problems, did_you_mean

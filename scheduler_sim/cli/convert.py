@@ -14,7 +14,9 @@ from ..io.blis_measured import measured_records
 from ..io.blis_run import convert_run, model_name, read_run
 from ..io.importers import FOREIGN_LINES, RUN_FORMATS, convert
 from ..io.inference_perf import read_client_config
-from ..io.outputs import Output, check_output_paths, jsonl, read_input, write_whole
+from ..io.inputs import read_input
+from ..io.output_paths import check_output_paths
+from ..io.outputs import Output, jsonl, write_whole
 from ..io.problems import MAX_PROBLEMS
 from ..io.report import printable
 from ..io.specs import gpu_spec, model_spec

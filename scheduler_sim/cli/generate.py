@@ -10,7 +10,8 @@ from typing import Any, TextIO
 
 from ..io.generator import (MAX_LENGTH, WorkloadSpec, check_workload, parse_length,
                             spec_problems, weights_problem, workload_records)
-from ..io.outputs import Output, check_output_paths, jsonl
+from ..io.output_paths import check_output_paths
+from ..io.outputs import Output, jsonl
 from ..io.problems import MAX_PROBLEMS
 from ..io.trace import read_trace
 from ..records.errors import TraceError, UsageError

@@ -10,10 +10,12 @@ import argparse
 from typing import Any, TextIO
 
 from ..gpu.costmodel import clock_for
+from ..io.event_file import EventFile
 from ..io.expectations import check_trace
 from ..io.html_report import html_report
 from ..io.junit import junit_xml
-from ..io.outputs import EventFile, Output, check_output_paths, write_whole
+from ..io.output_paths import check_output_paths
+from ..io.outputs import Output, write_whole
 from ..io.perfetto import PerfettoFile, TrackNumbers
 from ..io.progress import Progress, wanted
 from ..io.report import csv_header, format_json, format_requests, format_table, printable

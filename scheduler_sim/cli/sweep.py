@@ -15,8 +15,10 @@ from typing import Any, TextIO
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.costmodel import clock_for
 from ..io.html_report import sweep_report
+from ..io.inputs import read_limited
 from ..io.json_lines import json_value
-from ..io.outputs import Output, check_output_paths, read_limited, write_whole
+from ..io.output_paths import check_output_paths
+from ..io.outputs import Output, write_whole
 from ..io.problems import MAX_PROBLEMS
 from ..io.report import printable, table_rows
 from ..io.sweep import (Axis, Configuration, build_grid, check_axis, configuration_row,

@@ -23,7 +23,7 @@ from ..gpu.gpus import GpuSpec
 from ..gpu.models import ModelSpec
 from ..records.errors import ConfigError, UsageError
 from ..records.options import Options
-from .outputs import read_limited
+from .inputs import read_limited
 
 __all__ = ["load_specs", "read_model_file", "read_gpu_file", "spec_path", "spec_inputs",
            "model_spec", "gpu_spec", "MAX_SPEC_BYTES", "calibration_path",

@@ -20,8 +20,8 @@ from ..engine.summary import FLEET_RUN_FIELDS
 from ..records.errors import TraceError, UsageError
 from ..records.option_table import OPTIONS
 from ..records.option_values import check_value, show
+from .inputs import read_limited
 from .json_lines import json_value, unique_keys
-from .outputs import read_limited
 from .problems import Problems
 from .sweep import MAX_CONFIGURATIONS, SWEEP_VERSION, csv_text, fingerprint, parse_shard
 

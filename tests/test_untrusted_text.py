@@ -16,7 +16,8 @@ import scheduler_sim.cli.replay
 from conftest import ROOT
 from scheduler_sim.cli.main import main
 from scheduler_sim.records.errors import TraceError, UsageError
-from scheduler_sim.io.report import format_requests, printable, text_width
+from scheduler_sim.io.request_rows import format_requests
+from scheduler_sim.io.terminal_text import printable, text_width
 
 CONTROL_IDS = ROOT / "tests" / "data" / "edge" / "control_ids.jsonl"
 

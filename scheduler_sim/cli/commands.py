@@ -7,8 +7,8 @@ They raise `TraceError`, `UsageError` (an `OutputError` when an output cannot be
 written), `PipeClosed` or `InvariantError`; `cli.main` turns those into
 messages and exit codes. Files are written through `io.outputs`, and every
 line that can carry text from a trace or a file name is printed through
-`report.printable`. Each command hands its outputs and its inputs, as
-(flag, path) pairs, to `outputs.check_output_paths` before it reads anything;
+`terminal_text.printable`. Each command hands its outputs and its inputs, as
+(flag, path) pairs, to `output_paths.check_output_paths` before it reads anything;
 what their flags say is `cli.flags`'.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ from ..io.inputs import read_input
 from ..io.output_paths import check_output_paths
 from ..io.outputs import Output, jsonl, write_whole
 from ..io.problems import MAX_PROBLEMS
-from ..io.report import printable
+from ..io.terminal_text import printable
 from ..io.specs import gpu_spec, model_spec
 from ..records import interrupts
 from ..records.errors import TraceError, UsageError

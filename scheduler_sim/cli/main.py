@@ -9,7 +9,7 @@ invariant failed, a plugin policy failed, or a worker process of -j died
 output or of a FIFO went away (quietly, as a tool killed by SIGPIPE), 143
 terminated (SIGTERM). Every option of `option_table.OPTIONS` is also a flag
 (`block_size` -> `--block-size`); flags override the trace's config record.
-Messages are printed through `report.printable`, one line each whatever
+Messages are printed through `terminal_text.printable`, one line each whatever
 text they carry. Together with `commands` and `outputs` this is the only
 layer that touches argv, stdout, stderr and files.
 
@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from .. import __version__
 from ..io.importers import FORMATS, RUN_FORMATS
 from ..io.outputs import GuardedStream, PipeClosed, abort_unfinished
-from ..io.report import printable
+from ..io.terminal_text import printable
 from ..io.trace_config import ALLOW_FLAG
 from ..policies import POLICIES
 from ..records import interrupts

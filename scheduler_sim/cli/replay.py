@@ -18,7 +18,9 @@ from ..io.output_paths import check_output_paths
 from ..io.outputs import Output, write_whole
 from ..io.perfetto import PerfettoFile, TrackNumbers
 from ..io.progress import Progress, wanted
-from ..io.report import csv_header, format_json, format_requests, format_table, printable
+from ..io.report import format_json, format_table
+from ..io.request_rows import csv_header, format_requests
+from ..io.terminal_text import printable
 from ..io.specs import spec_inputs
 from ..io.trace import read_trace
 from ..records import interrupts

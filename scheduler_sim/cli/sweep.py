@@ -20,7 +20,8 @@ from ..io.json_lines import json_value
 from ..io.output_paths import check_output_paths
 from ..io.outputs import Output, write_whole
 from ..io.problems import MAX_PROBLEMS
-from ..io.report import printable, table_rows
+from ..io.report import table_rows
+from ..io.terminal_text import printable
 from ..io.sweep import (Axis, Configuration, build_grid, check_axis, configuration_row,
                         file_digest, parse_shard, run_configuration, run_grid, shard_of)
 from ..io.sweep import format_csv as sweep_csv

@@ -26,7 +26,7 @@ Series longer than a chart is wide are downsampled (`downsample`): per pixel
 column the minimum and the maximum are kept, so no peak is lost (a long
 run's series come already thinned the same way, per time bucket). The page
 is deterministic (no timestamps; numbers written with fixed formats), and
-every text from a trace goes through `report.printable` and `html.escape`.
+every text from a trace goes through `terminal_text.printable` and `html.escape`.
 The charts themselves, and the reductions before them, are `svg_charts`'.
 """
 from __future__ import annotations

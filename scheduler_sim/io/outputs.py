@@ -43,7 +43,7 @@ from typing import Any, TextIO
 
 from ..records import interrupts
 from ..records.errors import SimError, UsageError
-from .report import printable
+from .terminal_text import printable
 
 __all__ = ["Output", "OutputError", "PipeClosed", "GuardedStream", "abort_unfinished",
            "write_whole", "jsonl"]

@@ -47,7 +47,7 @@ def spec_path(options: Options, key: str) -> str | None:
 
 def spec_inputs(options: Options) -> list[tuple[str, str]]:
     """The spec files the options read, as (option, path) inputs for
-    `outputs.check_output_paths` (no output may be written over one)."""
+    `output_paths.check_output_paths` (no output may be written over one)."""
     found = [(f"--{key}", path) for key in ("model", "gpu")
              if (path := spec_path(options, key)) is not None]
     calibration = calibration_path(options)

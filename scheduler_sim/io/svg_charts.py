@@ -17,7 +17,7 @@ import math
 from bisect import bisect_left
 from typing import Any, Sequence
 
-from .report import printable
+from .terminal_text import printable
 from .report_series import END, PHASES, RunSeries
 
 __all__ = ["Axes", "svg", "legend_parts", "esc", "coord", "tick_label", "downsample",
@@ -40,7 +40,7 @@ PREEMPT_COLOR, RETRACT_COLOR = "#d62728", "#8c564b"
 
 def esc(text: Any) -> str:
     """Text from anywhere (a trace's ids above all) safe in HTML and XML: shown as
-    `report.printable` shows it, then escaped."""
+    `terminal_text.printable` shows it, then escaped."""
     return html.escape(printable(str(text), backslashes=True), quote=True)
 
 

@@ -51,7 +51,9 @@ from ..records.errors import UsageError
 from ..records.option_table import OPTIONS, format_slo
 from ..records.option_values import show
 from ..records.options import Options
-from .report import csv_field, format_number, printable, text_width
+from .report import format_number
+from .request_rows import csv_field
+from .terminal_text import printable, text_width
 from .specs import load_specs
 from .trace import Trace
 from .trace_config import check_options, resolve_options
@@ -405,7 +407,7 @@ def csv_text(columns: Iterable[str], rows: Iterable[dict[str, Any]]) -> str:
 def format_csv(grid: Grid, rows: list[dict[str, Any]]) -> str:
     """One line per configuration: `index`, the swept values, `time_unit`, `stalled` and
     every summary field (a fleet's fields too when the grid has one); each field as
-    `report.csv_field` writes it (RFC 4180 quoting, control characters escaped), LF line
+    `request_rows.csv_field` writes it (RFC 4180 quoting, control characters escaped), LF line
     ends."""
     return csv_text(grid.columns, rows)
 

@@ -40,7 +40,8 @@ from .engine.summary import request_record
 from .fleet import make_fleet
 from .gpu.costmodel import PoolSizing, clock_for, fit_pool
 from .io.expectations import CheckResult, check_trace
-from .io.sweep import build_grid, check_axis, run_grid
+from .io.sweep import build_grid, check_axis
+from .io.sweep_runs import run_grid
 from .io.trace import Trace, parse_trace, read_trace
 from .io.trace_config import allow_trace_plugins, resolve_options
 from .records import interrupts

@@ -22,11 +22,12 @@ from ..io.outputs import Output, write_whole
 from ..io.problems import MAX_PROBLEMS
 from ..io.report import table_rows
 from ..io.terminal_text import printable
-from ..io.sweep import (Axis, Configuration, build_grid, check_axis, configuration_row,
-                        file_digest, parse_shard, run_configuration, run_grid, shard_of)
-from ..io.sweep import format_csv as sweep_csv
-from ..io.sweep import format_jsonl as sweep_jsonl
-from ..io.sweep import format_table as sweep_table
+from ..io.sweep import (Axis, Configuration, build_grid, check_axis, file_digest, parse_shard,
+                        shard_of)
+from ..io.sweep_rows import format_csv as sweep_csv
+from ..io.sweep_rows import format_jsonl as sweep_jsonl
+from ..io.sweep_rows import format_table as sweep_table
+from ..io.sweep_runs import configuration_row, run_configuration, run_grid
 from ..io.sweep_merge import merge_shards, read_shard
 from ..io.trace import Trace, parse_trace, read_trace
 from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins

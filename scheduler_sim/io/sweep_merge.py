@@ -23,7 +23,8 @@ from ..records.option_values import check_value, show
 from .inputs import read_limited
 from .json_lines import json_value, unique_keys
 from .problems import Problems
-from .sweep import MAX_CONFIGURATIONS, SWEEP_VERSION, csv_text, fingerprint, parse_shard
+from .sweep import MAX_CONFIGURATIONS, SWEEP_VERSION, fingerprint, parse_shard
+from .sweep_rows import csv_text
 
 __all__ = ["MAX_SHARD_BYTES", "HEADER_FIELDS", "Merged", "merge_shards", "read_shard"]
 

@@ -332,8 +332,12 @@ def kernel_model(calibration: str | None):
     `calibration` (None: the GPU's default), as `Kernels` (or TotalOnly when the
     checkout's cost model has no single-kernel prices)."""
     from scheduler_sim.gpu import costmodel
+    try:
+        from scheduler_sim.gpu.catalogue import parse_cost_model
+    except ImportError:  # a checkout from before the catalogue had a module of its own
+        parse_cost_model = costmodel.parse_cost_model
 
-    model, gpu = costmodel.parse_cost_model("llama-3-8b/a100-80gb")
+    model, gpu = parse_cost_model("llama-3-8b/a100-80gb")
     if not hasattr(costmodel.CostModel, "linear_seconds"):
         return TotalOnly(costmodel.CostModel(model, gpu))
     from scheduler_sim.gpu.calibration import is_file_spec, resolve_calibration

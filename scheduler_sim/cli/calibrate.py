@@ -27,7 +27,7 @@ from ..gpu.calibration import (Calibration, dump, fit_kernels, is_file_spec,
 from ..gpu.coefficients import FIELDS
 from ..gpu.catalogue import cost_specs, gpu_named, model_named
 from ..gpu.profiles import read_profile
-from ..gpu.costmodel import fit_pool
+from ..gpu.kv_pool import fit_pool
 from ..io.inputs import read_limited
 from ..io.output_paths import check_output_paths
 from ..io.outputs import write_whole

@@ -9,7 +9,8 @@ import argparse
 from typing import TextIO
 
 from ..gpu.calibration import is_file_spec, resolve_calibration
-from ..gpu.costmodel import MAX_SEQ, CostModel, swap_vs_recompute
+from ..gpu.costmodel import CostModel
+from ..gpu.swap import MAX_SEQ, swap_vs_recompute
 from ..io.catalogue_table import format_catalogue
 from ..io.generator import limit
 from ..io.specs import gpu_spec, model_spec

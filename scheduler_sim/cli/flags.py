@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Iterable, TextIO
 
-from ..gpu.costmodel import PoolSizing, fit_pool
+from ..gpu.kv_pool import PoolSizing, fit_pool
 from ..io.trace import Trace
 from ..io.trace_config import allow_trace_plugins
 from ..io.trace_config import resolve_options as resolve_trace_options
@@ -67,7 +67,7 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
 def resolve_options(trace: Trace, args: argparse.Namespace,
                     err: TextIO | None = None) -> tuple[Options, PoolSizing | None]:
     """Defaults, then the trace's config, then the flags; then the KV pool from the GPU
-    when a cost model runs (`costmodel.fit_pool`). Bad flags raise UsageError.
+    when a cost model runs (`kv_pool.fit_pool`). Bad flags raise UsageError.
 
     A flag that moves the trace's own times (`--tick-seconds` over a tick
     trace's config, under a cost model) is worth a warning on `err`. A plugin

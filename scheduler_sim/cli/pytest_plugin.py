@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from ..gpu.costmodel import fit_pool
+from ..gpu.kv_pool import fit_pool
 from ..io.expectations import CheckResult, check_trace
 from ..io.specs import load_specs
 from ..io.trace import Trace, read_trace

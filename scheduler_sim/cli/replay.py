@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from ..gpu.costmodel import clock_for
+from ..gpu.run_cost import clock_for
 from ..io.event_file import EventFile
 from ..io.expectations import check_trace
 from ..io.html_report import html_report

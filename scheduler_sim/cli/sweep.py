@@ -13,7 +13,7 @@ import sys
 from typing import Any, TextIO
 
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
-from ..gpu.costmodel import clock_for
+from ..gpu.run_cost import clock_for
 from ..io.html_report import sweep_report
 from ..io.inputs import read_limited
 from ..io.json_lines import json_value

@@ -37,7 +37,9 @@ from functools import partial
 from itertools import compress
 from typing import Any, Callable, Iterator
 
-from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
+from ..gpu.costmodel import CostModel
+from ..gpu.kv_pool import fit_pool
+from ..gpu.run_cost import clock_for, cost_model_for
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, BlockAllocator, blocks_for
 from ..policies import Plan, PluginError, is_builtin, is_builtin_name, make_policy
 from ..policies.base import DecodesFirst

@@ -23,7 +23,8 @@ from typing import Any
 from ..engine.core import Engine, RunResult
 from ..engine.summary import request_record
 from ..fleet import make_fleet
-from ..gpu.costmodel import clock_for, fit_pool
+from ..gpu.kv_pool import fit_pool
+from ..gpu.run_cost import clock_for
 from ..records.clock import Clock
 from ..records.errors import UsageError
 from ..records.option_values import show

@@ -34,7 +34,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..gpu.costmodel import PoolSizing
+from ..gpu.kv_pool import PoolSizing
 from ..records.clock import Clock
 from ..records.options import Options
 from . import bounded_series

@@ -31,7 +31,8 @@ from typing import Any
 
 from ..engine.summary import METRICS, STATS, TIME_RUN_FIELDS
 from ..gpu.catalogue import is_path
-from ..gpu.costmodel import PoolSizing, calibration_for, clock_for
+from ..gpu.kv_pool import PoolSizing
+from ..gpu.run_cost import calibration_for, clock_for
 from ..records.clock import Clock
 from ..records.errors import SimError
 from ..records.option_table import OPTIONS, format_slo

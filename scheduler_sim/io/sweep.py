@@ -44,7 +44,7 @@ import re
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
-from ..gpu.costmodel import fit_pool
+from ..gpu.kv_pool import fit_pool
 from ..records.errors import UsageError
 from ..records.option_table import OPTIONS, format_slo
 from ..records.option_values import show

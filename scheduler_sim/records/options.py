@@ -29,7 +29,7 @@ class Options:
 
     `origin` says where each option that was not left at its default came
     from: `trace` (the config record), `flag`, or `derived` (the KV pool
-    sized from the GPU, see `costmodel.size_pool`). Every default comes from
+    sized from the GPU, see `kv_pool.size_pool`). Every default comes from
     `OPTIONS`; `prefill_chunk` and `hash_block_size` default to
     `token_budget` and `block_size`.
     """

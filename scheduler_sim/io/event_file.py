@@ -10,7 +10,8 @@ import json
 from typing import Callable, TextIO
 
 from ..records.clock import Clock
-from ..records.events import Event, LineListener
+from ..records.event_lines import LineListener
+from ..records.events import Event
 from .outputs import Output
 
 __all__ = ["EventFile", "ReplicaLines"]

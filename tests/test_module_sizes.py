@@ -16,7 +16,6 @@ PENDING = {
     "engine/core.py",      # the lead (the engine split by concern)
     "kv/allocator.py",     # the kv/ helper (pluggable caches)
     "kv/prefix_cache.py",  # the kv/ helper (pluggable caches)
-    "fleet/disagg.py",     # branch split24, its last commit
 }
 
 

@@ -125,6 +125,7 @@ class Marks:
         return self.total
 
     def add(self, tick: int) -> None:
+        """One instant at `tick` (past ROW_LIMIT entries the marks compact)."""
         self.times = appended(self.times, tick)
         self.counts.append(1)
         self.total += 1
@@ -132,6 +133,7 @@ class Marks:
             self.compact()
 
     def compact(self) -> None:
+        """Merge the entries of each time bucket into one, their counts summed."""
         times, counts = self.times, self.counts
         self.width = width = _bucket_width(times, TIME_BUCKETS, self.width)
         merged_t, merged_c = _like(times, []), array("q")
@@ -181,6 +183,7 @@ class Distribution:
         self.per_doubling = FINEST
 
     def add(self, value: float, count: int = 1) -> None:
+        """Count `value` `count` times (past EXACT_VALUES distinct values, a histogram)."""
         exact = self.exact
         exact[value] = exact.get(value, 0) + count
         if len(exact) > EXACT_VALUES:

@@ -63,9 +63,11 @@ class ReplicaLines(LineListener):
         return line[:at] + self.tag + line[at:]
 
     def write(self, line: str) -> None:
+        """Tag one line with the replica and hand it on."""
         self.inner.write(self._tagged(line))
 
     def write_all(self, lines: list[str]) -> None:
+        """Tag each line with the replica and hand them on together."""
         self.inner.write_all(list(map(self._tagged, lines)))
 
 

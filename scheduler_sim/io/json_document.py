@@ -40,17 +40,21 @@ class JSONDocument:
         self._line = 1
 
     def line_at(self, pos: int) -> int:
+        """The line of the text at `pos` (positions are asked for in increasing order)."""
         self._line += self.text.count("\n", self._pos, pos)
         self._pos = pos
         return self._line
 
     def fail(self, pos: int, what: str) -> TraceError:
+        """The error naming the line of `pos`: `name:line: what`."""
         return TraceError([f"{self.name}:{self.line_at(pos)}: {what}"])
 
     def skip(self, pos: int) -> int:
+        """The position after the JSON whitespace at `pos`."""
         return _WS.match(self.text, pos).end()
 
     def value(self, pos: int) -> tuple[Any, int]:
+        """The JSON value at `pos` and the position after it; TraceError when it is not one."""
         try:
             return DECODER.raw_decode(self.text, pos)
         except RecursionError:

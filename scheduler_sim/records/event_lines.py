@@ -33,9 +33,11 @@ class LineListener:
         self.write(event.to_json(self.policy, self.clock))
 
     def write(self, line: str) -> None:
+        """Write one line of the event stream (a subclass says where)."""
         raise NotImplementedError
 
     def write_all(self, lines: list[str]) -> None:
+        """Write several lines, in order."""
         for line in lines:
             self.write(line)
 

@@ -14,27 +14,31 @@ what their flags say is `cli.flags`'.
 from __future__ import annotations
 
 import argparse
+import importlib
 from typing import Callable, TextIO
 
-from .calibrate import cmd_calibrate
-from .convert import cmd_convert
-from .cost import cmd_cost, cmd_models
-from .generate import cmd_generate
-from .replay import cmd_check, cmd_replay, cmd_validate
-from .sweep import cmd_sweep, cmd_sweep_merge
+__all__ = ["COMMANDS", "command"]
 
-__all__ = ["COMMANDS"]
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
-    "replay": cmd_replay,
-    "validate": cmd_validate,
-    "check": cmd_check,
-    "convert": cmd_convert,
-    "generate": cmd_generate,
-    "cost": cmd_cost,
-    "models": cmd_models,
-    "sweep": cmd_sweep,
-    "sweep-merge": cmd_sweep_merge,
-    "calibrate": cmd_calibrate,
+# Each command's function and the module of this package it lives in. The module is
+# imported when the command runs, not when the command line loads, so that `replay`
+# does not load what `convert`, `generate`, `cost` or `sweep` need (the modules are
+# many and small; loading them all would cost every run a few milliseconds).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("replay", "cmd_replay"),
+    "validate": ("replay", "cmd_validate"),
+    "check": ("replay", "cmd_check"),
+    "convert": ("convert", "cmd_convert"),
+    "generate": ("generate", "cmd_generate"),
+    "cost": ("cost", "cmd_cost"),
+    "models": ("cost", "cmd_models"),
+    "sweep": ("sweep", "cmd_sweep"),
+    "sweep-merge": ("sweep", "cmd_sweep_merge"),
+    "calibrate": ("calibrate", "cmd_calibrate"),
 }
+
+
+def command(name: str) -> Callable[[argparse.Namespace, TextIO, TextIO], int]:
+    """The function of command `name` (a key of COMMANDS), its module imported on first
+    use."""
+    module, function = COMMANDS[name]
+    return getattr(importlib.import_module(f".{module}", __package__), function)

@@ -36,7 +36,7 @@ from ..records.interrupts import Terminated
 from ..records.option_table import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
 from .calibrate import add_calibrate_parser
-from .commands import COMMANDS
+from .commands import command
 from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, PROG, main_entry
 from .workers import WorkerDied
 
@@ -313,7 +313,7 @@ def _command(argv: list[str], out: GuardedStream, err: GuardedStream) -> tuple[i
         except SystemExit as exc:  # argparse has printed usage or help
             status = int(exc.code or 0)
         else:
-            status = COMMANDS[args.command](args, out, err)
+            status = command(args.command)(args, out, err)
         out.flush()
         err.flush()
         return status, ""

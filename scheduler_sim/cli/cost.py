@@ -32,8 +32,9 @@ def _shape_part(flag: str, text: str, context_needed: bool) -> tuple[int, int]:
     try:
         count, context = int(head), int(tail) if sep else 0
     except ValueError:
-        raise UsageError(f"{flag} must look like {'ROWS@CONTEXT' if context_needed else 'TOKENS[@CONTEXT]'}"
-                         f" with whole numbers, got {show(text)}") from None
+        shape = "ROWS@CONTEXT" if context_needed else "TOKENS[@CONTEXT]"
+        raise UsageError(f"{flag} must look like {shape} with whole numbers, got "
+                         f"{show(text)}") from None
     if not 1 <= count <= _MAX_SHAPE or not 0 <= context <= _MAX_SHAPE:
         raise UsageError(f"{flag}: {'rows' if context_needed else 'tokens'} must be from 1 to "
                          f"{_MAX_SHAPE:,} and the context from 0 to {_MAX_SHAPE:,}, got "

@@ -53,7 +53,8 @@ class PoolSizing:
         if given is not None:
             return (f"KV pool {given:,} blocks of {self.block_bytes / 2**20:g} MiB{per} as "
                     f"given; the GPU holds up to {self.blocks:,}: {arithmetic}")
-        return f"KV pool {self.blocks:,} blocks of {self.block_bytes / 2**20:g} MiB{per}: {arithmetic}"
+        return (f"KV pool {self.blocks:,} blocks of {self.block_bytes / 2**20:g} MiB{per}: "
+                f"{arithmetic}")
 
 
 def size_pool(model: ModelSpec, gpu: GpuSpec, block_size: int, utilization: float,

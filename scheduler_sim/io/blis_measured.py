@@ -94,7 +94,8 @@ def parse_measured(text: str, name: str) -> list[dict[str, Any]]:
                for key in rec if key not in MEASURED_KEYS]
         rid = rec.get("id")
         if not isinstance(rid, str) or not rid:
-            bad.append(f"id must be a non-empty string, got {show(rid) if 'id' in rec else 'nothing'}")
+            got = show(rid) if "id" in rec else "nothing"
+            bad.append(f"id must be a non-empty string, got {got}")
         elif rid in seen:
             bad.append(f"id {rid!r} was already measured on line {seen[rid]}")
         for key in ("ttft", "e2e"):

@@ -332,8 +332,12 @@ def kernel_model(calibration: str | None):
     `calibration` (None: the GPU's default), as `Kernels` (or TotalOnly when the
     checkout's cost model has no single-kernel prices)."""
     from scheduler_sim.gpu import costmodel
+    try:
+        from scheduler_sim.gpu.catalogue import parse_cost_model
+    except ImportError:  # a checkout from before the catalogue had a module of its own
+        parse_cost_model = costmodel.parse_cost_model
 
-    model, gpu = costmodel.parse_cost_model("llama-3-8b/a100-80gb")
+    model, gpu = parse_cost_model("llama-3-8b/a100-80gb")
     if not hasattr(costmodel.CostModel, "linear_seconds"):
         return TotalOnly(costmodel.CostModel(model, gpu))
     from scheduler_sim.gpu.calibration import is_file_spec, resolve_calibration
@@ -522,7 +526,7 @@ def report(result: dict, as_markdown: bool) -> str:
 
 def describe_setting(calibration: str | None) -> str:
     """What priced the runs, as the report's first line says it."""
-    from scheduler_sim.records.options import OPTIONS
+    from scheduler_sim.records.option_table import OPTIONS
     if "calibration" not in OPTIONS:
         return "the cost model's defaults; this checkout has no calibrations"
     return f"calibration {calibration}" if calibration else "the default calibration"
@@ -553,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     options = {}
     if args.calibration is not None:
-        from scheduler_sim.records.options import OPTIONS
+        from scheduler_sim.records.option_table import OPTIONS
         if "calibration" not in OPTIONS:
             parser.error("--calibration: this checkout has no `calibration` option")
         options["calibration"] = args.calibration

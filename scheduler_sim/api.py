@@ -38,10 +38,13 @@ from typing import Any, Iterator
 from .engine.core import Engine
 from .engine.summary import request_record
 from .fleet import make_fleet
-from .gpu.costmodel import PoolSizing, clock_for, fit_pool
+from .gpu.kv_pool import PoolSizing, fit_pool
+from .gpu.run_cost import clock_for
 from .io.expectations import CheckResult, check_trace
-from .io.sweep import build_grid, check_axis, run_grid
-from .io.trace import Trace, allow_trace_plugins, parse_trace, read_trace, resolve_options
+from .io.sweep import build_grid, check_axis
+from .io.sweep_runs import run_grid
+from .io.trace import Trace, parse_trace, read_trace
+from .io.trace_config import allow_trace_plugins, resolve_options
 from .records import interrupts
 from .records.clock import Clock
 from .records.errors import UsageError

@@ -17,9 +17,10 @@ import scheduler_sim as sim
 from conftest import ROOT, req, run_cli, write_trace
 from scheduler_sim.gpu.calibration import NONE, SHIPPED, parse_calibration, shipped_for
 from scheduler_sim.gpu.coefficients import FIELDS, Coefficients
-from scheduler_sim.gpu.costmodel import calibration_for, cost_model_for
+from scheduler_sim.gpu.run_cost import calibration_for, cost_model_for
 from scheduler_sim.io.specs import calibration_path, load_specs
-from scheduler_sim.io.trace import read_trace, resolve_options
+from scheduler_sim.io.trace import read_trace
+from scheduler_sim.io.trace_config import resolve_options
 from scheduler_sim.records.errors import ConfigError, UsageError
 from scheduler_sim.records.options import Options
 

@@ -41,8 +41,10 @@ import pytest
 from conftest import req, simulate
 from scheduler_sim.cli.main import main
 from scheduler_sim.gpu.coefficients import Coefficients
-from scheduler_sim.gpu.costmodel import (GPUS, MODELS, CostModel, DispatchShape, calibration_for,
-                                         cost_model_for, parse_cost_model, swap_vs_recompute)
+from scheduler_sim.gpu.catalogue import GPUS, MODELS, parse_cost_model
+from scheduler_sim.gpu.costmodel import CostModel, DispatchShape
+from scheduler_sim.gpu.run_cost import calibration_for, cost_model_for
+from scheduler_sim.gpu.swap import swap_vs_recompute
 from scheduler_sim.records.options import Options
 from scheduler_sim.records.errors import TraceError
 from scheduler_sim.io.trace import parse_trace

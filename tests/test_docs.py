@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scheduler_sim.records.events import EVENT_TYPES
-from scheduler_sim.records.options import OPTIONS
+from scheduler_sim.records.option_table import OPTIONS
 from scheduler_sim.policies import POLICIES
 from scheduler_sim.engine.summary import REQUEST_FIELDS, RUN_FIELDS
 

@@ -38,7 +38,7 @@ from scheduler_sim.cli.main import main
 from scheduler_sim.io import generator
 from scheduler_sim.io.generator import WorkloadSpec, generate
 from scheduler_sim.io.trace import parse_trace
-from scheduler_sim.records.options import show
+from scheduler_sim.records.option_values import show
 
 EDGE = Path(__file__).resolve().parent / "data" / "edge"
 DATA = Path(__file__).resolve().parent / "data"
@@ -571,7 +571,7 @@ def test_fuzz_cost(tmp_path):
 def test_the_readme_states_the_limits_the_code_has():
     """The README's table of limits gives the code's constants (and spec §10 repeats
     them), so a changed limit is a changed document."""
-    from scheduler_sim.gpu.costmodel import MAX_SEQ
+    from scheduler_sim.gpu.swap import MAX_SEQ
     from scheduler_sim.io import importers
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     spec = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")

@@ -199,7 +199,7 @@ def test_a_repeated_rows_tuple_is_written_once_and_a_new_one_afresh():
     """A folded stretch hands the same rows tuple to every dispatch line: the text is
     reused; an equal-looking new tuple, or one with other rows, is written afresh
     (a decode row of request 'a' is the same text either way)."""
-    from scheduler_sim.records.events import dispatch_line
+    from scheduler_sim.records.event_lines import dispatch_line
     rows = (("a", "decode", 1, True, None), ("b", "prefill", 3, False, None))
     first = dispatch_line(1, rows, 4, 2, None, None)
     assert dispatch_line(2, rows, 4, 3, None, None) == first.replace(

@@ -237,7 +237,7 @@ class _Lines:
     lines written without records)."""
 
     def __init__(self, clock):
-        from scheduler_sim.records.events import LineListener
+        from scheduler_sim.records.event_lines import LineListener
 
         class Collect(LineListener):
             def write(inner, line):

@@ -17,10 +17,11 @@ import pytest
 from scheduler_sim.cli.main import main
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
-from scheduler_sim.io.html_report import cdf_points, downsample
-from scheduler_sim.io import report_series
+from scheduler_sim.io import bounded_series
 from scheduler_sim.io.report_series import RunSeries
-from scheduler_sim.io.trace import read_trace, resolve_options
+from scheduler_sim.io.svg_charts import cdf_points, downsample
+from scheduler_sim.io.trace import read_trace
+from scheduler_sim.io.trace_config import resolve_options
 from scheduler_sim.records.clock import Clock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,7 +179,7 @@ def test_a_binned_distribution_says_so_on_the_page(tmp_path, monkeypatch):
     page = _report(tmp_path, trace, name="exact.html")
     assert "Empirical CDFs of the exact per-request values" in page
     assert "from a histogram" not in page
-    monkeypatch.setattr(report_series, "EXACT_VALUES", 3)
+    monkeypatch.setattr(bounded_series, "EXACT_VALUES", 3)
     page = _report(tmp_path, trace, name="binned.html")
     assert "Empirical CDFs of the per-request values" in page
     assert "drawn exactly while they are at most 3 distinct ones" in page

@@ -11,11 +11,11 @@ import pytest
 from conftest import ROOT
 
 from scheduler_sim.cli.main import main
-from scheduler_sim.io.blis_run import parse_measured
+from scheduler_sim.io.blis_measured import parse_measured
 from scheduler_sim.io.inference_perf import ClientConfig, parse_yaml, read_client_config
 from scheduler_sim.io.trace import parse_trace
 from scheduler_sim.records.errors import TraceError
-from scheduler_sim.records.options import OPTIONS
+from scheduler_sim.records.option_table import OPTIONS
 
 DATA = ROOT / "tests" / "data" / "blis_run"
 

@@ -35,7 +35,7 @@ from conftest import ROOT
 import scheduler_sim.policies
 from scheduler_sim.cli.main import main
 from scheduler_sim.io.outputs import GuardedStream, OutputError, write_whole
-from scheduler_sim.io.report import format_csv
+from scheduler_sim.io.request_rows import format_csv
 from scheduler_sim.policies.serial import SerialPolicy
 
 

@@ -247,7 +247,8 @@ def test_a_fleet_replay_leaves_the_reader_empty(tmp_path):
     from scheduler_sim.fleet import make_fleet
     from scheduler_sim.io.outputs import Output
     from scheduler_sim.io.perfetto import TrackNumbers, fragment
-    from scheduler_sim.io.trace import read_trace, resolve_options
+    from scheduler_sim.io.trace import read_trace
+    from scheduler_sim.io.trace_config import resolve_options
     from scheduler_sim.records.clock import Clock
     trace = read_trace(write(tmp_path, TINY[:1] + [
         {"type": "request", "id": f"q{i}", "arrival": i // 2, "prompt_tokens": 4,
@@ -307,7 +308,8 @@ def test_a_waiting_request_is_one_int(tmp_path):
     from scheduler_sim.io.generator import WorkloadSpec, generate
     from scheduler_sim.io.outputs import Output
     from scheduler_sim.io.perfetto import TrackNumbers, fragment
-    from scheduler_sim.io.trace import read_trace, resolve_options
+    from scheduler_sim.io.trace import read_trace
+    from scheduler_sim.io.trace_config import resolve_options
     from scheduler_sim.records.clock import Clock
     trace = read_trace(write(tmp_path, generate(WorkloadSpec(seed=1, requests=3000, rate=2))))
     options, _ = resolve_options(trace.config, {})

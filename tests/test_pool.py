@@ -1,4 +1,4 @@
-"""The KV pool sized by the GPU (`costmodel.size_pool`, `fit_pool`) and the cost of tensor
+"""The KV pool sized by the GPU (`kv_pool.size_pool`, `fit_pool`) and the cost of tensor
 parallelism, every number derived by hand from the model and GPU data.
 
 The data (GIB = 2**30 bytes):
@@ -28,9 +28,9 @@ import math
 import pytest
 
 from conftest import req, simulate, run_cli as run, write_trace as write
-from scheduler_sim.gpu.costmodel import (
-    GPUS, MODELS, CostModel, fit_pool, size_pool,
-)
+from scheduler_sim.gpu.catalogue import GPUS, MODELS
+from scheduler_sim.gpu.costmodel import CostModel
+from scheduler_sim.gpu.kv_pool import fit_pool, size_pool
 from scheduler_sim.records.errors import UsageError
 from scheduler_sim.records.options import Options
 

@@ -1,7 +1,7 @@
-"""What `replay --report` keeps of a run (io/report_series.py): time series thinned per
-time bucket, marks counted per bucket, latency distributions exact then binned, and a
-timeline of a bounded number of requests, all in memory that does not grow with the
-number of requests."""
+"""What `replay --report` keeps of a run (io/report_series.py, io/bounded_series.py):
+time series thinned per time bucket, marks counted per bucket, latency distributions
+exact then binned, and a timeline of a bounded number of requests, all in memory that
+does not grow with the number of requests."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,11 @@ from array import array
 import pytest
 
 from scheduler_sim.engine.core import Engine
+from scheduler_sim.io import bounded_series as bs
 from scheduler_sim.io import report_series as rs
 from scheduler_sim.io.generator import WorkloadSpec, generate
-from scheduler_sim.io.trace import parse_trace, resolve_options
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.io.trace_config import resolve_options
 from scheduler_sim.records.clock import Clock
 
 
@@ -38,8 +40,8 @@ def test_compaction_keeps_each_buckets_first_minimum_and_maximum(monkeypatch):
     """Times 0..7 in two buckets of 4 steps: a = 5 1 7 1 | 3 9 0 9 keeps, per bucket,
     the first minimum and first maximum (1 at t1, 7 at t2; 0 at t6, 9 at t5) and the
     last row (t7), in time order; the arrays are the same objects, rewritten."""
-    monkeypatch.setattr(rs, "TIME_BUCKETS", 2)
-    series = rs.TimeSeries(("a",))
+    monkeypatch.setattr(bs, "TIME_BUCKETS", 2)
+    series = bs.TimeSeries(("a",))
     t, a = series.t, series.columns["a"]
     t.extend(range(8))
     a.extend([5, 1, 7, 1, 3, 9, 0, 9])
@@ -54,7 +56,7 @@ def test_compaction_keeps_the_rows_of_every_column():
     its bucket. Rows at times 0, 0, 1, 1, 2, 2 (buckets of one step): a = 1 2 1 2 1 2
     and b = 2 1 2 1 2 1 keep every row; once both are constant, each bucket keeps its
     first row, and the last row of all stays."""
-    series = rs.TimeSeries(("a", "b"))
+    series = bs.TimeSeries(("a", "b"))
     series.t.extend([0, 0, 1, 1, 2, 2])
     series.columns["a"].extend([1, 2, 1, 2, 1, 2])
     series.columns["b"].extend([2, 1, 2, 1, 2, 1])
@@ -72,15 +74,15 @@ def test_compacting_twice_is_compacting_once_at_the_wider_bucket(monkeypatch):
     rng = random.Random(5)
     times = sorted(rng.randrange(4000) for _ in range(3000))
     values = [rng.randrange(-50, 50) for _ in times]
-    monkeypatch.setattr(rs, "TIME_BUCKETS", 64)
-    twice = rs.TimeSeries(("v",))
+    monkeypatch.setattr(bs, "TIME_BUCKETS", 64)
+    twice = bs.TimeSeries(("v",))
     twice.t.extend(times[:1500])
     twice.columns["v"].extend(values[:1500])
     twice.compact()
     twice.t.extend(times[1500:])
     twice.columns["v"].extend(values[1500:])
     twice.compact()
-    once = rs.TimeSeries(("v",))
+    once = bs.TimeSeries(("v",))
     once.t.extend(times)
     once.columns["v"].extend(values)
     once.width = twice.width
@@ -91,9 +93,9 @@ def test_compacting_twice_is_compacting_once_at_the_wider_bucket(monkeypatch):
 def test_marks_are_counted_per_bucket_past_the_limit(monkeypatch):
     """ROW_LIMIT 4, TIME_BUCKETS 2: marks at 0, 1, 2, 3 are kept one by one; a fifth at 9
     makes buckets of 8 steps: (0, 4 marks) and (9, 1 mark); 5 in all."""
-    monkeypatch.setattr(rs, "ROW_LIMIT", 4)
-    monkeypatch.setattr(rs, "TIME_BUCKETS", 2)
-    marks = rs.Marks()
+    monkeypatch.setattr(bs, "ROW_LIMIT", 4)
+    monkeypatch.setattr(bs, "TIME_BUCKETS", 2)
+    marks = bs.Marks()
     for tick in (0, 1, 2, 3):
         marks.add(tick)
     assert (list(marks.times), list(marks.counts)) == ([0, 1, 2, 3], [1, 1, 1, 1])
@@ -108,10 +110,10 @@ def test_bucket_numbers_by_hand():
     """Four buckets per doubling: 1.0 and 1.2 share [1, 1.25) (key (1 + 1100) x 4 = 4404),
     1.3 is in [1.25, 1.5) (4405), 1.5 in [1.5, 1.75) (4406), 2.0 starts the next doubling
     (4408); half as many buckets is the key halved; 0 is 0, -1.3 is -4405."""
-    assert [rs._bucket(v, 4) for v in (1.0, 1.2, 1.3, 1.5, 1.99, 2.0)] == [
+    assert [bs._bucket(v, 4) for v in (1.0, 1.2, 1.3, 1.5, 1.99, 2.0)] == [
         4404, 4404, 4405, 4406, 4407, 4408]
-    assert rs._bucket(1.5, 2) == 4406 // 2 == 2203
-    assert (rs._bucket(0, 4), rs._bucket(-1.3, 4)) == (0, -4405)
+    assert bs._bucket(1.5, 2) == 4406 // 2 == 2203
+    assert (bs._bucket(0, 4), bs._bucket(-1.3, 4)) == (0, -4405)
 
 
 def test_distribution_is_exact_then_a_histogram(monkeypatch):
@@ -119,9 +121,9 @@ def test_distribution_is_exact_then_a_histogram(monkeypatch):
     distinct value (1.1) moves them into buckets: [1, 1.25) holds 4 values, largest
     1.2; [1.25, 1.5) holds 1.3. A later 3.0 joins at the next read. Each pair is a
     point of the exact CDF: 4 of 6 values are <= 1.2, 5 are <= 1.3, 6 <= 3.0."""
-    monkeypatch.setattr(rs, "EXACT_VALUES", 3)
-    monkeypatch.setattr(rs, "FINEST", 4)
-    d = rs.Distribution()
+    monkeypatch.setattr(bs, "EXACT_VALUES", 3)
+    monkeypatch.setattr(bs, "FINEST", 4)
+    d = bs.Distribution()
     for value in (1.0, 1.2, 1.2, 1.3):
         d.add(value)
     assert d.is_exact and d.pairs() == [(1.0, 1), (1.2, 2), (1.3, 1)]
@@ -136,10 +138,10 @@ def test_distribution_is_exact_then_a_histogram(monkeypatch):
 def test_a_histogram_past_its_bucket_limit_merges_neighbours(monkeypatch):
     """MAX_BUCKETS 2: the three buckets above become [1, 1.5) (5 values, largest 1.3)
     and [3, 4) (3.0), at 2 buckets per doubling."""
-    monkeypatch.setattr(rs, "EXACT_VALUES", 3)
-    monkeypatch.setattr(rs, "FINEST", 4)
-    monkeypatch.setattr(rs, "MAX_BUCKETS", 2)
-    d = rs.Distribution()
+    monkeypatch.setattr(bs, "EXACT_VALUES", 3)
+    monkeypatch.setattr(bs, "FINEST", 4)
+    monkeypatch.setattr(bs, "MAX_BUCKETS", 2)
+    d = bs.Distribution()
     for value in (1.0, 1.2, 1.2, 1.3, 1.1, 3.0):
         d.add(value)
     assert d.pairs() == [(1.3, 5), (3.0, 1)]
@@ -149,17 +151,17 @@ def test_a_histogram_past_its_bucket_limit_merges_neighbours(monkeypatch):
 def test_a_histogram_does_not_depend_on_the_order_of_its_values(monkeypatch):
     """5,000 values in two orders end in the same buckets, and each bucket's largest
     value is a point of the exact CDF (the share of values at most it)."""
-    monkeypatch.setattr(rs, "EXACT_VALUES", 100)
-    monkeypatch.setattr(rs, "MAX_BUCKETS", 300)
+    monkeypatch.setattr(bs, "EXACT_VALUES", 100)
+    monkeypatch.setattr(bs, "MAX_BUCKETS", 300)
     rng = random.Random(3)
     values = [rng.lognormvariate(0, 2) for _ in range(5000)]
-    forward, backward = rs.Distribution(), rs.Distribution()
+    forward, backward = bs.Distribution(), bs.Distribution()
     for value in values:
         forward.add(value)
     for value in reversed(values):
         backward.add(value)
     assert forward.pairs() == backward.pairs()
-    assert forward.buckets <= 300 and forward.per_doubling < rs.FINEST
+    assert forward.buckets <= 300 and forward.per_doubling < bs.FINEST
     ordered = sorted(values)
     seen = 0
     for top, count in forward.pairs():
@@ -226,7 +228,7 @@ def test_what_a_run_holds_does_not_grow_with_its_requests(monkeypatch):
     2 x 64 + 128 values per distribution; the tenfold run holds no more than that."""
     for name, value in (("ROW_LIMIT", 256), ("TIME_BUCKETS", 16), ("EXACT_VALUES", 64),
                         ("MAX_BUCKETS", 128)):
-        monkeypatch.setattr(rs, name, value)
+        monkeypatch.setattr(bs, name, value)
     held = []
     for requests in (400, 4000):
         records = generate(WorkloadSpec(seed=2, requests=requests, rate=0.5))

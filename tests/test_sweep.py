@@ -21,6 +21,7 @@ from conftest import req
 from scheduler_sim.cli.main import main
 from scheduler_sim.engine.summary import RUN_FIELDS
 from scheduler_sim.io import sweep as sweep_module
+from scheduler_sim.io import sweep_runs
 from scheduler_sim.io.trace import read_trace
 
 SMALL = [
@@ -272,7 +273,7 @@ def test_a_bad_combination_deep_in_the_grid_is_refused_before_anything_runs(trac
     30 pool sizes, then 2 policies): shard 0/7, which does not hold it, is refused too,
     exit 2, before any configuration runs or any output is opened."""
     ran = []
-    monkeypatch.setattr(sweep_module, "run_configuration",
+    monkeypatch.setattr(sweep_runs, "run_configuration",
                         lambda *args: ran.append(args) or ({}, False))
     blocks = ",".join(str(b) for b in range(6, 36))
     status, out, err = run("sweep", trace, "--grid", "order=fcfs,lpm", "--grid",
@@ -394,9 +395,9 @@ def test_a_bad_report_request_exits_2(trace, tmp_path, argv, message):
 
 def test_an_output_that_cannot_be_written_stops_the_sweep_before_it_runs(trace, tmp_path,
                                                                          monkeypatch):
-    import scheduler_sim.cli.commands as commands
+    import scheduler_sim.cli.sweep as sweep_command
     ran = []
-    monkeypatch.setattr(commands, "run_grid", lambda *a, **k: ran.append(1) or [])
+    monkeypatch.setattr(sweep_command, "run_grid", lambda *a, **k: ran.append(1) or [])
     code, out, err = run("sweep", trace, "--grid", "num_blocks=8,16", "--report",
                          str(tmp_path / "missing" / "r.html"))
     assert code == 2 and "cannot write the report" in err and not ran

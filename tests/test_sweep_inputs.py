@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from scheduler_sim.engine.summary import RUN_FIELDS
-from scheduler_sim.io.report import csv_field
+from scheduler_sim.io.request_rows import csv_field
 from scheduler_sim.io.sweep import parse_shard
 from scheduler_sim.io.sweep_merge import MAX_SHARD_BYTES
 from scheduler_sim.records.errors import UsageError

@@ -15,7 +15,8 @@ from conftest import req, simulate
 from scheduler_sim.records.errors import TraceError
 from scheduler_sim.policies import POLICIES
 from scheduler_sim.requests.queues import QUEUE_ORDERS
-from scheduler_sim.io.trace import MAX_PROBLEMS, parse_trace
+from scheduler_sim.io.problems import MAX_PROBLEMS
+from scheduler_sim.io.trace import parse_trace
 from scheduler_sim.cli.main import main
 
 NAME = "t.jsonl"

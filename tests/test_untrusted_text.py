@@ -12,11 +12,12 @@ import re
 
 import pytest
 
-import scheduler_sim.cli.commands
+import scheduler_sim.cli.replay
 from conftest import ROOT
 from scheduler_sim.cli.main import main
 from scheduler_sim.records.errors import TraceError, UsageError
-from scheduler_sim.io.report import format_requests, printable, text_width
+from scheduler_sim.io.request_rows import format_requests
+from scheduler_sim.io.terminal_text import printable, text_width
 
 CONTROL_IDS = ROOT / "tests" / "data" / "edge" / "control_ids.jsonl"
 
@@ -142,5 +143,5 @@ def test_error_messages_are_escaped_whatever_built_them(monkeypatch, error, expe
     def fail(path):
         raise error
 
-    monkeypatch.setattr(scheduler_sim.cli.commands, "read_trace", fail)
+    monkeypatch.setattr(scheduler_sim.cli.replay, "read_trace", fail)
     assert run(["validate", "t.jsonl"]) == (2, "", expected)

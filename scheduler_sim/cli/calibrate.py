@@ -27,11 +27,14 @@ from ..gpu.calibration import (Calibration, dump, fit_kernels, is_file_spec,
 from ..gpu.coefficients import FIELDS
 from ..gpu.catalogue import cost_specs, gpu_named, model_named
 from ..gpu.profiles import read_profile
-from ..gpu.costmodel import fit_pool
-from ..io.outputs import check_output_paths, read_limited, write_whole
+from ..gpu.kv_pool import fit_pool
+from ..io.inputs import read_limited
+from ..io.output_paths import check_output_paths
+from ..io.outputs import write_whole
 from ..io.run_fit import MeasuredRun, fit_runs, read_measured
 from ..io.specs import read_calibration_file, spec_inputs
-from ..io.trace import ALLOW_FLAG, allow_trace_plugins, read_trace, resolve_options
+from ..io.trace import read_trace
+from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins, resolve_options
 from ..records.errors import UsageError
 
 __all__ = ["cmd_calibrate", "add_calibrate_parser"]

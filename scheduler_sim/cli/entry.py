@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import TextIO
 
-__all__ = ["main_entry", "hold_early", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
+__all__ = ["main_entry", "hold_early", "PROG", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
-PROG = "scheduler-sim"  # as commands.PROG, which this module cannot import yet
+PROG = "scheduler-sim"  # the program's name in every message (imported by the commands)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 

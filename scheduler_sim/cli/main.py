@@ -7,9 +7,9 @@ full, file too large, permission denied, a directory), 3 an internal
 invariant failed, a plugin policy failed, or a worker process of -j died
 (`workers.WorkerDied`), 130 interrupted (SIGINT), 141 the reader of standard
 output or of a FIFO went away (quietly, as a tool killed by SIGPIPE), 143
-terminated (SIGTERM). Every option of `options.OPTIONS` is also a flag
+terminated (SIGTERM). Every option of `option_table.OPTIONS` is also a flag
 (`block_size` -> `--block-size`); flags override the trace's config record.
-Messages are printed through `report.printable`, one line each whatever
+Messages are printed through `terminal_text.printable`, one line each whatever
 text they carry. Together with `commands` and `outputs` this is the only
 layer that touches argv, stdout, stderr and files.
 
@@ -27,17 +27,17 @@ from typing import Any, TextIO
 from .. import __version__
 from ..io.importers import FORMATS, RUN_FORMATS
 from ..io.outputs import GuardedStream, PipeClosed, abort_unfinished
-from ..io.report import printable
-from ..io.trace import ALLOW_FLAG
+from ..io.terminal_text import printable
+from ..io.trace_config import ALLOW_FLAG
 from ..policies import POLICIES
 from ..records import interrupts
 from ..records.errors import InvariantError, PolicyError, SimError, TraceError, UsageError
 from ..records.interrupts import Terminated
-from ..records.options import OPTIONS
+from ..records.option_table import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
 from .calibrate import add_calibrate_parser
-from .commands import COMMANDS, PROG
-from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, main_entry
+from .commands import command
+from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, PROG, main_entry
 from .workers import WorkerDied
 
 __all__ = ["main", "main_entry", "build_parser", "Terminated", "EXIT_INTERRUPTED",
@@ -313,7 +313,7 @@ def _command(argv: list[str], out: GuardedStream, err: GuardedStream) -> tuple[i
         except SystemExit as exc:  # argparse has printed usage or help
             status = int(exc.code or 0)
         else:
-            status = COMMANDS[args.command](args, out, err)
+            status = command(args.command)(args, out, err)
         out.flush()
         err.flush()
         return status, ""

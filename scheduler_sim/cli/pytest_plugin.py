@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 
-from ..gpu.costmodel import fit_pool
+from ..gpu.kv_pool import fit_pool
 from ..io.expectations import CheckResult, check_trace
 from ..io.specs import load_specs
-from ..io.trace import ALLOW_FLAG, Trace, allow_trace_plugins, read_trace
+from ..io.trace import Trace, read_trace
+from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins
 from ..policies import PluginError, is_plugin, policy_class
 from ..records import interrupts
 from ..records.errors import SimError, TraceError, UsageError

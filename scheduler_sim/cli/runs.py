@@ -28,10 +28,11 @@ from typing import Any, Callable
 from ..engine.core import Engine
 from ..engine.summary import request_record
 from ..fleet import make_fleet
-from ..io.outputs import EventFile, Output
+from ..io.event_file import EventFile
+from ..io.outputs import Output
 from ..io.perfetto import PerfettoFile, fragment
 from ..io.progress import Progress
-from ..io.report import csv_row
+from ..io.request_rows import csv_row
 from ..io.report_series import RunSeries
 from ..records import interrupts
 from ..records.clock import Clock

@@ -42,7 +42,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from ..gpu.costmodel import CostModel, clock_for, cost_model_for, fit_pool
+from ..gpu.costmodel import CostModel
+from ..gpu.kv_pool import fit_pool
+from ..gpu.run_cost import clock_for, cost_model_for
 from ..kv.allocator import BlockAllocator
 from ..kv.caches import cache_kind, make_cache
 from ..policies import PluginError, is_builtin, is_builtin_name, make_policy
@@ -139,8 +141,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting):
             self.allocator.track_evictions(
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))
         cost = cost_model_for(options) if options.has_cost_model else None
-        # Every dispatch's statistics, timing and output gaps (ledger.py), and the
-        # run's statistics it writes to.
+        # Every dispatch's statistics, timing and output gaps, into the run's (ledger.py).
         self.ledger = DispatchLedger(RunStats(clock, options.slo), cost, clock)
         self.clients = (ClientSlots(options.max_concurrency)
                         if options.max_concurrency is not None else None)
@@ -164,8 +165,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting):
         self._emit = on_event
         self._on_state = on_state
         self._audit = audit
-        # Folding (fast/folding.py) is off by default under a per-boundary state callback
-        # or the audit (steadiness.py).
+        # Folding is off by default under a state callback or the audit (steadiness.py).
         if fast_forward is None:
             fast_forward = on_state is None and not audit
         # Steady decoders counted rather than written (fast/cohort.py), when nobody

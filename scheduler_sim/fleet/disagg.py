@@ -76,7 +76,7 @@ at the decode replica's first output), dispatches of every replica, and the
 copies (`transfers`, `transfers_aborted`, `transfer_tokens`,
 `transfer_time_mean`, `transfer_time_max`); per-replica summaries carry
 their `role` and count what each replica did (a prefill replica's runs end
-`finished_length_capped` with one output).
+`finished_length_capped` with one output); `disagg_result` makes that result.
 """
 from __future__ import annotations
 
@@ -92,19 +92,14 @@ from ..records.workload import RequestSpec, Workload
 from ..requests.request import (
     HANDED_OFF, LOADED, LOADING, PRODUCER, REMOTE, Request, set_outputs,
 )
-from .fleet import (FleetResult, ReplicaView, fleet_summary, make_replicas,
-                    replica_summaries, run_guarded, stall_the_stuck)
+from .disagg_result import disagg_result
+from .fleet import FleetResult, ReplicaView, make_replicas, run_guarded, stall_the_stuck
 from .routers import make_router
 
 __all__ = ["DisaggFleet", "Transfer"]
 
 INF = float("inf")
 
-# The request-level counters of RunStats: the fleet's come from each trace
-# request's one end, never from a prefill replica's prompt-only run.
-_REQUEST_LEVEL = ("status_counts", "samples", "useful_rows", "replay_rows", "preemptions",
-                  "cached_tokens", "completed_input", "completed_output", "slo_met",
-                  "deadlines", "deadline_misses")
 
 
 class Transfer:
@@ -409,7 +404,7 @@ class DisaggFleet:
                 stalled |= stall_the_stuck(engines, t)
                 break
             t = nxt
-        return self._result(first, stalled)
+        return disagg_result(self, first, stalled, self._keep)
 
     def _horizon(self, i: int, t: int, spec: RequestSpec | None, due: list[float]) -> float:
         """Where a fold on replica `i` must stop (E7.5): the next arrival, copy landing
@@ -432,30 +427,6 @@ class DisaggFleet:
                 if when < horizon:
                     horizon = when
         return horizon
-
-    def _result(self, first: int, stalled: bool) -> FleetResult:
-        engines = self.engines
-        roles = ["prefill" if i < self.prefills else "decode" for i in range(len(engines))]
-        per_replica = replica_summaries(engines, first, roles)
-        stats = RunStats.combined([e.stats for e in engines])
-        final = self.final
-        for name in _REQUEST_LEVEL:
-            setattr(stats, name, getattr(final, name))
-        stats.requests = sum(self.routed[:self.prefills])
-        stats.output_tokens -= self.handed_off  # the prefill replicas' hidden tokens
-        summary = fleet_summary(engines, stats, first)
-        report = self.clock.report
-        steps = self.transfer_steps
-        summary.update({
-            "transfers": self.transfers,
-            "transfers_aborted": self.transfers_aborted,
-            "transfer_tokens": self.transfer_tokens,
-            "transfer_time_mean": report(sum(steps) / len(steps)) if steps else None,
-            "transfer_time_max": report(max(steps)) if steps else None,
-        })
-        requests = sorted(self.finals, key=lambda r: r.index) if self._keep else []
-        return FleetResult(self.policy_name, summary, requests, stalled, self.clock,
-                           self.options, per_replica)
 
 
 def _next_at(actions: list, t: int) -> float:

@@ -1,63 +1,29 @@
-"""The cost model: how long a dispatch takes on a GPU, the KV pool its memory holds, and
-swap against recompute.
+"""The cost model: how long a dispatch takes on a GPU.
 
 `CostModel` prices a dispatch as a sum of physical terms (§9; the class
 docstring gives each): the FLOPs and bytes come from the model's
 architecture (models.py) and the GPU's datasheet (gpus.py); how close to
 the peaks each kind of kernel gets, and the fixed costs around them, are
 the coefficients of a calibration (coefficients.py, calibration.py).
-`cost_model_for(options)` builds the one a run asks for, `clock_for`
-the run's clock with the serving overhead its TTFT and end-to-end
-latencies include.
 
 With tensor parallelism over `tp` GPUs each GPU holds 1/tp of the weights
 and of every token's KV (KV heads replicated when tp exceeds them) and does
 1/tp of the FLOPs, and every layer adds two all-reduces.
 
-`size_pool` derives the KV pool from the GPU as vLLM does: of each GPU's
-memory, `gpu_memory_utilization` is for the engine; the weights and an
-activation reserve come off it and the rest holds KV blocks.
-
-`swap_vs_recompute` prices a preempted request of S tokens both ways, as
-the reference figures do (a prefill at `mfu` x peak FLOP/s, 400 TFLOP/s on
-an H100 by default; not the calibrated dispatch time): recomputing its
-prefill, or copying its KV to host memory and back over the host link; and
-the prefix-survival fraction above which a warm recompute beats the round
-trip.
+The cost model and the clock a run's options ask for are `run_cost`'s
+(`cost_model_for`, `clock_for`); the KV pool a GPU's memory holds is
+`kv_pool`'s (`size_pool`, `fit_pool`); swap against recompute is `swap`'s.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Iterator
 
-from ..records.clock import Clock
-from ..records.errors import UsageError
-from ..records.options import OPTIONS
-from .calibration import Calibration, is_file_spec, resolve_calibration
 from .coefficients import DEFAULTS, Coefficients
-# The specs moved to their own modules (models.py, gpus.py, catalogue.py); their names
-# stay importable from here.
-from .catalogue import GPUS, MODELS, cost_specs, parse_cost_model
-from .gpus import GpuSpec
-from .models import ACTIVATION_BYTES, ModelSpec
+from .models import ACTIVATION_BYTES
 
-__all__ = ["ModelSpec", "GpuSpec", "MODELS", "GPUS", "CostModel", "DispatchShape",
-           "DEFAULT_MFU",
-           "swap_vs_recompute", "parse_cost_model", "PoolSizing", "size_pool", "fit_pool", "GIB",
-           "DEFAULT_ACTIVATION_RESERVE", "MAX_SEQ"]
-
-GIB = 2 ** 30
-
-
-# The activation reserve's default lives in the option table (options.OPTIONS):
-# 3.05 GiB per GPU outside weights and KV, vLLM's memory profile for Llama-3-8B
-# on an H100 (vllm-project/vllm#10511: a 1.26 GiB activation peak plus 1.79 GiB
-# allocated outside PyTorch). The dispatch coefficients' defaults and sources are
-# in coefficients.py.
-DEFAULT_ACTIVATION_RESERVE = OPTIONS["activation_reserve"].default
-DEFAULT_MFU = 400 / 989  # swap_vs_recompute's prefill rate, the reference figures' 400 TFLOP/s
+__all__ = ["CostModel", "DispatchShape", "mlp_width"]
 
 
 @dataclasses.dataclass
@@ -296,52 +262,6 @@ class CostModel:
         return self.dispatch_seconds(shape.chunks, len(shape.decodes), sum(shape.decodes))
 
 
-@functools.lru_cache(maxsize=16)
-def _shipped(spec: str | None, gpu_name: str) -> Calibration:
-    return resolve_calibration(spec, gpu_name)
-
-
-def calibration_for(options) -> Calibration:
-    """The calibration `options` ask for (calibration.resolve_calibration): a file's,
-    read by io/specs.py into `options.calibration_file`; a shipped one, read once per
-    process."""
-    model, gpu = cost_specs(options)
-    if is_file_spec(options.calibration):
-        return resolve_calibration(options.calibration, gpu.name, options.calibration_file)
-    return _shipped(options.calibration, gpu.name)
-
-
-def cost_model_for(options) -> CostModel:
-    """The cost model of `options` (which name one): its model, GPU and tp, the
-    calibration's coefficients, and the options that override them (`mfu` ->
-    gemm_efficiency, `bandwidth_efficiency` -> the weight and KV reads,
-    `step_overhead`)."""
-    model, gpu = cost_specs(options)
-    k = calibration_for(options).coefficients
-    changes = {}
-    if options.mfu is not None:
-        changes["gemm_efficiency"] = options.mfu
-    if options.bandwidth_efficiency is not None:
-        changes["gemm_bandwidth_efficiency"] = options.bandwidth_efficiency
-        changes["kv_read_efficiency"] = options.bandwidth_efficiency
-    if options.step_overhead is not None:
-        changes["step_overhead"] = options.step_overhead
-    return CostModel(model, gpu, k.replace(**changes) if changes else k, options.tp)
-
-
-def clock_for(options) -> Clock:
-    """The run's clock (records/clock.py `Clock.of`), with the serving overhead of
-    the cost model's calibration (`request_overhead`, in whole clock steps) that
-    every request's TTFT and end-to-end latency include."""
-    clock = Clock.of(options)
-    if not options.has_cost_model:
-        return clock
-    seconds = calibration_for(options).coefficients.request_overhead
-    if not seconds:
-        return clock
-    return dataclasses.replace(clock, request_overhead=round(seconds / clock.step_seconds))
-
-
 def mlp_width(model) -> float:
     """The MLP's intermediate width a token passes through, averaged over the layers:
     `intermediate` in a dense layer; in an MoE layer, that of the experts it is
@@ -350,134 +270,3 @@ def mlp_width(model) -> float:
            + model.shared_experts * model.shared_expert_intermediate)
     dense_layers = model.layers - model.moe_layers
     return (dense_layers * model.intermediate + model.moe_layers * moe) / model.layers
-
-
-# The longest request `swap_vs_recompute` prices: far beyond any context window, and
-# small enough that every figure (2 L S^2 d FLOPs, say) stays a finite float.
-MAX_SEQ = 10 ** 9
-
-
-def swap_vs_recompute(model: ModelSpec, gpu: GpuSpec, seq: int,
-                      mfu: float = DEFAULT_MFU) -> dict[str, float]:
-    """Price a preempted request of `seq` tokens: recompute its prefill, or swap its KV.
-
-    Returns the KV bytes per token and in all, the prefill FLOPs, the cold
-    recompute time, the one-way and round-trip swap times, how many times
-    cheaper the swap is, the prefill rate at which both cost the same, and
-    the fraction of the prefix that must survive in the prefix cache for a
-    warm recompute ((1 - f) x cold time) to beat the round trip.
-    """
-    kv = model.kv_bytes_per_token
-    total = kv * seq
-    flops = model.prefill_flops(seq)
-    cold = flops / (gpu.peak_flops * mfu)
-    one_way = total / gpu.host_link
-    round_trip = 2 * one_way
-    return {
-        "kv_bytes_per_token": kv,
-        "kv_bytes": total,
-        "prefill_flops": flops,
-        "recompute_seconds": cold,
-        "swap_one_way_seconds": one_way,
-        "swap_round_trip_seconds": round_trip,
-        "swap_advantage": cold / round_trip,
-        "crossover_tokens_per_second": seq / round_trip,
-        "survival_threshold": max(0.0, 1 - round_trip / cold),
-    }
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolSizing:
-    """How the KV pool follows from the GPU, every term in bytes per GPU."""
-
-    model: ModelSpec
-    gpu: GpuSpec
-    tp: int
-    utilization: float
-    usable: float        # utilization x memory
-    weights: float       # weight bytes (ModelSpec.weight_bytes) / tp
-    reserve: float       # activations and memory outside PyTorch
-    kv: float            # what is left for KV blocks
-    block_bytes: int     # block_size x KV bytes per token per GPU
-    blocks: int          # floor(kv / block_bytes)
-
-    def describe(self, given: int | None = None) -> str:
-        """`KV pool 27,284 blocks of 2 MiB: 0.9 x 79.22 GiB - weights 14.96 GiB - ...`;
-        with a `given` pool, how it compares with what the GPU holds."""
-        per = "" if self.tp == 1 else f" per GPU (tp {self.tp})"
-        arithmetic = (f"{self.utilization:g} x {self.gpu.memory_gib:g} GiB - weights "
-                      f"{self.weights / GIB:.2f} GiB - activation reserve "
-                      f"{self.reserve / GIB:g} GiB = {self.kv / GIB:.2f} GiB of KV")
-        if given is not None:
-            return (f"KV pool {given:,} blocks of {self.block_bytes / 2**20:g} MiB{per} as "
-                    f"given; the GPU holds up to {self.blocks:,}: {arithmetic}")
-        return f"KV pool {self.blocks:,} blocks of {self.block_bytes / 2**20:g} MiB{per}: {arithmetic}"
-
-
-def size_pool(model: ModelSpec, gpu: GpuSpec, block_size: int, utilization: float,
-              tp: int = 1, reserve_gib: float = DEFAULT_ACTIVATION_RESERVE) -> PoolSizing:
-    """The KV pool `utilization` of each GPU's memory leaves after weights and the reserve.
-
-    Raises ValueError with the arithmetic when the weights and the reserve do
-    not fit, or when not one block is left.
-    """
-    usable = utilization * gpu.memory_gib * GIB
-    weights = model.weight_bytes / tp
-    reserve = reserve_gib * GIB
-    kv = usable - weights - reserve
-    block_bytes = block_size * model.kv_bytes_per_token_per_gpu(tp)
-    blocks = math.floor(kv / block_bytes) if kv > 0 else 0
-    if blocks < 1:
-        where = "one GPU" if tp == 1 else f"each of {tp} GPUs"
-        raise ValueError(
-            f"{model.name} does not fit on {gpu.name} at gpu_memory_utilization "
-            f"{utilization:g}: weights {weights / GIB:.2f} GiB + activation reserve "
-            f"{reserve_gib:g} GiB + one KV block {block_bytes / GIB:.4f} GiB > "
-            f"{utilization:g} x {gpu.memory_gib:g} GiB = {usable / GIB:.2f} GiB on {where}"
-            + (" (spread it over more GPUs with --tp)" if weights + reserve >= gpu.memory_gib * GIB
-               else " (raise --gpu-memory-utilization or spread it with --tp)"))
-    return PoolSizing(model, gpu, tp, utilization, usable, weights, reserve, kv, block_bytes,
-                      blocks)
-
-
-def fit_pool(options) -> tuple:
-    """With a cost model, make the KV pool follow from the GPU: `(options, sizing)`.
-
-    When `num_blocks` was not given (it is not in `options.origin`), it
-    becomes the pool `size_pool` derives, marked `derived`; when it was
-    given, it must fit in that pool. Without a cost model nothing changes
-    and the sizing is None. Raises UsageError with the arithmetic when the
-    model or the pool does not fit.
-    """
-    specs = cost_specs(options)
-    if specs is None:
-        return options, None
-    model, gpu = specs
-    if options.cost_specs is None:  # resolved once: the engines of a run reuse them
-        options = dataclasses.replace(options, cost_specs=specs)
-    if options.tp > 8:
-        raise UsageError(f"tp must be at most 8, the GPUs of one NVLink node (the model has "
-                         f"no network between nodes), got {options.tp}")
-    if model.kv_heads % options.tp and options.tp % model.kv_heads:
-        raise UsageError(f"tp must divide {model.name}'s {model.kv_heads} KV heads or be a "
-                         f"multiple of them, got {options.tp}")
-    if model.heads % options.tp:
-        raise UsageError(f"tp must divide {model.name}'s {model.heads} attention heads, got "
-                         f"{options.tp}")
-    try:
-        sizing = size_pool(model, gpu, options.block_size, options.gpu_memory_utilization,
-                           options.tp, options.activation_reserve)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if "num_blocks" not in options.origin:
-        origin = dict(options.origin, num_blocks="derived")
-        return dataclasses.replace(options, num_blocks=sizing.blocks, origin=origin), sizing
-    if options.num_blocks > sizing.blocks:
-        raise UsageError(
-            f"num_blocks {options.num_blocks:,} does not fit: {model.name} on {gpu.name} "
-            f"leaves room for {sizing.blocks:,} blocks of "
-            f"{sizing.block_bytes / 2**20:g} MiB per GPU: "
-            f"{options.gpu_memory_utilization:g} x {gpu.memory_gib:g} GiB - weights "
-            f"{sizing.weights / GIB:.2f} GiB - activation reserve "
-            f"{options.activation_reserve:g} GiB = {sizing.kv / GIB:.2f} GiB of KV")
-    return options, sizing

@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from ..records.errors import ConfigError
-from ..records.options import show
+from ..records.option_values import show
 
 __all__ = ["GpuSpec", "GPUS", "INTERCONNECTS"]
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records.errors import ConfigError
-from ..records.options import show
+from ..records.option_values import show
 from .models import MlaSpec, ModelSpec
 
 __all__ = ["spec_from_config", "LIMITS", "NON_GATED", "SIXTEEN_BIT_DTYPES"]

@@ -32,26 +32,28 @@ out (their cancel is in the trace).
 
 Every problem is `file:line: ...` (the line of the request object in the
 document) and fatal: a run is converted whole or not at all.
+
+This module reads and checks the run and writes the trace; the document is
+read by `json_document`, the prompts matched by `blis_prompts`, and the
+measured side is `blis_measured`'s.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import re
-from collections import Counter
 from typing import Any
 
 from ..gpu.gpus import GpuSpec
 from ..gpu.models import ModelSpec
 from ..records.errors import TraceError
-from ..records.options import show
+from ..records.option_values import show
+from .blis_prompts import Prompts, assign_prompts
 from .inference_perf import ClientConfig
-from .trace import MAX_PROBLEMS, unique_keys
+from .json_document import JSONDocument
+from .problems import capped
 
-__all__ = ["MODEL_NAMES", "SPLITS", "RunConversion", "convert_run", "assign_prompts",
-           "measured_records", "parse_measured", "read_run", "Run", "Prompts", "NEIGHBOURS",
-           "ID_PREFIX", "MEASURED_KEYS", "model_name", "implied_reserve",
+__all__ = ["MODEL_NAMES", "SPLITS", "RunConversion", "convert_run", "read_run", "Run",
+           "ID_PREFIX", "model_name", "implied_reserve", "integer_in",
            "VLLM_MEMORY_UTILIZATION"]
 
 ID_PREFIX = "blis-run-"
@@ -66,126 +68,13 @@ MODEL_NAMES = {
     "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b",
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
 }
-# Positions either side, nearest first, where a request whose prompt length is not its
-# slot's may find its slot: requests scheduled a few ms apart can reach the server
-# swapped (every mismatch of the 16 published runs is within 2).
-NEIGHBOURS = (1, -1, 2, -2)
 # The most a request's arrival may be, in microseconds: 1e14 s, so that with a client
 # timeout (at most 1e9 s) every time written stays below a trace's 1e15.
 _MAX_US = 10 ** 20
-_WS = re.compile(r"[ \t\n\r]*")
 
 
-class _Refused(ValueError):
-    """A JSON constant (NaN, Infinity) the files never hold."""
-
-
-def _refuse(name: str) -> Any:
-    raise _Refused(f"{name} is not a number a run holds")
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=_refuse)
-
-
-class _Document:
-    """A JSON document read element by element: the top level's values, and the
-    items of one list with the line each starts on."""
-
-    def __init__(self, text: str, name: str) -> None:
-        self.text = text
-        self.name = name
-        self._pos = 0
-        self._line = 1
-
-    def line_at(self, pos: int) -> int:
-        self._line += self.text.count("\n", self._pos, pos)
-        self._pos = pos
-        return self._line
-
-    def fail(self, pos: int, what: str) -> TraceError:
-        return TraceError([f"{self.name}:{self.line_at(pos)}: {what}"])
-
-    def skip(self, pos: int) -> int:
-        return _WS.match(self.text, pos).end()
-
-    def value(self, pos: int) -> tuple[Any, int]:
-        try:
-            return _DECODER.raw_decode(self.text, pos)
-        except RecursionError:
-            raise self.fail(pos, "JSON nested too deeply") from None
-        except json.JSONDecodeError as exc:
-            raise TraceError([f"{self.name}:{exc.lineno}: invalid JSON: {exc.msg} at "
-                              f"column {exc.colno}"]) from None
-        except ValueError as exc:
-            raise self.fail(pos, f"invalid JSON: {exc}") from None
-
-    def items(self, pos: int) -> tuple[list[tuple[int, Any]], int]:
-        """The items of the list opening at `pos`, each (line, value)."""
-        out = []
-        pos = self.skip(pos + 1)
-        if self.text.startswith("]", pos):
-            return out, pos + 1
-        while True:
-            line = self.line_at(pos)
-            item, pos = self.value(pos)
-            out.append((line, item))
-            pos = self.skip(pos)
-            if self.text.startswith("]", pos):
-                return out, pos + 1
-            if not self.text.startswith(",", pos):
-                raise self.fail(pos, "invalid JSON: expected ',' or ']' in a list")
-            pos = self.skip(pos + 1)
-
-    def read(self, list_key: str | None) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
-        """A top-level object whose `list_key` list is read item by item, or (with
-        `list_key` None) a top-level list."""
-        text = self.text[1:] if self.text.startswith("\ufeff") else self.text
-        self.text = text
-        pos = self.skip(0)
-        if list_key is None:
-            if not text.startswith("[", pos):
-                raise self.fail(pos, "expected a JSON list of per-request objects")
-            items, pos = self.items(pos)
-            top: dict[str, Any] = {}
-        else:
-            if not text.startswith("{", pos):
-                raise self.fail(pos, "expected a JSON object (a run of inference-sim/training)")
-            top, items, pos = self._object(pos, list_key)
-        pos = self.skip(pos)
-        if pos < len(text):
-            raise self.fail(pos, "invalid JSON: text after the document")
-        return top, items
-
-    def _object(self, pos: int, list_key: str):
-        top: dict[str, Any] = {}
-        items: list[tuple[int, Any]] = []
-        pos = self.skip(pos + 1)
-        if self.text.startswith("}", pos):
-            return top, items, pos + 1
-        while True:
-            key, pos = self.value(pos)
-            if not isinstance(key, str):
-                raise self.fail(pos, "invalid JSON: expected a key")
-            if key in top:
-                raise self.fail(pos, f"invalid JSON: duplicate key {key!r}")
-            pos = self.skip(pos)
-            if not self.text.startswith(":", pos):
-                raise self.fail(pos, "invalid JSON: expected ':'")
-            pos = self.skip(pos + 1)
-            if key == list_key and self.text.startswith("[", pos):
-                items, pos = self.items(pos)
-                top[key] = None
-            else:
-                top[key], pos = self.value(pos)
-            pos = self.skip(pos)
-            if self.text.startswith("}", pos):
-                return top, items, pos + 1
-            if not self.text.startswith(",", pos):
-                raise self.fail(pos, "invalid JSON: expected ',' or '}'")
-            pos = self.skip(pos + 1)
-
-
-def _integer(value: Any, low: int = 0, high: int = 10 ** 9) -> bool:
+def integer_in(value: Any, low: int = 0, high: int = 10 ** 9) -> bool:
+    """Whether a JSON value is an integer from `low` to `high` (true and false are not)."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
@@ -217,7 +106,7 @@ _REQUEST_FIELDS = ("index", "arrival_time_us", "input_tokens", "output_tokens", 
 def read_run(text: str, name: str) -> Run:
     """The run in `text` (a run JSON document), every field checked; TraceError with
     every problem (`name:line: ...`, at most MAX_PROBLEMS and a count of the rest)."""
-    top, items = _Document(text, name).read("requests")
+    top, items = JSONDocument(text, name).read("requests")
     problems: list[str] = []
     where = f"{name}:1"
     for key in ("experiment", "model_id", "split"):
@@ -233,7 +122,7 @@ def read_run(text: str, name: str) -> Run:
                         f"{show(config) if 'config' in top else 'nothing'}")
         config = {}
     for key in _CONFIG_FIELDS:
-        if not _integer(config.get(key), 1):
+        if not integer_in(config.get(key), 1):
             problems.append(f"{where}: config.{key} must be an integer >= 1, got "
                             f"{show(config.get(key)) if key in config else 'nothing'}")
     for key in ("num_prefix_groups", "users_per_group", "system_prompt_len"):
@@ -252,7 +141,7 @@ def read_run(text: str, name: str) -> Run:
     for position, (line, req) in enumerate(items):
         bad = _request_problems(req, position, previous)
         problems += [f"{name}:{line}: requests[{position}]: {p}" for p in bad]
-        if isinstance(req, dict) and _integer(req.get("arrival_time_us"), 0, _MAX_US):
+        if isinstance(req, dict) and integer_in(req.get("arrival_time_us"), 0, _MAX_US):
             previous = req["arrival_time_us"]  # order is checked pair by pair
         if bad:
             continue
@@ -265,7 +154,7 @@ def read_run(text: str, name: str) -> Run:
     if not items and not problems:
         problems.append(f"{where}: requests is empty")
     if problems:
-        raise TraceError(_capped(problems, name))
+        raise TraceError(capped(problems, name))
     return run
 
 
@@ -278,10 +167,10 @@ def _request_problems(req: Any, position: int, previous: int) -> list[str]:
             out.append(f"{key} is missing")
     if out:
         return out
-    if req["index"] != position or not _integer(req["index"]):
+    if req["index"] != position or not integer_in(req["index"]):
         out.append(f"index must be the request's position ({position}), got {show(req['index'])}")
     arrival = req["arrival_time_us"]
-    if not _integer(arrival, 0, _MAX_US):
+    if not integer_in(arrival, 0, _MAX_US):
         out.append(f"arrival_time_us must be an integer of microseconds from 0 to 1e20, "
                    f"got {show(arrival)}")
     elif arrival < previous:
@@ -290,7 +179,7 @@ def _request_problems(req: Any, position: int, previous: int) -> list[str]:
     if not isinstance(req["has_error"], bool):
         out.append(f"has_error must be true or false, got {show(req['has_error'])}")
     for key in ("input_tokens", "output_tokens"):
-        if not _integer(req[key]):
+        if not integer_in(req[key]):
             out.append(f"{key} must be an integer >= 0, got {show(req[key])}")
     if req["input_tokens"] == 0 and req["has_error"] is False:
         out.append("input_tokens must be >= 1 for a request without an error, got 0")
@@ -299,88 +188,6 @@ def _request_problems(req: Any, position: int, previous: int) -> list[str]:
                    f"config), got {show(req['prefix_group'])}")
     return out
 
-
-def _capped(problems: list[str], name: str) -> list[str]:
-    if len(problems) <= MAX_PROBLEMS:
-        return problems
-    return problems[:MAX_PROBLEMS] + [f"{name}: ... and {len(problems) - MAX_PROBLEMS:,} "
-                                      "more errors"]
-
-
-@dataclasses.dataclass
-class Prompts:
-    """Which of the client's prompts each request sent (`assign_prompts`)."""
-
-    slots: list[int | None]     # the prompt of each request; None: not matched
-    lengths: list[int]          # its prompt tokens
-    in_place: int = 0           # requests whose prompt is their position's
-    moved: int = 0              # matched to a neighbouring position's prompt
-    unmatched: int = 0          # no prompt of theirs or a neighbour's has their length
-    filled: int = 0             # errored before counting: the prompt's usual length
-
-
-def assign_prompts(run: Run, client: ClientConfig, name: str) -> Prompts:
-    """The prompt each request sent, from the client's round robin.
-
-    inference-perf sends the n-th request of a stage (n from 0) prompt n mod
-    `client.prompts`, and the run lists requests in the order they reached
-    the server, so request i nominally sent the prompt of its position in its
-    stage. A prompt's length is the most common positive `input_tokens` of
-    its positions (ties to the smaller). A request whose length is not its
-    prompt's was overtaken or overtook: it takes the prompt of the nearest
-    position (NEIGHBOURS, same stage) whose prompt has its length, or none
-    (its blocks then match only itself). A request that errored before the
-    client counted its prompt (`input_tokens` 0) sent its position's prompt,
-    at that prompt's length.
-    """
-    counts = client.stage_requests
-    if sum(counts) != len(run.indices):
-        sizes = " + ".join(f"{c:,}" for c in counts)
-        raise TraceError([f"{name}: the client config's stages send {sum(counts):,} "
-                          f"requests (int(rate x duration) each: {sizes}), the run lists "
-                          f"{len(run.indices):,}: not this run's config?"])
-    nominal: list[int] = []
-    stage_of: list[int] = []
-    for stage, count in enumerate(counts):
-        nominal += [n % client.prompts for n in range(count)]
-        stage_of += [stage] * count
-    seen: list[Counter] = [Counter() for _ in range(client.prompts)]
-    for slot, length in zip(nominal, run.prompts):
-        if length > 0:
-            seen[slot][length] += 1
-    usual = [min(c, key=lambda n: (-c[n], n)) if c else None for c in seen]
-    out = Prompts([], [])
-    problems = []
-    for i, length in enumerate(run.prompts):
-        slot = nominal[i]
-        if length == 0:
-            if usual[slot] is None:
-                problems.append(f"{name}:{run.lines[i]}: requests[{i}]: errored before the "
-                                f"client counted its prompt, and no request of its prompt "
-                                f"({slot}) has a known length")
-                continue
-            out.slots.append(slot)
-            out.lengths.append(usual[slot])
-            out.filled += 1
-            continue
-        out.lengths.append(length)
-        if usual[slot] == length:
-            out.slots.append(slot)
-            out.in_place += 1
-            continue
-        for step in NEIGHBOURS:
-            j = i + step
-            if 0 <= j < len(nominal) and stage_of[j] == stage_of[i] \
-                    and usual[nominal[j]] == length:
-                out.slots.append(nominal[j])
-                out.moved += 1
-                break
-        else:
-            out.slots.append(None)
-            out.unmatched += 1
-    if problems:
-        raise TraceError(_capped(problems, name))
-    return out
 
 
 def _seconds(us: int) -> int | float:
@@ -475,104 +282,3 @@ def convert_run(run: Run, client: ClientConfig, name: str, model: str,
             at = us + round(client.timeout * 10 ** 6)
             cancels.append({"type": "cancel", "id": rid, "at": _seconds(at)})
     return RunConversion(records + cancels, run, prompts, client, model, gpu)
-
-
-def measured_records(text: str, name: str, run: Run) -> list[dict[str, Any]]:
-    """The measured side of a run from its ground-truth document: one object per
-    request that completed, in the run's order: `id`, `ttft` and `e2e` in seconds
-    (as measured by the client, from sending to the first and the last streamed
-    event), and `client_output_tokens`. Each entry must name the same request and
-    error flag as the run; TraceError with every problem otherwise."""
-    _, items = _Document(text, name).read(None)
-    problems = []
-    out = []
-    if len(items) != len(run.indices):
-        problems.append(f"{name}:1: {len(items):,} entries, the run has "
-                        f"{len(run.indices):,} requests")
-    for position, ((line, entry), index, error, client) in enumerate(
-            zip(items, run.indices, run.errors, run.client_outputs)):
-        where = f"{name}:{line}: [{position}]"
-        if not isinstance(entry, dict):
-            problems.append(f"{where}: expected an object, got {show(entry)}")
-            continue
-        bad = []
-        if entry.get("index") != index or not _integer(entry.get("index")):
-            bad.append(f"index must be the run's {index}, got {show(entry.get('index'))}")
-        if entry.get("has_error") is not error:
-            bad.append(f"has_error must be the run's {show(error)}, got "
-                       f"{show(entry.get('has_error'))}")
-        keys = ("e2e_s",) if error else ("ttft_s", "e2e_s")
-        for key in keys:
-            value = entry.get(key)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or not 0 <= value <= 1e9):
-                bad.append(f"{key} must be a number of seconds from 0 to 1e9, got "
-                           f"{show(value) if key in entry else 'nothing'}")
-        if not bad and not error and entry["ttft_s"] > entry["e2e_s"]:
-            bad.append(f"ttft_s must be at most e2e_s ({entry['e2e_s']!r}), got "
-                       f"{entry['ttft_s']!r}")
-        problems += [f"{where}: {p}" for p in bad]
-        if not bad and not error:
-            out.append({"id": f"{ID_PREFIX}{index}", "ttft": float(entry["ttft_s"]),
-                        "e2e": float(entry["e2e_s"]), "client_output_tokens": client})
-    if problems:
-        raise TraceError(_capped(problems, name))
-    return out
-
-
-MEASURED_KEYS = ("id", "ttft", "e2e", "client_output_tokens")
-
-
-def parse_measured(text: str, name: str) -> list[dict[str, Any]]:
-    """The records of a measured file (JSONL, one completed request a line: `id`,
-    `ttft` and `e2e` in seconds, optional `client_output_tokens`), checked;
-    TraceError with every problem as `name:line: ...`."""
-    out: list[dict[str, Any]] = []
-    problems: list[str] = []
-    seen: dict[str, int] = {}
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    for number, raw in enumerate(text.split("\n"), start=1):
-        if not raw.strip():
-            continue
-        where = f"{name}:{number}"
-        try:
-            rec = _DECODER.decode(raw)
-        except RecursionError:
-            problems.append(f"{where}: JSON nested too deeply")
-            continue
-        except json.JSONDecodeError as exc:
-            problems.append(f"{where}: invalid JSON: {exc.msg} at column {exc.colno}")
-            continue
-        except ValueError as exc:
-            problems.append(f"{where}: invalid JSON: {exc}")
-            continue
-        if not isinstance(rec, dict):
-            problems.append(f"{where}: expected an object, got {show(rec)}")
-            continue
-        bad = [f"unknown field {key!r} (known: {', '.join(MEASURED_KEYS)})"
-               for key in rec if key not in MEASURED_KEYS]
-        rid = rec.get("id")
-        if not isinstance(rid, str) or not rid:
-            bad.append(f"id must be a non-empty string, got {show(rid) if 'id' in rec else 'nothing'}")
-        elif rid in seen:
-            bad.append(f"id {rid!r} was already measured on line {seen[rid]}")
-        for key in ("ttft", "e2e"):
-            value = rec.get(key)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or not 0 <= value <= 1e9):
-                bad.append(f"{key} must be a number of seconds from 0 to 1e9, got "
-                           f"{show(value) if key in rec else 'nothing'}")
-        if not bad and rec["ttft"] > rec["e2e"]:
-            bad.append(f"ttft must be at most e2e ({rec['e2e']!r}), got {rec['ttft']!r}")
-        if "client_output_tokens" in rec and not _integer(rec["client_output_tokens"]):
-            bad.append(f"client_output_tokens must be an integer >= 0, got "
-                       f"{show(rec['client_output_tokens'])}")
-        if bad:
-            problems += [f"{where}: {p}" for p in bad]
-            continue
-        seen[rid] = number
-        out.append(rec)
-    if problems:
-        raise TraceError(_capped(problems, name))
-    return out

@@ -23,11 +23,14 @@ from typing import Any
 from ..engine.core import Engine, RunResult
 from ..engine.summary import request_record
 from ..fleet import make_fleet
-from ..gpu.costmodel import clock_for, fit_pool
+from ..gpu.kv_pool import fit_pool
+from ..gpu.run_cost import clock_for
 from ..records.clock import Clock
 from ..records.errors import UsageError
-from ..records.options import Options, show
-from .trace import Expectation, Trace
+from ..records.option_values import show
+from ..records.options import Options
+from .trace import Trace
+from .trace_records import Expectation
 
 __all__ = ["StateProbe", "FieldOutcome", "CheckResult", "verify", "snapshot_ticks",
            "check_trace", "holds", "describe_expected", "DEFAULT_REL"]

@@ -41,7 +41,7 @@ import random
 import re
 from typing import Any, Iterator
 
-from ..records.options import show
+from ..records.option_values import show
 
 __all__ = ["LengthSpec", "parse_length", "WorkloadSpec", "generate", "workload_records",
            "check_workload", "spec_problems", "weights_problem", "limit", "MAX_REQUESTS",
@@ -56,7 +56,7 @@ MAX_CANCEL_AFTER = 1e12     # ticks of mean patience
 MAX_PREFIX_GROUPS = 1_000_000
 MAX_WEIGHT = 1e6
 MAX_TOKEN_IDS = 10_000_000  # prompt token ids written with prefix groups, in all
-MAX_TIME = 10 ** 15         # the largest time a trace may hold (io.trace.MAX_TIME)
+MAX_TIME = 10 ** 15         # the largest time a trace may hold (io.trace_records.MAX_TIME)
 
 
 @dataclasses.dataclass(frozen=True)

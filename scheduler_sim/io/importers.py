@@ -46,8 +46,8 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from ..kv.allocator import blocks_for
-from ..records.options import show
-from .trace import json_value
+from ..records.option_values import show
+from .json_lines import json_value
 
 __all__ = ["FORMATS", "RUN_FORMATS", "Conversion", "convert", "guess_format", "MOONCAKE_HASH_BLOCK",
            "MAX_TIMESTAMP", "TIMESTAMP_DECIMALS", "FOREIGN_LINES"]

@@ -29,7 +29,7 @@ import re
 from typing import Any
 
 from ..records.errors import TraceError
-from ..records.options import show
+from ..records.option_values import show
 
 __all__ = ["ClientConfig", "read_client_config", "client_config", "parse_yaml",
            "AIOHTTP_TIMEOUT"]

@@ -19,71 +19,28 @@ is, quoted whenever it holds a comma, a quote, CR or LF, except what a CSV
 reader chokes on or a terminal obeys: a control character other than TAB, CR
 and LF, and a lone surrogate, are written as escapes (`csv_field`), and so a
 backslash is doubled.
+
+This module writes the run summaries (the table, JSON); the per-request table
+and CSV are `request_rows`', and `printable` and `text_width` are
+`terminal_text`'s.
 """
 from __future__ import annotations
 
 import json
-import re
-import unicodedata
 from typing import Any
 
-from ..engine.summary import (METRICS, REQUEST_FIELDS, STATS, TIME_REQUEST_FIELDS,
-                      TIME_RUN_FIELDS)
+from ..engine.summary import METRICS, STATS, TIME_RUN_FIELDS
 from ..gpu.catalogue import is_path
-from ..gpu.costmodel import PoolSizing, calibration_for, clock_for
+from ..gpu.kv_pool import PoolSizing
+from ..gpu.run_cost import calibration_for, clock_for
 from ..records.clock import Clock
 from ..records.errors import SimError
-from ..records.options import OPTIONS, Options, format_slo
+from ..records.option_table import OPTIONS, format_slo
+from ..records.options import Options
+from .terminal_text import printable, rjust, text_width
 
-__all__ = ["format_table", "format_json", "format_number", "format_requests", "format_csv",
-           "table_rows", "REQUEST_COLUMNS", "header_lines", "options_text", "printable",
-           "text_width", "csv_field", "cost_model_line"]
-
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
-
-
-def printable(text: str, backslashes: bool = False) -> str:
-    """`text` safe to print on one line of a terminal: every character that is not
-    printable (`str.isprintable`: C0 and C1 controls, DEL, line and paragraph
-    separators, format characters such as bidi overrides, lone surrogates,
-    private and unassigned code points) becomes `\\n`, `\\r`, `\\t`, `\\xNN`,
-    `\\uNNNN` or `\\UNNNNNNNN`, as Python's repr writes them; with `backslashes`
-    a backslash becomes `\\\\` too, so that distinct strings never look alike.
-    Never raises, whatever the str."""
-    if text.isprintable() and not (backslashes and "\\" in text):
-        return text
-    out = []
-    for ch in text:
-        if ch.isprintable() and (ch != "\\" or not backslashes):
-            out.append(ch)
-        elif ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        else:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else
-                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-    return "".join(out)
-
-
-def text_width(text: str) -> int:
-    """The columns printable `text` takes on a terminal: wide and fullwidth characters
-    (CJK) two, combining marks none, every other character one."""
-    if text.isascii():
-        return len(text)
-    width = 0
-    for ch in text:
-        if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me"):
-            continue
-        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
-    return width
-
-
-def _ljust(text: str, width: int) -> str:
-    return text + " " * (width - text_width(text))
-
-
-def _rjust(text: str, width: int) -> str:
-    return " " * (width - text_width(text)) + text
+__all__ = ["format_table", "format_json", "format_number", "format_time", "table_rows",
+           "header_lines", "options_text", "cost_model_line"]
 
 
 _METRIC_LABELS = {"queue_delay": "queue delay", "client_wait": "client wait", "ttft": "TTFT",
@@ -373,7 +330,7 @@ def _columns(heads: list[str], runs: list[dict[str, Any]], options: Options, clo
     unit_w = max(len(r[1]) for r in rows)
     col_w = [max(text_width(p), *(len(r[2][i]) for r in rows)) for i, p in enumerate(heads)]
     header = " " * (label_w + 2 + unit_w) + "".join(
-        "  " + _rjust(p, w) for p, w in zip(heads, col_w))
+        "  " + rjust(p, w) for p, w in zip(heads, col_w))
     lines = [header.rstrip()]
     for label, unit, cells in rows:
         line = label.ljust(label_w) + "  " + unit.ljust(unit_w) + "".join(
@@ -395,108 +352,3 @@ def format_json(trace_name: str, options: Options, runs: list[dict[str, Any]],
                        "reserve_bytes": pool.reserve, "kv_bytes": pool.kv}
     doc["runs"] = runs
     return json.dumps(doc, indent=2) + "\n"
-
-
-# (heading, per-request field) of the `--requests` table.
-REQUEST_COLUMNS = (
-    ("id", "id"), ("arrival", "arrival"), ("sent", "sent"), ("admitted", "admitted"),
-    ("first token", "first_token"), ("finished", "finished"), ("status", "status"),
-    ("P", "prompt_tokens"), ("N", "output_tokens"), ("cached", "cached_tokens"),
-    ("preempt", "preemptions"),
-    ("useful rows", "useful_rows"), ("replayed", "replay_rows"),
-)
-
-
-def format_requests(policy: str, records: list[dict[str, Any]], clock: Clock | None = None,
-                    closed_loop: bool = False) -> str:
-    """One line per request: when it was admitted, produced, ended, and the work it cost.
-
-    The `sent` column appears only with closed-loop clients, where it can
-    differ from the arrival.
-    """
-    clock = clock or Clock()
-    columns = [c for c in REQUEST_COLUMNS if closed_loop or c[1] != "sent"]
-    if records and "replica" in records[0]:  # a fleet's: which replica served it
-        columns.insert(1, ("replica", "replica"))
-    heads = [h for h, _ in columns]
-
-    def cell(record: dict[str, Any], field: str) -> str:
-        value = record[field]
-        if isinstance(value, str):  # the id, from the trace, and the status
-            return printable(value, backslashes=True)
-        if field in TIME_REQUEST_FIELDS:
-            return format_time(value, clock)
-        return format_number(value)
-
-    cells = [[cell(r, f) for _, f in columns] for r in records]
-    widths = [max(len(h), *(text_width(c[i]) for c in cells)) if cells else len(h)
-              for i, h in enumerate(heads)]
-    left = {heads.index("id"), heads.index("status")}  # read better left-aligned
-
-    def line(values: list[str]) -> str:
-        return "  ".join(_ljust(v, w) if i in left else _rjust(v, w)
-                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-
-    out = [f"requests under {printable(policy)} (times in {clock.label})", line(heads)]
-    out.extend(line(c) for c in cells)
-    return "\n".join(out) + "\n"
-
-
-def format_csv(per_policy: list[tuple[str, list[dict[str, Any]]]]) -> str:
-    """Every per-request field, one row per request and policy (`policy` first), rows
-    ending in LF (RFC 4180 quoting: a field is quoted when it holds a comma, a quote,
-    CR or LF; the csv module, with LF line ends, would leave a CR unquoted)."""
-    fleet = any("replica" in r for _, records in per_policy for r in records)
-    return csv_header(fleet) + "".join(csv_row(policy, record)
-                                  for policy, records in per_policy for record in records)
-
-
-def csv_header(fleet: bool = False) -> str:
-    """The first line of `format_csv` (a fleet's rows have `replica` after `policy`)."""
-    return ",".join(("policy",) + ("replica",) * fleet + REQUEST_FIELDS) + "\n"
-
-
-def csv_row(policy: str, record: dict[str, Any]) -> str:
-    """One request's line of `format_csv`."""
-    replica = [_csv_value(record["replica"])] if "replica" in record else []
-    return ",".join([csv_field(policy)] + replica
-                    + [csv_field(_csv_value(record[f])) for f in REQUEST_FIELDS]) + "\n"
-
-
-def _csv_value(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-# What a CSV field never holds raw: a backslash, C0 controls but TAB, LF and CR, DEL,
-# C1 controls, and lone surrogates (which UTF-8 cannot carry).
-_CSV_ESCAPED = re.compile(r"[\\\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
-_CSV_QUOTED = re.compile('[,"\r\n]')
-_CSV_PLAIN = re.compile(r'[^\\\x00-\x1f\x7f-\x9f\ud800-\udfff,"]*')  # needs neither
-
-
-def _csv_escape(match: re.Match[str]) -> str:
-    ch = match.group()
-    if ch == "\\":
-        return "\\\\"
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def csv_field(text: str) -> str:
-    """A CSV field (RFC 4180): the text, quoted (its quotes doubled) when it holds a
-    comma, a quote, CR or LF; a control character other than TAB, CR and LF, and a
-    lone surrogate, written as a backslash escape (`\\x00`, `\\x1b`, `\\x85`,
-    `\\ud800`), and so a backslash doubled, so that distinct texts stay distinct."""
-    if _CSV_PLAIN.fullmatch(text):
-        return text
-    if _CSV_ESCAPED.search(text):
-        text = _CSV_ESCAPED.sub(_csv_escape, text)
-    if _CSV_QUOTED.search(text):
-        return '"' + text.replace('"', '""') + '"'
-    return text

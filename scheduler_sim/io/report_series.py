@@ -28,25 +28,24 @@ keeps, instead of the event stream itself:
   is the `sent` time `ended` reads), a line of its phase changes while it
   runs, and nothing once it has ended unless the timeline shows it.
 
-Times are kept in clock steps; `html_report` turns them into the run's unit.
+The bounded series themselves (`TimeSeries`, `Marks`, `Distribution`, and
+their limits) are `bounded_series`'. Times are kept in clock steps;
+`html_report` turns them into the run's unit.
 A folded stretch hands the listener the same rows tuple dispatch after
 dispatch; it is recognised and counted without walking its rows.
 """
 from __future__ import annotations
 
 import heapq
-import math
-from array import array
-from bisect import bisect_left
 from typing import Any, Callable
 
 from ..engine.summary import request_record
 from ..records.clock import Clock
+from . import bounded_series as bounded  # its limits read at run time (tests lower them)
+from .bounded_series import Distribution, Marks, TimeSeries, appended
 
-__all__ = ["RunSeries", "TimeSeries", "Marks", "Distribution", "SNAPSHOT_FIELDS", "PHASES",
-           "WAITING", "PREFILL", "DECODE", "PREEMPTED", "RECOMPUTE", "END", "tee",
-           "TIMELINE_ROWS", "SLOWEST", "SPACED", "ROW_LIMIT", "TIME_BUCKETS", "EXACT_VALUES",
-           "MAX_BUCKETS", "FINEST"]
+__all__ = ["RunSeries", "SNAPSHOT_FIELDS", "PHASES", "WAITING", "PREFILL", "DECODE",
+           "PREEMPTED", "RECOMPUTE", "END", "tee", "TIMELINE_ROWS", "SLOWEST", "SPACED"]
 
 # The counts of a `snapshot` record kept, in this order.
 SNAPSHOT_FIELDS = ("allocated", "reserved", "cached", "draining", "free", "waiting", "running")
@@ -60,32 +59,9 @@ _ENDS = ("finished", "cancelled", "timeout", "stalled", "rejected", "prefilled")
 # writer per cached block for `evicted` records, which the report ignores).
 KINDS = frozenset(("snapshot", "dispatch", "preempted", "arrival", *_ENDS))
 
-
-def _appended(steps: array | list[int], step: int) -> array | list[int]:
-    """`steps` with `step` appended: an array of 64-bit integers, or a list once a step
-    does not fit one (a cost model's microsecond clock over a trace that reaches 1e15 s
-    counts 1e21 steps)."""
-    try:
-        steps.append(step)
-    except OverflowError:
-        steps = [*steps, step]
-    return steps
-
-
-def _like(steps: array | list[int], values: list[int]) -> array | list[int]:
-    """`values` held as `steps` holds its own (an array of 64-bit integers, or a list)."""
-    return array("q", values) if isinstance(steps, array) else values
-
 TIMELINE_ROWS = 300  # a trace of at most this many requests has all of them on the timeline
 SLOWEST = 100        # else: the slowest by end-to-end latency under the policy ...
 SPACED = 200         # ... and this many evenly spaced by arrival (the same under every policy)
-
-ROW_LIMIT = 1 << 16   # rows of a series kept exactly; past them it is thinned ...
-TIME_BUCKETS = 2048   # ... to at most this many time buckets (a chart is 740 pixels wide)
-
-EXACT_VALUES = 4096   # distinct values a distribution keeps exactly ...
-MAX_BUCKETS = 4096    # ... before it becomes a histogram of at most this many buckets,
-FINEST = 1024         # at first this many per doubling (each less than 0.1% wide)
 
 
 def tee(*listeners: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
@@ -98,208 +74,6 @@ def tee(*listeners: Callable[[Any], None] | None) -> Callable[[Any], None] | Non
         for f in given:
             f(item)
     return both
-
-
-# --- bounded series ------------------------------------------------------------------
-
-
-def _bucket_width(t: array, buckets: int, width: int) -> int:
-    """The smallest power of two, at least `width`, that puts the times of `t`
-    (from 0) into at most `buckets` buckets of that many steps."""
-    first, last = min(t), max(t)
-    while last // width - first // width + 1 > buckets:
-        width *= 2
-    return width
-
-
-def _runs(t: array, width: int) -> list[tuple[int, int]]:
-    """The [start, end) index ranges of `t` that fall in one bucket of `width` steps
-    each (times ascend; if they do not, each range still moves on)."""
-    out = []
-    start, n = 0, len(t)
-    while start < n:
-        bucket = t[start] // width
-        end = bisect_left(t, (bucket + 1) * width, start)
-        if end <= start:
-            end = start + 1
-        out.append((start, end))
-        start = end
-    return out
-
-
-class TimeSeries:
-    """Rows of counts over time: a time (`t`, clock steps, ascending) and a column
-    per name (`columns`), appended by the caller, who calls `compact` once there
-    are more than `ROW_LIMIT` rows.
-
-    Until then every row is kept (the charts draw what they drew before). A
-    compaction splits time into buckets of `width` steps (a power of two, the
-    smallest that leaves at most `TIME_BUCKETS` buckets, never shrinking) and
-    keeps, in each, the rows that hold a column's first minimum or first
-    maximum, and the last row of all: at most 2 x columns x TIME_BUCKETS + 1
-    rows, so the peaks and troughs a chart draws per pixel column are kept.
-    The arrays are rewritten in place (a reference to them stays valid).
-    """
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.t = array("q")
-        self.columns = {name: array("q") for name in names}
-        self.width = 1
-        self.compactions = 0
-
-    def __len__(self) -> int:
-        return len(self.t)
-
-    def compact(self) -> None:
-        """Thin the rows as the class docstring says."""
-        t = self.t
-        n = len(t)
-        if n == 0:
-            return
-        self.width = width = _bucket_width(t, TIME_BUCKETS, self.width)
-        keep = {n - 1}
-        columns = list(self.columns.values())
-        for start, end in _runs(t, width):
-            for column in columns:
-                part = column[start:end]
-                keep.add(start + part.index(min(part)))
-                keep.add(start + part.index(max(part)))
-        rows = sorted(keep)
-        t[:] = _like(t, [t[i] for i in rows])
-        for column in columns:
-            column[:] = array("q", [column[i] for i in rows])
-        self.compactions += 1
-
-
-class Marks:
-    """Times of instants (preemptions, retractions), each with a count: one entry per
-    instant (count 1) up to `ROW_LIMIT` entries; then the entries of each time
-    bucket (as `TimeSeries` chooses them) become one, at the bucket's first time,
-    with their counts summed. `total` counts every instant."""
-
-    def __init__(self) -> None:
-        self.times = array("q")
-        self.counts = array("q")
-        self.total = 0
-        self.width = 1
-
-    def __len__(self) -> int:
-        return self.total
-
-    def add(self, tick: int) -> None:
-        self.times = _appended(self.times, tick)
-        self.counts.append(1)
-        self.total += 1
-        if len(self.times) > ROW_LIMIT:
-            self.compact()
-
-    def compact(self) -> None:
-        times, counts = self.times, self.counts
-        self.width = width = _bucket_width(times, TIME_BUCKETS, self.width)
-        merged_t, merged_c = _like(times, []), array("q")
-        for start, end in _runs(times, width):
-            merged_t.append(times[start])
-            merged_c.append(sum(counts[start:end]))
-        times[:] = merged_t
-        counts[:] = merged_c
-
-
-def _bucket(value: float, per: int) -> int:
-    """The histogram bucket of `value` with `per` buckets per doubling (a power of two):
-    buckets split each [2^e, 2^(e+1)) evenly, numbered in the order of their values
-    (0 holds only 0; negative values mirror positive ones). Computed exactly
-    (`frexp` and powers of two), so the same on every machine; `_bucket(v, per) //
-    2` is `_bucket(v, per // 2)` for v > 0."""
-    if value == 0:
-        return 0
-    size = -value if value < 0 else value
-    if size == math.inf:
-        key = 2100 * per
-    else:
-        mantissa, exponent = math.frexp(size)  # mantissa in [0.5, 1)
-        key = (exponent + 1100) * per + int((mantissa - 0.5) * 2 * per)
-    return key if value > 0 else -key
-
-
-class Distribution:
-    """The values of a sample (latencies), for its CDF.
-
-    `add` counts each distinct value exactly (`exact`, value -> count) until
-    there are more than `EXACT_VALUES` of them; then they move into a histogram:
-    `per_doubling` buckets split each doubling of the values evenly (at first
-    `FINEST`, so a bucket is less than 1 / FINEST of its values wide), each
-    bucket keeping its count and its largest value; past `MAX_BUCKETS` buckets
-    the histogram merges neighbours (half as many per doubling) until it fits.
-    Which buckets a sample ends in does not depend on the order of its values.
-    `exact` stays the intake: new values are counted there and moved when it
-    fills, which keeps the common case one dictionary update (the ITL is
-    counted into it directly).
-    """
-
-    def __init__(self) -> None:
-        self.exact: dict[float, int] = {}
-        self.counts: dict[int, int] | None = None  # bucket -> how many values
-        self.tops: dict[int, float] | None = None  # bucket -> its largest value
-        self.per_doubling = FINEST
-
-    def add(self, value: float, count: int = 1) -> None:
-        exact = self.exact
-        exact[value] = exact.get(value, 0) + count
-        if len(exact) > EXACT_VALUES:
-            self.spill()
-
-    @property
-    def is_exact(self) -> bool:
-        """Whether every value is kept exactly (no histogram yet)."""
-        return self.counts is None
-
-    def spill(self) -> None:
-        """Move the exact counts into the histogram (emptying `exact` in place)."""
-        if self.counts is None:
-            self.counts, self.tops = {}, {}
-        counts, tops, per = self.counts, self.tops, self.per_doubling
-        for value, count in self.exact.items():
-            key = _bucket(value, per)
-            counts[key] = counts.get(key, 0) + count
-            top = tops.get(key)
-            if top is None or value > top:
-                tops[key] = value
-        self.exact.clear()
-        while len(self.counts) > MAX_BUCKETS and self.per_doubling > 1:
-            self._coarsen()
-
-    def _coarsen(self) -> None:
-        """Half as many buckets per doubling: each pair of neighbours becomes one."""
-        counts, tops = {}, {}
-        for key, count in self.counts.items():
-            merged = key // 2 if key > 0 else -((-key) // 2)
-            counts[merged] = counts.get(merged, 0) + count
-            top = tops.get(merged)
-            value = self.tops[key]
-            if top is None or value > top:
-                tops[merged] = value
-        self.counts, self.tops = counts, tops
-        self.per_doubling //= 2
-
-    @property
-    def total(self) -> int:
-        """How many values were added."""
-        return sum(self.exact.values()) + (sum(self.counts.values()) if self.counts else 0)
-
-    @property
-    def buckets(self) -> int:
-        """The histogram's buckets (0 while exact)."""
-        return len(self.counts) if self.counts is not None else 0
-
-    def pairs(self) -> list[tuple[float, int]]:
-        """Sorted (value, count) pairs: the exact values, or per histogram bucket its
-        largest value and its count (so each point of the CDF drawn through them
-        is a point of the exact CDF)."""
-        if self.counts is None:
-            return sorted(self.exact.items())
-        self.spill()
-        tops, counts = self.tops, self.counts
-        return [(tops[key], counts[key]) for key in sorted(counts)]
 
 
 # --- the listener --------------------------------------------------------------------
@@ -412,10 +186,10 @@ class RunSeries:
             for i, value in enumerate(new):
                 totals[i] += value - old[i]
             values = totals
-        self.snap_t = self.snapshots.t = _appended(self.snap_t, ev.tick)
+        self.snap_t = self.snapshots.t = appended(self.snap_t, ev.tick)
         for name, value in zip(SNAPSHOT_FIELDS, values):
             snap[name].append(value)
-        if len(self.snap_t) > ROW_LIMIT:
+        if len(self.snap_t) > bounded.ROW_LIMIT:
             self.snapshots.compact()
         if ev.tick > self.end:
             self.end = ev.tick
@@ -447,9 +221,9 @@ class RunSeries:
 
     def _dispatch(self, ev: Any, replica: int) -> None:
         tick, done, rows = ev.tick, ev.done, ev.rows
-        self.disp_t = self.dispatches.t = _appended(self.disp_t, tick)
+        self.disp_t = self.dispatches.t = appended(self.disp_t, tick)
         self.disp_tokens.append(ev.tokens)
-        if len(self.disp_t) > ROW_LIMIT:
+        if len(self.disp_t) > bounded.ROW_LIMIT:
             self.dispatches.compact()
         if done > self.end:
             self.end = done
@@ -459,7 +233,7 @@ class RunSeries:
             gap = done - self._rows_done
             itl[gap] = itl.get(gap, 0) + len(rows)
             self._rows_done = done
-            if len(itl) > EXACT_VALUES:
+            if len(itl) > bounded.EXACT_VALUES:
                 self.itl.spill()
             return
         self._flush_rows()
@@ -486,7 +260,7 @@ class RunSeries:
                 line[1] = done
             else:
                 plain = False
-        if len(itl) > EXACT_VALUES:
+        if len(itl) > bounded.EXACT_VALUES:
             self.itl.spill()
         # Outputs are in the lines already; a repeat of these rows (a folded
         # stretch) only moves their last output, which `_flush_rows` writes.

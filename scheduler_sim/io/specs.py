@@ -23,7 +23,7 @@ from ..gpu.gpus import GpuSpec
 from ..gpu.models import ModelSpec
 from ..records.errors import ConfigError, UsageError
 from ..records.options import Options
-from .outputs import read_limited
+from .inputs import read_limited
 
 __all__ = ["load_specs", "read_model_file", "read_gpu_file", "spec_path", "spec_inputs",
            "model_spec", "gpu_spec", "MAX_SPEC_BYTES", "calibration_path",
@@ -47,7 +47,7 @@ def spec_path(options: Options, key: str) -> str | None:
 
 def spec_inputs(options: Options) -> list[tuple[str, str]]:
     """The spec files the options read, as (option, path) inputs for
-    `outputs.check_output_paths` (no output may be written over one)."""
+    `output_paths.check_output_paths` (no output may be written over one)."""
     found = [(f"--{key}", path) for key in ("model", "gpu")
              if (path := spec_path(options, key)) is not None]
     calibration = calibration_path(options)

@@ -28,8 +28,10 @@ This module owns the grid and everything made from it:
   bytes, the axes and the fixed options: `fingerprint`), and the aligned
   table `sweep` prints (`format_table`).
 
-Joining shards back (`sweep merge`) is `sweep_merge.py`'s. Nothing here
-writes files or reads argv: `cli.commands` does.
+This module owns the grid, its configurations and shards; running them is
+`sweep_runs`', their rows as text `sweep_rows`', and joining shards back
+(`sweep merge`) `sweep_merge`'s. Nothing here writes files or reads argv:
+`cli.sweep` does.
 """
 from __future__ import annotations
 
@@ -39,24 +41,21 @@ import itertools
 import json
 import math
 import re
-from concurrent.futures import Executor
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..engine.core import Engine
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
-from ..fleet import make_fleet
-from ..gpu.costmodel import fit_pool
-from ..records.clock import Clock
+from ..gpu.kv_pool import fit_pool
 from ..records.errors import UsageError
-from ..records.options import OPTIONS, Options, format_slo, show
-from .report import csv_field, format_number, printable, text_width
+from ..records.option_table import OPTIONS, format_slo
+from ..records.option_values import show
+from ..records.options import Options
 from .specs import load_specs
-from .trace import Trace, check_options, resolve_options
+from .trace import Trace
+from .trace_config import check_options, resolve_options
 
 __all__ = ["SWEEP_VERSION", "Axis", "Configuration", "GridConfigurations", "Grid",
            "check_axis", "build_grid", "fingerprint", "parse_shard", "shard_of",
-           "run_configuration", "configuration_row", "run_grid", "format_jsonl", "format_csv",
-           "csv_text", "format_table", "file_digest", "MAX_CONFIGURATIONS"]
+           "file_digest", "cell_text", "json_value_of", "MAX_CONFIGURATIONS"]
 
 SWEEP_VERSION = 1
 # `--shard K/N`: ASCII digits only; at most 18 of them, so that int() never meets
@@ -97,7 +96,7 @@ class Configuration:
 
 
 def _label(values: Iterable[tuple[str, Any]]) -> str:
-    return ", ".join(f"{name}={_cell(name, value)}" for name, value in values)
+    return ", ".join(f"{name}={cell_text(name, value)}" for name, value in values)
 
 
 class GridConfigurations(Sequence[Configuration]):
@@ -194,14 +193,14 @@ class Grid:
         return len(self.configurations)
 
 
-def _json_value(name: str, value: Any) -> Any:
+def json_value_of(name: str, value: Any) -> Any:
     """A checked option value as JSON spells it (objectives as an object)."""
     if name == "slo" and value is not None:
         return dict(value)
     return value
 
 
-def _cell(name: str, value: Any) -> str:
+def cell_text(name: str, value: Any) -> str:
     """A value as CSV and messages spell it: null empty, booleans lowercase, floats
     exactly (repr), objectives as the flag spells them."""
     if value is None:
@@ -242,7 +241,7 @@ def check_axis(name: str, values: Any, where: str = "grid") -> Axis:
         out = check_options({name: value}, problems.append)
         if problems:
             raise UsageError(f"{where}: {problems[0]}")
-        normal = out[name][0] if name == "policy" else _json_value(name, out[name])
+        normal = out[name][0] if name == "policy" else json_value_of(name, out[name])
         try:
             twice = normal in seen
             seen.add(normal)
@@ -289,7 +288,7 @@ def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
     fleet = configurations.check_all()
     fields = RUN_FIELDS + (FLEET_RUN_FIELDS if fleet else ())
     columns = ("index", *names, "time_unit", "stalled", *fields)
-    fixed_json = {name: _json_value(name, value) for name, value in checked.items()}
+    fixed_json = {name: json_value_of(name, value) for name, value in checked.items()}
     identity = fingerprint(trace_sha256, [[axis.name, list(axis.values)] for axis in axes],
                            fixed_json)
     return Grid(trace.name, trace_sha256, tuple(axes), fixed_json, configurations,
@@ -328,151 +327,6 @@ def shard_of(grid: Grid, shard: tuple[int, int] | None) -> list[Configuration]:
     return [configurations[i] for i in range(k, len(configurations), n)]
 
 
-def run_configuration(trace: Trace, options: Options) -> tuple[dict[str, Any], bool]:
-    """Replay one configuration (one policy): its run summary and whether it stalled.
-
-    A module-level function, so that a process pool or a cluster can run it."""
-    policy = options.policy[0]
-    if options.fleet:
-        result = make_fleet(trace.workload, options, policy, keep_requests=False).run()
-    else:
-        result = Engine(trace.workload, options, policy, keep_requests=False).run()
-    return result.summary, result.stalled
-
-
-def configuration_row(config: Configuration, summary: dict[str, Any],
-                      stalled: bool) -> dict[str, Any]:
-    """The row of one configuration from its run summary (`run_configuration`)."""
-    row: dict[str, Any] = {"index": config.index}
-    row.update((name, _json_value(name, value)) for name, value in config.values)
-    row["time_unit"] = Clock.of(config.options).label
-    row["stalled"] = stalled
-    row.update(summary)
-    return row
-
-
-def run_grid(trace: Trace, configurations: list[Configuration],
-             executor: Executor | None = None) -> list[dict[str, Any]]:
-    """One row per configuration, in the order given, whatever order they finish in.
-
-    Without an executor each runs here in turn; with one, each is a task
-    (`executor.submit`), and the rows are the same."""
-    if executor is None:
-        return [configuration_row(c, *run_configuration(trace, c.options))
-                for c in configurations]
-    futures = [executor.submit(run_configuration, trace, c.options) for c in configurations]
-    try:
-        return [configuration_row(c, *future.result())
-                for c, future in zip(configurations, futures)]
-    except BaseException:
-        for future in futures:
-            future.cancel()
-        raise
-
-
-def _header(grid: Grid, shard: tuple[int, int] | None) -> dict[str, Any]:
-    return {"sweep": SWEEP_VERSION, "trace": grid.trace_name,
-            "trace_sha256": grid.trace_sha256,
-            "grid": {axis.name: list(axis.values) for axis in grid.axes},
-            "options": grid.fixed, "configurations": len(grid),
-            "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
-            "columns": list(grid.columns), "fingerprint": grid.fingerprint}
-
-
-def _jsonl(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(record, separators=(",", ":")) + "\n"
-                   for record in [header, *rows])
-
-
-def format_jsonl(grid: Grid, rows: list[dict[str, Any]],
-                 shard: tuple[int, int] | None = None) -> str:
-    """The header line (what `merge` checks), then one row per configuration."""
-    return _jsonl(_header(grid, shard), rows)
-
-
-def csv_text(columns: Iterable[str], rows: Iterable[dict[str, Any]]) -> str:
-    """The CSV of `rows` under `columns` (the header line first)."""
-    columns = list(columns)
-    lines = [",".join(columns)]
-    lines.extend(",".join(csv_field(_cell(name, row.get(name))) for name in columns)
-                 for row in rows)
-    return "\n".join(lines) + "\n"
-
-
-def format_csv(grid: Grid, rows: list[dict[str, Any]]) -> str:
-    """One line per configuration: `index`, the swept values, `time_unit`, `stalled` and
-    every summary field (a fleet's fields too when the grid has one); each field as
-    `report.csv_field` writes it (RFC 4180 quoting, control characters escaped), LF line
-    ends."""
-    return csv_text(grid.columns, rows)
-
-
-# (heading, summary field, kind) of the table `sweep` prints.
-_TABLE = (("completed", "completed", "count"), ("ttft p50", "ttft_p50", "time"),
-          ("ttft p99", "ttft_p99", "time"), ("tpot p50", "tpot_p50", "time"),
-          ("e2el p99", "e2el_p99", "time"), ("throughput", "request_throughput", "rate"),
-          ("output", "output_throughput", "tokens"), ("preempted", "preemptions", "count"),
-          ("makespan", "makespan", "time"))
-_UNITS = {"count": lambda unit: "", "time": lambda unit: unit,
-          "rate": lambda unit: "req/" + ("s" if unit == "s" else "tick"),
-          "tokens": lambda unit: "tok/" + ("s" if unit == "s" else "tick")}
-
-
-def _column(values: list[Any], kind: str, units: list[str]) -> list[str]:
-    """A column of the table: counts with separators, rates to 2 decimals (3 figures
-    below 0.01), seconds to 4 decimals, ticks whole unless one has a fraction."""
-    fractions = any(isinstance(v, float) for v, u in zip(values, units) if u != "s")
-    out = []
-    for value, unit in zip(values, units):
-        if value is None:
-            out.append("-")
-        elif kind == "count":
-            out.append(format_number(value))
-        elif kind in ("rate", "tokens"):
-            out.append(f"{value:.3g}" if value and abs(value) < 0.01 else f"{value:,.2f}")
-        elif unit == "s":
-            out.append(f"{value:,.4f}")
-        else:
-            out.append(f"{value:,.2f}" if fractions else format_number(value))
-    return out
-
-
-def format_table(grid: Grid, rows: list[dict[str, Any]]) -> str:
-    """One aligned line per configuration: its number, swept values and key metrics,
-    under a line of headings and a line of units (a `unit` column instead when the
-    configurations do not share one)."""
-    units = [row["time_unit"] for row in rows]
-    shared = units[0] if units and len(set(units)) == 1 else None
-    heads = ["#", *(axis.name for axis in grid.axes)]
-    under = [""] * len(heads)
-    columns = [[str(row["index"]) for row in rows]]
-    columns += [[printable(_cell(a.name, row[a.name])) or "null" for row in rows]
-                for a in grid.axes]
-    if shared is None:
-        heads.append("unit")
-        under.append("")
-        columns.append(units)
-    for head, field, kind in _TABLE:
-        heads.append(head)
-        under.append(_UNITS[kind](shared) if shared else "")
-        columns.append(_column([row.get(field) for row in rows], kind, units))
-    heads.append("")
-    under.append("")
-    columns.append(["stalled" if row["stalled"] else "" for row in rows])
-    widths = [max(text_width(h), text_width(u), *map(text_width, c))
-              for h, u, c in zip(heads, under, columns)]
-    left = set(range(1, 1 + len(grid.axes))) | {len(heads) - 1}
-
-    def line(values: list[str]) -> str:
-        return "  ".join(v + " " * (w - text_width(v)) if i in left
-                         else " " * (w - text_width(v)) + v
-                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-
-    out = [line(heads)]
-    if any(under):
-        out.append(line(under))
-    out.extend(line([c[r] for c in columns]) for r in range(len(rows)))
-    return "\n".join(out) + "\n"
 
 
 def file_digest(path: str) -> str:

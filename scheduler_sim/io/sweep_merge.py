@@ -18,10 +18,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..engine.summary import FLEET_RUN_FIELDS
 from ..records.errors import TraceError, UsageError
-from ..records.options import OPTIONS, check_value, show
-from .outputs import read_limited
-from .sweep import MAX_CONFIGURATIONS, SWEEP_VERSION, csv_text, fingerprint, parse_shard
-from .trace import Problems, json_value, unique_keys
+from ..records.option_table import OPTIONS
+from ..records.option_values import check_value, show
+from .inputs import read_limited
+from .json_lines import json_value, unique_keys
+from .problems import Problems
+from .sweep import MAX_CONFIGURATIONS, SWEEP_VERSION, fingerprint, parse_shard
+from .sweep_rows import csv_text
 
 __all__ = ["MAX_SHARD_BYTES", "HEADER_FIELDS", "Merged", "merge_shards", "read_shard"]
 

@@ -7,21 +7,22 @@ somebody listens, so a run without `--events` pays nothing for them.
 
 Records hold times in clock steps. Written out, they are in the run's unit
 (`clock.Clock`): `tick` in ticks; with a cost model `time` in seconds, and
-every other time field (`done`, `waited`, `client_wait`) in seconds too.
+every other time field (`done`, `waited`, `client_wait`) in seconds too. The
+lines written by hand, where a run writes many alike (snapshots, dispatches,
+folded stretches), are `event_lines`'.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, ClassVar
+
+from .event_lines import dispatch_line, encode_json, json_string, snapshot_line
 
 __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
     "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
     "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "Prefilled",
-    "TransferStarted", "TransferDone", "EVENT_TYPES",
-    "event_from_dict", "LineListener", "snapshot_line", "dispatch_line", "steady_lines",
-    "reads",
+    "TransferStarted", "TransferDone", "EVENT_TYPES", "event_from_dict", "reads",
 ]
 
 
@@ -72,7 +73,7 @@ class Event:
         parts = [f'{{"time":{clock.text(self.tick)}' if seconds else f'{{"tick":{self.tick}',
                  f'"event":"{self.kind}"']
         if policy is not None:
-            parts.append('"policy":' + _string(policy))
+            parts.append('"policy":' + json_string(policy))
         times = self.times
         for name, optional in _field_names(type(self)):
             value = getattr(self, name)
@@ -82,41 +83,19 @@ class Event:
                     continue
                 text = "null"
             elif seconds and name in times:
-                text = _ENCODE(clock.report(value))
+                text = encode_json(clock.report(value))
             elif kind is str:
-                text = _string(value)
+                text = json_string(value)
             elif kind is int:
                 text = str(value)
             elif kind is bool:
                 text = "true" if value else "false"
             else:
-                text = _ENCODE(value)
+                text = encode_json(value)
             parts.append(f'"{name}":{text}')
         return ",".join(parts) + "}"
 
 
-class LineListener:
-    """A listener that writes each record as one JSON line (`write`): the engine
-    may also hand it lines it wrote itself, without building the records, where
-    it reports many alike (a folded stretch's snapshots and dispatches)."""
-
-    def __init__(self, policy: str | None, clock: Any) -> None:
-        self.policy = policy  # the tag of every line, when several policies run
-        self.clock = clock
-
-    def __call__(self, event: "Event") -> None:
-        self.write(event.to_json(self.policy, self.clock))
-
-    def write(self, line: str) -> None:
-        raise NotImplementedError
-
-    def write_all(self, lines: list[str]) -> None:
-        for line in lines:
-            self.write(line)
-
-
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
-_string = json.encoder.encode_basestring_ascii  # a JSON string literal, C-accelerated
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 
 
@@ -206,20 +185,6 @@ class Snapshot(Event):
                              policy, clock)
 
 
-def snapshot_line(tick: int, waiting: int, running: int, reserved: int, allocated: int,
-                  draining: int, free: int, cached: int | None, policy: str | None,
-                  clock: Any) -> str:
-    """`Snapshot(...).to_json(policy, clock)` without the record: one per dispatch,
-    written by hand, the same bytes as the generic path."""
-    tag = "" if policy is None else f'"policy":{_string(policy)},'
-    cached = "" if cached is None else f',"cached":{cached}'
-    when = (f'"tick":{tick}' if clock is None or not clock.in_seconds
-            else f'"time":{clock.text(tick)}')
-    return (f'{{{when},"event":"snapshot",{tag}"waiting":{waiting},'
-            f'"running":{running},"reserved":{reserved},'
-            f'"allocated":{allocated},"draining":{draining},'
-            f'"free":{free}{cached}}}')
-
 
 @_record("dispatch")
 class Dispatch(Event):
@@ -254,81 +219,6 @@ class Dispatch(Event):
 
     def to_json(self, policy: str | None = None, clock: Any = None) -> str:
         return dispatch_line(self.tick, self.rows, self.tokens, self.done, policy, clock)
-
-
-def dispatch_line(tick: int, rows: tuple, tokens: int, done: int, policy: str | None,
-                  clock: Any) -> str:
-    """`Dispatch(...).to_json(policy, clock)` without the record. The event stream
-    is mostly dispatches: written by hand, the same bytes as the generic encoder
-    would produce, several times faster."""
-    if clock is None or not clock.in_seconds:
-        head = f'{{"tick":{tick},"event":"dispatch",'
-    else:
-        head = f'{{"time":{clock.text(tick)},"event":"dispatch",'
-        done = clock.text(done)
-    if policy is not None:
-        head += f'"policy":{_string(policy)},'
-    return f'{head}"rows":[{rows_text(rows)}],"tokens":{tokens},"done":{done}}}'
-
-
-def rows_text(rows: tuple) -> str:
-    """The JSON text of a dispatch's rows, inside the brackets."""
-    last = _LAST_ROWS
-    if last[0] is rows:  # a folded stretch repeats one rows tuple
-        text = last[1]
-    else:
-        plain = _DECODE_ROWS
-        if len(plain) > 65536:
-            plain.clear()
-        parts = []
-        for rid, phase, count, emits, ids in rows:
-            if phase == "decode" and count == 1 and emits and ids is None:
-                row = plain.get(rid)
-                if row is None:
-                    row = plain[rid] = (f'{{"id":{_string(rid)},"phase":"decode",'
-                                        '"tokens":1,"emits":true}')
-                parts.append(row)
-                continue
-            row = (f'{{"id":{_string(rid)},"phase":"{phase}","tokens":{count},'
-                   f'"emits":{"true" if emits else "false"}')
-            if ids is not None:
-                row += f',"token_ids":[{",".join(map(str, ids))}]'
-            parts.append(row + "}")
-        text = ",".join(parts)
-        last[0], last[1] = rows, text
-    return text
-
-
-def steady_lines(steps: list[tuple[int, int, int, int]], waiting: int, running: int,
-                 reserved: int, draining: int, rows: tuple, tokens: int,
-                 policy: str | None, clock: Any) -> list[str]:
-    """The snapshot and dispatch lines of a folded stretch, for each (tick, done,
-    allocated, free) of `steps`: what `snapshot_line` and `dispatch_line` write,
-    with the parts that do not change written once (a dispatch's end is the next
-    one's start, so each time is written once)."""
-    seconds = clock is not None and clock.in_seconds
-    text = clock.text if seconds else str
-    key = '{"time":' if seconds else '{"tick":'
-    tag = "" if policy is None else f'"policy":{_string(policy)},'
-    snapshot = (f',"event":"snapshot",{tag}"waiting":{waiting},"running":{running},'
-                f'"reserved":{reserved},"allocated":')
-    drain = f',"draining":{draining},"free":'
-    dispatch = f',"event":"dispatch",{tag}"rows":[{rows_text(rows)}],"tokens":{tokens},"done":'
-    out: list[str] = []
-    add = out.append
-    last_done = last_text = None
-    for tick, done, held, free in steps:
-        when = last_text if tick == last_done else text(tick)
-        last_done, last_text = done, text(done)
-        add(f'{key}{when}{snapshot}{held}{drain}{free}}}')
-        add(f'{key}{when}{dispatch}{last_text}}}')
-    return out
-
-
-# The last rows tuple written and its JSON text (kept with the tuple itself, so
-# that the identity test cannot match a new tuple at a reused address).
-_LAST_ROWS: list = [None, ""]
-_DECODE_ROWS: dict[str, str] = {}  # a request's plain decode row, as text
 
 
 

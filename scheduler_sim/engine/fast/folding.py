@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from operator import attrgetter, lt, sub
 
-from ...records.events import (AdmissionBlocked, Dispatch, LineListener, Snapshot,
-                              dispatch_line, snapshot_line, steady_lines)
+from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_lines
+from ...records.events import AdmissionBlocked, Dispatch, Snapshot
 from ...requests.request import DECODE, Request, advance_decodes
 
 __all__ = ["fold"]

@@ -1,0 +1,77 @@
+"""Reading input files whole (`-`: standard input): as text with bad bytes replaced
+(`read_text`), as bytes no larger than a limit (`read_limited`), and as text
+gunzipped when it is a gzip stream, inflated no further than a limit
+(`read_input`). Every failure is a UsageError naming the file.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import sys
+import zlib
+
+from ..records.errors import UsageError
+
+__all__ = ["read_text", "read_limited", "read_input", "MAX_DECOMPRESSED"]
+
+# The most text a gzip input may decompress to: far above any trace `convert`
+# reads, and a bound on what a small file that inflates without end can take.
+MAX_DECOMPRESSED = 2 ** 31
+
+
+def read_text(path: str) -> str:
+    """The text of a file (`-`: standard input); bad bytes become U+FFFD."""
+    if path == "-":
+        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_limited(path: str, limit: int, why: str) -> bytes:
+    """The bytes of a file (`-`: standard input), read no further than `limit` bytes:
+    UsageError `FILE: larger than LIMIT, WHY` past that, or when it cannot be read."""
+    name = "<stdin>" if path == "-" else path
+    size = f"{limit // 2 ** 30} GiB" if limit >= 2 ** 30 else f"{limit // 2 ** 20} MiB"
+    too_big = UsageError(f"{name}: larger than {size}, {why}")
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size > limit:
+                    raise too_big
+                data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise too_big
+    return data
+
+
+def read_input(path: str, limit: int = MAX_DECOMPRESSED) -> str:
+    """The text of an input file (`-`: standard input), gunzipped when it starts with
+    gzip's magic bytes, whatever its name; bad bytes become U+FFFD. A gzip stream
+    is inflated no further than `limit` bytes (UsageError past that), and a
+    corrupt one is a UsageError naming the file."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read()
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+                data = stream.read(limit + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UsageError(f"{name}: not a readable gzip file: {exc}") from None
+        if len(data) > limit:
+            raise UsageError(f"{name}: decompresses to more than {limit // 2 ** 20:,} MiB")
+    return data.decode("utf-8", errors="replace")

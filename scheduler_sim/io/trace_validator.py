@@ -1,0 +1,236 @@
+"""A trace validated a line at a time (`Validator.feed`), then what spans lines
+(`Validator.finish`): duplicate request ids, and cancels, preempts and expects
+that name a request the trace does not have or act before its arrival.
+
+In memory it keeps every request; streamed, 16 bytes a request (a digest of its
+id and its arrival), reading the file again only to name duplicates or to quote
+an arrival exactly.
+"""
+from __future__ import annotations
+
+import math
+from array import array
+from hashlib import blake2b
+from typing import Any, Callable, Iterable
+
+from ..records.option_values import show
+from ..records.options import Options
+from ..records.workload import Action, RequestSpec
+from .json_lines import decode_line, json_kind
+from .problems import Problems, did_you_mean
+from .trace_config import check_options
+from .trace_records import ACTION_KEYS, Expectation, RecordChecker, parse_expect, parse_request
+
+__all__ = ["Validator", "RECORD_TYPES"]
+
+RECORD_TYPES = ("config", "request", "cancel", "preempt", "expect")
+# "Did you mean" hints for an unknown request id come from the first ids.
+SUGGEST_FROM = 10_000
+
+
+def _digest(rid: str) -> int:
+    """A request id as a signed 64-bit digest (streamed validation keeps these)."""
+    return int.from_bytes(blake2b(rid.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little", signed=True)
+
+
+class Validator:
+    """Validates a trace a line at a time (`feed`), then checks what spans lines
+    (duplicate ids, cancels and expects naming requests) in `finish`.
+
+    In memory (`streamed` false) it keeps every request. Streamed, it keeps
+    per request only a 64-bit digest of its id and its arrival (16 bytes), so
+    that a file of millions of requests validates in bounded memory, and the
+    requests are read again from the file when replayed.
+    """
+
+    def __init__(self, name: str, streamed: bool) -> None:
+        self.problems = Problems(name)
+        self.streamed = streamed
+        self.config: dict[str, Any] = {}
+        self.specs: list[RequestSpec] = []
+        self.actions: list[tuple[Action, RecordChecker]] = []
+        self.expects: list[Expectation] = []
+        self.first_line: dict[str, int] = {}  # in memory: id -> its line
+        self.digests = array("q")             # streamed: each request's id digest ...
+        self.arrivals = array("d")            # ... and arrival
+        self.count = 0
+        self.span: tuple[float, float] | None = None
+        self.in_order = True  # arrivals never decrease in file order
+        self.largest: RequestSpec | None = None  # the most prompt + max_tokens
+        self.some_ids: list[str] = []  # the first SUGGEST_FROM ids, for "did you mean"
+        self.seen_record = False
+
+    def feed(self, number: int, raw: bytes) -> None:
+        """Check one line (without its newline)."""
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        if not raw.strip():
+            return
+        problems = self.problems
+        value, problem = decode_line(raw)
+        if problem:
+            problems.add(number, problem)
+            self.seen_record = True
+            return
+        if not isinstance(value, dict):
+            problems.add(number, f"expected a JSON object, got {json_kind(value)}")
+            self.seen_record = True
+            return
+        kind = value.get("type")
+        if kind is None:
+            problems.add(number, "missing field 'type'")
+            self.seen_record = True
+            return
+        if kind not in RECORD_TYPES:
+            hint = did_you_mean(kind, RECORD_TYPES) if isinstance(kind, str) else ""
+            problems.add(number, f"unknown record type {show(kind)}{hint} "
+                         f"(known: {', '.join(RECORD_TYPES)})")
+            self.seen_record = True
+            return
+        config = self.config
+        if kind == "config":
+            if self.seen_record:
+                problems.add(number, "config: a config record must be the first record")
+            else:
+                options = {k: v for k, v in value.items() if k != "type"}
+                self.config = check_options(
+                    options, lambda text: problems.add(number, "config: " + text))
+                for text in Options.resolve(self.config).problems():
+                    problems.add(number, "config: " + text)
+            self.seen_record = True
+            return
+        self.seen_record = True
+        label = value.get("id")
+        c = RecordChecker(problems, number, kind, value, label)
+        unit = config.get("time_unit", "tick")
+        if kind == "request":
+            if isinstance(label, str) and label and len(self.some_ids) < SUGGEST_FROM:
+                self.some_ids.append(label)
+            hbs = config.get("hash_block_size") or config.get("block_size") or 16
+            if self.streamed:
+                spec = parse_request(c, hbs, unit)
+                if isinstance(label, str) and label:
+                    self.digests.append(_digest(label))
+                    arrival = spec.arrival if spec is not None else math.nan
+                    self.arrivals.append(arrival)
+                    if spec is not None:
+                        self._note_arrival(spec)
+                return
+            first = self.first_line
+            duplicate = isinstance(label, str) and label in first
+            if duplicate:
+                c.fail(f"duplicate request id {label!r} (first on line {first[label]})")
+            spec = parse_request(c, hbs, unit)
+            if isinstance(label, str) and label and not duplicate:
+                first[label] = number  # a known id for cancels and expects
+            if spec is not None and not duplicate:
+                self.specs.append(spec)
+                self._note_arrival(spec)
+        elif kind in ("cancel", "preempt"):
+            c.unknown_fields(ACTION_KEYS)
+            rid = c.string_id()
+            at = c.time("at", unit)
+            if c.ok:
+                self.actions.append((Action(kind, rid, at, number), c))
+        else:
+            exp = parse_expect(c, unit)
+            if exp is not None:
+                self.expects.append(exp)
+
+    def _note_arrival(self, spec: RequestSpec) -> None:
+        arrival = spec.arrival
+        largest = self.largest
+        if largest is None or (spec.prompt_tokens + spec.max_tokens
+                               > largest.prompt_tokens + largest.max_tokens):
+            self.largest = spec
+        span = self.span
+        self.count += 1
+        if span is None:
+            self.span = (arrival, arrival)
+        elif arrival < span[1]:
+            self.in_order = False
+            self.span = (min(span[0], arrival), span[1])
+        else:
+            self.span = (span[0], arrival)
+
+    def finish(self, again: Callable[[], Iterable[tuple[int, bytes]]] | None = None) -> None:
+        """The checks across lines; raise TraceError if anything is wrong. Streamed,
+        `again` reads the lines once more (only if two ids share a digest)."""
+        known = self._known_ids(again) if self.streamed else {
+            rid: None for rid in self.first_line}
+        arrivals = ({s.id: s.arrival for s in self.specs} if not self.streamed else known)
+        problems = self.problems
+        some = self.some_ids
+        early = []
+        for action, c in self.actions:
+            if action.id not in known:
+                c.fail(f"{action.kind} of unknown request {action.id!r}"
+                       f"{did_you_mean(action.id, some)}")
+            elif arrivals.get(action.id) is not None and action.at < arrivals[action.id]:
+                early.append((action, c))
+        if early and self.streamed and again is not None:
+            arrivals = self._exact_arrivals({a.id for a, _ in early}, again)
+        for action, c in early:
+            c.fail(f"at must be >= the request's arrival ({show(arrivals[action.id])}), "
+                   f"got {show(action.at)}")
+        for exp in self.expects:
+            if exp.id is not None and exp.id not in known:
+                problems.add(exp.line, f"expect: unknown request {exp.id!r}"
+                             f"{did_you_mean(exp.id, some)}")
+        problems.raise_if_any()
+
+    def _known_ids(self, again) -> dict[str, float | None]:
+        """Streamed: report duplicate ids; return the arrival (None if the request
+        was invalid) of every id that a cancel, preempt or expect names."""
+        digests = self.digests
+        ordered = sorted(digests)
+        shared = {a for a, b in zip(ordered, ordered[1:]) if a == b}
+        del ordered
+        if shared and again is not None:
+            self._report_duplicates(shared, again)
+        wanted = {a.id for a, _ in self.actions} | {e.id for e in self.expects if e.id}
+        by_digest = {_digest(rid): rid for rid in wanted}
+        known: dict[str, float | None] = {}
+        arrivals = self.arrivals
+        for i, digest in enumerate(digests):
+            rid = by_digest.get(digest)
+            if rid is not None and rid not in known:
+                arrival = arrivals[i]
+                known[rid] = None if math.isnan(arrival) else arrival
+        return known
+
+    def _exact_arrivals(self, ids: set[str], again) -> dict[str, Any]:
+        """Read the lines again for the arrivals of `ids` as the trace wrote them
+        (streamed, arrivals are kept as floats)."""
+        found: dict[str, Any] = {}
+        for _, raw in again():
+            value, problem = decode_line(raw.rstrip(b"\r")) if raw.strip() else (None, "-")
+            if (not problem and isinstance(value, dict) and value.get("type") == "request"
+                    and value.get("id") in ids and value["id"] not in found):
+                found[value["id"]] = value.get("arrival")
+        return found
+
+    def _report_duplicates(self, shared: set[int], again) -> None:
+        """Read the lines again to name each duplicate id with its first line."""
+        first: dict[str, int] = {}
+        for number, raw in again():
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            value, problem = decode_line(raw) if raw.strip() else (None, "blank")
+            if problem or not isinstance(value, dict) or value.get("type") != "request":
+                continue
+            label = value.get("id")
+            if not isinstance(label, str) or not label or _digest(label) not in shared:
+                continue
+            if label in first:
+                self.problems.add(number, f"request {label!r}: duplicate request id "
+                                  f"{label!r} (first on line {first[label]})", order=0)
+            else:
+                first[label] = number
+
+    def cancels_and_preempts(self) -> tuple[list[Action], list[Action]]:
+        """The valid cancel records and the valid preempt records, each in file order."""
+        cancels = [a for a, _ in self.actions if a.kind == "cancel"]
+        preempts = [a for a, _ in self.actions if a.kind == "preempt"]
+        return cancels, preempts

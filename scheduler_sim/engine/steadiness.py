@@ -10,7 +10,9 @@ and the two records it rests on:
   parked; blocks released by a drain or by the policy; a copy landed) is
   written here through `changed()`, by the engine's lifecycle steps and by
   fleet drivers (`Engine.note_change`). A call that overlaps one is not a
-  repeat.
+  repeat. tests/test_change_log.py checks that every engine or fleet
+  function that moves a request writes it, so a new transition cannot miss
+  it silently; the folded-against-stepped tests check the rest.
 - the policy's own state: its attributes (its `__dict__`, and its slots if a
   subclass declares any) are copied before each call and compared after it.
   An attribute given a different value means the policy's next decision may

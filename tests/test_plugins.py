@@ -432,7 +432,8 @@ def test_steadiness_sees_a_policy_attribute_given_a_new_value_not_an_equal_one()
     policy = Policy(Options.resolve({}), view=None)
     policy.x = 1
     steady = Steadiness(policy)
-    before = steady.before_call()
+    assert steady.before_call() == (0, None, ())  # no plan before: nothing to compare
+    before = (0, *steady.policy_state())
     policy.x = 1.0
     assert not steady.policy_changed(before)
     policy.x = 2
@@ -444,7 +445,7 @@ def test_steadiness_sees_a_policy_attribute_given_a_new_value_not_an_equal_one()
     del policy.x
     assert steady.policy_changed(before)  # a removal
     policy.x = Uncomparable()
-    before = steady.before_call()
+    before = (0, *steady.policy_state())
     assert not steady.policy_changed(before)  # the same object
     policy.x = Uncomparable()
     assert steady.policy_changed(before)  # cannot be compared: counted as changed
@@ -455,7 +456,7 @@ def test_steadiness_sees_a_policy_attribute_given_a_new_value_not_an_equal_one()
     slotted = Slotted(Options.resolve({}), view=None)
     slotted.turn = 0
     steady = Steadiness(slotted)
-    before = steady.before_call()
+    before = (0, *steady.policy_state())
     assert not steady.policy_changed(before)
     slotted.turn = 1
     assert steady.policy_changed(before)

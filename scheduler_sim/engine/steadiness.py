@@ -87,10 +87,19 @@ class Steadiness:
 
     def before_call(self) -> tuple[int, dict, tuple]:
         """What `repeats` compares the call with: the change count and a copy of
-        the policy's attributes, taken just before `schedule`."""
+        the policy's attributes, taken just before `schedule`. With no previous
+        plan to compare with, `repeats` answers no whatever the policy did, so
+        nothing is copied (about 40% of the calls on the Azure trace under
+        `continuous`, where a copy is the most of this call's cost)."""
+        if self._last is None:
+            return (self.changes, None, ())
+        return (self.changes, *self.policy_state())
+
+    def policy_state(self) -> tuple[dict, tuple]:
+        """A copy of the policy's attributes: its `__dict__`, and its slots' values."""
         policy = self._policy
         slots = self._slots
-        return (self.changes, policy.__dict__.copy(),
+        return (policy.__dict__.copy(),
                 tuple(getattr(policy, s, _MISSING) for s in slots) if slots else ())
 
     def policy_changed(self, before: tuple[int, dict, tuple]) -> bool:

@@ -45,6 +45,9 @@ class ContinuousPolicy(Policy):
         self.prefillers = RotatingSet()  # prompt or recompute rows still to write
         self._last_decode = -1
         self._last_prefill = -1
+        # Whether the engine takes the decodes as this policy's own list: it decides
+        # once the policy is built, so this is read at the first `schedule`.
+        self._decodes_first: bool | None = None
 
     # --- notifications ------------------------------------------------------
 
@@ -129,7 +132,10 @@ class ContinuousPolicy(Policy):
         for req in to_decode:
             self.prefillers.discard(req)
             self.decoders.add(req)
-        if getattr(self.view, "takes_decodes_first", False):
+        first = self._decodes_first
+        if first is None:
+            first = self._decodes_first = bool(getattr(self.view, "takes_decodes_first", False))
+        if first:
             return DecodesFirst(chosen, chunks)  # the engine counts steady decoders
         plan: Plan = list(zip(chosen, repeat(1)))
         plan += chunks

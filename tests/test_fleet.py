@@ -592,3 +592,24 @@ def test_replicas_share_one_set_of_the_ids_the_trace_cancels_or_preempts():
     fleet = Fleet(trace.workload, _options(trace, replicas=3), "vllm")
     named = [engine.roster.named for engine in fleet.engines]
     assert named[0] == {"a", "c"} and named[0] is named[1] is named[2]
+
+
+def test_the_replica_agenda_gives_each_due_replica_once_and_skips_moved_boundaries():
+    """Replicas 0-2: 0 at 5, 2 at 3, then 0 moved to 4 (its entry at 5 is stale) and 1
+    at 4 twice: peek is 3; due(3) is [2]; peek 4; due(4) is [0, 1] once each; the
+    stale 5 is skipped, so nothing is left (infinity); a replica set to infinity is
+    never due."""
+    from scheduler_sim.fleet.replica_agenda import ReplicaAgenda
+    INF = float("inf")
+
+    agenda = ReplicaAgenda(3)
+    agenda.set(0, 5)
+    agenda.set(2, 3)
+    agenda.set(0, 4)
+    agenda.set(1, 4)
+    agenda.set(1, 4)
+    assert (agenda.peek(), agenda.due(3)) == (3, [2])
+    assert (agenda.peek(), agenda.due(4)) == (4, [0, 1])
+    assert (agenda.peek(), agenda.due(10), agenda.at) == (INF, [], [4, 4, 3])
+    agenda.set(2, INF)
+    assert (agenda.peek(), agenda.due(INF)) == (INF, [])

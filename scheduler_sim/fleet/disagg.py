@@ -94,6 +94,7 @@ from ..requests.request import (
 )
 from .disagg_result import disagg_result
 from .fleet import FleetResult, ReplicaView, make_replicas, run_guarded, stall_the_stuck
+from .replica_agenda import ReplicaAgenda
 from .routers import make_router
 
 __all__ = ["DisaggFleet", "Transfer"]
@@ -349,17 +350,13 @@ class DisaggFleet:
         specs = self.workload.arrivals()
         spec = next(specs, None)
         t = first = spec.arrival if spec is not None else 0
-        due = [INF] * n
-        queue: list[tuple[float, int]] = []
+        agenda = ReplicaAgenda(n)  # each replica's next boundary
         stalled = False
         while True:
             self.now = t
-            active = self._active = set()
-            while queue and queue[0][0] <= t:
-                when, i = heapq.heappop(queue)
-                if due[i] == when:
-                    active.add(i)
-            for i in sorted(active):                          # 1. E1
+            active = agenda.due(t)
+            self._active = set(active)
+            for i in active:                                  # 1. E1
                 engine = engines[i]
                 engine.now = t
                 engine.complete_due()
@@ -385,16 +382,12 @@ class DisaggFleet:
                     engine.take_outside_events(cancels.pop(i, []), preempts.pop(i, []))
                     if engine.stall_if_livelocked():
                         stalled = True
-                        due[i] = INF
+                        agenda.set(i, INF)
                         continue
-                    engine.link.horizon = self._horizon(i, t, spec, due)
+                    engine.link.horizon = self._horizon(i, t, spec, agenda.at)
                     moved = engine.step()
-                    due[i] = when = engine.next_boundary(moved)
-                    if when != INF:
-                        heapq.heappush(queue, (when, i))
-            while queue and due[queue[0][1]] != queue[0][0]:
-                heapq.heappop(queue)
-            nxt = queue[0][0] if queue else INF
+                    agenda.set(i, engine.next_boundary(moved))
+            nxt = agenda.peek()
             for when in (spec.arrival if spec is not None else INF,
                          transfers[0][0] if transfers else INF,
                          _next_at(self._cancels, t), _next_at(self._preempts, t)):

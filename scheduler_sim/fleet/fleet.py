@@ -34,7 +34,6 @@ replicas' peaks, an upper bound of the fleet's simultaneous peak).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections import deque
 from itertools import islice
 from typing import Any, Callable
@@ -48,6 +47,7 @@ from ..records.events import Event
 from ..records.options import Options
 from ..records.workload import Workload
 from ..requests.request import Request
+from .replica_agenda import ReplicaAgenda
 from .routers import make_router
 
 __all__ = ["Fleet", "FleetResult", "ReplicaView", "make_replicas", "run_guarded",
@@ -201,18 +201,11 @@ class Fleet:
         # they go (round-robin) lets the others fold past them.
         upcoming = deque(islice(specs, n))
         t = first = upcoming[0].arrival if upcoming else 0
-        due = [INF] * n               # each replica's next boundary
-        queue: list[tuple[float, int]] = []  # (due, replica), stale entries skipped
+        agenda = ReplicaAgenda(n)     # each replica's next boundary
         router, views, actions = self.router, self.views, self._actions
         stalled = False
         while True:
-            # The replicas with a boundary of their own now.
-            active: list[int] = []
-            while queue and queue[0][0] <= t:
-                when, i = heapq.heappop(queue)
-                if due[i] == when and i not in active:
-                    active.append(i)
-            active.sort()
+            active = agenda.due(t)  # the replicas with a boundary of their own now
             for i in active:
                 engine = engines[i]
                 engine.now = t
@@ -237,16 +230,12 @@ class Fleet:
                 engine.take_outside_events()
                 if engine.stall_if_livelocked():
                     stalled = True
-                    due[i] = INF
+                    agenda.set(i, INF)
                     continue
                 engine.link.horizon = router.reaches(i, upcoming, n)
                 moved = engine.step()
-                due[i] = when = engine.next_boundary(moved)
-                if when != INF:
-                    heapq.heappush(queue, (when, i))
-            while queue and due[queue[0][1]] != queue[0][0]:  # drop stale entries
-                heapq.heappop(queue)
-            nxt = queue[0][0] if queue else INF
+                agenda.set(i, engine.next_boundary(moved))
+            nxt = agenda.peek()
             if horizon < nxt:
                 nxt = horizon
             if nxt == INF:

@@ -52,7 +52,6 @@ from ..records.clock import Clock
 from ..records.errors import UsageError
 from ..records.events import Event, Evicted, reads
 from ..records.options import Options
-from ..records.states import RequestStatus
 from ..records.workload import Workload
 from ..requests.clients import ClientSlots
 from ..requests.request import Request
@@ -73,7 +72,6 @@ from .stepping import Stepping
 
 __all__ = ["Engine", "RunResult", "request_of"]
 
-RUNNING = RequestStatus.RUNNING
 INF = float("inf")
 
 

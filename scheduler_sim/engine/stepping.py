@@ -33,7 +33,6 @@ from .policy_failure import check_plan
 __all__ = ["Stepping"]
 
 RUNNING = RequestStatus.RUNNING
-INF = float("inf")
 _action_order = operator.attrgetter("at", "index")
 # With a cohort, a steady stretch is looked at for folding only when it may
 # last this many dispatches: a shorter one saves less than looking costs.

@@ -448,6 +448,7 @@ VICTIM_TRACE = [req("x", 0, 8, 4), req("y", 1, 4, 3), req("z", 1, 3, 3)]
     ("lifo", ("z", 1, 3, 1), [("x", "decode", 1, True), ("y", "decode", 1, True)]),
     ("fewest-outputs", ("y", 1, 4, 1), [("x", "decode", 1, True), ("z", "decode", 1, True)]),
     ("most-blocks", ("x", 2, 9, 3), [("y", "decode", 1, True), ("z", "decode", 1, True)]),
+    ("most-reclaimable", ("x", 2, 9, 3), [("y", "decode", 1, True), ("z", "decode", 1, True)]),
 ])
 def test_victim_rules_pick_different_victims_for_the_same_shortage(victim, preempted, step2):
     """5 blocks. t0: x P=8 N=4 alone (2 blocks, out 1). t1: x decodes (rows 8->9, 3rd
@@ -455,7 +456,8 @@ def test_victim_rules_pick_different_victims_for_the_same_shortage(victim, preem
     x decodes (rows 9->10, no block); y needs a block (rows 4->5), none free. lifo: z
     (last admitted; 1 output, 3 rows, 1 block). fewest-outputs: y and z have 1 output, x
     2; the longer prompt is y's (4 > 3): y itself, not scheduled, and z still decodes.
-    most-blocks: x (3 blocks), already scheduled: its token goes back, y takes a block."""
+    most-blocks: x (3 blocks), already scheduled: its token goes back, y takes a block.
+    most-reclaimable: no block is shared or pinned, so x's 3 blocks all free: x too."""
     s = run(VICTIM_TRACE, num_blocks=5, token_budget=16, victim=victim)
     assert fields(s, "preempted", "id", "outputs", "rows", "blocks_freed", "rule",
                   "trigger") == [(2, *preempted, victim, "y")]
@@ -781,3 +783,36 @@ def test_a_block_decoding_fills_can_admit_a_head_blocked_for_blocks(fast):
     assert (a.admitted_at, a.first_token_at, a.finished_at) == (0, 1, 8)
     assert (b.admitted_at, b.first_token_at, b.finished_at) == (4, 5, 5)
     assert b.cached_tokens == 8
+
+
+def test_most_reclaimable_ranks_the_blocks_a_victim_really_lets_go_of():
+    """The four-block example: a pool of 4, q (admitted first) holds blocks [0, 1]; p,
+    the producer of a KV copy in flight, holds [2, 3], both pinned by the copy. Freeing
+    p lets go of nothing until the copy's drain is acknowledged (its blocks stay held,
+    0 free), so reclaimable is p 0, q 2: most-blocks (two tables of 2, the latest
+    admitted on a tie) takes p, most-reclaimable takes q. With r sharing q's block 0,
+    q's reclaimable falls to 1, and r, which holds only that block, frees nothing (0)."""
+    from types import SimpleNamespace
+
+    from scheduler_sim.kv.allocator import BlockAllocator
+    from scheduler_sim.policies.vllm import VllmPolicy
+
+    allocator = BlockAllocator(4, 4)
+    allocator.grow("q", 8)
+    allocator.grow("p", 8)
+    allocator.pin(allocator.table("p"))
+    assert (allocator.table("q"), allocator.table("p")) == ([0, 1], [2, 3])
+    assert (allocator.reclaimable("q"), allocator.reclaimable("p")) == (2, 0)
+    q, p = SimpleNamespace(rid="q", preemptions=0), SimpleNamespace(rid="p", preemptions=0)
+    view = SimpleNamespace(allocator=allocator)
+    picked = {}
+    for rule in ("most-blocks", "most-reclaimable"):
+        policy = VllmPolicy(Options.resolve({}, {"block_size": 4, "num_blocks": 4,
+                                                 "victim": rule}), view)
+        policy.running = [q, p]
+        picked[rule] = policy._victim().rid
+    assert picked == {"most-blocks": "p", "most-reclaimable": "q"}
+    assert allocator.free_request("p", 0, 0) == 0 and allocator.free == 0  # nothing freed
+    allocator.share("r", [0])
+    assert (allocator.reclaimable("q"), allocator.reclaimable("r"),
+            allocator.reclaimable("nobody")) == (1, 0, 0)

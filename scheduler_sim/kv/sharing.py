@@ -45,6 +45,19 @@ class Sharing:
         return (0 <= block < self._fresh and block not in self._plain_set
                 and block not in self._draining_set and block not in self._cached_free)
 
+    def reclaimable(self, rid: str) -> int:
+        """How many of `rid`'s blocks would leave the held pool if it let go of them
+        now: those nobody else owns and no transfer pins. (A block shared with
+        another table, or pinned, stays held: freeing `rid` frees nothing of it.)"""
+        table = self._tables.get(rid)
+        if not table:
+            return 0
+        extra = self._extra
+        pins = self._pins
+        if not extra and not pins:
+            return len(table)
+        return sum(1 for block in table if block not in extra and block not in pins)
+
     def share(self, rid: str, blocks: list[int], keys: BlockKeys | None = None) -> None:
         """Append blocks found in the cache or held by others to `rid`'s table.
 

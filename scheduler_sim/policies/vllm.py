@@ -92,6 +92,7 @@ VICTIM_RULES = {
     "priority": _priority,
     "fewest-outputs": _fewest_outputs,
     "most-blocks": None,  # needs the allocator: see VllmPolicy._victim
+    "most-reclaimable": None,  # needs the allocator: see VllmPolicy._victim
 }
 
 
@@ -123,12 +124,19 @@ class VllmPolicy(QueueAndListPolicy):
                       else [r for r in self.running if r.preemptions < cap])
         if not candidates:
             return None
-        if self.rule == "most-blocks":
-            table = self.view.allocator.table
+        if self.rule == "most-blocks" or self.rule == "most-reclaimable":
+            # The largest table, or the most blocks that preempting would really let
+            # go of (not shared with another request, not pinned by a transfer);
+            # the latest admitted on a tie.
+            allocator = self.view.allocator
+            score = ((lambda req: len(allocator.table(req.rid))) if self.rule == "most-blocks"
+                     else (lambda req: allocator.reclaimable(req.rid)))
             best = candidates[-1]
+            best_score = score(best)
             for req in reversed(candidates[:-1]):
-                if len(table(req.rid)) > len(table(best.rid)):
-                    best = req
+                value = score(req)
+                if value > best_score:
+                    best, best_score = req, value
             return best
         return VICTIM_RULES[self.rule](candidates)
 

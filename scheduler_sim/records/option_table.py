@@ -110,9 +110,11 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("full_prompt_gate", "bool", True,
                    "vllm: admit only if blocks for the whole current sequence fit"),
         OptionSpec("victim", "str", None,
-                   "vllm preemption victim: lifo, priority, fewest-outputs or most-blocks "
+                   "vllm preemption victim: lifo, priority, fewest-outputs, most-blocks or "
+                   "most-reclaimable "
                    "(default: priority under --order priority, else lifo)",
-                   nullable=True, choices=("lifo", "priority", "fewest-outputs", "most-blocks")),
+                   nullable=True,
+                   choices=("lifo", "priority", "fewest-outputs", "most-blocks", "most-reclaimable")),
         OptionSpec("max_preemptions", "int", None,
                    "vllm: a request preempted this many times is no longer a victim "
                    "(default: unlimited)", minimum=1, nullable=True),

@@ -128,7 +128,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting):
         check_request_sizes(workload, options)
         # A replica of a fleet (fleet/) is `routed`: its workload is only checked,
         # never read; what the fleet sets on it is in `link` (fleet_link.py).
-        self.link = FleetLink(routed)
+        self.link = FleetLink()
         named = workload.named_ids()
         if routed:
             self.workload = Workload()

@@ -28,10 +28,9 @@ __all__ = ["FleetLink", "park"]
 class FleetLink:
     """A replica's place in its fleet (all defaults for a lone engine)."""
 
-    __slots__ = ("routed", "replica", "horizon", "lockstep_step", "hooks", "parking")
+    __slots__ = ("replica", "horizon", "lockstep_step", "hooks", "parking")
 
-    def __init__(self, routed: bool) -> None:
-        self.routed = routed
+    def __init__(self) -> None:
         self.replica: int | None = None
         self.horizon = float("inf")
         self.lockstep_step: int | None = None

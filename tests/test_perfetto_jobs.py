@@ -193,7 +193,7 @@ def test_jobs_1_interrupted_prints_what_finished(tmp_path, monkeypatch):
 @pytest.mark.parametrize("jobs", ["0", "-1"])
 def test_jobs_must_be_positive(tmp_path, jobs):
     status, _, err = run(["replay", write(tmp_path, TINY), "-j", jobs])
-    assert status == 2 and "-j must be at least 1" in err
+    assert status == 2 and f"-j must be an integer >= 1, got {jobs}" in err
 
 
 def test_perfetto_to_stdout_moves_the_table_and_excludes_the_others(tmp_path):

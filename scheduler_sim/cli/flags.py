@@ -19,12 +19,26 @@ from ..records.option_table import OPTIONS
 from ..records.options import Options
 from .entry import PROG
 
-__all__ = ["flag_value", "flag_values", "resolve_options", "load_plugins", "plugin_sources"]
+__all__ = ["flag_value", "flag_values", "resolve_options", "load_plugins", "plugin_sources",
+           "check_outputs_and_jobs"]
 
 
 # Options for which `none` is a value, not null: `--calibration none` is the uncalibrated
 # physics, `--calibration null` the default (the GPU's shipped calibration).
 _NONE_IS_A_VALUE = frozenset({"calibration"})
+
+
+def check_outputs_and_jobs(outputs: Iterable[tuple[str, Any]], jobs: int) -> list[str]:
+    """At most one of a command's outputs (flag, target) may be standard output
+    (`-`), and `-j` is at least 1; UsageError otherwise. Returns the flag writing
+    to standard output, if one does (then the command's own text goes to stderr)."""
+    to_stdout = [flag for flag, target in outputs if target == "-"]
+    if len(to_stdout) > 1:
+        raise UsageError(f"{to_stdout[0]} - and {to_stdout[1]} - cannot both write to standard "
+                         "output; send one of them to a file")
+    if jobs < 1:
+        raise UsageError(f"-j must be an integer >= 1, got {jobs}")
+    return to_stdout
 
 
 def flag_value(spec_kind: str, text: str, name: str = "") -> Any:

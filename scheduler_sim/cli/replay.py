@@ -24,9 +24,8 @@ from ..io.terminal_text import printable
 from ..io.specs import spec_inputs
 from ..io.trace import read_trace
 from ..records import interrupts
-from ..records.errors import UsageError
 from .entry import PROG
-from .flags import load_plugins, plugin_sources, resolve_options
+from .flags import check_outputs_and_jobs, load_plugins, plugin_sources, resolve_options
 from .runs import Finished, Plan, Sinks, run_all
 
 __all__ = ["cmd_replay", "cmd_validate", "cmd_check"]
@@ -36,17 +35,9 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace under each policy (`-j N`: in N processes); print the
     side-by-side table. Interrupted, it prints the policies that finished and
     lets the interrupt go on (exit 130), with no output file left behind."""
-    to_stdout = [flag for flag, target in (("--events", args.events),
-                                            ("--requests-csv", args.requests_csv),
-                                            ("--perfetto", args.perfetto),
-                                            ("--report", args.report)) if target == "-"]
-    if len(to_stdout) > 1:
-        raise UsageError(f"{to_stdout[0]} - and {to_stdout[1]} - cannot both write to standard "
-                         "output; send one of them to a file")
-    if args.jobs < 1:
-        raise UsageError(f"-j must be at least 1, got {args.jobs}")
     written = (("--events", args.events), ("--requests-csv", args.requests_csv),
                ("--report", args.report), ("--perfetto", args.perfetto))
+    to_stdout = check_outputs_and_jobs(written, args.jobs)
     check_output_paths(written, [("the trace", args.trace)] + plugin_sources(args.policy))
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)

@@ -37,7 +37,8 @@ from ..records.errors import TraceError, UsageError
 from ..records.option_table import OPTIONS
 from ..records.option_values import show
 from .entry import PROG
-from .flags import flag_value, flag_values, load_plugins, plugin_sources
+from .flags import (check_outputs_and_jobs, flag_value, flag_values, load_plugins,
+                    plugin_sources)
 from .workers import Workers
 
 __all__ = ["cmd_sweep", "cmd_sweep_merge"]
@@ -123,14 +124,8 @@ def _grid_file(path: str) -> list[Axis]:
 
 def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay every configuration of the grid (or one shard of it); write its rows."""
-    to_stdout = [flag for flag, target in (("--csv", args.csv), ("--jsonl", args.jsonl),
-                                            ("--report", args.report)) if target == "-"]
-    if len(to_stdout) > 1:
-        raise UsageError(f"{to_stdout[0]} - and {to_stdout[1]} - cannot both write to standard "
-                         "output; send one of them to a file")
-    if args.jobs < 1:
-        raise UsageError(f"-j must be an integer >= 1, got {args.jobs}")
     written = (("--csv", args.csv), ("--jsonl", args.jsonl), ("--report", args.report))
+    check_outputs_and_jobs(written, args.jobs)
     read = [("the trace", args.trace), ("the grid file", args.grid_file)]
     check_output_paths(written, read + plugin_sources(args.policy))
     shard = parse_shard(args.shard) if args.shard is not None else None

@@ -14,7 +14,7 @@ from ..records.clock import Clock
 from .report import format_number, format_time
 from .terminal_text import ljust, printable, rjust, text_width
 
-__all__ = ["format_requests", "format_csv", "csv_header", "csv_row", "csv_field",
+__all__ = ["format_requests", "format_csv", "csv_header", "csv_row", "csv_field", "csv_text",
            "REQUEST_COLUMNS"]
 
 
@@ -79,12 +79,14 @@ def csv_header(fleet: bool = False) -> str:
 
 def csv_row(policy: str, record: dict[str, Any]) -> str:
     """One request's line of `format_csv`."""
-    replica = [_csv_value(record["replica"])] if "replica" in record else []
+    replica = [csv_text(record["replica"])] if "replica" in record else []
     return ",".join([csv_field(policy)] + replica
-                    + [csv_field(_csv_value(record[f])) for f in REQUEST_FIELDS]) + "\n"
+                    + [csv_field(csv_text(record[f])) for f in REQUEST_FIELDS]) + "\n"
 
 
-def _csv_value(value: Any) -> str:
+def csv_text(value: Any) -> str:
+    """A value as a CSV cell spells it: null empty, booleans lowercase, floats
+    exactly (repr)."""
     if value is None:
         return ""
     if isinstance(value, bool):

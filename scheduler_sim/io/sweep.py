@@ -49,6 +49,7 @@ from ..records.errors import UsageError
 from ..records.option_table import OPTIONS, format_slo
 from ..records.option_values import show
 from ..records.options import Options
+from .request_rows import csv_text
 from .specs import load_specs
 from .trace import Trace
 from .trace_config import check_options, resolve_options
@@ -201,17 +202,11 @@ def json_value_of(name: str, value: Any) -> Any:
 
 
 def cell_text(name: str, value: Any) -> str:
-    """A value as CSV and messages spell it: null empty, booleans lowercase, floats
-    exactly (repr), objectives as the flag spells them."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
+    """A value as CSV and messages spell it (`request_rows.csv_text`), objectives as
+    the flag spells them."""
     if isinstance(value, dict):
         return format_slo(tuple(value.items()))
-    return str(value)
+    return csv_text(value)
 
 
 def check_axis(name: str, values: Any, where: str = "grid") -> Axis:

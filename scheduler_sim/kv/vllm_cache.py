@@ -241,6 +241,20 @@ class VllmCache(PrefixCache):
 
     # --- the queue in runs ----------------------------------------------------------
 
+    def _skip_stale(self, block: int) -> bool:
+        """Whether the queue entry of `block` just reached is one a hit left behind:
+        then it is consumed (one fewer stale entry of that block) and skipped."""
+        stale = self.stale
+        left = stale.get(block)
+        if not left:
+            return False
+        if left > 1:
+            stale[block] = left - 1
+        else:
+            del stale[block]
+        self.stale_total -= 1
+        return True
+
     def pop_one(self) -> tuple[int, object]:
         """`pop_oldest(1)`, for one block and its key (the queue must not be empty)."""
         runs = self.runs
@@ -253,15 +267,8 @@ class VllmCache(PrefixCache):
                 run[2] = pos + 1
             else:
                 runs.popleft()
-            if stale:
-                left = stale.get(block)
-                if left:  # an entry a hit left behind
-                    if left > 1:
-                        stale[block] = left - 1
-                    else:
-                        del stale[block]
-                    self.stale_total -= 1
-                    continue
+            if stale and self._skip_stale(block):
+                continue
             lru = self.free_blocks
             lru.remove(block)
             if not lru:  # stale entries may be left behind it: drop them too
@@ -301,14 +308,7 @@ class VllmCache(PrefixCache):
                 live = []
                 live_keys = []
                 for block, key in zip(part, part_keys):
-                    left = stale.get(block)
-                    if left:  # an entry a hit left behind
-                        if left > 1:
-                            stale[block] = left - 1
-                        else:
-                            del stale[block]
-                        self.stale_total -= 1
-                    else:
+                    if not self._skip_stale(block):
                         live.append(block)
                         live_keys.append(key)
                 part = live

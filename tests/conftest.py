@@ -22,6 +22,18 @@ def trace_bytes(records: list[dict]) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in records).encode()
 
 
+def random_engine_options(rng: random.Random, cost_model: bool = False) -> dict:
+    """Blocks of 4, a pool of 16-64, a budget of 4-64 tokens, 1-8 rows and a release
+    delay of 0 or 2 (drawn in that order), and with `cost_model` Llama-3-8B on an H100
+    on a 2 ms clock: the engines the folding, step-protocol and fleet tests run."""
+    options = dict(block_size=4, num_blocks=rng.randint(16, 64),
+                   token_budget=rng.randint(4, 64), max_rows=rng.randint(1, 8),
+                   release_delay=rng.choice([0, 0, 2]))
+    if cost_model:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    return options
+
+
 def random_workload(seed: int) -> list[dict]:
     """1 to 30 requests (prompts 1-40, outputs 1-60 tokens) arriving in bursts and
     gaps, a tenth of them cancelled up to 50 ticks later: the random traces the

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import random_workload, trace_bytes
+from conftest import random_engine_options, random_workload, trace_bytes
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.records.options import Options
 from scheduler_sim.policies import POLICIES
@@ -28,11 +28,7 @@ def _replay(records, policy, fast, **options):
 def test_folded_and_stepwise_replays_agree(seed, policy):
     """Every summary field and every request record is the same with and without folding."""
     rng = random.Random(1000 + seed)
-    options = dict(block_size=4, num_blocks=rng.randint(16, 64),
-                   token_budget=rng.randint(4, 64), max_rows=rng.randint(1, 8),
-                   release_delay=rng.choice([0, 0, 2]))
-    if seed % 3 == 0:
-        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    options = random_engine_options(rng, cost_model=seed % 3 == 0)
     records = _workload(seed)
     assert _replay(records, policy, True, **options) == _replay(records, policy, False, **options)
 
@@ -80,9 +76,7 @@ def test_random_workloads_do_fold():
         folded = 0
         for seed in range(24):
             rng = random.Random(1000 + seed)
-            options = dict(block_size=4, num_blocks=rng.randint(16, 64),
-                           token_budget=rng.randint(4, 64), max_rows=rng.randint(1, 8),
-                           release_delay=rng.choice([0, 0, 2]))
+            options = random_engine_options(rng)
             trace = parse_trace(trace_bytes(_workload(seed)), "ff.jsonl")
             engine = Engine(trace.workload, Options.resolve({}, options), policy,
                             fast_forward=True)

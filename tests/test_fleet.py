@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from conftest import req, run_cli, trace_bytes, write_trace
+from conftest import random_engine_options, req, run_cli, trace_bytes, write_trace
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.fleet import Fleet
@@ -59,11 +59,7 @@ def _workload(seed: int, prefixes: bool = False) -> list[dict]:
 
 
 def _random_options(rng: random.Random, seed: int) -> dict:
-    options = dict(block_size=4, num_blocks=rng.randint(16, 64),
-                   token_budget=rng.randint(4, 64), max_rows=rng.randint(1, 8),
-                   release_delay=rng.choice([0, 0, 2]))
-    if seed % 3 == 0:
-        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    options = random_engine_options(rng, cost_model=seed % 3 == 0)
     if seed % 4 == 1:
         options.update(prefix_caching=True)
     if seed % 5 == 2:

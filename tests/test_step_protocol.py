@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from conftest import random_workload, trace_bytes
+from conftest import random_engine_options, random_workload, trace_bytes
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace
@@ -62,11 +62,7 @@ def drive(workload, options: Options, policy: str) -> tuple[dict, list]:
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_a_driver_of_the_protocol_reproduces_the_lone_engine(seed, policy):
     rng = random.Random(7000 + seed)
-    options = dict(block_size=4, num_blocks=rng.randint(16, 64),
-                   token_budget=rng.randint(4, 64), max_rows=rng.randint(1, 8),
-                   release_delay=rng.choice([0, 0, 2]))
-    if seed % 2:
-        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    options = random_engine_options(rng, cost_model=seed % 2 == 1)
     trace = parse_trace(trace_bytes(random_workload(seed)), "protocol.jsonl")
     opts = Options.resolve(trace.config, options)
     lone = Engine(trace.workload, opts, policy).run()

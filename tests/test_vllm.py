@@ -791,7 +791,8 @@ def test_most_reclaimable_ranks_the_blocks_a_victim_really_lets_go_of():
     p lets go of nothing until the copy's drain is acknowledged (its blocks stay held,
     0 free), so reclaimable is p 0, q 2: most-blocks (two tables of 2, the latest
     admitted on a tie) takes p, most-reclaimable takes q. With r sharing q's block 0,
-    q's reclaimable falls to 1, and r, which holds only that block, frees nothing (0)."""
+    q's reclaimable falls to 1, and r, which holds only that block, frees nothing (0).
+    Unpinned, p and q both let go of 2: the tie goes to the latest admitted, p."""
     from types import SimpleNamespace
 
     from scheduler_sim.kv.allocator import BlockAllocator
@@ -812,6 +813,15 @@ def test_most_reclaimable_ranks_the_blocks_a_victim_really_lets_go_of():
         policy.running = [q, p]
         picked[rule] = policy._victim().rid
     assert picked == {"most-blocks": "p", "most-reclaimable": "q"}
+    # Unpinned, both let go of 2: the tie goes to the most recently admitted, p.
+    even = BlockAllocator(4, 4)
+    even.grow("q", 8)
+    even.grow("p", 8)
+    policy = VllmPolicy(Options.resolve({}, {"block_size": 4, "num_blocks": 4,
+                                             "victim": "most-reclaimable"}),
+                        SimpleNamespace(allocator=even))
+    policy.running = [q, p]
+    assert (even.reclaimable("q"), even.reclaimable("p"), policy._victim().rid) == (2, 2, "p")
     assert allocator.free_request("p", 0, 0) == 0 and allocator.free == 0  # nothing freed
     allocator.share("r", [0])
     assert (allocator.reclaimable("q"), allocator.reclaimable("r"),

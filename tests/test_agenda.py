@@ -12,9 +12,13 @@ from scheduler_sim.records.workload import Action, RequestSpec, Workload
 class Pool:
     """An allocator as the agenda reads it: blocks draining until `expiry`."""
 
-    def __init__(self, expiry=None):
+    def __init__(self, expiry=None, landing=None):
         self.expiry = expiry
         self.draining = 1 if expiry is not None else 0
+        # Host memory with a load landing at `landing` (or none).
+        self.host = None
+        if landing is not None:
+            self.host = type("Host", (), {"loads": [(landing, 0, None)]})()
 
     def next_expiry(self):
         return self.expiry
@@ -78,3 +82,11 @@ def test_without_a_timeout_waiting_adds_nothing_and_an_empty_trace_begins_at_0()
     agenda = Agenda(Workload(), None, Pool(), Wakes())
     agenda.wait(SimpleNamespace(wait_since=0, status=RequestStatus.WAITING), 0)
     assert (agenda.begin(), len(agenda.timeouts), agenda.peek(0)) == (0, 0, float("inf"))
+
+
+def test_a_load_from_host_memory_landing_is_pending_even_in_flight():
+    """A load landing at 7 is the first source before an arrival at 9, and it counts
+    while a dispatch is in flight (it makes a request waiting, as an arrival does)."""
+    agenda = Agenda(Workload(), None, Pool(landing=7), Wakes(None))
+    agenda.next_arrival = type("Spec", (), {"arrival": 9})()
+    assert agenda.peek(0) == 7 and agenda.peek(0, in_flight=True) == 7

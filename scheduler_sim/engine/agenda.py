@@ -92,6 +92,9 @@ class Agenda:
             expiry = allocator.next_expiry()
             if expiry < nxt:
                 nxt = expiry
+        host = allocator.host
+        if host is not None and host.loads and host.loads[0][0] < nxt:
+            nxt = host.loads[0][0]  # a load from host memory lands
         if in_flight:
             return nxt
         w = self.workload

@@ -60,8 +60,9 @@ from .dispatching import Dispatching, InFlight
 from .fast.cohort import Cohort
 from .fast.counted import Counting
 from .fleet_link import FleetLink
+from .host_moves import HostMoves
 from .ledger import DispatchLedger
-from .lifecycle import Lifecycle, request_of
+from .lifecycle import Lifecycle, request_of  # (request_of: for the fleets)
 from .livelock import LivelockWatch
 from .policy_failure import policy_failure
 from .roster import Roster, check_request_sizes
@@ -87,7 +88,7 @@ class RunResult:
     options: Options | None = None  # as run: num_blocks derived from the GPU if it was
 
 
-class Engine(Stepping, Lifecycle, Dispatching, Counting):
+class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves):
     """Replays one workload under one policy.
 
     `on_event` receives every event record as it happens (None: build none;
@@ -109,8 +110,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting):
                  on_event: Callable[[Event], None] | None = None,
                  on_state: Callable[[int, dict[str, int], bool], None] | None = None,
                  audit: bool = False, fast_forward: bool | None = None,
-                 keep_requests: bool = True,
-                 on_request_end: Callable[[Request], None] | None = None,
+                 keep_requests: bool = True, on_request_end: Callable[[Request], None] | None = None,
                  routed: bool = False) -> None:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
@@ -163,9 +163,10 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting):
         self._emit = on_event
         self._on_state = on_state
         self._audit = audit
-        # Folding is off by default under a state callback or the audit (steadiness.py).
-        if fast_forward is None:
+        if fast_forward is None:  # off by default under a state callback or the audit
             fast_forward = on_state is None and not audit
+        if options.host:  # host memory below the pool (host_moves.py)
+            fast_forward = self.attach_host(cost, fast_forward)
         # Steady decoders counted rather than written (fast/cohort.py), when nobody
         # watches each dispatch and the policy does not read their progress.
         self._cohort = (Cohort(options.block_size)
@@ -289,6 +290,8 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting):
                 break
         summary = self.stats.summary(self.allocator.peak_reserved, self.allocator.peak_held,
                                      first)
+        if self.allocator.host is not None:
+            summary.update(self.host_fields(first))
         return RunResult(self.policy_name, summary,
                          list(self.roster.requests.values()) if self.roster.keep else [], stalled,
                          self.clock, self.options)

@@ -184,6 +184,9 @@ class Dispatching:
             self.livelock.replayed(total, self.roster.requests.values())
         done, exact = self.ledger.dispatch(now, n_rows, total, prompt, decode, recompute,
                                            padding, chunks, contexts)
+        host = allocator.host
+        if host is not None and host.pending:
+            self._issue_stores(exact)  # write-through when this dispatch ends
         flight = InFlight(rows, now, done, exact,
                            decode == total and not padding and total > 0,
                            emitting + len(decoders) + members,

@@ -57,7 +57,10 @@ def park(engine: Any, plan: Any) -> Any:
         allocator.step_growth.pop(req.rid, None)
         allocator.step_evictions.pop(req.rid, None)
         engine.steadiness.changed()
-        link.hooks.transfer(engine, req)
+        if link.hooks is not None:
+            link.hooks.transfer(engine, req)
+        else:
+            engine.start_host_load(req)  # a load from host memory (host_moves.py)
     gone = set(parked)
     if type(plan) is DecodesFirst:
         return DecodesFirst([r for r in plan.decoders if r not in gone],

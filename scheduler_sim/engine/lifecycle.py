@@ -19,8 +19,8 @@ from ..records.events import (
     PreemptIgnored, Preempted, Rejected, Timeout,
 )
 from ..records.states import RequestStatus
-from ..records.workload import RequestSpec
-from ..requests.request import LOADED, LOADING, PARKING, REMOTE, RemoteKv, Request, seal
+from ..requests.request import (
+    LOADED, LOADING, PARKING, REMOTE, RemoteKv, Request, request_of, seal)
 
 __all__ = ["Lifecycle", "request_of"]
 
@@ -74,6 +74,8 @@ class Lifecycle:
                     f"blocks for its prompt of {req.prompt_tokens} rows", self.now)
             req.remote = PARKING
             self.link.parking.append(req)
+        elif self.allocator.host is not None and not loaded:
+            self._host_admit(req, hit, resumed)  # a load from host memory, survival
 
     def cached_prefix(self, req: Request, whole: bool = False) -> list[int]:
         """The leading blocks of `req` found in the prefix cache (none without one).
@@ -116,7 +118,9 @@ class Lifecycle:
                 trigger: str | None = None) -> int:
         """Preempt a running request: its credit goes, its blocks drain (A4, L2)."""
         self._settle(req)
-        freed = self.allocator.free_request(req.rid, self.now, self.release_delay)
+        delay, swapped = (self._host_preempt(req) if self.allocator.host is not None
+                          else (self.release_delay, None))
+        freed = self.allocator.free_request(req.rid, self.now, delay)
         outputs = req.outputs
         rows = req.resident
         req.preempt(include_pending=self.policy.recompute_includes_pending)
@@ -134,6 +138,8 @@ class Lifecycle:
         self.steadiness.changed()
         if self._emit is not None:
             self._emit(Preempted(self.now, req.rid, outputs, rows, freed, reason, rule, trigger))
+            if swapped is not None:
+                self._emit(swapped)
         return freed
 
     # --- lifecycle helpers --------------------------------------------------------
@@ -157,6 +163,8 @@ class Lifecycle:
         """A request reached its terminal state: into the statistics, to the
         `on_request_end` listener, and out of memory unless kept."""
         self.ledger.stats.request_ended(req)
+        if self.allocator.host is not None:
+            self._host_ended(req)
         self.roster.ended(req)
 
     def start_waiting(self, req: Request) -> None:
@@ -290,9 +298,3 @@ class Lifecycle:
                 self._emit(PreemptIgnored(self.now, rid, req.status.label))
             return
         self.preempt(req, "manual")
-
-def request_of(spec: RequestSpec) -> Request:
-    """A request, waiting, as its trace record describes it (also for fleets)."""
-    return Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens, spec.output_tokens,
-                   spec.max_tokens, spec.priority, spec.deadline, spec.prompt_token_ids,
-                   spec.output_token_ids, spec.block_hashes)

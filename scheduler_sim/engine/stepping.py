@@ -97,6 +97,9 @@ class Stepping:
         t = self.now
         agenda = self.agenda
         outside = False  # the trace changed things at t
+        host = self.allocator.host
+        if host is not None and host.loads and host.loads[0][0] <= t:
+            self.land_loads()  # loads from host memory land before arrivals
         spec = agenda.next_arrival
         if spec is not None and spec.arrival == t:
             specs = agenda.arrivals
@@ -200,6 +203,8 @@ class Stepping:
         elif on_state is not None:
             on_state(t, self._state(), self.flight is not None)
         allocator.check() if not self._audit else allocator.audit()
+        if self._audit and allocator.host is not None:
+            allocator.host.tier.audit()
         return moved
 
     def next_boundary(self, moved: bool) -> float:

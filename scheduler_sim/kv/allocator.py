@@ -115,6 +115,9 @@ class BlockAllocator(Sharing, Freeing, Audit):
         self.step_evictions: dict[str, int] = {}
         self.step_growth: dict[str, int] = {}
         self._report = None  # (taker, writer, block number) -> None, when tracked
+        # Host memory below the pool (kv/host_memory.py), or None: keys given to full
+        # blocks are noted for write-through when it writes them.
+        self.host = None
         # The prefix cache (None without prefix caching) and, bound once, what
         # the allocator calls of it: a `NoCache` until a cache is bound.
         self.cache: PrefixCache | None = None
@@ -371,9 +374,12 @@ class BlockAllocator(Sharing, Freeing, Audit):
         """Give keys to the blocks of `rid` that `rows` written rows have filled."""
         table = self._tables.get(rid, ())
         full = rows // self.block_size
+        before = keys.registered
         swaps = self._register(rid, keys, full if full < len(table) else len(table), table)
         if swaps:
             self._adopt(table, swaps)
+        if self.host is not None:
+            self._write_through(keys, before)
 
     def register_decoded(self, rid: str, keys: BlockKeys, rows: int) -> None:
         """Give keys to the blocks that decoding filled (a cache may wait for the
@@ -383,10 +389,19 @@ class BlockAllocator(Sharing, Freeing, Audit):
         if full <= keys.registered:
             return  # (no block filled since the last registration)
         table = self._tables.get(rid, ())
+        before = keys.registered
         swaps = self._register_decoded(rid, keys, full if full < len(table) else len(table),
                                        table)
         if swaps:
             self._adopt(table, swaps)
+        if self.host is not None:
+            self._write_through(keys, before)
+
+    def _write_through(self, keys: BlockKeys, before: int) -> None:
+        """Note the keys given since `before` for the host's write-through (with it on)."""
+        after = keys.registered
+        if after > before and self.host.write_through:
+            self.host.pending += keys.ensure(after)[before:after]
 
     # --- invariants (A3) --------------------------------------------------------
 

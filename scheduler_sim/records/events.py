@@ -22,7 +22,8 @@ __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
     "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
     "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "Prefilled",
-    "TransferStarted", "TransferDone", "EVENT_TYPES", "event_from_dict", "reads",
+    "TransferStarted", "TransferDone", "KvStored", "KvLoadStarted", "KvLoadDone",
+    "SwappedOut", "SwapRefused", "EVENT_TYPES", "event_from_dict", "reads",
 ]
 
 
@@ -344,12 +345,69 @@ class TransferDone(Event):
     aborted: bool
 
 
+@_record("kv_stored")
+class KvStored(Event):
+    """Host memory (write-through): `blocks` full blocks the dispatch ending at this
+    time gave keys are copied to host memory; they can be found there from `done`."""
+    times = ("done",)
+    blocks: int
+    done: int
+
+
+@_record("kv_load_started")
+class KvLoadStarted(Event):
+    """Host memory: an admitted request waits off the batch while `tokens` rows of
+    its KV (`blocks` blocks) are copied back into GPU blocks it holds, from
+    `source` `cache` (blocks the tier cached) or `swap` (its own swapped KV); the
+    copy lands at `done`."""
+    times = ("done",)
+    id: str
+    source: str
+    tokens: int
+    blocks: int
+    done: int
+
+
+@_record("kv_load_done")
+class KvLoadDone(Event):
+    """Host memory: a copy back into the GPU ended after `duration`; the request
+    waits again with those rows resident, or, when `aborted` (it ended meanwhile),
+    nothing changes."""
+    times = ("duration",)
+    id: str
+    source: str
+    tokens: int
+    duration: int
+    aborted: bool
+
+
+@_record("swapped_out")
+class SwappedOut(Event):
+    """Preemption by swap: the victim's `tokens` rows (`blocks` blocks) are copied to
+    host memory; its GPU blocks drain until the copy ends at `done`."""
+    times = ("done",)
+    id: str
+    tokens: int
+    blocks: int
+    done: int
+
+
+@_record("swap_refused")
+class SwapRefused(Event):
+    """Preemption by swap found no room: the victim needs `blocks` blocks of host
+    memory and only `host_free` are not held by other swapped requests, so it is
+    recomputed instead."""
+    id: str
+    blocks: int
+    host_free: int
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (Arrival, Rejected, Admitted, AdmissionBlocked, Snapshot, Dispatch,
                 Finished, Cancelled, CancelIgnored, Preempted, PreemptIgnored,
                 Timeout, Ratio, Released, Evicted, Stalled, Prefilled, TransferStarted,
-                TransferDone)
+                TransferDone, KvStored, KvLoadStarted, KvLoadDone, SwappedOut, SwapRefused)
 }
 
 

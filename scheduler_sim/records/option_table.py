@@ -17,6 +17,10 @@ __all__ = ["OptionSpec", "OPTIONS", "DEFAULT_POLICIES", "SLO_METRICS", "parse_sl
 
 DEFAULT_POLICIES = ("continuous",)
 
+# The fixed cost of one GPU-host copy, on top of its bytes' time (see README,
+# "Host memory"): the order of a copy's launch and synchronisation.
+HOST_COPY_LATENCY_US = 10.0
+
 # Metrics an SLO may bound (vLLM's goodput names); `e2e` is accepted for `e2el`.
 SLO_METRICS = ("ttft", "tpot", "e2el")
 
@@ -163,6 +167,25 @@ OPTIONS: dict[str, OptionSpec] = {
                    "disaggregation: gigabits per second of the link a prompt's KV crosses "
                    "from a prefill to a decode replica (with a cost model)", minimum=0.0,
                    exclusive_minimum=True, maximum=1e9),
+        OptionSpec("preemption_mode", "str", "recompute",
+                   "what a preemption does with the victim's KV: recompute (dropped, "
+                   "rebuilt on resume) or swap (copied to host memory and back; needs "
+                   "host_kv_gib)", choices=("recompute", "swap")),
+        OptionSpec("host_kv_gib", "float", 0.0,
+                   "GiB of host memory per replica for KV: cached blocks written through "
+                   "from the GPU (with prefix_caching) and swapped victims (0: none; "
+                   "with a cost model)", minimum=0.0, maximum=1e6),
+        OptionSpec("host_write", "str", "through",
+                   "which GPU blocks are copied to host memory: through (every full "
+                   "block that gets a prefix-cache key, when its dispatch ends) or off "
+                   "(host memory holds swapped victims only)", choices=("through", "off")),
+        OptionSpec("host_link_gb_per_s", "float", None,
+                   "gigabytes per second of the GPU-host link, each way (default: the "
+                   "GPU's host link, e.g. 64 for PCIe Gen5 x16)", minimum=0.0,
+                   exclusive_minimum=True, maximum=1e6, nullable=True),
+        OptionSpec("host_copy_latency_us", "float", HOST_COPY_LATENCY_US,
+                   "microseconds every GPU-host copy adds to its bytes' time",
+                   minimum=0.0, maximum=1e6),
         OptionSpec("time_unit", "str", "tick",
                    "unit of every time in the trace: tick, s or ms", choices=("tick", "s", "ms"),
                    trace_only=True),

@@ -11,11 +11,14 @@ from typing import Any
 from .option_table import OPTIONS, parse_slo
 from .option_values import show
 
-__all__ = ["Options", "FLEET_OPTIONS", "DURATION_OPTIONS"]
+__all__ = ["Options", "FLEET_OPTIONS", "HOST_OPTIONS", "DURATION_OPTIONS"]
 
 # The options of a fleet of engines: shown in outputs only when a fleet runs.
 FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "affinity_threshold", "dp_lockstep",
                  "prefill_replicas", "decode_replicas", "kv_link_gbps")
+# The options of host memory for KV (issue 25): shown in outputs only when it is on.
+HOST_OPTIONS = ("preemption_mode", "host_kv_gib", "host_write", "host_link_gb_per_s",
+                "host_copy_latency_us")
 # Options whose values are durations in the trace's time unit.
 DURATION_OPTIONS = tuple(name for name, spec in OPTIONS.items() if spec.kind == "duration")
 
@@ -64,6 +67,11 @@ class Options:
     prefill_replicas: int = OPTIONS["prefill_replicas"].default
     decode_replicas: int = OPTIONS["decode_replicas"].default
     kv_link_gbps: float = OPTIONS["kv_link_gbps"].default
+    preemption_mode: str = OPTIONS["preemption_mode"].default
+    host_kv_gib: float = OPTIONS["host_kv_gib"].default
+    host_write: str = OPTIONS["host_write"].default
+    host_link_gb_per_s: float | None = OPTIONS["host_link_gb_per_s"].default
+    host_copy_latency_us: float = OPTIONS["host_copy_latency_us"].default
     time_unit: str = OPTIONS["time_unit"].default
     tick_seconds: float | None = OPTIONS["tick_seconds"].default
     clock_resolution: float | None = OPTIONS["clock_resolution"].default
@@ -132,6 +140,13 @@ class Options:
         """Whether prefill and decode run on separate replicas (fleet/disagg.py)."""
         return self.prefill_replicas > 0 or self.decode_replicas > 0
 
+    @property
+    def host(self) -> bool:
+        """Whether host memory is modelled (kv/host_memory.py): host_kv_gib above 0,
+        or a preemption_mode asked for (its summary says how resumed requests
+        were rebuilt)."""
+        return self.host_kv_gib > 0 or "preemption_mode" in self.origin
+
     def problems(self) -> list[str]:
         """Combinations of values that cannot work together."""
         out = []
@@ -152,6 +167,14 @@ class Options:
                 out.append("full_prompt_gate false is not modelled with disaggregated "
                            "replicas (a decode replica takes blocks for the whole prompt "
                            "when it admits a request)")
+        if self.preemption_mode == "swap" and not self.host_kv_gib:
+            out.append("preemption_mode 'swap' needs host_kv_gib above 0 (the host memory "
+                       "a victim's KV is copied to)")
+        if self.host_kv_gib and not self.has_cost_model:
+            out.append("host_kv_gib needs a cost model (host memory and its link are "
+                       f"sized in bytes), got host_kv_gib {show(self.host_kv_gib)}")
+        if self.host_kv_gib and self.disagg:
+            out.append("host_kv_gib is not modelled with disaggregated replicas")
         if self.order == "lpm" and not self.prefix_caching:
             out.append("order 'lpm' needs prefix_caching: true (it sorts by cached prefix)")
         if self.time_unit == "tick":
@@ -181,6 +204,15 @@ class Options:
         elif not self.has_cost_model and "kv_link_gbps" in self.origin:
             out.append("kv_link_gbps has no effect without a cost model (a transfer lasts "
                        "one tick)")
+        if not self.host_kv_gib:
+            for name in ("host_write", "host_link_gb_per_s", "host_copy_latency_us"):
+                if name in self.origin:
+                    out.append(f"{name} has no effect without host_kv_gib")
+        elif (self.preemption_mode != "swap"
+              and not (self.prefix_caching and self.host_write == "through")):
+            out.append("host_kv_gib holds nothing here: host memory keeps cached blocks "
+                       "(prefix_caching with host_write through) or swapped victims "
+                       "(preemption_mode swap)")
         if not self.has_cost_model and self.slo is not None:
             out.append("the slo objectives are in ticks: without a cost model every result "
                        "is")
@@ -204,7 +236,8 @@ class Options:
     def as_dict(self) -> dict[str, Any]:
         """The options as a JSON-ready dict, in table order."""
         out = {name: getattr(self, name) for name in OPTIONS
-               if name not in FLEET_OPTIONS or self.fleet}
+               if (name not in FLEET_OPTIONS or self.fleet)
+               and (name not in HOST_OPTIONS or self.host)}
         out["policy"] = list(self.policy)
         if self.slo is not None:
             out["slo"] = dict(self.slo)

@@ -23,7 +23,7 @@ from ..records.states import RequestStatus
 
 __all__ = ["Request", "SealedRequest", "seal", "set_outputs", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
            "advance_decodes", "catch_up", "RemoteKv", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
-           "LOADING", "LOADED"]
+           "LOADING", "LOADED", "request_of"]
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -440,3 +440,10 @@ def advance_decodes(reqs: list[Request], steps: int, last_output_at: int) -> Non
         req.useful_rows += steps
         req.outputs += steps
         req.last_output_at = last_output_at
+
+
+def request_of(spec) -> Request:
+    """A request, waiting, as its trace record (a `RequestSpec`) describes it."""
+    return Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens, spec.output_tokens,
+                   spec.max_tokens, spec.priority, spec.deadline, spec.prompt_token_ids,
+                   spec.output_token_ids, spec.block_hashes)

@@ -1,0 +1,211 @@
+"""Host memory for KV (issue 25): the tier, the link, write-through, loads, swap and
+survival, with tiny hand-computed numbers.
+
+The engines here run Llama-3-8B (131,072 KV bytes a token) with blocks of 4 tokens,
+so a block is 524,288 bytes, on a clock of 10 ms steps: every dispatch of these few
+tokens lasts one step. The link moves 52.4288 MB/s, one block per step, and every
+copy adds 10 ms, one step: a copy of b blocks lasts 1 + b steps.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import req, simulate
+from scheduler_sim.kv.host_link import IN, OUT, HostLink
+from scheduler_sim.kv.host_tier import HostTier
+from scheduler_sim.records.errors import InvariantError
+
+BLOCK = 524_288
+GIB = 2 ** 30
+ENGINE = dict(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.01, clock_resolution=0.01,
+              block_size=4, host_link_gb_per_s=BLOCK / 0.01 / 1e9,
+              host_copy_latency_us=10_000.0)
+A = list(range(1, 17))
+B = list(range(101, 117))
+
+
+def _gib(blocks: int) -> float:
+    return blocks * BLOCK / GIB
+
+
+def _of(sim, kind, *fields):
+    return [tuple(e[f] for f in fields) for e in sim.of(kind)]
+
+
+# --- the tier and the link alone ------------------------------------------------------
+
+
+def test_tier_evicts_the_least_recently_used_key():
+    """Capacity 3: a, b, c stored; a hit on a makes b the oldest, so storing d evicts b."""
+    tier = HostTier(3)
+    assert tier.store(["a", "b", "c"], 5) == 3
+    assert tier.match(["a", "b"], 4) == 0          # not landed before step 5
+    assert tier.match(["a", "b", "x", "c"], 5) == 2
+    tier.touch(["a"])
+    assert tier.store(["d"], 6) == 1
+    assert list(tier.cached) == ["c", "a", "d"] and tier.evicted == 1
+
+
+def test_swap_space_evicts_cached_keys_and_refuses_what_cannot_fit():
+    """Capacity 4 with 3 cached keys: a swap of 2 blocks evicts the 1 oldest key; a second
+    swap of 3 does not fit beside it (4 - 2 = 2 < 3) and takes nothing; stores then
+    find room for 2 keys only, and the third is dropped."""
+    tier = HostTier(4)
+    tier.store(["a", "b", "c"], 0)
+    assert tier.reserve_swap("x", 2, 7)
+    assert list(tier.cached) == ["b", "c"] and tier.used == 4
+    assert not tier.reserve_swap("y", 3, 7)
+    assert tier.swap_blocks == 2
+    tier.cached.clear()
+    assert tier.store(["d", "e", "f"], 1) == 2 and tier.dropped == 1
+    assert tier.release_swap("x") == 2 and tier.used == 2
+    tier.audit()
+
+
+def test_tier_audit_names_the_broken_equation():
+    """A swap count that disagrees with the swapped requests is reported with numbers."""
+    tier = HostTier(4)
+    tier.reserve_swap("x", 2, 0)
+    tier.swap_blocks = 3
+    with pytest.raises(InvariantError, match=r"swap_blocks\(3\) == sum of swapped"):
+        tier.audit()
+
+
+def test_link_runs_one_copy_at_a_time_each_way():
+    """Latency 1, 2 steps a block. OUT: 3 blocks at 0 end at 7; 1 block issued at 2
+    waits and ends at 10. IN is free: 1 block at 2 ends at 5. Busy 7 + 3 and 3 steps."""
+    link = HostLink(2.0, 1.0)
+    assert link.copy(OUT, 0, 3) == 7.0
+    assert link.copy(OUT, 2, 1) == 10.0
+    assert link.copy(IN, 2, 1) == 5.0
+    assert link.busy == [10.0, 3.0] and link.blocks == [4, 1] and link.copies == [2, 1]
+
+
+# --- write-through and a hit in host memory --------------------------------------------
+
+
+def test_write_through_and_a_host_hit_loaded_back():
+    """Pool of 4 blocks. a (16 tokens, ids 1-16) prefills at 0-1: its 4 full blocks are
+    written through when the dispatch ends, 1 + 4 steps: findable at 6. b (other
+    tokens) at 10 takes all 4 GPU blocks, evicting a's. c (a's prompt) at 20 misses
+    the GPU cache; host memory holds (16 - 1) // 4 = 3 of its blocks (the last token
+    is always computed), so c takes 3 GPU blocks and waits off the batch while 12
+    rows are copied in, 1 + 3 steps (20 -> 24); admitted again at 24 with them
+    resident, it prefills its last 4 tokens and emits its output at 25."""
+    sim = simulate([req("a", 0, 16, 1, prompt_token_ids=A),
+                    req("b", 10, 16, 1, prompt_token_ids=B),
+                    req("c", 20, 16, 1, prompt_token_ids=A)], "vllm", num_blocks=4,
+                   prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
+    assert _of(sim, "kv_stored", "tick", "blocks", "done") == [(0, 4, 6), (10, 4, 16)]
+    assert _of(sim, "kv_load_started", "tick", "id", "source", "tokens", "blocks",
+               "done") == [(20, "c", "cache", 12, 3, 24)]
+    assert _of(sim, "kv_load_done", "tick", "id", "duration", "aborted") == [
+        (24, "c", 4, False)]
+    assert [(t, rows) for t, rows in sim.dispatches() if t >= 20] == [
+        (24, [("c", "prefill", 4, True)])]
+    (snap,) = [e for e in sim.of("snapshot") if e["tick"] == 24]
+    assert (snap["allocated"], snap["free"]) == (4, 0)  # 3 loaded + 1 for the last row
+    s = sim.summary
+    assert (s["host_stores"], s["host_stored_blocks"], s["host_loads"],
+            s["host_loaded_tokens"], s["recompute_avoided_tokens"]) == (2, 8, 1, 12, 12)
+    assert (s["load_wait_mean"], s["link_out_bytes"], s["link_in_bytes"]) == (
+        0.04, 8 * BLOCK, 3 * BLOCK)
+    # OUT busy 2 x 5 steps, IN 4 steps, over a makespan of 25 steps.
+    assert (s["link_out_busy"], s["link_out_utilisation"], s["link_in_utilisation"]) == (
+        0.1, 0.4, 0.16)
+    assert sim.req["c"].status.label == "finished_length_capped"
+
+
+@pytest.mark.parametrize("arrival, loaded", [(5, 0), (6, 8)])
+def test_a_store_is_found_only_once_it_has_landed(arrival, loaded):
+    """a's 4 blocks are written through 1 -> 6. b (12 other tokens) at 2 takes 3 GPU
+    blocks, evicting a's blocks 3, 2, 1 (the tail first); its own store queues behind
+    a's on the OUT link (6 -> 10). c (a's prompt) finds a's block 0 in the GPU cache;
+    a's blocks 1 and 2 are in host memory but findable only from 6: at 5 c computes
+    its other 12 rows, at 6 it loads 8 of them (1 + 2 steps) and computes 4."""
+    sim = simulate([req("a", 0, 16, 1, prompt_token_ids=A),
+                    req("b", 2, 12, 1, prompt_token_ids=B[:12]),
+                    req("c", arrival, 16, 1, prompt_token_ids=A)], "vllm", num_blocks=4,
+                   prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
+    assert _of(sim, "kv_stored", "tick", "blocks", "done")[:2] == [(0, 4, 6), (2, 3, 10)]
+    assert sim.req["c"].cached_tokens == 4
+    assert sim.summary["host_loaded_tokens"] == loaded
+    (last,) = [rows for t, rows in sim.dispatches() if t >= arrival]
+    assert last == [("c", "prefill", 12 - loaded, True)]
+
+
+# --- swap preemption -------------------------------------------------------------------
+
+
+def test_two_swaps_contend_for_the_link():
+    """x (P=8) and y (P=12) run from 0; both are preempted at 5 with 5 outputs: x holds
+    12 rows (3 blocks), y 16 (4). Their swap-outs queue on the OUT link: x 5 -> 9
+    (1 + 3), y 9 -> 14 (1 + 4). Both are admitted again at 5 (y first: vLLM puts the
+    last preempted at the head); a swap-in starts after its swap-out lands and after
+    the IN copy before it: y 14 -> 19, x 19 -> 23. Each resumes decoding when its
+    copy lands, nothing recomputed."""
+    sim = simulate([req("x", 0, 8, 20), req("y", 0, 12, 20),
+                    {"type": "preempt", "id": "x", "at": 5},
+                    {"type": "preempt", "id": "y", "at": 5}], "vllm", num_blocks=64,
+                   preemption_mode="swap", host_kv_gib=_gib(16), **ENGINE)
+    assert _of(sim, "swapped_out", "tick", "id", "tokens", "blocks", "done") == [
+        (5, "x", 12, 3, 9), (5, "y", 16, 4, 14)]
+    assert _of(sim, "kv_load_started", "id", "source", "tokens", "done") == [
+        ("y", "swap", 16, 19), ("x", "swap", 12, 23)]
+    assert _of(sim, "kv_load_done", "tick", "id", "duration") == [(19, "y", 14),
+                                                                   (23, "x", 18)]
+    first = {t: [r[0] for r in rows] for t, rows in sim.dispatches()}
+    assert first[19] == ["y"] and first[23] == ["y", "x"]
+    s = sim.summary
+    assert (s["swap_outs"], s["swap_ins"], s["swapped_in_tokens"], s["recompute_tokens"],
+            s["host_peak_blocks"], s["link_in_bytes"]) == (2, 2, 28, 0, 7, 7 * BLOCK)
+    assert (s["resumes"], s["rebuilt_from_host"], s["rebuilt_by_recompute"],
+            s["survival_p50"]) == (2, 28, 0, 1.0)
+    assert s["load_wait_max"] == 0.18
+
+
+def test_host_memory_full_falls_back_to_recompute():
+    """Host memory of 2 blocks; x holds 12 rows (3 blocks) when preempted at 5: the swap
+    is refused (3 > 2 free) and x recomputes its 12 rows and the pending one (13)."""
+    sim = simulate([req("x", 0, 8, 20), {"type": "preempt", "id": "x", "at": 5}], "vllm",
+                   num_blocks=64, preemption_mode="swap", host_kv_gib=_gib(2), **ENGINE)
+    assert _of(sim, "swap_refused", "tick", "id", "blocks", "host_free") == [(5, "x", 3, 2)]
+    s = sim.summary
+    assert (s["swap_outs"], s["swap_refused"], s["recompute_tokens"], s["resumes"],
+            s["rebuilt_by_recompute"], s["survival_p50"]) == (0, 1, 13, 1, 12, 0.0)
+
+
+def test_cancelled_while_loading_drops_the_copy_and_the_swap():
+    """x is swapped out at 5 (lands 9) and its swap-in runs 9 -> 13; cancelled at 7 (a
+    trace action waits for no dispatch: x runs none), the copy lands aborted and host
+    memory is empty again."""
+    sim = simulate([req("x", 0, 8, 20), {"type": "preempt", "id": "x", "at": 5},
+                    {"type": "cancel", "id": "x", "at": 7}], "vllm", num_blocks=64,
+                   preemption_mode="swap", host_kv_gib=_gib(16), **ENGINE)
+    assert _of(sim, "kv_load_done", "tick", "id", "aborted") == [(13, "x", True)]
+    s = sim.summary
+    assert (s["finished_aborted"], s["loads_aborted"], s["swap_ins"]) == (1, 1, 0)
+
+
+# --- options ---------------------------------------------------------------------------
+
+
+def test_host_options_are_shown_only_when_host_memory_is_on():
+    """Without host memory the run's options do not list the host options (outputs stay
+    as they were); with it they do."""
+    from scheduler_sim.records.options import Options
+    assert "host_kv_gib" not in Options.resolve({}).as_dict()
+    on = Options.resolve({"host_kv_gib": 1.0})
+    assert on.as_dict()["host_kv_gib"] == 1.0 and on.host
+    assert Options.resolve({"preemption_mode": "recompute"}).host
+
+
+def test_swap_needs_host_memory_and_a_cost_model():
+    """swap without host_kv_gib, and host_kv_gib without a cost model, are problems."""
+    from scheduler_sim.records.options import Options
+    assert any("needs host_kv_gib above 0" in p
+               for p in Options.resolve({"preemption_mode": "swap"}).problems())
+    assert any("host_kv_gib needs a cost model" in p
+               for p in Options.resolve({"host_kv_gib": 1.0}).problems())

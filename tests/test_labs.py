@@ -48,3 +48,24 @@ def test_lab_08_reference_solution_passes_and_the_starting_point_fails(monkeypat
     assert status == 0
     assert main(["check", "check.jsonl", "--allow-trace-plugins"], out=io.StringIO(),
                 err=io.StringIO()) == 1
+
+
+def test_lab_07_quotes_the_retraction_records_its_replays_write(tmp_path, monkeypatch):
+    """The `ratio` records of reason `retract` that lab 07's SGLang half quotes (the first
+    four with schedule_conservativeness 0.3, then with 2.0) are, byte for byte, the first
+    four such lines the replay writes with `--events`."""
+    import io
+    from scheduler_sim.cli.main import main
+    lab = LABS / "07-preemption-at-scale"
+    handout = (lab / "README.md").read_text()
+    monkeypatch.chdir(lab)
+    for setting in ("0.3", "2.0"):
+        events = tmp_path / f"events-{setting}.jsonl"
+        assert main(["replay", "chapter.jsonl", "--policy", "sglang",
+                     "--schedule-conservativeness", setting, "--events", str(events)],
+                    out=io.StringIO(), err=io.StringIO()) == 0
+        lines = [line for line in events.read_text().splitlines()
+                 if '"event":"ratio"' in line and '"reason":"retract"' in line][:4]
+        assert len(lines) == 4
+        quoted = "\n".join("    " + line for line in lines)
+        assert quoted in handout

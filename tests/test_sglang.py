@@ -243,6 +243,19 @@ def test_ratio_after_a_retraction_is_the_kept_requests_estimate_then_decays():
     assert ratio_values(s)[:2] == [(1, 0.00699), (2, 0.00698)]
 
 
+def test_a_retraction_record_gives_the_ratio_before_the_jump_and_the_requests_retracted():
+    """See ratio_run: before the jump at 9 the ratio had decayed at the 7 decode steps 1-3
+    and 5-8 to 0.007 - 7 x 0.0000100333 = 0.00693, and the step retracted 1 request (v):
+    the record reads as SGLang's warning `#retracted_reqs: 1, #new_token_ratio: 0.0069 ->
+    0.4590`; decay records carry neither field."""
+    s = ratio_run()
+    assert [e for e in s.of("ratio") if e["reason"] == "retract"] == [
+        {"tick": 9, "event": "ratio", "value": 0.459016, "reason": "retract",
+         "previous": 0.00693, "retracted": 1}]
+    assert {tuple(e) for e in s.of("ratio") if e["reason"] == "decay"} == {
+        ("tick", "event", "value", "reason")}
+
+
 def test_a_retracted_request_rejoins_the_waiting_queue_at_its_tail():
     """See ratio_run: w waits from 6; v, retracted at 9, queues behind it, so at 10 w is
     admitted and v (the head under a front-of-queue rule) is blocked no_token, needed 16."""
@@ -289,8 +302,8 @@ def lone_run():
 
 def test_the_last_request_is_never_retracted():
     """See lone_run: no `preempted` event; no dispatch between 8 and 11; a decodes at 12,
-    13 and 14 and finishes at 15, never preempted; the ratio is re-estimated at 8 and
-    decays at 12, 13 and 14."""
+    13 and 14 and finishes at 15, never preempted; the ratio is re-estimated at 8 (from
+    0.00694, retracting none) and decays at 12, 13 and 14."""
     s = lone_run()
     assert s.of("preempted") == []
     decode = ("a", "decode", 1, True)
@@ -299,6 +312,9 @@ def test_the_last_request_is_never_retracted():
     a = s.req["a"]
     assert (a.finished_at, a.preemptions, a.replay_rows) == (15, 0, 0)
     assert ratio_values(s, "retract") == [(8, 1.0)]
+    # Decayed at the 6 decode steps 2-7 from 0.007; no request retracted.
+    assert [(e["previous"], e["retracted"]) for e in s.of("ratio")
+            if e["reason"] == "retract"] == [(0.00694, 0)]
     assert [v for t, v in ratio_values(s) if t >= 8] == [0.99999, 0.99998, 0.99997]
     assert s.summary["empty_iterations"] == 0
 

@@ -345,8 +345,10 @@ class SglangPolicy(QueueAndListPolicy):
             # disaggregated fleet, requests waiting with a landed KV copy hold
             # blocks that nothing else frees: then the last may go too.
             floor = 0 if self.holding is not None and self.holding.held else 1
+            before, retracted = self.ratio, 0
             while need > allocator.free + draining and len(keep) > floor:
                 victim = keep.pop()
+                retracted += 1
                 need -= victim.resident % size == 0
                 self.view.preempt(victim, "retract", "fewest-outputs")
                 # SGLang then evicts from its tree at once, until the requests
@@ -358,7 +360,8 @@ class SglangPolicy(QueueAndListPolicy):
                 budget = sum(r.max_tokens for r in keep)
                 self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep))
                                  / (budget + 1))
-                self.view.emit_event(Ratio(now, round(self.ratio, 6), "retract"))
+                self.view.emit_event(Ratio(now, round(self.ratio, 6), "retract",
+                                           round(before, 6), retracted))
             decoders = [r for r in decoders if r in keep]
             if need > allocator.free:
                 return []  # even the last request cannot grow: wait for memory

@@ -281,9 +281,13 @@ class Timeout(Event):
 @_record("ratio")
 class Ratio(Event):
     """sglang's new_token_ratio changed: `reason` is `retract` (a jump), `decay`, or
-    `idle` (back to its initial value on an idle server)."""
+    `idle` (back to its initial value on an idle server). A jump also carries the
+    ratio it replaced (`previous`) and how many requests that step retracted
+    (`retracted`), the figures of SGLang's retraction warning."""
     value: float
     reason: str
+    previous: float | None = None
+    retracted: int | None = None
 
 
 @_record("released")

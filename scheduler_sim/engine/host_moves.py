@@ -90,7 +90,7 @@ class HostMoves:
 
     def host_fields(self, first: int) -> dict:
         """The summary's host-memory fields for a run whose first arrival was `first`."""
-        return host_summary(self.allocator.host, self.clock, self.stats.makespan - first)
+        return host_summary([self.allocator.host], self.clock, self.stats.makespan - first)
 
     # --- stores -------------------------------------------------------------------
 
@@ -229,53 +229,62 @@ class HostMoves:
             self._give_up_swap(req.rid)
 
 
-def host_summary(host: HostMemory, clock: Clock, span: int) -> dict:
-    """The summary's host-memory fields (`HOST_RUN_FIELDS`), times in the run's unit;
-    utilisation is each direction's busy time over the run's `span` of steps."""
+def host_summary(hosts: list[HostMemory], clock: Clock, span: int) -> dict:
+    """The summary's host-memory fields (`HOST_RUN_FIELDS`) of one replica's host
+    memory, or of a fleet's (summed; utilisation is the replicas' mean), times in
+    the run's unit; utilisation is a direction's busy time over the run's `span`
+    of steps."""
     report = clock.report
-    link = host.link
-    loads = host.loads_done + host.swap_ins
-    survival = sorted(host.survival)
+    links = [h.link for h in hosts if h.link is not None]
+
+    def total(name: str) -> int:
+        return sum(getattr(h, name) for h in hosts)
+
+    loads = total("loads_done") + total("swap_ins")
+    waited = total("load_wait")
+    survival = sorted(f for h in hosts for f in h.survival)
 
     def share(p: int) -> float | None:
         value = nearest_rank(survival, p)
         return None if value is None else round(value, 4)
 
     def busy(direction: int) -> float | None:
-        return None if link is None else report(link.busy[direction])
+        return report(sum(link.busy[direction] for link in links)) if links else None
 
     def used(direction: int) -> float | None:
-        if link is None or span <= 0:
+        if not links or span <= 0:
             return None
-        return round(link.busy[direction] / span, 4)
+        return round(sum(link.busy[direction] for link in links) / (span * len(links)), 4)
 
-    moved = link.blocks if link is not None else (0, 0)
+    def moved(direction: int) -> int:
+        return sum(h.link.blocks[direction] * h.block_bytes for h in hosts if h.link)
+
     out = {
-        "host_kv_blocks": host.tier.capacity,
-        "host_peak_blocks": host.tier.peak_used,
-        "host_stores": host.stores,
-        "host_stored_blocks": host.stored_blocks,
-        "host_evicted_blocks": host.tier.evicted,
-        "host_loads": host.loads_done,
-        "host_loaded_tokens": host.loaded_tokens,
-        "swap_outs": host.swap_outs,
-        "swap_ins": host.swap_ins,
-        "swapped_in_tokens": host.swapped_in_tokens,
-        "swap_refused": host.swap_refused,
-        "loads_aborted": host.loads_aborted,
-        "load_wait_mean": report(host.load_wait / loads) if loads else None,
-        "load_wait_max": report(host.load_wait_max) if loads else None,
-        "link_out_bytes": moved[OUT] * host.block_bytes,
-        "link_in_bytes": moved[IN] * host.block_bytes,
+        "host_kv_blocks": sum(h.tier.capacity for h in hosts),
+        "host_peak_blocks": sum(h.tier.peak_used for h in hosts),
+        "host_stores": total("stores"),
+        "host_stored_blocks": total("stored_blocks"),
+        "host_evicted_blocks": sum(h.tier.evicted for h in hosts),
+        "host_loads": total("loads_done"),
+        "host_loaded_tokens": total("loaded_tokens"),
+        "swap_outs": total("swap_outs"),
+        "swap_ins": total("swap_ins"),
+        "swapped_in_tokens": total("swapped_in_tokens"),
+        "swap_refused": total("swap_refused"),
+        "loads_aborted": total("loads_aborted"),
+        "load_wait_mean": report(waited / loads) if loads else None,
+        "load_wait_max": report(max(h.load_wait_max for h in hosts)) if loads else None,
+        "link_out_bytes": moved(OUT),
+        "link_in_bytes": moved(IN),
         "link_out_busy": busy(OUT),
         "link_in_busy": busy(IN),
         "link_out_utilisation": used(OUT),
         "link_in_utilisation": used(IN),
-        "recompute_avoided_tokens": host.loaded_tokens + host.swapped_in_tokens,
-        "resumes": host.resumes,
-        "rebuilt_from_gpu": host.rebuild_gpu,
-        "rebuilt_from_host": host.rebuild_host,
-        "rebuilt_by_recompute": host.rebuild_computed,
+        "recompute_avoided_tokens": total("loaded_tokens") + total("swapped_in_tokens"),
+        "resumes": total("resumes"),
+        "rebuilt_from_gpu": total("rebuild_gpu"),
+        "rebuilt_from_host": total("rebuild_host"),
+        "rebuilt_by_recompute": total("rebuild_computed"),
         "survival_p10": share(10),
         "survival_p50": share(50),
         "survival_p90": share(90),

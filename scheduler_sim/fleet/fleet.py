@@ -39,6 +39,7 @@ from itertools import islice
 from typing import Any, Callable
 
 from ..engine.core import Engine, RunResult
+from ..engine.host_moves import host_summary
 from ..engine.policy_failure import policy_failure
 from ..engine.run_stats import RunStats
 from ..kv.block_keys import BlockKeys
@@ -113,14 +114,20 @@ def replica_summaries(engines: list[Engine], first: int,
         a = engine.allocator
         head = {"replica": i} if roles is None else {"replica": i, "role": roles[i]}
         out.append({**head, **engine.stats.summary(a.peak_reserved, a.peak_held, first)})
+        if a.host is not None:
+            out[-1].update(engine.host_fields(first))
     return out
 
 
 def fleet_summary(engines: list[Engine], stats: RunStats, first: int) -> dict[str, Any]:
     """The fleet's summary from its pooled `stats`; its peaks are the sums of the
     replicas' (F4)."""
-    return stats.summary(sum(e.allocator.peak_reserved for e in engines),
-                         sum(e.allocator.peak_held for e in engines), first)
+    summary = stats.summary(sum(e.allocator.peak_reserved for e in engines),
+                            sum(e.allocator.peak_held for e in engines), first)
+    if engines[0].allocator.host is not None:  # (every replica has its own)
+        summary.update(host_summary([e.allocator.host for e in engines], stats.clock,
+                                    stats.makespan - first))
+    return summary
 
 
 class ReplicaView:

@@ -99,6 +99,26 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
         ("KV transferred", "tokens", "transfer_tokens"),
         ("KV transfer time mean", t, "transfer_time_mean"),
         ("KV transfer time max", t, "transfer_time_max"),
+        # Host memory (engine/host_moves.py): only when it is on.
+        ("host memory", "blocks", "host_kv_blocks"),
+        ("host peak", "blocks", "host_peak_blocks"),
+        ("stored to host", "blocks", "host_stored_blocks"),
+        ("evicted from host", "blocks", "host_evicted_blocks"),
+        ("loaded from host", "tokens", "host_loaded_tokens"),
+        ("swap-outs", "", "swap_outs"),
+        ("swap-ins", "", "swap_ins"),
+        ("swaps refused", "", "swap_refused"),
+        ("load wait mean", t, "load_wait_mean"),
+        ("link out busy", "%", "link_out_utilisation"),
+        ("link in busy", "%", "link_in_utilisation"),
+        ("recompute avoided", "tokens", "recompute_avoided_tokens"),
+        ("resumes", "", "resumes"),
+        ("rebuilt   from GPU", "rows", "rebuilt_from_gpu"),
+        ("          from host", "rows", "rebuilt_from_host"),
+        ("          recomputed", "rows", "rebuilt_by_recompute"),
+        ("survival p10", "%", "survival_p10"),
+        ("survival p50", "%", "survival_p50"),
+        ("survival p90", "%", "survival_p90"),
     ]
     return tuple(rows)
 
@@ -107,7 +127,14 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
              "empty_iterations", "padding_rows", "cached_tokens", "deadlines",
              "deadline_misses", "busy_seconds", "transfers", "transfers_aborted",
-             "transfer_tokens", "transfer_time_mean", "transfer_time_max"}
+             "transfer_tokens", "transfer_time_mean", "transfer_time_max",
+             "host_kv_blocks", "host_peak_blocks", "host_stored_blocks",
+             "host_evicted_blocks", "host_loaded_tokens", "swap_outs", "swap_ins",
+             "swap_refused", "load_wait_mean", "link_out_utilisation",
+             "link_in_utilisation", "recompute_avoided_tokens"}
+# Fractions shown as percentages.
+_PERCENTS = {"slo_attainment", "link_out_utilisation", "link_in_utilisation",
+             "survival_p10", "survival_p50", "survival_p90"}
 _SLO_FIELDS = ("slo_met", "slo_attainment", "request_goodput")
 _RATES = ("request_throughput", "input_throughput", "output_throughput",
           "total_token_throughput", "request_goodput")
@@ -243,7 +270,9 @@ def cost_model_line(options: Options) -> str:
 
 
 # Rows of fields only some runs have (a fleet's): shown when a run has them.
-_WHEN_PRESENT = {"lockstep_steps", "dummy_steps", "lockstep_wait"}
+_WHEN_PRESENT = {"lockstep_steps", "dummy_steps", "lockstep_wait", "resumes",
+                 "rebuilt_from_gpu", "rebuilt_from_host", "rebuilt_by_recompute",
+                 "survival_p10", "survival_p50", "survival_p90"}
 
 
 def _shown(field: str, values: list[Any], options: Options) -> bool:
@@ -306,7 +335,7 @@ def _columns(heads: list[str], runs: list[dict[str, Any]], options: Options, clo
              every: tuple[tuple[str, str, str], ...] | None = None) -> list[str]:
     """Aligned lines: one metric per line, one column per run (policy or replica)."""
     time_fields = set(TIME_RUN_FIELDS) | {"lockstep_wait", "transfer_time_mean",
-                                          "transfer_time_max"}
+                                          "transfer_time_max", "load_wait_mean"}
     rows = []
     for label, unit, field in every or table_rows(clock):
         values = [run.get(field) for run in runs]
@@ -314,7 +343,7 @@ def _columns(heads: list[str], runs: list[dict[str, Any]], options: Options, clo
             continue
         if field in time_fields:
             cells = _time_cells(values, clock)
-        elif field == "slo_attainment":
+        elif field in _PERCENTS:
             cells = ["-" if v is None else f"{v * 100:.2f}" for v in values]
         elif field == "busy_seconds":
             cells = ["-" if v is None else f"{v:,.4f}" for v in values]

@@ -63,8 +63,10 @@ from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.events import Ratio
 from ..records.options import Options
+from ..requests.queues import EntryPriorityQueue, HoldingFirst, RequestQueue
 from ..requests.request import LOADED, Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
+from .sglang_priority import PriorityRules
 
 __all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",
            "INIT_NEW_TOKEN_RATIO", "MIN_RATIO_FACTOR"]
@@ -87,7 +89,12 @@ class SglangPolicy(QueueAndListPolicy):
     radix_eviction = True
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
+        # Order `priority` is SGLang's priority scheduling (policies/sglang_priority.py).
+        self.priority = PriorityRules(options) if options.order == "priority" else None
         super().__init__(options, view)
+        # Requests preempted for priority while a prefill batch forms: they rejoin
+        # the queue once it is formed, as SGLang requeues its preempt_list.
+        self.deferred: list[Request] | None = None
         self.chunked: Request | None = None  # the request whose prefill is in chunks
         self.init_ratio = min(1.0, INIT_NEW_TOKEN_RATIO * options.schedule_conservativeness)
         self.min_ratio = self.init_ratio * MIN_RATIO_FACTOR
@@ -108,6 +115,15 @@ class SglangPolicy(QueueAndListPolicy):
         # Passes that ordered the waiting queue without matching it (see
         # `_order_waiting`): every REFRESH_INTERVAL-th refreshes its prefixes.
         self.refresh_passes = 0
+
+    def make_waiting_queue(self) -> RequestQueue:
+        """Under order `priority`, SGLang's order by (sign x priority, queue entry)."""
+        if self.priority is None:
+            return super().make_waiting_queue()
+        queue = self.by_entry = EntryPriorityQueue(self.priority.sign)
+        if self.options.disagg:
+            queue = self.holding = HoldingFirst(queue)
+        return queue
 
     # --- sizing -------------------------------------------------------------
 
@@ -132,6 +148,11 @@ class SglangPolicy(QueueAndListPolicy):
 
     def requeue(self, req: Request) -> None:
         # A retracted request rejoins at the tail (unlike vLLM's front).
+        if self.priority is not None:
+            self.priority.retracted(req)
+            if self.deferred is not None:
+                self.deferred.append(req)  # after the prefill batch forms
+                return
         self.waiting.add(req)
         self.emptied_at = None  # it waits: the server is not idle
 
@@ -140,6 +161,9 @@ class SglangPolicy(QueueAndListPolicy):
         super().remove(req)
         if req is self.chunked:
             self.chunked = None
+        if self.priority is not None:
+            self.priority.forget(req)
+            self.by_entry.forget(req)
         if running:
             self.latched = False  # the running batch shrank
         if not self.running and not self.waiting and self.chunked is None:
@@ -189,6 +213,11 @@ class SglangPolicy(QueueAndListPolicy):
     def _remaining_new(self, req: Request) -> int:
         return min(req.max_tokens - req.outputs, CLIP_MAX_NEW_TOKENS)
 
+    def _expected(self, req: Request) -> float:
+        """What a running request is expected to still write: ratio x min(its
+        remaining outputs, CLIP) (SGLang's offset of a running request)."""
+        return self.ratio * self._remaining_new(req)
+
     def reserved_tokens(self) -> float:
         """What running requests are expected to still need: ratio x remaining outputs.
         The request being chunked is not in SGLang's running batch: its chunks are
@@ -198,6 +227,21 @@ class SglangPolicy(QueueAndListPolicy):
         return sum(ratio * self._remaining_new(r) for r in self.running if r is not chunked)
 
     def _prefill_batch(self) -> Plan:
+        """The next prefill batch (empty: none). Under priority preemption its victims
+        rejoin the queue only once it is formed, stamped in the order they left."""
+        if self.priority is None or not self.priority.preempts:
+            return self._form_prefill(False)
+        self.latched = False  # SGLang resets batch_is_full at every pass to try preemption
+        self.deferred = []
+        plan = self._form_prefill(True)
+        deferred, self.deferred = self.deferred, None
+        for req in deferred:
+            self.waiting.add(req)
+        if deferred:
+            self.emptied_at = None  # they wait: the server is not idle
+        return plan
+
+    def _form_prefill(self, preempting: bool) -> Plan:
         options = self.options
         size = options.block_size
         allocator = self.view.allocator
@@ -205,7 +249,8 @@ class SglangPolicy(QueueAndListPolicy):
         chunk_left = options.prefill_chunk
         plan: Plan = []
         chunked = self.chunked
-        if chunked is not None or (self.waiting and len(self.running) < options.max_rows
+        if chunked is not None or (self.waiting
+                                   and (preempting or len(self.running) < options.max_rows)
                                    and not (self.latched and options.admission_latch)):
             self._order_waiting()
         charged = 0  # the chunk's charge beyond its own blocks
@@ -241,16 +286,37 @@ class SglangPolicy(QueueAndListPolicy):
             return self._allocate(plan)
         rem_total = free_left * size - reserved - charged
         page = self._page_overhead()
+        rows_full = False  # SGLang's batch_is_full from the row limit: set, it stays
         while waiting:
             head = waiting.peek()
-            if len(self.running) >= options.max_rows:
+            if preempting:
+                # SGLang checks the pass's budget first; once the rows are full, every
+                # request after needs victims of its own.
+                if budget <= 0 or chunk_left <= 0:
+                    self.view.report_blocked(head, "token_budget", 0)
+                    break
+                rows_full = rows_full or len(self.running) >= options.max_rows
+                if rows_full:
+                    outside = {id(req) for req, _ in plan}  # the pass's own are no victims
+                    outside.add(id(self.chunked))
+                    gained = self.priority.preempt(
+                        self.view, head, [r for r in self.running if id(r) not in outside],
+                        self.by_entry.entered, rem_total, self._expected)
+                    if gained is None:
+                        self.view.report_blocked(head, "max_rows", 0)
+                        break
+                    free_left += gained[0]
+                    rem_total += gained[0] * size + gained[1]
+            elif len(self.running) >= options.max_rows:
                 self.view.report_blocked(head, "max_rows", 0)
                 break
-            if budget <= 0 or chunk_left <= 0:
+            elif budget <= 0 or chunk_left <= 0:
                 self.view.report_blocked(head, "token_budget", 0)
                 break
             cached = self.view.cached_prefix(head)
             hit = self.hit_rows(head, cached)
+            if self.priority is not None:
+                self.priority.prepared(head, hit)
             extend = head.prompt_tokens + head.outputs - hit
             evictable = allocator.evictable(cached)
             # Cached blocks it locks leave the evictable pool: they count too;

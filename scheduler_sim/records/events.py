@@ -252,7 +252,8 @@ class Preempted(Event):
     `blocks_freed` the blocks that actually drain (shared or pinned ones stay).
     `reason` is `manual` (a trace record), `out_of_blocks` (vllm: `rule` names
     the victim rule and `trigger` the request that needed a block) or
-    `retract` (sglang, rule `fewest-outputs`).
+    `retract` (sglang, rule `fewest-outputs`) or `priority` (sglang under order
+    priority: `trigger` the more important request that needed the row).
     """
     id: str
     outputs: int

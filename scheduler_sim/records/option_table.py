@@ -129,6 +129,18 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("admission_latch", "bool", True,
                    "sglang: after a no_token verdict, try no admission until a running "
                    "request leaves (SGLang's batch_is_full); false: try every step"),
+        OptionSpec("priority_first", "str", "low",
+                   "sglang under order priority: which priority values go first, low (the "
+                   "trace format's meaning) or high (SGLang's default)",
+                   choices=("low", "high")),
+        OptionSpec("priority_preemption", "bool", True,
+                   "sglang under order priority: when the rows are full, a waiting request "
+                   "preempts running ones it beats by more than priority_preemption_threshold "
+                   "(SGLang's priority preemption); false: no such preemption"),
+        OptionSpec("priority_preemption_threshold", "int", 10,
+                   "sglang under order priority: how much more important a waiting request "
+                   "must be than a running one to preempt it (strictly more than this)",
+                   minimum=0),
         OptionSpec("schedule_conservativeness", "float", 1.0,
                    "sglang: scales the initial new_token_ratio (0.7)", minimum=0.0,
                    exclusive_minimum=True),

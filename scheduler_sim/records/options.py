@@ -11,7 +11,8 @@ from typing import Any
 from .option_table import OPTIONS, parse_slo
 from .option_values import show
 
-__all__ = ["Options", "FLEET_OPTIONS", "HOST_OPTIONS", "DURATION_OPTIONS"]
+__all__ = ["Options", "FLEET_OPTIONS", "HOST_OPTIONS", "PRIORITY_OPTIONS",
+           "DURATION_OPTIONS"]
 
 # The options of a fleet of engines: shown in outputs only when a fleet runs.
 FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "affinity_threshold", "dp_lockstep",
@@ -19,6 +20,9 @@ FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "affinity_threshold", "
 # The options of host memory for KV (issue 25): shown in outputs only when it is on.
 HOST_OPTIONS = ("preemption_mode", "host_kv_gib", "host_write", "host_link_gb_per_s",
                 "host_copy_latency_us")
+# The options of SGLang's priority scheduling: shown in outputs only when it is on
+# (order `priority` with the `sglang` policy).
+PRIORITY_OPTIONS = ("priority_first", "priority_preemption", "priority_preemption_threshold")
 # Options whose values are durations in the trace's time unit.
 DURATION_OPTIONS = tuple(name for name, spec in OPTIONS.items() if spec.kind == "duration")
 
@@ -55,6 +59,9 @@ class Options:
     max_preemptions: int | None = OPTIONS["max_preemptions"].default
     prefill_interval: int = OPTIONS["prefill_interval"].default
     admission_latch: bool = OPTIONS["admission_latch"].default
+    priority_first: str = OPTIONS["priority_first"].default
+    priority_preemption: bool = OPTIONS["priority_preemption"].default
+    priority_preemption_threshold: int = OPTIONS["priority_preemption_threshold"].default
     schedule_conservativeness: float = OPTIONS["schedule_conservativeness"].default
     batch_window: float = OPTIONS["batch_window"].default
     prefix_caching: bool = OPTIONS["prefix_caching"].default
@@ -147,6 +154,12 @@ class Options:
         were rebuilt)."""
         return self.host_kv_gib > 0 or "preemption_mode" in self.origin
 
+    @property
+    def sglang_priority(self) -> bool:
+        """Whether an `sglang` run schedules by priority (order `priority`), SGLang's
+        enable_priority_scheduling."""
+        return self.order == "priority" and "sglang" in self.policy
+
     def problems(self) -> list[str]:
         """Combinations of values that cannot work together."""
         out = []
@@ -213,6 +226,14 @@ class Options:
             out.append("host_kv_gib holds nothing here: host memory keeps cached blocks "
                        "(prefix_caching with host_write through) or swapped victims "
                        "(preemption_mode swap)")
+        if self.sglang_priority and self.disagg and self.priority_preemption:
+            out.append("priority_preemption is not modelled on disaggregated replicas: "
+                       "they schedule by priority without preempting")
+        if not self.sglang_priority:
+            for name in PRIORITY_OPTIONS:
+                if name in self.origin and getattr(self, name) != OPTIONS[name].default:
+                    out.append(f"{name} has no effect without policy sglang and order "
+                               "priority")
         if not self.has_cost_model and self.slo is not None:
             out.append("the slo objectives are in ticks: without a cost model every result "
                        "is")
@@ -237,7 +258,8 @@ class Options:
         """The options as a JSON-ready dict, in table order."""
         out = {name: getattr(self, name) for name in OPTIONS
                if (name not in FLEET_OPTIONS or self.fleet)
-               and (name not in HOST_OPTIONS or self.host)}
+               and (name not in HOST_OPTIONS or self.host)
+               and (name not in PRIORITY_OPTIONS or self.sglang_priority)}
         out["policy"] = list(self.policy)
         if self.slo is not None:
             out["slo"] = dict(self.slo)

@@ -11,6 +11,8 @@ object identity or id strings.
   puts it back where its original arrival places it.
 - `priority`: lowest (priority, arrival, trace position) first; `prepend` is a
   plain insert, so a victim re-enters by its original key.
+- `EntryPriorityQueue` (`sglang` under `priority`): lowest (sign x priority,
+  queue entry) first, the entry stamped anew each time a request joins.
 - `sjf`: smallest prompt + max_tokens first; `edf`: earliest deadline first
   (none last); `lof`: largest max_tokens first; `random`: a seeded shuffle.
 - `lpm`: longest cached prefix first, the list sorted in place (stably) at
@@ -31,8 +33,8 @@ from typing import Callable, Iterator
 
 from .request import Request
 
-__all__ = ["RequestQueue", "FcfsQueue", "KeyedQueue", "PriorityQueue", "SjfQueue", "EdfQueue",
-           "LofQueue", "RandomQueue", "LpmQueue", "HoldingFirst", "QUEUE_ORDERS", "make_queue"]
+__all__ = ["RequestQueue", "FcfsQueue", "KeyedQueue", "PriorityQueue", "EntryPriorityQueue",
+           "SjfQueue", "EdfQueue", "LofQueue", "RandomQueue", "LpmQueue", "HoldingFirst", "QUEUE_ORDERS", "make_queue"]
 
 
 class RequestQueue:
@@ -222,6 +224,31 @@ class PriorityQueue(KeyedQueue):
 
     def key(self, req: Request) -> tuple:
         return (req.priority, req.arrival, req.index)
+
+
+class EntryPriorityQueue(KeyedQueue):
+    """SGLang's priority order: lowest (sign x priority, queue entry) first. Every
+    entry (`add`, `prepend`, `insert_by_arrival`: a resumed victim too) takes the
+    next entry stamp, which `entered` keeps while the request runs, until `forget`.
+    `sign` 1 puts low values first, -1 high values."""
+
+    name = "priority"
+
+    def __init__(self, sign: int = 1) -> None:
+        super().__init__()
+        self.sign = sign
+        self.entered: dict[Request, int] = {}
+        self._entries = 0
+
+    def key(self, req: Request) -> tuple:
+        # Called once per entry (KeyedQueue.add): the stamp is taken here.
+        self._entries += 1
+        self.entered[req] = self._entries
+        return (self.sign * req.priority, self._entries)
+
+    def forget(self, req: Request) -> None:
+        """Drop the entry stamp of a request that ended or left to wait again."""
+        self.entered.pop(req, None)
 
 
 class SjfQueue(KeyedQueue):

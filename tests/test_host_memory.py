@@ -91,9 +91,10 @@ def test_write_through_and_a_host_hit_loaded_back():
     written through when the dispatch ends, 1 + 4 steps: findable at 6. b (other
     tokens) at 10 takes all 4 GPU blocks, evicting a's. c (a's prompt) at 20 misses
     the GPU cache; host memory holds (16 - 1) // 4 = 3 of its blocks (the last token
-    is always computed), so c takes 3 GPU blocks and waits off the batch while 12
-    rows are copied in, 1 + 3 steps (20 -> 24); admitted again at 24 with them
-    resident, it prefills its last 4 tokens and emits its output at 25."""
+    is always computed), so c takes 3 GPU blocks and waits outside the running set
+    while 12 rows are copied in, 1 + 3 steps (20 -> 24), never admitted meanwhile
+    (vLLM's load); admitted at 24 with them resident, it prefills its last 4
+    tokens and emits its output at 25."""
     sim = simulate([req("a", 0, 16, 1, prompt_token_ids=A),
                     req("b", 10, 16, 1, prompt_token_ids=B),
                     req("c", 20, 16, 1, prompt_token_ids=A)], "vllm", num_blocks=4,
@@ -103,10 +104,13 @@ def test_write_through_and_a_host_hit_loaded_back():
                "done") == [(20, "c", "cache", 12, 3, 24)]
     assert _of(sim, "kv_load_done", "tick", "id", "duration", "aborted") == [
         (24, "c", 4, False)]
+    assert [e["tick"] for e in sim.of("admitted") if e["id"] == "c"] == [24]
     assert [(t, rows) for t, rows in sim.dispatches() if t >= 20] == [
         (24, [("c", "prefill", 4, True)])]
     (snap,) = [e for e in sim.of("snapshot") if e["tick"] == 24]
-    assert (snap["allocated"], snap["free"]) == (4, 0)  # 3 loaded + 1 for the last row
+    # c held the 3 loaded blocks; the snapshot counts the block its last row takes
+    # as free still (before the dispatch's own allocation).
+    assert (snap["allocated"], snap["free"]) == (3, 1)
     s = sim.summary
     assert (s["host_stores"], s["host_stored_blocks"], s["host_loads"],
             s["host_loaded_tokens"], s["recompute_avoided_tokens"]) == (2, 8, 1, 12, 12)
@@ -116,6 +120,47 @@ def test_write_through_and_a_host_hit_loaded_back():
     assert (s["link_out_busy"], s["link_out_utilisation"], s["link_in_utilisation"]) == (
         0.1, 0.4, 0.16)
     assert sim.req["c"].status.label == "finished_length_capped"
+
+
+def test_sglang_loads_a_host_hit_with_its_batch():
+    """The scenario above under sglang (HiCache), on 6 blocks (SGLang admits a request
+    alone only below the pool: P + N + one page = 21 tokens < 24): b evicts a's
+    whole radix node. c is admitted at 20 with its 12 rows
+    found in host memory resident at once, out of the token budget, and its batch
+    computes the last 4; the copy runs 20 -> 24 (1 + 3 steps) and the dispatch, whose
+    compute would end at 21, ends when the copy has landed, at 24: the load waited
+    3 steps. No second admission, no `kv_load_done`."""
+    sim = simulate([req("a", 0, 16, 1, prompt_token_ids=A),
+                    req("b", 10, 16, 1, prompt_token_ids=B),
+                    req("c", 20, 16, 1, prompt_token_ids=A)], "sglang", num_blocks=6,
+                   prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
+    assert _of(sim, "kv_load_started", "tick", "id", "source", "tokens", "blocks",
+               "done") == [(20, "c", "cache", 12, 3, 24)]
+    assert sim.of("kv_load_done") == []
+    assert [e["tick"] for e in sim.of("admitted") if e["id"] == "c"] == [20]
+    (last,) = [e for e in sim.of("dispatch") if e["tick"] == 20]
+    assert ([(r["id"], r["phase"], r["tokens"]) for r in last["rows"]], last["done"]) == (
+        [("c", "prefill", 4)], 24)
+    s = sim.summary
+    assert (s["host_loads"], s["host_loaded_tokens"], s["load_wait_mean"]) == (1, 12, 0.03)
+    assert sim.req["c"].first_token_at == 24
+
+
+def test_sglang_recomputes_a_host_hit_under_ten_tokens():
+    """SGLang loads a host hit back only from 10 tokens. Pool of 7: a's 8-token prompt
+    (2 blocks) is cached and written through; b (22 tokens, 6 blocks: 22 + 1 + one
+    page = 27 < 28 tokens) takes the 5 plain blocks and evicts a's node. c (a's
+    prompt) finds (8 - 1) // 4 = 1 block, 4 tokens, in host memory: under 10, so it
+    computes all 8 rows."""
+    sim = simulate([req("a", 0, 8, 1, prompt_token_ids=A[:8]),
+                    req("b", 10, 22, 1, prompt_token_ids=B + list(range(201, 207))),
+                    req("c", 20, 8, 1, prompt_token_ids=A[:8])], "sglang", num_blocks=7,
+                   prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
+    # b takes one of a's blocks; the radix leaf goes whole, the other comes back plain.
+    assert [e["written_by"] for e in sim.of("evicted") if e["id"] == "b"] == ["a"]
+    assert sim.of("kv_load_started") == []
+    (last,) = [rows for t, rows in sim.dispatches() if t >= 20]
+    assert last == [("c", "prefill", 8, True)]
 
 
 @pytest.mark.parametrize("arrival, loaded", [(5, 0), (6, 8)])
@@ -142,10 +187,10 @@ def test_a_store_is_found_only_once_it_has_landed(arrival, loaded):
 def test_two_swaps_contend_for_the_link():
     """x (P=8) and y (P=12) run from 0; both are preempted at 5 with 5 outputs: x holds
     12 rows (3 blocks), y 16 (4). Their swap-outs queue on the OUT link: x 5 -> 9
-    (1 + 3), y 9 -> 14 (1 + 4). Both are admitted again at 5 (y first: vLLM puts the
-    last preempted at the head); a swap-in starts after its swap-out lands and after
-    the IN copy before it: y 14 -> 19, x 19 -> 23. Each resumes decoding when its
-    copy lands, nothing recomputed."""
+    (1 + 3), y 9 -> 14 (1 + 4). Both start loading at 5 (y first: vLLM puts the last
+    preempted at the head), outside the running set; a swap-in starts after its
+    swap-out lands and after the IN copy before it: y 14 -> 19, x 19 -> 23. Each is
+    admitted and resumes decoding when its copy lands, nothing recomputed."""
     sim = simulate([req("x", 0, 8, 20), req("y", 0, 12, 20),
                     {"type": "preempt", "id": "x", "at": 5},
                     {"type": "preempt", "id": "y", "at": 5}], "vllm", num_blocks=64,
@@ -156,6 +201,8 @@ def test_two_swaps_contend_for_the_link():
         ("y", "swap", 16, 19), ("x", "swap", 12, 23)]
     assert _of(sim, "kv_load_done", "tick", "id", "duration") == [(19, "y", 14),
                                                                    (23, "x", 18)]
+    assert [(e["tick"], e["id"]) for e in sim.of("admitted") if e["tick"] >= 5] == [
+        (19, "y"), (23, "x")]
     first = {t: [r[0] for r in rows] for t, rows in sim.dispatches()}
     assert first[19] == ["y"] and first[23] == ["y", "x"]
     s = sim.summary
@@ -252,6 +299,7 @@ def test_random_workloads_end_once_and_conserve_both_tiers(seed):
             if e["event"] in ("finished", "rejected", "cancelled", "timeout", "stalled")]
     assert sorted(ends) == sorted(ids)
     s = sim.summary
+    assert s["finished_error"] == 0  # no run stalls
     assert s["host_peak_blocks"] <= s["host_kv_blocks"]
     starts = len(sim.of("kv_load_started"))
     assert starts == s["host_loads"] + s["swap_ins"] + s["loads_aborted"]

@@ -121,7 +121,7 @@ ALLOWED = {
     "reject": {S.WAITING},
     "time_out": {S.WAITING, S.PREEMPTED},
     "fail": {S.WAITING, S.RUNNING, S.PREEMPTED, S.WAITING_FOR_REMOTE_KV},
-    "wait_for_remote_kv": {S.RUNNING},
+    "wait_for_remote_kv": {S.RUNNING, S.WAITING, S.PREEMPTED},
     "load_remote_kv": {S.WAITING_FOR_REMOTE_KV},
 }
 

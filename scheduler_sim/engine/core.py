@@ -21,7 +21,6 @@ a request reaches the server (is "sent") only when a client slot is free
 
 The engine is the `SchedulerView` its policy sees: `admit`, `report_blocked` and
 `preempt` are how a policy's decisions become transitions and events.
-
 `Engine` is one class written in several modules, one concern each:
   core.py         its state (about twenty attributes) and the lone-engine loop;
   stepping.py     the step protocol: the phases of a boundary, under public
@@ -29,6 +28,8 @@ The engine is the `SchedulerView` its policy sees: `admit`, `report_blocked` and
   lifecycle.py    how requests move between states (the SchedulerView calls,
                   arrivals, cancellations, timeouts, the spilled queue);
   dispatching.py  how a plan is started and completed, row by row;
+  host_moves.py,  host memory: stores and swap-outs, and loads back
+  host_loads.py   into the GPU (host_summary.py: the summary's fields);
   fast/           counted dispatches (the decode cohort) and folding.
 Its parts are objects of their own: the agenda (agenda.py: what is pending
 outside the dispatches, and when), the roster (roster.py: the run's requests),
@@ -60,6 +61,7 @@ from .dispatching import Dispatching, InFlight
 from .fast.cohort import Cohort
 from .fast.counted import Counting
 from .fleet_link import FleetLink
+from .host_loads import HostLoads
 from .host_moves import HostMoves
 from .ledger import DispatchLedger
 from .lifecycle import Lifecycle, request_of  # (request_of: for the fleets)
@@ -67,7 +69,7 @@ from .livelock import LivelockWatch
 from .policy_failure import policy_failure
 from .roster import Roster, check_request_sizes
 from .run_stats import RunStats
-from .spill import Spill
+from .spill import SPILL_AFTER, Spill
 from .steadiness import Steadiness
 from .stepping import Stepping
 
@@ -88,7 +90,7 @@ class RunResult:
     options: Options | None = None  # as run: num_blocks derived from the GPU if it was
 
 
-class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves):
+class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
     """Replays one workload under one policy.
 
     `on_event` receives every event record as it happens (None: build none;
@@ -97,10 +99,9 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves):
     Steady stretches of pure decode dispatches are folded (`fast_forward`),
     with the same results and the same event records, unless `on_state` or
     `audit` is set; `fast_forward=False` forbids it.
-    `on_state(tick, state, after_dispatch)` receives the block counts at every
-    boundary, after admission, and again after the dispatch allocated its
-    blocks (used by `check` for `at` expectations). `audit` runs the full
-    O(blocks) conservation audit at every boundary (tests).
+    `on_state(tick, state, after_dispatch)` receives the block counts at every boundary,
+    after admission, and again after the dispatch allocated its blocks (used by
+    `check` for `at` expectations). `audit` runs the full audit at every boundary.
     `keep_requests=False` keeps only live requests (the result then carries no
     request records) and lets a long FCFS queue's tail be spilled;
     `on_request_end(request)` is called as each request reaches its end.
@@ -110,7 +111,8 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves):
                  on_event: Callable[[Event], None] | None = None,
                  on_state: Callable[[int, dict[str, int], bool], None] | None = None,
                  audit: bool = False, fast_forward: bool | None = None,
-                 keep_requests: bool = True, on_request_end: Callable[[Request], None] | None = None,
+                 keep_requests: bool = True,
+                 on_request_end: Callable[[Request], None] | None = None,
                  routed: bool = False) -> None:
         if options.problems():
             raise UsageError("; ".join(options.problems()))
@@ -295,6 +297,3 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves):
         return RunResult(self.policy_name, summary,
                          list(self.roster.requests.values()) if self.roster.keep else [], stalled,
                          self.clock, self.options)
-
-# Held waiting requests past which arrivals are spilled (with twice max_rows).
-SPILL_AFTER = 4096

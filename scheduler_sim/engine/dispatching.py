@@ -185,8 +185,11 @@ class Dispatching:
         done, exact = self.ledger.dispatch(now, n_rows, total, prompt, decode, recompute,
                                            padding, chunks, contexts)
         host = allocator.host
-        if host is not None and host.pending:
-            self._issue_stores(exact)  # write-through when this dispatch ends
+        if host is not None:
+            if host.batch_until is not None:
+                done, exact = self._wait_for_batch_loads(done, exact)
+            if host.pending:
+                self._issue_stores(exact)  # write-through when this dispatch ends
         flight = InFlight(rows, now, done, exact,
                            decode == total and not padding and total > 0,
                            emitting + len(decoders) + members,

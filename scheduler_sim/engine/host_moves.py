@@ -1,60 +1,41 @@
-"""Host memory in the engine: write-through stores, loads back into the GPU, swap
-preemption, and the survival of resumed requests (issue 25; README "Host memory").
+"""Host memory in the engine: its setup, write-through stores, swap preemption and
+the end of a swapped request (issue 25; README "Host memory", spec §15).
 
-`HostMoves` is the part of `Engine` (core.py) that moves KV between a replica's
-GPU pool and its host memory (`kv/host_memory.py`); it adds no state of its
-own (the `HostMemory` hangs on the allocator, which notes the keys it gives).
-The model, for every policy (vLLM's offloading connector; see the README for
-how SGLang's HiCache differs):
+`HostMoves` is the part of `Engine` (core.py) that moves KV from a replica's GPU
+pool to its host memory (`kv/host_memory.py`); the loads back are
+`host_loads.py`'s, the summary's fields `host_summary.py`'s. It adds no state
+of its own: the `HostMemory` hangs on the allocator, which notes the keys it
+gives (write-through).
 
-1. **Stores.** With `host_write through` and prefix caching, the full blocks
-   that got keys while a dispatch was planned and started are copied to host
-   memory in one copy issued when that dispatch ends; they can be found there
-   once it lands. A store never delays a dispatch or a release.
-2. **Loads.** When a policy admits a request (`admit`) and its leading blocks
-   after the GPU prefix hit are found in host memory, the request takes GPU
-   blocks for them and, once the step is planned, leaves the batch
-   (`fleet_link.park`) to wait in state `waiting_for_remote_kv` while they are
-   copied in; when the copy lands (`land_loads`, before arrivals at that
-   boundary) it waits again with those rows resident and the policy admits it
-   a second time, as vLLM re-schedules a request whose KV load finished.
-3. **Swap.** With `preemption_mode swap` a victim's resident rows are copied
-   to host memory (its GPU blocks are free at once, as in vLLM v0, which
-   copies them out before the step's forward pass writes) if host memory
-   has room for its blocks besides other swapped victims (cached blocks are
-   evicted for it); otherwise it is recomputed (`swap_refused`). At its next
-   admission its rows not found in the GPU cache are copied back as a load.
-4. **Survival.** At each re-admission of a preempted request the rows it must
-   rebuild are split: found in the GPU cache, copied from host memory,
-   recomputed (`HostMemory.resumed`).
+1. **Stores** (H2). With `host_write through` and prefix caching, the full
+   blocks that got keys while a dispatch was planned and started are copied to
+   host memory in one copy issued when that dispatch ends; they can be found
+   there once it lands. A store never delays a dispatch or a release.
+2. **Swap** (H4). With `preemption_mode swap` a victim's resident rows are
+   copied to host memory (its GPU blocks are free at once, as in vLLM v0, which
+   copies them out before the step's forward pass writes) if host memory has
+   room for its blocks besides other swapped victims (cached blocks are evicted
+   for it); otherwise it is recomputed (`swap_refused`). At its next admission
+   its rows past its GPU hit are copied back as a load (host_loads.py).
+3. **Survival** (H5) is counted where loads are decided, at each admission of
+   a preempted request (`HostMemory.resumed`).
 """
 from __future__ import annotations
 
 from ..gpu.costmodel import CostModel
 from ..kv.allocator import blocks_for
-from ..kv.host_link import IN, OUT, HostLink
-from ..kv.host_memory import HostMemory, Load
+from ..kv.host_link import OUT, HostLink
+from ..kv.host_memory import HostMemory
 from ..kv.host_tier import HostTier
 from ..records.clock import Clock
-from ..records.events import KvLoadDone, KvLoadStarted, KvStored, SwappedOut, SwapRefused
+from ..records.events import KvStored, SwappedOut, SwapRefused
 from ..records.options import Options
-from ..requests.request import LOADED, PARKING, RemoteKv, Request
-from .summary import nearest_rank
+from ..requests.request import PARKING, RemoteKv, Request
+from .host_summary import host_summary
 
-__all__ = ["HostMoves", "host_memory_for", "host_summary", "HOST_RUN_FIELDS"]
+__all__ = ["HostMoves", "host_memory_for"]
 
 GIB = 2 ** 30
-
-# The summary's fields about host memory (only when it is on: `Options.host`).
-HOST_RUN_FIELDS = (
-    "host_kv_blocks", "host_peak_blocks", "host_stores", "host_stored_blocks",
-    "host_evicted_blocks", "host_loads", "host_loaded_tokens", "swap_outs", "swap_ins",
-    "swapped_in_tokens", "swap_refused", "loads_aborted", "load_wait_mean", "load_wait_max",
-    "link_out_bytes", "link_in_bytes", "link_out_busy", "link_in_busy",
-    "link_out_utilisation", "link_in_utilisation", "recompute_avoided_tokens",
-    "resumes", "rebuilt_from_gpu", "rebuilt_from_host", "rebuilt_by_recompute",
-    "survival_p10", "survival_p50", "survival_p90",
-)
 
 
 def host_memory_for(options: Options, cost: CostModel | None, clock: Clock) -> HostMemory:
@@ -100,61 +81,11 @@ class HostMoves:
         if blocks and self._emit is not None:
             self._emit(KvStored(self.now, blocks, done))
 
-    # --- admission: loads from host memory -------------------------------------------
-
-    def _host_admit(self, req: Request, hit: int, resumed: bool) -> None:
-        """`req` was just admitted with `hit` rows found in the GPU cache: copy in what
-        host memory holds of the rest (its swapped KV, or cached blocks), and count
-        a resumed request's survival."""
-        host = self.allocator.host
-        size = self.options.block_size
-        rows = tokens = 0
-        source = None
-        swapped = host.swapped_rows.get(req.rid)
-        if swapped is not None:
-            source = "swap"
-            rows = swapped
-            tokens = rows - hit
-            if tokens <= 0 or not self.allocator.try_grow(req.rid, rows):
-                self._give_up_swap(req.rid)  # nothing to copy, or no blocks: recompute
-                source, tokens = None, 0
-        elif host.write_through and req.block_keys is not None:
-            limit = (req.prompt_tokens + req.outputs - 1) // size
-            first = hit // size
-            if limit > first:
-                keys = req.block_keys.ensure(limit)[first:limit]
-                n = host.tier.match(keys, self.now)
-                if n and self.allocator.try_grow(req.rid, (first + n) * size):
-                    host.tier.touch(keys[:n])
-                    source, rows, tokens = "cache", (first + n) * size, n * size
-        if resumed:  # the rows it had written before, found again or not
-            host.resumed(min(req.restore, req.high_water), hit, tokens)
-        if source is None:
-            return
-        blocks = blocks_for(rows, size) - hit // size
-        host.parking[req.rid] = (source, blocks, tokens, rows)
-        req.remote = PARKING
-        self.link.parking.append(req)
-
     def _give_up_swap(self, rid: str) -> None:
         """`rid`'s swapped KV will not be copied back: host memory lets it go."""
         host = self.allocator.host
         del host.swapped_rows[rid]
         host.tier.release_swap(rid)
-
-    def start_host_load(self, req: Request) -> None:
-        """A request parked by `_host_admit` starts its copy into the GPU now (after
-        its swap-out landed, for its own swapped KV)."""
-        host = self.allocator.host
-        source, blocks, tokens, rows = host.parking.pop(req.rid)
-        now = self.now
-        start = now
-        if source == "swap":
-            start = max(now, host.tier.swapped[req.rid][1])
-        done = self.clock.end_step(host.link.copy(IN, start, blocks), now)
-        host.start_load(Load(req.rid, source, blocks, tokens, rows, now, done))
-        if self._emit is not None:
-            self._emit(KvLoadStarted(now, req.rid, source, tokens, blocks, done))
 
     def _host_preempt(self, req: Request) -> tuple[int, SwappedOut | None]:
         """`req` is being preempted: a load it was parked for in this step is called
@@ -168,32 +99,6 @@ class HostMoves:
         elif host.swap:
             return self._swap_out(req)
         return self.release_delay, None
-
-    def land_loads(self) -> None:
-        """The loads landing now: each request waits again with its rows resident
-        (or, if it ended meanwhile, the copy is dropped)."""
-        host = self.allocator.host
-        now = self.now
-        for load in host.landed(now):
-            req = self.roster.requests.get(load.rid)
-            aborted = req is None or req.status.is_finished
-            if aborted:
-                host.loads_aborted += 1
-            else:
-                self.allocator.release_credit(req.rid)
-                req.load_remote_kv(load.rows)
-                if load.source == "swap":
-                    self._give_up_swap(req.rid)  # copied back: its host blocks are free
-                if req.block_keys is not None:
-                    self.allocator.register_full_blocks(req.rid, req.block_keys, load.rows)
-                req.remote = LOADED
-                self.start_waiting(req)
-                self.policy.requeue_landed(req)
-                host.count_load(load, now - load.start)
-            self.steadiness.changed()
-            if self._emit is not None:
-                self._emit(KvLoadDone(now, load.rid, load.source, load.tokens,
-                                      now - load.start, aborted))
 
     # --- swap preemption --------------------------------------------------------------
 
@@ -227,67 +132,3 @@ class HostMoves:
         """`req` ended: swapped KV it still had in host memory is let go."""
         if req.rid in self.allocator.host.swapped_rows:
             self._give_up_swap(req.rid)
-
-
-def host_summary(hosts: list[HostMemory], clock: Clock, span: int) -> dict:
-    """The summary's host-memory fields (`HOST_RUN_FIELDS`) of one replica's host
-    memory, or of a fleet's (summed; utilisation is the replicas' mean), times in
-    the run's unit; utilisation is a direction's busy time over the run's `span`
-    of steps."""
-    report = clock.report
-    links = [h.link for h in hosts if h.link is not None]
-
-    def total(name: str) -> int:
-        return sum(getattr(h, name) for h in hosts)
-
-    loads = total("loads_done") + total("swap_ins")
-    waited = total("load_wait")
-    survival = sorted(f for h in hosts for f in h.survival)
-
-    def share(p: int) -> float | None:
-        value = nearest_rank(survival, p)
-        return None if value is None else round(value, 4)
-
-    def busy(direction: int) -> float | None:
-        return report(sum(link.busy[direction] for link in links)) if links else None
-
-    def used(direction: int) -> float | None:
-        if not links or span <= 0:
-            return None
-        return round(sum(link.busy[direction] for link in links) / (span * len(links)), 4)
-
-    def moved(direction: int) -> int:
-        return sum(h.link.blocks[direction] * h.block_bytes for h in hosts if h.link)
-
-    out = {
-        "host_kv_blocks": sum(h.tier.capacity for h in hosts),
-        "host_peak_blocks": sum(h.tier.peak_used for h in hosts),
-        "host_stores": total("stores"),
-        "host_stored_blocks": total("stored_blocks"),
-        "host_evicted_blocks": sum(h.tier.evicted for h in hosts),
-        "host_loads": total("loads_done"),
-        "host_loaded_tokens": total("loaded_tokens"),
-        "swap_outs": total("swap_outs"),
-        "swap_ins": total("swap_ins"),
-        "swapped_in_tokens": total("swapped_in_tokens"),
-        "swap_refused": total("swap_refused"),
-        "loads_aborted": total("loads_aborted"),
-        "load_wait_mean": report(waited / loads) if loads else None,
-        "load_wait_max": report(max(h.load_wait_max for h in hosts)) if loads else None,
-        "link_out_bytes": moved(OUT),
-        "link_in_bytes": moved(IN),
-        "link_out_busy": busy(OUT),
-        "link_in_busy": busy(IN),
-        "link_out_utilisation": used(OUT),
-        "link_in_utilisation": used(IN),
-        "recompute_avoided_tokens": total("loaded_tokens") + total("swapped_in_tokens"),
-        "resumes": total("resumes"),
-        "rebuilt_from_gpu": total("rebuild_gpu"),
-        "rebuilt_from_host": total("rebuild_host"),
-        "rebuilt_by_recompute": total("rebuild_computed"),
-        "survival_p10": share(10),
-        "survival_p50": share(50),
-        "survival_p90": share(90),
-    }
-    assert tuple(out) == HOST_RUN_FIELDS, "host fields drifted from HOST_RUN_FIELDS"
-    return out

@@ -19,8 +19,8 @@ from ..records.events import (
     PreemptIgnored, Preempted, Rejected, Timeout,
 )
 from ..records.states import RequestStatus
-from ..requests.request import (
-    LOADED, LOADING, PARKING, REMOTE, RemoteKv, Request, request_of, seal)
+from ..requests.request import LOADED, LOADING, PARKING, REMOTE, RemoteKv, Request, seal
+from .roster import request_of
 
 __all__ = ["Lifecycle", "request_of"]
 
@@ -32,19 +32,19 @@ class Lifecycle:
 
     # --- the SchedulerView a policy sees ----------------------------------------
 
-    def admit(self, req: Request, credit: int, cached: list[int] = ()) -> None:
+    def admit(self, req: Request, credit: int, cached: list[int] = (), loaded: int = 0) -> None:
         """Carry out a policy's admission: reserve, take cached blocks, transition, report.
 
         `cached` are the leading blocks found by `cached_prefix`; the request
-        shares them and starts with their rows resident.
-        """
+        shares them and starts with their rows resident, and with the `loaded`
+        rows after them that host memory copies in with this step's batch."""
         if credit:
             self.allocator.reserve(req.rid, credit)
         resumed = req.status == RequestStatus.PREEMPTED
         req.admit(self.now, self.roster.admitted, credit)
         hit = 0
-        loaded = req.remote == LOADED
-        if loaded:
+        landed = req.remote == LOADED
+        if landed:
             # Its prompt's KV was copied in: `cached` are its own blocks (see
             # `cached_prefix`), and from here on it is a request like any other.
             req.remote = RemoteKv.NONE
@@ -56,7 +56,7 @@ class Lifecycle:
                 # A decode replica's hit on a prompt to be copied saves copying, not
                 # computing: it shows as fewer `transfer_tokens` (fleet/disagg.py).
                 req.cached_tokens -= hit
-        if req.block_keys is not None and not loaded:
+        if req.block_keys is not None and not landed:
             # Keys are given again to the blocks it writes from here on (a resumed
             # request starts from its hits, not from what it had before).
             req.block_keys.registered = len(cached)
@@ -74,8 +74,8 @@ class Lifecycle:
                     f"blocks for its prompt of {req.prompt_tokens} rows", self.now)
             req.remote = PARKING
             self.link.parking.append(req)
-        elif self.allocator.host is not None and not loaded:
-            self._host_admit(req, hit, resumed)  # a load from host memory, survival
+        elif self.allocator.host is not None and not landed:
+            self._host_admit(req, hit, resumed, loaded)  # loads from host memory
 
     def cached_prefix(self, req: Request, whole: bool = False) -> list[int]:
         """The leading blocks of `req` found in the prefix cache (none without one).

@@ -18,8 +18,9 @@ from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, blocks_for
 from ..records.errors import UsageError
 from ..records.options import Options
 from ..records.workload import Workload
+from ..requests.request import Request
 
-__all__ = ["Roster", "check_request_sizes"]
+__all__ = ["Roster", "check_request_sizes", "request_of"]
 
 
 class Roster:
@@ -62,3 +63,10 @@ def check_request_sizes(workload: Workload, options: Options) -> None:
             f"{MAX_REQUEST_BLOCKS:,} the simulator tracks per request (about {BLOCK_BYTES} "
             f"bytes each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size of "
             f"at least {blocks_for(rows, MAX_REQUEST_BLOCKS):,}")
+
+
+def request_of(spec) -> Request:
+    """A request, waiting, as its trace record (a `RequestSpec`) describes it."""
+    return Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens, spec.output_tokens,
+                   spec.max_tokens, spec.priority, spec.deadline, spec.prompt_token_ids,
+                   spec.output_token_ids, spec.block_hashes)

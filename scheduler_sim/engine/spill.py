@@ -20,7 +20,10 @@ from ..records.workload import RequestSpec
 from ..requests.queues import FcfsQueue
 from ..requests.request import Request
 
-__all__ = ["Spill"]
+__all__ = ["Spill", "SPILL_AFTER"]
+
+# Held waiting requests past which arrivals are spilled (with twice max_rows).
+SPILL_AFTER = 4096
 
 
 class Spill:

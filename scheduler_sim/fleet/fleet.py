@@ -39,7 +39,7 @@ from itertools import islice
 from typing import Any, Callable
 
 from ..engine.core import Engine, RunResult
-from ..engine.host_moves import host_summary
+from ..engine.host_summary import host_summary
 from ..engine.policy_failure import policy_failure
 from ..engine.run_stats import RunStats
 from ..kv.block_keys import BlockKeys

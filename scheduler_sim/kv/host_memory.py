@@ -55,6 +55,10 @@ class HostMemory:
         # Requests admitted with a load, until their step is planned: rid -> (source,
         # blocks, tokens, rows); and the rows each swapped victim left in host memory.
         self.parking: dict[str, tuple[str, int, int, int]] = {}
+        # Loads that go with the batch being planned (SGLang's), and the exact step
+        # the last of them ends: the dispatch ends no earlier.
+        self.in_batch: list[Load] = []
+        self.batch_until: float | None = None
         self.swapped_rows: dict[str, int] = {}
         self.stores = self.stored_blocks = 0
         self.loads_done = self.loaded_tokens = self.loads_aborted = 0

@@ -68,9 +68,12 @@ class SchedulerView(Protocol):
     # Under data-parallel lockstep, the step counter every rank shares; else None.
     lockstep_step: int | None
 
-    def admit(self, req: Request, credit: int, cached: list[int] = ()) -> None:
+    def admit(self, req: Request, credit: int, cached: list[int] = (),
+              loaded: int = 0) -> None:
         """Move `req` to RUNNING with a reservation of `credit` blocks (0: on demand),
-        sharing the `cached` prefix blocks found by `cached_prefix`."""
+        sharing the `cached` prefix blocks found by `cached_prefix`; with `loaded`
+        (policies whose `host_loads` is "batch") those rows past them are copied in
+        from host memory with the batch it joins."""
 
     def cached_prefix(self, req: Request, whole: bool = False) -> list[int]:
         """The leading blocks of `req` the prefix cache can give it now (read-only);
@@ -78,6 +81,15 @@ class SchedulerView(Protocol):
 
     def report_blocked(self, req: Request, reason: str, needed: int) -> None:
         """Report that the queue head `req` cannot be admitted now, and why."""
+
+    def host_rows(self, req: Request, cached: list[int]) -> int:
+        """The rows past the `cached` hit that host memory could copy into the GPU for
+        `req` now (0: none, or no host memory; README "Host memory")."""
+
+    def load(self, req: Request, cached: list[int]) -> None:
+        """Copy in the rows `host_rows` found for `req`, which the policy took out of
+        its queue: it holds its hit and their blocks, waits off the policy, and
+        comes back through `requeue_landed` when they land."""
 
     def release(self, req: Request) -> int:
         """Let go of a finished request's blocks that the policy kept (static batches)."""
@@ -119,6 +131,12 @@ class Policy:
     # writing each row (engine/fast/cohort.py), writing their progress in before
     # anything else touches them. Built-in policies only.
     lazy_decoders: ClassVar[bool] = False
+    # How the policy meets KV in host memory (README "Host memory"): None, it does
+    # not ask (`host_rows`), and the engine loads what it finds at admission while
+    # the request waits off the batch; "wait": it asks and sends a hit to `load`
+    # (vLLM); "batch": it asks and admits with the rows, copied in with the batch
+    # it joins (SGLang's HiCache).
+    host_loads: ClassVar[str | None] = None
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         self.options = options
@@ -134,23 +152,26 @@ class Policy:
 
     def make_waiting_queue(self) -> RequestQueue:
         """The waiting queue in the configured order (`lpm` scores by cached prefix);
-        with disaggregation, requests holding a landed KV copy go first."""
+        with disaggregation or host memory, requests holding a landed KV copy go
+        first."""
         o = self.options
         queue = make_queue(o.order, o.seed, o.lpm_threshold,
                            lambda req: len(self.view.cached_prefix(req, whole=True)),
                            o.block_size)
-        if o.disagg:
+        if o.disagg or o.host_kv_gib:
             queue = self.holding = HoldingFirst(queue)
         return queue
 
-    # The waiting queue's block-holding part, with disaggregation (see `requeue_landed`).
+    # The waiting queue's block-holding part, with disaggregation or host memory (see
+    # `requeue_landed`).
     holding: HoldingFirst | None = None
 
     def requeue_landed(self, req: Request) -> None:
-        """A request whose prompt's KV was copied in waits again, holding its blocks
-        (fleet/disagg.py): it goes before every waiting request that holds none,
-        as vLLM drains its queue of block-holding requests first; otherwise it could
-        wait behind a request that needs its blocks, forever."""
+        """A request whose KV was copied in waits again, holding its blocks
+        (fleet/disagg.py, engine/host_moves.py): it goes before every waiting
+        request that holds none, as vLLM drains its queue of block-holding requests
+        first; otherwise it could wait behind a request that needs its blocks,
+        forever."""
         if self.holding is not None:
             self.holding.hold(req)
         else:

@@ -80,6 +80,10 @@ REFRESH_INTERVAL = 32
 REFRESH_MAX = 128
 
 
+# SGLang's HiCache loads a host hit back only from this many tokens (its
+# load_back_threshold); a shorter one is recomputed.
+HOST_LOAD_MIN = 10
+
 class SglangPolicy(QueueAndListPolicy):
     """SGLang: learned-ratio admission, prefill-first batches, retraction by progress."""
 
@@ -87,6 +91,7 @@ class SglangPolicy(QueueAndListPolicy):
     reserves = False
     recompute_includes_pending = True
     radix_eviction = True
+    host_loads = "batch"  # HiCache loads a host hit with the batch the request joins
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         # Order `priority` is SGLang's priority scheduling (policies/sglang_priority.py).
@@ -318,12 +323,18 @@ class SglangPolicy(QueueAndListPolicy):
             if self.priority is not None:
                 self.priority.prepared(head, hit)
             extend = head.prompt_tokens + head.outputs - hit
+            # HiCache: rows found in host memory are a prefix loaded with this batch
+            # (not computed: out of the token budget; their blocks are taken now).
+            loaded = self.view.host_rows(head, cached)
+            if loaded < HOST_LOAD_MIN:
+                loaded = 0
             evictable = allocator.evictable(cached)
             # Cached blocks it locks leave the evictable pool: they count too;
             # and one page of alignment overhead.
             total = extend + self._remaining_new(head) + page + evictable * size
-            tokens = min(extend, chunk_left, budget)
-            now_blocks = blocks_for(hit + tokens, size) - len(cached) + evictable
+            compute = extend - loaded  # the rows to compute
+            tokens = min(compute, chunk_left, budget)
+            now_blocks = blocks_for(hit + loaded + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly. A request
             # whose prompt's KV was copied in (fleet/disagg.py) passed that test at
             # its first admission: SGLang's decode side runs it once it lands, so
@@ -335,7 +346,7 @@ class SglangPolicy(QueueAndListPolicy):
                 self.latched = bool(plan) or bool(self.running)
                 break
             waiting.pop()
-            self.view.admit(head, 0, cached)
+            self.view.admit(head, 0, cached, loaded)
             self.running.append(head)
             free_left -= now_blocks
             plan.append((head, tokens))
@@ -343,8 +354,8 @@ class SglangPolicy(QueueAndListPolicy):
             # a page; a whole prompt also min(max_tokens, CLIP) in full (the test
             # above counts the remaining outputs).
             locked = evictable * size
-            if tokens < extend:
-                rem_total -= tokens + page + locked
+            if tokens < compute:
+                rem_total -= loaded + tokens + page + locked
             else:
                 rem_total -= extend + page + min(head.max_tokens, CLIP_MAX_NEW_TOKENS) + locked
             budget -= tokens
@@ -353,7 +364,7 @@ class SglangPolicy(QueueAndListPolicy):
                 # Admitted, but the budget it leaves is spent: NO_TOKEN all the
                 # same, and the latch with it.
                 self.latched = True
-            if tokens < extend:
+            if tokens < compute:
                 self.chunked = head  # one chunked request at a time
                 self.chunk_pending = True
                 break

@@ -99,6 +99,8 @@ VICTIM_RULES = {
 class VllmPolicy(QueueAndListPolicy):
     """vLLM v1: on-demand blocks, preemption by recompute, no admission after a preemption."""
 
+    host_loads = "wait"  # a hit in host memory waits off the running set (its load)
+
     name = "vllm"
     reserves = False
     recompute_includes_pending = True
@@ -242,6 +244,18 @@ class VllmPolicy(QueueAndListPolicy):
                 break
             cached = self.view.cached_prefix(head)
             hit = self.hit_rows(head, cached)
+            loaded = self.view.host_rows(head, cached)
+            if loaded:
+                # KV to copy in from host memory (vLLM's KV connector load): blocks for
+                # it now, then it waits outside the running set and the budget.
+                needed = (blocks_for(hit + loaded, options.block_size) - len(cached)
+                          + allocator.evictable(cached))
+                if needed + (self.watermark_blocks if running else 0) > allocator.free:
+                    self.view.report_blocked(head, "blocks", needed)
+                    break
+                waiting.pop()
+                self.view.load(head, cached)
+                continue
             prefill = hit < self._sequence_rows(head) - 1  # more than its last token
             if defer and prefill:
                 self.view.report_blocked(head, "prefill_interval", self._gate_blocks(head))

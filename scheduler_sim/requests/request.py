@@ -23,7 +23,7 @@ from ..records.states import RequestStatus
 
 __all__ = ["Request", "SealedRequest", "seal", "set_outputs", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
            "advance_decodes", "catch_up", "RemoteKv", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
-           "LOADING", "LOADED", "request_of"]
+           "LOADING", "LOADED"]
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -224,12 +224,21 @@ class Request:
         above the high-water mark still count as useful (the request holds
         them for the first time), which keeps useful rows at P + N - 1.
         """
-        end = self.resident + tokens
+        self._hold(self.resident + tokens)
+        self.cached_tokens += tokens
+
+    def record_loaded(self, tokens: int) -> None:
+        """Account `tokens` rows after `resident` copied in from host memory with the
+        batch it joins: resident, not computed, never replayed (as `load_remote_kv`)."""
+        self._hold(self.resident + tokens)
+
+    def _hold(self, end: int) -> None:
+        """Rows up to `end` are resident without being written: those above the
+        high-water mark count as useful (held for the first time)."""
         if end > self.high_water:
             self.useful_rows += end - self.high_water
             self.high_water = end
         self.resident = end
-        self.cached_tokens += tokens
 
     def emit(self, now: int) -> bool:
         """Record one output at completion time `now`; True when it was the last one.
@@ -272,9 +281,10 @@ class Request:
         _become(self, W.PREEMPTED)
 
     def wait_for_remote_kv(self) -> None:
-        """RUNNING -> WAITING_FOR_REMOTE_KV: admitted on a decode replica, it holds the
-        blocks its prompt's KV is being copied into and is not scheduled."""
-        self._expect("wait for remote KV", W.RUNNING)
+        """RUNNING, WAITING or PREEMPTED -> WAITING_FOR_REMOTE_KV: admitted on a decode
+        replica, or given blocks for KV loaded from host memory, it holds the blocks
+        the KV is being copied into and is not scheduled."""
+        self._expect("wait for remote KV", W.RUNNING, W.WAITING, W.PREEMPTED)
         _become(self, W.WAITING_FOR_REMOTE_KV)
 
     def load_remote_kv(self, rows: int) -> None:
@@ -282,10 +292,7 @@ class Request:
         (loaded, not computed: useful rows the first time, never replayed)."""
         self._expect("load remote KV", W.WAITING_FOR_REMOTE_KV)
         _become(self, W.WAITING)
-        if rows > self.high_water:
-            self.useful_rows += rows - self.high_water
-            self.high_water = rows
-        self.resident = rows
+        self._hold(rows)
         self.credit = 0
 
     def cancel(self, now: int) -> RequestStatus:
@@ -440,10 +447,3 @@ def advance_decodes(reqs: list[Request], steps: int, last_output_at: int) -> Non
         req.useful_rows += steps
         req.outputs += steps
         req.last_output_at = last_output_at
-
-
-def request_of(spec) -> Request:
-    """A request, waiting, as its trace record (a `RequestSpec`) describes it."""
-    return Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens, spec.output_tokens,
-                   spec.max_tokens, spec.priority, spec.deadline, spec.prompt_token_ids,
-                   spec.output_token_ids, spec.block_hashes)

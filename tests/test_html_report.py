@@ -289,3 +289,37 @@ def test_browser_draws_the_charts(tmp_path):
             if max(r, g, b) - min(r, g, b) > 60:
                 colored += 1
     assert colored > 500, (width, height, colored)
+
+
+def test_a_preemption_mode_adds_where_resumed_rows_came_back_from(tmp_path):
+    """With `--preemption-mode recompute` (no host memory, no prefix cache) every row of
+    every resume is recomputed: the page draws the survival CDF (every resume at 0)
+    and says how many resumes there were, as many as the summary's preemptions; without
+    the option the section is absent."""
+    trace = _trace(tmp_path, hostile=False)
+    assert "Resumed requests" not in _report(tmp_path, trace)
+    page = _report(tmp_path, trace, "--preemption-mode", "recompute", name="p.html")
+    charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
+    assert {p.get("data-series") for p in charts["cdf-survival"].iter(SVG + "polyline")} == {
+        "vllm"}  # continuous never preempts here: no line
+    code = main(["replay", trace, "--policy", "vllm", "--preemption-mode", "recompute",
+                 "--json"], out := _Text(), _Sink())
+    run = json.loads(out.text)["runs"][0]
+    assert run["resumes"] == run["preemptions"] > 0
+    assert run["rebuilt_from_gpu"] == run["rebuilt_from_host"] == 0
+    assert (run["survival_p10"], run["survival_p90"]) == (0.0, 0.0)
+    assert (f"vllm: {run['resumes']:,} resumes; rows from the GPU cache 0 (0.0%), from host "
+            f"memory 0 (0.0%), recomputed {run['rebuilt_by_recompute']:,} (100.0%)") in page
+    assert code == 0
+
+
+class _Text:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass

@@ -165,6 +165,7 @@ def run_policy(plan: Plan, position: int, policy: str, sinks: Sinks,
         part.finish()
     if seen is not None:
         seen.finish()
+        seen.survival = result.survival
     run = {"policy": policy, **result.summary}
     if options.fleet:
         run["replicas"] = result.replicas

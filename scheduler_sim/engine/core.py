@@ -88,6 +88,7 @@ class RunResult:
     stalled: bool
     clock: Clock = dataclasses.field(default_factory=Clock)  # the run's time unit
     options: Options | None = None  # as run: num_blocks derived from the GPU if it was
+    survival: list = dataclasses.field(default_factory=list)  # host_summary.survival_counts
 
 
 class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
@@ -296,4 +297,4 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
             summary.update(self.host_fields(first))
         return RunResult(self.policy_name, summary,
                          list(self.roster.requests.values()) if self.roster.keep else [], stalled,
-                         self.clock, self.options)
+                         self.clock, self.options, self.survival())

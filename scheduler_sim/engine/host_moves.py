@@ -31,7 +31,7 @@ from ..records.clock import Clock
 from ..records.events import KvStored, SwappedOut, SwapRefused
 from ..records.options import Options
 from ..requests.request import PARKING, RemoteKv, Request
-from .host_summary import host_summary
+from .host_summary import host_summary, survival_counts
 
 __all__ = ["HostMoves", "host_memory_for"]
 
@@ -68,6 +68,12 @@ class HostMoves:
         would have to time block by block)."""
         host = self.allocator.host = host_memory_for(self.options, cost, self.clock)
         return fast_forward and not host.write_through
+
+    def survival(self) -> list[tuple[float, int]]:
+        """(surviving fraction, resumes) pairs of this run (H5; none without host
+        memory), for the report's chart."""
+        host = self.allocator.host
+        return survival_counts([host]) if host is not None else []
 
     def host_fields(self, first: int) -> dict:
         """The summary's host-memory fields for a run whose first arrival was `first`."""

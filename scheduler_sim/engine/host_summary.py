@@ -7,12 +7,13 @@ engine adds them to a run's summary only when host memory is modelled
 """
 from __future__ import annotations
 
+import math
+
 from ..kv.host_link import IN, OUT
 from ..kv.host_memory import HostMemory
 from ..records.clock import Clock
-from .summary import nearest_rank
 
-__all__ = ["HOST_RUN_FIELDS", "host_summary"]
+__all__ = ["HOST_RUN_FIELDS", "host_summary", "survival_counts"]
 
 # The summary's fields about host memory (only when it is on: `Options.host`).
 HOST_RUN_FIELDS = (
@@ -39,11 +40,18 @@ def host_summary(hosts: list[HostMemory], clock: Clock, span: int) -> dict:
 
     loads = total("loads_done") + total("swap_ins")
     waited = total("load_wait")
-    survival = sorted(f for h in hosts for f in h.survival)
+    survival = survival_counts(hosts)
+    resumed = sum(count for _, count in survival)
 
     def share(p: int) -> float | None:
-        value = nearest_rank(survival, p)
-        return None if value is None else round(value, 4)
+        # Nearest rank over (fraction, count) pairs: the value at rank ceil(p n / 100).
+        if not resumed:
+            return None
+        rank, seen = max(1, math.ceil(p / 100 * resumed)), 0
+        for value, count in survival:
+            seen += count
+            if seen >= rank:
+                return value
 
     def busy(direction: int) -> float | None:
         return report(sum(link.busy[direction] for link in links)) if links else None
@@ -88,3 +96,14 @@ def host_summary(hosts: list[HostMemory], clock: Clock, span: int) -> dict:
     }
     assert tuple(out) == HOST_RUN_FIELDS, "host fields drifted from HOST_RUN_FIELDS"
     return out
+
+
+def survival_counts(hosts: list[HostMemory]) -> list[tuple[float, int]]:
+    """(surviving fraction, resumes) pairs of host memories, by fraction (H5): what
+    the summary's percentiles and the report's chart read."""
+    counts: dict[float, int] = {}
+    for host in hosts:
+        for value, count in host.survival.items():
+            counts[value] = counts.get(value, 0) + count
+    return sorted(counts.items())
+

@@ -47,4 +47,4 @@ def disagg_result(fleet: DisaggFleet, first: int, stalled: bool, keep: bool) -> 
     })
     requests = sorted(fleet.finals, key=lambda r: r.index) if keep else []
     return FleetResult(fleet.policy_name, summary, requests, stalled, fleet.clock,
-                       fleet.options, per_replica)
+                       fleet.options, [], per_replica)

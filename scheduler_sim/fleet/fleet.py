@@ -39,7 +39,7 @@ from itertools import islice
 from typing import Any, Callable
 
 from ..engine.core import Engine, RunResult
-from ..engine.host_summary import host_summary
+from ..engine.host_summary import host_summary, survival_counts
 from ..engine.policy_failure import policy_failure
 from ..engine.run_stats import RunStats
 from ..kv.block_keys import BlockKeys
@@ -259,4 +259,6 @@ class Fleet:
         for engine in engines:
             requests += engine.requests.values() if engine.keep_requests else ()
         return FleetResult(self.policy_name, summary, requests, stalled, self.clock,
-                           self.options, per_replica)
+                           self.options, survival_counts([e.allocator.host for e in engines
+                                                          if e.allocator.host is not None]),
+                           per_replica)

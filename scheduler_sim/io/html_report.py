@@ -16,6 +16,8 @@ with inline SVG charts and a little CSS, no script and nothing fetched:
   else an evenly spaced sample by arrival (the same under every policy) and,
   under each policy, its slowest by end-to-end latency among the others (the
   page says which);
+- with host memory (or a preemption mode asked for), the CDF of resumed
+  requests' surviving fraction and where their rows came back from;
 - the summary table and the options, as `report.format_table` prints them.
 
 A sweep's page (`sweep_report`) draws one summary field against one swept
@@ -162,6 +164,7 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
                  if not getattr(s, kind).is_exact]
         if notes:
             out.append(f'<p class="note">{" ".join(notes)}</p>\n')
+    out += _survival_section(runs, series, colors)
     rows, which = select_requests(series)
     out.append(f"<h2>Requests</h2>\n<p class=\"note\">{esc(which)} Hover over a row for "
                "its id.</p>\n")
@@ -170,6 +173,33 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
         out.append(timeline_chart(policy_rows, end, xunit, time_label))
     out.append("</body>\n</html>\n")
     return "".join(out)
+
+
+def _survival_section(runs: list[dict[str, Any]], series: list[RunSeries],
+                      colors: dict[str, str]) -> list[str]:
+    """With host memory, or a preemption mode asked for: where the rows of resumed
+    requests came back from (README "Host memory"), as a CDF of each resume's
+    surviving fraction and the three-way split of the rows; nothing otherwise."""
+    if not any("resumes" in run for run in runs):
+        return []
+    out = ["<h2>Resumed requests: where their rows came back from</h2>\n"
+           "<p class=\"note\">At each re-admission of a preempted request, the rows it "
+           "had written are found in the GPU prefix cache, copied from host memory, or "
+           "recomputed; a resume's surviving fraction is the first two over all.</p>\n"]
+    lines = [(s.policy, colors[s.policy], s.survival) for s in series]
+    out.append(cdf_chart("cdf-survival", "surviving fraction", "of the rows", lines))
+    notes = []
+    for run in runs:
+        parts = (run["rebuilt_from_gpu"], run["rebuilt_from_host"],
+                 run["rebuilt_by_recompute"])
+        total = sum(parts)
+        split = ", ".join(f"{label} {n:,} ({n / total * 100:.1f}%)" for label, n in zip(
+            ("from the GPU cache", "from host memory", "recomputed"), parts)) if total else ""
+        n = run["resumes"]
+        notes.append(f"{esc(run['policy'])}: {n:,} resume{'' if n == 1 else 's'}"
+                     + (f"; rows {split}" if split else "") + ".")
+    out.append(f'<p class="note">{" ".join(notes)}</p>\n')
+    return out
 
 
 # --- a sweep's report ------------------------------------------------------------------

@@ -133,6 +133,9 @@ class RunSeries:
         self._rows_replica: int | None = None
         self._rows_plain = False
         self.end = 0  # the last step seen
+        # With host memory: (surviving fraction, resumes) pairs of the run, set when
+        # it is over (engine/host_summary.survival_counts).
+        self.survival: list[tuple[float, int]] = []
         self._handlers = {
             "snapshot": self._snapshot, "dispatch": self._dispatch,
             "preempted": self._preempted, "arrival": self._arrival,

@@ -67,10 +67,11 @@ class HostMemory:
         self.load_wait = 0          # steps requests waited for loads, summed
         self.load_wait_max = 0
         # Survival: rows to rebuild at each resume, split three ways (summed), and
-        # each resume's surviving fraction (for the distribution).
+        # how many resumes had each surviving fraction, to 4 decimals (so that the
+        # distribution takes at most 10,001 entries however many resumes there are).
         self.resumes = 0
         self.rebuild_gpu = self.rebuild_host = self.rebuild_computed = 0
-        self.survival: list[float] = []
+        self.survival: dict[float, int] = {}
 
     # --- stores (write-through) -------------------------------------------------
 
@@ -134,4 +135,5 @@ class HostMemory:
         self.rebuild_host += host
         self.rebuild_computed += rebuild - gpu - host
         if rebuild:
-            self.survival.append((gpu + host) / rebuild)
+            share = round((gpu + host) / rebuild, 4)
+            self.survival[share] = self.survival.get(share, 0) + 1

@@ -181,6 +181,35 @@ def test_a_store_is_found_only_once_it_has_landed(arrival, loaded):
     assert last == [("c", "prefill", 12 - loaded, True)]
 
 
+def test_a_resumed_request_rebuilt_three_ways():
+    """Pool of 10, order priority. v (16 tokens, priority 1) decodes until a forced
+    preemption at 14: 14 outputs, rows 0-28 written (high water 29), blocks 0-5 full
+    of them and keyed, block 6 (rows 24-27) full too, block 7 holding row 28. Every
+    full block was written through (block 6 by the dispatch 12 -> 13, landing at 15).
+    w (12 other tokens, priority 0) arrives at 14 and goes first: its prompt takes the
+    2 unused blocks and v's plain block 7, its first decode (row 12) evicts v's block
+    6, the LRU tail. v waits for blocks until w finishes at 18, then finds blocks 0-5
+    (24 rows) in the GPU cache and block 6 (4 rows) in host memory, loaded 18 -> 20
+    (1 + 1 steps), and recomputes row 28 with its pending row: survival (24 + 4) / 29
+    = 0.9655."""
+    sim = simulate([req("v", 0, 16, 20, prompt_token_ids=A, priority=1),
+                    req("w", 14, 12, 4, prompt_token_ids=B[:12], priority=0),
+                    {"type": "preempt", "id": "v", "at": 14}], "vllm", num_blocks=10,
+                   order="priority", prefix_caching=True, host_kv_gib=_gib(16), **ENGINE)
+    assert _of(sim, "preempted", "tick", "id", "outputs", "rows") == [(14, "v", 14, 29)]
+    # Block 6's store: recorded at the start of the dispatch that filled it (12), issued
+    # at its end (13), 1 + 1 steps on the link.
+    assert (12, 1, 15) in _of(sim, "kv_stored", "tick", "blocks", "done")
+    assert _of(sim, "evicted", "tick", "id", "written_by", "block")[0] == (15, "w", "v", 6)
+    assert _of(sim, "kv_load_started", "tick", "id", "source", "tokens", "done") == [
+        (18, "v", "cache", 4, 20)]
+    assert [(t, rows) for t, rows in sim.dispatches() if t == 20] == [
+        (20, [("v", "recompute", 2, True)])]
+    s = sim.summary
+    assert (s["resumes"], s["rebuilt_from_gpu"], s["rebuilt_from_host"],
+            s["rebuilt_by_recompute"], s["survival_p50"]) == (1, 24, 4, 1, 0.9655)
+
+
 # --- swap preemption -------------------------------------------------------------------
 
 

@@ -292,6 +292,7 @@ class SglangPolicy(QueueAndListPolicy):
         rem_total = free_left * size - reserved - charged
         page = self._page_overhead()
         rows_full = False  # SGLang's batch_is_full from the row limit: set, it stays
+        hosted = allocator.host is not None  # (host memory: asked once per pass)
         while waiting:
             head = waiting.peek()
             if preempting:
@@ -325,7 +326,7 @@ class SglangPolicy(QueueAndListPolicy):
             extend = head.prompt_tokens + head.outputs - hit
             # HiCache: rows found in host memory are a prefix loaded with this batch
             # (not computed: out of the token budget; their blocks are taken now).
-            loaded = self.view.host_rows(head, cached)
+            loaded = self.view.host_rows(head, cached) if hosted else 0
             if loaded < HOST_LOAD_MIN:
                 loaded = 0
             evictable = allocator.evictable(cached)

@@ -244,7 +244,7 @@ class VllmPolicy(QueueAndListPolicy):
                 break
             cached = self.view.cached_prefix(head)
             hit = self.hit_rows(head, cached)
-            loaded = self.view.host_rows(head, cached)
+            loaded = self.view.host_rows(head, cached) if allocator.host is not None else 0
             if loaded:
                 # KV to copy in from host memory (vLLM's KV connector load): blocks for
                 # it now, then it waits outside the running set and the budget.

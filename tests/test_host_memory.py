@@ -356,3 +356,23 @@ def test_random_workloads_fold_as_they_step_and_rerun_identically(seed):
 
     assert run(True) == run(False)
     assert run(True) == run(True)
+
+
+def test_sglang_gives_a_short_swapped_remainder_up_and_can_swap_again():
+    """sglang, swap, prefix caching. x (P=8, ids) is preempted at 5 with 12 rows: its 2
+    prompt blocks stay in the GPU cache, so at its admission only rows 8-11 (4 < 10
+    tokens) are left to copy back: SGLang's threshold makes it recompute them (with
+    its pending row), and its swapped blocks are let go. Preempted again at 8 with 15
+    rows it swaps out again; 12 are in the GPU cache, 3 < 10 left: recomputed too.
+    The audit (every boundary) finds host memory's blocks counted once. Survival
+    8 / 12 and 12 / 15."""
+    sim = simulate([req("x", 0, 8, 20, prompt_token_ids=A[:8]),
+                    {"type": "preempt", "id": "x", "at": 5},
+                    {"type": "preempt", "id": "x", "at": 8}], "sglang", num_blocks=64,
+                   prefix_caching=True, preemption_mode="swap", host_kv_gib=_gib(16),
+                   host_write="off", **ENGINE)
+    assert [e["tick"] for e in sim.of("swapped_out")] == [5, 8]
+    s = sim.summary
+    assert (s["swap_outs"], s["swap_ins"], s["resumes"], s["rebuilt_from_gpu"],
+            s["rebuilt_by_recompute"], s["survival_p10"], s["survival_p90"]) == (
+        2, 0, 2, 8 + 12, 4 + 3, 0.6667, 0.8)

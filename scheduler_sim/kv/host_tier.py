@@ -110,6 +110,9 @@ class HostTier:
     def reserve_swap(self, rid: str, blocks: int, ready: int) -> bool:
         """Take `blocks` for preempted `rid`'s KV, its copy landing at `ready`,
         evicting cached keys as needed; False (nothing taken) if they cannot fit."""
+        if rid in self.swapped:
+            raise InvariantError(f"request {rid!r} swapped out while its swapped KV is still "
+                                 "in host memory")
         if blocks > self.capacity - self.swap_blocks:
             return False
         self._evict(blocks)

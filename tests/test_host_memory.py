@@ -91,8 +91,9 @@ def test_write_through_and_a_host_hit_loaded_back():
     written through when the dispatch ends, 1 + 4 steps: findable at 6. b (other
     tokens) at 10 takes all 4 GPU blocks, evicting a's. c (a's prompt) at 20 misses
     the GPU cache; host memory holds (16 - 1) // 4 = 3 of its blocks (the last token
-    is always computed), so c takes 3 GPU blocks and waits outside the running set
-    while 12 rows are copied in, 1 + 3 steps (20 -> 24), never admitted meanwhile
+    is always computed), so c takes GPU blocks for its 16 rows (3 copied, 1 for its
+    last row) and waits outside the running set while 12 rows are copied in, 1 + 3
+    steps (20 -> 24), never admitted meanwhile
     (vLLM's load); admitted at 24 with them resident, it prefills its last 4
     tokens and emits its output at 25."""
     sim = simulate([req("a", 0, 16, 1, prompt_token_ids=A),
@@ -108,9 +109,9 @@ def test_write_through_and_a_host_hit_loaded_back():
     assert [(t, rows) for t, rows in sim.dispatches() if t >= 20] == [
         (24, [("c", "prefill", 4, True)])]
     (snap,) = [e for e in sim.of("snapshot") if e["tick"] == 24]
-    # c held the 3 loaded blocks; the snapshot counts the block its last row takes
-    # as free still (before the dispatch's own allocation).
-    assert (snap["allocated"], snap["free"]) == (3, 1)
+    # c took blocks for its whole sequence when its load began: 3 copied, 1 for its
+    # last row (so that a loaded request can always run).
+    assert (snap["allocated"], snap["free"]) == (4, 0)
     s = sim.summary
     assert (s["host_stores"], s["host_stored_blocks"], s["host_loads"],
             s["host_loaded_tokens"], s["recompute_avoided_tokens"]) == (2, 8, 1, 12, 12)

@@ -56,17 +56,17 @@ class HostLoads:
         n = host.tier.match(keys, self.now)
         return ("cache", n * size, keys[:n]) if n else None
 
-    def _take_load(self, req: Request, hit: int) -> tuple[str, int, int] | None:
-        """Take GPU blocks for what host memory holds of `req` past its `hit` rows (all
-        or nothing) and count a resumed request's survival; return (source, tokens,
-        blocks) of the copy to make, or None (nothing found, or no blocks: a swapped
-        request then gives its host copy up and recomputes)."""
+    def _take_load(self, req: Request, hit: int, rows: int = 0) -> tuple[str, int, int] | None:
+        """Take GPU blocks for what host memory holds of `req` past its `hit` rows, and
+        for at least `rows` rows (all or nothing); return (source, tokens, blocks) of
+        the copy to make, or None (nothing found, or no blocks: a swapped request
+        then gives its host copy up and recomputes)."""
         host = self.allocator.host
         found = self._host_find(req, hit)
         taken = None
         if found is not None:
             source, tokens, keys = found
-            if self.allocator.try_grow(req.rid, hit + tokens):
+            if self.allocator.try_grow(req.rid, max(hit + tokens, rows)):
                 host.tier.touch(keys)
                 taken = source, tokens, blocks_for(hit + tokens, self.options.block_size) - (
                     hit // self.options.block_size)
@@ -109,12 +109,12 @@ class HostLoads:
         if host.batch_until is None or exact > host.batch_until:
             host.batch_until = exact
 
-    def load(self, req: Request, cached: list[int]) -> None:
+    def load(self, req: Request, cached: list[int], rows: int = 0) -> None:
         """vLLM's way with a hit in host memory (the SchedulerView's; `host_rows` said
         there is one, the policy checked the blocks and took `req` out of its queue):
-        the waiting `req` takes its GPU hit and blocks for the rows to load, and
-        waits, outside the policy, in `waiting_for_remote_kv` while they are copied
-        in; when they land it waits again (`land_loads`)."""
+        the waiting `req` takes its GPU hit and blocks for the rows to load and up
+        to `rows` rows, and waits, outside the policy, in `waiting_for_remote_kv`
+        while they are copied in; when they land it waits again (`land_loads`)."""
         resumed = req.status == RequestStatus.PREEMPTED
         req.wait_for_remote_kv()
         hit = 0
@@ -124,7 +124,7 @@ class HostLoads:
             req.record_cached(hit)
         if req.block_keys is not None:
             req.block_keys.registered = len(cached)
-        taken = self._take_load(req, hit)
+        taken = self._take_load(req, hit, rows)
         if taken is None:
             raise InvariantError(f"request {req.rid!r}: a load from host memory found no "
                                  "blocks the policy had checked", self.now)

@@ -86,10 +86,11 @@ class SchedulerView(Protocol):
         """The rows past the `cached` hit that host memory could copy into the GPU for
         `req` now (0: none, or no host memory; README "Host memory")."""
 
-    def load(self, req: Request, cached: list[int]) -> None:
+    def load(self, req: Request, cached: list[int], rows: int = 0) -> None:
         """Copy in the rows `host_rows` found for `req`, which the policy took out of
-        its queue: it holds its hit and their blocks, waits off the policy, and
-        comes back through `requeue_landed` when they land."""
+        its queue: it holds its hit and their blocks (and blocks for at least `rows`
+        rows), waits off the policy, and comes back through `requeue_landed` when
+        they land."""
 
     def release(self, req: Request) -> int:
         """Let go of a finished request's blocks that the policy kept (static batches)."""

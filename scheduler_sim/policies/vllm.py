@@ -247,14 +247,18 @@ class VllmPolicy(QueueAndListPolicy):
             loaded = self.view.host_rows(head, cached) if allocator.host is not None else 0
             if loaded:
                 # KV to copy in from host memory (vLLM's KV connector load): blocks for
-                # it now, then it waits outside the running set and the budget.
-                needed = (blocks_for(hit + loaded, options.block_size) - len(cached)
+                # it now, then it waits outside the running set and the budget. (vLLM
+                # takes blocks for the loaded rows only; here for the whole current
+                # sequence too, so that a loaded request can always run: two loaded
+                # requests each waiting for the other's blocks would stall the pool.)
+                rows = max(hit + loaded, self._sequence_rows(head))
+                needed = (blocks_for(rows, options.block_size) - len(cached)
                           + allocator.evictable(cached))
                 if needed + (self.watermark_blocks if running else 0) > allocator.free:
                     self.view.report_blocked(head, "blocks", needed)
                     break
                 waiting.pop()
-                self.view.load(head, cached)
+                self.view.load(head, cached, rows)
                 continue
             prefill = hit < self._sequence_rows(head) - 1  # more than its last token
             if defer and prefill:

@@ -18,7 +18,7 @@ class Pool:
         # Host memory with a load landing at `landing` (or none).
         self.host = None
         if landing is not None:
-            self.host = type("Host", (), {"loads": [(landing, 0, None)]})()
+            self.host = type("Host", (), {"loads": [(landing, 0, None)], "storing": ()})()
 
     def next_expiry(self):
         return self.expiry

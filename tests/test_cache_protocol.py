@@ -300,3 +300,17 @@ def test_audit_passes_a_sound_cache_and_names_a_broken_one(kind, breakage, messa
     carried = [(12, "x")] if kind == "none" else []
     with pytest.raises(InvariantError, match=message):
         c.audit({}, carried, set())
+
+
+def test_radix_block_taken_alone_from_a_node_with_children_keeps_the_tree_whole():
+    """Node [10] over node [11] (a look-up split them); 11 is held, so no whole leaf can
+    go and eviction takes the free 10 alone, emptying its node: [11] then hangs from
+    the root, and once given back it is evicted as a leaf (before, its parent was
+    gone and evicting it raised KeyError)."""
+    c = cached("radix")
+    c.touch(10)
+    c.hit(11)
+    assert c.evict_one() == [10]
+    assert [(info[0], info[1], info[2]) for info in c.nodes.values()] == [([11], None, 0)]
+    assert list(c.give_back([11])) == []
+    assert c.evict_one() == [11] and c.nodes == {}

@@ -185,8 +185,9 @@ def test_a_store_is_found_only_once_it_has_landed(arrival, loaded):
 def test_a_resumed_request_rebuilt_three_ways():
     """Pool of 10, order priority. v (16 tokens, priority 1) decodes until a forced
     preemption at 14: 14 outputs, rows 0-28 written (high water 29), blocks 0-5 full
-    of them and keyed, block 6 (rows 24-27) full too, block 7 holding row 28. Every
-    full block was written through (block 6 by the dispatch 12 -> 13, landing at 15).
+    of them and keyed, block 6 (rows 24-27) full too, block 7 holding row 28. The
+    prompt's blocks were written through after its prefill; the three that hold
+    outputs are written when it is preempted, landing at 18.
     w (12 other tokens, priority 0) arrives at 14 and goes first: its prompt takes the
     2 unused blocks and v's plain block 7, its first decode (row 12) evicts v's block
     6, the LRU tail. v waits for blocks until w finishes at 18, then finds blocks 0-5
@@ -198,9 +199,11 @@ def test_a_resumed_request_rebuilt_three_ways():
                     {"type": "preempt", "id": "v", "at": 14}], "vllm", num_blocks=10,
                    order="priority", prefix_caching=True, host_kv_gib=_gib(16), **ENGINE)
     assert _of(sim, "preempted", "tick", "id", "outputs", "rows") == [(14, "v", 14, 29)]
-    # Block 6's store: recorded at the start of the dispatch that filled it (12), issued
-    # at its end (13), 1 + 1 steps on the link.
-    assert (12, 1, 15) in _of(sim, "kv_stored", "tick", "blocks", "done")
+    # The prompt's 4 blocks are written through when its prefill ends (1 -> 6); blocks
+    # 4-6, which hold outputs, when v is preempted (14 -> 18, 1 + 3); w's prompt
+    # queues behind them (18 -> 22).
+    assert _of(sim, "kv_stored", "tick", "blocks", "done")[:3] == [
+        (0, 4, 6), (14, 3, 18), (14, 3, 22)]
     assert _of(sim, "evicted", "tick", "id", "written_by", "block")[0] == (15, "w", "v", 6)
     assert _of(sim, "kv_load_started", "tick", "id", "source", "tokens", "done") == [
         (18, "v", "cache", 4, 20)]
@@ -338,13 +341,13 @@ def test_random_workloads_end_once_and_conserve_both_tiers(seed):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_random_workloads_fold_as_they_step_and_rerun_identically(seed):
-    """With swap and no write-through (folding allowed), a folded replay gives the same
-    events and summary as a stepped one; any replay run twice gives the same bytes."""
+    """With host memory (write-through or not, swap or recompute), a folded replay
+    gives the same events and summary as a stepped one; any replay run twice gives
+    the same bytes."""
     from conftest import parse_trace, trace_bytes
     from scheduler_sim.engine.core import Engine
     from scheduler_sim.records.options import Options
     records, options, policy = _random_case(seed)
-    options["host_write"] = "off"
     full = [dict(r, type=r.get("type", "request")) for r in records]
     trace = parse_trace(trace_bytes(full), "t.jsonl")
 

@@ -81,10 +81,11 @@ class Agenda:
 
     def peek(self, now: int, in_flight: bool = False, live: bool = True) -> float:
         """The first time after `now` at which something outside the dispatches may
-        happen: the next arrival or drain expiry; and, unless a dispatch is in
-        flight (it would defer them, E4), the next cancellation, forced
-        preemption, timeout or (with `live` requests) policy wakeup. Infinity
-        when nothing is pending."""
+        happen: the next arrival, drain expiry or load landing from host memory;
+        and, unless a dispatch is in flight (it would defer them, E4), the next
+        cancellation, forced preemption, timeout, or (with `live` requests) store
+        landing in host memory or policy wakeup. Infinity when nothing is
+        pending."""
         spec = self.next_arrival
         nxt = spec.arrival if spec is not None else INF
         allocator = self.allocator
@@ -108,6 +109,10 @@ class Agenda:
             timeout = self.next_timeout()
             if timeout is not None and timeout < nxt:
                 nxt = timeout
+        if host is not None and host.storing and live:
+            landing = host.next_store_landing(now)  # a waiting request may find more
+            if landing is not None and landing < nxt:
+                nxt = landing
         if live:
             wake = self.policy.next_wakeup(now)
             if wake is not None and now < wake < nxt:

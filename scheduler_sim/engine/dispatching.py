@@ -225,10 +225,13 @@ class Dispatching:
         if cohort is not None:
             ended = self._complete_members(flight, cohort, ended, since)
         keeps = self.policy.keeps_blocks_after_finish
+        host = self.allocator.host
         for req in ended:  # their last output
             if req.block_keys is not None and not keeps:
                 # What decoding left unkeyed (SGLang's tree keys it now).
                 self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
+            if host is not None and host.write_through and req.block_keys is not None:
+                self._store_decoded(req, flight.exact)  # its blocks to host memory
             req.finish(now)
             self.policy.remove(req)
             handed = req.remote == PRODUCER and self.link.hooks is not None

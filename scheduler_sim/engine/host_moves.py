@@ -8,9 +8,11 @@ of its own: the `HostMemory` hangs on the allocator, which notes the keys it
 gives (write-through).
 
 1. **Stores** (H2). With `host_write through` and prefix caching, the full
-   blocks that got keys while a dispatch was planned and started are copied to
-   host memory in one copy issued when that dispatch ends; they can be found
-   there once it lands. A store never delays a dispatch or a release.
+   prompt blocks that got keys while a dispatch was planned and started are
+   copied to host memory in one copy issued when that dispatch ends, and a
+   request's full blocks that hold outputs when it finishes or is preempted
+   (`_store_decoded`); they can be found there once it lands (a boundary,
+   `Agenda.peek`). A store never delays a dispatch or a release.
 2. **Swap** (H4). With `preemption_mode swap` a victim's resident rows are
    copied to host memory (its GPU blocks are free at once, as in vLLM v0, which
    copies them out before the step's forward pass writes) if host memory has
@@ -63,11 +65,10 @@ class HostMoves:
 
     def attach_host(self, cost: CostModel | None, fast_forward: bool) -> bool:
         """Give the allocator the host memory the options ask for; return whether
-        steady stretches may still be folded (not with write-through: each block a
-        decode fills is stored when its own dispatch ends, which a folded stretch
-        would have to time block by block)."""
-        host = self.allocator.host = host_memory_for(self.options, cost, self.clock)
-        return fast_forward and not host.write_through
+        steady stretches may be folded (as without it: a folded stretch of decodes
+        copies nothing, and stops where a store lands, `Agenda.peek`)."""
+        self.allocator.host = host_memory_for(self.options, cost, self.clock)
+        return fast_forward
 
     def survival(self) -> list[tuple[float, int]]:
         """(surviving fraction, resumes) pairs of this run (H5; none without host
@@ -81,11 +82,24 @@ class HostMoves:
 
     # --- stores -------------------------------------------------------------------
 
-    def _issue_stores(self, end: float) -> None:
-        """Write through the blocks the dispatch ending at exact step `end` keyed."""
-        blocks, done = self.allocator.host.issue_stores(end, self.clock.end_step)
+    def _issue_stores(self, end: float, keys: list | None = None) -> None:
+        """Write through the blocks the dispatch ending at exact step `end` keyed (or
+        the blocks of `keys`)."""
+        blocks, done = self.allocator.host.issue_stores(end, self.clock.end_step, keys)
         if blocks and self._emit is not None:
             self._emit(KvStored(self.now, blocks, done))
+
+    def _store_decoded(self, req: Request, end: float) -> None:
+        """`req` ends or is preempted: its keyed full blocks not yet written through
+        (those holding outputs) are copied now (from exact step `end`). (vLLM writes
+        each as it fills; here they wait for this moment, so that a folded stretch
+        of decodes copies nothing: README "Host memory".)"""
+        keys = req.block_keys
+        after = keys.registered
+        if after > keys.written:
+            fresh = keys.ensure(after)[keys.written:after]
+            keys.written = after
+            self._issue_stores(end, fresh)
 
     def _give_up_swap(self, rid: str) -> None:
         """`rid`'s swapped KV will not be copied back: host memory lets it go."""
@@ -98,6 +112,8 @@ class HostMoves:
         off; otherwise, under swap, its rows are swapped out (`_swap_out`). Returns
         how long its blocks drain and the swap's record, if any."""
         host = self.allocator.host
+        if host.write_through and req.block_keys is not None:
+            self._store_decoded(req, self.now)
         if req.remote == PARKING and self.link.hooks is None:
             self.link.parking.remove(req)
             host.parking.pop(req.rid)

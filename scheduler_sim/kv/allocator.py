@@ -374,12 +374,11 @@ class BlockAllocator(Sharing, Freeing, Audit):
         """Give keys to the blocks of `rid` that `rows` written rows have filled."""
         table = self._tables.get(rid, ())
         full = rows // self.block_size
-        before = keys.registered
         swaps = self._register(rid, keys, full if full < len(table) else len(table), table)
         if swaps:
             self._adopt(table, swaps)
         if self.host is not None:
-            self._write_through(keys, before)
+            self.write_through(keys, keys.prompt_tokens // self.block_size)
 
     def register_decoded(self, rid: str, keys: BlockKeys, rows: int) -> None:
         """Give keys to the blocks that decoding filled (a cache may wait for the
@@ -389,19 +388,20 @@ class BlockAllocator(Sharing, Freeing, Audit):
         if full <= keys.registered:
             return  # (no block filled since the last registration)
         table = self._tables.get(rid, ())
-        before = keys.registered
         swaps = self._register_decoded(rid, keys, full if full < len(table) else len(table),
                                        table)
         if swaps:
             self._adopt(table, swaps)
-        if self.host is not None:
-            self._write_through(keys, before)
 
-    def _write_through(self, keys: BlockKeys, before: int) -> None:
-        """Note the keys given since `before` for the host's write-through (with it on)."""
-        after = keys.registered
-        if after > before and self.host.write_through:
-            self.host.pending += keys.ensure(after)[before:after]
+    def write_through(self, keys: BlockKeys, prompt_blocks: int) -> None:
+        """Note the keys given to full blocks of the prompt (the first `prompt_blocks`)
+        and not yet written through, for the host memory's write-through (with it
+        on). Blocks that hold outputs wait for their request's end or preemption
+        (engine/host_moves.py), whether a dispatch or a folded stretch keyed them."""
+        after = min(keys.registered, prompt_blocks)
+        if after > keys.written and self.host.write_through:
+            self.host.pending += keys.ensure(after)[keys.written:after]
+            keys.written = after
 
     # --- invariants (A3) --------------------------------------------------------
 

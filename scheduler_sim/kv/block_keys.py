@@ -97,7 +97,8 @@ class BlockKeys:
     """
 
     __slots__ = ("index", "prompt_ids", "output_ids", "hashes", "prompt_tokens",
-                 "block_size", "hash_block_size", "keys", "registered", "entries", "own_from")
+                 "block_size", "hash_block_size", "keys", "registered", "entries", "own_from",
+                 "written")
 
     def __init__(self, index: int, prompt_tokens: int, block_size: int, hash_block_size: int,
                  prompt_ids=None, output_ids=None, hashes=None) -> None:
@@ -116,6 +117,7 @@ class BlockKeys:
                          else min(prompt_tokens, len(hashes) * hash_block_size) // block_size)
         self.keys: list[bytes | int] = []
         self.registered = 0  # leading blocks whose keys the cache already knows
+        self.written = 0     # leading blocks handed to host memory's write-through
 
     def _key(self, i: int, parent: bytes) -> bytes:
         """The key of block `i` (not in hash-id form) after a block keyed `parent`."""

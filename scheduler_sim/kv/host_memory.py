@@ -4,10 +4,12 @@ what they moved (issue 25).
 `HostMemory` groups what the allocator and the engine share about host memory:
 the `HostTier` (what host memory holds), the `HostLink` (when copies end; None
 without a cost model, where host memory cannot be sized), the keys written
-on the GPU since the last store was issued (`pending`: every full block that
-gets a key is written through to host memory when the dispatch that wrote it
-ends), the loads under way (a heap by landing step), and the counters of the
-summary. Like the allocator it knows request ids and integers only.
+on the GPU since the last store was issued (`pending`: every full prompt
+block that gets a key is written through to host memory when the dispatch
+that wrote it ends; engine/host_moves.py stores the rest at a request's end
+or preemption), the stores and loads under way (by landing step), and the
+counters of the summary. Like the allocator it knows request ids and
+integers only.
 
 The survival of resumed requests is counted here too: at each re-admission of
 a preempted request, the rows it must rebuild split into those found again
@@ -17,6 +19,7 @@ its swapped KV), and those recomputed.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from typing import Hashable
 
 from .host_link import IN, OUT, HostLink
@@ -49,6 +52,7 @@ class HostMemory:
         self.swap = swap                    # preemption_mode swap
         self.block_bytes = block_bytes      # a block's KV bytes (all GPUs of the replica)
         self.pending: list[Hashable] = []   # keys written since the last store
+        self.storing: deque[int] = deque()  # landing steps of the stores under way
         self.loads: list[tuple[int, int, Load]] = []  # (landing step, order, load)
         self._order = 0
         self.under_way: dict[str, Load] = {}
@@ -75,19 +79,29 @@ class HostMemory:
 
     # --- stores (write-through) -------------------------------------------------
 
-    def issue_stores(self, end: float, land) -> tuple[int, int | None]:
-        """Copy the pending keys not in host memory yet, in one copy that starts when
-        the dispatch that wrote them ends (exact step `end`); `land(exact, start)`
-        rounds a copy's end to its landing step. Returns the blocks copied and the
-        step they land (0, None: nothing to copy)."""
-        keys = self.tier.new_keys(self.pending)
-        self.pending = []
+    def issue_stores(self, end: float, land, keys: list | None = None) -> tuple[int, int | None]:
+        """Copy the pending keys (or `keys`) not in host memory yet, in one copy that
+        starts when the dispatch that wrote them ends (exact step `end`);
+        `land(exact, start)` rounds a copy's end to its landing step. Returns the
+        blocks copied and the step they land (0, None: nothing to copy)."""
+        if keys is None:
+            keys, self.pending = self.pending, []
+        keys = self.tier.new_keys(keys)
         if not keys:
             return 0, None
         done = land(self.link.copy(OUT, end, len(keys)), int(end))
         self.stored_blocks += self.tier.store(keys, done)
         self.stores += 1
+        self.storing.append(done)  # (the OUT link is in order: landings ascend)
         return len(keys), done
+
+    def next_store_landing(self, now: int) -> int | None:
+        """The first step after `now` at which a store lands, if any (what a waiting
+        request may find in host memory changes then)."""
+        storing = self.storing
+        while storing and storing[0] <= now:
+            storing.popleft()
+        return storing[0] if storing else None
 
     # --- loads --------------------------------------------------------------------
 

@@ -257,6 +257,15 @@ class RadixCache(LruCache):
         info[0].remove(block)
         if not info[0]:
             del self.nodes[node]
-            if info[1] is not None:
-                self.nodes[info[1]][2] -= 1
-                self._offer(info[1])
+            parent = info[1]
+            if info[2]:
+                # Its children now hang from its parent (a scan of the nodes: this
+                # happens only when a held leaf keeps an interior block's node).
+                for other in self.nodes.values():
+                    if other[1] == node:
+                        other[1] = parent
+                if parent is not None:
+                    self.nodes[parent][2] += info[2]
+            if parent is not None:
+                self.nodes[parent][2] -= 1
+                self._offer(parent)

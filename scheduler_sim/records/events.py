@@ -352,8 +352,9 @@ class TransferDone(Event):
 
 @_record("kv_stored")
 class KvStored(Event):
-    """Host memory (write-through): `blocks` full blocks the dispatch ending at this
-    time gave keys are copied to host memory; they can be found there from `done`."""
+    """Host memory (write-through): `blocks` full blocks (of prompts, keyed by the
+    dispatch starting now; or, at a request's finish or preemption, its blocks that
+    hold outputs) are copied to host memory; they can be found there from `done`."""
     times = ("done",)
     blocks: int
     done: int

@@ -189,8 +189,10 @@ OPTIONS: dict[str, OptionSpec] = {
                    "with a cost model)", minimum=0.0, maximum=1e6),
         OptionSpec("host_write", "str", "through",
                    "which GPU blocks are copied to host memory: through (every full "
-                   "block that gets a prefix-cache key, when its dispatch ends) or off "
-                   "(host memory holds swapped victims only)", choices=("through", "off")),
+                   "block that gets a prefix-cache key: a prompt's when its dispatch "
+                   "ends, those holding outputs when their request ends or is preempted) "
+                   "or off (host memory holds swapped victims only)",
+                   choices=("through", "off")),
         OptionSpec("host_link_gb_per_s", "float", None,
                    "gigabytes per second of the GPU-host link, each way (default: the "
                    "GPU's host link, e.g. 64 for PCIe Gen5 x16)", minimum=0.0,

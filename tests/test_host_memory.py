@@ -205,8 +205,9 @@ def test_a_resumed_request_rebuilt_three_ways():
     assert _of(sim, "kv_stored", "tick", "blocks", "done")[:3] == [
         (0, 4, 6), (14, 3, 18), (14, 3, 22)]
     assert _of(sim, "evicted", "tick", "id", "written_by", "block")[0] == (15, "w", "v", 6)
-    assert _of(sim, "kv_load_started", "tick", "id", "source", "tokens", "done") == [
-        (18, "v", "cache", 4, 20)]
+    assert _of(sim, "kv_load_started", "tick", "id", "source", "cached_tokens", "tokens",
+               "done") == [(18, "v", "cache", 24, 4, 20)]
+    assert [e["resumed"] for e in sim.of("admitted") if e["id"] == "v"] == [False, True]
     assert [(t, rows) for t, rows in sim.dispatches() if t == 20] == [
         (20, [("v", "recompute", 2, True)])]
     s = sim.summary
@@ -234,8 +235,8 @@ def test_two_swaps_contend_for_the_link():
         ("y", "swap", 16, 19), ("x", "swap", 12, 23)]
     assert _of(sim, "kv_load_done", "tick", "id", "duration") == [(19, "y", 14),
                                                                    (23, "x", 18)]
-    assert [(e["tick"], e["id"]) for e in sim.of("admitted") if e["tick"] >= 5] == [
-        (19, "y"), (23, "x")]
+    assert [(e["tick"], e["id"], e["resumed"]) for e in sim.of("admitted")
+            if e["tick"] >= 5] == [(19, "y", True), (23, "x", True)]
     first = {t: [r[0] for r in rows] for t, rows in sim.dispatches()}
     assert first[19] == ["y"] and first[23] == ["y", "x"]
     s = sim.summary
@@ -380,3 +381,19 @@ def test_sglang_gives_a_short_swapped_remainder_up_and_can_swap_again():
     assert (s["swap_outs"], s["swap_ins"], s["resumes"], s["rebuilt_from_gpu"],
             s["rebuilt_by_recompute"], s["survival_p10"], s["survival_p90"]) == (
         2, 0, 2, 8 + 12, 4 + 3, 0.6667, 0.8)
+
+
+def test_a_sweep_completes_swap_with_its_host_memory_axis(tmp_path):
+    """`sweep --preemption-mode swap --grid host_kv_gib=...`: the fixed swap needs host
+    memory, which each configuration's axis gives; the 0 GiB configuration is the one
+    reported (exit 2, named), the others run."""
+    from conftest import run_cli, write_trace
+    trace = write_trace(tmp_path, [{"type": "config", "cost_model": "llama-3-8b/h100-sxm"},
+                                   req("a", 0, 8, 2)])
+    code, out, err = run_cli(["sweep", trace, "--preemption-mode", "swap",
+                              "--grid", "host_kv_gib=1,2"])
+    assert code == 0, err
+    code, out, err = run_cli(["sweep", trace, "--preemption-mode", "swap",
+                              "--grid", "host_kv_gib=0,1"])
+    assert code == 2 and "configuration 0 (host_kv_gib=0.0, policy=continuous)" in err
+    assert "needs host_kv_gib above 0" in err

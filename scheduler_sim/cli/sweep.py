@@ -220,7 +220,10 @@ def _sweep_plugins(args: argparse.Namespace, trace: Trace, axes: list[Axis],
     that file's folder."""
     axis = next((a for a in axes if a.name == "policy"), None)
     if axis is None:  # the trace's policies (or the default)
-        base = resolve_trace_options(trace.config, dict(fixed), specs=False)[0]
+        # (Each configuration's options are checked together later: an axis may
+        # complete them, as `--preemption-mode swap --grid host_kv_gib=1,2` does.)
+        base = resolve_trace_options(trace.config, dict(fixed), specs=False,
+                                     combined=False)[0]
         base = allow_trace_plugins(trace, base, args.allow_trace_plugins,
                                    f"pass {ALLOW_FLAG} (or name it with --policy)")
         return base.plugin_dir, list(base.policy)

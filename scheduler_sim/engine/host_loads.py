@@ -160,7 +160,7 @@ class HostLoads:
         else:
             host.in_batch.append(load)
         if self._emit is not None:
-            self._emit(KvLoadStarted(now, req.rid, source, tokens, blocks, done))
+            self._emit(KvLoadStarted(now, req.rid, source, rows - tokens, tokens, blocks, done))
         return exact
 
     def _wait_for_batch_loads(self, done: int, exact: float) -> tuple[int, float]:
@@ -193,7 +193,8 @@ class HostLoads:
                 host.loads_aborted += 1
             else:
                 self.allocator.release_credit(req.rid)
-                req.load_remote_kv(load.rows)
+                # A resumed request waits as one again (its next admission says so).
+                req.load_remote_kv(load.rows, resumed=req.preemptions > 0)
                 if load.source == "swap":
                     self._give_up_swap(req.rid)  # copied back: its host blocks are free
                 if req.block_keys is not None:

@@ -59,7 +59,7 @@ def host_summary(hosts: list[HostMemory], clock: Clock, span: int) -> dict:
     def used(direction: int) -> float | None:
         if not links or span <= 0:
             return None
-        return round(sum(link.busy[direction] for link in links) / (span * len(links)), 4)
+        return round(sum(link.busy[direction] for link in links) / (span * len(links)), 6)
 
     def moved(direction: int) -> int:
         return sum(h.link.blocks[direction] * h.block_bytes for h in hosts if h.link)

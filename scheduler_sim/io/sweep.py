@@ -270,7 +270,10 @@ def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
         if name in fixed and fixed[name] is not None:
             flag = "--policy" if name == "policy" else OPTIONS[name].flag
             raise UsageError(f"grid: {name} is both swept and fixed ({flag}); drop one")
-    base, checked = resolve_options(trace.config, dict(fixed), trace.directory, specs=False)
+    # (How the options go together is each configuration's to check: an axis may
+    # complete the fixed ones.)
+    base, checked = resolve_options(trace.config, dict(fixed), trace.directory, specs=False,
+                                    combined=False)
     if "policy" not in names:
         axes.append(Axis("policy", tuple(base.policy)))
         names.append("policy")

@@ -26,20 +26,21 @@ __all__ = ["resolve_options", "check_options", "ALLOW_FLAG", "plugins_from_trace
 
 
 def resolve_options(config: dict[str, Any], values: dict[str, Any],
-                    directory: str | None = None, specs: bool = True
+                    directory: str | None = None, specs: bool = True, combined: bool = True
                     ) -> tuple[Options, dict[str, Any]]:
     """Defaults, then a trace's `config`, then `values` (flags or keyword options),
     checked: the options and the checked values, with the model and GPU a cost model
     prices read when `specs` (`specs.load_specs`; a file the config names is taken from
     the trace's `directory`; a sweep's base options, whose axes may give the model or the
     GPU, leave them to each configuration). Every problem raises UsageError (ConfigError
-    for a bad spec file)."""
+    for a bad spec file); without `combined`, values that do not work together are left
+    for later (a sweep's base options, which its axes complete)."""
     problems: list[str] = []
     checked = check_options(values, problems.append)
     if problems:
         raise UsageError("; ".join(problems))
     options = dataclasses.replace(Options.resolve(config, checked), trace_dir=directory)
-    if options.problems():
+    if combined and options.problems():
         raise UsageError("; ".join(options.problems()))
     return (load_specs(options) if specs else options), checked
 

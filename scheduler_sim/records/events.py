@@ -362,13 +362,15 @@ class KvStored(Event):
 
 @_record("kv_load_started")
 class KvLoadStarted(Event):
-    """Host memory: an admitted request waits off the batch while `tokens` rows of
-    its KV (`blocks` blocks) are copied back into GPU blocks it holds, from
-    `source` `cache` (blocks the tier cached) or `swap` (its own swapped KV); the
-    copy lands at `done`."""
+    """Host memory: a request holding its GPU prefix hit (`cached_tokens` rows) has
+    `tokens` rows of its KV (`blocks` blocks) copied back into GPU blocks it holds,
+    from `source` `cache` (blocks the tier cached) or `swap` (its own swapped KV);
+    the copy lands at `done` (meanwhile it waits off the batch, or under `sglang`
+    its batch's dispatch ends no earlier)."""
     times = ("done",)
     id: str
     source: str
+    cached_tokens: int
     tokens: int
     blocks: int
     done: int

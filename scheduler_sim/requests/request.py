@@ -287,11 +287,12 @@ class Request:
         self._expect("wait for remote KV", W.RUNNING, W.WAITING, W.PREEMPTED)
         _become(self, W.WAITING_FOR_REMOTE_KV)
 
-    def load_remote_kv(self, rows: int) -> None:
-        """WAITING_FOR_REMOTE_KV -> WAITING: the copy landed; `rows` rows are resident
-        (loaded, not computed: useful rows the first time, never replayed)."""
+    def load_remote_kv(self, rows: int, resumed: bool = False) -> None:
+        """WAITING_FOR_REMOTE_KV -> WAITING (PREEMPTED when `resumed`: a preempted
+        request's KV came back from host memory): the copy landed; `rows` rows are
+        resident (loaded, not computed: useful rows the first time, never replayed)."""
         self._expect("load remote KV", W.WAITING_FOR_REMOTE_KV)
-        _become(self, W.WAITING)
+        _become(self, W.PREEMPTED if resumed else W.WAITING)
         self._hold(rows)
         self.credit = 0
 

@@ -69,3 +69,37 @@ def test_lab_07_quotes_the_retraction_records_its_replays_write(tmp_path, monkey
         assert len(lines) == 4
         quoted = "\n".join("    " + line for line in lines)
         assert quoted in handout
+
+
+def test_lab_11_quotes_only_records_its_replays_write(tmp_path, monkeypatch):
+    """Every event record lab 11's handout quotes (an indented line starting with
+    `{"time":`) is, byte for byte, a line of the events of one of the replays the
+    handout names, and it quotes records of each kind it explains."""
+    import io
+    from scheduler_sim.cli.main import main
+    lab = LABS / "11-swap-or-recompute"
+    handout = (lab / "README.md").read_text()
+    quoted = {line.strip() for line in handout.splitlines()
+              if line.startswith('    {"time":')}
+    storm = ["../03-preemption-storm/storm.jsonl", "--cost-model", "llama-3-8b/h100-sxm"]
+    runs = [
+        ["victim.jsonl", "--preemption-mode", "recompute"],
+        ["victim.jsonl", "--preemption-mode", "recompute", "--prefix-caching"],
+        ["victim.jsonl", "--preemption-mode", "swap", "--host-kv-gib", "4"],
+        ["victim.jsonl", "--prefix-caching", "--host-kv-gib", "4"],
+        storm + ["--preemption-mode", "swap", "--host-kv-gib", "1",
+                 "--host-link-gb-per-s", "0.1"],
+        ["../07-preemption-at-scale/chapter.jsonl", "--preemption-mode", "swap",
+         "--host-kv-gib", "1"],
+    ]
+    monkeypatch.chdir(lab)
+    written: set[str] = set()
+    for number, args in enumerate(runs):
+        events = tmp_path / f"events-{number}.jsonl"
+        assert main(["replay", *args, "--events", str(events)],
+                    out=io.StringIO(), err=io.StringIO()) == 0
+        written |= {line for line in events.read_text().splitlines() if line in quoted}
+    assert sorted(quoted - written) == []
+    for kind in ("swapped_out", "kv_load_started", "kv_load_done", "kv_stored",
+                 "swap_refused", "evicted", "preempted"):
+        assert any(f'"event":"{kind}"' in line for line in quoted), kind

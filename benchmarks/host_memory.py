@@ -1,7 +1,8 @@
 """Host memory for KV on the public traces: recompute, swap and a write-through tier.
 
-    python3 benchmarks/host_memory.py TRACES_DIR [--num-blocks 2048] [--host-kv-gib 64]
-        [--policies vllm,sglang] [--out-dir benchmarks/out] [--quick]
+    python3 benchmarks/host_memory.py TRACES_DIR [--azure-blocks 1024]
+        [--mooncake-blocks 12288] [--host-kv-gib 64] [--policies vllm,sglang]
+        [--out-dir benchmarks/out] [--quick]
 
 TRACES_DIR holds `mooncake/conversation_trace.jsonl` (kvcache-ai/Mooncake,
 Apache-2.0) and `azure_llm_2023/AzureLLMInferenceTrace_conv.csv` (Azure
@@ -9,10 +10,12 @@ LLM inference trace 2023, CC-BY-4.0); benchmarks/README.md says where to
 download them. Each is converted with this checkout's `convert` and
 replayed, each run in a child process of its own, with Llama-3-8B on an
 H100 SXM (`--cost-model llama-3-8b/h100-sxm`), blocks of 16 tokens, 8,192
-tokens and 256 requests per dispatch, and a KV pool of `--num-blocks`
-blocks: small enough that the traces preempt (the pool a GPU would hold,
-27,284 blocks, preempts neither trace). Under each policy of `--policies`,
-five ways to get a preempted request's KV back:
+tokens and 256 requests per dispatch, and a KV pool small enough that the
+trace preempts (the pool a GPU would hold, 27,284 blocks, preempts neither):
+1,024 blocks for Azure (where one engine keeps up with the load: TTFT p99
+about 6 s), 12,288 for Mooncake (which needs several engines: one engine
+falls behind whatever its pool, benchmarks/fleet.py). Under each policy of
+`--policies`, five ways to get a preempted request's KV back:
 
 - `recompute`: the default, shown with `--preemption-mode recompute` so that
   the summary says how resumed requests were rebuilt;
@@ -129,7 +132,8 @@ HEADS = ["trace", "policy", "mode", "makespan s", "output tok/s", "TTFT p99 s", 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces_dir", type=Path)
-    parser.add_argument("--num-blocks", type=int, default=2048)
+    parser.add_argument("--azure-blocks", type=int, default=1024)
+    parser.add_argument("--mooncake-blocks", type=int, default=12288)
     parser.add_argument("--host-kv-gib", type=float, default=64.0)
     parser.add_argument("--policies", default="vllm,sglang")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "out")
@@ -143,16 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         for policy in args.policies.split(","):
             base = None
             for mode, flags in modes(args.host_kv_gib):
+                blocks = args.azure_blocks if label == "azure" else args.mooncake_blocks
                 cpu, run = child(["replay", str(trace), "--policy", policy, *ENGINE,
-                                  "--num-blocks", str(args.num_blocks), *flags])
+                                  "--num-blocks", str(blocks), *flags])
                 base = base or cpu
                 rows.append(row(label, policy, mode, cpu, base, run))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADS)]
     lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(HEADS, widths)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
-    text = (f"Host memory: {args.num_blocks:,} GPU blocks of 16 tokens, "
-            f"{args.host_kv_gib:g} GiB of host memory"
+    text = (f"Host memory: {args.azure_blocks:,} (Azure) and {args.mooncake_blocks:,} "
+            f"(Mooncake) GPU blocks of 16 tokens, {args.host_kv_gib:g} GiB of host memory"
             + (f", first {QUICK_REQUESTS:,} requests" if args.quick else "") + "\n\n"
             + "\n".join(lines) + "\n")
     print(text)

@@ -236,6 +236,23 @@ def test_cancelled_while_loading_drops_the_copy_and_the_swap():
     assert (s["finished_aborted"], s["loads_aborted"], s["swap_ins"]) == (1, 1, 0)
 
 
+@pytest.mark.parametrize("policy, gpu_hit", [("vllm", 12), ("sglang", 8)])
+def test_a_swapped_victim_that_loads_nothing_back_lets_its_host_blocks_go(policy, gpu_hit):
+    """x (8 prompt tokens 1-8, prefix caching) holds 12 rows when preempted at 5 and is
+    swapped out (3 blocks). Readmitted at 5, its GPU hit (vllm: its 3 keyed blocks;
+    sglang: its 2 prompt blocks, leaving 4 swapped rows, under 10 tokens) leaves
+    nothing to load: its 3 host blocks go at once (H4), so its second swap-out at 9
+    is counted alone (the audit fails on 3 stale blocks otherwise)."""
+    sim = simulate([req("x", 0, 8, 20, prompt_token_ids=list(range(1, 9))),
+                    {"type": "preempt", "id": "x", "at": 5},
+                    {"type": "preempt", "id": "x", "at": 9}], policy, num_blocks=64,
+                   prefix_caching=True, preemption_mode="swap", host_kv_gib=_gib(16),
+                   **ENGINE)
+    assert [e["cached_tokens"] for e in sim.of("admitted")][1] == gpu_hit
+    assert _of(sim, "swapped_out", "tick", "id", "blocks")[0] == (5, "x", 3)
+    assert len(sim.of("swapped_out")) == 2 and sim.summary["swap_ins"] == 0
+
+
 # --- options ---------------------------------------------------------------------------
 
 

@@ -253,6 +253,22 @@ def test_a_swapped_victim_that_loads_nothing_back_lets_its_host_blocks_go(policy
     assert len(sim.of("swapped_out")) == 2 and sim.summary["swap_ins"] == 0
 
 
+def test_check_compares_the_host_fields_of_a_run(tmp_path):
+    """`check` accepts the host fields (H6) in an `expect` record: the refused swap of
+    test_host_memory_full_falls_back_to_recompute holds, a wrong count fails."""
+    from conftest import run_cli, write_trace
+    config = dict(ENGINE, type="config", num_blocks=64, preemption_mode="swap",
+                  host_kv_gib=_gib(2))
+    records = [config, req("x", 0, 8, 20), {"type": "preempt", "id": "x", "at": 5},
+               {"type": "expect", "swap_refused": 1, "host_loads": 0, "swap_outs": 0,
+                "survival_p50": 0.0, "rebuilt_by_recompute": {"min": 12, "max": 12}}]
+    status, out, err = run_cli(["check", write_trace(tmp_path, records)])
+    assert (status, err) == (0, "")
+    records[-1] = {"type": "expect", "host_loads": 1}
+    status, out, err = run_cli(["check", write_trace(tmp_path, records)])
+    assert status == 1 and "host_loads: expected 1, got 0" in out
+
+
 # --- options ---------------------------------------------------------------------------
 
 

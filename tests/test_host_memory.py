@@ -269,6 +269,36 @@ def test_check_compares_the_host_fields_of_a_run(tmp_path):
     assert status == 1 and "host_loads: expected 1, got 0" in out
 
 
+def test_sweep_over_host_memory_has_its_fields_and_merges(tmp_path):
+    """A sweep of test_host_memory_full_falls_back_to_recompute over host_kv_gib 0 and 2
+    blocks has the host fields as columns, empty where host memory is off (2 blocks:
+    the swap of 3 is refused); --metric may draw one, and shards merge back."""
+    import csv
+    import io
+    from conftest import run_cli, write_trace
+    from scheduler_sim.engine.host_summary import HOST_RUN_FIELDS
+    config = dict(ENGINE, type="config", num_blocks=64, policy="vllm")
+    trace = write_trace(tmp_path, [config, req("x", 0, 8, 20),
+                                   {"type": "preempt", "id": "x", "at": 5}])
+    grid = ["sweep", trace, "--grid", f"host_kv_gib=0,{_gib(2)}"]
+    status, out, err = run_cli(grid + ["--csv", "-"])
+    assert status == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert list(rows[0])[-len(HOST_RUN_FIELDS):] == list(HOST_RUN_FIELDS)
+    assert [(r["host_kv_blocks"], r["resumes"]) for r in rows] == [("", ""), ("2", "1")]
+    status, out, err = run_cli(grid[:3] + [f"host_kv_gib={_gib(2)}", "--grid",
+                                           "preemption_mode=swap", "--metric",
+                                           "swap_refused", "--report", str(tmp_path / "s.html")])
+    assert status == 0, err
+    for k in (0, 1):
+        status, out, err = run_cli(grid + ["--shard", f"{k}/2", "--jsonl",
+                                           str(tmp_path / f"p{k}.jsonl")])
+        assert status == 0, err
+    status, merged, err = run_cli(["sweep-merge", str(tmp_path / "p0.jsonl"),
+                                   str(tmp_path / "p1.jsonl"), "--csv", "-"])
+    assert (status, merged) == (0, run_cli(grid + ["--csv", "-"])[1])
+
+
 # --- options ---------------------------------------------------------------------------
 
 

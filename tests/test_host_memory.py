@@ -213,6 +213,24 @@ def test_two_swaps_contend_for_the_link():
     assert s["load_wait_max"] == 0.18
 
 
+def test_a_load_is_gated_on_its_whole_sequence_so_landed_requests_cannot_stall():
+    """Pool of 8 blocks; x and y (P=8) both hold 16 rows (4 blocks) when preempted at 9
+    and are swapped out (x 9 -> 14, y 14 -> 19). y's swap-in needs its 4 blocks but its
+    whole sequence (17 rows) 5: 5 <= 8, it loads 19 -> 24. x's then needs 5 > 4 free and
+    waits (before, it took the last 4 and both landed needing a fifth block: a stall).
+    y runs from 24 and finishes at 35; x loads 35 -> 40 and finishes at 51."""
+    sim = simulate([req("x", 0, 8, 20), req("y", 0, 8, 20),
+                    {"type": "preempt", "id": "x", "at": 9},
+                    {"type": "preempt", "id": "y", "at": 9}], "vllm", num_blocks=8,
+                   preemption_mode="swap", host_kv_gib=_gib(16), **ENGINE)
+    assert _of(sim, "kv_load_started", "tick", "id", "blocks", "done") == [
+        (9, "y", 4, 24), (35, "x", 4, 40)]
+    assert _of(sim, "admission_blocked", "tick", "id", "needed", "free")[0] == (9, "x", 5, 4)
+    assert [(e["tick"], e["id"]) for e in sim.of("finished")] == [(35, "y"), (51, "x")]
+    s = sim.summary
+    assert (s["finished_error"], s["swap_ins"], s["recompute_tokens"]) == (0, 2, 0)
+
+
 def test_host_memory_full_falls_back_to_recompute():
     """Host memory of 2 blocks; x holds 12 rows (3 blocks) when preempted at 5: the swap
     is refused (3 > 2 free) and x recomputes its 12 rows and the pending one (13)."""

@@ -247,9 +247,13 @@ class VllmPolicy(QueueAndListPolicy):
             loaded = self.view.host_rows(head, cached)
             if loaded:
                 # KV to copy in from host memory (vLLM's KV connector load): blocks for
-                # it now, then it waits outside the running set and the budget.
-                needed = (blocks_for(hit + loaded, options.block_size) - len(cached)
-                          + allocator.evictable(cached))
+                # it now, then it waits outside the running set and the budget. The
+                # full-sequence gate holds for it as for any admission: a load that
+                # took the last blocks, leaving none for the rows it must compute once
+                # landed, would hold them while nothing runs to free any (a stall).
+                rows = self._sequence_rows(head) if options.full_prompt_gate else 0
+                needed = (blocks_for(max(hit + loaded, rows), options.block_size)
+                          - len(cached) + allocator.evictable(cached))
                 if needed + (self.watermark_blocks if running else 0) > allocator.free:
                     self.view.report_blocked(head, "blocks", needed)
                     break

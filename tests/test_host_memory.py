@@ -146,6 +146,24 @@ def test_sglang_loads_a_host_hit_with_its_batch():
     assert sim.req["c"].first_token_at == 24
 
 
+@pytest.mark.parametrize("policy, blocks, order", [
+    ("vllm", 4, ["arrival", "evicted", "evicted", "evicted", "kv_load_started"]),
+    ("sglang", 6, ["arrival", "admitted", "evicted", "kv_load_started", "snapshot",
+                   "dispatch"]),
+    ("continuous", 4, ["arrival", "admitted", "evicted", "evicted", "evicted",
+                       "kv_load_started"])])
+def test_a_loads_record_comes_where_the_policy_meets_it(policy, blocks, order):
+    """At 20, c's load (the scenarios above) is recorded after the evictions of the blocks
+    it takes: under vllm within the policy's step instead of an admission, under
+    sglang within it after its admission, under a policy that does not ask after the
+    step (README "Event records")."""
+    sim = simulate([req("a", 0, 16, 1, prompt_token_ids=A),
+                    req("b", 10, 16, 1, prompt_token_ids=B),
+                    req("c", 20, 16, 1, prompt_token_ids=A)], policy, num_blocks=blocks,
+                   prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
+    assert [e["event"] for e in sim.at(20) if e["event"] != "ratio"] == order
+
+
 def test_sglang_recomputes_a_host_hit_under_ten_tokens():
     """SGLang loads a host hit back only from 10 tokens. Pool of 7: a's 8-token prompt
     (2 blocks) is cached and written through; b (22 tokens, 6 blocks: 22 + 1 + one

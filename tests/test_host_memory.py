@@ -147,6 +147,24 @@ def test_sglang_loads_a_host_hit_with_its_batch():
     assert sim.req["c"].first_token_at == 24
 
 
+@pytest.mark.parametrize("policy, blocks, order", [
+    ("vllm", 4, ["arrival", "evicted", "evicted", "evicted", "evicted", "kv_load_started"]),
+    ("sglang", 6, ["arrival", "admitted", "evicted", "kv_load_started", "snapshot",
+                   "dispatch"]),
+    ("continuous", 4, ["arrival", "admitted", "evicted", "evicted", "evicted",
+                       "kv_load_started"])])
+def test_a_loads_record_comes_where_the_policy_meets_it(policy, blocks, order):
+    """At 20, c's load (the scenarios above) is recorded after the evictions of the blocks
+    it takes: under vllm within the policy's step instead of an admission, under
+    sglang within it after its admission, under a policy that does not ask after the
+    step (README "Event records")."""
+    sim = simulate([req("a", 0, 16, 1, prompt_token_ids=A),
+                    req("b", 10, 16, 1, prompt_token_ids=B),
+                    req("c", 20, 16, 1, prompt_token_ids=A)], policy, num_blocks=blocks,
+                   prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
+    assert [e["event"] for e in sim.at(20) if e["event"] != "ratio"] == order
+
+
 def test_sglang_recomputes_a_host_hit_under_ten_tokens():
     """SGLang loads a host hit back only from 10 tokens. Pool of 7: a's 8-token prompt
     (2 blocks) is cached and written through; b (22 tokens, 6 blocks: 22 + 1 + one
@@ -247,6 +265,25 @@ def test_two_swaps_contend_for_the_link():
     assert s["load_wait_max"] == 0.18
 
 
+def test_a_load_is_gated_on_its_whole_sequence_so_landed_requests_cannot_stall():
+    """Pool of 8 blocks; x and y (P=8) both hold 16 rows (4 blocks) when preempted at 9
+    and are swapped out (x 9 -> 14, y 14 -> 19). y's swap-in copies 4 blocks but takes
+    blocks for its whole sequence (17 rows), 5 <= 8, and loads 19 -> 24. x's then needs
+    5 > 3 free and waits (if loads took their copied blocks only, x would take the last
+    4 and both would land needing a fifth block: a stall). y runs from 24 and finishes
+    at 35; x loads 35 -> 40 and finishes at 51."""
+    sim = simulate([req("x", 0, 8, 20), req("y", 0, 8, 20),
+                    {"type": "preempt", "id": "x", "at": 9},
+                    {"type": "preempt", "id": "y", "at": 9}], "vllm", num_blocks=8,
+                   preemption_mode="swap", host_kv_gib=_gib(16), **ENGINE)
+    assert _of(sim, "kv_load_started", "tick", "id", "blocks", "done") == [
+        (9, "y", 4, 24), (35, "x", 4, 40)]
+    assert _of(sim, "admission_blocked", "tick", "id", "needed", "free")[0] == (9, "x", 5, 3)
+    assert [(e["tick"], e["id"]) for e in sim.of("finished")] == [(35, "y"), (51, "x")]
+    s = sim.summary
+    assert (s["finished_error"], s["swap_ins"], s["recompute_tokens"]) == (0, 2, 0)
+
+
 def test_host_memory_full_falls_back_to_recompute():
     """Host memory of 2 blocks; x holds 12 rows (3 blocks) when preempted at 5: the swap
     is refused (3 > 2 free) and x recomputes its 12 rows and the pending one (13)."""
@@ -268,6 +305,69 @@ def test_cancelled_while_loading_drops_the_copy_and_the_swap():
     assert _of(sim, "kv_load_done", "tick", "id", "aborted") == [(13, "x", True)]
     s = sim.summary
     assert (s["finished_aborted"], s["loads_aborted"], s["swap_ins"]) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("policy, gpu_hit", [("vllm", 12), ("sglang", 8)])
+def test_a_swapped_victim_that_loads_nothing_back_lets_its_host_blocks_go(policy, gpu_hit):
+    """x (8 prompt tokens 1-8, prefix caching) holds 12 rows when preempted at 5 and is
+    swapped out (3 blocks). Readmitted at 5, its GPU hit (vllm: its 3 keyed blocks;
+    sglang: its 2 prompt blocks, leaving 4 swapped rows, under 10 tokens) leaves
+    nothing to load: its 3 host blocks go at once (H4), so its second swap-out at 9
+    is counted alone (the audit fails on 3 stale blocks otherwise)."""
+    sim = simulate([req("x", 0, 8, 20, prompt_token_ids=list(range(1, 9))),
+                    {"type": "preempt", "id": "x", "at": 5},
+                    {"type": "preempt", "id": "x", "at": 9}], policy, num_blocks=64,
+                   prefix_caching=True, preemption_mode="swap", host_kv_gib=_gib(16),
+                   **ENGINE)
+    assert [e["cached_tokens"] for e in sim.of("admitted")][1] == gpu_hit
+    assert _of(sim, "swapped_out", "tick", "id", "blocks")[0] == (5, "x", 3)
+    assert len(sim.of("swapped_out")) == 2 and sim.summary["swap_ins"] == 0
+
+
+def test_check_compares_the_host_fields_of_a_run(tmp_path):
+    """`check` accepts the host fields (H6) in an `expect` record: the refused swap of
+    test_host_memory_full_falls_back_to_recompute holds, a wrong count fails."""
+    from conftest import run_cli, write_trace
+    config = dict(ENGINE, type="config", num_blocks=64, preemption_mode="swap",
+                  host_kv_gib=_gib(2))
+    records = [config, req("x", 0, 8, 20), {"type": "preempt", "id": "x", "at": 5},
+               {"type": "expect", "swap_refused": 1, "host_loads": 0, "swap_outs": 0,
+                "survival_p50": 0.0, "rebuilt_by_recompute": {"min": 12, "max": 12}}]
+    status, out, err = run_cli(["check", write_trace(tmp_path, records)])
+    assert (status, err) == (0, "")
+    records[-1] = {"type": "expect", "host_loads": 1}
+    status, out, err = run_cli(["check", write_trace(tmp_path, records)])
+    assert status == 1 and "host_loads: expected 1, got 0" in out
+
+
+def test_sweep_over_host_memory_has_its_fields_and_merges(tmp_path):
+    """A sweep of test_host_memory_full_falls_back_to_recompute over host_kv_gib 0 and 2
+    blocks has the host fields as columns, empty where host memory is off (2 blocks:
+    the swap of 3 is refused); --metric may draw one, and shards merge back."""
+    import csv
+    import io
+    from conftest import run_cli, write_trace
+    from scheduler_sim.engine.host_summary import HOST_RUN_FIELDS
+    config = dict(ENGINE, type="config", num_blocks=64, policy="vllm")
+    trace = write_trace(tmp_path, [config, req("x", 0, 8, 20),
+                                   {"type": "preempt", "id": "x", "at": 5}])
+    grid = ["sweep", trace, "--grid", f"host_kv_gib=0,{_gib(2)}"]
+    status, out, err = run_cli(grid + ["--csv", "-"])
+    assert status == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert list(rows[0])[-len(HOST_RUN_FIELDS):] == list(HOST_RUN_FIELDS)
+    assert [(r["host_kv_blocks"], r["resumes"]) for r in rows] == [("", ""), ("2", "1")]
+    status, out, err = run_cli(grid[:3] + [f"host_kv_gib={_gib(2)}", "--grid",
+                                           "preemption_mode=swap", "--metric",
+                                           "swap_refused", "--report", str(tmp_path / "s.html")])
+    assert status == 0, err
+    for k in (0, 1):
+        status, out, err = run_cli(grid + ["--shard", f"{k}/2", "--jsonl",
+                                           str(tmp_path / f"p{k}.jsonl")])
+        assert status == 0, err
+    status, merged, err = run_cli(["sweep-merge", str(tmp_path / "p0.jsonl"),
+                                   str(tmp_path / "p1.jsonl"), "--csv", "-"])
+    assert (status, merged) == (0, run_cli(grid + ["--csv", "-"])[1])
 
 
 # --- options ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any, TextIO
 
+from ..engine.host_summary import HOST_RUN_FIELDS
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.run_cost import clock_for
 from ..io.html_report import sweep_report
@@ -242,7 +243,7 @@ def _sweep_plugins(args: argparse.Namespace, trace: Trace, axes: list[Axis],
 def _sweep_plot(args: argparse.Namespace, grid) -> tuple[str, str]:
     """(x axis, unit of the metric) of a sweep's --report, or a UsageError."""
     names = [axis.name for axis in grid.axes]
-    if args.metric not in RUN_FIELDS + FLEET_RUN_FIELDS:
+    if args.metric not in RUN_FIELDS + FLEET_RUN_FIELDS + HOST_RUN_FIELDS:
         raise UsageError(f"--metric must be a field of the run summary (for example "
                          f"ttft_p99, output_throughput, preemptions), got {show(args.metric)}")
     if args.x is not None:

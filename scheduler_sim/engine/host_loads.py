@@ -87,6 +87,10 @@ class HostLoads:
         taken = None
         if how is None or (how == "batch" and loaded):
             taken = self._take_load(req, hit)
+        elif req.rid in host.swapped_rows:
+            # Admitted without a load (its GPU hit covers its swapped rows, or what is
+            # left is under SGLang's threshold): it recomputes, its host copy goes (H4).
+            self._give_up_swap(req.rid)
         if resumed:  # the rows it had written before, found again or not
             host.resumed(min(req.restore, req.high_water), hit, taken[1] if taken else 0)
         if taken is None:

@@ -43,6 +43,7 @@ import math
 import re
 from typing import Any, Iterable, Iterator, Sequence
 
+from ..engine.host_summary import HOST_RUN_FIELDS
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.kv_pool import fit_pool
 from ..records.errors import UsageError
@@ -166,14 +167,17 @@ class GridConfigurations(Sequence[Configuration]):
             return options
         return dataclasses.replace(options, plugin_dir=self._plugin_dir)
 
-    def check_all(self) -> bool:
+    def check_all(self) -> tuple[bool, bool]:
         """Resolve every configuration in order, keeping none: the first that cannot
-        work raises UsageError naming it. Returns whether any is a fleet."""
-        fleet = False
+        work raises UsageError naming it. Returns whether any is a fleet, and whether
+        any models host memory (`Options.host`: its summary has the host fields)."""
+        fleet = host = False
         names = self._names
         for index, combo in enumerate(self._combinations()):
-            fleet = self.options_of(index, tuple(zip(names, combo))).fleet or fleet
-        return fleet
+            options = self.options_of(index, tuple(zip(names, combo)))
+            fleet = options.fleet or fleet
+            host = options.host or host
+        return fleet, host
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,8 +287,9 @@ def build_grid(trace: Trace, axes: Iterable[Axis], fixed: dict[str, Any],
         sizes = " x ".join(f"{len(axis.values):,} {axis.name}" for axis in axes)
         raise UsageError(f"grid: {len(configurations):,} configurations ({sizes}), more than "
                          f"the {MAX_CONFIGURATIONS:,} a sweep may have; sweep fewer values")
-    fleet = configurations.check_all()
-    fields = RUN_FIELDS + (FLEET_RUN_FIELDS if fleet else ())
+    fleet, host = configurations.check_all()
+    fields = (RUN_FIELDS + (FLEET_RUN_FIELDS if fleet else ())
+              + (HOST_RUN_FIELDS if host else ()))
     columns = ("index", *names, "time_unit", "stalled", *fields)
     fixed_json = {name: json_value_of(name, value) for name, value in checked.items()}
     identity = fingerprint(trace_sha256, [[axis.name, list(axis.values)] for axis in axes],

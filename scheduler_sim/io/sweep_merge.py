@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any, Callable, Iterable, Iterator
 
+from ..engine.host_summary import HOST_RUN_FIELDS
 from ..engine.summary import FLEET_RUN_FIELDS
 from ..records.errors import TraceError, UsageError
 from ..records.option_table import OPTIONS
@@ -237,9 +238,11 @@ class _RowSchema:
         self.columns = header["columns"]
         self.axes = list(header["grid"].items())
         self.known = frozenset(self.columns)
-        # Every column but the index (checked first) and a fleet's fields, which a
-        # configuration that is not such a fleet leaves out.
-        self.required = [c for c in self.columns if c != "index" and c not in FLEET_RUN_FIELDS]
+        # Every column but the index (checked first), a fleet's fields, which a
+        # configuration that is not such a fleet leaves out, and the host fields,
+        # which one without host memory leaves out.
+        self.required = [c for c in self.columns if c != "index"
+                         and c not in FLEET_RUN_FIELDS and c not in HOST_RUN_FIELDS]
         self.summary = frozenset(self.columns) - {"index", "time_unit", "stalled",
                                                   *header["grid"]}
 

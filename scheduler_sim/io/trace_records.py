@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import Any, Iterable
 
+from ..engine.host_summary import HOST_RUN_FIELDS
 from ..engine.summary import FLEET_REQUEST_FIELDS, FLEET_RUN_FIELDS, REQUEST_FIELDS, RUN_FIELDS
 from ..kv.allocator import blocks_for
 from ..policies import POLICIES, is_plugin
@@ -273,7 +274,7 @@ def parse_expect(c: RecordChecker, unit: str) -> Expectation | None:
         allowed = list(SNAPSHOT_FIELDS)
         what = "snapshot field"
     else:
-        allowed = list(RUN_FIELDS) + list(FLEET_RUN_FIELDS)
+        allowed = list(RUN_FIELDS) + list(FLEET_RUN_FIELDS) + list(HOST_RUN_FIELDS)
         what = "run field"
     fields = {}
     for key, value in rec.items():

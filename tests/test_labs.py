@@ -74,7 +74,8 @@ def test_lab_07_quotes_the_retraction_records_its_replays_write(tmp_path, monkey
 def test_lab_11_quotes_only_records_its_replays_write(tmp_path, monkeypatch):
     """Every event record lab 11's handout quotes (an indented line starting with
     `{"time":`) is, byte for byte, a line of the events of one of the replays the
-    handout names, and it quotes records of each kind it explains."""
+    handout names, and it quotes records of each kind it explains (a resumed
+    request's admission among them)."""
     import io
     from scheduler_sim.cli.main import main
     lab = LABS / "11-swap-or-recompute"
@@ -87,6 +88,8 @@ def test_lab_11_quotes_only_records_its_replays_write(tmp_path, monkeypatch):
         ["victim.jsonl", "--preemption-mode", "recompute", "--prefix-caching"],
         ["victim.jsonl", "--preemption-mode", "swap", "--host-kv-gib", "4"],
         ["victim.jsonl", "--prefix-caching", "--host-kv-gib", "4"],
+        storm + ["--preemption-mode", "recompute"],
+        storm + ["--preemption-mode", "swap", "--host-kv-gib", "1"],
         storm + ["--preemption-mode", "swap", "--host-kv-gib", "1",
                  "--host-link-gb-per-s", "0.1"],
         ["../07-preemption-at-scale/chapter.jsonl", "--preemption-mode", "swap",
@@ -101,5 +104,5 @@ def test_lab_11_quotes_only_records_its_replays_write(tmp_path, monkeypatch):
         written |= {line for line in events.read_text().splitlines() if line in quoted}
     assert sorted(quoted - written) == []
     for kind in ("swapped_out", "kv_load_started", "kv_load_done", "kv_stored",
-                 "swap_refused", "evicted", "preempted"):
+                 "swap_refused", "evicted", "preempted", "admitted"):
         assert any(f'"event":"{kind}"' in line for line in quoted), kind

@@ -94,8 +94,6 @@ class HostLoads:
         if resumed:  # the rows it had written before, found again or not
             host.resumed(min(req.restore, req.high_water), hit, taken[1] if taken else 0)
         if taken is None:
-            if req.rid in host.swapped_rows:
-                self._give_up_swap(req.rid)  # not copied back (a short hit): recomputed
             return
         source, tokens, blocks = taken
         if how is None:

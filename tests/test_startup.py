@@ -155,3 +155,38 @@ def test_python_m_holds_signals_before_it_loads_the_entry_module():
     assert imports[0][0] == 0 and len(held) == 2 and max(held) < imports[1][0]
     assert ast.unparse(body[-1]) == (
         "raise SystemExit(main_entry((_held, _interruptible, _terminable)))")
+
+
+# What a plain replay has no use for: the HTML report and its charts, Perfetto, the
+# `check` expectations and JUnit, sweeps, the worker pool (and multiprocessing), the
+# importers, calibration fitting and the pytest plugin. Each is loaded only by the
+# command or the output that needs it.
+UNUSED_BY_REPLAY = ("scheduler_sim.io.html_report", "scheduler_sim.io.svg_charts",
+                    "scheduler_sim.io.perfetto", "scheduler_sim.io.expectations",
+                    "scheduler_sim.io.junit", "scheduler_sim.io.sweep",
+                    "scheduler_sim.cli.sweep", "scheduler_sim.cli.workers", "multiprocessing",
+                    "scheduler_sim.io.importers", "scheduler_sim.cli.calibrate",
+                    "scheduler_sim.io.run_fit", "scheduler_sim.cli.pytest_plugin")
+
+
+def test_a_plain_replay_loads_no_report_perfetto_sweep_importers_or_workers():
+    """`replay QUICKSTART` in a fresh interpreter leaves every module of UNUSED_BY_REPLAY
+    unloaded; with `--report`, the report's modules are loaded (the check can fail)."""
+    code = ("import io, sys; from scheduler_sim.cli.main import main; "
+            "main(sys.argv[1:], out=io.StringIO(), err=io.StringIO()); "
+            f"print(' '.join(m for m in {UNUSED_BY_REPLAY!r} if m in sys.modules))")
+    run = [sys.executable, "-c", code, "replay", QUICKSTART]
+    plain = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert plain.stdout.split() == []
+    report = subprocess.run(run + ["--report", os.devnull], cwd=ROOT, capture_output=True,
+                            text=True, check=True)
+    assert set(report.stdout.split()) == {"scheduler_sim.io.html_report",
+                                          "scheduler_sim.io.svg_charts"}
+
+
+def test_converts_formats_are_the_importers():
+    """The formats `convert --from` offers (named in cli/main.py so that building the
+    parser loads no importer) are the importers' own."""
+    from scheduler_sim.cli.main import CONVERT_FORMATS
+    from scheduler_sim.io.importers import FORMATS, RUN_FORMATS
+    assert CONVERT_FORMATS == list(FORMATS) + list(RUN_FORMATS)

@@ -25,25 +25,29 @@ import sys
 from typing import Any, TextIO
 
 from .. import __version__
-from ..io.importers import FORMATS, RUN_FORMATS
 from ..io.outputs import GuardedStream, PipeClosed, abort_unfinished
 from ..io.terminal_text import printable
 from ..io.trace_config import ALLOW_FLAG
 from ..policies import POLICIES
 from ..records import interrupts
-from ..records.errors import InvariantError, PolicyError, SimError, TraceError, UsageError
+from ..records.errors import (InvariantError, PolicyError, SimError, TraceError, UsageError,
+                              WorkerDied)
 from ..records.interrupts import Terminated
 from ..records.option_table import OPTIONS
 from ..requests.queues import QUEUE_ORDERS
-from .calibrate import add_calibrate_parser
+from .calibrate_parser import add_calibrate_parser
 from .commands import command
 from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, PROG, main_entry
-from .workers import WorkerDied
 
 __all__ = ["main", "main_entry", "build_parser", "Terminated", "EXIT_INTERRUPTED",
            "EXIT_PIPE", "EXIT_TERMINATED"]
 
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a tool whose reader went away
+
+# What `convert --from` reads: io/importers.py's FORMATS and RUN_FORMATS, named here so
+# that building the parser does not load the importers (tests/test_cli.py checks the two
+# agree).
+CONVERT_FORMATS = ["mooncake", "azure", "vidur", "burstgpt", "blis-run"]
 
 
 # --- options from flags ------------------------------------------------------------
@@ -149,7 +153,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                                    "blis-run, a real vLLM run) into trace v1 with times in "
                                    "seconds: each arrival is its timestamp less the earliest "
                                    "one, exactly. A gzipped FILE is read as its content.")
-    p.add_argument("--from", dest="fmt", required=True, choices=list(FORMATS) + list(RUN_FORMATS),
+    p.add_argument("--from", dest="fmt", required=True, choices=CONVERT_FORMATS,
                    help="the input format")
     p.add_argument("file", metavar="FILE", help="the input file, or - for stdin")
     p.add_argument("-o", "--out", metavar="OUT", help="write here (default: stdout)")

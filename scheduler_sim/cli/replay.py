@@ -11,12 +11,8 @@ from typing import Any, TextIO
 
 from ..gpu.run_cost import clock_for
 from ..io.event_file import EventFile
-from ..io.expectations import check_trace
-from ..io.html_report import html_report
-from ..io.junit import junit_xml
 from ..io.output_paths import check_output_paths
 from ..io.outputs import Output, write_whole
-from ..io.perfetto import PerfettoFile, TrackNumbers
 from ..io.progress import Progress, wanted
 from ..io.report import format_json, format_table
 from ..io.request_rows import csv_header, format_requests
@@ -62,6 +58,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             outputs.csv = Output(args.requests_csv, out, "cannot write requests", ".requests-")
             outputs.csv.write(csv_header(options.fleet))
         if args.perfetto:
+            from ..io.perfetto import PerfettoFile, TrackNumbers  # (only when asked for)
             perfetto = PerfettoFile(args.perfetto, out, trace.name, clock,
                                     TrackNumbers(trace.workload))
         if args.report:
@@ -73,6 +70,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         run_all(plan, policies, args.jobs, outputs, perfetto, progress, finished.append)
         runs = _replay_runs(finished, args)
         if report is not None:
+            from ..io.html_report import html_report  # (only when asked for)
             report.write(html_report(trace.name, options, runs,
                                      [f.series for f in finished], clock, pool))
         # Every output appears, or none: an interrupt that arrives while they are put
@@ -137,8 +135,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     load_plugins(options.policy, options.plugin_dir)
     name = printable(trace.name)
     expects = list(trace.expects)
+    from ..io.expectations import check_trace  # (`check` only: replay never loads it)
     results = check_trace(trace, options)
     if args.junit:
+        from ..io.junit import junit_xml
         write_whole(args.junit, junit_xml(trace.name, results), out)
         if args.junit == "-":
             out = err  # the XML owns standard output

@@ -23,20 +23,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..engine.core import Engine
 from ..engine.summary import request_record
 from ..fleet import make_fleet
 from ..io.event_file import EventFile
 from ..io.outputs import Output
-from ..io.perfetto import PerfettoFile, fragment
 from ..io.progress import Progress
 from ..io.request_rows import csv_row
 from ..io.report_series import RunSeries
 from ..records import interrupts
 from ..records.clock import Clock
-from .workers import Workers
+
+if TYPE_CHECKING:  # (loaded only when a Perfetto file is asked for)
+    from ..io.perfetto import PerfettoFile
 
 __all__ = ["Sinks", "Finished", "RequestRows", "run_policy", "run_all", "Plan"]
 
@@ -208,6 +209,7 @@ def _child_run(shared: tuple[Plan, str], task: tuple[int, str]) -> Finished:
             out = Output(paths["perfetto"], stdout, "cannot write the Perfetto trace",
                          ".perfetto-")
             opened.append(out)
+            from ..io.perfetto import fragment
             sinks.perfetto = fragment(out, position, policy, plan.clock, plan.tids)
         finished = run_policy(plan, position, policy, sinks)
         for output in opened:
@@ -261,6 +263,7 @@ def run_all(plan: Plan, policies: list[str], jobs: int, outputs: Sinks,
                           perfetto.part(position, policy) if perfetto else None)
             on_finished(run_policy(plan, position, policy, sinks, progress.listener(policy)))
         return
+    from .workers import Workers  # (-j only: a plain replay never loads multiprocessing)
     tasks = list(enumerate(policies))
     # Made with signals held: the folder is removed at exit by its finalizer even if an
     # interrupt comes before the `with` below takes it.

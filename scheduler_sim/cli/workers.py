@@ -45,7 +45,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
 
 from ..records import interrupts
-from ..records.errors import SimError
+from ..records.errors import WorkerDied
 
 __all__ = ["Workers", "WorkerDied"]
 
@@ -54,11 +54,6 @@ REAP = 2.0  # seconds to wait for a worker to end after SIGKILL (or a stop reque
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-class WorkerDied(SimError):
-    """A worker process ended without returning its task's result; the message names
-    the task and how the worker ended (exit status 3)."""
 
 
 def _context() -> Any:

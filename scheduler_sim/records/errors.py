@@ -6,7 +6,8 @@ Only the command-line layer turns them into messages and exit codes.
 """
 from __future__ import annotations
 
-__all__ = ["SimError", "TraceError", "ConfigError", "UsageError", "InvariantError", "PolicyError"]
+__all__ = ["SimError", "TraceError", "ConfigError", "UsageError", "InvariantError", "PolicyError",
+           "WorkerDied"]
 
 
 class SimError(Exception):
@@ -60,3 +61,9 @@ class PolicyError(InvariantError):
     """A policy from outside the package (a plugin) broke a rule the engine checks, or
     raised an exception of its own; the message names the policy, the time and the rule.
     Exit status 3, like every failed invariant."""
+
+
+class WorkerDied(SimError):
+    """A worker process (cli/workers.py) ended without returning its task's result; the
+    message names the task and how the worker ended (exit status 3). Defined here so
+    that the command line can catch it without loading the worker pool."""

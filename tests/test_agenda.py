@@ -18,7 +18,8 @@ class Pool:
         # Host memory with a load landing at `landing` (or none).
         self.host = None
         if landing is not None:
-            self.host = type("Host", (), {"loads": [(landing, 0, None)], "storing": ()})()
+            self.host = SimpleNamespace(loads=[(landing, 0, None)], storing=(),
+                                        next_landing=lambda: landing)
 
     def next_expiry(self):
         return self.expiry

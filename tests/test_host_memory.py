@@ -54,12 +54,12 @@ def test_swap_space_evicts_cached_keys_and_refuses_what_cannot_fit():
     find room for 2 keys only, and the third is dropped."""
     tier = HostTier(4)
     tier.store(["a", "b", "c"], 0)
-    assert tier.reserve_swap("x", 2, 7)
+    assert tier.reserve_swap("x", 2, 7, 8)
     assert list(tier.cached) == ["b", "c"] and tier.used == 4
-    assert not tier.reserve_swap("y", 3, 7)
+    assert not tier.reserve_swap("y", 3, 7, 12)
     assert tier.swap_blocks == 2
     tier.cached.clear()
-    assert tier.store(["d", "e", "f"], 1) == 2 and tier.dropped == 1
+    assert tier.store(["d", "e", "f"], 1) == 2 and list(tier.cached) == ["d", "e"]
     assert tier.release_swap("x") == 2 and tier.used == 2
     tier.audit()
 
@@ -67,7 +67,7 @@ def test_swap_space_evicts_cached_keys_and_refuses_what_cannot_fit():
 def test_tier_audit_names_the_broken_equation():
     """A swap count that disagrees with the swapped requests is reported with numbers."""
     tier = HostTier(4)
-    tier.reserve_swap("x", 2, 0)
+    tier.reserve_swap("x", 2, 0, 8)
     tier.swap_blocks = 3
     with pytest.raises(InvariantError, match=r"swap_blocks\(3\) == sum of swapped"):
         tier.audit()
@@ -497,3 +497,26 @@ def test_a_sweep_completes_swap_with_its_host_memory_axis(tmp_path):
                               "--grid", "host_kv_gib=0,1"])
     assert code == 2 and "configuration 0 (host_kv_gib=0.0, policy=continuous)" in err
     assert "needs host_kv_gib above 0" in err
+
+
+def test_a_fleets_host_fields_add_up_its_replicas(tmp_path):
+    """Two round-robin replicas, each with 16 blocks of host memory: x and y (one per
+    replica) are preempted at 5 and swapped. The fleet's summary counts both swaps,
+    32 blocks of host memory, and link busy shares averaged over the replicas; each
+    replica's summary its own."""
+    import json
+    from conftest import run_cli, write_trace
+    trace = write_trace(tmp_path, [
+        {"type": "config", **ENGINE, "num_blocks": 64,
+         "replicas": 2, "preemption_mode": "swap", "host_kv_gib": _gib(16)},
+        req("x", 0, 8, 20), req("y", 0, 12, 20),
+        {"type": "preempt", "id": "x", "at": 5}, {"type": "preempt", "id": "y", "at": 5}])
+    code, out, err = run_cli(["replay", trace, "--policy", "vllm", "--json"])
+    assert code == 0, err
+    run = json.loads(out)["runs"][0]
+    parts = run["replicas"]
+    assert [p["swap_outs"] for p in parts] == [1, 1]
+    assert (run["swap_outs"], run["swap_ins"], run["host_kv_blocks"], run["resumes"]) == (
+        2, 2, 32, 2)
+    assert run["link_out_busy"] == round(sum(p["link_out_busy"] for p in parts), 6)
+    assert run["rebuilt_from_host"] == sum(p["rebuilt_from_host"] for p in parts) == 12 + 16

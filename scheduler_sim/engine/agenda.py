@@ -94,8 +94,10 @@ class Agenda:
             if expiry < nxt:
                 nxt = expiry
         host = allocator.host
-        if host is not None and host.loads and host.loads[0][0] < nxt:
-            nxt = host.loads[0][0]  # a load from host memory lands
+        if host is not None and host.loads:
+            landing = host.next_landing()  # a load from host memory lands
+            if landing < nxt:
+                nxt = landing
         if in_flight:
             return nxt
         w = self.workload

@@ -42,9 +42,10 @@ class HostLoads:
         """(source, rows to copy, keys found) of what host memory holds for `req` past
         its `hit` rows, or None."""
         host = self.allocator.host
-        swapped = host.swapped_rows.get(req.rid)
+        swapped = host.tier.swapped.get(req.rid)
         if swapped is not None:
-            return ("swap", swapped - hit, []) if swapped > hit else None
+            rows = swapped[2]
+            return ("swap", rows - hit, []) if rows > hit else None
         if not host.write_through or req.block_keys is None:
             return None
         size = self.options.block_size
@@ -72,7 +73,7 @@ class HostLoads:
                     hit // self.options.block_size)
             elif source == "swap":
                 self._give_up_swap(req.rid)
-        elif req.rid in host.swapped_rows:
+        elif req.rid in host.tier.swapped:
             self._give_up_swap(req.rid)  # the GPU hit covers its swapped rows
         return taken
 
@@ -87,7 +88,7 @@ class HostLoads:
         taken = None
         if how is None or (how == "batch" and loaded):
             taken = self._take_load(req, hit)
-        elif req.rid in host.swapped_rows:
+        elif req.rid in host.tier.swapped:
             # Admitted without a load (its GPU hit covers its swapped rows, or what is
             # left is under SGLang's threshold): it recomputes, its host copy goes (H4).
             self._give_up_swap(req.rid)

@@ -94,18 +94,13 @@ class HostMoves:
         (those holding outputs) are copied now (from exact step `end`). (vLLM writes
         each as it fills; here they wait for this moment, so that a folded stretch
         of decodes copies nothing: README "Host memory".)"""
-        keys = req.block_keys
-        after = keys.registered
-        if after > keys.written:
-            fresh = keys.ensure(after)[keys.written:after]
-            keys.written = after
+        fresh = req.block_keys.unwritten()
+        if fresh:
             self._issue_stores(end, fresh)
 
     def _give_up_swap(self, rid: str) -> None:
         """`rid`'s swapped KV will not be copied back: host memory lets it go."""
-        host = self.allocator.host
-        del host.swapped_rows[rid]
-        host.tier.release_swap(rid)
+        self.allocator.host.tier.release_swap(rid)
 
     def _host_preempt(self, req: Request) -> tuple[int, SwappedOut | None]:
         """`req` is being preempted: a load it was parked for in this step is called
@@ -142,15 +137,13 @@ class HostMoves:
                 self._emit(SwapRefused(now, req.rid, blocks, tier.capacity - tier.swap_blocks))
             return delay, None
         done = self.clock.end_step(host.link.copy(OUT, now, blocks), now)
-        tier.reserve_swap(req.rid, blocks, done)
-        host.swapped_rows[req.rid] = rows
+        tier.reserve_swap(req.rid, blocks, done, rows)
         host.swap_outs += 1
-        host.swap_out_blocks += blocks
         # Its GPU blocks are free at once: vLLM v0 copies a step's swap-outs before
         # its forward pass writes any block, so that step may already reuse them.
         return delay, SwappedOut(now, req.rid, rows, blocks, done)
 
     def _host_ended(self, req: Request) -> None:
         """`req` ended: swapped KV it still had in host memory is let go."""
-        if req.rid in self.allocator.host.swapped_rows:
+        if req.rid in self.allocator.host.tier.swapped:
             self._give_up_swap(req.rid)

@@ -98,7 +98,7 @@ class Stepping:
         agenda = self.agenda
         outside = False  # the trace changed things at t
         host = self.allocator.host
-        if host is not None and host.loads and host.loads[0][0] <= t:
+        if host is not None and host.loads and host.next_landing() <= t:
             self.land_loads()  # loads from host memory land before arrivals
         spec = agenda.next_arrival
         if spec is not None and spec.arrival == t:

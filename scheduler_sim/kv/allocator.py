@@ -378,7 +378,7 @@ class BlockAllocator(Sharing, Freeing, Audit):
         if swaps:
             self._adopt(table, swaps)
         if self.host is not None:
-            self.write_through(keys, keys.prompt_tokens // self.block_size)
+            self._queue_prompt_stores(keys)
 
     def register_decoded(self, rid: str, keys: BlockKeys, rows: int) -> None:
         """Give keys to the blocks that decoding filled (a cache may wait for the
@@ -393,15 +393,13 @@ class BlockAllocator(Sharing, Freeing, Audit):
         if swaps:
             self._adopt(table, swaps)
 
-    def write_through(self, keys: BlockKeys, prompt_blocks: int) -> None:
-        """Note the keys given to full blocks of the prompt (the first `prompt_blocks`)
-        and not yet written through, for the host memory's write-through (with it
-        on). Blocks that hold outputs wait for their request's end or preemption
-        (engine/host_moves.py), whether a dispatch or a folded stretch keyed them."""
-        after = min(keys.registered, prompt_blocks)
-        if after > keys.written and self.host.write_through:
-            self.host.pending += keys.ensure(after)[keys.written:after]
-            keys.written = after
+    def _queue_prompt_stores(self, keys: BlockKeys) -> None:
+        """With host memory's write-through on, queue the keys given to full blocks of
+        the prompt and not written through yet. Blocks that hold outputs wait for
+        their request's end or preemption (engine/host_moves.py), whether a dispatch
+        or a folded stretch keyed them."""
+        if self.host.write_through:
+            self.host.pending += keys.unwritten(keys.prompt_tokens // self.block_size)
 
     # --- invariants (A3) --------------------------------------------------------
 

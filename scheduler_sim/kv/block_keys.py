@@ -119,6 +119,16 @@ class BlockKeys:
         self.registered = 0  # leading blocks whose keys the cache already knows
         self.written = 0     # leading blocks handed to host memory's write-through
 
+    def unwritten(self, limit: int | None = None) -> list:
+        """The keys of registered blocks (of the first `limit`, if given) not yet
+        handed to host memory's write-through; from now on they count as handed."""
+        after = self.registered if limit is None or limit > self.registered else limit
+        if after <= self.written:
+            return []
+        fresh = self.ensure(after)[self.written:after]
+        self.written = after
+        return fresh
+
     def _key(self, i: int, parent: bytes) -> bytes:
         """The key of block `i` (not in hash-id form) after a block keyed `parent`."""
         size = self.block_size

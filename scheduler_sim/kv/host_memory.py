@@ -55,18 +55,16 @@ class HostMemory:
         self.storing: deque[int] = deque()  # landing steps of the stores under way
         self.loads: list[tuple[int, int, Load]] = []  # (landing step, order, load)
         self._order = 0
-        self.under_way: dict[str, Load] = {}
         # Requests admitted with a load, until their step is planned: rid -> (source,
-        # blocks, tokens, rows); and the rows each swapped victim left in host memory.
+        # blocks, tokens, rows).
         self.parking: dict[str, tuple[str, int, int, int]] = {}
         # Loads that go with the batch being planned (SGLang's), and the exact step
         # the last of them ends: the dispatch ends no earlier.
         self.in_batch: list[Load] = []
         self.batch_until: float | None = None
-        self.swapped_rows: dict[str, int] = {}
         self.stores = self.stored_blocks = 0
         self.loads_done = self.loaded_tokens = self.loads_aborted = 0
-        self.swap_outs = self.swap_out_blocks = self.swap_refused = 0
+        self.swap_outs = self.swap_refused = 0
         self.swap_ins = self.swapped_in_tokens = 0
         self.load_wait = 0          # steps requests waited for loads, summed
         self.load_wait_max = 0
@@ -107,7 +105,6 @@ class HostMemory:
 
     def start_load(self, load: Load) -> None:
         """`load` is under way; it lands at `load.done`."""
-        self.under_way[load.rid] = load
         heapq.heappush(self.loads, (load.done, self._order, load))
         self._order += 1
 
@@ -121,7 +118,6 @@ class HostMemory:
         loads = self.loads
         while loads and loads[0][0] <= now:
             load = heapq.heappop(loads)[2]
-            del self.under_way[load.rid]
             out.append(load)
         return out
 

@@ -35,11 +35,10 @@ class HostTier:
         self.capacity = capacity
         # key -> the step its copy lands (findable from then on); oldest use first.
         self.cached: OrderedDict[Hashable, int] = OrderedDict()
-        # request id -> (blocks, the step its swap-out copy lands).
-        self.swapped: dict[str, tuple[int, int]] = {}
+        # request id -> (blocks, the step its swap-out copy lands, the rows they hold).
+        self.swapped: dict[str, tuple[int, int, int]] = {}
         self.swap_blocks = 0
         self.evicted = 0        # cached keys dropped to make room
-        self.dropped = 0        # keys a store could not keep (every block swapped)
         self.peak_used = 0
 
     @property
@@ -84,7 +83,6 @@ class HostTier:
         cached = self.cached
         for key in kept:
             cached[key] = ready
-        self.dropped += len(keys) - len(kept)
         self._note_peak()
         return len(kept)
 
@@ -107,23 +105,24 @@ class HostTier:
 
     # --- swapped requests -------------------------------------------------------
 
-    def reserve_swap(self, rid: str, blocks: int, ready: int) -> bool:
-        """Take `blocks` for preempted `rid`'s KV, its copy landing at `ready`,
-        evicting cached keys as needed; False (nothing taken) if they cannot fit."""
+    def reserve_swap(self, rid: str, blocks: int, ready: int, rows: int) -> bool:
+        """Take `blocks` for preempted `rid`'s KV (`rows` rows), its copy landing at
+        `ready`, evicting cached keys as needed; False (nothing taken) if they cannot
+        fit."""
         if rid in self.swapped:
             raise InvariantError(f"request {rid!r} swapped out while its swapped KV is still "
                                  "in host memory")
         if blocks > self.capacity - self.swap_blocks:
             return False
         self._evict(blocks)
-        self.swapped[rid] = (blocks, ready)
+        self.swapped[rid] = (blocks, ready, rows)
         self.swap_blocks += blocks
         self._note_peak()
         return True
 
     def release_swap(self, rid: str) -> int:
         """`rid`'s swapped blocks are let go (copied back, or given up); returns them."""
-        blocks, _ = self.swapped.pop(rid)
+        blocks = self.swapped.pop(rid)[0]
         self.swap_blocks -= blocks
         return blocks
 
@@ -132,7 +131,7 @@ class HostTier:
     def audit(self) -> None:
         """Host blocks are conserved: cached + swapped <= capacity, and the swap count
         is the sum of the swapped requests' blocks."""
-        swapped = sum(b for b, _ in self.swapped.values())
+        swapped = sum(entry[0] for entry in self.swapped.values())
         if swapped != self.swap_blocks:
             raise InvariantError(f"host swap_blocks({self.swap_blocks}) == sum of swapped "
                                  f"requests' blocks({swapped}) is false")

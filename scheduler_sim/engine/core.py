@@ -30,7 +30,7 @@ The engine is the `SchedulerView` its policy sees: `admit`, `report_blocked` and
   dispatching.py  how a plan is started and completed, row by row;
   host_moves.py,  host memory: stores and swap-outs, and loads back
   host_loads.py   into the GPU (host_summary.py: the summary's fields);
-  fast/           counted dispatches (the decode cohort) and folding.
+  fast/           counted dispatches (the decode cohort), folding, carrying on.
 Its parts are objects of their own: the agenda (agenda.py: what is pending
 outside the dispatches, and when), the roster (roster.py: the run's requests),
 the dispatch ledger (ledger.py: every dispatch's statistics, timing and output
@@ -60,6 +60,7 @@ from .agenda import Agenda
 from .dispatching import Dispatching, InFlight
 from .fast.cohort import Cohort
 from .fast.counted import Counting
+from .fast.through import may_carry_on
 from .fleet_link import FleetLink
 from .host_loads import HostLoads
 from .host_moves import HostMoves
@@ -196,6 +197,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
                                     self.workload.arrivals)
         # The change log and the judgement of repeats folding rests on.
         self.steadiness = Steadiness(self.policy, fast_forward)
+        self.steadiness.through = not routed and may_carry_on(self)  # (fast/through.py)
         # A schedule going in circles is stopped as a stall (livelock.py).
         self.livelock = LivelockWatch(options.num_blocks * options.block_size)
 
@@ -216,9 +218,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
 
     @cost.setter
     def cost(self, cost: CostModel | None) -> None:
-        # Before the run starts: a calibration fit prices a replay with its own
-        # coefficients (io/run_fit.py).
-        self.ledger.cost = cost
+        self.ledger.cost = cost  # (before the run: a calibration fit's, io/run_fit.py)
 
     @property
     def listener(self) -> Callable[[Event], None] | None:

@@ -55,14 +55,17 @@ def _slot_names(cls: type) -> tuple[str, ...]:
 class Steadiness:
     """The change log, the policy's state before each call, and the last plan seen."""
 
-    __slots__ = ("enabled", "changes", "moved", "blocked", "folded", "_policy", "_slots",
-                 "_last")
+    __slots__ = ("enabled", "through", "changes", "moved", "blocked", "folded", "_policy",
+                 "_slots", "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
         # Whether folding is on at all: it changes nothing a summary or the event
         # stream shows, but a per-boundary state callback or the audit wants every
         # boundary for real, so with them it is off.
         self.enabled = enabled
+        # Whether a steady stretch may be carried on through the requests that
+        # finish in it (the engine decides: fast/through.py).
+        self.through = False
         self.changes = 0  # transitions written to the change log so far
         # Whether the policy admitted or preempted during this step's call (then an
         # empty plan is still an iteration, E6b).
@@ -84,6 +87,12 @@ class Steadiness:
         """The next call is compared with nothing (a stretch not worth folding, or
         an empty plan)."""
         self._last = None
+
+    def repeated(self, requests: list) -> None:
+        """The engine started the decodes of `requests` in place of a call the
+        policy let it skip (`Policy.repeats_decodes`, fast/through.py): the next
+        call is compared with them."""
+        self._last = (requests, None, self.changes)
 
     def before_call(self) -> tuple[int, dict, tuple]:
         """What `repeats` compares the call with: the change count and a copy of

@@ -25,7 +25,8 @@ from ..records.events import Released, Snapshot, Stalled
 from ..records.states import RequestStatus
 from ..records.workload import Action, RequestSpec
 from ..requests.request import LOADED, LOADING, Request
-from .fast.folding import fold
+from .fast.folding import FOLD_AFTER, fold
+from .fast.through import carry_on
 from .fleet_link import park
 from .lifecycle import request_of
 from .policy_failure import check_plan
@@ -34,9 +35,6 @@ __all__ = ["Stepping"]
 
 RUNNING = RequestStatus.RUNNING
 _action_order = operator.attrgetter("at", "index")
-# With a cohort, a steady stretch is looked at for folding only when it may
-# last this many dispatches: a shorter one saves less than looking costs.
-FOLD_AFTER = 4
 
 
 class Stepping:
@@ -178,24 +176,23 @@ class Stepping:
                 # Blocks the policy itself gave this step's rows (before the dispatch).
                 policy_blocks = sum(allocator.step_growth.values()) if steady.blocked else 0
                 flight = self.flight = self._start(plan)
-                if not fast:
-                    pass
-                elif not flight.members:
-                    if steady.repeats(flight, before):
-                        until = self.agenda.peek(t, False, self.roster.live > 0)
-                        horizon = self.link.horizon
-                        fold(self, flight, until if until < horizon else horizon,
-                             policy_blocks)
-                else:
-                    # Counted decoders: a stretch is looked at for folding only if it
-                    # may last (the next look starts afresh).
-                    until = self.agenda.peek(t, False, self.roster.live > 0)
-                    if self.link.horizon < until:
-                        until = self.link.horizon
-                    if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
-                        steady.forget()
-                    elif steady.repeats(flight, before):
-                        fold(self, flight, until, policy_blocks)
+                if fast:
+                    until = None
+                    if not flight.members:
+                        if steady.repeats(flight, before):
+                            until = self._until()
+                            fold(self, flight, until, policy_blocks)
+                    else:
+                        # Counted decoders: a stretch is looked at for folding only
+                        # if it may last (the next look starts afresh).
+                        until = self._until()
+                        if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
+                            steady.forget()
+                        elif steady.repeats(flight, before):
+                            fold(self, flight, until, policy_blocks)
+                    if steady.through and flight.all_decode:
+                        # On through the finishes, while the policy repeats itself.
+                        carry_on(self, self._until() if until is None else until)
                 if on_state is not None:
                     on_state(t, self._state(), True)
             else:
@@ -206,6 +203,13 @@ class Stepping:
         if self._audit and allocator.host is not None:
             allocator.host.tier.audit()
         return moved
+
+    def _until(self) -> float:
+        """The first time after now at which something outside the dispatches may
+        happen (a fleet's horizon included): where a folded stretch stops."""
+        until = self.agenda.peek(self.now, False, self.roster.live > 0)
+        horizon = self.link.horizon
+        return until if until < horizon else horizon
 
     def next_boundary(self, moved: bool) -> float:
         """E7: the earliest time at which anything can change (infinity: nothing can)."""

@@ -257,6 +257,25 @@ class Policy:
         time slice of k tokens, say): then every step is planned by `schedule`."""
         return blocked_reason is None
 
+    def repeats_decodes(self) -> bool:
+        """Asked by the engine right after a dispatch of plain decodes started, a
+        dispatch that ran every request this policy runs: is the policy at a fixed
+        point? True promises that, as long as nothing happens but decoding
+        progress and finishes (no arrival, cancellation, timeout, preemption,
+        drain or wakeup), every `schedule` call would return the same requests'
+        decodes, in the same order, less those that finished, and leave the
+        policy's attributes as they are but for what `decodes_repeated` sets.
+        The engine then starts those dispatches itself, without calling
+        `schedule`, through finishes too (engine/fast/through.py). Asked of
+        built-in policies only; the default, False, never lets the engine skip
+        a call."""
+        return False
+
+    def decodes_repeated(self, requests: list[Request]) -> None:
+        """The engine started the decodes of `requests`, in that order, in place of
+        a `schedule` call it skipped (`repeats_decodes`): set what that call would
+        have set (a rotation point, say)."""
+
     def next_wakeup(self, now: int) -> int | None:
         """A future tick at which the policy would decide differently with no other
         change (a batching window, a timeout); None if there is none."""

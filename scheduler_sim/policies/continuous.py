@@ -99,6 +99,19 @@ class ContinuousPolicy(Policy):
         return (blocked_reason not in ("reservation", "draining")
                 or self.view.allocator.cache is None)
 
+    def repeats_decodes(self) -> bool:
+        # Nothing waits or prefills, and every decoder fits one dispatch: each call
+        # takes them all, from the first admitted after the rotation point, which
+        # is where the last call started (the one before that start, or, if that
+        # one finished, nobody between it and the start).
+        options = self.options
+        n = len(self.decoders)
+        return (not self.queue and not self.prefillers and n <= options.max_rows
+                and n <= options.token_budget)
+
+    def decodes_repeated(self, requests: list[Request]) -> None:
+        self._last_decode = requests[-1].admit_seq  # as `schedule` sets it
+
     # --- the dispatch -------------------------------------------------------
 
     def schedule(self, now: int) -> Plan:

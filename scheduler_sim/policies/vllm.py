@@ -314,6 +314,15 @@ class VllmPolicy(QueueAndListPolicy):
             return True
         return all(r.output_token_ids is None for r in self.running)
 
+    def repeats_decodes(self) -> bool:
+        # Nothing waits, prefill has no cadence and no cache keys blocks as they
+        # fill: each call walks the running list and gives every request its
+        # decode (the engine checks that the blocks they open are free).
+        options = self.options
+        return (not self.waiting and options.prefill_interval <= 1
+                and len(self.running) <= options.token_budget
+                and self.view.allocator.cache is None)
+
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""
         end = req.restore if req.resident < req.restore else req.prompt_tokens

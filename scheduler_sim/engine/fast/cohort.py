@@ -95,6 +95,10 @@ class Cohort:
         self.started = started + 1
         return self._context + len(members) * started
 
+    def opening(self) -> int:
+        """Blocks the next dispatch of every member opens (`start`)."""
+        return len(self._groups[-self.started % self._size])
+
     def complete(self, now: int) -> list[Request]:
         """That dispatch completed at `now`: every member emitted once more. Returns
         the members that emitted their last output, settled and gone."""

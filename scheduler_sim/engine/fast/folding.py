@@ -31,7 +31,11 @@ from ...records.event_lines import LineListener, dispatch_line, snapshot_line, s
 from ...records.events import AdmissionBlocked, Dispatch, Snapshot
 from ...requests.request import DECODE, Request, advance_decodes
 
-__all__ = ["fold"]
+__all__ = ["FOLD_AFTER", "fold"]
+
+# With a cohort, a steady stretch is looked at for folding only when it may
+# last this many dispatches: a shorter one saves less than looking costs.
+FOLD_AFTER = 4
 
 _output_tokens = attrgetter("output_tokens")
 _outputs = attrgetter("outputs")

@@ -1,0 +1,109 @@
+"""Through finishes: a steady stretch of decodes carried on past the requests that end in it.
+
+A fold (folding.py) stops before the completion that finishes a request: the
+next dispatch has one row less, and the engine used to go back to its loop
+to learn what the policy plans next (its `schedule`, then a dispatch to see
+the new plan repeat, then a fold). On a trace where nothing waits, that is
+two or three dispatches run through the whole pipeline for every request
+that ends (about 17,000 of the 68,500 dispatches stepped on the Azure
+conversation trace under `continuous`).
+
+A built-in policy that knows it is at a fixed point says so
+(`Policy.repeats_decodes`): nothing waits, and until something outside
+happens every `schedule` call would plan the same decodes, in the same order,
+less those that finished. Then `carry_on` does what the engine's loop would
+do at each of the boundaries that follow, up to the next outside event, with
+that knowledge: the completion (E1, as the loop does it: outputs, finished
+requests, their blocks released), no outside event (none is due before
+`until`), and the start of the survivors' decodes (the policy is told,
+`decodes_repeated`, instead of asked), folded again when the stretch is
+long enough. The results are the loop's, field for field
+(tests/test_fold_through.py compares them with stepped replays).
+
+It applies only where a boundary holds nothing else: a lone engine (no
+fleet), no event listener or state callback, no client slots, no waiting
+timeout, no release delay, no host memory, a built-in policy.
+"""
+from __future__ import annotations
+
+from operator import attrgetter
+
+from ...policies.base import DecodesFirst
+from ...records.states import RequestStatus
+from .folding import FOLD_AFTER, fold
+
+__all__ = ["carry_on", "may_carry_on"]
+
+INF = float("inf")
+RUNNING = RequestStatus.RUNNING
+_resident = attrgetter("resident")
+
+
+def may_carry_on(engine) -> bool:
+    """Whether a boundary of this lone engine (not a fleet's replica: the caller
+    knows) can ever hold nothing but a completion and the next start (see the
+    module)."""
+    options = engine.options
+    return (engine.steadiness.enabled and engine.builtin_policy
+            and engine.listener is None and engine._on_state is None
+            and engine.clients is None and options.waiting_timeout is None
+            and not options.release_delay and not options.host
+            and engine.link.hooks is None)
+
+
+def carry_on(engine, until: float) -> None:
+    """The flight just started (and perhaps folded) is all decodes: while the
+    policy repeats its decodes and the flight completes before `until` (the next
+    outside event), complete it and start the survivors' decodes, folding each
+    stretch long enough (see the module)."""
+    policy = engine.policy
+    allocator = engine.allocator
+    cohort = engine.cohort
+    steady = engine.steadiness
+    size = allocator.block_size
+    while True:
+        flight = engine.flight
+        t = flight.done
+        if t >= until or not flight.all_decode:
+            return
+        counted = flight.members and not flight.decoders  # every row a cohort member
+        requests = flight.requests if flight.members else flight.decoders
+        if requests is None or len(requests) != policy.running_count \
+                or not policy.repeats_decodes():
+            return
+        # The blocks the next decodes open must be free (a policy short of them
+        # would preempt): the survivors' are at most these.
+        if counted:
+            opening = cohort.opening()
+        else:
+            opening = cohort.blocks_within(1) if flight.members else 0
+            opening += sum(1 for r in map(_resident, flight.decoders) if not r % size)
+        if opening > allocator.free:
+            return
+        engine.now = t
+        engine.complete_due()  # E1, as the loop does it
+        if counted:
+            # Every survivor still a member: their decodes start counted, as
+            # `_start` would find them (`_start_members`) and start them.
+            survivors = list(filter(cohort.members.__contains__, requests))
+            if not survivors:
+                return  # nothing runs: the loop goes on at the next outside event
+            policy.decodes_repeated(survivors)
+            allocator.step_growth.clear()
+            flight = engine.flight = engine._start_counted(
+                survivors, len(survivors), cohort.start(allocator.open_block))
+        else:
+            survivors = [req for req in requests if req.status is RUNNING]
+            if not survivors:
+                return
+            policy.decodes_repeated(survivors)
+            allocator.step_evictions.clear()
+            allocator.step_growth.clear()
+            flight = engine.flight = engine._start(
+                DecodesFirst(survivors, []) if cohort is not None
+                else [(req, 1) for req in survivors])
+        steady.repeated(survivors)
+        until = engine._until()  # (the same: nothing a finish sets is outside)
+        if flight.members and until - flight.done < FOLD_AFTER * (flight.done - flight.start):
+            continue  # too short to be worth a fold: the next boundary, here too
+        fold(engine, flight, until, 0)

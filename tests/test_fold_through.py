@@ -1,0 +1,118 @@
+"""Steady stretches carried on through finishes (engine/fast/through.py) change no result."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import trace_bytes
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.summary import request_record
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.records.options import Options
+
+
+def _engine(records, policy, fast=True, **options):
+    trace = parse_trace(trace_bytes(records), "through.jsonl")
+    return Engine(trace.workload, Options.resolve(trace.config, options), policy,
+                  fast_forward=fast)
+
+
+def _counting_calls(engine):
+    calls = []
+    original = engine.policy.schedule
+    engine.policy.schedule = lambda now: calls.append(now) or original(now)
+    return calls
+
+
+def _outcome(result):
+    return result.summary, [request_record(r) for r in result.requests]
+
+
+TWO = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4, "output_tokens": 10},
+       {"type": "request", "id": "b", "arrival": 0, "prompt_tokens": 4, "output_tokens": 5}]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_a_finish_inside_a_steady_stretch_needs_no_scheduling_call(policy):
+    """a (10 outputs) and b (5) are prefilled together at tick 0 (first outputs at
+    1), decode from 1; b's fifth output comes at 5, a's tenth at 10. The policy is
+    asked at 0 and at 1 only: from there it repeats its decodes, and the engine
+    carries the stretch through b's finish to a's, with the stepped results."""
+    engine = _engine(TWO, policy, block_size=4, num_blocks=16)
+    calls = _counting_calls(engine)
+    result = engine.run()
+    assert calls == [0, 1]
+    assert result.summary["iterations"] == 10
+    assert [(r.rid, r.finished_at) for r in result.requests] == [("a", 10), ("b", 5)]
+    assert _outcome(result) == _outcome(_engine(TWO, policy, False, block_size=4,
+                                                num_blocks=16).run())
+
+
+def test_a_waiting_request_keeps_the_call_at_a_finish():
+    """vllm with 2 rows: c waits while a and b decode (folded from 1: a head blocked
+    for rows stays blocked). At b's finish (5) the policy is not at a fixed point,
+    c waits: it is asked, and admits c, which prefills beside a's decode; at 6 a
+    and c decode; at c's finish (7) nothing waits, so no call until a's end (10)."""
+    records = TWO + [{"type": "request", "id": "c", "arrival": 0, "prompt_tokens": 4,
+                      "output_tokens": 2}]
+    engine = _engine(records, "vllm", block_size=4, num_blocks=16, max_rows=2)
+    calls = _counting_calls(engine)
+    result = engine.run()
+    assert calls == [0, 1, 5, 6]
+    assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
+        ("a", 0, 10), ("b", 0, 5), ("c", 5, 7)]
+    assert _outcome(result) == _outcome(_engine(records, "vllm", False, block_size=4,
+                                                num_blocks=16, max_rows=2).run())
+
+
+def _steady_workload(seed: int) -> list[dict]:
+    """2 to 25 requests arriving in bursts, into a pool large enough that nothing
+    waits long: stretches where every running request decodes and some finish."""
+    rng = random.Random(seed)
+    records, t = [], 0
+    for i in range(rng.randint(2, 25)):
+        t += rng.choice([0, 0, 2, 15, 60])
+        records.append({"type": "request", "id": f"r{i}", "arrival": t,
+                        "prompt_tokens": rng.randint(1, 30),
+                        "output_tokens": rng.randint(1, 80)})
+    return records
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("policy", ["serial", "continuous", "vllm"])
+def test_carried_on_and_stepped_replays_agree(seed, policy):
+    """Every summary field and request record equals the stepped replay's, with and
+    without a cost model."""
+    options = _options(seed)
+    records = _steady_workload(seed)
+    result = _engine(records, policy, **options).run()
+    assert _outcome(result) == _outcome(_engine(records, policy, False, **options).run())
+
+
+def _options(seed: int) -> dict:
+    rng = random.Random(seed)
+    options = dict(block_size=4, num_blocks=rng.randint(40, 400),
+                   token_budget=rng.randint(8, 64), max_rows=rng.randint(2, 16))
+    if seed % 3 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    return options
+
+
+@pytest.mark.parametrize("policy", ["serial", "continuous", "vllm"])
+def test_random_stretches_are_carried_on(policy):
+    """Over the workloads above, the policy is asked fewer times with stretches
+    carried on than with the engine's loop deciding each boundary."""
+    carried = looped = 0
+    for seed in range(30):
+        records = _steady_workload(seed)
+        engine = _engine(records, policy, **_options(seed))
+        calls = _counting_calls(engine)
+        engine.run()
+        plain = _engine(records, policy, **_options(seed))
+        plain.steadiness.through = False
+        plain_calls = _counting_calls(plain)
+        plain.run()
+        carried += len(calls)
+        looped += len(plain_calls)
+    assert carried < looped

@@ -116,3 +116,32 @@ def test_random_stretches_are_carried_on(policy):
         carried += len(calls)
         looped += len(plain_calls)
     assert carried < looped
+
+
+@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("policy", ["serial", "continuous", "vllm"])
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_carried_on_event_streams_equal_the_stepped_ones(seed, policy, prefix_caching):
+    """With an event listener writing lines (the events file's path) and with prefix
+    caching or without, the stream of a replay carried on through finishes is
+    the stepped replay's, byte for byte: each finish's record, then the next
+    snapshot and dispatch."""
+    from test_fast_forward import _Lines
+    from scheduler_sim.records.clock import Clock
+    options = _options(seed)
+    if prefix_caching:
+        options["prefix_caching"] = True
+    records = _steady_workload(seed)
+    trace = parse_trace(trace_bytes(records), "through.jsonl")
+    opts = Options.resolve(trace.config, options)
+    clock = Clock.of(opts)
+    sink = _Lines(clock)
+    carried = Engine(trace.workload, opts, policy, on_event=sink.listener)
+    calls = _counting_calls(carried)
+    carried.run()
+    stepped = []
+    Engine(trace.workload, opts, policy, fast_forward=False,
+           on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
+    assert sink.lines == stepped
+    if not (prefix_caching and policy == "vllm"):  # (vllm's cache keys blocks as it plans)
+        assert len(calls) < sum(1 for line in stepped if '"event":"dispatch"' in line)

@@ -21,14 +21,17 @@ long enough. The results are the loop's, field for field
 (tests/test_fold_through.py compares them with stepped replays).
 
 It applies only where a boundary holds nothing else: a lone engine (no
-fleet), no event listener or state callback, no client slots, no waiting
-timeout, no release delay, no host memory, a built-in policy.
+fleet), no state callback, no client slots, no waiting timeout, no release
+delay, no host memory, a built-in policy. With an event listener, each
+boundary writes what the loop's would: the finished requests' records, then
+the snapshot and the dispatch (or the folded stretch's lines).
 """
 from __future__ import annotations
 
 from operator import attrgetter
 
 from ...policies.base import DecodesFirst
+from ...records.events import Snapshot
 from ...records.states import RequestStatus
 from .folding import FOLD_AFTER, fold
 
@@ -45,7 +48,7 @@ def may_carry_on(engine) -> bool:
     module)."""
     options = engine.options
     return (engine.steadiness.enabled and engine.builtin_policy
-            and engine.listener is None and engine._on_state is None
+            and engine._on_state is None
             and engine.clients is None and options.waiting_timeout is None
             and not options.release_delay and not options.host
             and engine.link.hooks is None)
@@ -60,6 +63,7 @@ def carry_on(engine, until: float) -> None:
     allocator = engine.allocator
     cohort = engine.cohort
     steady = engine.steadiness
+    emit = engine.listener
     size = allocator.block_size
     while True:
         flight = engine.flight
@@ -99,9 +103,11 @@ def carry_on(engine, until: float) -> None:
             policy.decodes_repeated(survivors)
             allocator.step_evictions.clear()
             allocator.step_growth.clear()
-            flight = engine.flight = engine._start(
-                DecodesFirst(survivors, []) if cohort is not None
-                else [(req, 1) for req in survivors])
+            plan = (DecodesFirst(survivors, []) if cohort is not None
+                    else [(req, 1) for req in survivors])
+            if emit is not None:
+                emit(Snapshot(t, **engine._state(plan)))  # as the step writes it
+            flight = engine.flight = engine._start(plan)
         steady.repeated(survivors)
         until = engine._until()  # (the same: nothing a finish sets is outside)
         if flight.members and until - flight.done < FOLD_AFTER * (flight.done - flight.start):

@@ -10,7 +10,7 @@ computes them:
 - the run's dispatch statistics (`RunStats`: iterations, rows, tokens by
   kind, padding, outputs, busy seconds, empty iterations, the makespan);
 - its timing: the cost model's seconds (`CostModel.dispatch_seconds`, or for
-  a folded stretch `decode_terms`, the same floats) turned into clock steps.
+  a folded stretch `decode_series`, the same floats) turned into clock steps.
   A dispatch that starts at the step the previous one completed at starts
   from that one's exact end, so rounding to whole steps never adds up
   (records/clock.py); without a cost model a dispatch lasts one step;
@@ -22,7 +22,6 @@ as requests end.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from math import ceil
 
 from ..gpu.costmodel import CostModel
 from ..records.clock import Clock
@@ -147,28 +146,23 @@ class DispatchLedger:
         # grow slowly with the contexts, so runs are long.
         runs: list[tuple[int, int]] = []
         step = run_length = 0
-        if cost is not None:
-            # `decode_seconds`, `Clock.steps` and `Clock.end_step` (so `timed`),
-            # inlined with the same floats: this loop runs once per folded dispatch
-            # (392,457 of the 443,487 dispatches of the Azure replay under vllm in
-            # benchmarks/targets.py), where the three calls cost about 2.4 of
-            # the 12.5 million function calls of the run (cProfile).
-            base, kv = cost.decode_terms(rows)
-            step_seconds = self.clock.step_seconds
-            slack, relative = self.clock.rounding
+        series = cost.decode_series(rows, contexts) if cost is not None else None
+        steps_of = self.clock.steps
+        end_step = self.clock.end_step
         while folded < most and done < until:
             if starts is not None:
                 starts.append(done)
-            if cost is None:
+            if series is None:
                 length = 1
             else:
-                seconds = base + kv * (contexts + rows)
-                contexts += rows
+                # `timed`, inlined: this loop runs once per folded dispatch (374,979
+                # of the 443,484 dispatches of the Azure replay under continuous in
+                # benchmarks/targets.py); a call would cost about 60 ns each there
+                # (timeit), about 1% of the replay.
+                seconds = next(series)
                 busy += seconds
-                exact += seconds / step_seconds
-                end = ceil(exact - slack - exact * relative)
-                if end <= done:
-                    end = done + 1
+                exact += steps_of(seconds)
+                end = end_step(exact, done)
                 if exact <= done:
                     exact = end  # shorter than the rest of its first step: one step
                 length = end - done

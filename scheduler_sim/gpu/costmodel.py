@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 
 from .coefficients import DEFAULTS, Coefficients
 from .models import ACTIVATION_BYTES
@@ -199,10 +200,16 @@ class CostModel:
         """`dispatch_seconds` of `rows` decodes whose contexts sum to `contexts`."""
         return self._decode_base(rows) + self._kv * (contexts + rows)
 
-    def decode_terms(self, rows: int) -> tuple[float, float]:
-        """(base, kv) with `decode_seconds(rows, contexts) == base + kv * (contexts +
-        rows)`, the same floats: for a loop that prices many decode dispatches."""
-        return self._decode_base(rows), self._kv
+    def decode_series(self, rows: int, contexts: int) -> Iterator[float]:
+        """`decode_seconds(rows, contexts + k * rows)` for k = 0, 1, 2, ...: the
+        dispatches of a steady stretch, in which each of `rows` decodes adds one
+        token to its context per dispatch (the same floats as `decode_seconds`,
+        without a call each)."""
+        base = self._decode_base(rows)
+        kv = self._kv
+        while True:
+            yield base + kv * (contexts + rows)
+            contexts += rows
 
     def breakdown(self, chunks, rows: int, contexts: int) -> dict[str, float]:
         """`dispatch_seconds` term by term (seconds; see the class docstring); the

@@ -129,9 +129,6 @@ class Clock:
         """`seconds` of modelled time in (fractional) clock steps."""
         return seconds / self.step_seconds
 
-    # (_ABS, _REL) of `end_step`, for a loop that inlines it (engine/ledger.py).
-    rounding = (_ABS, _REL)
-
     def end_step(self, exact: float, start: int) -> int:
         """The step at which a dispatch started at step `start` and ending at exact
         (fractional) step `exact` completes: the first at or after it, at least

@@ -238,7 +238,9 @@ class BlockAllocator(Sharing, Freeing, Audit):
         need = -(-rows // self.block_size) - len(table)
         if need <= 0:
             return 0
-        free = self.free
+        plain = self._free
+        # `self.free`, inlined: 356,586 calls replaying the Mooncake trace under vllm.
+        free = len(plain) + self.num_blocks - self._fresh + len(self._cached_free)
         if need > free:
             raise InvariantError(
                 f"request {rid!r} needs {need} new blocks but free({free}) < {need}: "
@@ -252,7 +254,6 @@ class BlockAllocator(Sharing, Freeing, Audit):
                     f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
             self._grown[rid] = grown
             self.granted += need
-        plain = self._free
         if need == 1 and plain and not self._shared:  # a decode opening a block
             table.append(plain.pop())
         else:

@@ -73,7 +73,9 @@ class VllmCache(PrefixCache):
         if full <= start:
             self._registered(keys, start, start)
             return None
-        key_list = keys.ensure(full)
+        key_list = keys.keys
+        if len(key_list) < full:  # (`ensure` computes the keys not known yet)
+            key_list = keys.ensure(full)
         index = self.index
         writers = self.writers
         self.request_keys[rid] = keys

@@ -373,6 +373,50 @@ def test_vllm_cache_runs_are_rebuilt_once_stale_entries_outnumber_the_queue():
     assert (list(zip(*c.queue_items())), c.free_blocks) == ([(69, 169)], {69})
 
 
+@pytest.mark.parametrize("compact", [False, True])
+def test_vllm_cache_hits_in_bulk_count_a_second_stale_entry(compact):
+    """One run [0..5], block b keyed 100 + b. hits([0, 1, 9]) takes 0 and 1 (9 is not
+    queued): stale {0: 1, 1: 1}. 0 comes back as the run [0]; hits([0, 2]) takes 0 and
+    2, and 0 now has two stale entries (one in each run): stale {0: 2, 1: 1, 2: 1}, 4
+    in all, the queue [3, 4, 5]; 2 of [3, 0, 5, 7] are queued; popping 2 gives 3, 4."""
+    c = VllmCache(compact)
+    c.give_back([], list(range(6)), list(range(100, 106)))
+    assert c.hits([0, 1, 9]) == {0, 1}
+    assert (c.stale, c.stale_total) == ({0: 1, 1: 1}, 2)
+    c.give_back([], [0], [100])
+    assert c.hits([0, 2]) == {0, 2}
+    assert (c.stale, c.stale_total, c.queue_items()[0]) == ({0: 2, 1: 1, 2: 1}, 4, [3, 4, 5])
+    assert (c.count_free([3, 0, 5, 7]), c.hits([]), c.hits([1, 9])) == (2, set(), set())
+    assert c.pop_oldest(2) == ([3, 4], [103, 104])
+
+
+def test_share_counts_owners_in_bulk_and_refuses_a_block_nobody_holds():
+    """Pool of 4, vLLM's cache. A writes [0, 1, 2] (keyed 0..2), B hits A's first two
+    (held: one extra owner each), C too (two extra each); A frees (its block 2 joins the
+    queue; 0 and 1 stay held by B and C), and D hits all three: 2 leaves the queue
+    (held again, no extra owner), 0 and 1 get a third owner. Sharing block 3, never
+    allocated, raises; so does sharing block 2 while it drains after D let go."""
+    a = BlockAllocator(4, B, cache=VllmCache())
+    ka = plain_keys(0, 12)
+    assert prefill(a, "A", ka, 12) == [0, 1, 2]
+    for rid in ("B", "C"):
+        kb = plain_keys(0, 12)
+        a.share(rid, a.lookup(kb, 2), kb)
+    assert a._extra == {0: 2, 1: 2}
+    a.free_request("A", 0, 0)
+    ok(a)
+    assert (a.cached_free, a.held) == (1, 2)
+    kd = plain_keys(0, 12)
+    a.share("D", a.lookup(kd, 3), kd)
+    ok(a)
+    assert (a._extra, a.cached_free, a.held, a.table("D")) == ({0: 2, 1: 2}, 0, 3, [0, 1, 2])
+    with pytest.raises(InvariantError, match="never allocated"):
+        a.share("E", [3], plain_keys(1, 4))
+    a.free_request("D", 0, 4)  # 2 drains: nobody holds it, and it is not cached
+    with pytest.raises(InvariantError, match="nobody holds it"):
+        a.share("F", [2], plain_keys(2, 4))
+
+
 def test_a_cache_is_bound_once_before_any_block_is_handed_out():
     """An allocator without a cache takes one (`bind_cache`) while no block was handed
     out; a second cache, or one bound after block 0 went to r, raises."""

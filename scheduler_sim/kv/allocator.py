@@ -146,6 +146,7 @@ class BlockAllocator(Sharing, Freeing, Audit):
         self._find = cache.find
         self._touch = cache.touch
         self._hit = cache.hit
+        self._hits = cache.hits
         self._take = cache.take
         self._give_back = cache.give_back
         self._release = cache.release
@@ -237,7 +238,9 @@ class BlockAllocator(Sharing, Freeing, Audit):
         need = -(-rows // self.block_size) - len(table)
         if need <= 0:
             return 0
-        free = self.free
+        plain = self._free
+        # `self.free`, inlined: 356,586 calls replaying the Mooncake trace under vllm.
+        free = len(plain) + self.num_blocks - self._fresh + len(self._cached_free)
         if need > free:
             raise InvariantError(
                 f"request {rid!r} needs {need} new blocks but free({free}) < {need}: "
@@ -251,7 +254,6 @@ class BlockAllocator(Sharing, Freeing, Audit):
                     f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
             self._grown[rid] = grown
             self.granted += need
-        plain = self._free
         if need == 1 and plain and not self._shared:  # a decode opening a block
             table.append(plain.pop())
         else:
@@ -331,7 +333,13 @@ class BlockAllocator(Sharing, Freeing, Audit):
 
     def try_grow(self, rid: str, rows: int) -> bool:
         """All-or-nothing `grow`: allocate every block needed for `rows`, or none (L4)."""
-        if not self.can_allocate(self.blocks_to_grow(rid, rows)):
+        # `can_allocate(blocks_to_grow(rid, rows))`, inlined (74,108 calls replaying
+        # the Mooncake trace under vllm, each a prefill chunk or a decode opening a
+        # block).
+        table = self._tables.get(rid)
+        need = -(-rows // self.block_size) - (len(table) if table is not None else 0)
+        if need > 0 and need > (len(self._free) + self.num_blocks - self._fresh
+                                + len(self._cached_free)):
             return False
         self.grow(rid, rows)
         return True

@@ -42,9 +42,12 @@ class Freeing:
         # the last ones of the reversed table.
         if count:
             split = len(table) - count
-            keyed = table[split:]
+            if split:
+                keyed = table[split:]
+                del table[split:]
+            else:  # every block carries its key (the common case): no copy
+                keyed, table = table, []
             keys = carried[count - 1::-1]
-            del table[split:]
         else:
             keyed = keys = ()
         extra = self._extra
@@ -66,8 +69,8 @@ class Freeing:
                 # (hits are prefixes): the tail of `keyed`, cut off in one slice.
                 cut = len(keyed) - len(shared)
                 if shared.issuperset(islice(keyed, cut, None)):
-                    keyed = keyed[:cut]
-                    keys = keys[:cut]
+                    del keyed[cut:]  # (both lists are this call's own)
+                    del keys[cut:]
                 else:
                     keep = list(map(not_, map(shared.__contains__, keyed)))
                     keyed = list(compress(keyed, keep))

@@ -142,6 +142,15 @@ class PrefixCache:
         """Take free cached `block` out of `free_blocks`: a request holds it again."""
         raise NotImplementedError
 
+    def hits(self, blocks: list[int]) -> set[int]:
+        """`hit` for each of `blocks` that is a free cached block, in order;
+        return the set of those."""
+        free = self.free_blocks
+        found = [block for block in blocks if block in free]
+        for block in found:
+            self.hit(block)
+        return set(found)
+
     def on_share(self, rid: str, blocks: list[int], keys: BlockKeys | None,
                  has_blocks: bool) -> None:
         """`rid` (holding blocks already if `has_blocks`) shares `blocks`, found by
@@ -266,6 +275,10 @@ class NoCache(PrefixCache):
     def count_free(self, blocks):
         """No block is a free cached one."""
         return 0
+
+    def hits(self, blocks):
+        """No block is a free cached one."""
+        return set()
 
     def give_back(self, blocks, keyed=(), keys=()):
         """Every block is plain."""

@@ -11,6 +11,9 @@ the attributes its `__init__` sets.
 """
 from __future__ import annotations
 
+from itertools import filterfalse, repeat
+from operator import add
+
 from ..records.errors import InvariantError
 from .block_keys import BlockKeys
 
@@ -66,17 +69,44 @@ class Sharing:
         ...)` found them with) and an empty table (`PrefixCache.on_share`).
         """
         self._become_shared()
-        if blocks:
-            self._cache.on_share(rid, blocks, keys, bool(self._tables.get(rid)))
+        if not blocks:
+            self._tables.setdefault(rid, [])
+            return
+        self._cache.on_share(rid, blocks, keys, bool(self._tables.get(rid)))
+        # Blocks are sorted in bulk (loops in C, not one Python branch per block:
+        # 615,217 blocks shared in 12,333 admissions replaying the Mooncake trace
+        # under vllm): free cached ones leave the cache (`hits`), the others gain
+        # an owner, unless they are pinned orphans.
+        found = self._hits(blocks)
+        self.held += len(found)
+        rest = (blocks if not found else () if len(found) == len(blocks)
+                else list(filterfalse(found.__contains__, blocks)))
+        if rest:
+            orphans = self._orphans
+            if (orphans and not orphans.isdisjoint(rest)) or not self._all_held(rest):
+                self._share_one_by_one(rid, rest)
+            else:
+                # One more owner each (`rest` has no block twice): the counts as
+                # they were, plus one, written back in one update.
+                extra = self._extra
+                extra.update(zip(rest, map(add, map(extra.get, rest, repeat(0)), repeat(1))))
+        if self.held > self.peak_held:
+            self.peak_held = self.held
+        self._tables.setdefault(rid, []).extend(blocks)
+
+    def _all_held(self, blocks: list[int]) -> bool:
+        """Whether somebody owns or pins every one of `blocks`, none of which is a
+        free cached block (`_held` for all of them, in bulk)."""
+        return (0 <= min(blocks) and max(blocks) < self._fresh
+                and self._plain_set.isdisjoint(blocks) and self._draining_set.isdisjoint(blocks))
+
+    def _share_one_by_one(self, rid: str, blocks: list[int]) -> None:
+        """The rest of `share`, a block at a time: shared blocks that are not free
+        cached ones and are pinned orphans, or not all held (then it raises)."""
         extra = self._extra
         orphans = self._orphans
-        cached = self._cached_free
-        hit = self._hit
         for block in blocks:
-            if block in cached:
-                hit(block)
-                self.held += 1
-            elif block in orphans:
+            if block in orphans:
                 orphans.remove(block)  # pinned, and owned again
                 self._cache.orphan_key(block)  # (its new owner names its key)
             elif self._held(block):
@@ -87,9 +117,6 @@ class Sharing:
             else:
                 raise InvariantError(f"block {block} is shared by {rid!r} but was never "
                                      "allocated")
-        if self.held > self.peak_held:
-            self.peak_held = self.held
-        self._tables.setdefault(rid, []).extend(blocks)
 
     def pin(self, blocks: list[int]) -> int:
         """Pin held blocks for an in-flight transfer; return the pin's handle.

@@ -73,7 +73,9 @@ class VllmCache(PrefixCache):
         if full <= start:
             self._registered(keys, start, start)
             return None
-        key_list = keys.ensure(full)
+        key_list = keys.keys
+        if len(key_list) < full:  # (`ensure` computes the keys not known yet)
+            key_list = keys.ensure(full)
         index = self.index
         writers = self.writers
         self.request_keys[rid] = keys
@@ -130,11 +132,44 @@ class VllmCache(PrefixCache):
         stale = self.stale
         stale[block] = stale.get(block, 0) + 1
         self.stale_total += 1
+        self._rebuild_if_stale()
+
+    def hits(self, blocks):
+        """`hit` for every free cached block among `blocks`, in bulk (set operations
+        in C: replaying the Mooncake trace under vllm, 12,333 admissions share
+        615,217 blocks, 207,161 of them free cached ones); return them as a set."""
+        free = self.free_blocks
+        if self.compact:
+            found = set(filter(free.__contains__, blocks))
+            if found:
+                free.remove_members(found)
+        else:
+            found = free.intersection(blocks)
+            if found:
+                free.difference_update(found)
+        if not found:
+            return found
+        stale = self.stale
+        again = stale.keys() & found  # blocks with stale entries already: one more each
+        for block in again:
+            stale[block] += 1
+        stale.update(dict.fromkeys(found - again if again else found, 1))
+        self.stale_total += len(found)
+        self._rebuild_if_stale()
+        return found
+
+    def _rebuild_if_stale(self) -> None:
+        """Once stale entries outnumber the queue, rebuild `runs` from the queue's
+        order, so that it never holds more than twice the queue."""
         if self.stale_total > len(self.free_blocks) + 64:
             blocks, keys = self.queue_items()
             self.runs = deque([[blocks, keys, 0]]) if blocks else deque()
-            stale.clear()
+            self.stale.clear()
             self.stale_total = 0
+
+    def count_free(self, blocks):
+        """How many of `blocks` are in the queue (a set intersection, in C)."""
+        return len(self.free_blocks.intersection(blocks))
 
     def take(self, rid, table, count):
         """Evict the `count` least recently freed blocks into `table`: one eviction

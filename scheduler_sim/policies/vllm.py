@@ -188,8 +188,10 @@ class VllmPolicy(QueueAndListPolicy):
                     scheduled[req] = 1
                     budget -= 1
                     i += 1
-                    if keyed and not (r + 1) % size:
-                        self._cache_blocks(req, r + 1)
+                    if keyed and not (r + 1) % size and req.block_keys is not None:
+                        # `_cache_blocks`, inlined: 150,000 decodes fill a block
+                        # replaying the Mooncake trace.
+                        allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
                     continue
             else:
                 if defer:

@@ -53,7 +53,10 @@ class LatencySample:
             counts[value] = count
         else:
             try:
-                self.rest.extend(repeat(value, count))
+                if count == 1:  # (append: 0.3 us a value against 1.5 with extend(repeat), timeit)
+                    self.rest.append(value)
+                else:
+                    self.rest.extend(repeat(value, count))
             except OverflowError:  # an integer past 64 bits: a list from now on
                 self.rest = list(self.rest)
                 self.rest.extend(repeat(value, count))

@@ -1,31 +1,49 @@
-"""The speed targets of the project, measured beside a fixed calibration loop.
+"""The speed and memory targets of the project (issue 26), measured beside a fixed
+calibration loop, each said met or not met.
 
-    python3 benchmarks/targets.py TRACES_DIR [--repeat 3] [--out-dir benchmarks/out]
+    python3 benchmarks/targets.py TRACES_DIR [--repeat 3] [--quick] [--only NAME,...]
+        [--out-dir benchmarks/out]
 
 TRACES_DIR holds `azure_llm_2023/AzureLLMInferenceTrace_conv.csv` (Azure LLM
 inference trace 2023, CC-BY-4.0; Patel et al., "Splitwise", ISCA 2024) and
 `mooncake/conversation_trace.jsonl` (Mooncake FAST'25, Apache-2.0); see
 benchmarks/README.md for where to download them. The script converts them
-with this checkout's `convert` and runs, each in a child process of its own
-(Llama-3-8B on an H100 SXM, 20,480 blocks of 16 tokens, 8,192 tokens and
-256 requests per dispatch):
+with this checkout's `convert` (into OUT_DIR, once), generates the synthetic
+traces (`generate --seed 1 --rate 0.46`, once), and runs each case in a child
+process of its own (`python3 -m scheduler_sim` in this checkout). Every run
+but the generated ones uses Llama-3-8B on an H100 SXM, 20,480 blocks of 16
+tokens, 8,192 tokens and 256 requests per dispatch (`COMMON`). The groups
+(`--only` takes their names):
 
-1. Azure conversation, `continuous` and `vllm`, summary only;
-2. Azure conversation, `continuous`, `--events` to a file;
-3. Mooncake conversation with prefix caching, `vllm`;
-4. `generate --seed 1 --requests 1000000 --rate 0.46`, `continuous`, default
-   options (no cost model).
+- `azure`: the Azure conversation trace, `continuous` and `vllm`, summary
+  only: under 1.0 s of CPU each;
+- `events`: the same under `continuous` with `--events` to a file: within
+  1.8x of its summary-only run;
+- `mooncake`: the Mooncake conversation trace with prefix caching, `vllm`
+  under 2.5 s and `sglang` under 5 s;
+- `million`: 1,000,000 generated requests, `continuous`, default options (no
+  cost model): under 25 s of CPU and a peak RSS under 100 MB;
+- `curve`: the peak RSS of the same replay at 10k, 100k, 300k and 1M
+  requests, flat from 100k to 1M (the 1M peak at most `FLAT` times the
+  100k one);
+- `fleets`: the Mooncake trace on 1, 4, 16 and 64 replicas (`--replicas N
+  --router R`, prefix caching, `vllm`) under `round-robin` and
+  `prefix-affinity`: the CPU of 64 replicas under 1.3x that of 1, and a peak
+  RSS under 150 MB at 64, for each router.
 
-Beside them it runs a calibration loop, a fixed pure-Python workload (integer
-arithmetic, a dict and a list), in a child process too, so that a reader on
-another machine can scale the figures by the ratio of the calibration times.
-Each figure is the median of `--repeat` runs (CPU seconds of the child: user +
-system, from os.wait4; and its wall seconds). Results also go to
-`OUT_DIR/targets.md`.
+CPU targets were set where the calibration loop (a fixed pure-Python
+workload, run in a child too) takes `REFERENCE` seconds: each is scaled by
+calibration / REFERENCE, so that a slower machine gets a longer target.
+Ratios and memory are not scaled. Each figure is the median of `--repeat`
+runs (`--quick`: one) of the child's CPU seconds (user + system) and peak
+RSS (both from os.wait4). Results also go to `OUT_DIR/targets.md`: a table
+per case and one row per target with its figure, its target and whether it
+is met.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -36,7 +54,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = ["--cost-model", "llama-3-8b/h100-sxm", "--block-size", "16", "--num-blocks", "20480",
-          "--token-budget", "8192", "--max-rows", "256"]
+          "--token-budget", "8192", "--max-rows", "256", "--quiet"]
+REFERENCE = 0.6  # the calibration loop's seconds where the CPU targets were set
+FLAT = 1.1       # "flat": the 1M requests' peak RSS at most this times the 100k one's
+CURVE = (10_000, 100_000, 300_000, 1_000_000)
+FLEET_SIZES = (1, 4, 16, 64)
+ROUTERS = ("round-robin", "prefix-affinity")
+GROUPS = ("azure", "events", "mooncake", "million", "curve", "fleets")
 CALIBRATION = """
 total = 0
 table = {}
@@ -52,8 +76,31 @@ print(total)
 """
 
 
-def child(argv: list[str]) -> tuple[float, float]:
-    """Run `python3 ARGV` in the project root: (wall s, CPU s of the child)."""
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One child's figures (or the medians of several): wall s, CPU s, peak RSS MB."""
+
+    wall: float
+    cpu: float
+    rss: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One target: what was measured, the target, and whether it is met."""
+
+    label: str
+    figure: str
+    target: str
+    met: bool
+
+    def line(self) -> str:
+        return (f"| {self.label} | {self.figure} | {self.target} | "
+                f"{'met' if self.met else 'NOT MET'} |")
+
+
+def child(argv: list[str]) -> Run:
+    """Run `python3 ARGV` in the project root, standard output discarded."""
     start = time.perf_counter()
     with open(os.devnull, "w") as sink, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=sink, stderr=err,
@@ -63,55 +110,176 @@ def child(argv: list[str]) -> tuple[float, float]:
         if code not in (0, 1):
             err.seek(0)
             raise SystemExit(f"{' '.join(argv)} failed ({code}): {err.read()[-2000:]}")
-    return time.perf_counter() - start, usage.ru_utime + usage.ru_stime
+    return Run(time.perf_counter() - start, usage.ru_utime + usage.ru_stime,
+               usage.ru_maxrss / 1024)
 
 
-def median_of(argv: list[str], repeat: int) -> tuple[float, float]:
-    runs = [child(argv) for _ in range(repeat)]
-    return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
+def median_of(runs: list[Run]) -> Run:
+    """The median of each figure over `runs`."""
+    return Run(statistics.median(r.wall for r in runs), statistics.median(r.cpu for r in runs),
+               statistics.median(r.rss for r in runs))
+
+
+def cpu_target(label: str, cpu: float, seconds: float, calibration: float) -> Verdict:
+    """CPU under `seconds`, scaled by this machine's calibration time."""
+    limit = seconds * calibration / REFERENCE
+    return Verdict(label, f"{cpu:.2f} s CPU",
+                   f"under {seconds:g} s x {calibration:.2f}/{REFERENCE} = {limit:.2f} s",
+                   cpu < limit)
+
+
+def ratio_target(label: str, ratio: float, limit: float) -> Verdict:
+    return Verdict(label, f"{ratio:.2f}x", f"within {limit:g}x", ratio <= limit)
+
+
+def rss_target(label: str, mb: float, limit: float) -> Verdict:
+    return Verdict(label, f"{mb:.0f} MB peak", f"under {limit:g} MB", mb < limit)
+
+
+def flat_target(label: str, curve: dict[int, float]) -> Verdict:
+    """The peak RSS at 1M requests at most FLAT times the one at 100k."""
+    low, high = curve[100_000], curve[1_000_000]
+    shown = ", ".join(f"{_size(n)} {mb:.0f}" for n, mb in sorted(curve.items()))
+    return Verdict(label, f"{shown} MB ({high / low:.2f}x from 100k to 1M)",
+                   f"1M within {FLAT:g}x of 100k", high <= FLAT * low)
+
+
+def _size(n: int) -> str:
+    return f"{n // 10 ** 6}M" if n % 10 ** 6 == 0 else f"{n // 1000}k"
+
+
+def growth_target(label: str, cpu_1: float, cpu_64: float, limit: float) -> Verdict:
+    return Verdict(label, f"{cpu_64:.2f} / {cpu_1:.2f} s = {cpu_64 / cpu_1:.2f}x",
+                   f"under {limit:g}x", cpu_64 / cpu_1 < limit)
+
+
+def selected(only: str | None) -> list[str]:
+    """The groups `--only` names (all without it), in GROUPS order."""
+    if not only:
+        return list(GROUPS)
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in GROUPS]
+    if unknown:
+        raise SystemExit(f"--only: unknown group {unknown[0]!r} (known: {', '.join(GROUPS)})")
+    return [g for g in GROUPS if g in names]
+
+
+class Bench:
+    """Runs the cases, printing a table row per case as it goes."""
+
+    def __init__(self, repeat: int) -> None:
+        self.repeat = repeat
+        self.rows = ["| run | wall s | CPU s | peak MB |", "|---|---:|---:|---:|"]
+        self.verdicts: list[Verdict] = []
+        self.done: dict[str, Run] = {}
+
+    def measure(self, label: str, argv: list[str], repeat: int | None = None) -> Run:
+        """The medians of `repeat` runs of `python3 ARGV` (measured once per label)."""
+        if label not in self.done:
+            run = median_of([child(argv) for _ in range(repeat or self.repeat)])
+            self.done[label] = run
+            self.rows.append(f"| {label} | {run.wall:.1f} | {run.cpu:.2f} | {run.rss:.0f} |")
+            print(self.rows[-1], flush=True)
+        return self.done[label]
+
+    def judge(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)
+        print(verdict.line(), flush=True)
+
+    def table(self) -> str:
+        return "\n".join(self.rows + ["", "| target | figure | target | verdict |",
+                                      "|---|---|---|---|"]
+                         + [v.line() for v in self.verdicts]) + "\n"
+
+
+def prepare(traces_dir: Path, out_dir: Path, groups: list[str]) -> dict[str, Path]:
+    """Convert and generate the traces the groups need (once, into `out_dir`)."""
+    sim = [sys.executable, "-m", "scheduler_sim"]
+    paths = {"azure": out_dir / "azure_conv.jsonl", "mooncake": out_dir / "mooncake_conv.jsonl"}
+    for n in CURVE:
+        paths[n] = out_dir / f"generated-{n}-0.46.jsonl"
+    wanted: list[tuple[Path, list[str]]] = []
+    if {"azure", "events"} & set(groups):
+        wanted.append((paths["azure"], ["convert", "--from", "azure", str(
+            traces_dir / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv")]))
+    if {"mooncake", "fleets"} & set(groups):
+        wanted.append((paths["mooncake"], ["convert", "--from", "mooncake",
+                                           str(traces_dir / "mooncake" /
+                                               "conversation_trace.jsonl")]))
+    sizes = CURVE if "curve" in groups else (1_000_000,) if "million" in groups else ()
+    for n in sizes:
+        wanted.append((paths[n], ["generate", "--seed", "1", "--requests", str(n), "--rate",
+                                  "0.46"]))
+    for target, argv in wanted:
+        if not target.exists():
+            subprocess.run([*sim, *argv, "-o", str(target)], cwd=ROOT, check=True)
+    return paths
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces_dir", type=Path)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one run per figure")
+    parser.add_argument("--only", help=f"comma-separated groups: {', '.join(GROUPS)}")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "out")
     args = parser.parse_args()
+    groups = selected(args.only)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    sim = ["-m", "scheduler_sim"]
-    azure = args.out_dir / "azure_conv.jsonl"
-    mooncake = args.out_dir / "mooncake_conv.jsonl"
-    generated = args.out_dir / "generated-1000000-0.46.jsonl"
-    for target, argv in (
-            (azure, ["convert", "--from", "azure",
-                     str(args.traces_dir / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv")]),
-            (mooncake, ["convert", "--from", "mooncake",
-                        str(args.traces_dir / "mooncake" / "conversation_trace.jsonl")]),
-            (generated, ["generate", "--seed", "1", "--requests", "1000000", "--rate", "0.46"])):
-        if not target.exists():
-            subprocess.run([sys.executable, *sim, *argv, "-o", str(target)], cwd=ROOT, check=True)
-    events = args.out_dir / "targets-events.jsonl"
-    cases = [
-        ("calibration loop", ["-c", CALIBRATION]),
-        ("Azure conversation, continuous", sim + ["replay", str(azure), "--policy", "continuous",
-                                                  *COMMON]),
-        ("Azure conversation, vllm", sim + ["replay", str(azure), "--policy", "vllm", *COMMON]),
-        ("Azure conversation, continuous, --events", sim + [
-            "replay", str(azure), "--policy", "continuous", *COMMON, "--events", str(events)]),
-        ("Mooncake conversation, prefix caching, vllm", sim + [
-            "replay", str(mooncake), "--policy", "vllm", "--prefix-caching", *COMMON]),
-        ("1,000,000 generated requests (rate 0.46), continuous", sim + [
-            "replay", str(generated), "--policy", "continuous"]),
-    ]
-    rows = ["| run | wall s | CPU s |", "|---|---:|---:|"]
-    for label, argv in cases:
-        wall, cpu = median_of(argv, args.repeat)
-        rows.append(f"| {label} | {wall:.1f} | {cpu:.1f} |")
-        print(rows[-1], flush=True)
-    if events.exists():
-        events.unlink()
-    (args.out_dir / "targets.md").write_text("\n".join(rows) + "\n")
-    print("\n".join(rows))
+    paths = prepare(args.traces_dir, args.out_dir, groups)
+    bench = Bench(1 if args.quick else args.repeat)
+    sim = ["-m", "scheduler_sim", "replay"]
+    calibration = bench.measure("calibration loop", ["-c", CALIBRATION]).cpu
+    azure = [str(paths["azure"]), *COMMON]
+    mooncake = [str(paths["mooncake"]), "--prefix-caching", *COMMON]
+    if "azure" in groups or "events" in groups:
+        for policy in ("continuous", "vllm") if "azure" in groups else ("continuous",):
+            run = bench.measure(f"Azure conversation, {policy}",
+                                sim + [*azure, "--policy", policy])
+            if "azure" in groups:
+                bench.judge(cpu_target(f"Azure conversation, {policy}, summary only", run.cpu,
+                                       1.0, calibration))
+    if "events" in groups:
+        events = args.out_dir / "targets-events.jsonl"
+        run = bench.measure("Azure conversation, continuous, --events",
+                            sim + [*azure, "--policy", "continuous", "--events", str(events)])
+        events.unlink(missing_ok=True)
+        summary = bench.done["Azure conversation, continuous"]
+        bench.judge(ratio_target("Azure conversation, continuous, --events against summary",
+                                 run.cpu / summary.cpu, 1.8))
+    if "mooncake" in groups:
+        for policy, seconds in (("vllm", 2.5), ("sglang", 5.0)):
+            run = bench.measure(f"Mooncake conversation, prefix caching, {policy}",
+                                sim + [*mooncake, "--policy", policy])
+            bench.judge(cpu_target(f"Mooncake conversation, prefix caching, {policy}", run.cpu,
+                                   seconds, calibration))
+    if "million" in groups or "curve" in groups:
+        label = "{:,} generated requests (rate 0.46), continuous"
+        curve = {}
+        for n in CURVE if "curve" in groups else (1_000_000,):
+            # The smaller ones only give the curve's memory: one run each.
+            run = bench.measure(label.format(n), sim + [str(paths[n]), "--policy", "continuous"],
+                                None if n == 1_000_000 else 1)
+            curve[n] = run.rss
+        if "million" in groups:
+            run = bench.done[label.format(1_000_000)]
+            bench.judge(cpu_target(label.format(1_000_000), run.cpu, 25.0, calibration))
+            bench.judge(rss_target(label.format(1_000_000), run.rss, 100))
+        if "curve" in groups:
+            bench.judge(flat_target("generated requests, peak RSS at 10k/100k/300k/1M", curve))
+    if "fleets" in groups:
+        for router in ROUTERS:
+            runs = {n: bench.measure(f"Mooncake, vllm, prefix caching, {n} replicas, {router}",
+                                     sim + [*mooncake, "--policy", "vllm", "--replicas", str(n),
+                                            "--router", router])
+                    for n in FLEET_SIZES}
+            bench.judge(growth_target(f"Mooncake fleet, {router}: CPU of 64 replicas over 1",
+                                      runs[1].cpu, runs[64].cpu, 1.3))
+            bench.judge(rss_target(f"Mooncake fleet, {router}, 64 replicas", runs[64].rss, 150))
+    text = bench.table()
+    (args.out_dir / "targets.md").write_text(text)
+    print()
+    print(text, end="")
     return 0
 
 

@@ -249,3 +249,19 @@ def test_spilling_the_queue_tail_changes_nothing_a_replay_shows(tmp_path, monkey
         assert (policy, spill) == (policy, held)
         assert a.summary == b.summary
     assert spilled  # the tail was spilled and built again
+
+
+def test_references_streamed_read_the_named_requests_again(tmp_path):
+    """Streamed, the requests that actions name are read again from the file: an
+    arrival in seconds quoted as written, and an invalid request known but with no
+    arrival to compare with (only its own problem is reported)."""
+    path = write_trace(tmp_path, [
+        {"type": "config", "time_unit": "s"},
+        req("a", 2.5, 4, 2), req("b", 1, 0, 2),
+        {"type": "preempt", "id": "a", "at": 1.25},
+        {"type": "cancel", "id": "b", "at": 0}])
+    expected = [
+        f"{path}:3: request 'b': prompt_tokens must be an integer >= 1, got 0",
+        f"{path}:4: preempt 'a': at must be >= the request's arrival (2.5), got 1.25"]
+    assert errors(path, stream=False) == expected
+    assert errors(path, stream=True) == expected

@@ -2,38 +2,24 @@
 
 `RunStats` is fed by the engine (through the dispatch ledger, ledger.py) as
 requests end and dispatches run; it keeps only the numbers the statistics
-need: one value per request for each latency (8 bytes each: a million
-requests cost 40 MB, the exact percentiles' price), and a count per distinct
-gap for the inter-token latency (ITL). `summary` gives the run's record in
+need: each latency's values as a count per distinct value (latency_sample.py:
+exact, and bounded by the distinct values, not the requests, as long as
+they repeat), and a count per distinct gap for the inter-token latency
+(ITL). `summary` gives the run's record in
 the run's unit (summary.py names its fields and the latency metrics). A
 fleet's statistics are its replicas' combined (`combined`).
 """
 from __future__ import annotations
 
-import math
-from array import array
 from typing import Any
 
 from ..records.clock import Clock
 from ..requests.request import Request
+from .latency_sample import LatencySample, counted_rank
 from .summary import (COMPLETED, METRICS, PERCENTILES, RUN_FIELDS, STATUS_FIELDS, latencies,
-                      meets_slo, nearest_rank)
+                      meets_slo)
 
 __all__ = ["RunStats"]
-
-
-def _counted_rank(counts: list[tuple[int, int]], total: int, p: float) -> int | None:
-    """nearest_rank over a sample given as ascending (value, count) pairs."""
-    if not total:
-        return None
-    rank = max(1, math.ceil(p / 100 * total))
-    seen = 0
-    for value, count in counts:
-        seen += count
-        if seen >= rank:
-            return value
-    return counts[-1][0]
-
 
 
 class RunStats:
@@ -42,10 +28,9 @@ class RunStats:
     def __init__(self, clock: Clock | None = None, slo: tuple | None = None) -> None:
         self.clock = clock or Clock()
         self.slo = slo
-        # One value per request and metric, 8 bytes each: whole clock steps, and
-        # TPOT's fractions (a list only if a time outgrows 64 bits).
-        self.samples: dict[str, Any] = {m: array("d" if m == "tpot" else "q")
-                                        for m in METRICS if m != "itl"}
+        # Each metric's values, counted (whole clock steps, and TPOT's fractions).
+        self.samples: dict[str, LatencySample] = {m: LatencySample(floats=m == "tpot")
+                                                  for m in METRICS if m != "itl"}
         self.itl: dict[int, int] = {}  # gap in steps -> how many output gaps lasted it
         self.status_counts = {label: 0 for label in STATUS_FIELDS}
         self.requests = 0
@@ -76,12 +61,8 @@ class RunStats:
         samples are pooled, the makespan is the latest."""
         out = cls(parts[0].clock, parts[0].slo)
         for part in parts:
-            for metric, values in part.samples.items():
-                mine = out.samples[metric]
-                try:
-                    mine.extend(values)
-                except (OverflowError, TypeError):
-                    out.samples[metric] = list(mine) + list(values)
+            for metric, sample in part.samples.items():
+                out.samples[metric].update(sample)
             for gap, count in part.itl.items():
                 out.itl[gap] = out.itl.get(gap, 0) + count
             for label, count in part.status_counts.items():
@@ -98,16 +79,11 @@ class RunStats:
         self.replay_rows += req.replay_rows
         self.preemptions += req.preemptions
         self.cached_tokens += req.cached_tokens
-        samples = self.samples
         lat = latencies(req, self.clock.request_overhead)
-        for metric, values in samples.items():
+        for metric, sample in self.samples.items():
             value = lat[metric]
             if value is not None:
-                try:
-                    values.append(value)
-                except OverflowError:
-                    samples[metric] = values = list(values)
-                    values.append(value)
+                sample.add(value)
         completed = req.status in COMPLETED
         if completed:
             self.completed_input += req.prompt_tokens
@@ -148,11 +124,11 @@ class RunStats:
             if metric == "itl":
                 out.update(self._itl())
                 continue
-            values = sorted(self.samples[metric])
-            out[f"{metric}_mean"] = report(sum(values) / len(values)) if values else None
-            for p in PERCENTILES:
-                out[f"{metric}_p{p}"] = report(nearest_rank(values, p))
-            out[f"{metric}_max"] = report(values[-1]) if values else None
+            mean, ranked, top = self.samples[metric].stats(PERCENTILES)
+            out[f"{metric}_mean"] = report(mean) if mean is not None else None
+            for p, value in zip(PERCENTILES, ranked):
+                out[f"{metric}_p{p}"] = report(value)
+            out[f"{metric}_max"] = report(top) if top is not None else None
         slo = self.slo is not None
         iters = self.iterations
         out.update({
@@ -186,7 +162,7 @@ class RunStats:
         total = sum(c for _, c in counts)
         out = {"itl_mean": report(sum(v * c for v, c in counts) / total) if total else None}
         for p in PERCENTILES:
-            out[f"itl_p{p}"] = report(_counted_rank(counts, total, p))
+            out[f"itl_p{p}"] = report(counted_rank(counts, total, p))
         out["itl_max"] = report(counts[-1][0]) if total else None
         return out
 

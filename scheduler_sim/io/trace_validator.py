@@ -2,13 +2,13 @@
 (`Validator.finish`): duplicate request ids, and cancels, preempts and expects
 that name a request the trace does not have or act before its arrival.
 
-In memory it keeps every request; streamed, 16 bytes a request (a digest of its
-id and its arrival), reading the file again only to name duplicates or to quote
-an arrival exactly.
+In memory it keeps every request; streamed, 8 bytes a request (a digest of its
+id, in one of `BUCKETS` arrays by the digest's low bits, so that duplicates are
+found one bucket at a time), reading the file again only to name duplicates,
+or to find the requests that cancels, preempts and expects name.
 """
 from __future__ import annotations
 
-import math
 from array import array
 from hashlib import blake2b
 from typing import Any, Callable, Iterable
@@ -26,6 +26,10 @@ __all__ = ["Validator", "RECORD_TYPES"]
 RECORD_TYPES = ("config", "request", "cancel", "preempt", "expect")
 # "Did you mean" hints for an unknown request id come from the first ids.
 SUGGEST_FROM = 10_000
+# Streamed, the id digests are kept in this many arrays (by their low bits): sorted one
+# at a time to find duplicates, each a list of Python ints for a moment (about 48
+# bytes a request: 48 MB for a million requests when they were sorted all at once).
+BUCKETS = 64
 
 
 def _digest(rid: str) -> int:
@@ -39,9 +43,9 @@ class Validator:
     (duplicate ids, cancels and expects naming requests) in `finish`.
 
     In memory (`streamed` false) it keeps every request. Streamed, it keeps
-    per request only a 64-bit digest of its id and its arrival (16 bytes), so
-    that a file of millions of requests validates in bounded memory, and the
-    requests are read again from the file when replayed.
+    per request only a 64-bit digest of its id (8 bytes), so that a file of
+    millions of requests validates in little memory, and the requests are read
+    again from the file when replayed.
     """
 
     def __init__(self, name: str, streamed: bool) -> None:
@@ -52,8 +56,8 @@ class Validator:
         self.actions: list[tuple[Action, RecordChecker]] = []
         self.expects: list[Expectation] = []
         self.first_line: dict[str, int] = {}  # in memory: id -> its line
-        self.digests = array("q")             # streamed: each request's id digest ...
-        self.arrivals = array("d")            # ... and arrival
+        # Streamed: each request's id digest, in the bucket of its low bits.
+        self.digests = [array("q") for _ in range(BUCKETS)]
         self.count = 0
         self.span: tuple[float, float] | None = None
         self.in_order = True  # arrivals never decrease in file order
@@ -111,9 +115,8 @@ class Validator:
             if self.streamed:
                 spec = parse_request(c, hbs, unit)
                 if isinstance(label, str) and label:
-                    self.digests.append(_digest(label))
-                    arrival = spec.arrival if spec is not None else math.nan
-                    self.arrivals.append(arrival)
+                    digest = _digest(label)
+                    self.digests[digest % BUCKETS].append(digest)
                     if spec is not None:
                         self._note_arrival(spec)
                 return
@@ -169,8 +172,6 @@ class Validator:
                        f"{did_you_mean(action.id, some)}")
             elif arrivals.get(action.id) is not None and action.at < arrivals[action.id]:
                 early.append((action, c))
-        if early and self.streamed and again is not None:
-            arrivals = self._exact_arrivals({a.id for a, _ in early}, again)
         for action, c in early:
             c.fail(f"at must be >= the request's arrival ({show(arrivals[action.id])}), "
                    f"got {show(action.at)}")
@@ -180,35 +181,37 @@ class Validator:
                              f"{did_you_mean(exp.id, some)}")
         problems.raise_if_any()
 
-    def _known_ids(self, again) -> dict[str, float | None]:
-        """Streamed: report duplicate ids; return the arrival (None if the request
-        was invalid) of every id that a cancel, preempt or expect names."""
-        digests = self.digests
-        ordered = sorted(digests)
-        shared = {a for a, b in zip(ordered, ordered[1:]) if a == b}
-        del ordered
+    def _known_ids(self, again) -> dict[str, Any]:
+        """Streamed: report duplicate ids; return the arrival as the trace wrote it
+        (None if the request was invalid) of every id that a cancel, preempt or
+        expect names and a request has (reading the lines again if any is named)."""
+        shared: set[int] = set()
+        for bucket in self.digests:
+            ordered = sorted(bucket)
+            shared.update(a for a, b in zip(ordered, ordered[1:]) if a == b)
         if shared and again is not None:
             self._report_duplicates(shared, again)
         wanted = {a.id for a, _ in self.actions} | {e.id for e in self.expects if e.id}
-        by_digest = {_digest(rid): rid for rid in wanted}
-        known: dict[str, float | None] = {}
-        arrivals = self.arrivals
-        for i, digest in enumerate(digests):
-            rid = by_digest.get(digest)
-            if rid is not None and rid not in known:
-                arrival = arrivals[i]
-                known[rid] = None if math.isnan(arrival) else arrival
-        return known
+        if not wanted or again is None:
+            return {}
+        return self._first_arrivals(wanted, again)
 
-    def _exact_arrivals(self, ids: set[str], again) -> dict[str, Any]:
-        """Read the lines again for the arrivals of `ids` as the trace wrote them
-        (streamed, arrivals are kept as floats)."""
+    def _first_arrivals(self, ids: set[str], again) -> dict[str, Any]:
+        """Read the lines again for the first request of each id in `ids`: its arrival
+        as the trace wrote it, or None if that request is not valid."""
         found: dict[str, Any] = {}
-        for _, raw in again():
+        unit = self.config.get("time_unit", "tick")
+        hbs = self.config.get("hash_block_size") or self.config.get("block_size") or 16
+        quiet = Problems(self.problems.name)
+        for number, raw in again():
             value, problem = decode_line(raw.rstrip(b"\r")) if raw.strip() else (None, "-")
             if (not problem and isinstance(value, dict) and value.get("type") == "request"
-                    and value.get("id") in ids and value["id"] not in found):
-                found[value["id"]] = value.get("arrival")
+                    and isinstance(value.get("id"), str) and value["id"] in ids
+                    and value["id"] not in found):
+                label = value["id"]
+                spec = parse_request(RecordChecker(quiet, number, "request", value, label),
+                                     hbs, unit)
+                found[label] = None if spec is None else value.get("arrival")
         return found
 
     def _report_duplicates(self, shared: set[int], again) -> None:

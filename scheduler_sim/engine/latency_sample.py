@@ -1,0 +1,106 @@
+"""One latency's values over a run, kept exactly in memory that does not grow with
+the requests when the values repeat (`LatencySample`).
+
+A summary needs every value of a latency (its mean and its nearest-rank
+percentiles are exact), but not every value apart: values on the clock are
+whole steps (TPOT a quotient of them), and a run of a million requests in
+ticks has a few hundred distinct TTFTs. So a sample is a count per distinct
+value, for its first `DISTINCT` distinct values (a dict: about 100 bytes
+each, at most DISTINCT of them), and an array of the values that came after
+the dict was full and were not among its keys (8 bytes each: a cost model's
+times in fine clock steps rarely repeat). `stats` gives the mean, the
+nearest-rank percentiles and the max of the sorted list of every value, to
+the last bit: from the counts alone when the array is empty (an integer sum
+is exact whatever its order; a float sum, TPOT's, adds the values in
+ascending order, each as many times as it occurred, as `sum(sorted(values))`
+does), else from that sorted list itself, made at the end.
+"""
+from __future__ import annotations
+
+import math
+from array import array
+from itertools import chain, repeat
+from typing import Any
+
+from .summary import nearest_rank
+
+__all__ = ["LatencySample", "DISTINCT", "counted_rank"]
+
+# Distinct values counted in the dict (a bound on its memory: about 100 bytes each);
+# the values past them that are not among them go to the array.
+DISTINCT = 4096
+
+
+class LatencySample:
+    """The values of one latency metric over a run (see the module).
+
+    `floats` says the values are floats (TPOT): their sum is made in ascending
+    order. Integers too large for 64 bits turn the array into a list."""
+
+    __slots__ = ("counts", "rest", "floats")
+
+    def __init__(self, floats: bool = False) -> None:
+        self.counts: dict[Any, int] = {}  # value -> occurrences, at most DISTINCT keys
+        self.rest: Any = array("d" if floats else "q")  # values past the dict, unsorted
+        self.floats = floats
+
+    def add(self, value: Any, count: int = 1) -> None:
+        """Count `value` (`count` times)."""
+        counts = self.counts
+        if value in counts:
+            counts[value] += count
+        elif len(counts) < DISTINCT:
+            counts[value] = count
+        else:
+            try:
+                if count == 1:  # (append: 0.3 us a value against 1.5 with extend(repeat), timeit)
+                    self.rest.append(value)
+                else:
+                    self.rest.extend(repeat(value, count))
+            except OverflowError:  # an integer past 64 bits: a list from now on
+                self.rest = list(self.rest)
+                self.rest.extend(repeat(value, count))
+
+    def update(self, other: "LatencySample") -> None:
+        """Add every value of `other` (a fleet pools its replicas' samples)."""
+        for value, count in other.counts.items():
+            self.add(value, count)
+        for value in other.rest:
+            self.add(value)
+
+    def __len__(self) -> int:
+        return sum(self.counts.values()) + len(self.rest)
+
+    def stats(self, percentiles: tuple[int, ...]) -> tuple[Any, list[Any], Any]:
+        """(mean, the nearest-rank value at each ascending percentile, max) in clock
+        steps, as computed from the sorted list of every value; Nones when empty."""
+        if self.rest:  # values past the dict: every value in one sorted list, as it was
+            values = sorted(chain(self.rest, chain.from_iterable(
+                repeat(value, count) for value, count in self.counts.items())))
+            return (sum(values) / len(values), [nearest_rank(values, p) for p in percentiles],
+                    values[-1])
+        pairs = sorted(self.counts.items())
+        total = sum(count for _, count in pairs)
+        if not total:
+            return None, [None] * len(percentiles), None
+        if self.floats:
+            # The float sum in ascending order, value by value (exact as sum(sorted(...))).
+            summed = sum(chain.from_iterable(repeat(value, count) for value, count in pairs))
+        else:
+            summed = sum(value * count for value, count in pairs)
+        return summed / total, [counted_rank(pairs, total, p) for p in percentiles], pairs[-1][0]
+
+
+def counted_rank(pairs: list[tuple[Any, int]], total: int, p: float) -> Any:
+    """`nearest_rank` over a sample given as ascending (value, count) pairs, `total`
+    values in all (None if empty)."""
+    if not total:
+        return None
+    rank = max(1, math.ceil(p / 100 * total))
+    seen = 0
+    for value, count in pairs:
+        seen += count
+        if seen >= rank:
+            return value
+    return pairs[-1][0]
+

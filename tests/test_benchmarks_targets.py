@@ -1,0 +1,45 @@
+"""benchmarks/targets.py's logic, in-process and fast: the targets scaled by the
+calibration loop, each verdict, the groups `--only` selects, and one child run."""
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT, load_script
+
+bench = load_script(ROOT / "benchmarks" / "targets.py", "bench_targets")
+
+
+def test_cpu_targets_scale_with_the_calibration_loop():
+    # 1.0 s where the loop took 0.6 s: 1.6 s where it takes 0.96 s.
+    met = bench.cpu_target("azure", 1.55, 1.0, 0.96)
+    assert met.met and met.target == "under 1 s x 0.96/0.6 = 1.60 s"
+    assert not bench.cpu_target("azure", 1.65, 1.0, 0.96).met
+    assert bench.cpu_target("azure", 0.59, 1.0, 0.6).met
+    assert met.line() == "| azure | 1.55 s CPU | under 1 s x 0.96/0.6 = 1.60 s | met |"
+
+
+def test_ratio_memory_flat_and_growth_verdicts():
+    assert bench.ratio_target("events", 1.8, 1.8).met
+    assert not bench.ratio_target("events", 1.81, 1.8).met
+    assert bench.rss_target("1M", 99.6, 100).met and not bench.rss_target("1M", 100, 100).met
+    curve = {10_000: 20.0, 100_000: 30.0, 300_000: 31.0, 1_000_000: 33.0}
+    flat = bench.flat_target("curve", curve)
+    assert flat.met and flat.figure == "10k 20, 100k 30, 300k 31, 1M 33 MB (1.10x from 100k to 1M)"
+    assert not bench.flat_target("curve", {**curve, 1_000_000: 33.1}).met
+    growth = bench.growth_target("fleet", 10.0, 12.5, 1.3)
+    assert growth.met and growth.figure == "12.50 / 10.00 s = 1.25x"
+    assert not bench.growth_target("fleet", 10.0, 13.0, 1.3).met
+
+
+def test_only_selects_groups_in_order():
+    assert bench.selected(None) == list(bench.GROUPS)
+    assert bench.selected("fleets, azure") == ["azure", "fleets"]
+    with pytest.raises(SystemExit, match="unknown group 'azur'"):
+        bench.selected("azur")
+
+
+def test_a_child_is_measured_once_per_label():
+    runs = bench.Bench(repeat=1)
+    first = runs.measure("noop", ["-c", "pass"])
+    assert first.cpu >= 0 and first.rss > 1 and runs.measure("noop", ["-c", "1/0"]) is first
+    runs.judge(bench.rss_target("noop", first.rss, 10 ** 6))
+    assert runs.table().splitlines()[-1].endswith("| met |")

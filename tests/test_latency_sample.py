@@ -1,0 +1,80 @@
+"""LatencySample: a latency's values counted per distinct value, then an array past
+DISTINCT distinct values; the same mean, percentiles and max as the sorted list."""
+import random
+
+from scheduler_sim.engine import latency_sample
+from scheduler_sim.engine.latency_sample import LatencySample, counted_rank
+from scheduler_sim.engine.summary import nearest_rank
+
+
+def listed(values, percentiles=(50, 90, 99)):
+    ordered = sorted(values)
+    if not ordered:
+        return None, [None] * len(percentiles), None
+    return (sum(ordered) / len(ordered), [nearest_rank(ordered, p) for p in percentiles],
+            ordered[-1])
+
+
+def test_counts_by_hand():
+    sample = LatencySample()
+    for value in (3, 1, 3, 7, 3):
+        sample.add(value)
+    assert sample.counts == {3: 3, 1: 1, 7: 1} and not sample.rest
+    # sorted: 1 3 3 3 7; mean 17/5; p50 rank 3 -> 3, p90 rank 5 -> 7, p99 rank 5 -> 7
+    assert sample.stats((50, 90, 99)) == (3.4, [3, 7, 7], 7)
+    assert len(sample) == 5
+
+
+def test_empty():
+    assert LatencySample().stats((50, 90)) == (None, [None, None], None)
+
+
+def test_past_distinct_values_go_to_the_array(monkeypatch):
+    monkeypatch.setattr(latency_sample, "DISTINCT", 2)
+    sample = LatencySample()
+    for value in (5, 2, 9, 5, 2, 9, 1):
+        sample.add(value)
+    assert sample.counts == {5: 2, 2: 2} and list(sample.rest) == [9, 9, 1]
+    # sorted: 1 2 2 5 5 9 9; mean 33/7; p50 rank 4 -> 5; p90 rank 7 -> 9
+    assert sample.stats((50, 90)) == (33 / 7, [5, 9], 9)
+
+
+def test_integers_past_64_bits(monkeypatch):
+    monkeypatch.setattr(latency_sample, "DISTINCT", 1)
+    sample = LatencySample()
+    for value in (1, 2 ** 70, 3):
+        sample.add(value)
+    assert sample.rest == [2 ** 70, 3]
+    assert sample.stats((50,)) == ((1 + 2 ** 70 + 3) / 3, [3], 2 ** 70)
+
+
+def test_float_sum_is_the_sorted_lists(monkeypatch):
+    # Float sums depend on their order: the counted sum must be sum(sorted(values)).
+    rng = random.Random(7)
+    values = [rng.choice([0.1, 0.7, 1 / 3, 2.5e-9, 1e6 / 7]) for _ in range(1000)]
+    for cap in (100, 3):
+        monkeypatch.setattr(latency_sample, "DISTINCT", cap)
+        sample = LatencySample(floats=True)
+        for value in values:
+            sample.add(value)
+        assert sample.stats((50, 90, 99)) == listed(values)
+
+
+def test_update_pools_two_samples(monkeypatch):
+    monkeypatch.setattr(latency_sample, "DISTINCT", 3)
+    rng = random.Random(3)
+    first, second = LatencySample(), LatencySample()
+    a = [rng.randrange(10) for _ in range(50)]
+    b = [rng.randrange(20) for _ in range(70)]
+    for value in a:
+        first.add(value)
+    for value in b:
+        second.add(value)
+    first.update(second)
+    assert len(first) == 120 and first.stats((50, 90, 99)) == listed(a + b)
+
+
+def test_counted_rank():
+    pairs = [(1, 2), (4, 1), (6, 3)]  # 1 1 4 6 6 6
+    assert [counted_rank(pairs, 6, p) for p in (1, 50, 51, 100)] == [1, 4, 6, 6]
+    assert counted_rank([], 0, 50) is None

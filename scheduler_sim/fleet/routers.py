@@ -60,6 +60,8 @@ class Replica(Protocol):
 
     def cached_blocks(self, keys: BlockKeys, max_blocks: int) -> int: ...
 
+    def holds(self, key) -> bool: ...
+
 
 class Router:
     """Base of the routers: `choose` returns the index of the replica to serve `spec`."""
@@ -97,9 +99,9 @@ class RoundRobin(Router):
         return index
 
     def reaches(self, replica: int, upcoming, count: int) -> float:
-        for k, spec in enumerate(upcoming):
-            if (self.turn + k) % count == replica:
-                return spec.arrival
+        k = (replica - self.turn) % count  # the next arrival whose turn is `replica`'s
+        if k < len(upcoming):
+            return upcoming[k].arrival
         return INF  # fewer than `count` arrivals left, none of them its turn
 
 
@@ -138,19 +140,40 @@ class PrefixAffinity(Router):
         o = self.options
         loads = [_load(r) for r in replicas]
         lightest = min(range(len(replicas)), key=loads.__getitem__)
-        if not o.prefix_caching:
+        # The last prompt token is always computed, so at most this many blocks hit.
+        most = (spec.prompt_tokens - 1) // o.block_size
+        if not o.prefix_caching or most <= 0:
             return lightest
         keys = BlockKeys(spec.index, spec.prompt_tokens, o.block_size, o.hash_block_size,
                          spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
-        # The last prompt token is always computed, so at most this many blocks hit.
-        most = (spec.prompt_tokens - 1) // o.block_size
-        hits = [r.cached_blocks(keys, most) for r in replicas]
-        best = min(range(len(replicas)), key=lambda i: (-hits[i], loads[i], i))
-        if (not hits[best] or hits[best] < o.affinity_threshold * most
+        hit, best = self.longest_hit(keys, most, replicas, loads)
+        if (not hit or hit < o.affinity_threshold * most
                 or loads[best] - loads[lightest] > o.affinity_slack):
             return lightest
         return best
 
+    @staticmethod
+    def longest_hit(keys: BlockKeys, most: int, replicas: list,
+                    loads: list[int]) -> tuple[int, int]:
+        """(the most leading blocks of `keys` any replica's cache would hand out now, at
+        most `most`; the least loaded replica of those holding that many, the lowest
+        index on a tie); (0, 0) when none holds any.
+
+        Speed: a replica's look-up walks its cache key by key, so only replicas that
+        may tie the best so far are looked up: one that has no block keyed like the
+        last of those blocks cannot (a look-up stops at the first key missing).
+        On the Mooncake trace over 64 replicas an arrival looked up all 64, of
+        which about 25 hold its first block (a prompt's opening that most
+        conversations share) and none of the others."""
+        hit, best = 0, 0
+        ensure = keys.ensure
+        for i, replica in enumerate(replicas):
+            if not replica.holds(ensure(hit or 1)[(hit or 1) - 1]):
+                continue  # (fewer than `hit`, or than one, blocks found there)
+            found = replica.cached_blocks(keys, most)
+            if found > hit or (found == hit and found and loads[i] < loads[best]):
+                hit, best = found, i
+        return hit, best
 
 class PowerOfTwo(Router):
     name = "power-of-two"

@@ -629,19 +629,22 @@ class _Holder:
         return min(self.found, max_blocks)
 
 
-def test_prefix_affinity_looks_up_only_replicas_that_may_tie_the_best_hit():
+def test_prefix_affinity_looks_up_only_replicas_that_may_change_the_best_hit():
     # Keys 0..5 (hash-id keys of one entry of 6 blocks of 4). Replica 0 finds 2
-    # blocks, replica 1 holds no first key, replica 2 finds 4 (load 3), replica 3
-    # lacks key 3 (it found 2: never looked up after replica 2), replica 4 finds 4
-    # with load 1: the best; replica 5 holds key 3 but finds 1 (a gap).
+    # blocks; replica 1 holds no first key; replica 2 finds 4 (load 3); replica 3
+    # lacks key 3 (it found 2: not looked up after replica 2); replica 4 finds 4
+    # with load 1: the best; replica 5 holds key 3 but not key 4, and is no lighter
+    # (not looked up: it finds at most 4 and loses the tie); replica 6 holds keys
+    # 3 and 4 but finds 1 (a gap; looked up: it might have found 5).
     keys = BlockKeys(0, 24, 4, 24, hashes=[7])
     first = keys.ensure(6)[0]
     replicas = [_Holder(0, [first, first + 1], 2), _Holder(1, [], 0),
                 _Holder(2, range(first, first + 4), 4), _Holder(3, [first, first + 1], 2),
-                _Holder(4, range(first, first + 4), 4), _Holder(5, [first, first + 3], 1)]
-    loads = [0, 0, 3, 0, 1, 0]
+                _Holder(4, range(first, first + 4), 4), _Holder(5, [first + 3], 4),
+                _Holder(6, [first + 3, first + 4], 1)]
+    loads = [0, 0, 3, 0, 1, 1, 0]
     assert PrefixAffinity.longest_hit(keys, 5, replicas, loads) == (4, 4)
-    assert [r.looked for r in replicas] == [1, 0, 1, 0, 1, 1]
+    assert [r.looked for r in replicas] == [1, 0, 1, 0, 1, 0, 1]
     # Nobody holds the first key: no hit, nobody looked up.
     assert PrefixAffinity.longest_hit(keys, 5, replicas[1:2], [0]) == (0, 0)
     assert replicas[1].looked == 0

@@ -35,6 +35,8 @@ from .run_stats import RunStats
 
 __all__ = ["DispatchLedger"]
 
+INF = float("inf")
+
 
 class DispatchLedger:
     """The statistics, timing and output gaps of one engine's dispatches."""
@@ -195,10 +197,9 @@ class DispatchLedger:
         folded = 0
         busy = 0.0
         lengths: list[int] = []
-        size = 32  # dispatches timed at once, doubled each slice (most folds are short)
+        size = 32  # dispatches timed at once, then as many as may start before `until`
         while folded < most and done < until:
             seconds = list(islice(cost_series, min(size, most - folded)))
-            size *= 2
             exacts = list(accumulate(map(truediv, seconds, repeat(step_seconds)),
                                      initial=exact))
             del exacts[0]
@@ -219,6 +220,9 @@ class DispatchLedger:
             folded += len(ends)
             exact = exacts[len(ends) - 1]
             done = ends[-1]
+            # Dispatches only grow longer (their contexts do), give or take a step.
+            shortest = max(done - begins[-1] - 1, 1)
+            size = int((until - done) // shortest) + 1 if until < INF else most
         # From a dispatch that would end before it starts (if any), one at a time
         # (`timed`, inlined).
         steps_of = clock.steps

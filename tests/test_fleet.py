@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import deque
 
 import pytest
 
@@ -10,12 +11,14 @@ from conftest import random_engine_options, req, run_cli, trace_bytes, write_tra
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.fleet import Fleet
-from scheduler_sim.fleet.routers import LeastLoaded, make_router
+from scheduler_sim.fleet.routers import LeastLoaded, PrefixAffinity, make_router
+from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.io.report_series import RunSeries
 from scheduler_sim.io.trace import parse_trace, read_trace
 from scheduler_sim.policies import POLICIES
 from scheduler_sim.records.clock import Clock
 from scheduler_sim.records.options import Options
+from scheduler_sim.records.workload import RequestSpec
 
 
 def _trace(records):
@@ -609,3 +612,48 @@ def test_the_replica_agenda_gives_each_due_replica_once_and_skips_moved_boundari
     assert (agenda.peek(), agenda.due(10), agenda.at) == (INF, [], [4, 4, 3])
     agenda.set(2, INF)
     assert (agenda.peek(), agenda.due(INF)) == (INF, [])
+
+
+class _Holder:
+    """A replica as prefix-affinity reads it: the keys its cache holds, and the
+    leading blocks a look-up finds (`found`); counts its look-ups."""
+
+    def __init__(self, index, held, found):
+        self.index, self.held, self.found, self.looked = index, set(held), found, 0
+
+    def holds(self, key):
+        return key in self.held
+
+    def cached_blocks(self, keys, max_blocks):
+        self.looked += 1
+        return min(self.found, max_blocks)
+
+
+def test_prefix_affinity_looks_up_only_replicas_that_may_change_the_best_hit():
+    # Keys 0..5 (hash-id keys of one entry of 6 blocks of 4). Replica 0 finds 2
+    # blocks; replica 1 holds no first key; replica 2 finds 4 (load 3); replica 3
+    # lacks key 3 (it found 2: not looked up after replica 2); replica 4 finds 4
+    # with load 1: the best; replica 5 holds key 3 but not key 4, and is no lighter
+    # (not looked up: it finds at most 4 and loses the tie); replica 6 holds keys
+    # 3 and 4 but finds 1 (a gap; looked up: it might have found 5).
+    keys = BlockKeys(0, 24, 4, 24, hashes=[7])
+    first = keys.ensure(6)[0]
+    replicas = [_Holder(0, [first, first + 1], 2), _Holder(1, [], 0),
+                _Holder(2, range(first, first + 4), 4), _Holder(3, [first, first + 1], 2),
+                _Holder(4, range(first, first + 4), 4), _Holder(5, [first + 3], 4),
+                _Holder(6, [first + 3, first + 4], 1)]
+    loads = [0, 0, 3, 0, 1, 1, 0]
+    assert PrefixAffinity.longest_hit(keys, 5, replicas, loads) == (4, 4)
+    assert [r.looked for r in replicas] == [1, 0, 1, 0, 1, 0, 1]
+    # Nobody holds the first key: no hit, nobody looked up.
+    assert PrefixAffinity.longest_hit(keys, 5, replicas[1:2], [0]) == (0, 0)
+    assert replicas[1].looked == 0
+
+
+def test_round_robin_reaches_a_replica_at_the_next_arrival_whose_turn_it_is():
+    # Turn 5 of 4 replicas (arrival 5 goes to replica 1): of the next arrivals at
+    # 10, 11, 12, replica 1 gets the first, 3 the third, 0 none of them.
+    router = make_router(Options(router="round-robin", replicas=4))
+    router.turn = 5
+    upcoming = deque(RequestSpec(f"r{t}", t, t, 4, 2, 2) for t in (10, 11, 12))
+    assert [router.reaches(i, upcoming, 4) for i in range(4)] == [float("inf"), 10, 11, 12]

@@ -2,7 +2,6 @@
 blocks, hits and evictions (§8, A5), with the conservation audit after every step."""
 from __future__ import annotations
 
-import sys
 from collections import OrderedDict
 
 import pytest
@@ -923,32 +922,3 @@ def test_a_block_set_counts_its_blocks_and_lists_them_in_ascending_order():
     blocks.add_new([2])
     blocks.clear()
     assert (len(blocks), list(blocks), len(blocks.flags)) == (0, [], 301)
-
-
-def test_a_compact_cache_copies_its_grown_index_into_a_table_of_its_size():
-    """1,000 keys held at a time while 20,000 come and go: the plain dict has grown to
-    a table larger than a copy of it needs; the compact cache, told of each key added,
-    keeps its index in the copy's size (checked after every 1,000 // 8 + 64 keys
-    added: after the last key it is checked once more) and holds the same keys."""
-    plain: dict = {}
-    cache = LruCache(compact=True)
-    for k in range(20_000):
-        for index in (plain, cache.index):
-            index[k] = k % 7
-            if k >= 1000:
-                del index[k - 1000]
-        cache.added += 1
-        cache.fit_index()
-    cache.added = len(cache.index)
-    cache.fit_index()
-    assert cache.index == plain and list(cache.index) == list(range(19_000, 20_000))
-    assert sys.getsizeof(cache.index) == sys.getsizeof(dict(plain)) < sys.getsizeof(plain)
-
-
-def test_a_compact_allocator_counts_the_keys_it_adds_to_its_index():
-    """A compact vLLM cache told of the 3 keys a 12-row prefill registered (a plain one
-    counts nothing): what `fit_index` waits for."""
-    for compact, added in ((False, 0), (True, 3)):
-        a = BlockAllocator(8, B, cache=VllmCache(compact))
-        prefill(a, "A", plain_keys(0, 12), 12)
-        assert a.cache.added == added

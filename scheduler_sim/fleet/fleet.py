@@ -158,6 +158,11 @@ class ReplicaView:
         looking changes nothing (no recency is refreshed)."""
         return self.engine.allocator.peek(keys, max_blocks)
 
+    def holds(self, key) -> bool:
+        """Whether this replica's prefix cache has a block with `key` (held, free or
+        draining): a look-up never finds a run past a key it lacks."""
+        return key in self.engine.allocator.cache.index
+
 
 @dataclasses.dataclass
 class FleetResult(RunResult):

@@ -60,6 +60,8 @@ class Replica(Protocol):
 
     def cached_blocks(self, keys: BlockKeys, max_blocks: int) -> int: ...
 
+    def holds(self, key) -> bool: ...
+
 
 class Router:
     """Base of the routers: `choose` returns the index of the replica to serve `spec`."""
@@ -97,9 +99,9 @@ class RoundRobin(Router):
         return index
 
     def reaches(self, replica: int, upcoming, count: int) -> float:
-        for k, spec in enumerate(upcoming):
-            if (self.turn + k) % count == replica:
-                return spec.arrival
+        k = (replica - self.turn) % count  # the next arrival whose turn is `replica`'s
+        if k < len(upcoming):
+            return upcoming[k].arrival
         return INF  # fewer than `count` arrivals left, none of them its turn
 
 
@@ -138,18 +140,49 @@ class PrefixAffinity(Router):
         o = self.options
         loads = [_load(r) for r in replicas]
         lightest = min(range(len(replicas)), key=loads.__getitem__)
-        if not o.prefix_caching:
+        # The last prompt token is always computed, so at most this many blocks hit.
+        most = (spec.prompt_tokens - 1) // o.block_size
+        if not o.prefix_caching or most <= 0:
             return lightest
         keys = BlockKeys(spec.index, spec.prompt_tokens, o.block_size, o.hash_block_size,
                          spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
-        # The last prompt token is always computed, so at most this many blocks hit.
-        most = (spec.prompt_tokens - 1) // o.block_size
-        hits = [r.cached_blocks(keys, most) for r in replicas]
-        best = min(range(len(replicas)), key=lambda i: (-hits[i], loads[i], i))
-        if (not hits[best] or hits[best] < o.affinity_threshold * most
+        hit, best = self.longest_hit(keys, most, replicas, loads)
+        if (not hit or hit < o.affinity_threshold * most
                 or loads[best] - loads[lightest] > o.affinity_slack):
             return lightest
         return best
+
+    @staticmethod
+    def longest_hit(keys: BlockKeys, most: int, replicas: list,
+                    loads: list[int]) -> tuple[int, int]:
+        """(the most leading blocks of `keys` any replica's cache would hand out now, at
+        most `most`; the least loaded replica of those holding that many, the lowest
+        index on a tie); (0, 0) when none holds any.
+
+        Speed: a replica's look-up walks its cache key by key, so a replica is looked
+        up only if it may change the answer: if it has a block keyed like the one
+        after the best hit so far (it may find more), or, when it has the key of
+        that hit's last block (it may find as many), if it is less loaded than the
+        best so far (it would win the tie). A look-up stops at the first key
+        missing, so the others find fewer, or as many and lose the tie. On the
+        Mooncake trace over 64 replicas an arrival looked up all 64 caches, of
+        which about 25 hold its first blocks (an opening most conversations share)
+        and about 19 tie on them."""
+        hit, best = 0, 0
+        ensure = keys.ensure
+        for i, replica in enumerate(replicas):
+            if hit:
+                if not replica.holds(keys.keys[hit - 1]):
+                    continue  # finds fewer
+                if ((hit == most or not replica.holds(ensure(hit + 1)[hit]))
+                        and loads[i] >= loads[best]):
+                    continue  # finds at most as many, and loses the tie
+            elif not replica.holds(ensure(1)[0]):
+                continue  # finds none
+            found = replica.cached_blocks(keys, most)
+            if found > hit or (found == hit and found and loads[i] < loads[best]):
+                hit, best = found, i
+        return hit, best
 
 
 class PowerOfTwo(Router):

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
+from itertools import count, repeat
+from operator import add, mul
 
 from .coefficients import DEFAULTS, Coefficients
 from .models import ACTIVATION_BYTES
@@ -204,12 +206,10 @@ class CostModel:
         """`decode_seconds(rows, contexts + k * rows)` for k = 0, 1, 2, ...: the
         dispatches of a steady stretch, in which each of `rows` decodes adds one
         token to its context per dispatch (the same floats as `decode_seconds`,
-        without a call each)."""
-        base = self._decode_base(rows)
-        kv = self._kv
-        while True:
-            yield base + kv * (contexts + rows)
-            contexts += rows
+        without a call each; made in C, since a fleet's replicas fold millions of
+        dispatches: about 4% of the Mooncake trace over 64 replicas as a generator)."""
+        return map(add, repeat(self._decode_base(rows)),
+                   map(mul, repeat(self._kv), count(contexts + rows, rows)))
 
     def breakdown(self, chunks, rows: int, contexts: int) -> dict[str, float]:
         """`dispatch_seconds` term by term (seconds; see the class docstring); the

@@ -46,7 +46,6 @@ prefix caching is off, so it never asks whether it has a cache.
 """
 from __future__ import annotations
 
-import sys
 from typing import Callable, Collection, Hashable, Iterable
 
 from ..records.errors import InvariantError
@@ -62,7 +61,7 @@ _NOTHING_CARRIED = (0, ())  # `release`'s answer when no leading block carries i
 
 class PrefixCache:
     """What every prefix cache offers the allocator; the shared parts (the index
-    of keys, its fitting in a compact cache, look-ups by key, writers).
+    of keys, look-ups by key, writers).
 
     `free_blocks` is the container of free blocks that keep a key: `len`, `in`
     and iteration (eviction order where the kind keeps one). The allocator
@@ -79,12 +78,9 @@ class PrefixCache:
         # holds keys made from it (see `block_keys`).
         self.entries = interning_table()
         self.index: dict[Hashable, int] = {}
-        # With `compact` (a fleet's replicas), `index` is kept in a table of the
-        # size it needs (`fit_index`): its size when last fitted, and the keys
-        # added since.
+        # A fleet's replica (`compact`): a kind may keep some structures in less
+        # memory for some time (vLLM's queue members as one byte per block).
         self.compact = compact
-        self._index_bytes = sys.getsizeof(self.index)
-        self.added = 0
         self.writers: dict[int, tuple[str, int]] | None = None
         self.report: Report | None = None
 
@@ -203,36 +199,9 @@ class PrefixCache:
 
     # --- shared by the kinds ----------------------------------------------------
 
-    def fit_index(self) -> None:
-        """Keep `index` in a table of the size it needs, once keys were added.
-
-        A dict never shrinks, and every key added takes a new slot of its
-        table, whether keys were deleted or not; when the slots run out it
-        grows to three times the keys it holds. A full cache, whose keys come
-        and go all the time, so keeps a table twice the size its keys need
-        most of the time (about 48 bytes a key more). Looked at after every
-        eighth of the index's size in keys added, the index is copied into a
-        table of its size when its own has grown and the copy is smaller.
-        This costs time (a copy of every key each time the table would
-        grow: about 5% of a replay of the Mooncake trace), so only a fleet's
-        replicas, whose caches multiply the memory, do it."""
-        if self.added < (len(self.index) >> 3) + 64:
-            return
-        self.added = 0
-        size = sys.getsizeof(self.index)
-        if size > self._index_bytes:
-            fitted = dict(self.index)
-            fitted_size = sys.getsizeof(fitted)
-            if fitted_size < size:
-                self.index, size = fitted, fitted_size
-            self._index_bytes = size
-
     def _registered(self, keys: BlockKeys, start: int, full: int) -> None:
-        """`keys.registered` becomes `full`; a compact cache counts the keys added."""
+        """`keys.registered` becomes `full` (the keys from `start` on were added)."""
         keys.registered = full
-        if self.compact:
-            self.added += full - start
-            self.fit_index()
 
     def _report_writers(self, rid: str, blocks: list[int]) -> None:
         """Report the writer of each of `blocks` handed to `rid` (tracking on)."""

@@ -90,9 +90,6 @@ class VllmCache(PrefixCache):
             if index.setdefault(key, block) != block:
                 self.others.setdefault(key, []).append(block)
             keys.registered = full
-            if self.compact:
-                self.added += 1
-                self.fit_index()
             return None
         # One look-up per key, in C.
         new_keys = key_list[start:full]

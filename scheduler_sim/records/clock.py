@@ -42,6 +42,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from itertools import repeat
+from operator import mul, sub
 from typing import Any
 
 __all__ = ["Clock", "TIME_UNITS", "DEFAULT_RESOLUTION", "DEFAULT_TICK_SECONDS"]
@@ -136,6 +138,13 @@ class Clock:
         exact end is that step (the caller checks `exact <= start`)."""
         n = math.ceil(exact - _ABS - exact * _REL)
         return n if n > start else start + 1
+
+    def end_steps(self, exacts: list[float]) -> list[int]:
+        """`end_step`'s rounding of many exact ends at once, in C (a folded stretch's
+        dispatches, engine/ledger.py), without its one-step minimum: the caller
+        checks that each one ends after it starts."""
+        return list(map(math.ceil, map(sub, map(sub, exacts, repeat(_ABS)),
+                                       map(mul, exacts, repeat(_REL)))))
 
     # --- steps to what people read ---------------------------------------------
 

@@ -15,15 +15,23 @@ does nothing), so a retracted request's outputs are never cached. A request
 that wrote a block the cache already holds (another request computed it in
 the same step) takes the cached block: `register` names those table
 positions and the allocator swaps them (SGLang's insert keeps one copy).
+
+A node is the unit of work: it keeps its blocks and their keys side by side
+(`nodes`), so that a run is keyed, freed and evicted with a few operations
+over the run (in C), and the only map from a block is `node_of`, the node
+holding it (every keyed block is in exactly one node). There is no per-block
+key map: `key_of` is a view built from the nodes for audits and tests.
 """
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from itertools import repeat
+from collections import OrderedDict, deque
+from itertools import compress, repeat
+from operator import is_not, not_
 
 from ..records.errors import InvariantError
 from .lru_cache import LruCache
+from .prefix_cache import PrefixCache
 
 __all__ = ["RadixCache"]
 
@@ -32,10 +40,16 @@ class RadixCache(LruCache):
     """Keyed blocks as nodes of a radix tree; eviction by whole free leaves."""
 
     def __init__(self, compact: bool = False) -> None:
-        super().__init__(compact)
+        # The LRU cache's queue of free keyed blocks (`free_blocks`, `hit`), but not
+        # its `key_of`: a node keeps its blocks' keys.
+        PrefixCache.__init__(self, compact)
+        self.free_blocks: OrderedDict[int, None] = OrderedDict()
+        self.hit = self.free_blocks.__delitem__
         self.clock = 0  # the last stamp given
         self.node_of: dict[int, int] = {}
-        self.nodes: dict[int, list] = {}  # node -> [blocks, parent, children, stamp]
+        # node -> [blocks, parent, children, stamp, keys]: `keys[i]` is the key of
+        # `blocks[i]`.
+        self.nodes: dict[int, list] = {}
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
 
@@ -52,7 +66,7 @@ class RadixCache(LruCache):
             return None
         key_list = keys.ensure(full)
         index = self.index
-        key_of = self.key_of
+        node_of = self.node_of
         writers = self.writers
         new_keys = key_list[start:full]
         if index.keys().isdisjoint(new_keys):
@@ -62,13 +76,13 @@ class RadixCache(LruCache):
             # keys are distinct (chained), so the updates do what the loop does.
             new_blocks = table[start:full]
             index.update(zip(new_keys, new_blocks))
-            key_of.update(zip(new_blocks, new_keys))
             if writers is not None:
                 writers.update(zip(new_blocks, zip(repeat(rid), range(start, full))))
             first_new = start
             swaps = None
         else:
             new_blocks = []
+            new_keys = []
             first_new = None
             swaps = None
             for i in range(start, full):
@@ -76,13 +90,13 @@ class RadixCache(LruCache):
                 if key not in index:
                     block = table[i]
                     index[key] = block
-                    key_of[block] = key
                     new_blocks.append(block)
+                    new_keys.append(key)
                     if first_new is None:
                         first_new = i
                     if writers is not None:
                         writers[block] = (rid, i)
-                elif table[i] not in key_of:
+                elif table[i] not in node_of:  # (its own copy, not keyed)
                     if swaps is None:
                         swaps = []
                     swaps.append((i, index[key]))
@@ -92,9 +106,9 @@ class RadixCache(LruCache):
             parent = index.get(key_list[first_new - 1]) if first_new else None
             cut = keys.prompt_tokens // keys.block_size - first_new
             if 0 < cut < len(new_blocks):
-                self.add_run(new_blocks[:cut], parent)
-                parent, new_blocks = new_blocks[cut - 1], new_blocks[cut:]
-            self.add_run(new_blocks, parent)
+                self.add_run(new_blocks[:cut], new_keys[:cut], parent)
+                parent, new_blocks, new_keys = new_blocks[cut - 1], new_blocks[cut:], new_keys[cut:]
+            self.add_run(new_blocks, new_keys, parent)
         last = index.get(key_list[full - 1])
         if last is not None:
             self.split_after(last)  # the run may end inside a cached node
@@ -130,10 +144,23 @@ class RadixCache(LruCache):
         return evictions, spare
 
     def give_back(self, blocks, keyed=(), keys=()):
-        """As the LRU cache; the nodes of the blocks freed may now be evictable."""
-        plain = super().give_back(blocks)
-        self.offer_blocks(blocks)
+        """Blocks in a node join the queue's tail in order (the rest are plain); the
+        nodes of the blocks freed may now be evictable."""
+        # One look-up per block, in C, tells both whether it is keyed and its node.
+        held_by = list(map(self.node_of.get, blocks))
+        if None in held_by:
+            in_cache = list(map(is_not, held_by, repeat(None)))
+            self.free_blocks.update(zip(compress(blocks, in_cache), repeat(None)))
+            plain = list(compress(blocks, map(not_, in_cache)))
+        else:
+            self.free_blocks.update(zip(blocks, repeat(None)))
+            plain = ()
+        self._offer_nodes(held_by)
         return plain
+
+    def count_free(self, blocks):
+        """How many of `blocks` are free cached blocks (counted in C)."""
+        return sum(map(self.free_blocks.__contains__, blocks))
 
     def evict_one(self) -> list[int]:
         """Forget the keys of the blocks eviction takes next and return them: the
@@ -142,20 +169,35 @@ class RadixCache(LruCache):
         node = self.evict_node()
         if node:
             return node
-        gone = super().evict_one()
-        self._detach(gone[0])
-        return gone
+        block, _ = self.free_blocks.popitem(last=False)
+        self._detach(block)
+        return [block]
+
+    @property
+    def key_of(self) -> dict[int, object]:
+        """Each keyed block's key (a view built from the nodes, for audits and tests)."""
+        return {block: key for blocks, _, _, _, keys in self.nodes.values()
+                for block, key in zip(blocks, keys)}
 
     def audit(self, tables, carried, orphans):
-        """The LRU cache's checks; every node's blocks are keyed and name it, and
-        every node counts its children."""
-        super().audit(tables, carried, orphans)
+        """Every free cached block is keyed; the index and the nodes' keys agree;
+        every node's blocks name it, as many keys as blocks, and every node counts
+        its children."""
+        key_of = self.key_of
+        if carried or any(v is not None for v in self.free_blocks.values()):
+            raise InvariantError("block keys kept outside key_of out of vLLM's cache")
+        if any(b not in key_of for b in self.free_blocks):
+            raise InvariantError("a free cached block has no key")
+        self._check_index(key_of)
+        if len(self.index) != len(key_of):
+            raise InvariantError(f"keys in the index({len(self.index)}) == keys in nodes"
+                                 f"({len(key_of)}) is false")
         children: dict[int, int] = {}
         named = 0
-        for node, (blocks, parent, count, _) in self.nodes.items():
+        for node, (blocks, parent, count, _, keys) in self.nodes.items():
             named += len(blocks)
-            if not blocks or any(self.node_of.get(b) != node or b not in self.key_of
-                                 for b in blocks):
+            if (not blocks or len(keys) != len(blocks)
+                    or any(self.node_of.get(b) != node for b in blocks)):
                 raise InvariantError(f"radix node {node}: blocks {blocks} disagree with "
                                      "their keys or nodes")
             if parent is not None:
@@ -170,10 +212,10 @@ class RadixCache(LruCache):
 
     # --- the tree -----------------------------------------------------------------
 
-    def _new_node(self, blocks: list[int], parent: int | None, stamp: int) -> int:
+    def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int) -> int:
         node = self.next_node
         self.next_node += 1
-        self.nodes[node] = [list(blocks), parent, 0, stamp]  # blocks, parent, children, stamp
+        self.nodes[node] = [list(blocks), parent, 0, stamp, list(keys)]
         self.node_of.update(zip(blocks, repeat(node)))  # (in C: a node holds hundreds)
         if parent is not None:
             self.nodes[parent][2] += 1
@@ -185,14 +227,14 @@ class RadixCache(LruCache):
         if info is not None and not info[2]:
             heapq.heappush(self.candidates, (info[3], node))
 
-    def offer_blocks(self, blocks: list[int]) -> None:
-        """`blocks` became free: their nodes may now be evictable."""
-        # Each node once, its blocks' nodes looked up in C (a request frees hundreds
-        # of blocks in a few nodes); the heap's order does not depend on the
-        # order of pushes.
+    def _offer_nodes(self, held_by: list) -> None:
+        """Offer each of the nodes `held_by` names once (None: no node): blocks of
+        theirs became free."""
+        # Each node once (a request frees hundreds of blocks in a few nodes); the
+        # heap's order does not depend on the order of pushes.
         nodes = self.nodes
         heap = self.candidates
-        for node in dict.fromkeys(map(self.node_of.get, blocks)):
+        for node in dict.fromkeys(held_by):
             info = nodes.get(node)
             if info is not None and not info[2]:
                 heapq.heappush(heap, (info[3], node))
@@ -206,28 +248,30 @@ class RadixCache(LruCache):
             return
         info = self.nodes[node]
         blocks = info[0]
+        if blocks[-1] == block:
+            return  # (most look-ups end where a node does: no scan of its blocks)
         i = blocks.index(block)
-        if i == len(blocks) - 1:
-            return
         parent = info[1]
-        head = self._new_node(blocks[:i + 1], parent, info[3])
+        head = self._new_node(blocks[:i + 1], info[4][:i + 1], parent, info[3])
         if parent is not None:
             self.nodes[parent][2] -= 1
         info[0] = blocks[i + 1:]
+        info[4] = info[4][i + 1:]
         info[1] = head
         self.nodes[head][2] += 1
         self.clock += 1
         info[3] = self.clock
         self._offer(node)
 
-    def add_run(self, blocks: list[int], parent_block: int | None) -> None:
-        """Blocks registered together: a new leaf node under the node of
-        `parent_block`, split after it (SGLang's insert of a run of new tokens)."""
+    def add_run(self, blocks: list[int], keys: list, parent_block: int | None) -> None:
+        """Blocks registered together, with their keys: a new leaf node under the
+        node of `parent_block`, split after it (SGLang's insert of a run of new
+        tokens)."""
         parent = None
         if parent_block is not None and parent_block in self.node_of:
             self.split_after(parent_block)
             parent = self.node_of[parent_block]
-        self._new_node(blocks, parent, 0)
+        self._new_node(blocks, keys, parent, 0)
 
     def touch_path(self, block: int) -> None:
         """Stamp the nodes from the root down to the node of `block`."""
@@ -263,19 +307,19 @@ class RadixCache(LruCache):
                 nodes[info[1]][2] -= 1
                 self._offer(info[1])
             deque(map(lru.__delitem__, blocks), 0)
-            deque(map(self.index.__delitem__, map(self.key_of.pop, blocks)), 0)
+            deque(map(self.index.__delitem__, info[4]), 0)
             deque(map(self.node_of.__delitem__, blocks), 0)
             return blocks
         return None
 
     def _detach(self, block: int) -> None:
-        """Take `block` out of its node (when no whole node could go: a node part
-        of which is held)."""
-        node = self.node_of.pop(block, None)
-        if node is None:
-            return
+        """Take `block` out of its node and forget its key (when no whole node could
+        go: a node part of which is held)."""
+        node = self.node_of.pop(block)
         info = self.nodes[node]
-        info[0].remove(block)
+        i = info[0].index(block)
+        del info[0][i]
+        del self.index[info[4].pop(i)]
         if not info[0]:
             del self.nodes[node]
             parent = info[1]

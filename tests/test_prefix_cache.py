@@ -499,7 +499,7 @@ def test_tree_mode_evicts_a_single_block_when_no_whole_node_is_free():
     c = RadixCache()
     c.index.update({"k": 3, "m": 4})
     c._new_node([3, 4], ["k", "m"], None, 0)
-    c.free_blocks[4] = None
+    c.free_blocks.add_all([4])
     assert c.evict_one() == [4]
     assert (c.index, c.key_of, list(c.free_blocks)) == ({"k": 3}, {3: "k"}, [])
     assert [(info[0], info[4]) for info in c.nodes.values()] == [([3], ["k"])]
@@ -512,9 +512,9 @@ def test_tree_mode_evicts_a_free_leaf_node_whole():
     c = RadixCache()
     for block, key in ((1, "a"), (2, "b"), (5, "c"), (6, "d")):
         c.index[key] = block
-        c.free_blocks[block] = None
     parent = c._new_node([1, 2], ["a", "b"], None, 0)
     c._new_node([5, 6], ["c", "d"], parent, 0)
+    c.free_blocks.add_all([1, 2, 5, 6])
     assert c.evict_one() == [5, 6]
     assert c.index == {"a": 1, "b": 2}
     assert c.evict_one() == [1, 2]

@@ -1,5 +1,5 @@
-"""SGLang's radix tree, in blocks (§8.6): the LRU cache whose eviction takes whole
-leaf nodes, least recently looked up first.
+"""SGLang's radix tree, in blocks (§8.6): the prefix cache whose eviction takes
+whole leaf nodes, least recently looked up first.
 
 Blocks registered together form a node (a run of tokens inserted at once;
 a run is cut where the prompt ends, so that the outputs go first); a look-up
@@ -18,40 +18,59 @@ positions and the allocator swaps them (SGLang's insert keeps one copy).
 
 A node is the unit of work: it keeps its blocks and their keys side by side
 (`nodes`), so that a run is keyed, freed and evicted with a few operations
-over the run (in C), and the only map from a block is `node_of`, the node
-holding it (every keyed block is in exactly one node). There is no per-block
-key map: `key_of` is a view built from the nodes for audits and tests.
+over the run, in C. Per block there is only the index entry of its key, its
+node in `node_at` (a list indexed by block number) and its place in the free
+queue (`free_queue.FreeQueue`), lists rather than dicts: on the Mooncake
+trace under `sglang` nine million blocks pass through the cache, and a dict
+operation per block and per stage was most of the replay. `node_of` and
+`key_of` are views built from these, for audits and tests.
 """
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict, deque
+from collections import deque
 from itertools import compress, repeat
 from operator import is_not, not_
 
 from ..records.errors import InvariantError
-from .lru_cache import LruCache
+from .free_queue import FreeQueue
 from .prefix_cache import PrefixCache
 
 __all__ = ["RadixCache"]
 
 
-class RadixCache(LruCache):
+class RadixCache(PrefixCache):
     """Keyed blocks as nodes of a radix tree; eviction by whole free leaves."""
 
     def __init__(self, compact: bool = False) -> None:
-        # The LRU cache's queue of free keyed blocks (`free_blocks`, `hit`), but not
-        # its `key_of`: a node keeps its blocks' keys.
-        PrefixCache.__init__(self, compact)
-        self.free_blocks: OrderedDict[int, None] = OrderedDict()
-        self.hit = self.free_blocks.__delitem__
+        super().__init__(compact)
+        self.free_blocks = FreeQueue()
+        self.hit = self.free_blocks.remove
         self.clock = 0  # the last stamp given
-        self.node_of: dict[int, int] = {}
+        # block -> its node (None: not keyed), for every block number within reach
+        self.node_at: list[int | None] = []
         # node -> [blocks, parent, children, stamp, keys]: `keys[i]` is the key of
         # `blocks[i]`.
         self.nodes: dict[int, list] = {}
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
+
+    def _reach(self, top: int) -> None:
+        """Make room in `node_at` and the free queue for block numbers up to `top`."""
+        node_at = self.node_at
+        if top >= len(node_at):
+            node_at.extend(repeat(None, top + 1 - len(node_at)))
+            self.free_blocks.reach(top)
+
+    def _node(self, block: int) -> int | None:
+        """The node holding `block`, if any."""
+        node_at = self.node_at
+        return node_at[block] if 0 <= block < len(node_at) else None
+
+    @property
+    def node_of(self) -> dict[int, int]:
+        """Each keyed block's node (a view of `node_at`, for audits and tests)."""
+        return {block: node for block, node in enumerate(self.node_at) if node is not None}
 
     # --- the protocol -------------------------------------------------------------
 
@@ -66,7 +85,6 @@ class RadixCache(LruCache):
             return None
         key_list = keys.ensure(full)
         index = self.index
-        node_of = self.node_of
         writers = self.writers
         new_keys = key_list[start:full]
         if index.keys().isdisjoint(new_keys):
@@ -96,7 +114,7 @@ class RadixCache(LruCache):
                         first_new = i
                     if writers is not None:
                         writers[block] = (rid, i)
-                elif table[i] not in node_of:  # (its own copy, not keyed)
+                elif self._node(table[i]) is None:  # (its own copy, not keyed)
                     if swaps is None:
                         swaps = []
                     swaps.append((i, index[key]))
@@ -107,7 +125,8 @@ class RadixCache(LruCache):
             cut = keys.prompt_tokens // keys.block_size - first_new
             if 0 < cut < len(new_blocks):
                 self.add_run(new_blocks[:cut], new_keys[:cut], parent)
-                parent, new_blocks, new_keys = new_blocks[cut - 1], new_blocks[cut:], new_keys[cut:]
+                parent = new_blocks[cut - 1]
+                new_blocks, new_keys = new_blocks[cut:], new_keys[cut:]
             self.add_run(new_blocks, new_keys, parent)
         last = index.get(key_list[full - 1])
         if last is not None:
@@ -144,23 +163,44 @@ class RadixCache(LruCache):
         return evictions, spare
 
     def give_back(self, blocks, keyed=(), keys=()):
-        """Blocks in a node join the queue's tail in order (the rest are plain); the
-        nodes of the blocks freed may now be evictable."""
-        # One look-up per block, in C, tells both whether it is keyed and its node.
-        held_by = list(map(self.node_of.get, blocks))
-        if None in held_by:
-            in_cache = list(map(is_not, held_by, repeat(None)))
-            self.free_blocks.update(zip(compress(blocks, in_cache), repeat(None)))
-            plain = list(compress(blocks, map(not_, in_cache)))
-        else:
-            self.free_blocks.update(zip(blocks, repeat(None)))
+        """Blocks in a node join the free queue's tail in order (the rest are plain);
+        the nodes of the blocks freed may now be evictable."""
+        if not blocks:
+            return ()
+        # One look-up per block, in C, tells both whether it is keyed and its node
+        # (a block never keyed may lie beyond `node_at`: then it is made to reach).
+        try:
+            held_by = list(map(self.node_at.__getitem__, blocks))
+        except IndexError:
+            self._reach(max(blocks))
+            held_by = list(map(self.node_at.__getitem__, blocks))
+        unkeyed = held_by.count(None)
+        if not unkeyed:
+            self.free_blocks.add_all(list(blocks))
             plain = ()
+        elif unkeyed <= 4:
+            # Usually one, the request's last block (partly written): the plain
+            # ones are picked out by position, not by a mask over every block.
+            at = []
+            i = -1
+            for _ in range(unkeyed):
+                i = held_by.index(None, i + 1)
+                at.append(i)
+            plain = [blocks[i] for i in at]
+            keyed = list(blocks)
+            for i in reversed(at):
+                del keyed[i]
+            self.free_blocks.add_all(keyed)
+        else:
+            in_cache = list(map(is_not, held_by, repeat(None)))
+            self.free_blocks.add_all(list(compress(blocks, in_cache)))
+            plain = list(compress(blocks, map(not_, in_cache)))
         self._offer_nodes(held_by)
         return plain
 
     def count_free(self, blocks):
-        """How many of `blocks` are free cached blocks (counted in C)."""
-        return sum(map(self.free_blocks.__contains__, blocks))
+        """How many of `blocks` are free cached blocks."""
+        return self.free_blocks.count_in(blocks)
 
     def evict_one(self) -> list[int]:
         """Forget the keys of the blocks eviction takes next and return them: the
@@ -169,9 +209,25 @@ class RadixCache(LruCache):
         node = self.evict_node()
         if node:
             return node
-        block, _ = self.free_blocks.popitem(last=False)
+        block = self.free_blocks.pop_oldest()
         self._detach(block)
         return [block]
+
+    def evict_until(self, count):
+        """Evict whole free leaves (else single blocks) until `count` blocks lost
+        their keys or none is free (see the protocol)."""
+        groups = []
+        freed = 0
+        free = self.free_blocks
+        writers = self.writers
+        while free and freed < count:
+            gone = self.evict_one()
+            if writers is not None:
+                for block in gone:
+                    writers.pop(block, None)
+            groups.append(gone)
+            freed += len(gone)
+        return groups
 
     @property
     def key_of(self) -> dict[int, object]:
@@ -184,26 +240,31 @@ class RadixCache(LruCache):
         every node's blocks name it, as many keys as blocks, and every node counts
         its children."""
         key_of = self.key_of
-        if carried or any(v is not None for v in self.free_blocks.values()):
-            raise InvariantError("block keys kept outside key_of out of vLLM's cache")
+        if carried:
+            raise InvariantError("block keys carried to a radix tree, which names its own")
         if any(b not in key_of for b in self.free_blocks):
             raise InvariantError("a free cached block has no key")
         self._check_index(key_of)
         if len(self.index) != len(key_of):
             raise InvariantError(f"keys in the index({len(self.index)}) == keys in nodes"
                                  f"({len(key_of)}) is false")
+        free = self.free_blocks
+        if len(list(free)) != len(free):
+            raise InvariantError(f"free blocks in the queue({len(list(free))}) == its "
+                                 f"count({len(free)}) is false")
+        node_of = self.node_of
         children: dict[int, int] = {}
         named = 0
         for node, (blocks, parent, count, _, keys) in self.nodes.items():
             named += len(blocks)
             if (not blocks or len(keys) != len(blocks)
-                    or any(self.node_of.get(b) != node for b in blocks)):
+                    or any(node_of.get(b) != node for b in blocks)):
                 raise InvariantError(f"radix node {node}: blocks {blocks} disagree with "
                                      "their keys or nodes")
             if parent is not None:
                 children[parent] = children.get(parent, 0) + 1
-        if named != len(self.node_of):
-            raise InvariantError(f"blocks in nodes({named}) == node_of({len(self.node_of)}) "
+        if named != len(node_of):
+            raise InvariantError(f"blocks in nodes({named}) == node_of({len(node_of)}) "
                                  "is false")
         for node, info in self.nodes.items():
             if info[2] != children.get(node, 0):
@@ -216,7 +277,11 @@ class RadixCache(LruCache):
         node = self.next_node
         self.next_node += 1
         self.nodes[node] = [list(blocks), parent, 0, stamp, list(keys)]
-        self.node_of.update(zip(blocks, repeat(node)))  # (in C: a node holds hundreds)
+        try:
+            deque(map(self.node_at.__setitem__, blocks, repeat(node)), 0)  # (in C)
+        except IndexError:  # (a block beyond `node_at`: reach it, and set them all)
+            self._reach(max(blocks))
+            deque(map(self.node_at.__setitem__, blocks, repeat(node)), 0)
         if parent is not None:
             self.nodes[parent][2] += 1
         self._offer(node)
@@ -243,7 +308,7 @@ class RadixCache(LruCache):
         """Split the node of `block` so that `block` ends its node. The part cut
         off below is stamped now: SGLang's split refreshes it, though the lookup
         or insert that split it stops above it."""
-        node = self.node_of.get(block)
+        node = self._node(block)
         if node is None:
             return
         info = self.nodes[node]
@@ -268,28 +333,35 @@ class RadixCache(LruCache):
         node of `parent_block`, split after it (SGLang's insert of a run of new
         tokens)."""
         parent = None
-        if parent_block is not None and parent_block in self.node_of:
+        if parent_block is not None and self._node(parent_block) is not None:
             self.split_after(parent_block)
-            parent = self.node_of[parent_block]
+            parent = self.node_at[parent_block]
         self._new_node(blocks, keys, parent, 0)
 
     def touch_path(self, block: int) -> None:
         """Stamp the nodes from the root down to the node of `block`."""
         path = []
-        node = self.node_of.get(block)
+        node = self._node(block)
         nodes = self.nodes
         while node is not None:
             path.append(node)
             node = nodes[node][1]
+        # (`_offer`, inline: a conversation's path is dozens of nodes, all but the
+        # last with children, and this ran for every look-up: 7% of a replay.)
+        clock = self.clock
+        heap = self.candidates
         for node in reversed(path):
-            self.clock += 1
-            nodes[node][3] = self.clock
-            self._offer(node)
+            clock += 1
+            info = nodes[node]
+            info[3] = clock
+            if not info[2]:
+                heapq.heappush(heap, (clock, node))
+        self.clock = clock
 
     def evict_node(self) -> list[int] | None:
         """Evict the evictable leaf node stamped longest ago; return its blocks."""
         nodes = self.nodes
-        lru = self.free_blocks
+        free = self.free_blocks
         heap = self.candidates
         while heap:
             stamp, node = heapq.heappop(heap)
@@ -297,25 +369,26 @@ class RadixCache(LruCache):
             if info is None or info[3] != stamp or info[2]:
                 continue
             blocks = info[0]
-            # The node's blocks are checked and forgotten in C (map over bound
-            # dict methods): a node evicted holds 230 blocks on average on the
-            # Mooncake trace, and these loops in Python cost a fifth of its replay.
-            if not all(map(lru.__contains__, blocks)):
+            # The node's blocks are checked and forgotten in C (maps over bound
+            # methods): a node evicted holds 230 blocks on average on the Mooncake
+            # trace, where these loops in Python cost a fifth of its replay.
+            if not free.all_free(blocks):
                 continue
             del nodes[node]
             if info[1] is not None:
                 nodes[info[1]][2] -= 1
                 self._offer(info[1])
-            deque(map(lru.__delitem__, blocks), 0)
+            free.remove_all(blocks)
             deque(map(self.index.__delitem__, info[4]), 0)
-            deque(map(self.node_of.__delitem__, blocks), 0)
+            deque(map(self.node_at.__setitem__, blocks, repeat(None)), 0)
             return blocks
         return None
 
     def _detach(self, block: int) -> None:
         """Take `block` out of its node and forget its key (when no whole node could
         go: a node part of which is held)."""
-        node = self.node_of.pop(block)
+        node = self.node_at[block]
+        self.node_at[block] = None
         info = self.nodes[node]
         i = info[0].index(block)
         del info[0][i]

@@ -8,14 +8,14 @@ go) the least recently freed block. An ordered dict does all that at the
 price of two of its own operations per block and per visit (the costliest
 per-block work of a Mooncake replay under `sglang`); here a block is free
 when `since[block]`, the number of the batch that freed it, is not 0, and
-the order is kept as the batches given back (number, blocks), in order: a
-batch's entry is current when its block still names that batch, stale once
-the block left (entries are never removed one by one; the queue is
-compacted when stale entries are three times the live ones).
+the order is kept as the batches given back, in order, each with its blocks
+and how many of them are still free in it: a batch's entry is current when
+its block still names that batch, stale once the block left (entries are
+never removed one by one; a batch goes when none of its blocks is left).
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from itertools import compress, repeat
 from operator import eq
 from typing import Iterator
@@ -29,17 +29,18 @@ class FreeQueue:
     the batches as given back (see the module docstring). `in`, `len` and
     iteration (least recently freed first) are a container's."""
 
-    __slots__ = ("since", "size", "batches", "next_batch", "front", "entries")
+    __slots__ = ("since", "size", "batches", "next_batch", "entries")
 
     def __init__(self) -> None:
         # block -> the number of the batch that freed it while free, else 0 (one
         # int object per batch: setting a run of blocks allocates nothing).
         self.since: list[int] = []
-        self.size = 0                 # blocks free
-        self.batches: deque[tuple[int, list[int]]] = deque()  # (number, blocks)
+        self.size = 0  # blocks free
+        # number -> [its blocks, how many are still free in it, entries scanned by
+        # `pop_oldest`], oldest first (a dict keeps the order batches came in).
+        self.batches: dict[int, list] = {}
         self.next_batch = 1
-        self.front = 0                # entries of the first batch already consumed
-        self.entries = 0              # entries in the batches, stale ones included
+        self.entries = 0  # entries in the batches kept, stale ones included
 
     def __len__(self) -> int:
         return self.size
@@ -53,7 +54,7 @@ class FreeQueue:
 
     def __iter__(self) -> Iterator[int]:
         since = self.since
-        for batch, blocks in self.batches:
+        for batch, (blocks, _, _) in list(self.batches.items()):
             for block in blocks:
                 if since[block] == batch:
                     yield block
@@ -75,64 +76,80 @@ class FreeQueue:
         self.next_batch = batch + 1
         # Set in C (a map over the list's own method), no step per block.
         deque(map(self.since.__setitem__, blocks, repeat(batch)), 0)
-        self.batches.append((batch, blocks))
+        self.batches[batch] = [blocks, len(blocks), 0]
         self.size += len(blocks)
         self.entries += len(blocks)
-        if self.entries > 4 * self.size + 16384:
-            self._compact()
+        if self.entries > 8 * self.size + 65536:
+            self._compact()  # (blocks left free long ago keep their batches)
 
-    def all_free(self, blocks: list[int]) -> bool:
-        """Whether every one of `blocks` (registered ones: within reach) is free."""
-        return 0 not in map(self.since.__getitem__, blocks)
+    def remove_all_if_free(self, blocks: list[int]) -> bool:
+        """Take out `blocks` (within reach) if every one of them is free (a node
+        evicted whole); whether they were."""
+        since = self.since
+        if not since[blocks[0]] or not since[blocks[-1]]:
+            return False  # (a held node, usually: no look at its other blocks)
+        batch_of = list(map(since.__getitem__, blocks))  # (in C)
+        if 0 in batch_of:
+            return False
+        deque(map(since.__setitem__, blocks, repeat(0)), 0)
+        self.size -= len(blocks)
+        first = batch_of[0]
+        if batch_of.count(first) == len(batch_of):  # (a node's blocks: one batch, usually)
+            self._left(first, len(batch_of))
+        else:
+            for batch, count in Counter(batch_of).items():
+                self._left(batch, count)
+        return True
 
     def count_in(self, blocks: list[int]) -> int:
         """How many of `blocks` are free."""
         since = self.since
         if blocks and max(blocks) < len(since):
-            serials = list(map(since.__getitem__, blocks))  # (in C)
-            return len(serials) - serials.count(0)
+            batch_of = list(map(since.__getitem__, blocks))  # (in C)
+            return len(batch_of) - batch_of.count(0)
         return sum(1 for b in blocks if b in self)
-
-    def remove_all(self, blocks: list[int]) -> None:
-        """Take out `blocks`, every one of them free (a node evicted whole)."""
-        deque(map(self.since.__setitem__, blocks, repeat(0)), 0)
-        self.size -= len(blocks)
 
     def remove(self, block: int) -> None:
         """Take free `block` out (a hit: a request holds it again)."""
-        if not self.since[block]:
+        batch = self.since[block]
+        if not batch:
             raise KeyError(block)
         self.since[block] = 0
         self.size -= 1
+        self._left(batch, 1)
 
     def pop_oldest(self) -> int:
         """Take out and return the least recently freed block."""
         since = self.since
-        batches = self.batches
-        while batches:
-            batch, blocks = batches[0]
-            for i in range(self.front, len(blocks)):
+        for batch, entry in self.batches.items():
+            blocks = entry[0]
+            for i in range(entry[2], len(blocks)):
                 block = blocks[i]
                 if since[block] == batch:
-                    self.front = i + 1
+                    entry[2] = i + 1
                     since[block] = 0
                     self.size -= 1
+                    self._left(batch, 1)
                     return block
-            batches.popleft()
-            self.entries -= len(blocks)
-            self.front = 0
         raise KeyError("pop from an empty FreeQueue")
+
+    def _left(self, batch: int, count: int) -> None:
+        """`count` blocks of `batch` are no longer free; a batch with none left goes."""
+        entry = self.batches[batch]
+        entry[1] -= count
+        if not entry[1]:
+            del self.batches[batch]
+            self.entries -= len(entry[0])
 
     def _compact(self) -> None:
         """Drop the stale entries: the live blocks, in order, become one new batch
         (same order, so nothing observable changes)."""
         since = self.since
         live: list[int] = []
-        for batch, blocks in self.batches:  # (entries consumed already are stale)
+        for batch, (blocks, _, _) in self.batches.items():
             live += compress(blocks, map(eq, map(since.__getitem__, blocks), repeat(batch)))
         batch = self.next_batch
         self.next_batch = batch + 1
         deque(map(since.__setitem__, live, repeat(batch)), 0)
-        self.batches = deque([(batch, live)]) if live else deque()
+        self.batches = {batch: [live, len(live), 0]} if live else {}
         self.entries = len(live)
-        self.front = 0

@@ -87,37 +87,39 @@ class RadixCache(PrefixCache):
         index = self.index
         writers = self.writers
         new_keys = key_list[start:full]
-        if index.keys().isdisjoint(new_keys):
-            # Every key is new (the common case): the run is indexed in C, one
-            # dict update each way, not one Python step per block (the loop
-            # below cost a third of a Mooncake replay under sglang). A request's
-            # keys are distinct (chained), so the updates do what the loop does.
-            new_blocks = table[start:full]
-            index.update(zip(new_keys, new_blocks))
+        new_blocks = table[start:full]
+        # Each key indexed to this request's block unless cached already, in C (one
+        # look-up per key, which also says which were cached: the per-block loop
+        # this replaces cost a third of a Mooncake replay under sglang).
+        before = len(index)
+        cached = list(map(index.setdefault, new_keys, new_blocks))
+        swaps = None
+        if len(index) - before == full - start:
+            # Every key was new (the common case; a request's keys are distinct).
+            first_new = start
             if writers is not None:
                 writers.update(zip(new_blocks, zip(repeat(rid), range(start, full))))
-            first_new = start
-            swaps = None
         else:
-            new_blocks = []
-            new_keys = []
+            # Some were cached. A key indexed to this request's block just now was
+            # new (a block already keyed is never at a position being registered);
+            # the other positions hold a cached key: its own unkeyed copy is to be
+            # swapped for the cached block.
+            node = self._node
             first_new = None
-            swaps = None
-            for i in range(start, full):
-                key = key_list[i]
-                if key not in index:
-                    block = table[i]
-                    index[key] = block
-                    new_blocks.append(block)
-                    new_keys.append(key)
+            run, run_keys = [], []
+            for i, key, block, found in zip(range(start, full), new_keys, new_blocks, cached):
+                if found == block and node(block) is None:
+                    run.append(block)
+                    run_keys.append(key)
                     if first_new is None:
                         first_new = i
                     if writers is not None:
                         writers[block] = (rid, i)
-                elif self._node(table[i]) is None:  # (its own copy, not keyed)
+                elif node(block) is None:
                     if swaps is None:
                         swaps = []
-                    swaps.append((i, index[key]))
+                    swaps.append((i, found))
+            new_blocks, new_keys = run, run_keys
         if new_blocks:
             # One leaf for the run, cut where the prompt ends: SGLang splits a
             # request's insert there so that its outputs go first.

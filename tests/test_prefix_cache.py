@@ -538,15 +538,14 @@ def test_evicted_records_say_whose_cached_block_was_handed_out():
 def test_tree_mode_evicts_a_single_block_when_no_whole_node_is_free():
     """Tree mode, one node [3, 4] (keys k, m) of which block 3 is still held: no node
     can go whole, so evict() takes the LRU head, block 4, forgets its key and takes it
-    out of the node, which keeps block 3."""
+    out of the node, which keeps block 3 and key k."""
     c = RadixCache()
     c.index.update({"k": 3, "m": 4})
-    c.key_of.update({3: "k", 4: "m"})
-    c._new_node([3, 4], None, 0)
-    c.free_blocks[4] = None
+    c._new_node([3, 4], ["k", "m"], None, 0)
+    c.free_blocks.add_all([4])
     assert c.evict_one() == [4]
     assert (c.index, c.key_of, list(c.free_blocks)) == ({"k": 3}, {3: "k"}, [])
-    assert [info[0] for info in c.nodes.values()] == [[3]]
+    assert [(info[0], info[4]) for info in c.nodes.values()] == [([3], ["k"])]
     assert c.node_of == {3: 0}
 
 
@@ -556,11 +555,11 @@ def test_tree_mode_evicts_a_free_leaf_node_whole():
     c = RadixCache()
     for block, key in ((1, "a"), (2, "b"), (5, "c"), (6, "d")):
         c.index[key] = block
-        c.key_of[block] = key
-        c.free_blocks[block] = None
-    parent = c._new_node([1, 2], None, 0)
-    c._new_node([5, 6], parent, 0)
+    parent = c._new_node([1, 2], ["a", "b"], None, 0)
+    c._new_node([5, 6], ["c", "d"], parent, 0)
+    c.free_blocks.add_all([1, 2, 5, 6])
     assert c.evict_one() == [5, 6]
+    assert c.index == {"a": 1, "b": 2}
     assert c.evict_one() == [1, 2]
     assert (c.index, c.nodes, list(c.free_blocks)) == ({}, {}, [])
 

@@ -6,7 +6,8 @@ or free. A freed keyed block keeps its key and joins the tail of
 `free_blocks`, an ordered dict (block -> None), so that a hit takes a block
 out of its middle in O(1); it loses the key only when handed out again, the
 least recently freed first. The policies other than `vllm` and `sglang`
-use this cache; the radix tree (`radix_cache`) builds on it.
+use this cache; the radix tree (`radix_cache`) keeps its free blocks in the
+same order, in a queue of its own (`free_queue`).
 """
 from __future__ import annotations
 

@@ -227,9 +227,9 @@ class SglangPolicy(QueueAndListPolicy):
         """What running requests are expected to still need: ratio x remaining outputs.
         The request being chunked is not in SGLang's running batch: its chunks are
         charged as they are added (`_prefill_batch`)."""
-        ratio = self.ratio
-        chunked = self.chunked
-        return sum(ratio * self._remaining_new(r) for r in self.running if r is not chunked)
+        ratio, chunked = self.ratio, self.chunked  # (`_remaining_new` inline: every row, pass)
+        return sum([ratio * min(r.max_tokens - r.outputs, CLIP_MAX_NEW_TOKENS)
+                    for r in self.running if r is not chunked])
 
     def _prefill_batch(self) -> Plan:
         """The next prefill batch (empty: none). Under priority preemption its victims

@@ -93,21 +93,6 @@ class LruCache(PrefixCache):
         del self.index[self.key_of.pop(block)]
         return [block]
 
-    def evict_until(self, count):
-        """Evict least recently freed blocks, one at a time (see the protocol)."""
-        groups = []
-        freed = 0
-        lru = self.free_blocks
-        writers = self.writers
-        while lru and freed < count:
-            gone = self.evict_one()
-            if writers is not None:
-                for block in gone:
-                    writers.pop(block, None)
-            groups.append(gone)
-            freed += len(gone)
-        return groups
-
     def give_back(self, blocks, keyed=(), keys=()):
         """Blocks with a key join the queue's tail in order; the rest are plain."""
         in_cache = list(map(self.key_of.__contains__, blocks))

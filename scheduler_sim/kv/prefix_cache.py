@@ -160,11 +160,30 @@ class PrefixCache:
         evictions made and the spare blocks evicted beyond `count` (plain now)."""
         raise NotImplementedError
 
+    def evict_one(self) -> list[int]:
+        """Forget the keys of the blocks eviction takes next (one free cached
+        block, or a cache's unit of them) and return them, in order."""
+        raise NotImplementedError
+
     def evict_until(self, count: int) -> list[list[int]]:
         """Evict free cached blocks, ahead of need, until `count` of them lost
         their keys or none is left; return each eviction's blocks (plain now),
-        in order. Nobody takes them yet, so no eviction is reported."""
-        raise NotImplementedError
+        in order. Nobody takes them yet, so no eviction is reported.
+
+        The default repeats `evict_one` (the next eviction's blocks, forgotten)
+        while `free_blocks` holds any, and drops their writers."""
+        groups = []
+        freed = 0
+        free = self.free_blocks
+        writers = self.writers
+        while free and freed < count:
+            gone = self.evict_one()
+            if writers is not None:
+                for block in gone:
+                    writers.pop(block, None)
+            groups.append(gone)
+            freed += len(gone)
+        return groups
 
     def give_back(self, blocks: list[int], keyed=(), keys=()) -> list[int]:
         """Blocks nobody holds any more, in the order freed (`keyed` carrying

@@ -215,22 +215,6 @@ class RadixCache(PrefixCache):
         self._detach(block)
         return [block]
 
-    def evict_until(self, count):
-        """Evict whole free leaves (else single blocks) until `count` blocks lost
-        their keys or none is free (see the protocol)."""
-        groups = []
-        freed = 0
-        free = self.free_blocks
-        writers = self.writers
-        while free and freed < count:
-            gone = self.evict_one()
-            if writers is not None:
-                for block in gone:
-                    writers.pop(block, None)
-            groups.append(gone)
-            freed += len(gone)
-        return groups
-
     @property
     def key_of(self) -> dict[int, object]:
         """Each keyed block's key (a view built from the nodes, for audits and tests)."""

@@ -5,7 +5,7 @@ next dispatch has one row less, and the engine used to go back to its loop
 to learn what the policy plans next (its `schedule`, then a dispatch to see
 the new plan repeat, then a fold). On a trace where nothing waits, that is
 two or three dispatches run through the whole pipeline for every request
-that ends (about 17,000 of the 68,500 dispatches stepped on the Azure
+that ends (about 18,000 of the 68,500 dispatches stepped on the Azure
 conversation trace under `continuous`).
 
 A built-in policy that knows it is at a fixed point says so

@@ -228,3 +228,16 @@ def test_times_beyond_1e15_are_refused(tmp_path):
                 err=err) == 2
     assert err.getvalue() == ("scheduler-sim: error: release_delay must be a number >= 0 and "
                               "<= 1e15, got 1e+16\n")
+
+
+def test_texts_of_many_times_are_text_of_each():
+    """A 1 us clock in seconds: 12,345 steps read 0.012345, 1,000,000 read 1 and
+    1,500,000 read 1.5 (formatted all at once); 50 steps (5e-05 s) is below the
+    plain digits' range, so that list is written one `text` at a time, and reads as
+    repr does. A tick clock writes the integers."""
+    us = Clock("s", 1.0, 1e-6, True)
+    assert us.texts([12_345, 1_000_000, 1_500_000]) == ["0.012345", "1", "1.5"]
+    assert us.texts([12_345, 1_000_000, 50, 0]) == ["0.012345", "1", "5e-05", "0"]
+    assert [us.text(t) for t in (12_345, 1_000_000, 50, 0)] == ["0.012345", "1", "5e-05", "0"]
+    assert Clock("tick", None, None, False).texts([3, 10]) == ["3", "10"]
+    assert us.texts([]) == []

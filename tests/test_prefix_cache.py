@@ -921,3 +921,26 @@ def test_a_block_set_counts_its_blocks_and_lists_them_in_ascending_order():
     blocks.add_new([2])
     blocks.clear()
     assert (len(blocks), list(blocks), len(blocks.flags)) == (0, [], 301)
+
+
+def test_tree_mode_heap_of_candidates_stays_bounded_and_keeps_the_order():
+    """Tree mode, two free leaves under no parent: node 0 = [1] (key a) and node 1 =
+    [2] (key b). 200 look-ups alternate between them, ending on node 0, each pushing
+    a fresh (stamp, node) entry: without a rebuild the heap would hold 202 entries;
+    it is rebuilt past 2 x 2 nodes + SLACK (64) = 68, so it never exceeds 68.
+    Stamps: look-up k (k = 1..200) gives stamp k; node 1 last got 199, node 0 got
+    200, so node 1 is evicted first, then node 0."""
+    c = RadixCache()
+    c.index.update({"a": 1, "b": 2})
+    c._new_node([1], ["a"], None, 0)
+    c._new_node([2], ["b"], None, 0)
+    c.free_blocks.add_all([1, 2])
+    sizes = []
+    for k in range(1, 201):
+        c.touch_path(2 if k % 2 else 1)
+        sizes.append(len(c.candidates))
+    assert max(sizes) == 68
+    assert [info[3] for info in c.nodes.values()] == [200, 199]
+    assert c.evict_one() == [2]
+    assert c.evict_one() == [1]
+    assert (c.index, c.nodes) == ({}, {})

@@ -7,7 +7,11 @@ or a registration that ends inside a node splits it there. Every look-up
 and registration stamps the nodes on its path, root first. Eviction takes a
 node whose blocks are all free and that has no child node, the oldest stamp
 first, and evicts all of its blocks at once (SGLang frees whole leaves);
-candidates wait in a heap, checked when taken. When no whole node can go
+candidates wait in a heap, checked when taken (a look-up pushes its path's
+leaf again with its new stamp, so the heap is rebuilt from the leaves
+whenever it holds more than twice as many entries as there are nodes: its
+size stays bounded on a trace of any length, and the rebuilt heap holds
+every entry that can still be taken). When no whole node can go
 (part of every leaf is held) the least recently freed block goes alone.
 
 Decoded tokens are keyed only when the request finishes (`register_decoded`
@@ -37,6 +41,11 @@ from .free_queue import FreeQueue
 from .prefix_cache import PrefixCache
 
 __all__ = ["RadixCache"]
+
+# Stale entries the heap of candidates may hold beyond twice the nodes before it
+# is rebuilt (`RadixCache._compact`): a rebuild costs a pass over the nodes, so
+# it comes at most once per that many pushes.
+SLACK = 64
 
 
 class RadixCache(PrefixCache):
@@ -277,6 +286,22 @@ class RadixCache(PrefixCache):
         info = self.nodes.get(node)
         if info is not None and not info[2]:
             heapq.heappush(self.candidates, (info[3], node))
+            if len(self.candidates) > 2 * len(self.nodes) + SLACK:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap of candidates from the leaf nodes and their stamps now.
+
+        An entry is taken only if its node still exists, is a leaf and still has
+        that stamp (`evict_node`), and every change that can make a node such a
+        candidate (a new or split node, a stamp, a last child gone, blocks freed)
+        pushes it: so the entries that can still be taken are exactly one per
+        leaf, and eviction takes the same nodes in the same order from the
+        rebuilt heap. A leaf some of whose blocks are held is kept too (its
+        entry is checked when taken, as before)."""
+        heap = [(info[3], node) for node, info in self.nodes.items() if not info[2]]
+        heapq.heapify(heap)
+        self.candidates = heap
 
     def _offer_nodes(self, held_by: list) -> None:
         """Offer each of the nodes `held_by` names once (None: no node): blocks of
@@ -289,6 +314,8 @@ class RadixCache(PrefixCache):
             info = nodes.get(node)
             if info is not None and not info[2]:
                 heapq.heappush(heap, (info[3], node))
+        if len(heap) > 2 * len(nodes) + SLACK:
+            self._compact()
 
     def split_after(self, block: int) -> None:
         """Split the node of `block` so that `block` ends its node. The part cut
@@ -343,6 +370,8 @@ class RadixCache(PrefixCache):
             if not info[2]:
                 heapq.heappush(heap, (clock, node))
         self.clock = clock
+        if len(heap) > 2 * len(nodes) + SLACK:
+            self._compact()
 
     def evict_node(self) -> list[int] | None:
         """Evict the evictable leaf node stamped longest ago; return its blocks."""

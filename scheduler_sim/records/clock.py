@@ -206,6 +206,23 @@ class Clock:
             memo[steps] = text
         return text
 
+    def texts(self, steps: list[int]) -> list[str]:
+        """`text` of each of `steps`, in order. Speed: with a step of exactly
+        10^-d s (the usual 1 us clock) and every time in `text`'s range of
+        plain digits, the text is formatted for all of them at once in C
+        (`map`): a folded stretch's event lines are one time each, about
+        630,000 of them on the Azure trace with `--events`, where a call of
+        `text` each was 9% of the profile."""
+        if not self.in_seconds:
+            return list(map(str, steps))
+        scale = self._scale
+        if (not steps or not scale or not scale // 10_000 <= min(steps)
+                or max(steps) >= 10 ** 15):
+            return list(map(self.text, steps))
+        digits = self.digits
+        texts = map(f"%d.%0{digits}d".__mod__, map(divmod, steps, repeat(scale)))
+        return list(map(str.rstrip, map(str.rstrip, texts, repeat("0")), repeat(".")))
+
     @functools.cached_property
     def _texts(self) -> dict[int, str]:
         return {}

@@ -107,24 +107,37 @@ def steady_lines(steps: list[tuple[int, int, int, int]], waiting: int, running: 
     """The snapshot and dispatch lines of a folded stretch, for each (tick, done,
     allocated, free) of `steps`: what `snapshot_line` and `dispatch_line` write,
     with the parts that do not change written once (a dispatch's end is the next
-    one's start, so each time is written once)."""
+    one's start, so each time is written once).
+
+    Speed: the lines are made by `str.format` mapped over the columns, in C, not
+    by a loop over the steps (a folded stretch on the Azure trace with
+    `--events` is about 13 dispatches, 377,000 of them in all)."""
     seconds = clock is not None and clock.in_seconds
-    text = clock.text if seconds else str
-    key = '{"time":' if seconds else '{"tick":'
+    key = '{{"time":' if seconds else '{{"tick":'  # (a `format` template's braces)
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
-    snapshot = (f',"event":"snapshot",{tag}"waiting":{waiting},"running":{running},'
-                f'"reserved":{reserved},"allocated":')
+    ticks, dones, held, free = (list(column) for column in zip(*steps))
+    done_texts = clock.texts(dones) if seconds else list(map(str, dones))
+    if ticks[1:] == dones[:-1]:  # (always, in a fold: each starts where the last ended)
+        tick_texts = [clock.text(ticks[0]) if seconds else str(ticks[0])]
+        tick_texts += done_texts[:-1]
+    else:
+        tick_texts = clock.texts(ticks) if seconds else list(map(str, ticks))
+    # The constant parts, braces doubled for `format` (a rows text holds ids).
+    snapshot = _formatting(f',"event":"snapshot",{tag}"waiting":{waiting},"running":'
+                           f'{running},"reserved":{reserved},"allocated":')
     drain = f',"draining":{draining},"free":'
-    dispatch = f',"event":"dispatch",{tag}"rows":[{rows_text(rows)}],"tokens":{tokens},"done":'
-    out: list[str] = []
-    add = out.append
-    last_done = last_text = None
-    for tick, done, held, free in steps:
-        when = last_text if tick == last_done else text(tick)
-        last_done, last_text = done, text(done)
-        add(f'{key}{when}{snapshot}{held}{drain}{free}}}')
-        add(f'{key}{when}{dispatch}{last_text}}}')
+    dispatch = _formatting(f',"event":"dispatch",{tag}"rows":[{rows_text(rows)}],'
+                           f'"tokens":{tokens},"done":')
+    out: list[str] = [""] * (2 * len(steps))
+    out[0::2] = map((key + "{}" + snapshot + "{}" + drain + "{}}}").format,
+                    tick_texts, held, free)
+    out[1::2] = map((key + "{}" + dispatch + "{}}}").format, tick_texts, done_texts)
     return out
+
+
+def _formatting(text: str) -> str:
+    """`text` as a literal part of a `str.format` template."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 # The last rows tuple written and its JSON text (kept with the tuple itself, so

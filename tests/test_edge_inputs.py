@@ -555,20 +555,20 @@ def fuzz(command: str, part: range, seed: int, tmp_path: Path, fmt: str | None =
     return ok
 
 
-@pytest.mark.parametrize("part", run_parts(50, 12))
+@pytest.mark.parametrize("part", run_parts(50, 8))
 @pytest.mark.parametrize("fmt", ["mooncake", "azure", "vidur", "burstgpt"])
 def test_fuzz_convert(tmp_path, fmt, part):
     """50 seeded cases per format (mutated files, wrong formats, --strict, bad paths)."""
     assert fuzz("convert", part, 1201 + len(fmt), tmp_path, fmt) > 0
 
 
-@pytest.mark.parametrize("part", run_parts(120, 30))
+@pytest.mark.parametrize("part", run_parts(120, 20))
 def test_fuzz_generate(tmp_path, part):
     """120 seeded cases of random flag values."""
     assert fuzz("generate", part, 1202, tmp_path) > 0
 
 
-@pytest.mark.parametrize("part", run_parts(80, 20))
+@pytest.mark.parametrize("part", run_parts(80, 12))
 def test_fuzz_cost(tmp_path, part):
     """80 seeded cases of random --model, --gpu, --seq and --mfu."""
     assert fuzz("cost", part, 1203, tmp_path) > 0

@@ -18,8 +18,8 @@ CI runs, chosen to cover each surface's main promise:
 - corrupted sweep shards and grid files are refused without a traceback;
 - times at the format's limit go through every output.
 
-One case of each surface (two of the plugin faults: one raising, one killing its
-worker) runs by default; the others run in the slow tier (`pytest -m slow`, which CI
+One case of each surface runs by default (a worker killed by its plugin:
+test_workers.py); the others run in the slow tier (`pytest -m slow`, which CI
 runs too): each is a process of its own, about half a second of CPU.
 
 The timeout (30 s) only turns a hang into a failure, and a signal case passes
@@ -95,8 +95,7 @@ PLUGIN_FAULTS = {
 }
 
 
-@pytest.mark.parametrize("name", tiered(PLUGIN_FAULTS, {"ValueError in schedule, --replicas 3",
-                                                       "SIGKILL in schedule, -j 2"}))
+@pytest.mark.parametrize("name", tiered(PLUGIN_FAULTS, {"ValueError in schedule, --replicas 3"}))
 def test_a_misbehaving_plugin_is_a_policy_error(name):
     """A plugin that raises, exits or kills itself ends the run with exit 3 and one line
     `policy error: policy '...'` (pytest: a failed test naming it), never a pass."""
@@ -138,8 +137,8 @@ def test_a_signal_leaves_nothing_behind(name):
                             target="group", size=1500))
 
 
-@pytest.mark.parametrize("what, seed", [("shard", 1),
-                                        pytest.param("grid", 1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("what, seed", [  # a shard case runs two sweeps first to make shards
+    pytest.param("shard", 1, marks=pytest.mark.slow), ("grid", 1)])
 def test_a_corrupted_sweep_file_is_refused(what, seed):
     """`sweep merge` of a corrupted shard, `sweep --grid-file` of a corrupted grid file:
     exit 0, 1 or 2, never a traceback."""

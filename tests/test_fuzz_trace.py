@@ -1,6 +1,6 @@
 """Seeded fuzzing of trace input and of `replay`/`validate`/`check` flags: whatever
 the input, a documented exit status (0 ok, 1 a stalled run or a failed
-expectation, 2 bad input) and never a traceback. The first fifth of each seeded run
+expectation, 2 bad input) and never a traceback. The first tenth of each seeded run
 runs by default, the rest in the slow tier; the larger run is `benchmarks/fuzz_cli.py`."""
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def deadline():
     signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.parametrize("part", run_parts(300, 60))
+@pytest.mark.parametrize("part", run_parts(300, 30))
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_validate_never_raises_on_a_mutated_trace(tmp_path, deadline, stream, part,
                                                   monkeypatch):
@@ -111,7 +111,7 @@ def test_validate_never_raises_on_a_mutated_trace(tmp_path, deadline, stream, pa
             assert all(line.startswith(str(path)) for line in err.splitlines()), (case, err)
 
 
-@pytest.mark.parametrize("part", run_parts(120, 24))
+@pytest.mark.parametrize("part", run_parts(120, 12))
 def test_replay_and_check_never_raise_on_mild_mutations(tmp_path, deadline, part):
     """120 mutations with small values, replayed under a random policy and options
     (and `check`ed): exit 0, 1 or 2 and no traceback; 3 would be a bug."""

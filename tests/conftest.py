@@ -43,6 +43,24 @@ def random_engine_options(rng: random.Random, cost_model: bool = False) -> dict:
     return options
 
 
+def slow_beyond(values, keep: int) -> list:
+    """The values of a wide parametrized sweep (seeds, usually): the first `keep` run in
+    the default tier, the rest are marked `slow` (`python -m pytest -q -m slow`, which
+    CI runs too). Test ids stay the values themselves."""
+    values = list(values)
+    return values[:keep] + [pytest.param(v, marks=pytest.mark.slow) for v in values[keep:]]
+
+
+def run_parts(total: int, default: int) -> list:
+    """One seeded run of `total` cases (a fuzzer's) as two parameters, ranges of case
+    numbers: the first `default` cases run by default, the rest in the slow tier. A part
+    draws every case before it from the generator (cheap) and runs only its own, so the
+    two parts together run exactly the cases of the run of `total`."""
+    return [pytest.param(range(default), id=f"0-{default}"),
+            pytest.param(range(default, total), id=f"{default}-{total}",
+                         marks=pytest.mark.slow)]
+
+
 def random_workload(seed: int) -> list[dict]:
     """1 to 30 requests (prompts 1-40, outputs 1-60 tokens) arriving in bursts and
     gaps, a tenth of them cancelled up to 50 ticks later: the random traces the

@@ -76,6 +76,7 @@ def _profiles(tmp_path) -> tuple[str, str]:
     return str(mlp), str(attention)
 
 
+@pytest.mark.slow  # the whole fit of ten coefficients: 8.9 s of CPU
 def test_profiles_made_from_known_coefficients_are_fitted_back(tmp_path):
     mlp, attention = _profiles(tmp_path)
     out = tmp_path / "fit.json"

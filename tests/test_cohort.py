@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from conftest import trace_bytes
+from conftest import slow_beyond, trace_bytes
 from scheduler_sim.engine.fast.cohort import Cohort
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
@@ -98,7 +98,7 @@ def _replay(records, policy, fast, **options):
     return (result.summary, [request_record(r) for r in result.requests]), counted
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 10))
 @pytest.mark.parametrize("policy", ["continuous", "serial"])
 def test_counting_steady_decoders_changes_no_result(seed, policy):
     """Random workloads with cancellations and forced preemptions at any time, rows

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from conftest import req, run_cli, trace_bytes, write_trace
+from conftest import req, run_cli, slow_beyond, trace_bytes, write_trace
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.fleet import DisaggFleet
 from scheduler_sim.io.trace import parse_trace
@@ -289,7 +289,7 @@ def _random_options(seed: int) -> dict:
     return options
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", slow_beyond(range(12), 3))  # 0-2: a cost model, prefixes, timeouts
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_random_workloads_end_each_request_once(seed, policy):
     """Every request ends exactly once over all replicas (one terminal record, one final
@@ -411,7 +411,7 @@ def _quiet(records, policy, fast, listen=False, **options):
     return (result.summary, result.replicas, records_out, events), folded
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", slow_beyond(range(16), 3))  # 0-2: a cost model, prefixes, timeouts
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_folding_on_disaggregated_replicas_changes_nothing(seed, policy):
     """Decode replicas fold steady stretches up to the next hand-off, copy landing,

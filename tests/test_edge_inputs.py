@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, load_script
+from conftest import ROOT, load_script, run_parts
 from scheduler_sim.cli.main import main
 from scheduler_sim.io import generator
 from scheduler_sim.io.generator import WorkloadSpec, generate
@@ -525,14 +525,17 @@ def test_show_never_fails_on_a_value():
 
 # --- seeded fuzzing, in-process --------------------------------------------------------------
 
-def fuzz(command: str, cases: int, seed: int, tmp_path: Path, fmt: str | None = None) -> int:
-    """Run `cases` small random cases of `command` in-process, each under a 5 s deadline:
-    no exception escapes `main`, stderr holds no traceback, the status is 0 or 2, and a
-    trace written with status 0 passes the trace parser. Returns how many exited 0."""
+def fuzz(command: str, part: range, seed: int, tmp_path: Path, fmt: str | None = None) -> int:
+    """Run the cases numbered `part` of a run of small random cases of `command`
+    (`run_parts`) in-process, each under a 5 s deadline: no exception escapes `main`,
+    stderr holds no traceback, the status is 0 or 2, and a trace written with status 0
+    passes the trace parser. Returns how many exited 0."""
     rng = random.Random(seed)
     ok = 0
-    for n in range(cases):
+    for n in range(part.stop):
         case = fuzz_cli.make_case(rng, command, small=True, stdin=False, fmt=fmt)
+        if n not in part:
+            continue
         directory = tmp_path / f"{command}-{fmt}-{n}"
         directory.mkdir()
         argv = case.materialise(str(directory))
@@ -552,20 +555,23 @@ def fuzz(command: str, cases: int, seed: int, tmp_path: Path, fmt: str | None = 
     return ok
 
 
+@pytest.mark.parametrize("part", run_parts(50, 8))
 @pytest.mark.parametrize("fmt", ["mooncake", "azure", "vidur", "burstgpt"])
-def test_fuzz_convert(tmp_path, fmt):
+def test_fuzz_convert(tmp_path, fmt, part):
     """50 seeded cases per format (mutated files, wrong formats, --strict, bad paths)."""
-    assert fuzz("convert", 50, 1201 + len(fmt), tmp_path, fmt) > 0
+    assert fuzz("convert", part, 1201 + len(fmt), tmp_path, fmt) > 0
 
 
-def test_fuzz_generate(tmp_path):
+@pytest.mark.parametrize("part", run_parts(120, 20))
+def test_fuzz_generate(tmp_path, part):
     """120 seeded cases of random flag values."""
-    assert fuzz("generate", 120, 1202, tmp_path) > 0
+    assert fuzz("generate", part, 1202, tmp_path) > 0
 
 
-def test_fuzz_cost(tmp_path):
+@pytest.mark.parametrize("part", run_parts(80, 12))
+def test_fuzz_cost(tmp_path, part):
     """80 seeded cases of random --model, --gpu, --seq and --mfu."""
-    assert fuzz("cost", 80, 1203, tmp_path) > 0
+    assert fuzz("cost", part, 1203, tmp_path) > 0
 
 
 def test_the_readme_states_the_limits_the_code_has():

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import random_engine_options, random_workload, trace_bytes
+from conftest import random_engine_options, random_workload, slow_beyond, trace_bytes
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.records.options import Options
 from scheduler_sim.policies import POLICIES
@@ -23,7 +23,7 @@ def _replay(records, policy, fast, **options):
     return result.summary, [request_record(r) for r in result.requests]
 
 
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("seed", slow_beyond(range(24), 3))  # seed 0 with a cost model
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_folded_and_stepwise_replays_agree(seed, policy):
     """Every summary field and every request record is the same with and without folding."""
@@ -65,6 +65,7 @@ def test_listeners_turn_folding_off():
     assert sum(1 for e in events if e.kind == "dispatch") == 50
 
 
+@pytest.mark.slow  # with the sweep it speaks for: all 24 seeds under five policies
 def test_random_workloads_do_fold():
     """The random workloads above exercise folding under serial, continuous, vllm,
     static and dynamic (sglang's ratio takes 600 decode steps to reach its floor:
@@ -110,7 +111,7 @@ def _events(records, policy, fast, **options):
     return lines, engine.folded
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", slow_beyond(range(30), 3))
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_folded_and_stepwise_event_streams_are_identical(seed, policy):
     """With a listener, folding still produces every record, byte for byte: the blocked
@@ -129,6 +130,7 @@ def test_folded_and_stepwise_event_streams_are_identical(seed, policy):
     assert folded == stepwise
 
 
+@pytest.mark.slow  # with the sweep it speaks for: all 30 seeds
 def test_event_streams_fold_with_blocked_heads():
     """The random streams above include folds while a head is reported blocked, under
     continuous (reservation) and vllm (watermark and blocks)."""
@@ -190,7 +192,7 @@ def _cached_options(seed: int) -> dict:
     return options
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", slow_beyond(range(30), 3))  # hashes on even seeds
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_folded_and_stepwise_replays_agree_with_prefix_caching(seed, policy):
     """With prefix caching (shared prefixes by token ids or block hashes, outputs as ids
@@ -202,6 +204,7 @@ def test_folded_and_stepwise_replays_agree_with_prefix_caching(seed, policy):
                                                                  **options)
 
 
+@pytest.mark.slow  # with the sweep it speaks for: all 30 seeds
 def test_vllm_folds_with_a_head_blocked_for_blocks_under_prefix_caching(monkeypatch):
     """The workloads above include vllm folds whose head waits for blocks while the
     cache is on (the path that needs the decoded blocks to be unable to become hits),
@@ -242,7 +245,7 @@ class _Lines:
         self.listener = Collect("p", clock)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", slow_beyond(range(12), 3))
 @pytest.mark.parametrize("policy", ["continuous", "vllm", "sglang"])
 def test_folded_lines_equal_the_stepwise_records_lines(seed, policy):
     """Folded stretches written as lines directly (the events file's path, tagged with

@@ -7,7 +7,7 @@ from collections import deque
 
 import pytest
 
-from conftest import random_engine_options, req, run_cli, trace_bytes, write_trace
+from conftest import random_engine_options, req, run_cli, slow_beyond, trace_bytes, write_trace
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.fleet import Fleet
@@ -87,7 +87,7 @@ def _alone(base: int, seed: int, policy: str):
     return records, options, trace, opts, result, events
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", slow_beyond(range(12), 3))  # 0-2: a cost model, prefixes, timeouts
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_a_fleet_of_one_replays_exactly_as_the_engine(seed, policy):
     """Summary, request records and every event record: the same, with folding on."""
@@ -191,7 +191,7 @@ def test_power_of_two_takes_the_less_loaded_of_two_seeded_draws():
 # --- random fleets -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", slow_beyond(range(10), 3))  # 0-2: a cost model, prefixes, timeouts
 @pytest.mark.parametrize("router", ["round-robin", "least-loaded", "prefix-affinity",
                                     "power-of-two"])
 def test_every_request_ends_once_on_one_replica_and_runs_repeat(seed, router):
@@ -275,7 +275,7 @@ def _admitted(events):
     return {e["id"]: e["tick"] for _, e in events if e["event"] == "admitted"}
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", slow_beyond(range(8), 2))
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_one_lockstep_rank_replays_exactly_as_the_engine(seed, policy):
     records, options, _, _, alone, alone_events = _alone(700, seed, policy)
@@ -462,7 +462,7 @@ def test_a_bound_that_excludes_its_minimum_says_so(tmp_path):
     assert code == 2 and "kv_link_gbps must be a number in (0, 1e+09], got 0.0" in err
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", slow_beyond(range(8), 3))
 def test_random_lockstep_fleets_end_every_request_once_and_repeat(seed):
     """Lockstep ranks under every policy: audited conservation on every rank at every
     boundary, one end per request, the same run twice, each rank's dispatches all

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import trace_bytes
+from conftest import slow_beyond, trace_bytes
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace
@@ -79,7 +79,7 @@ def _steady_workload(seed: int) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", slow_beyond(range(30), 10))
 @pytest.mark.parametrize("policy", ["serial", "continuous", "vllm"])
 def test_carried_on_and_stepped_replays_agree(seed, policy):
     """Every summary field and request record equals the stepped replay's, with and
@@ -99,6 +99,7 @@ def _options(seed: int) -> dict:
     return options
 
 
+@pytest.mark.slow  # with the sweep it speaks for: all 30 seeds
 @pytest.mark.parametrize("policy", ["serial", "continuous", "vllm"])
 def test_random_stretches_are_carried_on(policy):
     """Over the workloads above, the policy is asked fewer times with stretches
@@ -118,7 +119,7 @@ def test_random_stretches_are_carried_on(policy):
     assert carried < looped
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", slow_beyond(range(16), 4))
 @pytest.mark.parametrize("policy", ["serial", "continuous", "vllm"])
 @pytest.mark.parametrize("prefix_caching", [False, True])
 def test_carried_on_event_streams_equal_the_stepped_ones(seed, policy, prefix_caching):

@@ -18,6 +18,13 @@ CI runs, chosen to cover each surface's main promise:
 - corrupted sweep shards and grid files are refused without a traceback;
 - times at the format's limit go through every output.
 
+One case runs by default (a trace naming a plugin, validated); the others run in
+the slow tier (`pytest -m slow`, which CI runs too): each is a process of its
+own, about half a second of CPU, and each surface's promise is also pinned in
+process by its own tests (test_trace_is_data, test_plugin_contract,
+test_output_paths, test_outputs and test_workers, test_sweep_inputs,
+test_huge_times).
+
 The timeout (30 s) only turns a hang into a failure, and a signal case passes
 whichever comes first, the end of the run or the signal: a correct tool passes
 on a machine of any speed.
@@ -44,6 +51,13 @@ def passes(case) -> None:
         f"{outcome.detail}")
 
 
+def tiered(names, default: set[str]) -> list:
+    """The case names of a surface: those in `default` run by default, the others are
+    marked `slow`."""
+    return [name if name in default else pytest.param(name, marks=pytest.mark.slow)
+            for name in names]
+
+
 def rng(seed: int = 0) -> random.Random:
     """The generators' random choices that the arguments below do not fix."""
     return random.Random(seed)
@@ -64,7 +78,8 @@ TRACE_PLUGINS = {
 }
 
 
-@pytest.mark.parametrize("name", list(TRACE_PLUGINS))
+@pytest.mark.parametrize("name", tiered(TRACE_PLUGINS,
+                                        {"validate of a trace naming FILE.py:CLASS"}))
 def test_a_trace_cannot_import_the_plugin_it_names(name):
     """A trace whose config names a plugin (that leaves a marker when imported) leaves
     no marker unless the reader opted in, and then runs it normally."""
@@ -83,7 +98,7 @@ PLUGIN_FAULTS = {
 }
 
 
-@pytest.mark.parametrize("name", list(PLUGIN_FAULTS))
+@pytest.mark.parametrize("name", tiered(PLUGIN_FAULTS, set()))
 def test_a_misbehaving_plugin_is_a_policy_error(name):
     """A plugin that raises, exits or kills itself ends the run with exit 3 and one line
     `policy error: policy '...'` (pytest: a failed test naming it), never a pass."""
@@ -100,7 +115,7 @@ OUTPUT_PATHS = {
 }
 
 
-@pytest.mark.parametrize("name", list(OUTPUT_PATHS))
+@pytest.mark.parametrize("name", tiered(OUTPUT_PATHS, set()))
 def test_an_output_naming_an_input_is_refused(name):
     """An output naming an input (by any spelling), another output, or nothing: exit 2,
     and every file in the folder is byte for byte what it was."""
@@ -115,7 +130,7 @@ SIGNALS = {
 }
 
 
-@pytest.mark.parametrize("name", list(SIGNALS))
+@pytest.mark.parametrize("name", tiered(SIGNALS, set()))
 def test_a_signal_leaves_nothing_behind(name):
     """SIGINT / SIGTERM to the process group 0.2 s after the run opened its outputs (a sweep
     worker idle): 130 / 143 (or a normal end), no traceback, temporary file, unfinished output
@@ -125,15 +140,18 @@ def test_a_signal_leaves_nothing_behind(name):
                             target="group", size=1500))
 
 
-@pytest.mark.parametrize("what, seed", [("shard", 1), ("grid", 1)])
+@pytest.mark.parametrize("what, seed", [pytest.param("shard", 1, marks=pytest.mark.slow),
+                                        pytest.param("grid", 1, marks=pytest.mark.slow)])
 def test_a_corrupted_sweep_file_is_refused(what, seed):
     """`sweep merge` of a corrupted shard, `sweep --grid-file` of a corrupted grid file:
     exit 0, 1 or 2, never a traceback."""
     passes(fuzz.sweep_file_case(rng(seed), what=what))
 
 
-@pytest.mark.parametrize("unit, output", [("s", "--report"), ("ms", "--perfetto"),
-                                          ("tick", "--json --requests")])
+@pytest.mark.parametrize("unit, output", [
+    pytest.param("s", "--report", marks=pytest.mark.slow),
+    pytest.param("ms", "--perfetto", marks=pytest.mark.slow),
+    pytest.param("tick", "--json --requests", marks=pytest.mark.slow)])
 def test_times_at_the_limit_go_through_every_output(unit, output):
     """Arrivals, deadlines and cancellations up to 1e15 in the trace's unit, under a cost
     model: exit 0, 1 or 2, no traceback, and JSON outputs are strict JSON."""

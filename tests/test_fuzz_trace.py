@@ -1,7 +1,7 @@
 """Seeded fuzzing of trace input and of `replay`/`validate`/`check` flags: whatever
 the input, a documented exit status (0 ok, 1 a stalled run or a failed
-expectation, 2 bad input) and never a traceback. Bounded to a few seconds; the
-larger run is `benchmarks/fuzz_cli.py`."""
+expectation, 2 bad input) and never a traceback. The first tenth of each seeded run
+runs by default, the rest in the slow tier; the larger run is `benchmarks/fuzz_cli.py`."""
 from __future__ import annotations
 
 import io
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_parts
 from scheduler_sim.cli.main import main
 from scheduler_sim.io import trace as trace_module
 
@@ -88,16 +89,21 @@ def deadline():
     signal.signal(signal.SIGALRM, old)
 
 
+@pytest.mark.parametrize("part", run_parts(300, 30))
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_validate_never_raises_on_a_mutated_trace(tmp_path, deadline, stream, monkeypatch):
+def test_validate_never_raises_on_a_mutated_trace(tmp_path, deadline, stream, part,
+                                                  monkeypatch):
     """300 wild mutations of three traces, validated read whole and streamed: exit 0
     or 2, every error line `file:line: ...` or `file: ...`."""
     monkeypatch.setattr(trace_module, "STREAM_ABOVE", 0 if stream else 10 ** 12)
     rng = random.Random(1234 + stream)
     path = tmp_path / "t.jsonl"
-    for case in range(300):
+    for case in range(part.stop):
         base = BASES[case % len(BASES)].read_text().splitlines()
-        path.write_bytes(mutate(rng, base, WILD))
+        data = mutate(rng, base, WILD)
+        if case not in part:
+            continue
+        path.write_bytes(data)
         deadline()
         status, err = run(["validate", str(path)])
         assert status in (0, 2), (case, err)
@@ -105,15 +111,16 @@ def test_validate_never_raises_on_a_mutated_trace(tmp_path, deadline, stream, mo
             assert all(line.startswith(str(path)) for line in err.splitlines()), (case, err)
 
 
-def test_replay_and_check_never_raise_on_mild_mutations(tmp_path, deadline):
+@pytest.mark.parametrize("part", run_parts(120, 12))
+def test_replay_and_check_never_raise_on_mild_mutations(tmp_path, deadline, part):
     """120 mutations with small values, replayed under a random policy and options
     (and `check`ed): exit 0, 1 or 2 and no traceback; 3 would be a bug."""
     rng = random.Random(99)
     path = tmp_path / "t.jsonl"
     policies = ["serial", "continuous", "vllm", "sglang", "static", "dynamic"]
-    for case in range(120):
+    for case in range(part.stop):
         base = BASES[case % len(BASES)].read_text().splitlines()
-        path.write_bytes(mutate(rng, base, SMALL))
+        data = mutate(rng, base, SMALL)
         flags = ["--policy", rng.choice(policies)]
         for flag, choices in (("--block-size", ["1", "4", "0", "x"]),
                               ("--num-blocks", ["3", "64", "-2", "1e3"]),
@@ -124,6 +131,9 @@ def test_replay_and_check_never_raise_on_mild_mutations(tmp_path, deadline):
                 flags += [flag, rng.choice(choices)]
         if rng.random() < 0.3:
             flags.append("--prefix-caching")
+        if case not in part:
+            continue
+        path.write_bytes(data)
         deadline()
         status, err = run(["replay", str(path), "--json", *flags])
         assert status in (0, 1, 2), (case, flags, err)

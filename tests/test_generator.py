@@ -413,6 +413,7 @@ def test_records_come_one_at_a_time():
     assert small == generate(WorkloadSpec(seed=1, requests=6, cancel_rate=0.5))
 
 
+@pytest.mark.slow  # draws 6,663 requests of 1,501 token ids twice: 2.5 s of CPU
 def test_a_limit_passed_part_way_writes_nothing(tmp_path):
     """Prefix groups of 1,500 shared tokens (prompts of at most 512: one own token each)
     write 1,501 token ids a request, past 10,000,000 at request 6,663 (g06662), after

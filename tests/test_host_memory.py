@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from conftest import req, simulate
+from conftest import req, simulate, slow_beyond
 from scheduler_sim.kv.host_link import IN, OUT, HostLink
 from scheduler_sim.kv.host_tier import HostTier
 from scheduler_sim.records.errors import InvariantError
@@ -419,7 +419,7 @@ def _random_case(seed: int) -> tuple[list[dict], dict, str]:
     return records, options, rng.choice(["vllm", "sglang", "continuous"])
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 10))
 def test_random_workloads_end_once_and_conserve_both_tiers(seed):
     """Every request ends exactly once, the GPU pool and host memory pass the full
     audit at every boundary (simulate audits), host memory holds no swapped request
@@ -440,7 +440,7 @@ def test_random_workloads_end_once_and_conserve_both_tiers(seed):
     assert len(sim.of("swapped_out")) == s["swap_outs"]
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 10))
 def test_random_workloads_fold_as_they_step_and_rerun_identically(seed):
     """With host memory (write-through or not, swap or recompute), a folded replay
     gives the same events and summary as a stepped one; any replay run twice gives

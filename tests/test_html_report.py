@@ -262,6 +262,7 @@ def _png_pixels(data: bytes) -> tuple[int, int, int, list[bytes]]:
     return width, height, bpp, rows
 
 
+@pytest.mark.slow  # headless Chromium renders the page: 3.6 s of CPU
 def test_browser_draws_the_charts(tmp_path):
     browser = _chromium()
     if browser is None:

@@ -61,7 +61,18 @@ def first_difference(ours, theirs) -> int | None:
                  if ours[0].get(tick) != theirs[0].get(tick)), None)
 
 
-@pytest.mark.parametrize("engine,trace", CASES, ids=[f"{e}-{t.stem}" for e, t in CASES])
+def _tier(engine: str, trace: Path):
+    """The first 8 short traces of each engine (seeds 0-7: both orders, prefix caching,
+    chunking, vLLM's prefill interval, SGLang's lpm and conservativeness), the first trace
+    of 50 requests (100) and SGLang's priority traces (300 and up) run by default; the
+    others in the slow tier (the whole set costs 6 s of CPU)."""
+    if 8 <= int(trace.stem) < 100 or 100 < int(trace.stem) < 300:
+        return pytest.param(engine, trace, marks=pytest.mark.slow)
+    return pytest.param(engine, trace)
+
+
+@pytest.mark.parametrize("engine,trace", [_tier(e, t) for e, t in CASES],
+                         ids=[f"{e}-{t.stem}" for e, t in CASES])
 def test_the_policy_makes_the_engines_decisions(engine, trace):
     """Tick for tick: the same rows with the same tokens, the same preemptions, the
     same finishes."""

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import req, simulate, trace_bytes
+from conftest import req, simulate, slow_beyond, trace_bytes
 from scheduler_sim.cli.main import main
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.records.errors import UsageError
@@ -389,7 +389,7 @@ def replay_lines(records: list[dict], options: dict, policy: str):
     return result, lines
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", slow_beyond(SEEDS, 12))  # each order twice
 def test_random_workloads_under_every_policy(seed):
     """For one seeded workload and every registered policy: the audit holds at every
     boundary (A3), each request ends with exactly one terminal event, nothing stalls,

@@ -260,7 +260,8 @@ def test_dev_full_under_a_plugin_policy_is_not_blamed_on_the_policy(tmp_path, no
         2, "", "scheduler-sim: error: /dev/full: cannot write events: No space left on device\n")
 
 
-@pytest.mark.parametrize("unbuffered", [False, True])
+@pytest.mark.parametrize("unbuffered", [  # a process each; buffered in the slow tier
+    pytest.param(False, marks=pytest.mark.slow), True])
 def test_stdout_to_dev_full_is_one_line_and_exit_2(unbuffered):
     """`> /dev/full`: one line, exit 2, no traceback (PYTHONUNBUFFERED or not)."""
     with open("/dev/full", "w") as full:
@@ -291,7 +292,8 @@ def test_file_too_large_is_one_line_and_exit_2_and_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path) == ["trace.jsonl"]
 
 
-@pytest.mark.parametrize("unbuffered", [False, True])
+@pytest.mark.parametrize("unbuffered", [  # a process each; buffered in the slow tier
+    pytest.param(False, marks=pytest.mark.slow), True])
 def test_stdout_file_too_large_is_reported(tmp_path, unbuffered):
     """`> FILE` past `ulimit -f`: exit 2 and one line, also when standard output is
     unbuffered (where a short write used to cut the file at the limit, exit 0)."""
@@ -376,7 +378,8 @@ def test_guarded_stream_finishes_short_writes_and_reports_errors():
 
 # --- closed pipes and signals -------------------------------------------------------------------
 
-@pytest.mark.parametrize("unbuffered", [False, True])
+@pytest.mark.parametrize("unbuffered", [  # a process each; buffered in the slow tier
+    pytest.param(False, marks=pytest.mark.slow), True])
 def test_closed_pipe_on_stdout_is_quiet_with_status_141(unbuffered):
     """`generate ... | head -1` (260 KB, far more than a pipe holds): the reader takes a
     line and goes away; the command ends with 141 and prints nothing."""
@@ -419,7 +422,7 @@ def _default_signals() -> None:
 
 @pytest.mark.parametrize("signum, status, word", [
     (signal.SIGTERM, 143, "terminated"),
-    (signal.SIGINT, 130, "interrupted"),
+    pytest.param(signal.SIGINT, 130, "interrupted", marks=pytest.mark.slow),  # a process
 ])
 def test_signal_during_a_long_events_replay_leaves_no_temporary_file(tmp_path, signum,
                                                                       status, word):

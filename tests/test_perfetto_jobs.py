@@ -298,6 +298,7 @@ def test_a_copy_aborted_by_a_cancel_leaves_no_second_track(tmp_path):
     assert prefill_a == ["thread_name", "thread_sort_index", "prefill", "prefilled"]
 
 
+@pytest.mark.slow  # replays 3,000 requests with a listener: 1.6 s of CPU
 def test_a_waiting_request_is_one_int(tmp_path):
     """3,000 requests at 2 a tick overload `continuous` (more than 1,000 wait at once):
     at every snapshot the track holds a `_Request` only for the requests it saw

@@ -221,6 +221,7 @@ def _held(seen: rs.RunSeries) -> dict[str, int]:
                           for d in (seen.itl, seen.ttft, seen.tpot, seen.e2el))}
 
 
+@pytest.mark.slow  # replays 4,400 requests: 2 s of CPU
 def test_what_a_run_holds_does_not_grow_with_its_requests(monkeypatch):
     """Small limits (ROW_LIMIT 256, TIME_BUCKETS 16, EXACT_VALUES 64, MAX_BUCKETS 128)
     so that 400 and 4,000 requests both pass them: after either run the series holds
@@ -252,6 +253,7 @@ def test_a_small_trace_keeps_every_request(requests):
     assert seen.every and len(seen.timeline()) == requests and seen.slowest == []
 
 
+@pytest.mark.slow  # replays 3,000 requests with a listener: 1.3 s of CPU
 def test_a_waiting_request_costs_nothing(monkeypatch):
     """3,000 requests at 2 a tick overload `continuous`: more than 1,000 wait at once,
     yet at every snapshot the series holds a line only for requests it saw dispatched,

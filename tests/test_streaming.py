@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import req, write_trace
+from conftest import req, slow_beyond, write_trace
 from scheduler_sim.cli.main import main
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.io import trace as trace_module
@@ -214,7 +214,7 @@ def random_records(rng, n: int) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", slow_beyond(range(12), 1))
 def test_spilling_the_queue_tail_changes_nothing_a_replay_shows(tmp_path, monkeypatch, seed):
     """Spilled after 4 held waiting requests (SPILL_AFTER 1, max_rows 2): every policy
     with an FCFS queue gives the same event stream and summary as holding every

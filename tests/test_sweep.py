@@ -320,6 +320,7 @@ def test_api_with_a_process_pool(trace):
         assert api_rows(trace, pool) == api_rows(trace)
 
 
+@pytest.mark.slow  # imports dask and starts a local cluster: 0.9 s of CPU
 def test_dask_executor_gives_the_same_rows(trace):
     pytest.importorskip("distributed", reason="dask[distributed] is not installed "
                         "(pip install '.[dask]')")

@@ -18,6 +18,8 @@ from conftest import ROOT, req, run_cli as run, write_trace
 import scheduler_sim as sim
 from scheduler_sim.records.errors import UsageError
 
+pytest_plugins = ["pytester"]  # the pytest runs of a trace, in this process
+
 # If this module is ever imported, it leaves a file beside itself.
 EVIL = '''
 import pathlib
@@ -145,6 +147,7 @@ def _pytest(folder: Path, *flags: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow  # three pytest processes, as a user runs them: 3.5 s of CPU
 def test_pytest_collects_and_runs_traces_without_importing_their_plugins(evil):
     """`pytest --collect-only DIR` and `pytest DIR` over the trace: nothing imported;
     the plugin's item fails saying how to allow it, the built-in's passes; with
@@ -160,6 +163,29 @@ def test_pytest_collects_and_runs_traces_without_importing_their_plugins(evil):
     assert not pwned(folder)
     allowed = _pytest(folder, "--allow-trace-plugins")
     assert allowed.returncode == 0, allowed.stdout
+    assert pwned(folder)
+
+
+def test_pytest_in_process_collects_and_runs_traces_without_importing_their_plugins(
+        evil, pytester, monkeypatch):
+    """The test above with pytest run in this process (pytester) and only the package's
+    plugin loaded: the same three runs, the same outcomes."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    folder, _ = evil
+
+    def run_pytest(*flags: str):
+        return pytester.runpytest("-p", "scheduler_sim.cli.pytest_plugin", "-p",
+                                  "no:cacheprovider", *flags, str(folder))
+    collected = run_pytest("--collect-only", "-q")
+    assert "t.jsonl::line 3: run [evil.py:X]" in "\n".join(collected.outlines)
+    assert not pwned(folder)
+    ran = run_pytest("-q")
+    assert ran.ret == 1
+    ran.assert_outcomes(failed=1, passed=1)
+    assert "to run it, run pytest with --allow-trace-plugins" in "\n".join(ran.outlines)
+    assert not pwned(folder)
+    allowed = run_pytest("-q", "--allow-trace-plugins")
+    assert allowed.ret == 0, allowed.outlines
     assert pwned(folder)
 
 

@@ -580,8 +580,9 @@ def replay_bounded(records: list[dict], options: dict) -> tuple[object, list[str
     return result, lines
 
 
-@pytest.mark.parametrize("order", ["fcfs", "priority"])
-@pytest.mark.parametrize("prefix_caching", [False, True])
+@pytest.mark.parametrize("prefix_caching, order", [  # 30 replays each; two in the slow tier
+    (False, "fcfs"), (True, "priority"), pytest.param(False, "priority", marks=pytest.mark.slow),
+    pytest.param(True, "fcfs", marks=pytest.mark.slow)])
 def test_random_workloads_conserve_blocks_and_end_every_request_once(prefix_caching, order):
     """30 seeds: the full audit passes at every boundary (A3, run by the engine); each
     request ends exactly once; admissions reserve nothing; the running set stays within

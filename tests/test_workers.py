@@ -151,11 +151,20 @@ def _slow_workers(pids_folder, process: subprocess.Popen) -> list[int]:
     return [int(name) for name in os.listdir(pids_folder)]
 
 
-@pytest.mark.parametrize("command", ["replay", "sweep"])
-@pytest.mark.parametrize("cls, how", [
-    ("Killed", "was killed by signal 9 (SIGKILL)"),
-    ("Exits", "exited with status 0 before returning its result"),
-])
+KILLED = ("Killed", "was killed by signal 9 (SIGKILL)")
+EXITS = ("Exits", "exited with status 0 before returning its result")
+
+
+def _death(cls_how: tuple[str, str], command: str, slow: bool = False):
+    """One case of a worker's death; the two crossings of a death and a command that
+    the default cases do not make run in the slow tier (a process each)."""
+    return pytest.param(*cls_how, command, id="-".join([*cls_how, command]),
+                        marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("cls, how, command", [
+    _death(KILLED, "replay"), _death(EXITS, "sweep"),
+    _death(KILLED, "sweep", slow=True), _death(EXITS, "replay", slow=True)])
 def test_a_worker_that_dies_ends_the_run_with_one_line(setup, start, command, cls, how):
     """A plugin that SIGKILLs its worker, or ends it with os._exit(0): the command ends
     (no hang) with exit 3 and one line naming the task and how its worker ended; no
@@ -171,7 +180,7 @@ def test_a_worker_that_dies_ends_the_run_with_one_line(setup, start, command, cl
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
-@pytest.mark.parametrize("command", ["replay", "sweep"])
+@pytest.mark.parametrize("command", ["replay", pytest.param("sweep", marks=pytest.mark.slow)])
 def test_sigterm_stops_the_workers_and_leaves_no_file(setup, start, command):
     """SIGTERM to the command while the plugin sleeps in its worker: exit 143 with one
     line, no output file, the worker ended; meanwhile the worker held none of the

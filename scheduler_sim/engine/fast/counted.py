@@ -3,9 +3,10 @@
 While a `Cohort` (cohort.py) counts steady decoders, a dispatch that runs them
 again writes no row for them: `_start_members` finds the members the plan
 runs as plain decodes (one look-up per row, in C) and lets the cohort open
-their blocks (by count: kv/counted_blocks.py); `_start_counted` starts a dispatch of members only without a
-row loop; `_complete_members` has members emit and finish by the counters and
-lets this dispatch's plain decoders join. Each asks the ledger (ledger.py) for
+their blocks (by count: kv/counted_blocks.py); `_start_counted` starts a
+dispatch of members only without a row loop; `_complete_members` has members
+emit and finish by the counters and lets this dispatch's plain decoders join
+(those that hold a credit). Each asks the ledger (ledger.py) for
 the same statistics, duration and gaps a written dispatch gets, so a counted
 run is byte for byte a written one (tests/test_cohort.py compares them on
 random workloads of every policy that counts).

@@ -14,10 +14,12 @@ progress, they are what growing block by block would have left. Called
 member by member, `grow` and `open_block` were 194,718 Python calls
 replaying the Azure conversation trace under `continuous` (153,276 from
 folds, 41,442 from counted dispatches); now the members cost one call each
-when they leave, and a fold or dispatch one call: 4.5% fewer instructions
-on the first 2,000 requests of that trace (callgrind, whole process: 2.522e9
-to 2.409e9). (One call per residue group instead, ids given at once, saved
-nothing: a fold opens blocks for about 6 members in about 6 groups.)
+when they leave, and a fold or dispatch one call: 6.2% fewer instructions
+on the first 2,000 requests of that trace (callgrind, whole process, modules
+compiled beforehand: 1.942e9 to 1.823e9). (One call per residue group
+instead, ids given at once, saved nothing: a fold opens blocks for about 6
+members in about 6 groups. Nor did one call per fold for `vllm`'s written
+decoders: 0.5% more instructions, the call's own work outweighing 5 calls.)
 
 Which ids a member gets is not what step-by-step growth would have given.
 Nothing can see it while the cohort exists: the engine keeps a cohort only

@@ -11,6 +11,8 @@ from scheduler_sim.engine.fast.cohort import Cohort
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.records.errors import InvariantError
 from scheduler_sim.records.options import Options
 from scheduler_sim.requests.request import Request
 
@@ -22,51 +24,116 @@ def _decoding(rid: str, resident: int, outputs: int, output_tokens: int) -> Requ
     return req
 
 
+def _pool(block_size: int, tables: dict[str, int]) -> BlockAllocator:
+    """An allocator of 40 blocks in which each request of `tables` holds a credit of
+    10 blocks and the blocks of that many rows."""
+    allocator = BlockAllocator(40, block_size)
+    for rid, rows in tables.items():
+        allocator.reserve(rid, 10)
+        allocator.grow(rid, rows)
+    return allocator
+
+
 def test_a_member_is_counted_then_settled_with_its_rows_blocks_and_outputs():
     """Blocks of 4. After two completions (at 1 and 2), a (P=3, N=6) has written 4 rows
-    and emitted 2 outputs; it joins. Four dispatches run it: the first writes row 4,
-    the first of block 2 (one block opened, for 5 rows), the others rows 5, 6, 7
-    (no block); contexts before each are 4, 5, 6, 7. The fourth completion (count 6,
-    at tick 6) is its last output: it leaves settled with 8 rows, all useful, 6
-    outputs, the last at 6."""
-    cohort = Cohort(4)
+    (1 block, ids [0]) and emitted 2 outputs; it joins. Four dispatches run it: the
+    first writes row 4, the first of block 2 (one block opened, counted: held 2,
+    granted 2, a's table still [0]), the others rows 5, 6, 7 (no block); contexts
+    before each are 4, 5, 6, 7. The fourth completion (count 6, at tick 6) is its
+    last output: it leaves settled with 8 rows, all useful, 6 outputs, the last at
+    6, and its table takes the counted block: [0, 1], 2 allocated of its credit."""
+    allocator = _pool(4, {"a": 4})
+    cohort = Cohort(allocator)
     cohort.completed, cohort.last_done = 2, 2
     a = _decoding("a", 4, 2, 6)
     cohort.join(a)
-    opened = []
     contexts = []
     finished = []
+    counts = []
     for tick in (3, 4, 5, 6):
-        contexts.append(cohort.start(lambda rid, rows: opened.append((rid, rows))))
+        contexts.append(cohort.start())
+        counts.append((allocator.held, allocator.granted, allocator.counted))
         finished.append([r.rid for r in cohort.complete(tick)])
-    assert opened == [("a", 5)]
+    assert counts == [(2, 2, 1)] * 4
     assert contexts == [4, 5, 6, 7]
     assert finished == [[], [], [], ["a"]]
     assert (a.resident, a.high_water, a.useful_rows, a.outputs, a.last_output_at) == \
         (8, 8, 8, 6, 6)
     assert len(cohort) == 0
+    assert (allocator.table("a"), allocator.free, allocator.counted) == ([0, 1], 38, 0)
+    allocator.audit()
 
 
 def test_settling_mid_dispatch_counts_the_rows_written_but_not_the_outputs_to_come():
     """b (5 rows, 1 output, N=9) joins after completion 1 (at tick 1). Two dispatches
     start and one completes (at tick 2): settled then, b has 7 rows and 2 outputs (the
-    second dispatch's output is still to come), its last output at 2; it is gone from
-    the residue groups and the finishing counts (the next start opens nothing, and
-    its finishing count finishes nobody)."""
-    cohort = Cohort(4)
+    second dispatch's output is still to come), its last output at 2, and still its
+    2 blocks (rows 5 and 6 open none); it is gone from the residue groups and the
+    finishing counts (the next starts open nothing, and its finishing count
+    finishes nobody)."""
+    allocator = _pool(4, {"b": 5})
+    cohort = Cohort(allocator)
     cohort.completed, cohort.last_done = 1, 1
     b = _decoding("b", 5, 1, 9)
     cohort.join(b)
-    cohort.start(lambda rid, rows: None)
+    cohort.start()
     cohort.complete(2)
-    cohort.start(lambda rid, rows: None)
+    cohort.start()
     cohort.settle(b)
     assert (b.resident, b.outputs, b.last_output_at, b.useful_rows) == (7, 2, 2, 7)
-    opened = []
+    assert (allocator.table("b"), allocator.held, allocator.counted) == ([0, 1], 2, 0)
     for tick in range(3, 12):
-        cohort.start(lambda rid, rows: opened.append(rid))
+        cohort.start()
         assert cohort.complete(tick) == []
-    assert opened == [] and cohort.fewest_left() is None
+    assert (allocator.held, cohort.fewest_left()) == (2, None)
+
+
+def test_a_fold_counts_the_members_blocks_and_each_takes_its_own_as_it_leaves():
+    """Blocks of 4; a, b, c have written 4, 6 and 7 rows (1, 2 and 2 blocks: ids [0],
+    [1, 2], [3, 4]) and join. A fold of 6 dispatches: a writes rows 4..9 (2 blocks
+    more), b 6..11 (1), c 7..12 (2): 5 blocks taken by count, held 10, granted 10,
+    no table changed. Settled one by one, b, then a, then c: each table takes what its
+    rows need (b 12 rows: 3 blocks; a 10: 3; c 13: 4), the counted blocks run out
+    with the last, and every credit is charged its own: allocated 3, 3 and 4."""
+    allocator = _pool(4, {"a": 4, "b": 6, "c": 7})
+    cohort = Cohort(allocator)
+    members = {rid: _decoding(rid, rows, 1, 20) for rid, rows in (("a", 4), ("b", 6), ("c", 7))}
+    for req in members.values():
+        cohort.join(req)
+    cohort.advance(6, 6)
+    assert (allocator.held, allocator.granted, allocator.counted) == (10, 10, 5)
+    assert [len(allocator.table(rid)) for rid in "abc"] == [1, 2, 2]
+    allocated = []
+    for rid in "bac":
+        cohort.settle(members[rid])
+        allocated.append((rid, members[rid].resident, len(allocator.table(rid)),
+                          allocator.counted))
+    assert allocated == [("b", 12, 3, 4), ("a", 10, 3, 2), ("c", 13, 4, 0)]
+    assert [allocator._grown[rid] for rid in "abc"] == [3, 3, 4]
+    allocator.audit()
+
+
+def test_counted_blocks_are_in_the_audit():
+    """Blocks of 4, 10 blocks: r holds 1 block and a credit of 10. Three blocks taken
+    by count are held (held 4, free 6) and granted; the audit counts them. Taking 7
+    more than the 6 free fails with the conservation equation; r then takes 2 of the
+    counted ones for 9 rows (3 blocks, allocated 3 of its credit; 1 still counted),
+    and the audit holds, until r's credit is charged a block short."""
+    allocator = BlockAllocator(10, 4)
+    allocator.reserve("r", 10)
+    allocator.grow("r", 4)
+    allocator.take_counted(3)
+    assert (allocator.held, allocator.free, allocator.granted, allocator.counted) == (4, 6, 4, 3)
+    allocator.audit()
+    with pytest.raises(InvariantError, match=r"free\(6\) < 7: held\(4\) \+ draining\(0\)"):
+        allocator.take_counted(7)
+    allocator.give_counted("r", 9)
+    assert (allocator.table("r"), allocator.counted) == ([0, 2, 3], 1)
+    allocator.audit()
+    allocator._grown["r"] = 2  # (as if r had taken a block without its charge)
+    with pytest.raises(InvariantError,
+                       match=r"^sum of grown\(2\) \+ counted\(1\) == granted\(4\) is false$"):
+        allocator.audit()
 
 
 def _workload(seed: int) -> list[dict]:
@@ -171,14 +238,14 @@ def test_blocks_within_counts_each_members_new_blocks_by_its_residue():
     blocks), b rows 6..10 (1), c rows 7..11 (1): 4. After one dispatch (5, 7 and 8
     rows, the first opening a's block) one more row: only c's row 8 starts one (1).
     Contexts: 17 rows, then 20."""
-    cohort = Cohort(4)
+    allocator = _pool(4, {"a": 4, "b": 6, "c": 7})
+    cohort = Cohort(allocator)
     members = [_decoding("a", 4, 1, 9), _decoding("b", 6, 1, 9), _decoding("c", 7, 1, 9)]
     for req in members:
         cohort.join(req)
     assert (cohort.blocks_within(1), cohort.blocks_within(5), cohort.contexts()) == (1, 4, 17)
-    opened = []
-    cohort.start(lambda rid, rows: opened.append((rid, rows)))
-    assert opened == [("a", 5)]
+    cohort.start()
+    assert allocator.counted == 1  # a's
     assert (cohort.blocks_within(1), cohort.contexts()) == (1, 20)
 
 

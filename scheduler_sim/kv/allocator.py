@@ -35,11 +35,12 @@ Check-then-act pairs: `can_reserve` / `reserve`, `can_allocate` / `grow`.
 `try_grow` is all-or-nothing: a reconstruction that cannot get every block
 it needs takes none (L4).
 
-`BlockAllocator` is written in four modules, one concern each: this one
-(pools, credits, growth, the calls into the prefix cache), `sharing` (extra
-owners, pins, orphans), `freeing` (released tables, the drain queue, the
-free pools) and `allocator_audit` (the full check); `block_ids` holds the
-block numbers every allocator shares.
+`BlockAllocator` is written in five modules, one concern each: this one
+(pools, credits, growth, the calls into the prefix cache), `counted_blocks`
+(the decode cohort's new blocks, by count), `sharing`
+(extra owners, pins, orphans), `freeing` (released tables, the drain queue,
+the free pools) and `allocator_audit` (the full check); `block_ids` holds
+the block numbers every allocator shares.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ from ..records.errors import InvariantError
 from .allocator_audit import Audit
 from .block_ids import block_ids, grow_ids
 from .block_keys import BlockKeys
+from .counted_blocks import CountedBlocks
 from .freeing import Freeing
 from .prefix_cache import NoCache, PrefixCache
 from .sharing import Sharing
@@ -70,7 +72,7 @@ def blocks_for(rows: int, block_size: int) -> int:
     return -(-rows // block_size)
 
 
-class BlockAllocator(Sharing, Freeing, Audit):
+class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks):
     """Physical blocks (held, draining, free) and reservation credits, by request id."""
 
     def __init__(self, num_blocks: int, block_size: int,
@@ -101,6 +103,9 @@ class BlockAllocator(Sharing, Freeing, Audit):
         self._tables: dict[str, list[int]] = {}
         self._credits: dict[str, int] = {}
         self._grown: dict[str, int] = {}   # blocks a credited request allocated itself
+        # Blocks the decode cohort's members hold by count, granted from their
+        # credits, not yet in their tables (counted_blocks.py).
+        self._counted: list[int] = []
         # (expiry tick, blocks, keyed blocks, their keys): the last two only for a
         # cache whose keys travel with the blocks nobody holds (`release`).
         self._drain: deque[tuple[int, list[int], list[int], list]] = deque()

@@ -19,14 +19,21 @@ class Audit:
         credits = sum(self._credits.values())
         if credits != self.reserved:
             raise InvariantError(f"sum of credits({credits}) == reserved({self.reserved}) is false")
+        # The decode cohort's counted blocks (counted_blocks.py) are held and
+        # granted, in no table yet: a term of each equation while there are any.
+        counted = self._counted
         grown = sum(self._grown.values())
-        if grown != self.granted:
-            raise InvariantError(f"sum of grown({grown}) == granted({self.granted}) is false")
+        if grown + len(counted) != self.granted:
+            term = f" + counted({len(counted)})" if counted else ""
+            raise InvariantError(f"sum of grown({grown}){term} == granted({self.granted}) "
+                                 "is false")
         referenced = {b for table in self._tables.values() for b in table}
         pinned = {b for blocks in self._pin_sets.values() for b in blocks}
-        if len(referenced | pinned) != self.held:
+        if len(referenced | pinned) + len(counted) != self.held or \
+                len(set(counted)) != len(counted) or not (referenced | pinned).isdisjoint(counted):
+            term = f" + distinct counted({len(set(counted))})" if counted else ""
             raise InvariantError(
-                f"referenced or pinned blocks({len(referenced | pinned)}) == "
+                f"referenced or pinned blocks({len(referenced | pinned)}){term} == "
                 f"held({self.held}) is false")
         for block in referenced:
             owners = sum(t.count(block) for t in self._tables.values())
@@ -67,4 +74,6 @@ class Audit:
                                  f"({self.num_blocks - self._fresh}) == free({self.free}) is false")
         if free & (referenced | pinned):
             raise InvariantError("a free block is still referenced or pinned")
+        if not free.isdisjoint(counted):
+            raise InvariantError("a free block is still counted")
         self._cache.audit(self._tables, carried, self._orphans)

@@ -25,12 +25,20 @@ it (a preemption, a cancellation, a stall, a fold over counted and written
 rows together). A fold over members only advances the counters (`advance`,
 with `blocks_within` for the blocks it needs).
 
+Members' blocks are counted as well: a member's table covers exactly the
+blocks of its rows when it joins (the plain decode's dispatch gave it those;
+a policy with `lazy_decoders` leaves its decoders' blocks to the dispatch,
+and gives each a credit), so the blocks a dispatch or a fold opens follow
+from the residue groups alone. They are taken from the allocator by count
+(`BlockAllocator.take_counted`, one call) and written into a member's table
+when it leaves, settled (`give_counted`): see kv/counted_blocks.py.
+
 The engine owns a `Cohort` and calls it; nothing else does.
 """
 from __future__ import annotations
 
-from typing import Callable
-
+from ...kv.allocator import BlockAllocator
+from ...records.errors import InvariantError
 from ...requests.request import Request, catch_up
 
 __all__ = ["Cohort"]
@@ -40,15 +48,17 @@ class Cohort:
     """Members, the two counters and the schedules of block openings and finishes."""
 
     __slots__ = ("members", "started", "completed", "last_done", "_groups", "_finishing",
-                 "_context", "_size")
+                 "_context", "_size", "_allocator")
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, allocator: BlockAllocator) -> None:
+        block_size = allocator.block_size
         # request -> (started at joining, completed at joining, group, finishing count)
         self.members: dict[Request, tuple[int, int, int, int]] = {}
         self.started = 0     # dispatches started that ran the members
         self.completed = 0   # and completed
         self.last_done = -1  # when the last of them completed: every member's last output
         self._size = block_size
+        self._allocator = allocator  # the members' blocks: counted, given as they leave
         self._groups: list[dict[Request, None]] = [{} for _ in range(block_size)]
         self._finishing: dict[int, list[Request]] = {}
         self._context = 0  # sum over members of (rows written at joining - started then)
@@ -58,7 +68,8 @@ class Cohort:
 
     def join(self, req: Request) -> None:
         """`req` ran as a plain decode in the dispatch that just completed and has
-        outputs to go: from the next dispatch on it is counted, not written."""
+        outputs to go (and a credit): from the next dispatch on it is counted, not
+        written."""
         started, completed = self.started, self.completed
         group = (req.resident - started) % self._size
         finish = completed + req.output_tokens - req.outputs
@@ -78,22 +89,25 @@ class Cohort:
                 del self._finishing[finish]
         self._context -= req.resident - started
         catch_up(req, self.started - started, self.completed - completed, self.last_done)
+        allocator = self._allocator
+        allocator.give_counted(req.rid, req.resident)
+        if not self.members and allocator.counted:
+            raise InvariantError(f"the last member left {allocator.counted} counted blocks: "
+                                 "counted(0) when the cohort is empty is false")
 
     def settle_all(self) -> None:
         """Let every member go, settled."""
         for req in list(self.members):
             self.settle(req)
 
-    def start(self, open_block: Callable[[str, int], int]) -> int:
+    def start(self) -> int:
         """A dispatch runs every member once more: open a block for those whose
-        row starts one; return the members' summed context before their rows."""
+        row starts one (counted); return the members' summed context before
+        their rows."""
         started = self.started
-        members = self.members
-        for req in self._groups[-started % self._size]:
-            # This row, number resident + started - started at joining, starts a block.
-            open_block(req.rid, req.resident + started - members[req][0] + 1)
+        self._allocator.take_counted(len(self._groups[-started % self._size]))
         self.started = started + 1
-        return self._context + len(members) * started
+        return self._context + len(self.members) * started
 
     def opening(self) -> int:
         """Blocks the next dispatch of every member opens (`start`)."""
@@ -128,20 +142,11 @@ class Cohort:
                 total += len(members) * (-(-(q + rows) // size) + (-q // size))
         return total
 
-    def advance(self, dispatches: int, last_done: int, grow: Callable[[str, int], int]) -> None:
+    def advance(self, dispatches: int, last_done: int) -> None:
         """`dispatches` more dispatches ran every member and completed, the last
-        at `last_done` (folding): each member's blocks grow to cover its rows."""
-        started = self.started
-        size = self._size
-        members = self.members
-        for group, reqs in enumerate(self._groups):
-            # A member whose next row is q past a boundary opens a block only if
-            # q + dispatches passes the end of its current one.
-            q = (group + started) % size
-            if reqs and (q == 0 or q + dispatches > size):
-                for req in reqs:
-                    grow(req.rid, req.resident + started - members[req][0] + dispatches)
-        self.started = started + dispatches
+        at `last_done` (folding): the blocks they open are taken, counted."""
+        self._allocator.take_counted(self.blocks_within(dispatches))
+        self.started += dispatches
         self.completed += dispatches
         self.last_done = last_done
 

@@ -3,9 +3,10 @@
 While a `Cohort` (cohort.py) counts steady decoders, a dispatch that runs them
 again writes no row for them: `_start_members` finds the members the plan
 runs as plain decodes (one look-up per row, in C) and lets the cohort open
-their blocks; `_start_counted` starts a dispatch of members only without a
-row loop; `_complete_members` has members emit and finish by the counters and
-lets this dispatch's plain decoders join. Each asks the ledger (ledger.py) for
+their blocks (by count: kv/counted_blocks.py); `_start_counted` starts a
+dispatch of members only without a row loop; `_complete_members` has members
+emit and finish by the counters and lets this dispatch's plain decoders join
+(those that hold a credit). Each asks the ledger (ledger.py) for
 the same statistics, duration and gaps a written dispatch gets, so a counted
 run is byte for byte a written one (tests/test_cohort.py compares them on
 random workloads of every policy that counts).
@@ -113,7 +114,7 @@ class Counting:
             rest = [row for row in plan if row[0] not in cohort.members]
         if not members:
             return None, plan, 0, 0
-        return requests, rest, members, cohort.start(self.allocator.open_block)
+        return requests, rest, members, cohort.start()
 
     def _complete_members(self, flight: InFlight, cohort: Cohort, ended: list[Request],
                           since: dict[int, int]) -> list[Request]:
@@ -136,11 +137,12 @@ class Counting:
             joining = [req for req, emits in flight.rows if emits]
         if joining:
             finished = set(ended) if ended else ()
+            credit = self.allocator.credit  # (its blocks are granted by count from it)
             for req in joining:
                 if (req not in finished and req.resident >= req.high_water
                         # Request.plain_decode, inlined:
                         and req.resident >= req.prompt_tokens and req.resident >= req.restore
-                        and req.last_output_at == self.now):
+                        and req.last_output_at == self.now and credit(req.rid)):
                     cohort.join(req)
         return ended
 

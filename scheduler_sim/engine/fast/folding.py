@@ -140,7 +140,7 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     start = flight.start
     if cohort is not None:
         steady = n  # every member's previous output came when the flight started
-        cohort.advance(folded, last_output, allocator.grow)
+        cohort.advance(folded, last_output)
     else:
         steady = 0  # requests whose previous output came when the flight started
         others = []  # the gaps of the others

@@ -95,7 +95,7 @@ def carry_on(engine, until: float) -> None:
             policy.decodes_repeated(survivors)
             allocator.step_growth.clear()
             flight = engine.flight = engine._start_counted(
-                survivors, len(survivors), cohort.start(allocator.open_block))
+                survivors, len(survivors), cohort.start())
         else:
             survivors = [req for req in requests if req.status is RUNNING]
             if not survivors:

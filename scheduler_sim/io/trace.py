@@ -31,6 +31,7 @@ from ..records.errors import UsageError
 from ..records.workload import RequestSpec, Workload
 from .json_lines import decode_line
 from .problems import Problems
+from .trace_fast_path import common_request
 from .trace_records import Expectation, RecordChecker, checked_spec, parse_request
 from .trace_validator import Validator
 
@@ -120,6 +121,10 @@ def _stream_requests(path: str, config: dict[str, Any]) -> Iterator[RequestSpec]
     unit = config.get("time_unit", "tick")
     problems = Problems(path)
     for number, raw in _file_lines(path):
+        spec = common_request(raw, number, unit, hbs)  # the common line, in few operations
+        if spec is not None:
+            yield spec
+            continue
         if b"request" not in raw:
             continue
         if raw.endswith(b"\r"):

@@ -6,6 +6,10 @@ In memory it keeps every request; streamed, 8 bytes a request (a digest of its
 id, in one of `BUCKETS` arrays by the digest's low bits, so that duplicates are
 found one bucket at a time), reading the file again only to name duplicates,
 or to find the requests that cancels, preempts and expects name.
+
+A line is first offered to `trace_fast_path.common_request`, which recognises the
+common well-formed request in a few operations; every other line, and a request
+whose id an earlier line has, goes through the full checks, which alone report.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from ..records.workload import Action, RequestSpec
 from .json_lines import decode_line, json_kind
 from .problems import Problems, did_you_mean
 from .trace_config import check_options
+from .trace_fast_path import common_request
 from .trace_records import ACTION_KEYS, Expectation, RecordChecker, parse_expect, parse_request
 
 __all__ = ["Validator", "RECORD_TYPES"]
@@ -52,12 +57,17 @@ class Validator:
         self.problems = Problems(name)
         self.streamed = streamed
         self.config: dict[str, Any] = {}
+        # What the config says of every record: the unit of its times, and the tokens a
+        # prefix hash covers (config.hash_block_size, else config.block_size, else 16).
+        self.unit = "tick"
+        self.hash_block_size = 16
         self.specs: list[RequestSpec] = []
         self.actions: list[tuple[Action, RecordChecker]] = []
         self.expects: list[Expectation] = []
         self.first_line: dict[str, int] = {}  # in memory: id -> its line
         # Streamed: each request's id digest, in the bucket of its low bits.
         self.digests = [array("q") for _ in range(BUCKETS)]
+        # Streamed only (in memory, `Workload.build` finds them from the requests):
         self.count = 0
         self.span: tuple[float, float] | None = None
         self.in_order = True  # arrivals never decrease in file order
@@ -67,6 +77,30 @@ class Validator:
 
     def feed(self, number: int, raw: bytes) -> None:
         """Check one line (without its newline)."""
+        spec = common_request(raw, number, self.unit, self.hash_block_size)
+        if spec is None or not self._take(spec, number):
+            self._check(number, raw)
+
+    def _take(self, spec: RequestSpec, number: int) -> bool:
+        """Keep a well-formed request (`common_request`) as the full checks would;
+        False, keeping nothing, if its id is not new (the full checks word that)."""
+        rid = spec.id
+        if self.streamed:
+            digest = _digest(rid)
+            self.digests[digest % BUCKETS].append(digest)
+            self._note_arrival(spec)
+        elif rid in self.first_line:
+            return False
+        else:
+            self.first_line[rid] = number
+            self.specs.append(spec)
+        if len(self.some_ids) < SUGGEST_FROM:
+            self.some_ids.append(rid)
+        self.seen_record = True
+        return True
+
+    def _check(self, number: int, raw: bytes) -> None:
+        """Check one line with every check, reporting each problem."""
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         if not raw.strip():
@@ -92,14 +126,16 @@ class Validator:
                          f"(known: {', '.join(RECORD_TYPES)})")
             self.seen_record = True
             return
-        config = self.config
         if kind == "config":
             if self.seen_record:
                 problems.add(number, "config: a config record must be the first record")
             else:
                 options = {k: v for k, v in value.items() if k != "type"}
-                self.config = check_options(
+                self.config = config = check_options(
                     options, lambda text: problems.add(number, "config: " + text))
+                self.unit = config.get("time_unit", "tick")
+                self.hash_block_size = (config.get("hash_block_size")
+                                        or config.get("block_size") or 16)
                 for text in Options.resolve(self.config).problems():
                     problems.add(number, "config: " + text)
             self.seen_record = True
@@ -107,11 +143,11 @@ class Validator:
         self.seen_record = True
         label = value.get("id")
         c = RecordChecker(problems, number, kind, value, label)
-        unit = config.get("time_unit", "tick")
+        unit = self.unit
         if kind == "request":
             if isinstance(label, str) and label and len(self.some_ids) < SUGGEST_FROM:
                 self.some_ids.append(label)
-            hbs = config.get("hash_block_size") or config.get("block_size") or 16
+            hbs = self.hash_block_size
             if self.streamed:
                 spec = parse_request(c, hbs, unit)
                 if isinstance(label, str) and label:
@@ -129,7 +165,6 @@ class Validator:
                 first[label] = number  # a known id for cancels and expects
             if spec is not None and not duplicate:
                 self.specs.append(spec)
-                self._note_arrival(spec)
         elif kind in ("cancel", "preempt"):
             c.unknown_fields(ACTION_KEYS)
             rid = c.string_id()
@@ -200,8 +235,7 @@ class Validator:
         """Read the lines again for the first request of each id in `ids`: its arrival
         as the trace wrote it, or None if that request is not valid."""
         found: dict[str, Any] = {}
-        unit = self.config.get("time_unit", "tick")
-        hbs = self.config.get("hash_block_size") or self.config.get("block_size") or 16
+        unit, hbs = self.unit, self.hash_block_size
         quiet = Problems(self.problems.name)
         for number, raw in again():
             value, problem = decode_line(raw.rstrip(b"\r")) if raw.strip() else (None, "-")

@@ -23,7 +23,12 @@ The set (TRACES_DIR holds `azure_llm_2023/AzureLLMInferenceTrace_conv.csv` and
 - Mooncake with prefix caching under `vllm` on fleets: 4 replicas under each
   router, 2 data-parallel lockstep ranks, and 1 prefill + 2 decode replicas;
 - every trace shipped in `traces/` under every policy, with `--requests`
-  and events.
+  and events (named by their path inside the checkout, `traces/NAME`, so
+  that the summaries are the same from any checkout);
+- without events (which turn the decode cohort off, so the runs above never
+  count decoders): the public traces and every shipped trace under
+  `serial` and `continuous`, the policies that count them, with the
+  summary and the per-request CSV.
 
 `--quick` keeps the first 2,000 requests of each public trace (about a
 tenth of the time). Event streams are hashed as they are written and then
@@ -43,6 +48,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ("serial", "continuous", "vllm", "sglang", "static", "dynamic")
+COUNTING = ("serial", "continuous")  # the policies whose steady decoders a replay counts
 COMMON = ["--cost-model", "llama-3-8b/h100-sxm", "--block-size", "16", "--num-blocks", "20480",
           "--token-budget", "8192", "--max-rows", "256", "--quiet"]
 FLEETS = {
@@ -94,11 +100,22 @@ def cases(traces: dict[str, Path]) -> list[tuple[str, list[str]]]:
             "replay", str(traces["mooncake"]), "--policy", "vllm", "--prefix-caching", *COMMON,
             *flags, "--json", "--events", "{tmp}/events.jsonl",
             "--requests-csv", "{tmp}/requests.csv"]))
-    for shipped in sorted((ROOT / "traces").glob("*.jsonl")):
+    shipped_traces = [f"traces/{shipped.name}"  # (relative: runs start in the checkout)
+                      for shipped in sorted((ROOT / "traces").glob("*.jsonl"))]
+    for shipped in shipped_traces:
         for policy in POLICIES:
-            out.append((f"traces/{shipped.name} {policy}", [
-                "replay", str(shipped), "--policy", policy, "--json", "--requests", "--quiet",
+            out.append((f"{shipped} {policy}", [
+                "replay", shipped, "--policy", policy, "--json", "--requests", "--quiet",
                 "--events", "{tmp}/events.jsonl"]))
+    for policy in COUNTING:
+        for label, trace in traces.items():
+            out.append((f"{label} {policy} without events", [
+                "replay", str(trace), "--policy", policy, *COMMON, "--json",
+                "--requests-csv", "{tmp}/requests.csv"]))
+        for shipped in shipped_traces:
+            out.append((f"{shipped} {policy} without events", [
+                "replay", shipped, "--policy", policy, "--json", "--requests", "--quiet",
+                "--requests-csv", "{tmp}/requests.csv"]))
     return out
 
 

@@ -192,3 +192,31 @@ def test_converts_formats_are_the_importers():
     from scheduler_sim.cli.main import CONVERT_FORMATS
     from scheduler_sim.io.importers import FORMATS, RUN_FORMATS
     assert CONVERT_FORMATS == list(FORMATS) + list(RUN_FORMATS)
+
+
+@pytest.mark.parametrize("kind,status,line", [
+    (KeyboardInterrupt, 130, "scheduler-sim: interrupted\n"),
+    ("Terminated", 143, "scheduler-sim: terminated\n")])
+@pytest.mark.parametrize("said", [False, True], ids=["before-its-last-word", "after"])
+def test_an_interrupt_out_of_main_is_said_once(monkeypatch, capsys, kind, status, line, said):
+    """An interrupt that escapes `main` (a Ctrl-C after the simulator loaded, before
+    its command could catch it): status 130 (143 for SIGTERM) and the one line, once;
+    after `main` had said its last word (`interrupts.ended`), the status alone."""
+    from scheduler_sim.cli import entry, main as main_module
+    from scheduler_sim.records import interrupts
+    error = interrupts.Terminated if kind == "Terminated" else kind
+
+    def interrupted_main():
+        if said:
+            interrupts.ended()
+        raise error
+
+    monkeypatch.setattr(main_module, "main", interrupted_main)
+    monkeypatch.setitem(interrupts._state, "ended", False)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ)}
+    try:
+        assert entry.main_entry(([], False, False)) == status
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert capsys.readouterr().err == ("" if said else line)

@@ -93,8 +93,7 @@ def main_entry(early: tuple[list[int], bool, bool] | None = None) -> int:
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from .main import main  # the whole simulator; a signal meanwhile only waits
-    from ..records.interrupts import Terminated
-    started = False
+    from ..records.interrupts import Terminated, has_ended
     try:
         if terminable:
             signal.signal(signal.SIGTERM, _on_sigterm)
@@ -106,15 +105,16 @@ def main_entry(early: tuple[list[int], bool, bool] | None = None) -> int:
             raise KeyboardInterrupt
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(errors="backslashreplace")
-        started = True
         status = main()
-    except KeyboardInterrupt:  # before `main`, or after it had reported, before it returned
+    except KeyboardInterrupt:
+        # Before `main`; in `main` before its command could report it; or after
+        # `main` had said its last word, before it returned (then nothing more).
         status = EXIT_INTERRUPTED
-        if not started:
+        if not has_ended():
             _say("interrupted")
     except Terminated:
         status = EXIT_TERMINATED
-        if not started:
+        if not has_ended():
             _say("terminated")
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)

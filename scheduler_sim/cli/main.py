@@ -294,6 +294,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
             err.flush()
         except (SimError, OSError):
             pass  # standard error cannot be written either: the status says it
+    interrupts.ended()
     return status
 
 

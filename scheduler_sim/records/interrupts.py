@@ -26,7 +26,7 @@ import threading
 from typing import Any, Iterator
 
 __all__ = ["Terminated", "mark", "watch", "watching", "from_signal", "on_sigint",
-           "is_interrupt", "held", "raise_if_signalled"]
+           "is_interrupt", "held", "raise_if_signalled", "ended", "has_ended"]
 
 
 class Terminated(BaseException):
@@ -36,7 +36,19 @@ class Terminated(BaseException):
     (`except BaseException: ...; raise`) see it on its way to `main`."""
 
 
-_state: dict = {"watching": False, "seen": False, "signal": None}
+_state: dict = {"watching": False, "seen": False, "signal": None, "ended": False}
+
+
+def ended() -> None:
+    """The command has written its last word (its output, or the line saying why it
+    stopped): an interrupt from now on has nothing left to report."""
+    _state["ended"] = True
+
+
+def has_ended() -> bool:
+    """Whether `ended` was called: an interrupt that reaches the process's entry
+    without it came before the command could say anything (one line is due)."""
+    return _state["ended"]
 
 
 def mark(signum: int = signal.SIGINT) -> None:

@@ -112,6 +112,8 @@ def steady_lines(steps: list[tuple[int, int, int, int]], waiting: int, running: 
     Speed: the lines are made by `str.format` mapped over the columns, in C, not
     by a loop over the steps (a folded stretch on the Azure trace with
     `--events` is about 13 dispatches, 377,000 of them in all)."""
+    if not steps:
+        return []
     seconds = clock is not None and clock.in_seconds
     key = '{{"time":' if seconds else '{{"tick":'  # (a `format` template's braces)
     tag = "" if policy is None else f'"policy":{json_string(policy)},'

@@ -27,6 +27,7 @@ class Problems:
         # (a max-heap by negated keys), the others only counted.
         self.found: list[tuple[int, int, str]] = []
         self.count = 0
+        self.hints: list[str] = []  # lines said after the problems (what to do about them)
 
     def add(self, line: int, text: str, order: int | None = None) -> None:
         """Note a problem on `line` (`order` ranks problems of one line; default: as found)."""
@@ -44,7 +45,7 @@ class Problems:
             messages = [f"{self.name}:{line}: {text}" for line, _, text in ordered]
             if self.count > MAX_PROBLEMS:
                 messages.append(f"{self.name}: ... and {self.count - MAX_PROBLEMS} more errors")
-            raise TraceError(messages)
+            raise TraceError(messages + self.hints)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

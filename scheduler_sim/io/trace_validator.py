@@ -13,6 +13,7 @@ whose id an earlier line has, goes through the full checks, which alone report.
 """
 from __future__ import annotations
 
+import os
 from array import array
 from hashlib import blake2b
 from typing import Any, Callable, Iterable
@@ -31,6 +32,7 @@ __all__ = ["Validator", "RECORD_TYPES"]
 RECORD_TYPES = ("config", "request", "cancel", "preempt", "expect")
 # "Did you mean" hints for an unknown request id come from the first ids.
 SUGGEST_FROM = 10_000
+HEAD_LINES = 20  # the lines a raw public trace is recognised by (`importers.guess_format`)
 # Streamed, the id digests are kept in this many arrays (by their low bits): sorted one
 # at a time to find duplicates, each a list of Python ints for a moment (about 48
 # bytes a request: 48 MB for a million requests when they were sorted all at once).
@@ -74,6 +76,11 @@ class Validator:
         self.largest: RequestSpec | None = None  # the most prompt + max_tokens
         self.some_ids: list[str] = []  # the first SUGGEST_FROM ids, for "did you mean"
         self.seen_record = False
+        # Lines of the file's head that are no trace record at all (no JSON object,
+        # or one without `type`), and whether any line is a record of a known type:
+        # a file of the first kind only is most likely a raw public trace (`_hint_convert`).
+        self.untyped_head: list[bytes] = []
+        self.typed = False
 
     def feed(self, number: int, raw: bytes) -> None:
         """Check one line (without its newline)."""
@@ -107,25 +114,22 @@ class Validator:
             return
         problems = self.problems
         value, problem = decode_line(raw)
-        if problem:
-            problems.add(number, problem)
+        if problem or not isinstance(value, dict) or value.get("type") is None:
+            problems.add(number, problem or (f"expected a JSON object, got {json_kind(value)}"
+                                             if not isinstance(value, dict)
+                                             else "missing field 'type'"))
             self.seen_record = True
+            if number <= HEAD_LINES:
+                self.untyped_head.append(raw)
             return
-        if not isinstance(value, dict):
-            problems.add(number, f"expected a JSON object, got {json_kind(value)}")
-            self.seen_record = True
-            return
-        kind = value.get("type")
-        if kind is None:
-            problems.add(number, "missing field 'type'")
-            self.seen_record = True
-            return
+        kind = value["type"]
         if kind not in RECORD_TYPES:
             hint = did_you_mean(kind, RECORD_TYPES) if isinstance(kind, str) else ""
             problems.add(number, f"unknown record type {show(kind)}{hint} "
                          f"(known: {', '.join(RECORD_TYPES)})")
             self.seen_record = True
             return
+        self.typed = True
         if kind == "config":
             if self.seen_record:
                 problems.add(number, "config: a config record must be the first record")
@@ -214,7 +218,25 @@ class Validator:
             if exp.id is not None and exp.id not in known:
                 problems.add(exp.line, f"expect: unknown request {exp.id!r}"
                              f"{did_you_mean(exp.id, some)}")
+        if problems.count and self.untyped_head and not (
+                self.typed or self.specs or self.count):
+            self._hint_convert()
         problems.raise_if_any()
+
+    def _hint_convert(self) -> None:
+        """A file none of whose lines is a trace record, whose head reads as a format
+        `convert` knows (a raw Mooncake, Azure, Vidur or BurstGPT file): its problems
+        end with the command that converts it."""
+        from .importers import guess_format  # (only on this error path)
+        name = self.problems.name
+        fmt = guess_format(b"\n".join(self.untyped_head).decode("utf-8", "replace"))
+        if fmt is None:
+            return
+        source = "-" if name == "<stdin>" else name
+        stem = "trace" if source == "-" else os.path.splitext(os.path.basename(name))[0]
+        self.problems.hints.append(
+            f"{name}: this looks like a raw {fmt} file, not a trace: convert it first, "
+            f"e.g. scheduler-sim convert --from {fmt} {source} -o {stem}-v1.jsonl")
 
     def _known_ids(self, again) -> dict[str, Any]:
         """Streamed: report duplicate ids; return the arrival as the trace wrote it

@@ -11,6 +11,7 @@ import pytest
 import scheduler_sim.cli.runs as runs
 import scheduler_sim.io.progress as progress
 from scheduler_sim.cli.main import main
+from scheduler_sim.records import interrupts
 from test_cli import run, write
 
 # r1 runs, is preempted at 2 and cancelled at 3 while it waits again; r2 waits
@@ -173,19 +174,50 @@ def test_jobs_interrupted_prints_what_finished_and_leaves_no_file(tmp_path, monk
     assert sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
 
 
-def test_jobs_1_interrupted_prints_what_finished(tmp_path, monkeypatch):
+@pytest.mark.parametrize("interrupt, status, word", [
+    (KeyboardInterrupt, 130, "interrupted"),  # Ctrl-C
+    (interrupts.Terminated, 143, "terminated"),  # SIGTERM: what Slurm sends at a time limit
+])
+def test_jobs_1_interrupted_prints_what_finished(tmp_path, monkeypatch, interrupt, status,
+                                                 word):
     real_run = runs.run_policy
 
     def interrupt_second(plan, position, policy, sinks, on_end=None):
         if position == 1:
-            raise KeyboardInterrupt
+            raise interrupt
         return real_run(plan, position, policy, sinks, on_end)
 
     monkeypatch.setattr(runs, "run_policy", interrupt_second)
     trace = write(tmp_path, TINY)
+    code, out, err = run(["replay", trace, "--policy", "vllm", "--policy", "sglang",
+                          "--requests-csv", str(tmp_path / "r.csv"), "--json"])
+    assert (code, err) == (status, f"scheduler-sim: {word}\n")
+    assert [r["policy"] for r in json.loads(out)["runs"]] == ["vllm"]
+    assert sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
+
+
+def test_sigterm_with_jobs_prints_what_finished_and_leaves_no_file(tmp_path, monkeypatch):
+    """SIGTERM's Terminated in the parent after the first policy, with -j 2: exit 143,
+    the first policy's summary, no output file; the slow child is stopped."""
+    real_run, real_join = runs.run_policy, runs._join
+
+    def slow_second(plan, position, policy, sinks, on_end=None):
+        if position == 1:
+            time.sleep(60)  # in the child (forked with this patch): stopped by the parent
+        return real_run(plan, position, policy, sinks, on_end)
+
+    def terminated_join(*args):
+        real_join(*args)
+        raise interrupts.Terminated
+
+    monkeypatch.setattr(runs, "run_policy", slow_second)
+    monkeypatch.setattr(runs, "_join", terminated_join)
+    trace = write(tmp_path, TINY)
+    started = time.monotonic()
     status, out, err = run(["replay", trace, "--policy", "vllm", "--policy", "sglang",
-                            "--requests-csv", str(tmp_path / "r.csv"), "--json"])
-    assert status == 130 and "interrupted" in err
+                            "-j", "2", "--events", str(tmp_path / "e.jsonl"), "--json"])
+    assert time.monotonic() - started < 30
+    assert status == 143 and err.strip().endswith("scheduler-sim: terminated")
     assert [r["policy"] for r in json.loads(out)["runs"]] == ["vllm"]
     assert sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
 

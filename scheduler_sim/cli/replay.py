@@ -29,8 +29,9 @@ __all__ = ["cmd_replay", "cmd_validate", "cmd_check"]
 
 def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Replay the trace under each policy (`-j N`: in N processes); print the
-    side-by-side table. Interrupted, it prints the policies that finished and
-    lets the interrupt go on (exit 130), with no output file left behind."""
+    side-by-side table. Interrupted (SIGINT) or terminated (SIGTERM), it prints
+    the policies that finished and lets the interrupt go on (exit 130 or 143),
+    with no output file left behind."""
     written = (("--events", args.events), ("--requests-csv", args.requests_csv),
                ("--report", args.report), ("--perfetto", args.perfetto))
     to_stdout = check_outputs_and_jobs(written, args.jobs)
@@ -48,7 +49,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     finished: list[Finished] = []
     progress = Progress(err, wanted(err, args.quiet), clock, len(trace.workload),
                         len(policies))
-    interrupted = False
+    interrupted: BaseException | None = None
     report: Output | None = None
     opened: list = []  # every output file, committed together at the end
     try:
@@ -81,23 +82,23 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except BaseException as exc:
         for output in opened:
             output.abort()
-        if not isinstance(exc, KeyboardInterrupt):
+        if not interrupts.is_interrupt(exc):
             raise
-        interrupted = True
+        interrupted = exc  # Ctrl-C, or SIGTERM (what a batch system sends at its limit)
         runs = _replay_runs(finished, args)
     finally:
         progress.close()
     stalled = [f.policy for f in finished if f.stalled]
-    if interrupted and not runs:
-        raise KeyboardInterrupt
+    if interrupted is not None and not runs:
+        raise interrupted
     text = (format_json if args.json else format_table)(trace.name, options, runs, clock, pool)
     if args.requests and not args.json:
         closed = options.max_concurrency is not None
         text += "".join("\n" + format_requests(f.policy, f.records, clock, closed)
                         for f in finished)
     (err if to_stdout else out).write(text)
-    if interrupted:
-        raise KeyboardInterrupt
+    if interrupted is not None:
+        raise interrupted
     if stalled:
         err.write(f"{PROG}: the run stalled under {printable(', '.join(stalled))}: stuck "
                   "requests ended as finished_error (see the 'stalled' events)\n")

@@ -14,9 +14,10 @@ runs reach the outputs. `run_policy` replays one policy into its sinks.
   removed whatever happens; a worker that dies ends the replay
   (`WorkerDied`), and on Ctrl-C or SIGTERM the workers are stopped.
 
-A KeyboardInterrupt out of `run_all` carries nothing; the caller keeps the
-`Finished` runs it was given, and before the interrupt goes on `run_all`
-hands over those a worker had returned but that were not handed over yet.
+A KeyboardInterrupt (or SIGTERM's Terminated) out of `run_all` carries
+nothing; the caller keeps the `Finished` runs it was given, and before the
+interrupt goes on `run_all` hands over those a worker had returned but that
+were not handed over yet.
 """
 from __future__ import annotations
 
@@ -253,7 +254,8 @@ def run_all(plan: Plan, policies: list[str], jobs: int, outputs: Sinks,
     once its outputs are written. `outputs` are the command's outputs (the
     Perfetto file as `perfetto`).
 
-    With -j, a worker that dies raises `WorkerDied`; on KeyboardInterrupt the
+    With -j, a worker that dies raises `WorkerDied`; on KeyboardInterrupt (or
+    Terminated, SIGTERM's) the
     runs the workers had returned but that were not handed over yet are handed
     over too (their outputs are not written: the caller aborts them), then the
     interrupt goes on."""
@@ -280,7 +282,7 @@ def run_all(plan: Plan, policies: list[str], jobs: int, outputs: Sinks,
                 progress.policy_done(position + 1)
                 current = None
                 on_finished(finished)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, interrupts.Terminated):
             for finished in ([current] if current else []) + workers.received():
                 on_finished(finished)
             raise

@@ -241,7 +241,7 @@ def test_tick_ms_is_no_flag_of_convert(tmp_path, value):
                             "--tick-ms", value, "-o", str(target)])
     assert (status, out) == (2, "")
     assert err.splitlines()[-1] == \
-        f"scheduler-sim: error: unrecognized arguments: --tick-ms {value}"
+        f"scheduler-sim convert: error: unrecognized arguments: --tick-ms {value}"
     assert not target.exists()
 
 

@@ -353,7 +353,20 @@ def test_a_missing_module_is_a_usage_error(tmp_path):
     assert (status, out) == (2, "")
     assert err == ("scheduler-sim: error: cannot load policy from module "
                    "'no_such_module_here': no such module (is it installed, or on "
-                   "PYTHONPATH?)\n")
+                   "PYTHONPATH?); a file of your own is named FILE.py:CLASS\n")
+
+
+def test_a_module_spelling_of_a_file_that_is_there_names_the_file(tmp_path, monkeypatch):
+    """`--policy spf:ShortestPromptFirst` where only spf.py exists (the installed command
+    does not import from the working folder): the error names the file spelling."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spf.py").write_text("raise SystemExit('never imported')\n")
+    status, out, err = run(["replay", write_trace(tmp_path, ONE), "--policy",
+                            "spf:ShortestPromptFirst"])
+    assert (status, out) == (2, "")
+    assert err == ("scheduler-sim: error: cannot load policy from module 'spf': no such "
+                   "module (is it installed, or on PYTHONPATH?); there is a file spf.py: "
+                   "did you mean 'spf.py:ShortestPromptFirst'?\n")
 
 
 @pytest.mark.parametrize("source, message", [

@@ -34,6 +34,7 @@ from ..records.errors import (InvariantError, PolicyError, SimError, TraceError,
                               WorkerDied)
 from ..records.interrupts import Terminated
 from ..records.option_table import OPTIONS
+from ..records.spelling import did_you_mean
 from ..requests.queues import QUEUE_ORDERS
 from .calibrate_parser import add_calibrate_parser
 from .commands import command
@@ -232,7 +233,22 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                    description="The model catalogue (parameters, layers, width, heads, "
                                "experts, dtype, KV bytes per token) and the GPU catalogue "
                                "(peak FLOP/s, HBM bandwidth, memory, interconnect).")
+    parser.commands = sub.choices  # name -> its parser (`_parse` words a bad flag there)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The parsed command line. An argument the command does not know is reported by
+    the command's own parser (its usage line, not the top level's), a misspelt flag
+    with the command's flag it most likely meant."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = parser.commands[args.command]
+        flags = [flag for action in command._actions for flag in action.option_strings]
+        first = next((word for word in unknown if word.startswith("--")), None)
+        hint = did_you_mean(first.partition("=")[0], flags) if first else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    return args
 
 
 def _add_sweep_parsers(sub: Any) -> None:
@@ -314,7 +330,7 @@ def _command(argv: list[str], out: GuardedStream, err: GuardedStream) -> tuple[i
     """`_run` for the parsed command line."""
     try:
         try:
-            args = build_parser(out, err).parse_args(argv)
+            args = _parse(build_parser(out, err), argv)
         except SystemExit as exc:  # argparse has printed usage or help
             status = int(exc.code or 0)
         else:

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from importlib import resources
 
 from ..records.errors import UsageError
+from ..records.spelling import closest, did_you_mean
 from .gpus import GPUS, GpuSpec
 from .models import ModelSpec
 
@@ -93,16 +94,16 @@ def is_path(text: str) -> bool:
 def model_named(name: str) -> ModelSpec:
     """The catalogue's model `name`; UsageError naming the known ones."""
     if name not in MODELS:
-        raise UsageError(f"unknown model {name!r} (known: {known_models()}; or a path to "
-                         "a config.json)")
+        raise UsageError(f"unknown model {name!r}{did_you_mean(name, MODELS)} (known: "
+                         f"{known_models()}; or a path to a config.json)")
     return MODELS[name]
 
 
 def gpu_named(name: str) -> GpuSpec:
     """The catalogue's GPU `name`; UsageError naming the known ones."""
     if name not in GPUS:
-        raise UsageError(f"unknown gpu {name!r} (known: {', '.join(GPUS)}; or a path to a "
-                         "GPU spec .json)")
+        raise UsageError(f"unknown gpu {name!r}{did_you_mean(name, GPUS)} (known: "
+                         f"{', '.join(GPUS)}; or a path to a GPU spec .json)")
     return GPUS[name]
 
 
@@ -110,9 +111,12 @@ def parse_cost_model(text: str) -> tuple[ModelSpec, GpuSpec]:
     """`llama-3-8b/h100-sxm` -> (model, gpu); ValueError naming the known ones."""
     model_name, _, gpu_name = text.partition("/")
     if model_name not in MODELS or gpu_name not in GPUS:
+        model = model_name if model_name in MODELS else closest(model_name, MODELS)
+        gpu = gpu_name if gpu_name in GPUS else closest(gpu_name, GPUS)
+        hint = f" (did you mean '{model}/{gpu}'?)" if model and gpu else ""
         raise ValueError(
             f"cost_model must be MODEL/GPU with MODEL in {known_models()} and GPU in "
-            f"{', '.join(GPUS)}, got {text!r}")
+            f"{', '.join(GPUS)}, got {text!r}{hint}")
     return MODELS[model_name], GPUS[gpu_name]
 
 

@@ -7,11 +7,10 @@ commands that read other files word their problems this way.
 """
 from __future__ import annotations
 
-import difflib
 import heapq
-from typing import Iterable
 
 from ..records.errors import TraceError
+from ..records.spelling import did_you_mean
 
 __all__ = ["MAX_PROBLEMS", "Problems", "did_you_mean", "capped"]
 
@@ -46,12 +45,6 @@ class Problems:
             if self.count > MAX_PROBLEMS:
                 messages.append(f"{self.name}: ... and {self.count - MAX_PROBLEMS} more errors")
             raise TraceError(messages + self.hints)
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """` (did you mean 'x'?)` naming the closest of `choices` to `word`, or ''."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def capped(problems: list[str], name: str) -> list[str]:

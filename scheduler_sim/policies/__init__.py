@@ -6,6 +6,7 @@ and one line in `POLICIES` below. A policy outside the package is named
 """
 from __future__ import annotations
 
+from ..records.spelling import did_you_mean
 from .base import PADDING, Plan, Policy, QueueAndListPolicy, SchedulerView
 from .continuous import ContinuousPolicy
 from .dynamic import DynamicPolicy
@@ -38,8 +39,8 @@ def policy_class(name: str, base: str | None = None) -> type[Policy]:
         return POLICIES[name]
     except KeyError:
         known = ", ".join(POLICIES)
-        raise ValueError(f"unknown policy {name!r} (known: {known}, or MODULE:CLASS or "
-                         "FILE.py:CLASS for your own)") from None
+        raise ValueError(f"unknown policy {name!r}{did_you_mean(name, POLICIES)} (known: "
+                         f"{known}, or MODULE:CLASS or FILE.py:CLASS for your own)") from None
 
 
 def is_builtin(policy: Policy) -> bool:

@@ -92,7 +92,7 @@ def load_plugin(spec: str, base: str | None = None) -> type[Policy]:
     if cls is not None:
         return cls
     try:
-        module = _load_file(path) if path is not None else _import(where_)
+        module = _load_file(path) if path is not None else _import(where_, attr, base)
     except (PluginError, PolicyError):
         raise
     except BaseException as exc:  # noqa: B036 (whatever the module's code raised)
@@ -111,16 +111,22 @@ def load_plugin(spec: str, base: str | None = None) -> type[Policy]:
     return cls
 
 
-def _import(name: str):
-    """Import module `name`; a module that does not exist is the spelling's fault, a
-    module that fails to import something of its own is the plugin's."""
+def _import(name: str, attr: str, base: str | None):
+    """Import module `name`; a module that does not exist is the spelling's fault (and
+    a file `name`.py in `base`, else the working folder, is named: the user most
+    likely meant it), a module that fails to import something of its own is the
+    plugin's."""
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if name == missing or name.startswith(missing + "."):
+            file = name.replace(".", "/") + ".py"
+            hint = (f"; there is a file {file}: did you mean {file + ':' + attr!r}?"
+                    if os.path.isfile(os.path.join(base or os.getcwd(), file)) else
+                    "; a file of your own is named FILE.py:CLASS")
             raise PluginError(f"cannot load policy from module {name!r}: no such module "
-                              f"(is it installed, or on PYTHONPATH?)") from None
+                              f"(is it installed, or on PYTHONPATH?){hint}") from None
         raise
 
 

@@ -98,3 +98,25 @@ def test_a_stray_word_is_the_commands_error_too():
     assert status == 2
     assert err.splitlines()[-1] == ("scheduler-sim validate: error: unrecognized "
                                     "arguments: extra")
+
+
+def test_options_only_other_policies_read_are_noted():
+    """`--policy continuous --watermark 0.1 --victim most-blocks --batch-window 3`: each
+    is accepted, and the header notes that nothing replayed reads it."""
+    status, out, _ = run(["replay", QUICKSTART, "--policy", "continuous", "--watermark",
+                          "0.1", "--victim", "most-blocks", "--batch-window", "3"])
+    assert status == 0
+    assert [line for line in out.splitlines() if line.startswith("note:")] == [
+        "note: watermark has no effect under continuous: only vllm reads it",
+        "note: victim has no effect under continuous: only vllm reads it",
+        "note: batch_window has no effect under continuous: only dynamic reads it"]
+
+
+def test_an_option_one_replayed_policy_reads_is_not_noted():
+    status, out, _ = run(["replay", QUICKSTART, "--policy", "vllm", "--policy", "sglang",
+                          "--watermark", "0.1", "--schedule-conservativeness", "0.5"])
+    assert status == 0 and "note:" not in out
+    # Set to its default, it changes nothing either way: no note.
+    status, out, _ = run(["replay", QUICKSTART, "--policy", "continuous", "--watermark",
+                          "0"])
+    assert status == 0 and "note:" not in out

@@ -78,6 +78,9 @@ class OptionSpec:
     exclusive_minimum: bool = False
     choices: tuple[str, ...] = ()
     trace_only: bool = False  # a property of the trace file: no command-line flag
+    # The built-in policies that read it, if only some do: set under none of them (and
+    # no plugin), it changes nothing, and the run's notes say so (`Options.unused`).
+    policies: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -102,7 +105,8 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("order", "str", "fcfs", "waiting-queue order"),
         OptionSpec("seed", "int", 0, "seed of the `random` order", minimum=0),
         OptionSpec("lpm_threshold", "int", 128,
-                   "`lpm` falls back to fcfs when more requests than this wait", minimum=0),
+                   "`lpm` stops sorting (the list keeps its order) when more requests "
+                   "than this wait", minimum=0),
         OptionSpec("waiting_timeout", "duration", None,
                    "abort a request that waits longer than this (trace time unit; default: never)",
                    minimum=0, exclusive_minimum=True, nullable=True),
@@ -110,25 +114,29 @@ OPTIONS: dict[str, OptionSpec] = {
                    "where a preempted request waits again: front of the queue or by arrival",
                    choices=("front", "arrival")),
         OptionSpec("watermark", "float", 0.0,
-                   "fraction of blocks kept free for admissions (vllm)", minimum=0.0, below=1.0),
+                   "fraction of blocks kept free for admissions (vllm)", minimum=0.0, below=1.0,
+                   policies=("vllm",)),
         OptionSpec("full_prompt_gate", "bool", True,
-                   "vllm: admit only if blocks for the whole current sequence fit"),
+                   "vllm: admit only if blocks for the whole current sequence fit",
+                   policies=("vllm",)),
         OptionSpec("victim", "str", None,
                    "vllm preemption victim: lifo, priority, fewest-outputs, most-blocks or "
                    "most-reclaimable "
                    "(default: priority under --order priority, else lifo)",
-                   nullable=True,
+                   nullable=True, policies=("vllm",),
                    choices=("lifo", "priority", "fewest-outputs", "most-blocks", "most-reclaimable")),
         OptionSpec("max_preemptions", "int", None,
                    "vllm: a request preempted this many times is no longer a victim "
-                   "(default: unlimited)", minimum=1, nullable=True),
+                   "(default: unlimited)", minimum=1, nullable=True, policies=("vllm",)),
         OptionSpec("prefill_interval", "int", 1,
                    "vllm: hold prefill until this many executed steps have passed since the "
                    "last step that carried prefill, unless the last step that let prefill "
-                   "run left requests waiting (vLLM's prefill_schedule_interval)", minimum=1),
+                   "run left requests waiting (vLLM's prefill_schedule_interval)", minimum=1,
+                   policies=("vllm",)),
         OptionSpec("admission_latch", "bool", True,
                    "sglang: after a no_token verdict, try no admission until a running "
-                   "request leaves (SGLang's batch_is_full); false: try every step"),
+                   "request leaves (SGLang's batch_is_full); false: try every step",
+                   policies=("sglang",)),
         OptionSpec("priority_first", "str", "low",
                    "sglang under order priority: which priority values go first, low (the "
                    "trace format's meaning) or high (SGLang's default)",
@@ -143,10 +151,10 @@ OPTIONS: dict[str, OptionSpec] = {
                    minimum=0),
         OptionSpec("schedule_conservativeness", "float", 1.0,
                    "sglang: scales the initial new_token_ratio (0.7)", minimum=0.0,
-                   exclusive_minimum=True),
+                   exclusive_minimum=True, policies=("sglang",)),
         OptionSpec("batch_window", "duration", 8,
                    "dynamic: how long the oldest request may wait before a partial batch "
-                   "starts (trace time unit)", minimum=0),
+                   "starts (trace time unit)", minimum=0, policies=("dynamic",)),
         OptionSpec("prefix_caching", "bool", False, "share cached prefix blocks (§8)"),
         OptionSpec("hash_block_size", "int", None,
                    "tokens per trace block hash (default: block_size)", minimum=1, nullable=True),

@@ -229,6 +229,14 @@ class Options:
         if self.sglang_priority and self.disagg and self.priority_preemption:
             out.append("priority_preemption is not modelled on disaggregated replicas: "
                        "they schedule by priority without preempting")
+        if not any(":" in name for name in self.policy):  # (a plugin may read anything)
+            for name, spec in OPTIONS.items():
+                if (spec.policies and name in self.origin
+                        and getattr(self, name) != spec.default
+                        and not set(spec.policies) & set(self.policy)):
+                    readers = _names(spec.policies)
+                    out.append(f"{name} has no effect under {_names(self.policy)}: only "
+                               f"{readers} read{'s' * (len(spec.policies) == 1)} it")
         if not self.sglang_priority:
             for name in PRIORITY_OPTIONS:
                 if name in self.origin and getattr(self, name) != OPTIONS[name].default:
@@ -264,3 +272,9 @@ class Options:
         if self.slo is not None:
             out["slo"] = dict(self.slo)
         return out
+
+
+def _names(policies) -> str:
+    """Policy names as a note words them: `vllm`, `vllm and sglang`, `a, b and c`."""
+    names = list(policies)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -90,3 +90,46 @@ def test_every_cited_rule_and_section_has_an_anchor_in_the_spec():
     assert missing == []
     cited = set().union(*(_citations(t) for t in sources.values()))
     assert {"s4", "E1", "A3", "L2", "T1"} <= cited  # the scan sees citations at all
+
+
+def _readme_option_rows() -> dict[str, tuple[str, str]]:
+    """The README's option table: name -> (default cell, meaning cell)."""
+    start, end = README.index("\n## Options\n"), README.index("\n## Policies\n")
+    rows = {}
+    for line in README[start:end].splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("`"):
+            rows[cells[0].strip("`")] = (cells[1], cells[2])
+    return rows
+
+
+def _agrees(cell: str, value) -> bool:
+    """Whether the README's default cell writes `value` (numbers compared as numbers)."""
+    cell = cell.strip("`")
+    if isinstance(value, bool):
+        return cell == str(value).lower()
+    if isinstance(value, (int, float)):
+        try:
+            return float(cell) == value
+        except ValueError:
+            return False
+    if isinstance(value, list):
+        return cell == ", ".join(value)
+    return cell == str(value)
+
+
+def test_the_readme_option_table_agrees_with_the_code():
+    """Every option has one row and no row names an option that is not there; a default
+    that is a value is the README's default (`--help` prints the code's); an option
+    only some policies read says which, in the README's meaning and in its help."""
+    rows = _readme_option_rows()
+    assert sorted(rows) == sorted(OPTIONS)
+    wrong = []
+    for name, spec in OPTIONS.items():
+        default, meaning = rows[name]
+        if spec.default is not None and not _agrees(default, spec.default):
+            wrong.append(f"{name}: README default {default}, code {spec.default!r}")
+        for policy in spec.policies:
+            if f"`{policy}`" not in meaning.split(":")[0] or policy not in spec.help:
+                wrong.append(f"{name}: read only by {policy}, not said in both")
+    assert wrong == []

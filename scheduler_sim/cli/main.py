@@ -121,7 +121,8 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                         "(the table then goes to stderr)")
     p.add_argument("--report", metavar="FILE",
                    help="write a self-contained HTML report (charts over time, latency "
-                        "CDFs, a per-request timeline, the summary) to FILE")
+                        "CDFs, a per-request timeline, the summary) to FILE, or - for "
+                        "stdout (the table then goes to stderr)")
     p.add_argument("--perfetto", metavar="FILE",
                    help="write a Chrome trace event file (JSON) for Perfetto or "
                         "chrome://tracing to FILE, or - for stdout: a track per request, "

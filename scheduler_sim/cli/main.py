@@ -283,6 +283,9 @@ def _add_sweep_parsers(sub: Any) -> None:
     p.add_argument("--x", metavar="NAME",
                    help="the swept option on --report's x axis (default: the first swept "
                         "option other than the policy)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on standard error (shown only on a terminal: a line "
+                        "per finished configuration, with --metric, and the time left)")
     _add_allow_flag(p, "config or the --grid-file")
     _add_option_flags(p)
 

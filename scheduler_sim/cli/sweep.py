@@ -21,6 +21,7 @@ from ..io.json_lines import json_value
 from ..io.output_paths import check_output_paths
 from ..io.outputs import Output, write_whole
 from ..io.problems import MAX_PROBLEMS
+from ..io.progress import SweepProgress, wanted
 from ..io.report import table_rows
 from ..io.terminal_text import printable
 from ..io.sweep import (Axis, Configuration, build_grid, check_axis, file_digest, parse_shard,
@@ -162,7 +163,13 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                    ("report", args.report, "cannot write the report")):
             if target:
                 outputs[name] = Output(target, out, what, ".sweep-")
-        rows = _run_configurations(trace, configurations, args.jobs)
+        progress = SweepProgress(err, wanted(err, args.quiet), len(configurations),
+                                 args.jobs)
+        try:
+            rows = _run_configurations(trace, configurations, args.jobs,
+                                       _progress_line(progress, args.metric))
+        finally:
+            progress.close()
         which = f" (shard {shard[0]}/{shard[1]})" if shard else ""
         table = sweep_table(grid, rows)
         if "jsonl" in outputs:
@@ -196,12 +203,28 @@ def _configuration_task(shared: tuple[Trace, list[Configuration]], position: int
     return run_configuration(trace, configurations[position].options)
 
 
-def _run_configurations(trace: Trace, configurations: list[Configuration],
-                        jobs: int) -> list[dict[str, Any]]:
+def _progress_line(progress: SweepProgress, metric: str):
+    """What tells `progress` of a finished configuration's row (None when it is off)."""
+    if not progress.enabled:
+        return None
+
+    def finished(config: Configuration, row: dict[str, Any]) -> None:
+        value = row.get(metric)
+        shown = f"{value:,.4g}" if isinstance(value, float) else show(value)
+        units = {field: unit for _, unit, field in table_rows(clock_for(config.options))}
+        unit = f" {units[metric]}" if units.get(metric) else ""
+        progress.finished(f"configuration {config.index} ({printable(config.label())}): "
+                          f"{metric} {shown}{unit}" + (" (stalled)" if row["stalled"] else ""))
+    return finished
+
+
+def _run_configurations(trace: Trace, configurations: list[Configuration], jobs: int,
+                        on_row=None) -> list[dict[str, Any]]:
     """The rows of the configurations, in their order: in this process, or in at most
-    `jobs` worker processes (one per configuration at most)."""
+    `jobs` worker processes (one per configuration at most). `on_row(configuration,
+    row)` is told of each as it finishes, in the order they finish."""
     if min(jobs, len(configurations)) <= 1:
-        return run_grid(trace, configurations)
+        return run_grid(trace, configurations, on_row=on_row)
 
     def describe(position: int) -> str:
         config = configurations[position]
@@ -209,6 +232,9 @@ def _run_configurations(trace: Trace, configurations: list[Configuration],
 
     with Workers(_configuration_task, (trace, configurations),
                  list(range(len(configurations))), jobs, describe) as workers:
+        if on_row is not None:
+            workers.on_result = lambda position, result: on_row(
+                configurations[position], configuration_row(configurations[position], *result))
         return [configuration_row(configurations[position], *result)
                 for position, result in workers.results()]
 

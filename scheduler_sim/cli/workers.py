@@ -88,6 +88,9 @@ class Workers:
         self._next = 0  # the next task to hand out
         self._done: dict[int, tuple[bool, Any]] = {}  # received, not yet yielded
         self._failed = False  # a task raised: no further task is handed out
+        # Told of each result as it arrives (task index, result), before `results`
+        # hands it out in the tasks' order: a sweep's progress, say.
+        self.on_result: Callable[[int, Any], None] | None = None
         self._lifeline: Any = None
 
     def __enter__(self) -> Workers:
@@ -181,6 +184,8 @@ class Workers:
             self._died(worker)
         self._done[index] = (ok, value)
         self._failed = self._failed or not ok
+        if ok and self.on_result is not None:
+            self.on_result(index, value)
         self._assign(worker)
 
     def _died(self, worker: _Worker) -> None:

@@ -1,4 +1,4 @@
-"""The progress line `replay` shows on standard error during a long run.
+"""The progress lines `replay` and `sweep` show on standard error during a long run.
 
 Shown only when standard error is a terminal and `--quiet` is not given,
 and only once a replay has taken `DELAY` seconds; then redrawn at most every
@@ -7,13 +7,20 @@ that nothing of it stays on the screen. It never touches standard output or
 an output file. It is driven by the engine's request-end callback (one clock
 read per ended request) or, for `replay -j`, once per finished policy; when
 it is off, `Progress.listener` gives None and the run carries no callback.
+
+`sweep` (`SweepProgress`) draws its line at once and at every finished
+configuration: how many are done, the wall time so far and an estimate of
+the time left (the mean time a configuration has taken so far, times those
+left, over the workers); above it, each finished configuration gets a line
+of its own that stays (its values and the metric the sweep plots), in the
+order they finish.
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Callable, TextIO
 
-__all__ = ["Progress", "DELAY", "EVERY", "wanted"]
+__all__ = ["Progress", "SweepProgress", "DELAY", "EVERY", "wanted"]
 
 DELAY = 1.0   # seconds of wall time before the first line
 EVERY = 0.5   # seconds between redraws
@@ -94,6 +101,69 @@ class Progress:
 
     def close(self) -> None:
         """Wipe the line, if one was drawn."""
+        if self.shown:
+            self.shown = False
+            try:
+                self.stream.write(_WIPE)
+                self.stream.flush()
+            except Exception:
+                pass
+
+
+def _duration(seconds: float) -> str:
+    """`42 s`, `3 min 05 s`, `2 h 07 min`: wall time as a person reads it."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds // 60 % 60:02d} min"
+
+
+class SweepProgress:
+    """A sweep's progress on `stream` (when `enabled`): a line per finished
+    configuration, and the progress line below them."""
+
+    def __init__(self, stream: TextIO, enabled: bool, total: int, workers: int,
+                 clock_now: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.enabled = enabled and total > 0
+        self.total = total
+        self.workers = max(1, min(workers, total))
+        self.now = clock_now
+        self.start = clock_now()
+        self.done = 0
+        self.shown = False
+        if self.enabled:
+            self._draw(f"sweep: 0/{total:,} configurations done")
+
+    def finished(self, text: str) -> None:
+        """One more configuration finished: `text` says which and what it gave."""
+        if not self.enabled:
+            return
+        self.done += 1
+        elapsed = self.now() - self.start
+        line = f"sweep: {self.done:,}/{self.total:,} configurations done, {_duration(elapsed)}"
+        left = self.total - self.done
+        if left:
+            # Each configuration has taken elapsed * workers / done of a worker's time.
+            line += f", about {_duration(elapsed / self.done * left / self.workers)} left"
+        self._write(f"{_WIPE}  [{self.done}/{self.total}] {text}\n")
+        self._draw(line)
+
+    def _draw(self, text: str) -> None:
+        self.shown = True
+        self._write(f"{_WIPE}scheduler-sim: {text}")
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except Exception:  # progress is a courtesy: never the reason a run fails
+            self.enabled = False
+
+    def close(self) -> None:
+        """Wipe the progress line (the finished configurations' lines stay)."""
         if self.shown:
             self.shown = False
             try:

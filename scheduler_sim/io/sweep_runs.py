@@ -8,7 +8,7 @@ configurations in grid order, in process or on any
 from __future__ import annotations
 
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Callable
 
 from ..engine.core import Engine
 from ..fleet import make_fleet
@@ -44,14 +44,21 @@ def configuration_row(config: Configuration, summary: dict[str, Any],
 
 
 def run_grid(trace: Trace, configurations: list[Configuration],
-             executor: Executor | None = None) -> list[dict[str, Any]]:
+             executor: Executor | None = None,
+             on_row: Callable[[Configuration, dict[str, Any]], None] | None = None,
+             ) -> list[dict[str, Any]]:
     """One row per configuration, in the order given, whatever order they finish in.
 
     Without an executor each runs here in turn; with one, each is a task
-    (`executor.submit`), and the rows are the same."""
+    (`executor.submit`), and the rows are the same. `on_row(configuration,
+    row)` is told of each row as it is made (without an executor)."""
     if executor is None:
-        return [configuration_row(c, *run_configuration(trace, c.options))
-                for c in configurations]
+        rows = []
+        for c in configurations:
+            rows.append(configuration_row(c, *run_configuration(trace, c.options)))
+            if on_row is not None:
+                on_row(c, rows[-1])
+        return rows
     futures = [executor.submit(run_configuration, trace, c.options) for c in configurations]
     try:
         return [configuration_row(c, *future.result())

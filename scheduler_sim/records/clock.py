@@ -88,19 +88,25 @@ class Clock:
     # Steps of serving overhead outside the engine (the cost model's
     # request_overhead), added to every request's TTFT and end-to-end latency.
     request_overhead: int = 0
+    # Arrivals are at their trace time divided by this (`rate_scale`: 2 replays
+    # the trace at twice its request rate); what is timed from an arrival (a
+    # deadline, a cancellation, a forced preemption) keeps its distance from it
+    # (`Workload.on_clock`), and durations the options give are unchanged.
+    rate_scale: float = 1.0
 
     @classmethod
     def of(cls, options: Any) -> "Clock":
         """The clock `options` (an `Options`) describe; see the module's table."""
         unit = options.time_unit
         tick = options.tick_seconds
+        scale = getattr(options, "rate_scale", 1.0)
         if options.has_cost_model:
             step = options.clock_resolution or DEFAULT_RESOLUTION
             length = TIME_UNITS[unit] if unit != "tick" else (tick or DEFAULT_TICK_SECONDS)
-            return cls(unit, length, step, True)
+            return cls(unit, length, step, True, rate_scale=scale)
         if unit == "tick":
-            return cls()
-        return cls(unit, TIME_UNITS[unit], tick or DEFAULT_TICK_SECONDS, False)
+            return cls(rate_scale=scale)
+        return cls(unit, TIME_UNITS[unit], tick or DEFAULT_TICK_SECONDS, False, rate_scale=scale)
 
     # --- trace times to steps ---------------------------------------------------
 
@@ -126,6 +132,21 @@ class Clock:
         if self.unit_seconds is None:
             return int(value)
         return _floor(value * self._ratio)
+
+    @property
+    def moves_workload(self) -> bool:
+        """Whether the workload's times change on this clock (`Workload.on_clock`)."""
+        return self.unit_seconds is not None or self.rate_scale != 1
+
+    def arrival_step(self, value: float | int) -> int:
+        """The step of an arrival at trace time `value`: compressed by `rate_scale`
+        (value / rate_scale), then the first step at or after it."""
+        scale = self.rate_scale
+        if scale == 1:
+            return self.after(value)
+        if self.unit_seconds is None:
+            return _ceil(value / scale)
+        return _ceil(value / scale * self._ratio)
 
     def steps(self, seconds: float) -> float:
         """`seconds` of modelled time in (fractional) clock steps."""

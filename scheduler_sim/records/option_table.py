@@ -219,6 +219,11 @@ OPTIONS: dict[str, OptionSpec] = {
                    "with a cost model, seconds per clock step: each dispatch completes at the "
                    "first step at or after its modelled end (default: 1e-06)", minimum=1e-15,
                    maximum=1.0, nullable=True),
+        OptionSpec("rate_scale", "float", 1.0,
+                   "replay the trace's load this many times over: every arrival (and "
+                   "cancellation, forced preemption, deadline) at its time divided by this, "
+                   "order kept (2: twice the request rate)", minimum=0.0,
+                   exclusive_minimum=True, maximum=1e6),
         OptionSpec("max_concurrency", "int", None,
                    "closed-loop clients: at most this many requests in flight, the rest wait "
                    "for a slot (default: open loop)", minimum=1, nullable=True),

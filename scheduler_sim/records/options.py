@@ -82,6 +82,7 @@ class Options:
     time_unit: str = OPTIONS["time_unit"].default
     tick_seconds: float | None = OPTIONS["tick_seconds"].default
     clock_resolution: float | None = OPTIONS["clock_resolution"].default
+    rate_scale: float = OPTIONS["rate_scale"].default
     max_concurrency: int | None = OPTIONS["max_concurrency"].default
     slo: tuple[tuple[str, float], ...] | None = OPTIONS["slo"].default
     cost_model: str | None = OPTIONS["cost_model"].default
@@ -263,11 +264,14 @@ class Options:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        """The options as a JSON-ready dict, in table order."""
+        """The options as a JSON-ready dict, in table order (an option of a feature the
+        run does not use left out: fleets, host memory, SGLang priorities, a load
+        scaled 1x)."""
         out = {name: getattr(self, name) for name in OPTIONS
                if (name not in FLEET_OPTIONS or self.fleet)
                and (name not in HOST_OPTIONS or self.host)
-               and (name not in PRIORITY_OPTIONS or self.sglang_priority)}
+               and (name not in PRIORITY_OPTIONS or self.sglang_priority)
+               and (name != "rate_scale" or self.rate_scale != 1)}
         out["policy"] = list(self.policy)
         if self.slo is not None:
             out["slo"] = dict(self.slo)

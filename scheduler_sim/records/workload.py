@@ -117,14 +117,16 @@ class Workload:
         """The first request's arrival (on the clock, if on one), None without requests."""
         if self._span is None:
             return None
-        return self._clock.after(self._span[0]) if self._clock is not None else self._span[0]
+        return (self._clock.arrival_step(self._span[0]) if self._clock is not None
+                else self._span[0])
 
     @property
     def last_arrival(self) -> float | None:
         """The last request's arrival (on the clock, if on one)."""
         if self._span is None:
             return None
-        return self._clock.after(self._span[1]) if self._clock is not None else self._span[1]
+        return (self._clock.arrival_step(self._span[1]) if self._clock is not None
+                else self._span[1])
 
     def named_ids(self) -> frozenset[str]:
         """The ids that a cancellation or a forced preemption names, made once: every
@@ -139,8 +141,15 @@ class Workload:
         clock = self._clock
         if clock is None:
             return specs
-        after, before = clock.after, clock.before
-        return (RequestSpec(s.id, s.index, after(s.arrival), s.prompt_tokens, s.output_tokens,
+        arrive, before, scale = clock.arrival_step, clock.before, clock.rate_scale
+        if scale != 1:  # a deadline keeps its distance from the (compressed) arrival
+            return (RequestSpec(s.id, s.index, arrive(s.arrival), s.prompt_tokens,
+                                s.output_tokens, s.max_tokens, s.priority,
+                                None if s.deadline is None
+                                else before(s.deadline - s.arrival + s.arrival / scale),
+                                s.prompt_token_ids, s.output_token_ids, s.block_hashes)
+                    for s in specs)
+        return (RequestSpec(s.id, s.index, arrive(s.arrival), s.prompt_tokens, s.output_tokens,
                             s.max_tokens, s.priority,
                             None if s.deadline is None else before(s.deadline),
                             s.prompt_token_ids, s.output_token_ids, s.block_hashes)
@@ -156,13 +165,36 @@ class Workload:
     def on_clock(self, clock: Clock) -> "Workload":
         """This workload with its times in clock steps: arrivals, cancellations and
         preemptions at the first step at or after their time, deadlines at the
-        last step at or before theirs. Order is kept (the rounding is monotone);
-        requests are converted as they are read."""
-        if clock.identity:
+        last step at or before theirs. Under a `rate_scale` X, an arrival is at
+        its time / X, and a deadline, cancellation or forced preemption keeps its
+        distance from its request's arrival. Arrivals keep their order (the
+        division and the rounding are monotone); requests are converted as they
+        are read."""
+        if not clock.moves_workload:
             return self
-        after = clock.after
+        at_step = clock.arrival_step
+        cancels, preempts = self.cancels, self.preempts
+        scale = clock.rate_scale
+        if scale != 1 and (cancels or preempts):
+            # An action keeps its distance d from its request's arrival A, which moves
+            # to A / scale: it is written here as the time (d * scale + A) that
+            # `arrival_step` compresses to A / scale + d. Order is kept among the
+            # actions of one request, not across requests: sorted again, ties by
+            # trace position as T2 says.
+            named = self.named_ids()
+            arrival = {s.id: s.arrival for s in self._all_specs() if s.id in named}
+
+            def moved(actions):
+                return sorted((dataclasses.replace(
+                    a, at=(a.at - arrival[a.id]) * scale + arrival[a.id]) for a in actions),
+                    key=lambda a: (a.at, a.index))
+            cancels, preempts = moved(cancels), moved(preempts)
         return Workload(self._requests,
-                        tuple(Action(a.kind, a.id, after(a.at), a.index) for a in self.cancels),
-                        tuple(Action(a.kind, a.id, after(a.at), a.index) for a in self.preempts),
+                        tuple(Action(a.kind, a.id, at_step(a.at), a.index) for a in cancels),
+                        tuple(Action(a.kind, a.id, at_step(a.at), a.index) for a in preempts),
                         source=self._source, count=self._count, span=self._span, clock=clock,
                         largest=self.largest)
+
+    def _all_specs(self) -> Iterator[RequestSpec]:
+        """The requests in their trace units (a streamed workload read once more)."""
+        return iter(self._requests) if self._source is None else self._source()

@@ -77,9 +77,15 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         for flag, text in (("--prompt-len", args.prompt),
                                            ("--output-len", args.output))
                         if text.startswith("empirical:")])
+    if args.burstiness is not None and (args.arrival == "poisson" or args.cv is not None):
+        raise UsageError("--burstiness draws gamma gaps of its own shape: give it without "
+                         f"{'--arrival poisson' if args.arrival == 'poisson' else '--cv'}")
+    gamma = args.arrival == "gamma" or args.burstiness is not None
     spec = WorkloadSpec(
-        seed=args.seed, requests=args.requests, rate=args.rate, arrival=args.arrival,
-        cv=args.cv, prefix_groups=args.prefix_groups, prefix_tokens=args.prefix_tokens,
+        seed=args.seed, requests=args.requests, rate=args.rate,
+        arrival="gamma" if gamma else "poisson", cv=1.0 if args.cv is None else args.cv,
+        burstiness=args.burstiness, time_unit=args.time_unit,
+        prefix_groups=args.prefix_groups, prefix_tokens=args.prefix_tokens,
         priorities=_priorities(args.priorities), cancel_rate=args.cancel_rate,
         cancel_after=args.cancel_after)
     problems = spec_problems(spec)

@@ -181,11 +181,21 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                                    "give the same trace.")
     p.add_argument("--seed", type=int, required=True, help="random seed")
     p.add_argument("--requests", type=int, required=True, help="number of requests")
-    p.add_argument("--rate", type=float, default=1.0, help="requests per tick (default: 1)")
-    p.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
-                   help="inter-arrival distribution (default: poisson)")
-    p.add_argument("--cv", type=float, default=1.0,
+    p.add_argument("--rate", type=float, default=1.0,
+                   help="requests per time unit: per tick, or per second under --time-unit s "
+                        "(default: 1)")
+    p.add_argument("--time-unit", choices=("tick", "s"), default="tick",
+                   help="the unit of the trace's times: tick (whole ticks) or s (seconds, "
+                        "to the microsecond, as vllm bench serve's --request-rate) "
+                        "(default: tick)")
+    p.add_argument("--arrival", choices=("poisson", "gamma"), default=None,
+                   help="inter-arrival distribution (default: poisson; gamma with --cv or "
+                        "--burstiness)")
+    p.add_argument("--cv", type=float, default=None,
                    help="coefficient of variation of gamma gaps (default: 1)")
+    p.add_argument("--burstiness", type=float, default=None, metavar="B",
+                   help="gamma gaps of shape B, as vllm bench serve --burstiness: 1 is "
+                        "Poisson, smaller is burstier (cv = 1 / sqrt(B))")
     p.add_argument("--prompt-len", dest="prompt", default="uniform:16:512", metavar="LENGTH",
                    help="prompt lengths: fixed:N, uniform:A:B, lognormal:MEDIAN:SIGMA or "
                         "empirical:TRACE (default: uniform:16:512)")
@@ -198,8 +208,9 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--priorities", metavar="MIX", help="priority levels and weights: 0:3,1:1")
     p.add_argument("--cancel-rate", type=float, default=0.0,
                    help="fraction of requests the client cancels (default: 0)")
-    p.add_argument("--cancel-after", type=float, default=50.0, metavar="TICKS",
-                   help="mean patience before a cancellation (default: 50 ticks)")
+    p.add_argument("--cancel-after", type=float, default=50.0, metavar="TIME",
+                   help="mean patience before a cancellation, in the time unit (default: "
+                        "50)")
     p.add_argument("-o", "--out", metavar="OUT", help="write here (default: stdout)")
 
     _add_sweep_parsers(sub)

@@ -2,11 +2,15 @@
 
 Everything random is drawn from one `random.Random(seed)` owned by the
 call, in a fixed order, so the same arguments give the same trace on every
-machine. Arrival times are in ticks:
+machine. Times are in ticks (arrivals rounded down to a whole tick) or, with
+`time_unit` `s`, in seconds (to the microsecond, after a config record that
+says so), and `rate` is per that unit:
 
 - `poisson`: exponential gaps with mean 1 / rate;
 - `gamma`: gamma gaps with the same mean and coefficient of variation `cv`
-  (cv 1 is Poisson; larger is burstier).
+  (cv 1 is Poisson; larger is burstier), or of shape `burstiness` as `vllm
+  bench serve --burstiness` draws them (shape B, scale 1 / (rate x B): cv is
+  1 / sqrt(B); 1 is Poisson, smaller is burstier).
 
 Lengths are given as `fixed:N`, `uniform:LOW:HIGH`, `lognormal:MEDIAN:SIGMA`
 (clipped to [1, 1_000_000]) or drawn from a list of observed values
@@ -147,6 +151,12 @@ class WorkloadSpec:
     priorities: tuple[tuple[int, float], ...] = ()
     cancel_rate: float = 0.0
     cancel_after: float = 50.0
+    # `vllm bench serve --burstiness`: the gamma gaps' shape (1 draws gamma gaps of
+    # shape 1, exponential; smaller is burstier); None: the shape 1 / cv^2.
+    burstiness: float | None = None
+    # The unit of every time written (`rate` per it, `cancel_after` in it): `tick`
+    # (whole ticks, arrivals rounded down) or `s` (seconds, to the microsecond).
+    time_unit: str = "tick"
 
 
 def limit(value: float) -> str:
@@ -178,13 +188,19 @@ def spec_problems(spec: WorkloadSpec) -> list[str]:
     if not 1 <= spec.requests <= MAX_REQUESTS:
         problems.append(f"--requests must be an integer from 1 to {MAX_REQUESTS:,}, "
                         f"got {show(spec.requests)}")
-    number("--rate", spec.rate, MIN_RATE, None, " (requests per tick)")
+    unit = "tick" if spec.time_unit == "tick" else "second"
+    if spec.time_unit not in ("tick", "s"):
+        problems.append(f"--time-unit must be tick or s, got {show(spec.time_unit)}")
+    number("--rate", spec.rate, MIN_RATE, None, f" (requests per {unit})")
     number("--cv", spec.cv, *CV_RANGE, "")
+    if spec.burstiness is not None:
+        number("--burstiness", spec.burstiness, 1 / CV_RANGE[1] ** 2, 1 / CV_RANGE[0] ** 2,
+               " (the gamma gaps' shape)")
     if not 0 <= spec.cancel_rate <= 1:
         problems.append(f"--cancel-rate must be in [0, 1], got {show(spec.cancel_rate)}")
     if not (math.isfinite(spec.cancel_after) and 0 < spec.cancel_after <= MAX_CANCEL_AFTER):
         problems.append(f"--cancel-after must be a finite number > 0 and <= "
-                        f"{limit(MAX_CANCEL_AFTER)} (ticks), got {show(spec.cancel_after)}")
+                        f"{limit(MAX_CANCEL_AFTER)} ({unit}s), got {show(spec.cancel_after)}")
     for flag, value, high in (("--prefix-groups", spec.prefix_groups, MAX_PREFIX_GROUPS),
                               ("--prefix-tokens", spec.prefix_tokens, MAX_LENGTH)):
         if not 0 <= value <= high:
@@ -202,7 +218,7 @@ def spec_problems(spec: WorkloadSpec) -> list[str]:
 def _gap(spec: WorkloadSpec, rng: random.Random) -> float:
     if spec.arrival == "poisson":
         return rng.expovariate(spec.rate)
-    shape = 1.0 / (spec.cv * spec.cv)
+    shape = spec.burstiness if spec.burstiness is not None else 1.0 / (spec.cv * spec.cv)
     return rng.gammavariate(shape, 1.0 / (spec.rate * shape))
 
 
@@ -218,6 +234,7 @@ def _draws(spec: WorkloadSpec) -> Iterator[tuple[int, str, int, int, int, int | 
     weights = [w for _, w in spec.priorities]
     width = len(str(spec.requests))
     clock = 0.0
+    ticks = spec.time_unit == "tick"
     for n in range(spec.requests):
         rid = f"g{n:0{width}d}"
         if n:
@@ -226,7 +243,7 @@ def _draws(spec: WorkloadSpec) -> Iterator[tuple[int, str, int, int, int, int | 
                 raise ValueError(f"request {rid} would arrive at tick {clock:.4g}, past the "
                                  f"{limit(MAX_TIME)} a trace may hold: raise --rate or lower "
                                  f"--requests")
-        arrival = int(clock)
+        arrival = int(clock) if ticks else round(clock, 6)
         prompt = spec.prompt.draw(rng)
         output = spec.output.draw(rng)
         group = None
@@ -241,7 +258,8 @@ def _draws(spec: WorkloadSpec) -> Iterator[tuple[int, str, int, int, int, int | 
         priority = rng.choices(levels, weights)[0] if levels else None
         cancel = None
         if spec.cancel_rate and rng.random() < spec.cancel_rate:
-            cancel = arrival + int(rng.expovariate(1.0 / spec.cancel_after))
+            patience = rng.expovariate(1.0 / spec.cancel_after)
+            cancel = arrival + int(patience) if ticks else round(arrival + patience, 6)
             if cancel > MAX_TIME:
                 raise ValueError(f"request {rid} would be cancelled at tick {cancel:.4g}, past "
                                  f"the {limit(MAX_TIME)} a trace may hold: lower "
@@ -273,6 +291,8 @@ def workload_records(spec: WorkloadSpec) -> Iterator[dict[str, Any]]:
     if problems:
         raise ValueError("; ".join(problems))
     prefix = spec.prefix_tokens
+    if spec.time_unit != "tick":
+        yield {"type": "config", "time_unit": spec.time_unit}
     for n, rid, arrival, prompt, output, group, priority, _ in _draws(spec):
         rec: dict[str, Any] = {"type": "request", "id": rid, "arrival": arrival}
         if group is not None:

@@ -591,13 +591,14 @@ def test_the_readme_states_the_limits_the_code_has():
                 "BurstGPT `Timestamp` (s) | a decimal number from 0 to 1e15 in the file's unit, "
                 "with at most 15 decimals",
                 "| `generate` | `--requests` | 1 to 1,000,000 |",
-                "| `generate` | `--rate`, `--cv` | a finite number >= 1e-6 requests per tick; "
-                "0.01 to 100 |",
+                "| `generate` | `--rate`, `--cv`, `--burstiness` | a finite number >= 1e-6 "
+                "requests per tick (per second under `--time-unit s`); 0.01 to 100; 0.0001 to "
+                "10000, not with `--cv` or `--arrival poisson` |",
                 "| `generate` | `--prefix-groups`, `--prefix-tokens` | 0 to 1,000,000 each; the "
                 "trace holds at most 10,000,000 prompt token ids in all |",
                 "| `generate` | `--priorities` | weights finite, 0 to 1e6, not all 0 |",
                 "| `generate` | `--cancel-rate`, `--cancel-after` | 0 to 1; a finite number > 0 "
-                "and at most 1e12 ticks |",
+                "and at most 1e12 (ticks, or seconds) |",
                 "| `cost` | `--seq`, `--mfu` | an integer from 1 to 1,000,000,000; 1e-6 to 1 |"):
         assert row in readme, row
     words = " ".join(spec.split())

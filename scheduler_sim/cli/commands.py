@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("cost", "cmd_models"),
     "sweep": ("sweep", "cmd_sweep"),
     "sweep-merge": ("sweep", "cmd_sweep_merge"),
+    "search": ("search", "cmd_search"),
     "calibrate": ("calibrate", "cmd_calibrate"),
 }
 

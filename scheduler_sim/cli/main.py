@@ -214,6 +214,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("-o", "--out", metavar="OUT", help="write here (default: stdout)")
 
     _add_sweep_parsers(sub)
+    _add_search_parser(sub)
     add_calibrate_parser(sub)
 
     p = sub.add_parser("cost", help="price one dispatch, or swap against recompute",
@@ -261,6 +262,44 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
         hint = did_you_mean(first.partition("=")[0], flags) if first else ""
         command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     return args
+
+
+def _add_search_parser(sub: Any) -> None:
+    """`search TRACE --slo ... [--grid ...]`: the cheapest deployment meeting an SLO."""
+    p = sub.add_parser("search", help="find the cheapest deployment that meets an SLO, or "
+                                      "the most load one sustains",
+                       description="For each point of a grid of options (--grid, "
+                                   "--grid-file, --policy, as sweep takes them), find the "
+                                   "fewest replicas whose replay meets --slo for "
+                                   "--attainment of the requests, and what they cost; print "
+                                   "the points cheapest first and the Pareto front of cost "
+                                   "against goodput. With --capacity, find each point's "
+                                   "highest load (rate_scale) within the SLO instead.")
+    p.add_argument("trace", metavar="TRACE", help="trace file (JSONL)")
+    p.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
+                   help="search over these values of an option too (repeat for more axes)")
+    p.add_argument("--grid-file", metavar="FILE",
+                   help="JSON object of option names and lists of values, the axes in order")
+    p.add_argument("--attainment", type=float, default=0.99, metavar="F",
+                   help="the fraction of requests that must meet every objective of --slo "
+                        "(default: 0.99)")
+    p.add_argument("--max-replicas", type=int, default=64, metavar="N",
+                   help="the most replicas tried for a point (default: 64)")
+    p.add_argument("--price", action="append", metavar="GPU=USD",
+                   help="dollars per GPU-hour of a GPU of the catalogue (repeat for "
+                        "more): cost in $/h instead of GPUs")
+    p.add_argument("--capacity", action="store_true",
+                   help="find each point's highest load (x the trace's request rate) that "
+                        "meets the SLO at its own replicas, instead of its fewest replicas")
+    p.add_argument("--precision", type=float, default=0.01, metavar="F",
+                   help="--capacity: the load found is within this fraction of the highest "
+                        "one that meets the SLO (default: 0.01)")
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="search N points at once, in worker processes (default: 1)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on standard error (shown only on a terminal)")
+    _add_allow_flag(p, "config or the --grid-file")
+    _add_option_flags(p)
 
 
 def _add_sweep_parsers(sub: Any) -> None:

@@ -1,0 +1,150 @@
+"""`search` (issue 27): the fewest replicas meeting an SLO by doubling then bisection,
+the highest load by doubling then bisection, the Pareto front, and the command on a
+trace whose answers are worked out by hand."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from scheduler_sim.cli.main import main
+from scheduler_sim.io.search import fewest_replicas, highest_load, pareto_front
+from test_cli import write
+
+
+def recorder(attainment):
+    """An `evaluate` that notes each value tried; its summary's attainment is
+    `attainment(value)`."""
+    tried = []
+
+    def evaluate(value):
+        tried.append(value)
+        return {"slo_attainment": attainment(value)}
+    return evaluate, tried
+
+
+def test_fewest_replicas_doubles_then_bisects():
+    """Attainment R / 5 (capped at 1) against 0.99: 1, 2, 4 fail, 8 meets; between 4
+    and 8, 6 meets, 5 meets: 5, after six replays."""
+    evaluate, tried = recorder(lambda r: min(1.0, r / 5))
+    found, probes = fewest_replicas(evaluate, 0.99, 64)
+    assert (found, tried) == (5, [1, 2, 4, 8, 6, 5])
+    assert [p.attainment for p in probes] == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+
+
+def test_the_most_replicas_caps_the_doubling():
+    evaluate, tried = recorder(lambda r: 1.0 if r >= 6 else 0.0)
+    assert fewest_replicas(evaluate, 0.99, 7)[0] == 6
+    assert tried == [1, 2, 4, 7, 5, 6]
+
+
+def test_no_fleet_within_the_most_meets_it():
+    evaluate, tried = recorder(lambda r: 0.5)
+    assert fewest_replicas(evaluate, 0.99, 6)[0] is None
+    assert tried == [1, 2, 4, 6]
+
+
+def test_one_replica_that_meets_it_is_the_answer_at_once():
+    evaluate, tried = recorder(lambda r: 1.0)
+    assert fewest_replicas(evaluate, 0.99, 64)[0] == 1 and tried == [1]
+
+
+def test_highest_load_doubles_then_bisects_to_the_precision():
+    """Met up to 3x: 1 and 2 meet, 4 fails; [2, 4] -> 3 meets; then 3.5, 3.25, 3.125,
+    3.0625, 3.03125 fail, and 3.015625 too (the bracket 0.03125 > 1% of 3 is halved
+    once more): 3."""
+    evaluate, tried = recorder(lambda x: 1.0 if x <= 3 else 0.0)
+    found, _ = highest_load(evaluate, 0.99, precision=0.01)
+    assert found == 3
+    assert tried == [1, 2, 4, 3, 3.5, 3.25, 3.125, 3.0625, 3.03125, 3.015625]
+
+
+def test_highest_load_halves_when_the_trace_itself_is_too_much():
+    """Met up to 0.3x: 1, 0.5 fail, 0.25 meets; [0.25, 0.5] bisected to 10%."""
+    evaluate, tried = recorder(lambda x: 1.0 if x <= 0.3 else 0.0)
+    found, _ = highest_load(evaluate, 0.99, precision=0.1)
+    # [0.25, 0.5]: 0.375 fails, 0.3125 fails, 0.28125 meets; [0.28125, 0.3125] is
+    # 0.03125 wide, more than 10% of 0.28125: 0.296875 meets; 0.015625 is less.
+    assert tried == [1, 0.5, 0.25, 0.375, 0.3125, 0.28125, 0.296875]
+    assert found == 0.296875
+
+
+def test_highest_load_none_when_even_the_least_fails():
+    evaluate, tried = recorder(lambda x: 0.0)
+    assert highest_load(evaluate, 0.99, lowest=0.25)[0] is None
+    assert tried == [1, 0.5, 0.25]
+
+
+def test_pareto_front():
+    points = [(4, 2.0, "a"), (1, 0.125, "b"), (2, 0.5, "c"), (2, 0.4, "d"), (3, 0.5, "e"),
+              (5, 2.0, "f")]
+    assert [p[2] for p in pareto_front(points)] == ["b", "c", "a"]
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    return main(argv, out=out, err=err), out.getvalue(), err.getvalue()
+
+
+# Eight requests at tick 0, one row per dispatch: on a replica the k-th request it gets
+# has its first token at 2k + 1 (each takes a prefill and a decode). TTFT <= 3 holds for
+# the first two of each replica; round-robin gives 8/R each: R = 1, 2, 3, 4 meet 2, 4,
+# 6, 8 of 8.
+TRACE = ([{"type": "config", "block_size": 4, "num_blocks": 64, "max_rows": 1}]
+         + [{"type": "request", "id": f"r{i}", "arrival": 0, "prompt_tokens": 4,
+             "output_tokens": 2} for i in range(8)])
+
+
+def test_the_command_finds_four_replicas_by_hand(tmp_path):
+    status, out, err = run(["search", write(tmp_path, TRACE), "--slo", "ttft=3",
+                            "--attainment", "1", "--max-replicas", "8", "--policy",
+                            "continuous"])
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[1:4] == [
+        "policy      replicas  cost  attainment   goodput  ttft p99",
+        "                      GPUs              req/tick     ticks",
+        "continuous         4     4     100.00%         2         3"]
+    assert lines[4] == "cheapest: policy=continuous with 4 replicas, 4 GPUs"
+    # Replays 1, 2, 4, then 3; goodput = requests met / 16, 8, 6 and 4 ticks.
+    assert [line.split()[1:4] for line in lines[9:]] == [
+        ["1", "1", "0.125"], ["2", "2", "0.5"], ["3", "3", "1"], ["4", "4", "2"]]
+
+
+def test_the_command_prices_gpus(tmp_path):
+    """Without a cost model there is no GPU to price: said, exit 2."""
+    status, _, err = run(["search", write(tmp_path, TRACE), "--slo", "ttft=3",
+                          "--price", "h100-sxm=2.5", "--max-replicas", "2"])
+    assert status == 2
+    assert "--price gives no price for a run without a cost model" in err
+
+
+@pytest.mark.parametrize("flags, message", [
+    ([], "search needs objectives to meet: give --slo"),
+    (["--slo", "ttft=3", "--replicas", "2"], "search finds replicas itself"),
+    (["--slo", "ttft=3", "--capacity", "--rate-scale", "2"], "search finds rate_scale itself"),
+    (["--slo", "ttft=3", "--attainment", "1.5"], "--attainment must be a fraction in (0, 1]"),
+    (["--slo", "ttft=3", "--price", "h100"], "--price must look like GPU=DOLLARS_PER_GPU_HOUR"),
+])
+def test_what_the_command_refuses(tmp_path, flags, message):
+    status, out, err = run(["search", write(tmp_path, TRACE), *flags])
+    assert (status, out) == (2, "")
+    assert message in err
+
+
+def test_capacity_by_hand(tmp_path):
+    """One replica, requests at 0, 2, ..., 10 (a prefill and a decode each, one row per
+    dispatch): at load X request i arrives at ceil(2i / X); every TTFT is 1 while no two
+    overlap, that is while the last, at ceil(10 / X), comes after 8 + 1: X < 10 / 9.
+    1 meets, 2 fails; 1.5, 1.25, 1.125 fail (1.125: r5 at ceil(8.89) = 9 waits), 1.0625
+    meets; [1.0625, 1.125] is within 10%: 1.0625, at 5 requests / 10 ticks x 1.0625."""
+    trace = ([{"type": "config", "block_size": 4, "num_blocks": 64, "max_rows": 1}]
+             + [{"type": "request", "id": f"r{i}", "arrival": 2 * i, "prompt_tokens": 4,
+                 "output_tokens": 2} for i in range(6)])
+    status, out, _ = run(["search", write(tmp_path, trace), "--slo", "ttft=1",
+                          "--attainment", "1", "--capacity", "--precision", "0.1"])
+    assert status == 0
+    assert out.splitlines()[1:] == [
+        "policy        load      rate  attainment",
+        "                 x  req/tick",
+        "continuous  1.0625    0.5312     100.00%"]

@@ -4,6 +4,7 @@ trace whose answers are worked out by hand."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -106,8 +107,9 @@ def test_the_command_finds_four_replicas_by_hand(tmp_path):
         "                      GPUs              req/tick     ticks",
         "continuous         4     4     100.00%         2         3"]
     assert lines[4] == "cheapest: policy=continuous with 4 replicas, 4 GPUs"
+    assert lines[5] == "4 replays for 1 point(s); trying every count would take 8"
     # Replays 1, 2, 4, then 3; goodput = requests met / 16, 8, 6 and 4 ticks.
-    assert [line.split()[1:4] for line in lines[9:]] == [
+    assert [line.split()[1:4] for line in lines[10:]] == [
         ["1", "1", "0.125"], ["2", "2", "0.5"], ["3", "3", "1"], ["4", "4", "2"]]
 
 
@@ -145,6 +147,42 @@ def test_capacity_by_hand(tmp_path):
                           "--attainment", "1", "--capacity", "--precision", "0.1"])
     assert status == 0
     assert out.splitlines()[1:] == [
+        "6 replays for 1 point(s)",
         "policy        load      rate  attainment",
         "                 x  req/tick",
         "continuous  1.0625    0.5312     100.00%"]
+
+
+def test_capacity_equals_a_brute_force_sweep_of_the_load(tmp_path):
+    """The capacity bisection finds (to its precision) the load a brute-force sweep of
+    rate_scale over the same trace finds: the highest of 1.00, 1.01, ..., 1.20 that
+    meets the SLO is 1.11 (below 10 / 9, see above); bisection to 1% gives a load
+    within 1% of it, and itself meets the SLO."""
+    trace = ([{"type": "config", "block_size": 4, "num_blocks": 64, "max_rows": 1}]
+             + [{"type": "request", "id": f"r{i}", "arrival": 2 * i, "prompt_tokens": 4,
+                 "output_tokens": 2} for i in range(6)])
+    path = write(tmp_path, trace)
+    scales = [round(1 + k / 100, 2) for k in range(21)]
+    status, out, _ = run(["sweep", path, "--slo", "ttft=1", "--grid",
+                          "rate_scale=" + ",".join(map(str, scales)), "--jsonl", "-",
+                          "--quiet"])
+    rows = [json.loads(line) for line in out.splitlines()][1:]
+    brute = max(row["rate_scale"] for row in rows if row["slo_attainment"] == 1)
+    assert brute == 1.11
+    status, out, _ = run(["search", path, "--slo", "ttft=1", "--attainment", "1",
+                          "--capacity"])
+    found = float(out.splitlines()[4].split()[1])
+    assert found <= brute < found * 1.01
+    status, out, _ = run(["replay", path, "--slo", "ttft=1", "--rate-scale", str(found),
+                          "--json", "--quiet"])
+    assert json.loads(out)["runs"][0]["slo_attainment"] == 1
+
+
+def test_the_fewest_replicas_skip_what_cannot_be_cheaper(tmp_path):
+    """Of the eight fleets a brute force would replay, the search replays four (1, 2, 4,
+    then 3): none above 4, the first count that met the SLO."""
+    status, out, _ = run(["search", write(tmp_path, TRACE), "--slo", "ttft=3",
+                          "--attainment", "1", "--max-replicas", "8", "--policy",
+                          "continuous"])
+    front = out.split("every replay made):\n")[1].splitlines()[2:]
+    assert sorted(int(line.split()[1]) for line in front) == [1, 2, 3, 4]

@@ -232,6 +232,8 @@ def _cost_text(trace: Trace, points: list[Point], prices: dict[str, float],
         best = ranked[0]
         cost = _cost(best.configuration.options, int(best.found), prices)
         text += f"cheapest: {_label(best, names)} with {best.found:g} replicas, {cost:,.4g} {unit}\n"
+    text += (f"{len(replays)} replays for {len(points)} point(s); trying every count "
+             f"would take {len(points) * args.max_replicas}\n")
     front = pareto_front(replays)
     text += "\nPareto front of cost against goodput (every replay made):\n"
     text += _table(names + ["replicas", "cost", "goodput", "attainment"],
@@ -262,6 +264,7 @@ def _capacity_text(trace: Trace, points: list[Point], prices: dict[str, float],
         rows.append(_values(point, names) + [f"{point.found:.6g}", _number(rate),
                                              f"{probe.attainment:.2%}"])
     unit = trace.config.get("time_unit", "tick")
+    head += (f"{sum(len(p.probes) for p in points)} replays for {len(points)} point(s)\n")
     return head + _table(names + ["load", "rate", "attainment"], rows,
                          [""] * len(names) + ["x", f"req/{unit}", ""])
 

@@ -206,6 +206,9 @@ class Fleet:
         return run_guarded(self.engines, self.policy_name, self._run)
 
     def _run(self) -> FleetResult:
+        delay = self.clock.after(self.options.router_signal_delay)
+        if delay:
+            return self._run_stale(delay)
         engines = self.engines
         n = len(engines)
         specs = self.workload.arrivals()
@@ -245,6 +248,66 @@ class Fleet:
                     agenda.set(i, INF)
                     continue
                 engine.link.horizon = router.reaches(i, upcoming, n)
+                moved = engine.step()
+                agenda.set(i, engine.next_boundary(moved))
+            nxt = agenda.peek()
+            if horizon < nxt:
+                nxt = horizon
+            if nxt == INF:
+                stalled |= stall_the_stuck(engines, t)
+                break
+            t = nxt
+        return self._result(first, stalled)
+
+    def _run_stale(self, delay: int) -> FleetResult:
+        """`_run` with the router reading the replicas as they were `delay` steps before
+        each arrival (`router_signal_delay`): a request is routed at arrival - delay
+        (at the first time of the run if that is earlier), by the replicas' state
+        then (after that time's completions, before that time's arrivals join
+        them), and joins its replica when it arrives. What the router reads is
+        exact at the time it reads it, so the replicas' folded stretches stop at
+        every routing time and every arrival."""
+        engines = self.engines
+        specs = self.workload.arrivals()
+        upcoming = deque(islice(specs, 1))  # the next request to route
+        routed: deque = deque()             # (request, replica) routed, not arrived yet
+        first = upcoming[0].arrival if upcoming else 0
+        t = max(0, first - delay)
+        agenda = ReplicaAgenda(len(engines))
+        router, views, actions = self.router, self.views, self._actions
+        stalled = False
+        while True:
+            active = agenda.due(t)
+            for i in active:
+                engine = engines[i]
+                engine.now = t
+                engine.complete_due()                        # 1. E1
+            while upcoming and upcoming[0].arrival - delay <= t:  # 2. routing, ahead
+                spec = upcoming.popleft()
+                later = next(specs, None)
+                if later is not None:
+                    upcoming.append(later)
+                routed.append((spec, router.choose(spec, views)))
+            while routed and routed[0][0].arrival == t:      # 3. arrivals, routed before
+                spec, i = routed.popleft()
+                engine = engines[i]
+                if i not in active:
+                    active.append(i)
+                    engine.now = t
+                for action in actions.get(spec.id, ()):
+                    engine.accept_action(action)
+                engine.accept(spec)
+                self.routed[i] += 1
+            horizon = min(routed[0][0].arrival if routed else INF,
+                          upcoming[0].arrival - delay if upcoming else INF)
+            for i in sorted(active):                          # 4. E2, E3
+                engine = engines[i]
+                engine.take_outside_events()
+                if engine.stall_if_livelocked():
+                    stalled = True
+                    agenda.set(i, INF)
+                    continue
+                engine.link.horizon = horizon  # (every replica: the router reads them all)
                 moved = engine.step()
                 agenda.set(i, engine.next_boundary(moved))
             nxt = agenda.peek()

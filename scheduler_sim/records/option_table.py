@@ -173,6 +173,10 @@ OPTIONS: dict[str, OptionSpec] = {
                    "prefix-affinity: a cached prefix counts only when it covers at least "
                    "this fraction of the prompt's full blocks (below, the least loaded "
                    "replica serves)", minimum=0.0, maximum=1.0),
+        OptionSpec("router_signal_delay", "duration", 0,
+                   "how old the replicas' state is that the router reads (queues, KV usage, "
+                   "cached prefixes; trace time unit): each request is routed by the "
+                   "replicas as they were that long before it arrives", minimum=0),
         OptionSpec("dp_lockstep", "bool", False,
                    "data parallelism: the replicas step together, each step as long as the "
                    "slowest rank's, idle ranks running dummy steps"),

@@ -15,7 +15,8 @@ __all__ = ["Options", "FLEET_OPTIONS", "HOST_OPTIONS", "PRIORITY_OPTIONS",
            "DURATION_OPTIONS"]
 
 # The options of a fleet of engines: shown in outputs only when a fleet runs.
-FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "affinity_threshold", "dp_lockstep",
+FLEET_OPTIONS = ("replicas", "router", "affinity_slack", "affinity_threshold",
+                 "router_signal_delay", "dp_lockstep",
                  "prefill_replicas", "decode_replicas", "kv_link_gbps")
 # The options of host memory for KV (issue 25): shown in outputs only when it is on.
 HOST_OPTIONS = ("preemption_mode", "host_kv_gib", "host_write", "host_link_gb_per_s",
@@ -70,6 +71,7 @@ class Options:
     router: str = OPTIONS["router"].default
     affinity_slack: int = OPTIONS["affinity_slack"].default
     affinity_threshold: float = OPTIONS["affinity_threshold"].default
+    router_signal_delay: float = OPTIONS["router_signal_delay"].default
     dp_lockstep: bool = OPTIONS["dp_lockstep"].default
     prefill_replicas: int = OPTIONS["prefill_replicas"].default
     decode_replicas: int = OPTIONS["decode_replicas"].default
@@ -177,6 +179,11 @@ class Options:
                            f"(they size the fleet), got replicas {self.replicas}")
             if self.dp_lockstep:
                 out.append("dp_lockstep is not modelled with disaggregated replicas")
+            if self.router_signal_delay:
+                out.append("router_signal_delay is not modelled with disaggregated replicas")
+        elif self.dp_lockstep and self.router_signal_delay:
+            out.append("router_signal_delay is not modelled with dp_lockstep (its ranks "
+                       "step together: route by the state of the step)")
             if not self.full_prompt_gate:
                 out.append("full_prompt_gate false is not modelled with disaggregated "
                            "replicas (a decode replica takes blocks for the whole prompt "
@@ -205,7 +212,8 @@ class Options:
         out = []
         real = self.time_unit != "tick"
         if not self.fleet:
-            for name in ("router", "affinity_slack", "affinity_threshold", "dp_lockstep"):
+            for name in ("router", "affinity_slack", "affinity_threshold",
+                         "router_signal_delay", "dp_lockstep"):
                 if name in self.origin and getattr(self, name) != OPTIONS[name].default:
                     out.append(f"{name} has no effect with one replica (set replicas)")
         elif self.router == "prefix-affinity" and not self.prefix_caching:
@@ -271,7 +279,8 @@ class Options:
                if (name not in FLEET_OPTIONS or self.fleet)
                and (name not in HOST_OPTIONS or self.host)
                and (name not in PRIORITY_OPTIONS or self.sglang_priority)
-               and (name != "rate_scale" or self.rate_scale != 1)}
+               and (name != "rate_scale" or self.rate_scale != 1)
+               and (name != "router_signal_delay" or self.router_signal_delay)}
         out["policy"] = list(self.policy)
         if self.slo is not None:
             out["slo"] = dict(self.slo)

@@ -52,10 +52,17 @@ def test_tiny_trace_slices_by_hand(tmp_path):
         (3, "waiting", "X", 0, 4000),
         (3, "prefill", "X", 4000, 1000),
         (3, "decode", "X", 5000, 1000),
+        # The GPU's track: r1's prompt, its decode; idle; r2's prompt, its decode.
+        (0, "prefill", "X", 0, 1000),
+        (0, "decode", "X", 1000, 1000),
+        (0, "prefill", "X", 4000, 1000),
+        (0, "decode", "X", 5000, 1000),
     ])
     names = {(e["tid"], e["args"]["name"]) for e in doc["traceEvents"]
              if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert names == {(2, "r1"), (3, "r2")}
+    assert names == {(0, "GPU dispatches"), (2, "r1"), (3, "r2")}
+    gpu = [e["args"] for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 0]
+    assert gpu[0] == {"dispatches": 1, "rows": 1, "tokens": 6, "prompt_tokens": 6}  # r1: 6
     assert {e["pid"] for e in doc["traceEvents"]} == {1000}
     kv = [e for e in doc["traceEvents"] if e["name"] == "kv blocks"]
     assert kv[0]["ts"] == 0 and kv[0]["args"] == {"allocated": 0, "reserved": 2,
@@ -295,7 +302,7 @@ def test_a_fleet_replay_leaves_the_reader_empty(tmp_path):
     assert reader.ahead == {} and reader.handed == {}
     events = json.loads("[" + (tmp_path / "part.json").read_text() + "]")
     names = {(e["pid"], e["tid"], e["args"]["name"]) for e in events
-             if e["name"] == "thread_name"}
+             if e["name"] == "thread_name" and e["tid"]}  # (0: the GPU's track)
     assert {(tid, name) for _, tid, name in names} == {(i + 2, f"q{i}") for i in range(40)}
     assert {pid for pid, _, _ in names} == {1000, 1001}
 
@@ -393,3 +400,48 @@ def test_a_signal_whose_exception_was_lost_still_leaves_no_output(tmp_path, monk
     assert err.endswith("scheduler-sim: terminated\n" if signum == 15
                         else "scheduler-sim: interrupted\n")
     assert sorted(os.listdir(tmp_path)) == ["trace.jsonl"]
+
+
+def test_a_steady_decode_stretch_is_one_slice_of_the_gpu_track(tmp_path):
+    """Two requests of 4-token prompts admitted together, 6 outputs each: one prefill
+    dispatch of 2 rows (8 prompt tokens), then five decodes of 2 rows back to back:
+    one slice of five dispatches."""
+    _, doc = _perfetto(tmp_path, [
+        {"type": "config", "block_size": 4, "num_blocks": 40},
+        {"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4, "output_tokens": 6},
+        {"type": "request", "id": "b", "arrival": 0, "prompt_tokens": 4, "output_tokens": 6}])
+    gpu = [(e["name"], e["ts"], e["dur"], e["args"]) for e in doc["traceEvents"]
+           if e["ph"] == "X" and e["tid"] == 0]
+    assert gpu == [
+        ("prefill", 0, 1000, {"dispatches": 1, "rows": 2, "tokens": 8, "prompt_tokens": 8}),
+        ("decode", 1000, 5000, {"dispatches": 5, "rows": 2, "tokens": 10,
+                                "prompt_tokens": 0})]
+
+
+def test_sampling_keeps_every_kth_track_and_says_so(tmp_path):
+    """--perfetto-sample 2 over requests on lines 2 to 7: the tracks of lines 2, 4 and 6
+    only; the counters' first change, then every second; the GPU track whole."""
+    records = [{"type": "config", "block_size": 4, "num_blocks": 40}] + [
+        {"type": "request", "id": f"q{i}", "arrival": 3 * i, "prompt_tokens": 4,
+         "output_tokens": 2} for i in range(6)]
+    _, whole = _perfetto(tmp_path, records)
+    _, half = _perfetto(tmp_path, records, "--perfetto-sample", "2")
+    tracks = {e["tid"] for e in half["traceEvents"] if e["ph"] in "Xi" and e["tid"]}
+    assert tracks == {2, 4, 6}
+    assert half["otherData"]["sampled"].startswith(
+        "the tracks of one request in 2 (trace lines 2, 4, ...)")
+    assert "sampled" not in whole["otherData"]
+
+    def gpu(doc):
+        return [e for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 0]
+    assert gpu(half) == gpu(whole)
+    kv = [e["ts"] for e in whole["traceEvents"] if e["name"] == "kv blocks"]
+    assert [e["ts"] for e in half["traceEvents"] if e["name"] == "kv blocks"] == kv[::2]
+
+
+def test_sampling_needs_perfetto_and_a_positive_k(tmp_path):
+    path = write(tmp_path, TINY)
+    assert run(["replay", path, "--perfetto-sample", "2"])[2].endswith(
+        "--perfetto-sample samples the tracks of --perfetto: give --perfetto\n")
+    assert run(["replay", path, "--perfetto", str(tmp_path / "p.json"),
+                "--perfetto-sample", "0"])[0] == 2

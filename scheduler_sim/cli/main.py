@@ -126,7 +126,10 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--perfetto", metavar="FILE",
                    help="write a Chrome trace event file (JSON) for Perfetto or "
                         "chrome://tracing to FILE, or - for stdout: a track per request, "
-                        "counters for KV blocks and queues")
+                        "counters for KV blocks and queues, a track of the GPU's dispatches")
+    p.add_argument("--perfetto-sample", type=int, default=1, metavar="K",
+                   help="--perfetto: keep the tracks of every K-th request only (by trace "
+                        "line), to bound the file on a long trace (default: 1, every one)")
     p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="replay the policies in N parallel processes; every output is "
                         "the same as with -j 1 (default: 1)")

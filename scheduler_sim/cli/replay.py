@@ -20,6 +20,7 @@ from ..io.terminal_text import printable
 from ..io.specs import spec_inputs
 from ..io.trace import read_trace
 from ..records import interrupts
+from ..records.errors import UsageError
 from .entry import PROG
 from .flags import check_outputs_and_jobs, load_plugins, plugin_sources, resolve_options
 from .runs import Finished, Plan, Sinks, run_all
@@ -35,6 +36,10 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     written = (("--events", args.events), ("--requests-csv", args.requests_csv),
                ("--report", args.report), ("--perfetto", args.perfetto))
     to_stdout = check_outputs_and_jobs(written, args.jobs)
+    if args.perfetto_sample < 1:
+        raise UsageError(f"--perfetto-sample must be an integer >= 1, got {args.perfetto_sample}")
+    if args.perfetto_sample != 1 and not args.perfetto:
+        raise UsageError("--perfetto-sample samples the tracks of --perfetto: give --perfetto")
     check_output_paths(written, [("the trace", args.trace)] + plugin_sources(args.policy))
     trace = read_trace(args.trace)
     options, pool = resolve_options(trace, args, err)
@@ -61,7 +66,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.perfetto:
             from ..io.perfetto import PerfettoFile, TrackNumbers  # (only when asked for)
             perfetto = PerfettoFile(args.perfetto, out, trace.name, clock,
-                                    TrackNumbers(trace.workload))
+                                    TrackNumbers(trace.workload, args.perfetto_sample))
         if args.report:
             report = Output(args.report, out, "cannot write the report", ".report-")
         opened = [o for o in (outputs.events, outputs.csv, perfetto, report) if o]

@@ -19,7 +19,19 @@ engine's event records:
   stalls and `prefilled` are instants (`"ph":"i"`, thread scope);
 - counters (`"ph":"C"`), written at each snapshot whose values changed:
   `kv blocks` (allocated, reserved, draining, free, and cached with prefix
-  caching) and `queues` (waiting, running).
+  caching) and `queues` (waiting, running);
+- the GPU's dispatches on a track of their own (`tid` 0, `GPU dispatches`,
+  first in the process): one slice per run of back-to-back dispatches of
+  the same kind (`decode`, or `prefill` when a dispatch carries prompt or
+  recompute rows) and the same number of rows, with the dispatches, rows,
+  tokens and prompt tokens in its args; a steady decode stretch is one
+  slice, so the track grows with the changes of the batch, not its steps.
+
+On a long trace the request tracks dominate the file (one per request):
+`sample` K keeps the tracks of every K-th request by trace line (lines K,
+2K, ...) and drops the others' slices and instants, and draws the first
+change of the counters' values and every K-th one after it; the GPU
+track stays whole. `otherData` says so (`sampled`).
 
 Timestamps (`ts`, `dur`) are microseconds: under a cost model the clock's
 seconds x 1e6; without one a clock step is `tick_seconds` of trace time
@@ -52,6 +64,7 @@ __all__ = ["PerfettoFile", "Part", "TrackNumbers", "TICK_US", "fragment",
 
 TICK_US = 1000  # a tick of a tick trace without a cost model, in microseconds
 _TID = (1 << 64) - 1  # the track number's bits in `_Track.waiting`
+_ENDS = (Finished, Cancelled, Rejected, Timeout, Stalled, Prefilled)  # a request's last event
 _string = json.encoder.encode_basestring_ascii
 
 
@@ -76,8 +89,9 @@ class TrackNumbers:
     """Each request's track number, its line in the trace file, for the requests of
     `workload`; `reader` gives one policy's run its own lookup."""
 
-    def __init__(self, workload: Any) -> None:
+    def __init__(self, workload: Any, sample: int = 1) -> None:
         self.workload = workload
+        self.sample = sample  # every sample-th request (by trace line) has a track
 
     def reader(self) -> "_TrackReader":
         return _TrackReader(self.workload)
@@ -166,10 +180,21 @@ class _Track:
         self.waiting: dict[str, int] = {}
         self.counts: tuple | None = None
         self.prefix = f'"pid":{pid},"tid":'
-        part.sink.add(f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,'
-                      f'"args":{{"name":{_string(name)}}}}}')
-        part.sink.add(f'{{"name":"process_sort_index","ph":"M","pid":{pid},"tid":0,'
-                      f'"args":{{"sort_index":{pid}}}}}')
+        self.changes = 0  # changes of the counters' values seen (`Part.sample`)
+        # Requests sampled out (`Part.sample`): id -> track number, while they live.
+        self.skipped: dict[str, int] = {}
+        # The GPU track's open slice: [kind, start, end, dispatches, rows, tokens,
+        # prompt tokens], or None.
+        self.gpu: list | None = None
+        add = part.sink.add
+        add(f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,'
+            f'"args":{{"name":{_string(name)}}}}}')
+        add(f'{{"name":"process_sort_index","ph":"M","pid":{pid},"tid":0,'
+            f'"args":{{"sort_index":{pid}}}}}')
+        add(f'{{"name":"thread_name","ph":"M","pid":{pid},"tid":0,'
+            f'"args":{{"name":"GPU dispatches"}}}}')
+        add(f'{{"name":"thread_sort_index","ph":"M","pid":{pid},"tid":0,'
+            f'"args":{{"sort_index":-1}}}}')
         self.last = 0
 
     # --- helpers -------------------------------------------------------------------
@@ -177,11 +202,14 @@ class _Track:
     def _first_sight(self, rid: str) -> int:
         """Name the track of a request new to this process; its track number."""
         tid = self.part.track_number(rid)
+        self._name_track(rid, tid)
+        return tid
+
+    def _name_track(self, rid: str, tid: int) -> None:
         sink = self.part.sink
         head = f'"ph":"M",{self.prefix}{tid},"args":'
         sink.add(f'{{"name":"thread_name",{head}{{"name":{_string(rid)}}}}}')
         sink.add(f'{{"name":"thread_sort_index",{head}{{"sort_index":{tid}}}}}')
-        return tid
 
     def _request(self, rid: str) -> _Request:
         req = self.live.get(rid)
@@ -233,11 +261,48 @@ class _Track:
 
     # --- the listener ----------------------------------------------------------------
 
+    def _dispatch(self, event: Dispatch) -> None:
+        """The GPU track: `event` extends the open slice (back to back, the same kind
+        and rows) or closes it and opens another."""
+        rows = event.rows
+        prompt = sum(row[2] for row in rows if row[1] != "decode")
+        kind = "prefill" if prompt else "decode"
+        gpu = self.gpu
+        if (gpu is not None and gpu[0] == kind and gpu[2] == event.tick
+                and gpu[4] == len(rows)):
+            gpu[2] = event.done
+            gpu[3] += 1
+            gpu[5] += event.tokens
+            gpu[6] += prompt
+            return
+        self._close_gpu()
+        self.gpu = [kind, event.tick, event.done, 1, len(rows), event.tokens, prompt]
+
+    def _close_gpu(self) -> None:
+        gpu = self.gpu
+        if gpu is not None:
+            kind, start, end, count, rows, tokens, prompt = gpu
+            us = self.part.us
+            self.part.sink.add(
+                f'{{"name":"{kind}","ph":"X",{self.prefix}0,"ts":{us(start)},'
+                f'"dur":{us(end - start)},"args":{{"dispatches":{count},"rows":{rows},'
+                f'"tokens":{tokens},"prompt_tokens":{prompt}}}}}')
+            self.gpu = None
+
     def __call__(self, event: Event) -> None:
         kind = type(event)
         at = event.tick
         self.last = at
+        if self.skipped:
+            rid = getattr(event, "id", None)
+            if rid is not None and rid in self.skipped:
+                if kind in _ENDS:
+                    tid = self.skipped.pop(rid)
+                    if kind is Prefilled:
+                        self.part.hand_off(rid, tid)
+                return
         if kind is Dispatch:
+            self._dispatch(event)
             done = event.done
             live = self.live
             for row in event.rows:
@@ -258,6 +323,9 @@ class _Track:
                       event.cached, event.waiting, event.running)
             if counts != self.counts:
                 self.counts = counts
+                self.changes += 1
+                if (self.changes - 1) % self.part.sample:
+                    return  # sampled: the first change, then every sample-th, is drawn
                 ts = self.part.us(at)
                 cached = "" if event.cached is None else f',"cached":{event.cached}'
                 add = self.part.sink.add
@@ -304,14 +372,23 @@ class _Track:
                 req.wait_from = at
             else:
                 known = self.waiting.get(rid)
-                tid = self._first_sight(rid) if known is None else known & _TID
+                if known is None:
+                    tid = self.part.track_number(rid)
+                    if tid % self.part.sample:
+                        self.skipped[rid] = tid  # sampled out: no track
+                        return
+                    self._name_track(rid, tid)
+                else:
+                    tid = known & _TID
                 self.waiting[rid] = (at << 64) | tid
 
     def close(self) -> None:
         """Write out the requests still open (none, unless the run was cut short):
-        those past their arrival, then those that only arrived."""
+        those past their arrival, then those that only arrived; and the GPU
+        track's open slice."""
         for rid in list(self.live) + list(self.waiting):
             self._end(rid, self.last)
+        self._close_gpu()
 
 
 class Part:
@@ -325,7 +402,9 @@ class Part:
         self.sink = sink
         self.position = position
         self.policy = policy
+        self.sample = 1  # every sample-th request (by trace line) has a track
         if isinstance(tids, TrackNumbers):
+            self.sample = tids.sample
             reader = tids.reader()
             self.track_number: Callable[[str], int] = reader.line
             self.hand_off: Callable[[str, int], None] = reader.hand_off
@@ -368,6 +447,12 @@ class PerfettoFile:
         other = {"tool": "scheduler-sim", "trace": trace_name,
                  "time_unit": clock.label, "microseconds_per_step": step_microseconds(clock),
                  "timestamps": _time_note(clock)}
+        sample = getattr(tids, "sample", 1)
+        if sample > 1:
+            other["sampled"] = (
+                f"the tracks of one request in {sample} (trace lines {sample}, "
+                f"{2 * sample}, ...), the others left out; the counters' first change of "
+                f"values and one in {sample} after it; the GPU dispatches whole")
         self.output.write('{"displayTimeUnit":"ms","otherData":'
                           + json.dumps(other, separators=(",", ":"), sort_keys=True)
                           + ',"traceEvents":[')

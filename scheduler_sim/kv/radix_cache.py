@@ -173,7 +173,10 @@ class RadixCache(PrefixCache):
             evictions += 1
             if report is not None:  # the block handed out first stands for the node
                 self._report_writers(rid, gone[:1])
-            taken += gone
+            if taken:
+                taken += gone
+            else:
+                taken = gone  # (a list `evict_one` made or freed: no copy)
         spare = taken[count:]
         if spare:
             del taken[count:]
@@ -188,9 +191,11 @@ class RadixCache(PrefixCache):
         # One look-up per block, in C, gives its node (a block never keyed may lie
         # beyond `node_at`: then it is made to reach); whether it is keyed is then
         # asked once per node (a request frees hundreds of blocks in a few nodes).
-        if max(blocks) >= len(self.node_at):
+        try:
+            held_by = entries_at(self.node_at, blocks)
+        except IndexError:
             self._reach(max(blocks))
-        held_by = entries_at(self.node_at, blocks)
+            held_by = entries_at(self.node_at, blocks)
         plain, named = self.free_blocks.give(blocks, held_by)
         self._offer_nodes(named)
         return plain
@@ -259,9 +264,11 @@ class RadixCache(PrefixCache):
     # --- the tree -----------------------------------------------------------------
 
     def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int) -> int:
+        """A node of `blocks` and their `keys` (lists it takes as its own: every
+        caller passes slices made for it) under `parent`."""
         node = self.next_node
         self.next_node += 1
-        self.nodes[node] = [list(blocks), parent, 0, stamp, list(keys), 0, 0, False]
+        self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
         node_at = self.node_at
         if max(blocks) >= len(node_at):
             self._reach(max(blocks))
@@ -336,9 +343,9 @@ class RadixCache(PrefixCache):
         self._offer(node)
 
     def add_run(self, blocks: list[int], keys: list, parent_block: int | None) -> None:
-        """Blocks registered together, with their keys: a new leaf node under the
-        node of `parent_block`, split after it (SGLang's insert of a run of new
-        tokens)."""
+        """Blocks registered together, with their keys (lists the node takes): a
+        new leaf node under the node of `parent_block`, split after it (SGLang's
+        insert of a run of new tokens)."""
         parent = None
         if parent_block is not None and self._node(parent_block) is not None:
             self.split_after(parent_block)

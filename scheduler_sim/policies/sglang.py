@@ -286,10 +286,9 @@ class SglangPolicy(QueueAndListPolicy):
                 and waiting.peek().remote != LOADED):  # a landed copy joins (below)
             self.view.report_blocked(waiting.peek(), "batch_full", 0)
             return self._allocate(plan)
-        # The running batch's expected needs, without the request that was being
-        # chunked at the start of the pass (its last chunk is charged in full
-        # instead): summed only by a pass that may admit (a pass that stops at a
-        # chunk, the latch or an empty queue does not look at them).
+        # The running batch's expected needs, without the request chunked when the
+        # pass began (its last chunk is charged in full instead): summed only by a
+        # pass that gets this far (not one that stops at a chunk, latch or no queue).
         rem_total = free_left * size - self.reserved_tokens(chunked) - charged
         page = self._page_overhead()
         rows_full = False  # SGLang's batch_is_full from the row limit: set, it stays

@@ -542,7 +542,7 @@ def test_tree_mode_evicts_a_single_block_when_no_whole_node_is_free():
     c = RadixCache()
     c.index.update({"k": 3, "m": 4})
     c._new_node([3, 4], ["k", "m"], None, 0)
-    c.free_blocks.add_all([4])
+    assert c.give_back([4]) == ()
     assert c.evict_one() == [4]
     assert (c.index, c.key_of, list(c.free_blocks)) == ({"k": 3}, {3: "k"}, [])
     assert [(info[0], info[4]) for info in c.nodes.values()] == [([3], ["k"])]
@@ -557,7 +557,7 @@ def test_tree_mode_evicts_a_free_leaf_node_whole():
         c.index[key] = block
     parent = c._new_node([1, 2], ["a", "b"], None, 0)
     c._new_node([5, 6], ["c", "d"], parent, 0)
-    c.free_blocks.add_all([1, 2, 5, 6])
+    assert c.give_back([1, 2, 5, 6]) == ()
     assert c.evict_one() == [5, 6]
     assert c.index == {"a": 1, "b": 2}
     assert c.evict_one() == [1, 2]
@@ -934,7 +934,7 @@ def test_tree_mode_heap_of_candidates_stays_bounded_and_keeps_the_order():
     c.index.update({"a": 1, "b": 2})
     c._new_node([1], ["a"], None, 0)
     c._new_node([2], ["b"], None, 0)
-    c.free_blocks.add_all([1, 2])
+    assert c.give_back([1, 2]) == ()
     sizes = []
     for k in range(1, 201):
         c.touch_path(2 if k % 2 else 1)
@@ -944,3 +944,69 @@ def test_tree_mode_heap_of_candidates_stays_bounded_and_keeps_the_order():
     assert c.evict_one() == [2]
     assert c.evict_one() == [1]
     assert (c.index, c.nodes) == ({}, {})
+
+
+class _Keys:
+    """A request's keys given outright; `ensure` notes how far it was asked."""
+
+    def __init__(self, keys: list) -> None:
+        self.keys, self.asked = keys, []
+
+    def ensure(self, count: int) -> list:
+        self.asked.append(count)
+        return self.keys
+
+
+class _CountedIndex(dict):
+    """An index that counts its look-ups."""
+
+    gets = 0
+
+    def get(self, key, default=None):
+        self.gets += 1
+        return super().get(key, default)
+
+
+def _walked(c: RadixCache, keys: list, max_blocks: int) -> tuple[list, list, list, int, list]:
+    """The radix tree's find and the index walk's (`PrefixCache.find`) on the same keys,
+    the slices each asked keys for, and the tree's index look-ups."""
+    c.index = _CountedIndex(c.index)
+    mine, theirs = _Keys(keys), _Keys(keys)
+    found = c.find(mine, max_blocks)
+    gets = c.index.gets
+    return found, super(RadixCache, c).find(theirs, max_blocks), mine.asked, gets, theirs.asked
+
+
+def test_tree_mode_find_walks_node_by_node_as_the_index_would_key_by_key():
+    """Node 0 = [1, 2, 3] (keys a b c) over node 1 = [4, 5] (d e). Keys a b c d x find
+    [1, 2, 3, 4] with 3 index look-ups (a, d, and x, which differs inside node 1 and
+    is not cached) where the index walk makes 5; at most 2 blocks: [1, 2], 1 look-up.
+    With node 2 = [100..113] (z0..z13) under node 1, 25 keys are asked in a slice of
+    16, then up to 25, as the index walk asks them; node 2 is entered again at z11
+    where the second slice begins: 5 look-ups (a, d, z0, z11, z14) for 19 blocks.
+    The first key unknown: nothing, 1 look-up."""
+    c = RadixCache()
+    c.index.update({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5})
+    parent = c._new_node([1, 2, 3], ["a", "b", "c"], None, 0)
+    c._new_node([4, 5], ["d", "e"], parent, 0)
+    keys = ["a", "b", "c", "d", "x"] + [f"y{i}" for i in range(15)]
+    assert _walked(c, keys, 20) == ([1, 2, 3, 4], [1, 2, 3, 4], [16], 3, [16])
+    assert _walked(c, keys, 2) == ([1, 2], [1, 2], [2], 1, [2])
+    long = ["a", "b", "c", "d", "e"] + [f"z{i}" for i in range(20)]
+    c.index.update({f"z{i}": 100 + i for i in range(14)})
+    c._new_node(list(range(100, 114)), [f"z{i}" for i in range(14)], 1, 0)
+    found = [1, 2, 3, 4, 5] + list(range(100, 114))
+    assert _walked(c, long, 25) == (found, found, [16, 25], 5, [16, 25])
+    assert _walked(c, ["q", "a"], 2) == ([], [], [2], 1, [2])
+
+
+def test_tree_mode_find_across_a_gap_in_a_node_is_the_index_walk():
+    """Node 0 = [1, 2, 4] (keys a b d: a run registered while c was cached in block 3,
+    node 1): keys a b c d e find 1, 2 in node 0, 3 in node 1, then 4 at position 2 of
+    node 0 (4 look-ups: a, c, d, e), the index walk's [1, 2, 3, 4]."""
+    c = RadixCache()
+    c.index.update({"a": 1, "b": 2, "c": 3, "d": 4})
+    c._new_node([1, 2, 4], ["a", "b", "d"], None, 0)
+    c._new_node([3], ["c"], None, 0)
+    assert _walked(c, ["a", "b", "c", "d", "e"], 5) == ([1, 2, 3, 4], [1, 2, 3, 4], [5], 4,
+                                                         [5])

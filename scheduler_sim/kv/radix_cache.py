@@ -22,22 +22,23 @@ positions and the allocator swaps them (SGLang's insert keeps one copy).
 
 A node is the unit of work: it keeps its blocks and their keys side by side
 (`nodes`), so that a run is keyed, freed and evicted with a few operations
-over the run, in C. Per block there is only the index entry of its key, its
-node in `node_at` (a list indexed by block number) and its place in the free
-queue (`free_queue.FreeQueue`), lists rather than dicts: on the Mooncake
-trace under `sglang` nine million blocks pass through the cache, and a dict
-operation per block and per stage was most of the replay. `node_of` and
-`key_of` are views built from these, for audits and tests.
+over the run, in C. Per block there is only the index entry of its key and
+its node in `node_at` (a list indexed by block number, written when the
+block is keyed, read when it is freed, never cleared when its node is
+evicted: node numbers are not reused); whether a block is free is its node's
+(`free_queue.FreeQueue`: a count per node, per block only in the rare node
+part of which is held). On the Mooncake trace under `sglang` nine million
+blocks pass through the cache, and an operation per block and per stage was
+most of the replay. `node_of` and `key_of` are views built from these, for
+audits and tests.
 """
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from itertools import compress, repeat
-from operator import is_not, not_
+from itertools import repeat
 
-from ..records.errors import InvariantError
-from .free_queue import FreeQueue
+from .free_queue import FreeQueue, entries_at
+from .radix_audit import audit_tree
 from .prefix_cache import PrefixCache
 
 __all__ = ["RadixCache"]
@@ -53,14 +54,18 @@ class RadixCache(PrefixCache):
 
     def __init__(self, compact: bool = False) -> None:
         super().__init__(compact)
-        self.free_blocks = FreeQueue()
-        self.hit = self.free_blocks.remove
         self.clock = 0  # the last stamp given
-        # block -> its node (None: not keyed), for every block number within reach
+        # block -> its node (None: not keyed), for every block number within reach;
+        # an entry naming a node that no longer exists means None (an evicted
+        # node's blocks are not cleared: `_node`).
         self.node_at: list[int | None] = []
-        # node -> [blocks, parent, children, stamp, keys]: `keys[i]` is the key of
-        # `blocks[i]`.
+        # node -> [blocks, parent, children, stamp, keys, free, batch, loose]:
+        # `keys[i]` is the key of `blocks[i]`; the last three are the free queue's
+        # (`free_queue`: how many blocks are free, since which batch, or each its own).
         self.nodes: dict[int, list] = {}
+        self.free_blocks = FreeQueue(self.nodes, self.node_at)
+        self.hit = self.free_blocks.remove
+        self.hits = self.free_blocks.hits
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
 
@@ -74,12 +79,14 @@ class RadixCache(PrefixCache):
     def _node(self, block: int) -> int | None:
         """The node holding `block`, if any."""
         node_at = self.node_at
-        return node_at[block] if 0 <= block < len(node_at) else None
+        node = node_at[block] if 0 <= block < len(node_at) else None
+        return node if node in self.nodes else None
 
     @property
     def node_of(self) -> dict[int, int]:
         """Each keyed block's node (a view of `node_at`, for audits and tests)."""
-        return {block: node for block, node in enumerate(self.node_at) if node is not None}
+        nodes = self.nodes
+        return {block: node for block, node in enumerate(self.node_at) if node in nodes}
 
     # --- the protocol -------------------------------------------------------------
 
@@ -150,6 +157,37 @@ class RadixCache(PrefixCache):
         """Nothing: decoded tokens are keyed when the request finishes."""
         return None
 
+    def find(self, keys, max_blocks):
+        """`PrefixCache.find`'s walk (the same blocks, keys computed in the same
+        growing slices), a node at a time: every key of a node is indexed to the
+        node's block at its position, so the request's keys that equal a node's
+        from the block the index names on are found by one list comparison, not a
+        dictionary look-up each (a hit spans a few nodes of up to hundreds of
+        blocks). A key that differs is looked up in the index afresh."""
+        get = self.index.get
+        node_at, nodes = self.node_at, self.nodes
+        hits: list[int] = []
+        i = 0  # keys found so far
+        start, step = 0, 16
+        while start < max_blocks:
+            end = start + step if start + step < max_blocks else max_blocks
+            key_list = keys.ensure(end)
+            while i < end:
+                block = get(key_list[i])
+                if block is None:
+                    return hits
+                blocks, _, _, _, node_keys, *_ = nodes[node_at[block]]
+                at = 0 if blocks[0] == block else blocks.index(block)
+                n = min(len(blocks) - at, end - i)
+                if n > 1 and key_list[i:i + n] != node_keys[at:at + n]:
+                    n = 1  # (the first key is the node's: the index named its block)
+                    while key_list[i + n] == node_keys[at + n]:
+                        n += 1
+                hits += blocks[at:at + n]
+                i += n
+            start, step = end, step * 4
+        return hits
+
     def touch(self, block):
         """A look-up's run ends at `block`: split its node there, stamp its path."""
         self.split_after(block)
@@ -166,7 +204,10 @@ class RadixCache(PrefixCache):
             evictions += 1
             if report is not None:  # the block handed out first stands for the node
                 self._report_writers(rid, gone[:1])
-            taken += gone
+            if taken:
+                taken += gone
+            else:
+                taken = gone  # (a list `evict_one` made or freed: no copy)
         spare = taken[count:]
         if spare:
             del taken[count:]
@@ -178,35 +219,16 @@ class RadixCache(PrefixCache):
         the nodes of the blocks freed may now be evictable."""
         if not blocks:
             return ()
-        # One look-up per block, in C, tells both whether it is keyed and its node
-        # (a block never keyed may lie beyond `node_at`: then it is made to reach).
+        # One look-up per block, in C, gives its node (a block never keyed may lie
+        # beyond `node_at`: then it is made to reach); whether it is keyed is then
+        # asked once per node (a request frees hundreds of blocks in a few nodes).
         try:
-            held_by = list(map(self.node_at.__getitem__, blocks))
+            held_by = entries_at(self.node_at, blocks)
         except IndexError:
             self._reach(max(blocks))
-            held_by = list(map(self.node_at.__getitem__, blocks))
-        unkeyed = held_by.count(None)
-        if not unkeyed:
-            self.free_blocks.add_all(list(blocks))
-            plain = ()
-        elif unkeyed <= 4:
-            # Usually one, the request's last block (partly written): the plain
-            # ones are picked out by position, not by a mask over every block.
-            at = []
-            i = -1
-            for _ in range(unkeyed):
-                i = held_by.index(None, i + 1)
-                at.append(i)
-            plain = [blocks[i] for i in at]
-            keyed = list(blocks)
-            for i in reversed(at):
-                del keyed[i]
-            self.free_blocks.add_all(keyed)
-        else:
-            in_cache = list(map(is_not, held_by, repeat(None)))
-            self.free_blocks.add_all(list(compress(blocks, in_cache)))
-            plain = list(compress(blocks, map(not_, in_cache)))
-        self._offer_nodes(held_by)
+            held_by = entries_at(self.node_at, blocks)
+        plain, named = self.free_blocks.give(blocks, held_by)
+        self._offer_nodes(named)
         return plain
 
     def count_free(self, blocks):
@@ -227,56 +249,32 @@ class RadixCache(PrefixCache):
     @property
     def key_of(self) -> dict[int, object]:
         """Each keyed block's key (a view built from the nodes, for audits and tests)."""
-        return {block: key for blocks, _, _, _, keys in self.nodes.values()
+        return {block: key for blocks, _, _, _, keys, *_ in self.nodes.values()
                 for block, key in zip(blocks, keys)}
 
     def audit(self, tables, carried, orphans):
         """Every free cached block is keyed; the index and the nodes' keys agree;
-        every node's blocks name it, as many keys as blocks, and every node counts
-        its children."""
-        key_of = self.key_of
-        if carried:
-            raise InvariantError("block keys carried to a radix tree, which names its own")
-        if any(b not in key_of for b in self.free_blocks):
-            raise InvariantError("a free cached block has no key")
-        self._check_index(key_of)
-        if len(self.index) != len(key_of):
-            raise InvariantError(f"keys in the index({len(self.index)}) == keys in nodes"
-                                 f"({len(key_of)}) is false")
-        free = self.free_blocks
-        if len(list(free)) != len(free):
-            raise InvariantError(f"free blocks in the queue({len(list(free))}) == its "
-                                 f"count({len(free)}) is false")
-        node_of = self.node_of
-        children: dict[int, int] = {}
-        named = 0
-        for node, (blocks, parent, count, _, keys) in self.nodes.items():
-            named += len(blocks)
-            if (not blocks or len(keys) != len(blocks)
-                    or any(node_of.get(b) != node for b in blocks)):
-                raise InvariantError(f"radix node {node}: blocks {blocks} disagree with "
-                                     "their keys or nodes")
-            if parent is not None:
-                children[parent] = children.get(parent, 0) + 1
-        if named != len(node_of):
-            raise InvariantError(f"blocks in nodes({named}) == node_of({len(node_of)}) "
-                                 "is false")
-        for node, info in self.nodes.items():
-            if info[2] != children.get(node, 0):
-                raise InvariantError(f"radix node {node}: children({info[2]}) == "
-                                     f"{children.get(node, 0)} is false")
+        every node's blocks name it, as many keys as blocks, every node counts its
+        children and its free blocks (`radix_audit`)."""
+        audit_tree(self, carried)
 
     # --- the tree -----------------------------------------------------------------
 
     def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int) -> int:
+        """A node of `blocks` and their `keys` (lists it takes as its own: every
+        caller passes slices made for it) under `parent`."""
         node = self.next_node
         self.next_node += 1
-        self.nodes[node] = [list(blocks), parent, 0, stamp, list(keys)]
-        try:
-            deque(map(self.node_at.__setitem__, blocks, repeat(node)), 0)  # (in C)
-        except IndexError:  # (a block beyond `node_at`: reach it, and set them all)
+        self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
+        node_at = self.node_at
+        if max(blocks) >= len(node_at):
             self._reach(max(blocks))
-            deque(map(self.node_at.__setitem__, blocks, repeat(node)), 0)
+        # A plain loop, not a map over the list's bound __setitem__: Python 3.11
+        # stores into a list by an int in a specialised instruction (about 60 ns a
+        # block), while each call through that slot wrapper costs about 240 ns
+        # (timed on 230-block runs, this machine).
+        for block in blocks:
+            node_at[block] = node
         if parent is not None:
             self.nodes[parent][2] += 1
         self._offer(node)
@@ -303,16 +301,15 @@ class RadixCache(PrefixCache):
         heapq.heapify(heap)
         self.candidates = heap
 
-    def _offer_nodes(self, held_by: list) -> None:
-        """Offer each of the nodes `held_by` names once (None: no node): blocks of
-        theirs became free."""
-        # Each node once (a request frees hundreds of blocks in a few nodes); the
-        # heap's order does not depend on the order of pushes.
+    def _offer_nodes(self, named: set) -> None:
+        """Offer each of the nodes `named` (that exist): blocks of theirs became free."""
+        # The heap's order does not depend on the order of pushes (its entries are
+        # distinct or equal pairs).
         nodes = self.nodes
         heap = self.candidates
-        for node in dict.fromkeys(held_by):
-            info = nodes.get(node)
-            if info is not None and not info[2]:
+        for node in named:
+            info = nodes[node]
+            if not info[2]:
                 heapq.heappush(heap, (info[3], node))
         if len(heap) > 2 * len(nodes) + SLACK:
             self._compact()
@@ -331,6 +328,7 @@ class RadixCache(PrefixCache):
         i = blocks.index(block)
         parent = info[1]
         head = self._new_node(blocks[:i + 1], info[4][:i + 1], parent, info[3])
+        self.free_blocks.split(info, self.nodes[head])
         if parent is not None:
             self.nodes[parent][2] -= 1
         info[0] = blocks[i + 1:]
@@ -342,9 +340,9 @@ class RadixCache(PrefixCache):
         self._offer(node)
 
     def add_run(self, blocks: list[int], keys: list, parent_block: int | None) -> None:
-        """Blocks registered together, with their keys: a new leaf node under the
-        node of `parent_block`, split after it (SGLang's insert of a run of new
-        tokens)."""
+        """Blocks registered together, with their keys (lists the node takes): a
+        new leaf node under the node of `parent_block`, split after it (SGLang's
+        insert of a run of new tokens)."""
         parent = None
         if parent_block is not None and self._node(parent_block) is not None:
             self.split_after(parent_block)
@@ -384,17 +382,21 @@ class RadixCache(PrefixCache):
             if info is None or info[3] != stamp or info[2]:
                 continue
             blocks = info[0]
-            # The node's blocks are checked and forgotten in C (maps over bound
-            # methods): a node evicted holds 230 blocks on average on the Mooncake
-            # trace, where these loops in Python were a fifth of its replay's CPU.
-            if not free.remove_all_if_free(blocks):
-                continue
+            if info[5] != len(blocks):
+                continue  # (some are held)
+            # Nothing is written per block but the keys' removal from the index: the
+            # free queue's count is per node, and `node_at` keeps naming the node,
+            # which is gone (a node evicted holds 230 blocks on average on the
+            # Mooncake trace). (A plain loop: a map over the dict's bound
+            # __delitem__, a slot wrapper, costs about a third more a key.)
+            free.take_node(info)
             del nodes[node]
             if info[1] is not None:
                 nodes[info[1]][2] -= 1
                 self._offer(info[1])
-            deque(map(self.index.__delitem__, info[4]), 0)
-            deque(map(self.node_at.__setitem__, blocks, repeat(None)), 0)
+            index = self.index
+            for key in info[4]:
+                del index[key]
             return blocks
         return None
 

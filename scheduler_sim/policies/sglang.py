@@ -223,11 +223,11 @@ class SglangPolicy(QueueAndListPolicy):
         remaining outputs, CLIP) (SGLang's offset of a running request)."""
         return self.ratio * self._remaining_new(req)
 
-    def reserved_tokens(self) -> float:
-        """What running requests are expected to still need: ratio x remaining outputs.
-        The request being chunked is not in SGLang's running batch: its chunks are
-        charged as they are added (`_prefill_batch`)."""
-        ratio, chunked = self.ratio, self.chunked  # (`_remaining_new` inline: every row, pass)
+    def reserved_tokens(self, chunked: Request | None) -> float:
+        """What running requests but `chunked` are expected to still need: ratio x
+        remaining outputs. The request being chunked is not in SGLang's running
+        batch: its chunks are charged as they are added (`_prefill_batch`)."""
+        ratio = self.ratio  # (`_remaining_new` inline: every row, pass)
         return sum([ratio * min(r.max_tokens - r.outputs, CLIP_MAX_NEW_TOKENS)
                     for r in self.running if r is not chunked])
 
@@ -259,9 +259,6 @@ class SglangPolicy(QueueAndListPolicy):
                                    and not (self.latched and options.admission_latch)):
             self._order_waiting()
         charged = 0  # the chunk's charge beyond its own blocks
-        # The running batch's expected needs, without the chunked request (the
-        # last chunk is charged in full instead).
-        reserved = self.reserved_tokens()
         # SGLang matches every request of the batch against the cache before it
         # allocates for any: blocks are taken once the batch is formed, so one
         # request's allocation cannot evict what a later one hits.
@@ -289,7 +286,10 @@ class SglangPolicy(QueueAndListPolicy):
                 and waiting.peek().remote != LOADED):  # a landed copy joins (below)
             self.view.report_blocked(waiting.peek(), "batch_full", 0)
             return self._allocate(plan)
-        rem_total = free_left * size - reserved - charged
+        # The running batch's expected needs, without the request chunked when the
+        # pass began (its last chunk is charged in full instead): summed only by a
+        # pass that gets this far (not one that stops at a chunk, latch or no queue).
+        rem_total = free_left * size - self.reserved_tokens(chunked) - charged
         page = self._page_overhead()
         rows_full = False  # SGLang's batch_is_full from the row limit: set, it stays
         hosted = allocator.host is not None  # (host memory: asked once per pass)

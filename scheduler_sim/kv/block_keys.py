@@ -23,6 +23,7 @@ from __future__ import annotations
 import weakref
 from array import array
 from hashlib import blake2b
+from itertools import chain
 
 __all__ = ["BlockKeys", "interning_table"]
 
@@ -175,6 +176,29 @@ class BlockKeys:
                 if i:  # resume after the keys computed before
                     entry = (i * size - 1) // hbs
                     node = keys[-1] // slots
+                if hbs == slots * size:
+                    # Entries of whole blocks (Mooncake's 512 tokens, blocks of 16):
+                    # block b is offset b % slots of entry b // slots, so the keys
+                    # are one range per entry, made in C from the entries' ids. Was
+                    # the loop below, one pass per entry: ensure took 11% of the
+                    # Mooncake replay under vllm (sampled), this path 7.6%.
+                    first_entry = i // slots
+                    last_entry = (stop - 1) // slots
+                    nodes = [node] if first_entry == entry else []
+                    get = entries.get
+                    for value in hashes[entry + 1:last_entry + 1]:
+                        link = ((value << 32) | (node + 1) if type(value) is int
+                                and node + 1 < _LINK else (node, _hash_id(value)))
+                        node = get(link)
+                        if node is None:
+                            node = entries[link] = len(entries)
+                        nodes.append(node)
+                    starts = [n * slots for n in nodes]
+                    ends = [s + slots for s in starts]
+                    starts[0] += i - first_entry * slots
+                    ends[-1] -= (last_entry + 1) * slots - stop
+                    keys.extend(chain.from_iterable(map(range, starts, ends)))
+                    i = stop
                 while i < stop:
                     # Blocks whose last token falls in entry j: one id, and as keys
                     # the integers id * slots + (offset of their last token in the

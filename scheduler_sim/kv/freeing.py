@@ -43,8 +43,11 @@ class Freeing:
         if count:
             split = len(table) - count
             if split:
-                keyed = table[split:]
-                del table[split:]
+                # The few plain tail blocks are cut off the front: the keyed ones,
+                # most of the table, stay in its list (no copy of them).
+                keyed = table
+                table = keyed[:split]
+                del keyed[:split]
             else:  # every block carries its key (the common case): no copy
                 keyed, table = table, []
             keys = carried[count - 1::-1]

@@ -29,18 +29,22 @@ from typing import Hashable
 
 from ..records.errors import InvariantError
 from .block_set import BlockSet
+from .key_index import KeyIndex
 from .prefix_cache import PrefixCache
+from .run_queue import RunQueue
 
 __all__ = ["VllmCache"]
 
 _ONE_TAKEN = (1, ())  # `take`'s answer for one block: one eviction, nothing spare
 
 
-class VllmCache(PrefixCache):
+class VllmCache(RunQueue, PrefixCache):
     """Several blocks per key; keys carried by the requests and the freed blocks."""
 
     def __init__(self, compact: bool = False) -> None:
         super().__init__(compact)
+        # Integer keys (a trace's hash entries) indexed per entry (key_index.py).
+        self.index: KeyIndex = KeyIndex()
         self.others: dict[Hashable, list[int]] = {}
         if compact:
             self.free_blocks: set[int] | BlockSet = BlockSet()
@@ -77,6 +81,9 @@ class VllmCache(PrefixCache):
         if len(key_list) < full:  # (`ensure` computes the keys not known yet)
             key_list = keys.ensure(full)
         index = self.index
+        if keys.hashes is not None and not index.buckets:
+            # Buckets of integer keys as wide as a hash entry's blocks.
+            index.set_width(-(-keys.hash_block_size // keys.block_size))
         writers = self.writers
         self.request_keys[rid] = keys
         if full == start + 1 and writers is None:
@@ -87,19 +94,17 @@ class VllmCache(PrefixCache):
             # kept as the allocator had it before the protocol.
             key = key_list[start]
             block = table[start]
-            if index.setdefault(key, block) != block:
+            if (index.plain.setdefault(key, block) if type(key) is not int
+                    else index.setdefault(key, block)) != block:
                 self.others.setdefault(key, []).append(block)
             keys.registered = full
             return None
-        # One look-up per key, in C.
-        new_keys = key_list[start:full]
-        new_blocks = table[start:full]
-        found = list(map(index.setdefault, new_keys, new_blocks))
-        if found != new_blocks:
+        # A few slices per hash entry (`KeyIndex.add`).
+        duplicates = index.add(key_list, start, full, table)
+        if duplicates:
             others = self.others
-            for key, block, cached in zip(new_keys, new_blocks, found):
-                if cached != block:
-                    others.setdefault(key, []).append(block)
+            for key, block in duplicates:
+                others.setdefault(key, []).append(block)
         if writers is not None:
             for i in range(start, full):
                 writers[table[i]] = (rid, i)
@@ -107,6 +112,22 @@ class VllmCache(PrefixCache):
         return None
 
     register_decoded = register
+
+    def find(self, keys, max_blocks):
+        """The blocks of the longest run of leading keys cached (see the protocol):
+        in growing slices, keys computed only as far as looked up, each hash
+        entry's keys one slice of the index (`KeyIndex.find`)."""
+        find = self.index.find
+        hits: list[int] = []
+        start, step = 0, 16
+        while start < max_blocks:
+            end = start + step if start + step < max_blocks else max_blocks
+            found, whole = find(keys.ensure(end), start, end)
+            hits += found
+            if not whole:
+                break
+            start, step = end, step * 4
+        return hits
 
     def on_share(self, rid, blocks, keys, has_blocks):
         """A shared block's key stays known only through its owners: `blocks` must
@@ -155,15 +176,6 @@ class VllmCache(PrefixCache):
         self._rebuild_if_stale()
         return found
 
-    def _rebuild_if_stale(self) -> None:
-        """Once stale entries outnumber the queue, rebuild `runs` from the queue's
-        order, so that it never holds more than twice the queue."""
-        if self.stale_total > len(self.free_blocks) + 64:
-            blocks, keys = self.queue_items()
-            self.runs = deque([[blocks, keys, 0]]) if blocks else deque()
-            self.stale.clear()
-            self.stale_total = 0
-
     def count_free(self, blocks):
         """How many of `blocks` are in the queue (a set intersection, in C)."""
         return len(self.free_blocks.intersection(blocks))
@@ -176,24 +188,30 @@ class VllmCache(PrefixCache):
             # below and `forget_key`: 140,776 of the 209,727 takes replaying the
             # Mooncake trace under vllm (measured with `register`'s inline, above).
             block, key = self.pop_one()
-            index = self.index
-            if index[key] == block and key not in self.others:
-                del index[key]
-            else:
+            if self.others:
                 self.forget_key(block, key)
+            elif type(key) is not int:
+                del self.index.plain[key]
+            else:
+                del self.index[key]
             table.append(block)
             return _ONE_TAKEN
-        taken, keys = self.pop_oldest(count)
         index = self.index
         others = self.others
-        if not others:  # one block per key: each is its key's index entry
-            deque(map(index.__delitem__, keys), 0)
+        if not others and count < len(self.free_blocks):
+            # One block per key, each its key's index entry: forgotten run by run
+            # as the queue gives them, no list of their keys made.
+            taken = self._pop_oldest_forgetting(count)
         else:
-            for block, key in zip(taken, keys):
-                if index[key] == block and key not in others:
-                    del index[key]
-                else:
-                    self.forget_key(block, key)
+            taken, keys = self.pop_oldest(count)
+            if not others:
+                index.forget(keys, 0, taken)
+            else:
+                for block, key in zip(taken, keys):
+                    if index[key] == block and key not in others:
+                        del index[key]
+                    else:
+                        self.forget_key(block, key)
         table.extend(taken)
         if self.report is not None:
             self._report_writers(rid, taken)
@@ -270,111 +288,6 @@ class VllmCache(PrefixCache):
             if key not in self.index or any(key_of.get(b) != key for b in blocks):
                 raise InvariantError(f"cache duplicates and block keys disagree on key "
                                      f"{key!r}")
-
-    # --- the queue in runs ----------------------------------------------------------
-
-    def _skip_stale(self, block: int) -> bool:
-        """Whether the queue entry of `block` just reached is one a hit left behind:
-        then it is consumed (one fewer stale entry of that block) and skipped."""
-        stale = self.stale
-        left = stale.get(block)
-        if not left:
-            return False
-        if left > 1:
-            stale[block] = left - 1
-        else:
-            del stale[block]
-        self.stale_total -= 1
-        return True
-
-    def pop_one(self) -> tuple[int, object]:
-        """`pop_oldest(1)`, for one block and its key (the queue must not be empty)."""
-        runs = self.runs
-        stale = self.stale
-        while True:
-            run = runs[0]
-            blocks, keys, pos = run
-            block = blocks[pos]
-            if pos + 1 < len(blocks):
-                run[2] = pos + 1
-            else:
-                runs.popleft()
-            if stale and self._skip_stale(block):
-                continue
-            lru = self.free_blocks
-            lru.remove(block)
-            if not lru:  # stale entries may be left behind it: drop them too
-                runs.clear()
-                stale.clear()
-                self.stale_total = 0
-            return block, keys[pos]
-
-    def pop_oldest(self, count: int) -> tuple[list[int], list]:
-        """Take the `count` least recently freed blocks out of the queue (there
-        must be that many); return them and their keys, in that order. The
-        index is left to the caller."""
-        lru = self.free_blocks
-        if count == len(lru):
-            taken, keys = self.queue_items()
-            lru.clear()
-            self.runs.clear()
-            self.stale.clear()
-            self.stale_total = 0
-            return taken, keys
-        runs = self.runs
-        stale = self.stale
-        taken: list[int] = []
-        taken_keys: list = []
-        need = count
-        while need:
-            run = runs[0]
-            blocks, keys, pos = run
-            end = pos + need
-            part = blocks[pos:end]
-            part_keys = keys[pos:end]
-            if end >= len(blocks):
-                runs.popleft()
-            else:
-                run[2] = end
-            if stale and not stale.keys().isdisjoint(part):
-                live = []
-                live_keys = []
-                for block, key in zip(part, part_keys):
-                    if not self._skip_stale(block):
-                        live.append(block)
-                        live_keys.append(key)
-                part = live
-                part_keys = live_keys
-            if taken:
-                taken += part
-                taken_keys += part_keys
-            else:  # (the first part: no copy)
-                taken = part
-                taken_keys = part_keys
-            need -= len(part)
-        self._dequeue(taken)
-        return taken, taken_keys
-
-    def queue_items(self) -> tuple[list[int], list]:
-        """The live entries of `runs` in order, and their keys: the LRU queue,
-        least recently freed first."""
-        stale = dict(self.stale)
-        order = []
-        order_keys = []
-        for blocks, keys, pos in self.runs:
-            if not stale:
-                order += blocks[pos:]
-                order_keys += keys[pos:]
-                continue
-            for block, key in zip(blocks[pos:], keys[pos:]):
-                if stale.get(block):
-                    stale[block] -= 1
-                else:
-                    order.append(block)
-                    order_keys.append(key)
-        if any(stale.values()) or sum(self.stale.values()) != self.stale_total:
-            raise ValueError("stale entries counted but not in the runs")
-        return order, order_keys
 
     def forget_key(self, block: int, key) -> None:
         """Drop `block`'s `key`; a duplicate of it takes its place in the index."""

@@ -1,0 +1,262 @@
+"""The index of vLLM's prefix cache: each cached key to the block a look-up finds,
+kept per hash entry for the keys of a trace's hash ids.
+
+A trace with `block_hashes` gives the blocks of one hash entry consecutive
+integer keys (`block_keys`: entry id * slots + offset), and the blocks of a
+request's entries are registered, looked up and evicted together. So an
+integer key is not an item of a dict here: keys are grouped in *buckets* of
+`width` consecutive integers (`key // width`, the entry id when `width` is
+the entries' slots), and `buckets[key // width]` is a list of `width` items,
+the block of each key in the bucket or None. Registering, finding or
+forgetting the keys of one entry is then a few list slices, not one dict
+operation per block: replaying the Mooncake trace (hash entries of 512
+tokens, blocks of 16) that is 32 keys a bucket, and about 8.4 million keys
+registered and as many forgotten. Any other key (bytes: token ids, a
+request's own content) is an item of the dict `plain`.
+
+`width` only groups keys: any positive width gives the same answers (a
+bucket may then straddle entries, or hold part of one); the cache sets it
+from the first keys it indexes. `KeyIndex` answers as a dict would
+(`in`, `get`, `[]`, `len`, `items`, `==` with a dict) for the per-key
+paths and the audit.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Hashable, Iterator
+
+__all__ = ["KeyIndex"]
+
+
+class KeyIndex:
+    """Cached key -> block (one block per key), integer keys in buckets."""
+
+    __slots__ = ("plain", "buckets", "width", "_nones")
+
+    def __init__(self, width: int = 32) -> None:
+        self.plain: dict[Hashable, int] = {}
+        self.buckets: dict[int, list] = {}
+        self.width = width
+        self._nones = [None] * width  # an empty bucket (compared, copied, sliced)
+
+    def set_width(self, width: int) -> None:
+        """Group integer keys by `width` (only while no integer key is indexed)."""
+        if width != self.width and not self.buckets and width > 0:
+            self.width = width
+            self._nones = [None] * width
+
+    # --- as a dict ------------------------------------------------------------------
+
+    def get(self, key, default=None):
+        if type(key) is int:
+            bucket = self.buckets.get(key // self.width)
+            if bucket is None:
+                return default
+            block = bucket[key % self.width]
+            return default if block is None else block
+        return self.plain.get(key, default)
+
+    def __getitem__(self, key) -> int:
+        block = self.get(key)
+        if block is None:
+            raise KeyError(key)
+        return block
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    def __setitem__(self, key, block: int) -> None:
+        if type(key) is int:
+            node, off = divmod(key, self.width)
+            bucket = self.buckets.get(node)
+            if bucket is None:
+                bucket = self.buckets[node] = self._nones[:]
+            bucket[off] = block
+        else:
+            self.plain[key] = block
+
+    def __delitem__(self, key) -> None:
+        if type(key) is int:
+            node, off = divmod(key, self.width)
+            bucket = self.buckets.get(node)
+            if bucket is None or bucket[off] is None:
+                raise KeyError(key)
+            bucket[off] = None
+            if bucket == self._nones:
+                del self.buckets[node]
+        else:
+            del self.plain[key]
+
+    def setdefault(self, key, block: int) -> int:
+        """The block indexed to `key`, indexing `block` to it if none is."""
+        if type(key) is int:
+            node, off = divmod(key, self.width)
+            bucket = self.buckets.get(node)
+            if bucket is None:
+                bucket = self.buckets[node] = self._nones[:]
+            found = bucket[off]
+            if found is None:
+                bucket[off] = found = block
+            return found
+        return self.plain.setdefault(key, block)
+
+    def items(self) -> Iterator[tuple[Hashable, int]]:
+        """(key, block) for every key: integer keys by bucket, then the others."""
+        width = self.width
+        for node, bucket in self.buckets.items():
+            base = node * width
+            for off, block in enumerate(bucket):
+                if block is not None:
+                    yield base + off, block
+        yield from self.plain.items()
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return (key for key, _ in self.items())
+
+    def __len__(self) -> int:
+        return (sum(self.width - bucket.count(None) for bucket in self.buckets.values())
+                + len(self.plain))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (dict, KeyIndex)):
+            return dict(self.items()) == dict(other.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"KeyIndex({dict(self.items())!r})"
+
+    # --- in runs --------------------------------------------------------------------
+
+    def add(self, keys: list, start: int, end: int,
+            blocks: list[int]) -> list[tuple[Hashable, int]]:
+        """Index each of `blocks[start:end]` to its key, `keys[start:end]` (the
+        same places: a request's table and its keys, neither copied), unless
+        the key has a block already; return those (key, block) pairs, the
+        duplicates. The integer keys must be a leading run of the keys,
+        increasing (a request's keys: its hash entries' come first)."""
+        dupes: list[tuple[Hashable, int]] = []
+        p = start
+        if p < end and type(keys[p]) is int:
+            width = self.width
+            buckets = self.buckets
+            nones = self._nones
+            while p < end:
+                key = keys[p]
+                if type(key) is not int:
+                    break
+                node, off = divmod(key, width)
+                n = width - off
+                if n > end - p:
+                    n = end - p
+                # Increasing keys whose first and last are n - 1 apart are
+                # consecutive: one bucket's slice.
+                if n > 1 and keys[p + n - 1] != key + n - 1:
+                    n = 1
+                    while (p + n < end and off + n < width
+                           and keys[p + n] == key + n):
+                        n += 1
+                bucket = buckets.get(node)
+                if bucket is None:
+                    bucket = buckets[node] = nones[:]
+                    bucket[off:off + n] = blocks[p:p + n]
+                elif bucket[off:off + n] == nones[:n]:
+                    bucket[off:off + n] = blocks[p:p + n]
+                else:
+                    for q in range(n):
+                        block = blocks[p + q]
+                        found = bucket[off + q]
+                        if found is None:
+                            bucket[off + q] = block
+                        elif found != block:
+                            dupes.append((key + q, block))
+                p += n
+        if p < end:
+            rest_keys = keys[p:end]
+            rest_blocks = blocks[p:end]
+            found = list(map(self.plain.setdefault, rest_keys, rest_blocks))
+            if found != rest_blocks:
+                dupes += [(key, block) for key, block, cached
+                          in zip(rest_keys, rest_blocks, found) if cached != block]
+        return dupes
+
+    def forget(self, keys: list, start: int, blocks: list[int]) -> None:
+        """Forget the key of each of `blocks`, `keys[start + i]` for `blocks[i]`,
+        each indexed to that block (evicted blocks and their keys, in any order;
+        a run of one bucket's keys, decreasing as a freed table's tail-first
+        order has them, is cleared as one slice)."""
+        buckets = self.buckets
+        width = self.width
+        nones = self._nones
+        plain = self.plain
+        end = len(blocks)
+        shift = start
+        p = 0
+        while p < end:
+            key = keys[p + shift]
+            if type(key) is not int:
+                # A run of other keys (a request's own, its decodes'): per key.
+                q = p + 1
+                while q < end and type(keys[q + shift]) is not int:
+                    q += 1
+                deque(map(plain.__delitem__, keys[p + shift:q + shift]), 0)
+                p = q
+                continue
+            node, off = divmod(key, width)
+            bucket = buckets[node]
+            n = off + 1
+            if n > end - p:
+                n = end - p
+            # The next n keys are key, key - 1, ... exactly when the bucket holds
+            # their blocks there (a block is indexed under its own key only).
+            lo = off - n + 1
+            if n > 1:
+                window = blocks[p:p + n]
+                window.reverse()
+                if bucket[lo:off + 1] != window:
+                    n, lo = 1, off
+            if n == 1 and bucket[off] != blocks[p]:
+                raise KeyError(key)
+            bucket[lo:off + 1] = nones[:n]
+            if bucket == nones:
+                del buckets[node]
+            p += n
+
+    def find(self, keys: list, start: int, end: int) -> tuple[list[int], bool]:
+        """The blocks of `keys[start:end]` up to the first key not indexed, and
+        whether every key was (a request's keys: integer keys first, increasing)."""
+        hits: list[int] = []
+        p = start
+        if p < end and type(keys[p]) is int:
+            width = self.width
+            buckets = self.buckets
+            while p < end:
+                key = keys[p]
+                if type(key) is not int:
+                    break
+                node, off = divmod(key, width)
+                n = width - off
+                if n > end - p:
+                    n = end - p
+                if n > 1 and keys[p + n - 1] != key + n - 1:
+                    n = 1
+                    while (p + n < end and off + n < width
+                           and keys[p + n] == key + n):
+                        n += 1
+                bucket = buckets.get(node)
+                if bucket is None:
+                    return hits, False
+                part = bucket[off:off + n]
+                if None in part:
+                    hits += part[:part.index(None)]
+                    return hits, False
+                hits += part
+                p += n
+        if p < end:
+            found = list(map(self.plain.get, keys[p:end]))
+            if None in found:
+                hits += found[:found.index(None)]
+                return hits, False
+            hits += found
+        return hits, True

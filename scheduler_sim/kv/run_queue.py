@@ -1,0 +1,170 @@
+"""vLLM's LRU queue of free cached blocks, kept in runs: the part of `VllmCache`
+that moves blocks through the queue (see `vllm_cache` for the layout).
+
+The queue is `runs`, one entry [blocks, their keys, position of the first not
+yet consumed] per batch freed, oldest first; eviction consumes it from the
+front by slices. A hit leaves its block's entry behind, stale: `stale[block]`
+counts such entries of a block, all of them ahead of its live entry, so
+eviction skips exactly that many. `free_blocks` holds the queued blocks
+(membership and size). The methods below are `VllmCache`'s (a base class of
+it) and use the attributes its `__init__` sets.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = ["RunQueue"]
+
+
+class RunQueue:
+    """`VllmCache`'s LRU queue in runs (see the module docstring)."""
+
+    def _rebuild_if_stale(self) -> None:
+        """Once stale entries outnumber the queue, rebuild `runs` from the queue's
+        order, so that it never holds more than twice the queue."""
+        if self.stale_total > len(self.free_blocks) + 64:
+            blocks, keys = self.queue_items()
+            self.runs = deque([[blocks, keys, 0]]) if blocks else deque()
+            self.stale.clear()
+            self.stale_total = 0
+
+    def _skip_stale(self, block: int) -> bool:
+        """Whether the queue entry of `block` just reached is one a hit left behind:
+        then it is consumed (one fewer stale entry of that block) and skipped."""
+        stale = self.stale
+        left = stale.get(block)
+        if not left:
+            return False
+        if left > 1:
+            stale[block] = left - 1
+        else:
+            del stale[block]
+        self.stale_total -= 1
+        return True
+
+    def pop_one(self) -> tuple[int, object]:
+        """`pop_oldest(1)`, for one block and its key (the queue must not be empty)."""
+        runs = self.runs
+        stale = self.stale
+        while True:
+            run = runs[0]
+            blocks, keys, pos = run
+            block = blocks[pos]
+            if pos + 1 < len(blocks):
+                run[2] = pos + 1
+            else:
+                runs.popleft()
+            if stale and self._skip_stale(block):
+                continue
+            lru = self.free_blocks
+            lru.remove(block)
+            if not lru:  # stale entries may be left behind it: drop them too
+                runs.clear()
+                stale.clear()
+                self.stale_total = 0
+            return block, keys[pos]
+
+    def pop_oldest(self, count: int) -> tuple[list[int], list]:
+        """Take the `count` least recently freed blocks out of the queue (there
+        must be that many); return them and their keys, in that order. The
+        index is left to the caller."""
+        lru = self.free_blocks
+        if count == len(lru):
+            taken, keys = self.queue_items()
+            lru.clear()
+            self.runs.clear()
+            self.stale.clear()
+            self.stale_total = 0
+            return taken, keys
+        runs = self.runs
+        stale = self.stale
+        taken: list[int] = []
+        taken_keys: list = []
+        need = count
+        while need:
+            run = runs[0]
+            blocks, keys, pos = run
+            end = pos + need
+            part = blocks[pos:end]
+            part_keys = keys[pos:end]
+            if end >= len(blocks):
+                runs.popleft()
+            else:
+                run[2] = end
+            if stale and not stale.keys().isdisjoint(part):
+                live = []
+                live_keys = []
+                for block, key in zip(part, part_keys):
+                    if not self._skip_stale(block):
+                        live.append(block)
+                        live_keys.append(key)
+                part = live
+                part_keys = live_keys
+            if taken:
+                taken += part
+                taken_keys += part_keys
+            else:  # (the first part: no copy)
+                taken = part
+                taken_keys = part_keys
+            need -= len(part)
+        self._dequeue(taken)
+        return taken, taken_keys
+
+    def _pop_oldest_forgetting(self, count: int) -> list[int]:
+        """`pop_oldest(count)` for fewer blocks than the queue holds, forgetting
+        their keys in the index as it goes (each block its key's only index
+        entry): the keys are read in place in the runs, not copied. Returns
+        the blocks."""
+        runs = self.runs
+        stale = self.stale
+        forget = self.index.forget
+        taken: list[int] = []
+        need = count
+        while need:
+            run = runs[0]
+            blocks, keys, pos = run
+            end = pos + need
+            part = blocks[pos:end]
+            if end >= len(blocks):
+                runs.popleft()
+            else:
+                run[2] = end
+            if stale and not stale.keys().isdisjoint(part):
+                live = []
+                live_keys = []
+                for block, key in zip(part, keys[pos:end]):
+                    if not self._skip_stale(block):
+                        live.append(block)
+                        live_keys.append(key)
+                part = live
+                forget(live_keys, 0, part)
+            else:
+                forget(keys, pos, part)
+            if taken:
+                taken += part
+            else:  # (the first part: no copy)
+                taken = part
+            need -= len(part)
+        self._dequeue(taken)
+        return taken
+
+    def queue_items(self) -> tuple[list[int], list]:
+        """The live entries of `runs` in order, and their keys: the LRU queue,
+        least recently freed first."""
+        stale = dict(self.stale)
+        order = []
+        order_keys = []
+        for blocks, keys, pos in self.runs:
+            if not stale:
+                order += blocks[pos:]
+                order_keys += keys[pos:]
+                continue
+            for block, key in zip(blocks[pos:], keys[pos:]):
+                if stale.get(block):
+                    stale[block] -= 1
+                else:
+                    order.append(block)
+                    order_keys.append(key)
+        if any(stale.values()) or sum(self.stale.values()) != self.stale_total:
+            raise ValueError("stale entries counted but not in the runs")
+        return order, order_keys

@@ -1,0 +1,136 @@
+"""vLLM's cache index with integer keys per hash entry (`kv/key_index.py`): exact
+buckets for tiny cases, a random sequence of operations against a dict, and the
+eviction path that forgets keys where the queue's runs hold them."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.kv.block_keys import BlockKeys
+from scheduler_sim.kv.key_index import KeyIndex
+from scheduler_sim.kv.vllm_cache import VllmCache
+
+
+def test_an_entrys_keys_are_one_bucket_slice_and_other_keys_a_dict():
+    """Width 4: keys 6..11 are offsets 2, 3 of bucket 1 and 0..3 of bucket 2; a
+    bytes key goes to `plain`. Key 7 again with another block is a duplicate."""
+    index = KeyIndex(4)
+    keys = [6, 7, 8, 9, 10, 11, b"r0:6"]
+    table = [50, 51, 52, 53, 54, 55, 56]
+    assert index.add(keys, 0, 7, table) == []
+    assert index.buckets == {1: [None, None, 50, 51], 2: [52, 53, 54, 55]}
+    assert index.plain == {b"r0:6": 56}
+    assert index.add([7, 8], 0, 2, [60, 52]) == [(7, 60)]  # 8 -> 52 already
+    assert (index.get(7), index[11], 5 in index, len(index)) == (51, 55, False, 7)
+    assert index == {6: 50, 7: 51, 8: 52, 9: 53, 10: 54, 11: 55, b"r0:6": 56}
+    # A look-up stops at the first key not indexed.
+    assert index.find([6, 7, 8, 9, 10, 11, 12], 0, 7) == ([50, 51, 52, 53, 54, 55], False)
+    assert index.find([8, 9, 10, 11, b"r0:6"], 1, 5) == ([53, 54, 55, 56], True)
+
+
+def test_keys_not_consecutive_are_added_one_bucket_run_at_a_time():
+    """Keys 1, 2 then 5 (width 4): 1, 2 share bucket 0, 5 is bucket 1 offset 1."""
+    index = KeyIndex(4)
+    assert index.add([1, 2, 5], 0, 3, [7, 8, 9]) == []
+    assert index.buckets == {0: [None, 7, 8, None], 1: [None, 9, None, None]}
+
+
+def test_forgetting_a_freed_tables_tail_first_order_clears_slices():
+    """A freed table's keys come last first: 11, 10, 9, 8 clear bucket 2 (then
+    dropped), 7, 6 the top of bucket 1; a bytes key leaves `plain`. A window
+    whose blocks are not where its keys would put them is taken key by key."""
+    index = KeyIndex(4)
+    index.add([6, 7, 8, 9, 10, 11, b"x"], 0, 7, [50, 51, 52, 53, 54, 55, 56])
+    index.forget([b"x", 11, 10, 9, 8, 7], 0, [56, 55, 54, 53, 52, 51])
+    assert (index.buckets, index.plain) == ({1: [None, None, 50, None]}, {})
+    with pytest.raises(KeyError):
+        index.forget([6], 0, [99])  # block 99 is not key 6's
+    index.add([4, 5, 7], 0, 3, [40, 41, 42])
+    # 7, 6, 5, 4 would be one window, but key 5's block is listed before 6's.
+    index.forget(["pad", 7, 5, 6, 4], 1, [42, 41, 50, 40])
+    assert index.buckets == {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_operations_agree_with_a_dict(seed):
+    """Adds of increasing runs (int keys first, then bytes), finds and forgets in
+    random orders: the same answers and contents as a plain dict."""
+    rng = random.Random(seed)
+    index, model = KeyIndex(rng.choice([1, 2, 4, 32])), {}
+    next_block = 0
+    for _ in range(300):
+        op = rng.random()
+        if op < 0.5:
+            start = rng.randrange(0, 60)
+            keys = sorted(rng.sample(range(start, start + 40), rng.randint(1, 12)))
+            keys += [b"k%d" % rng.randrange(20) for _ in range(rng.randint(0, 2))]
+            keys = list(dict.fromkeys(keys))
+            blocks = list(range(next_block, next_block + len(keys)))
+            next_block += len(keys)
+            lo = rng.randrange(0, len(keys))
+            expected = [(k, b) for k, b in zip(keys[lo:], blocks[lo:])
+                        if model.setdefault(k, b) != b]
+            assert index.add(keys, lo, len(keys), blocks) == expected
+        elif op < 0.75 and model:
+            items = rng.sample(sorted(model.items(), key=str), rng.randint(1, len(model)))
+            if rng.random() < 0.5:  # tail-first order of one bucket's keys
+                items.sort(key=lambda kv: (type(kv[0]) is int, kv[0]), reverse=True)
+            for k, _ in items:
+                del model[k]
+            index.forget(["pad"] + [k for k, _ in items], 1, [b for _, b in items])
+        else:
+            start = rng.randrange(0, 80)
+            keys = list(range(start, start + rng.randint(1, 40)))
+            hits = []
+            for k in keys:
+                if k not in model:
+                    break
+                hits.append(model[k])
+            assert index.find(keys, 0, len(keys)) == (hits, len(hits) == len(keys))
+        assert index == model and len(index) == len(model)
+        assert all(b is not None for b in index.plain.values())
+        assert all(any(x is not None for x in bucket) for bucket in index.buckets.values())
+
+
+def test_eviction_forgets_keys_in_the_runs_without_copying_them(monkeypatch):
+    """Hash entries of 8 tokens, blocks of 4 (width 2). A (entries x, y) and B (x, z)
+    prefill 16 rows each in a pool of 6; B shares A's first 2 blocks. A frees, then
+    B: the queue is [3, 2, 5, 4, 1, 0]. C (entries w, v) takes 4 blocks: the
+    oldest 4 are evicted by `_pop_oldest_forgetting` in one call and their keys
+    leave the index by bucket slices."""
+    calls = []
+    forgetting = VllmCache._pop_oldest_forgetting
+
+    def counting(self, count):
+        calls.append(count)
+        return forgetting(self, count)
+
+    monkeypatch.setattr(VllmCache, "_pop_oldest_forgetting", counting)
+    a = BlockAllocator(6, 4, cache=VllmCache())
+    ka = BlockKeys(0, 16, 4, 8, hashes=["x", "y"])
+    kb = BlockKeys(1, 16, 4, 8, hashes=["x", "z"])
+    a.grow("A", 16)
+    a.register_full_blocks("A", ka, 16)
+    hits = a.lookup(kb, 4)
+    assert hits == [0, 1]
+    a.share("B", hits, kb)
+    a.grow("B", 16)
+    a.register_full_blocks("B", kb, 16)
+    assert (a.table("A"), a.table("B"), a.cache.index.width) == ([0, 1, 2, 3], [0, 1, 4, 5], 2)
+    # The buckets are the entries' interned ids (whatever ids the table had given).
+    x, y, z = ka.keys[0] // 2, ka.keys[2] // 2, kb.keys[2] // 2
+    assert (ka.keys, kb.keys[:2]) == ([2 * x, 2 * x + 1, 2 * y, 2 * y + 1], ka.keys[:2])
+    assert a.cache.index.buckets == {x: [0, 1], y: [2, 3], z: [4, 5]}
+    a.free_request("A", 0, 0)  # 0, 1 stay B's
+    a.free_request("B", 0, 0)
+    assert a.cache.queue_items()[0] == [3, 2, 5, 4, 1, 0]
+    kc = BlockKeys(2, 16, 4, 8, hashes=["w", "v"])
+    a.grow("C", 16)
+    assert (calls, a.table("C")) == ([4], [3, 2, 5, 4])
+    assert a.cache.index.buckets == {x: [0, 1]}
+    a.register_full_blocks("C", kc, 16)
+    a.audit()
+    w, v = kc.keys[0] // 2, kc.keys[2] // 2
+    assert a.cache.index.buckets == {x: [0, 1], w: [3, 2], v: [5, 4]}

@@ -72,7 +72,10 @@ def test_random_workloads_do_fold():
     see the next test)."""
     # The exact counts: a change in where folding applies shows here, not only its
     # disappearing everywhere (the results themselves are pinned against stepping above).
-    expected = {"serial": 8541, "continuous": 4871, "vllm": 3537, "static": 4070,
+    # (serial, continuous and vllm fold more since a first dispatch of decodes
+    # after a prefill is folded at once when the policy is at a fixed point:
+    # engine/fast/through.py, `_fold_fixed_point`; 8541, 4871 and 3537 before.)
+    expected = {"serial": 8570, "continuous": 4893, "vllm": 3538, "static": 4070,
                 "dynamic": 3856}
     for policy in ("serial", "continuous", "vllm", "static", "dynamic"):
         folded = 0

@@ -147,8 +147,20 @@ class Stepping:
 
     def step(self) -> bool:
         """E3: when nothing runs, the policy admits, preempts and plans; the plan is
-        started (and a steady stretch folded). Returns whether the policy moved."""
+        started (and a steady stretch folded, and carried on: fast/through.py).
+        Returns whether the policy moved. A stretch carried on may stop at a later
+        boundary it took (E1 and E2 done, `now` moved there) whose plan is the
+        policy's: that boundary's step follows here."""
+        moved, again = self._step_once()
+        while again:
+            moved, again = self._step_once()
+        return moved
+
+    def _step_once(self) -> tuple[bool, bool]:
+        """`step` at one boundary: (whether the policy moved, whether a stretch
+        carried on took a later boundary still to be stepped)."""
         t = self.now
+        again = False
         allocator = self.allocator
         on_state = self._on_state
         moved = False
@@ -178,21 +190,26 @@ class Stepping:
                 flight = self.flight = self._start(plan)
                 if fast:
                     until = None
+                    looked = False  # whether this dispatch was looked at for folding
                     if not flight.members:
                         if steady.repeats(flight, before):
                             until = self._until()
                             fold(self, flight, until, policy_blocks)
+                            looked = True
                     else:
                         # Counted decoders: a stretch is looked at for folding only
                         # if it may last (the next look starts afresh).
                         until = self._until()
                         if until - flight.done < FOLD_AFTER * (flight.done - flight.start):
                             steady.forget()
+                            looked = True
                         elif steady.repeats(flight, before):
                             fold(self, flight, until, policy_blocks)
+                            looked = True
                     if steady.through and flight.all_decode:
                         # On through the finishes, while the policy repeats itself.
-                        carry_on(self, self._until() if until is None else until)
+                        again = carry_on(self, self._until() if until is None else until,
+                                         looked)
                 if on_state is not None:
                     on_state(t, self._state(), True)
             else:
@@ -202,7 +219,7 @@ class Stepping:
         allocator.check() if not self._audit else allocator.audit()
         if self._audit and allocator.host is not None:
             allocator.host.tier.audit()
-        return moved
+        return moved, again
 
     def _until(self) -> float:
         """The first time after now at which something outside the dispatches may

@@ -276,6 +276,27 @@ class Policy:
         a `schedule` call it skipped (`repeats_decodes`): set what that call would
         have set (a rotation point, say)."""
 
+    def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
+        """Asked by the engine at a boundary where requests arrived into a fixed
+        point (`repeats_decodes` held before they came; finishes since are
+        completed): `decodes` are the running requests, in the order the policy
+        repeats them. If the `schedule` call due now would admit every waiting
+        request and plan `decodes`, then each admitted request's whole prompt
+        as one chunk (so that from the next dispatch on every running request
+        decodes), do what that call would do (admissions and allocations
+        included, in its order) and return those chunks as (request, tokens);
+        otherwise change nothing and return None (the engine then calls
+        `schedule`). Asked of built-in policies only; the default, None, never
+        lets the engine skip the call (engine/fast/arrivals.py)."""
+        return None
+
+    def next_decodes(self) -> list[Request] | None:
+        """Asked only when `repeats_decodes` holds, after a dispatch that admitted
+        requests completed (engine/fast/arrivals.py): the decodes the `schedule`
+        call due now would plan, in its order, having set what that call sets
+        (a rotation point, say); None: unknown (the engine calls `schedule`)."""
+        return None
+
     def next_wakeup(self, now: int) -> int | None:
         """A future tick at which the policy would decide differently with no other
         change (a batching window, a timeout); None if there is none."""

@@ -112,6 +112,45 @@ class ContinuousPolicy(Policy):
     def decodes_repeated(self, requests: list[Request]) -> None:
         self._last_decode = requests[-1].admit_seq  # as `schedule` sets it
 
+    def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
+        # `schedule` when one request waits, nothing prefills and `decodes` are
+        # the decoders from the rotation point on (a fixed point): the head is
+        # admitted if its credit fits and the row limit allows, and its whole
+        # prompt is one chunk if it fits the chunk size and the budget the
+        # decodes leave. Only the head's credit is computed before deciding.
+        queue = self.queue
+        if len(queue) != 1 or self.prefillers or self.view.allocator.cache is not None:
+            return None
+        options = self.options
+        n = len(decodes)
+        budget = options.token_budget - n
+        if n >= options.max_rows or budget <= 0:
+            return None
+        queue.refresh()
+        head = queue.peek()
+        tokens = head.phase_remaining
+        if (head.phase == DECODE or tokens > options.prefill_chunk or tokens > budget
+                or head.resident + tokens < head.prompt_tokens):
+            return None
+        if self.running_limit is not None and self.running_count >= self.running_limit:
+            return None
+        credit, needed, cached = self.reservation_need(head)
+        if not self.view.allocator.can_reserve(needed):
+            return None
+        queue.pop()
+        self.view.admit(head, credit, cached)
+        if decodes:
+            self._last_decode = decodes[-1].admit_seq
+        self._last_prefill = head.admit_seq
+        self.decoders.add(head)  # (a prefiller whose chunk ends its prompt: a decoder)
+        return [(head, tokens)]
+
+    def next_decodes(self) -> list[Request] | None:
+        chosen = self.decoders.take_after(self._last_decode, len(self.decoders))
+        if chosen:
+            self._last_decode = chosen[-1].admit_seq
+        return chosen
+
     # --- the dispatch -------------------------------------------------------
 
     def schedule(self, now: int) -> Plan:

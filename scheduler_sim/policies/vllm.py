@@ -325,6 +325,49 @@ class VllmPolicy(QueueAndListPolicy):
                 and len(self.running) <= options.token_budget
                 and self.view.allocator.cache is None)
 
+    def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
+        # `schedule` when one new request waits and every running request decodes
+        # (`decodes` is the running list): the decodes that open a block take it
+        # in running order, then the head is admitted if the rows, the budget and
+        # its blocks (with the watermark) allow, and its whole prompt is one
+        # chunk. Decided before anything is allocated.
+        waiting = self.waiting
+        options = self.options
+        allocator = self.view.allocator
+        if (len(waiting) != 1 or options.prefill_interval > 1 or allocator.cache is not None
+                or allocator.host is not None):
+            return None
+        running = self.running
+        budget = options.token_budget - len(running)
+        if budget <= 0 or len(running) >= options.max_rows:
+            return None
+        size = options.block_size
+        opening = [req for req in running if not req.resident % size]
+        free = allocator.free - sum(allocator.blocks_to_grow(req.rid, req.resident + 1)
+                                    for req in opening)
+        if free < 0:
+            return None  # a decode would preempt
+        waiting.refresh()
+        head = waiting.peek()
+        if head.resident or head.outputs or head.remote:
+            return None  # (a new request only: its prompt from the first row)
+        tokens = self._chunk_after(head, 0, options.prefill_chunk if running else None,
+                                   budget)
+        rows = self._sequence_rows(head) if options.full_prompt_gate else tokens
+        if (tokens < head.prompt_tokens
+                or blocks_for(rows, size) + (self.watermark_blocks if running else 0) > free):
+            return None
+        for req in opening:
+            allocator.try_grow(req.rid, req.resident + 1)
+        waiting.pop()
+        self.view.admit(head, 0, [])
+        running.append(head)
+        allocator.try_grow(head.rid, tokens)
+        return [(head, tokens)]
+
+    def next_decodes(self) -> list[Request] | None:
+        return list(self.running)
+
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""
         end = req.restore if req.resident < req.restore else req.prompt_tokens

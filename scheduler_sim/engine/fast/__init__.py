@@ -1,6 +1,6 @@
 """The engine's fast paths: counting steady decoders (cohort.py, counted.py),
 folding steady stretches (folding.py) and carrying them on through finishes
-(through.py). Each changes no output (the tests
+(through.py) and arrivals (arrivals.py). Each changes no output (the tests
 replay random workloads both ways) and writes through the dispatch ledger;
 each speed trick in them is labelled with what it stands for and the
 measurement behind it."""

@@ -33,6 +33,8 @@ from operator import attrgetter
 from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
+from .arrivals import AGAIN, STARTED, admit_through, after_admission, only_arrivals, \
+    take_boundaries
 from .folding import FOLD_AFTER, fold
 
 __all__ = ["carry_on", "may_carry_on"]
@@ -54,27 +56,51 @@ def may_carry_on(engine) -> bool:
             and engine.link.hooks is None)
 
 
-def carry_on(engine, until: float) -> None:
+def carry_on(engine, until: float, looked: bool = True) -> bool:
     """The flight just started (and perhaps folded) is all decodes: while the
     policy repeats its decodes and the flight completes before `until` (the next
     outside event), complete it and start the survivors' decodes, folding each
-    stretch long enough (see the module)."""
+    stretch long enough (see the module); past arrivals too (arrivals.py).
+    `looked`: the step already looked at the flight for folding; if not, and
+    the policy is at a fixed point, it is folded first (`_fold_fixed_point`).
+    Returns True when it took a boundary (E1 and E2 done) whose step is still to
+    be planned by the policy: the caller steps again at the engine's `now`."""
     policy = engine.policy
     allocator = engine.allocator
     cohort = engine.cohort
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size
+    if not looked:
+        _fold_fixed_point(engine, until)
     while True:
         flight = engine.flight
         t = flight.done
-        if t >= until or not flight.all_decode:
-            return
+        if not flight.all_decode:
+            # The dispatch that admitted arrivals (arrivals.py).
+            if t >= until:
+                if not only_arrivals(engine, until, t):
+                    return False
+                take_boundaries(engine, t)
+                return True
+            done = after_admission(engine)
+            if done != STARTED:
+                return done == AGAIN
+            until = engine._until()
+            continue
         counted = flight.members and not flight.decoders  # every row a cohort member
         requests = flight.requests if flight.members else flight.decoders
         if requests is None or len(requests) != policy.running_count \
                 or not policy.repeats_decodes():
-            return
+            return False
+        if t >= until:
+            # The next outside event comes first: arrivals the policy may admit
+            # without breaking the stretch (arrivals.py).
+            done = admit_through(engine, until, requests, counted)
+            if done != STARTED:
+                return done == AGAIN
+            until = engine._until()
+            continue
         # The blocks the next decodes open must be free (a policy short of them
         # would preempt): the survivors' are at most these.
         if counted:
@@ -83,7 +109,7 @@ def carry_on(engine, until: float) -> None:
             opening = cohort.blocks_within(1) if flight.members else 0
             opening += sum(1 for r in map(_resident, flight.decoders) if not r % size)
         if opening > allocator.free:
-            return
+            return False
         engine.now = t
         engine.complete_due()  # E1, as the loop does it
         if counted:
@@ -91,7 +117,7 @@ def carry_on(engine, until: float) -> None:
             # `_start` would find them (`_start_members`) and start them.
             survivors = list(filter(cohort.members.__contains__, requests))
             if not survivors:
-                return  # nothing runs: the loop goes on at the next outside event
+                return False  # nothing runs: the loop goes on at the next outside event
             policy.decodes_repeated(survivors)
             allocator.step_growth.clear()
             flight = engine.flight = engine._start_counted(
@@ -99,7 +125,7 @@ def carry_on(engine, until: float) -> None:
         else:
             survivors = [req for req in requests if req.status is RUNNING]
             if not survivors:
-                return
+                return False
             policy.decodes_repeated(survivors)
             allocator.step_evictions.clear()
             allocator.step_growth.clear()
@@ -113,3 +139,21 @@ def carry_on(engine, until: float) -> None:
         if flight.members and until - flight.done < FOLD_AFTER * (flight.done - flight.start):
             continue  # too short to be worth a fold: the next boundary, here too
         fold(engine, flight, until, 0)
+
+
+def _fold_fixed_point(engine, until: float) -> None:
+    """The step just planned a dispatch of decodes that its steadiness could not
+    call a repeat (the dispatch before it had other rows: the first decodes
+    after an admission, say). If it runs every running request and the policy
+    is at a fixed point (`repeats_decodes`), every call up to the next outside
+    event or finish would plan it again: it is folded now, rather than after
+    one more dispatch carried on (one stepped dispatch fewer per arrival:
+    19,366 of the 66,381 on the Azure conversation trace under `continuous`)."""
+    flight = engine.flight
+    requests = flight.requests if flight.members else flight.decoders
+    policy = engine.policy
+    if (requests is None or len(requests) != policy.running_count
+            or not policy.repeats_decodes()):
+        return
+    engine.steadiness.repeated(requests)
+    fold(engine, flight, until, 0)

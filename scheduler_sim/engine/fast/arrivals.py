@@ -1,0 +1,163 @@
+"""Through arrivals: a steady stretch of decodes carried on past the requests that join it.
+
+Carried on through finishes (through.py), a steady stretch still ended at
+every arrival: the engine went back to its loop, which took the arrival's
+boundary, completed the dispatch in flight, asked the policy (`schedule`: it
+admits the newcomer and plans the decodes and the newcomer's prompt), ran
+that mixed dispatch, completed it, asked the policy again (the first
+dispatch of decodes with the newcomer), and only at the next boundary
+folded again. On the Azure conversation trace under `continuous` that was
+three boundaries of the loop and two `schedule` calls for each of the 19,366
+requests.
+
+When the policy is at a fixed point (`Policy.repeats_decodes`) and the next
+outside event is an arrival (nothing else is due before the dispatch in
+flight completes), `admit_through` takes the boundaries as the loop would:
+the arrivals inside the dispatch (E2; nothing else happens there while it
+runs), its completion (E1) and the arrivals at that tick. Then the policy
+is told the decodes it would repeat and asked whether its call would admit
+every waiting request whole (`Policy.admit_arrivals`: it fits, and its
+whole prompt is one chunk beside the decodes). If so, the policy admits it
+as its call would, and the engine starts the mixed dispatch. When that one
+completes (`after_admission`), every running request decodes: the policy
+gives their order (`Policy.next_decodes`) instead of being called, and the
+stretch is folded again. Whenever the policy declines, or after the
+boundary is taken something other than arrivals needs its call, the
+engine's step plans the boundary it took (`carry_on` returns True: the
+step runs again at the new tick), so the results are the loop's, field for
+field; with an event listener each boundary writes what the loop's would.
+tests/test_fold_arrivals.py compares them with stepped replays.
+"""
+from __future__ import annotations
+
+from ...policies.base import DecodesFirst
+from ...records.events import Snapshot
+from ...records.states import RequestStatus
+from .folding import FOLD_AFTER, fold
+
+__all__ = ["NO", "AGAIN", "STARTED", "admit_through", "after_admission", "only_arrivals",
+           "take_boundaries"]
+
+RUNNING = RequestStatus.RUNNING
+
+# What a path below did: nothing (the engine's loop takes the next boundary as
+# it would have), took a boundary whose step the policy must plan (the step
+# runs again), or took it and started the next dispatch itself.
+NO, AGAIN, STARTED = 0, 1, 2
+
+
+def only_arrivals(engine, until: float, t: int) -> bool:
+    """Whether the next outside event, at `until`, is an arrival, and nothing but
+    arrivals happens at the boundaries up to the completion at `t` of the
+    dispatch in flight (no cancellation or forced preemption due by then, no
+    drain, no livelock to stop). (Timeouts, host memory and client slots never
+    come with a stretch carried on: through.py's `may_carry_on`.)"""
+    agenda = engine.agenda
+    spec = agenda.next_arrival
+    if spec is None or spec.arrival != until or engine.livelock.tripped \
+            or engine.allocator.draining:
+        return False
+    w = engine.workload
+    due = w.cancels
+    if agenda.cancel_at < len(due) and due[agenda.cancel_at].at <= t:
+        return False
+    due = w.preempts
+    return not (agenda.preempt_at < len(due) and due[agenda.preempt_at].at <= t)
+
+
+def take_boundaries(engine, t: int) -> None:
+    """The loop's boundaries up to the completion at `t` of the dispatch in flight,
+    when only arrivals happen there (`only_arrivals`): at each arrival inside it,
+    E2 (the step has nothing to do while a dispatch runs); at `t`, E1 and E2.
+    What is left of the boundary at `t` is its step."""
+    agenda = engine.agenda
+    check = engine.allocator.check
+    spec = agenda.next_arrival
+    while spec is not None and spec.arrival < t:
+        engine.now = spec.arrival
+        engine.take_outside_events()
+        check()  # (as the step of a boundary inside a dispatch)
+        spec = agenda.next_arrival
+    engine.now = t
+    engine.complete_due()
+    engine.take_outside_events()
+
+
+def admit_through(engine, until: float, requests: list, counted: bool) -> int:
+    """The flight in flight runs `requests`, every running request's decode, while
+    the policy repeats them, and completes at or after `until`, the next outside
+    event. If that event is an arrival and only arrivals come by the completion,
+    take those boundaries, and at the completion let the policy admit the waiting
+    requests whole beside the survivors' decodes (`Policy.admit_arrivals`) and
+    start that dispatch (see the module). Returns NO, AGAIN or STARTED."""
+    flight = engine.flight
+    t = flight.done
+    if not only_arrivals(engine, until, t):
+        return NO
+    take_boundaries(engine, t)
+    cohort = engine.cohort
+    if counted:
+        survivors = list(filter(cohort.members.__contains__, requests))
+    else:
+        survivors = [req for req in requests if req.status is RUNNING]
+    if not survivors:
+        return AGAIN
+    allocator = engine.allocator
+    steady = engine.steadiness
+    allocator.step_evictions.clear()
+    allocator.step_growth.clear()
+    steady.moved = False
+    steady.blocked = None
+    chunks = engine.policy.admit_arrivals(survivors)
+    if chunks is None:
+        return AGAIN  # the policy's call plans this boundary
+    plan = (DecodesFirst(survivors, chunks) if cohort is not None
+            else [(req, 1) for req in survivors] + chunks)
+    emit = engine.listener
+    if emit is not None:
+        emit(Snapshot(t, **engine._state(plan)))  # as the step writes it
+    engine.flight = engine._start(plan)
+    steady.forget()  # (a dispatch with prompt rows repeats nothing)
+    return STARTED
+
+
+def after_admission(engine) -> int:
+    """The flight is the dispatch `admit_through` started and completes before the
+    next outside event: complete it (E1) and, if every running request now
+    decodes and the policy is at a fixed point, start their decodes in the order
+    it gives (`Policy.next_decodes`) and fold them. Returns NO, AGAIN or
+    STARTED."""
+    flight = engine.flight
+    if engine.livelock.tripped:
+        return NO
+    t = flight.done
+    engine.now = t
+    engine.complete_due()  # E1, as the loop does it
+    policy = engine.policy
+    requests = flight.requests if flight.requests is not None else [r for r, _ in flight.rows]
+    running = [req for req in requests if req.status is RUNNING]
+    cohort = engine.cohort
+    allocator = engine.allocator
+    size = allocator.block_size
+    if running and len(running) == policy.running_count and policy.repeats_decodes():
+        # The blocks the decodes open must be free (else the policy would preempt).
+        members = cohort.members if cohort is not None else ()
+        opening = cohort.opening() if cohort is not None else 0
+        opening += sum(1 for req in running if req not in members and not req.resident % size)
+        order = policy.next_decodes() if opening <= allocator.free else None
+        if order is not None:
+            allocator.step_evictions.clear()
+            allocator.step_growth.clear()
+            plan = DecodesFirst(order, []) if cohort is not None else [(r, 1) for r in order]
+            emit = engine.listener
+            if emit is not None:
+                emit(Snapshot(t, **engine._state(plan)))
+            flight = engine.flight = engine._start(plan)
+            engine.steadiness.repeated(order)
+            until = engine._until()
+            if not (flight.members
+                    and until - flight.done < FOLD_AFTER * (flight.done - flight.start)):
+                fold(engine, flight, until, 0)
+            return STARTED
+    engine.take_outside_events()  # (nothing is due before the next outside event)
+    return AGAIN

@@ -1,0 +1,155 @@
+"""Steady stretches carried on through arrivals (engine/fast/arrivals.py) change no result."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import slow_beyond, trace_bytes
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.summary import request_record
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.records.clock import Clock
+from scheduler_sim.records.options import Options
+
+
+def _engine(records, policy, fast=True, on_event=None, **options):
+    trace = parse_trace(trace_bytes(records), "arrivals.jsonl")
+    return Engine(trace.workload, Options.resolve(trace.config, options), policy,
+                  fast_forward=fast, on_event=on_event)
+
+
+def _spy(engine):
+    """The ticks of the policy's `schedule` calls, and of the admissions the engine
+    made through `admit_arrivals` instead."""
+    calls, admitted = [], []
+    policy = engine.policy
+    schedule, admit = policy.schedule, policy.admit_arrivals
+    policy.schedule = lambda now: calls.append(now) or schedule(now)
+
+    def admit_arrivals(decodes):
+        chunks = admit(decodes)
+        if chunks is not None:
+            admitted.append((engine.now, [(req.rid, tokens) for req, tokens in chunks]))
+        return chunks
+    policy.admit_arrivals = admit_arrivals
+    return calls, admitted
+
+
+def _outcome(result):
+    return result.summary, [request_record(r) for r in result.requests]
+
+
+# a (P=4, N=10) from 0; b (P=4, N=3) arrives at 3 while a decodes.
+TWO = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4, "output_tokens": 10},
+       {"type": "request", "id": "b", "arrival": 3, "prompt_tokens": 4, "output_tokens": 3}]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_an_arrival_inside_a_steady_stretch_needs_no_scheduling_call(policy):
+    """Tick clock, blocks of 4. a is prefilled at 0 (first output at 1) and decodes
+    from 1: the policy is asked at 0 and 1 only. The stretch folds up to b's
+    arrival at 3; there the engine completes a's dispatch, b arrives, and the
+    policy admits b whole beside a's decode (`admit_arrivals`, at 3: b's 4 prompt
+    tokens); at 4 both decode in the order the policy gives (`next_decodes`), b
+    ends at 6 (its third output), a at 10: ten dispatches, the stepped results."""
+    engine = _engine(TWO, policy, block_size=4, num_blocks=16)
+    calls, admitted = _spy(engine)
+    result = engine.run()
+    assert calls == [0, 1]
+    assert admitted == [(3, [("b", 4)])]
+    assert result.summary["iterations"] == 10
+    assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
+        ("a", 0, 10), ("b", 3, 6)]
+    assert _outcome(result) == _outcome(_engine(TWO, policy, False, block_size=4,
+                                                num_blocks=16).run())
+
+
+def test_a_prompt_larger_than_the_chunk_goes_to_the_policy():
+    """With chunks of 2 tokens b's prompt of 4 is not one chunk: the policy is asked
+    at b's boundary (3) and at the next (4, b's second chunk), and the engine
+    carries on from 5, when both decode."""
+    engine = _engine(TWO, "continuous", block_size=4, num_blocks=16, prefill_chunk=2)
+    calls, admitted = _spy(engine)
+    result = engine.run()
+    assert admitted == []
+    assert calls == [0, 1, 2, 3, 4, 5]
+    assert _outcome(result) == _outcome(_engine(TWO, "continuous", False, block_size=4,
+                                                num_blocks=16, prefill_chunk=2).run())
+
+
+def _arrivals_workload(seed: int) -> list[dict]:
+    """3 to 30 requests, most arriving while others decode (and some together), and
+    now and then a cancellation or a forced preemption: stretches broken by
+    arrivals that a policy admits whole, and some it does not."""
+    rng = random.Random(seed)
+    records, t = [], 0
+    n = rng.randint(3, 30)
+    arrivals = []
+    for i in range(n):
+        t += rng.choice([0, 1, 3, 7, 12, 25])
+        arrivals.append(t)
+        records.append({"type": "request", "id": f"r{i}", "arrival": t,
+                        "prompt_tokens": rng.randint(1, 24),
+                        "output_tokens": rng.randint(1, 40)})
+    for _ in range(rng.choice([0, 0, 1, 2])):
+        kind = rng.choice(["cancel", "preempt"])
+        i = rng.randrange(n)
+        records.append({"type": kind, "id": f"r{i}",
+                        "at": arrivals[i] + rng.randint(0, 30)})
+    return records
+
+
+def _options(seed: int) -> dict:
+    rng = random.Random(seed)
+    options = dict(block_size=4, num_blocks=rng.randint(30, 300),
+                   token_budget=rng.randint(8, 64), max_rows=rng.randint(2, 16),
+                   prefill_chunk=rng.choice([8, 16, 64]))
+    if seed % 3 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    return options
+
+
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 12))
+@pytest.mark.parametrize("policy", ["serial", "continuous", "vllm"])
+def test_admitted_through_and_stepped_replays_agree(seed, policy):
+    """Every summary field and request record equals the stepped replay's, with and
+    without a cost model."""
+    options = _options(seed)
+    records = _arrivals_workload(seed)
+    result = _engine(records, policy, **options).run()
+    assert _outcome(result) == _outcome(_engine(records, policy, False, **options).run())
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_the_random_workloads_take_the_path(policy):
+    """Over the first 12 workloads above, the engine admits arrivals itself this many
+    times (and the serial policy, one request at a time, never)."""
+    taken = {}
+    for name in (policy, "serial"):
+        taken[name] = 0
+        for seed in range(12):
+            engine = _engine(_arrivals_workload(seed), name, **_options(seed))
+            _, admitted = _spy(engine)
+            engine.run()
+            taken[name] += len(admitted)
+    assert taken == {policy: {"continuous": 50, "vllm": 51}[policy], "serial": 0}
+
+
+@pytest.mark.parametrize("seed", slow_beyond(range(16), 5))
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_admitted_through_event_streams_equal_the_stepped_ones(seed, policy):
+    """With an event listener writing lines, the stream is the stepped replay's byte
+    for byte: each arrival's record, the admission, the snapshot and dispatch."""
+    from test_fast_forward import _Lines
+    options = _options(seed)
+    records = _arrivals_workload(seed)
+    trace = parse_trace(trace_bytes(records), "arrivals.jsonl")
+    opts = Options.resolve(trace.config, options)
+    clock = Clock.of(opts)
+    sink = _Lines(clock)
+    Engine(trace.workload, opts, policy, on_event=sink.listener).run()
+    stepped = []
+    Engine(trace.workload, opts, policy, fast_forward=False,
+           on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
+    assert sink.lines == stepped

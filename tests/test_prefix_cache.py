@@ -923,6 +923,21 @@ def test_a_block_set_counts_its_blocks_and_lists_them_in_ascending_order():
     assert (len(blocks), list(blocks), len(blocks.flags)) == (0, [], 301)
 
 
+def test_a_block_set_counts_and_intersects_a_list_of_blocks():
+    """Members 5, 17 and 300 (bytes up to 300). Among [17, 4, 300, 5, 17]: 17, 300,
+    5 and 17 again are members (4 counted), the set {5, 17, 300}; past the last
+    byte (301, 10**6) nothing is a member, counted one by one: [301, 17, 10**6]
+    has 1, {17}; one block and no block are counted too."""
+    blocks = BlockSet()
+    blocks.add_new([300, 5, 17])
+    assert blocks.count_in([17, 4, 300, 5, 17]) == 4
+    assert blocks.intersection([17, 4, 300, 5, 17]) == {5, 17, 300}
+    assert (blocks.count_in([301, 17, 10 ** 6]), blocks.intersection([301, 17, 10 ** 6])) == (
+        1, {17})
+    assert (blocks.count_in([5]), blocks.count_in([6]), blocks.count_in([]),
+            blocks.intersection([300]), blocks.intersection([])) == (1, 0, 0, {300}, set())
+
+
 def test_tree_mode_heap_of_candidates_stays_bounded_and_keeps_the_order():
     """Tree mode, two free leaves under no parent: node 0 = [1] (key a) and node 1 =
     [2] (key b). 200 look-ups alternate between them, ending on node 0, each pushing

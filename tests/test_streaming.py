@@ -15,6 +15,7 @@ import pytest
 from conftest import req, slow_beyond, write_trace
 from scheduler_sim.cli.main import main
 from scheduler_sim.engine.core import Engine
+from scheduler_sim.io import id_digests
 from scheduler_sim.io import trace as trace_module
 from scheduler_sim.io.trace import parse_trace, read_trace
 from scheduler_sim.records.errors import TraceError, UsageError
@@ -103,6 +104,39 @@ def test_duplicate_ids_streamed_are_named_with_their_first_line(tmp_path):
                 f"{path}:5: request 'a': duplicate request id 'a' (first on line 1)"]
     assert errors(path, stream=False) == expected
     assert errors(path, stream=True) == expected
+
+
+def test_duplicate_ids_past_the_digests_in_memory_are_found_in_the_file(tmp_path,
+                                                                      monkeypatch):
+    """With 2 digests held in memory at most, the 5 ids of the case above go to the
+    temporary file in two chunks of 2 (a, b; a, b), 1 stays in memory (a): the
+    same messages."""
+    monkeypatch.setattr(id_digests, "IN_MEMORY", 2)
+    path = write_trace(tmp_path, [req("a", 0, 4, 2), req("b", 1, 4, 2), req("a", 2, 4, 2),
+                                  req("b", 3, 0, 2), req("a", 4, 4, 2)])
+    assert errors(path, stream=True) == [
+        f"{path}:3: request 'a': duplicate request id 'a' (first on line 1)",
+        f"{path}:4: request 'b': duplicate request id 'b' (first on line 2)",
+        f"{path}:4: request 'b': prompt_tokens must be an integer >= 1, got 0",
+        f"{path}:5: request 'a': duplicate request id 'a' (first on line 1)"]
+
+
+def test_id_digests_write_out_past_their_limit_and_find_repeats_exactly():
+    """Limit 3: digests 7, -3, 7 fill memory and go out as chunks of their buckets
+    (by digest % BUCKETS, 256: 7 -> bucket 7 twice, -3 -> bucket 253), then 7 again and 5
+    stay in memory. Repeated: 7 only (three times, once in memory); the file is
+    closed after."""
+    digests = id_digests.IdDigests(limit=3)
+    for d in (7, -3, 7, 7, 5):
+        digests.add(d)
+    assert id_digests.BUCKETS == 256
+    assert (digests.held, digests.chunks[7], digests.chunks[253]) == (2, [(0, 2)], [(16, 1)])
+    assert list(digests.buckets[7]) == [7] and list(digests.buckets[5]) == [5]
+    assert digests.repeated() == {7}
+    assert digests.file is None
+    nothing = id_digests.IdDigests(limit=3)
+    nothing.add(1)
+    assert nothing.repeated() == set() and nothing.chunks[1] == []
 
 
 def test_references_streamed_give_the_whole_file_messages(tmp_path):

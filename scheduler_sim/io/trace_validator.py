@@ -2,9 +2,9 @@
 (`Validator.finish`): duplicate request ids, and cancels, preempts and expects
 that name a request the trace does not have or act before its arrival.
 
-In memory it keeps every request; streamed, 8 bytes a request (a digest of its
-id, in one of `BUCKETS` arrays by the digest's low bits, so that duplicates are
-found one bucket at a time), reading the file again only to name duplicates,
+In memory it keeps every request; streamed, a 64-bit digest of each id, in
+memory that does not grow with the trace (`id_digests`: past 131,072 of
+them, in a temporary file), reading the file again only to name duplicates,
 or to find the requests that cancels, preempts and expects name.
 
 A line is first offered to `trace_fast_path.common_request`, which recognises the
@@ -14,13 +14,13 @@ whose id an earlier line has, goes through the full checks, which alone report.
 from __future__ import annotations
 
 import os
-from array import array
 from hashlib import blake2b
 from typing import Any, Callable, Iterable
 
 from ..records.option_values import show
 from ..records.options import Options
 from ..records.workload import Action, RequestSpec
+from .id_digests import IdDigests
 from .json_lines import decode_line, json_kind
 from .problems import Problems, did_you_mean
 from .trace_config import check_options
@@ -33,10 +33,6 @@ RECORD_TYPES = ("config", "request", "cancel", "preempt", "expect")
 # "Did you mean" hints for an unknown request id come from the first ids.
 SUGGEST_FROM = 10_000
 HEAD_LINES = 20  # the lines a raw public trace is recognised by (`importers.guess_format`)
-# Streamed, the id digests are kept in this many arrays (by their low bits): sorted one
-# at a time to find duplicates, each a list of Python ints for a moment (about 48
-# bytes a request: 48 MB for a million requests when they were sorted all at once).
-BUCKETS = 64
 
 
 def _digest(rid: str) -> int:
@@ -67,8 +63,8 @@ class Validator:
         self.actions: list[tuple[Action, RecordChecker]] = []
         self.expects: list[Expectation] = []
         self.first_line: dict[str, int] = {}  # in memory: id -> its line
-        # Streamed: each request's id digest, in the bucket of its low bits.
-        self.digests = [array("q") for _ in range(BUCKETS)]
+        # Streamed: each request's id digest, in bounded memory (id_digests.py).
+        self.digests = IdDigests()
         # Streamed only (in memory, `Workload.build` finds them from the requests):
         self.count = 0
         self.span: tuple[float, float] | None = None
@@ -94,7 +90,7 @@ class Validator:
         rid = spec.id
         if self.streamed:
             digest = _digest(rid)
-            self.digests[digest % BUCKETS].append(digest)
+            self.digests.add(digest)
             self._note_arrival(spec)
         elif rid in self.first_line:
             return False
@@ -156,7 +152,7 @@ class Validator:
                 spec = parse_request(c, hbs, unit)
                 if isinstance(label, str) and label:
                     digest = _digest(label)
-                    self.digests[digest % BUCKETS].append(digest)
+                    self.digests.add(digest)
                     if spec is not None:
                         self._note_arrival(spec)
                 return
@@ -242,10 +238,7 @@ class Validator:
         """Streamed: report duplicate ids; return the arrival as the trace wrote it
         (None if the request was invalid) of every id that a cancel, preempt or
         expect names and a request has (reading the lines again if any is named)."""
-        shared: set[int] = set()
-        for bucket in self.digests:
-            ordered = sorted(bucket)
-            shared.update(a for a, b in zip(ordered, ordered[1:]) if a == b)
+        shared = self.digests.repeated()
         if shared and again is not None:
             self._report_duplicates(shared, again)
         wanted = {a.id for a, _ in self.actions} | {e.id for e in self.expects if e.id}

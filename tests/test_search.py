@@ -127,6 +127,8 @@ def test_the_command_prices_gpus(tmp_path):
     (["--slo", "ttft=3", "--capacity", "--rate-scale", "2"], "search finds rate_scale itself"),
     (["--slo", "ttft=3", "--attainment", "1.5"], "--attainment must be a fraction in (0, 1]"),
     (["--slo", "ttft=3", "--price", "h100"], "--price must look like GPU=DOLLARS_PER_GPU_HOUR"),
+    (["--slo", "ttft=3", "--capacity", "--precision", "0"],
+     "--precision must be a fraction from 0.0001 to under 1, got 0.0"),
 ])
 def test_what_the_command_refuses(tmp_path, flags, message):
     status, out, err = run(["search", write(tmp_path, TRACE), *flags])

@@ -79,6 +79,9 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     check_outputs_and_jobs((), args.jobs)  # (search writes no file: -j is all to check)
     if not 0 < args.attainment <= 1:
         raise UsageError(f"--attainment must be a fraction in (0, 1], got {show(args.attainment)}")
+    if not 1e-4 <= args.precision < 1:  # (a bracket narrower than floats can split never ends)
+        raise UsageError(f"--precision must be a fraction from 0.0001 to under 1, got "
+                         f"{show(args.precision)}")
     if args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be an integer >= 1, got {args.max_replicas}")
     prices = _prices(args.price)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import compileall
 import importlib.util
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -22,8 +23,13 @@ sys.path.insert(0, str(ROOT))
 compileall.compile_dir(str(ROOT / "scheduler_sim"), quiet=1)
 
 
+MAX_WORKERS = 4
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    """The test modules, rewritten for pytest's assertions once, before the workers start.
+    """The suite on the machine's cores (`_use_the_cores`); the test modules rewritten
+    for pytest's assertions once, before the workers start.
 
     Rewriting every test module costs about 7.6 s of CPU (10 s to collect the suite,
     2 s with `--assert=plain`), and each pytest-xdist worker collects the whole suite.
@@ -35,7 +41,10 @@ def pytest_configure(config):
     cores (default tier): a fresh checkout 49.8 s wall and 81 s of CPU (88 s before,
     each worker rewriting), a second run 42.5 s and 73 s."""
     sys.dont_write_bytecode = False
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+    if hasattr(config, "workerinput"):
+        return
+    _use_the_cores(config)
+    if not getattr(config.option, "numprocesses", None):
         return
     for path in sorted(Path(__file__).parent.glob("test_*.py")):
         importlib.import_module(path.stem)
@@ -177,3 +186,23 @@ def load_script(path: Path, name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _use_the_cores(config) -> None:
+    """With pytest-xdist installed and no -n given (and no --pdb, no collection alone),
+    run on one worker a core, at most MAX_WORKERS, each taking half of a busy one's
+    remaining tests when it runs out (`worksteal`): about half the wall time on two
+    cores. Set here rather than in `addopts`, so that a pytest without the plugin
+    still runs the suite, in one process. (pytest-xdist has read its command line
+    by now: this sets what its `pytest_cmdline_main` would have for `-n N`, and its
+    own `pytest_configure`, which runs last, starts the workers.)"""
+    if not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None:
+        return
+    if config.getoption("usepdb", False) or config.getvalue("collectonly"):
+        return
+    workers = min(os.cpu_count() or 1, MAX_WORKERS)
+    if workers < 2:
+        return
+    config.option.numprocesses = workers
+    config.option.dist = "worksteal"
+    config.option.tx = ["popen"] * workers

@@ -38,7 +38,38 @@ def wanted(stream: TextIO, quiet: bool) -> bool:
         return False
 
 
-class Progress:
+class _Line:
+    """A progress line on `stream` (when `enabled`), drawn in place and wiped at the
+    end; a stream that fails turns it off (progress is a courtesy: never the
+    reason a run fails)."""
+
+    stream: TextIO
+    enabled: bool
+    shown = False
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except Exception:
+            self.enabled = False
+
+    def _draw(self, text: str) -> None:
+        self.shown = True
+        self._write(f"{_WIPE}scheduler-sim: {text}")
+
+    def close(self) -> None:
+        """Wipe the line, if one was drawn."""
+        if self.shown:
+            self.shown = False
+            try:
+                self.stream.write(_WIPE)
+                self.stream.flush()
+            except Exception:
+                pass
+
+
+class Progress(_Line):
     """One replay's progress line on `stream` (when `enabled`)."""
 
     def __init__(self, stream: TextIO, enabled: bool, clock: Any, total: int,
@@ -91,24 +122,6 @@ class Progress:
             self._draw(f"{done}/{self.policies} policies finished, "
                        f"{now - self.start:,.1f} s")
 
-    def _draw(self, text: str) -> None:
-        self.shown = True
-        try:
-            self.stream.write(f"{_WIPE}scheduler-sim: {text}")
-            self.stream.flush()
-        except Exception:  # progress is a courtesy: never the reason a run fails
-            self.enabled = False
-
-    def close(self) -> None:
-        """Wipe the line, if one was drawn."""
-        if self.shown:
-            self.shown = False
-            try:
-                self.stream.write(_WIPE)
-                self.stream.flush()
-            except Exception:
-                pass
-
 
 def _duration(seconds: float) -> str:
     """`42 s`, `3 min 05 s`, `2 h 07 min`: wall time as a person reads it."""
@@ -120,7 +133,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds // 60 % 60:02d} min"
 
 
-class SweepProgress:
+class SweepProgress(_Line):
     """A sweep's progress on `stream` (when `enabled`): a line per finished
     configuration, and the progress line below them."""
 
@@ -150,24 +163,3 @@ class SweepProgress:
             line += f", about {_duration(elapsed / self.done * left / self.workers)} left"
         self._write(f"{_WIPE}  [{self.done}/{self.total}] {text}\n")
         self._draw(line)
-
-    def _draw(self, text: str) -> None:
-        self.shown = True
-        self._write(f"{_WIPE}scheduler-sim: {text}")
-
-    def _write(self, text: str) -> None:
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except Exception:  # progress is a courtesy: never the reason a run fails
-            self.enabled = False
-
-    def close(self) -> None:
-        """Wipe the progress line (the finished configurations' lines stay)."""
-        if self.shown:
-            self.shown = False
-            try:
-                self.stream.write(_WIPE)
-                self.stream.flush()
-            except Exception:
-                pass

@@ -217,39 +217,19 @@ class Fleet:
         upcoming = deque(islice(specs, n))
         t = first = upcoming[0].arrival if upcoming else 0
         agenda = ReplicaAgenda(n)     # each replica's next boundary
-        router, views, actions = self.router, self.views, self._actions
+        router, views = self.router, self.views
         stalled = False
         while True:
-            active = agenda.due(t)  # the replicas with a boundary of their own now
-            for i in active:
-                engine = engines[i]
-                engine.now = t
-                engine.complete_due()                        # 1. E1
+            active = self._complete_due(agenda, t)            # 1. E1
             while upcoming and upcoming[0].arrival == t:     # 2. routing
                 spec = upcoming.popleft()
                 later = next(specs, None)
                 if later is not None:
                     upcoming.append(later)
-                i = router.choose(spec, views)
-                engine = engines[i]
-                if i not in active:
-                    active.append(i)
-                    engine.now = t
-                for action in actions.get(spec.id, ()):
-                    engine.accept_action(action)
-                engine.accept(spec)
-                self.routed[i] += 1
+                self._join(spec, router.choose(spec, views), t, active)
             horizon = upcoming[0].arrival if upcoming else INF
-            for i in sorted(active):                          # 3. E2, E3
-                engine = engines[i]
-                engine.take_outside_events()
-                if engine.stall_if_livelocked():
-                    stalled = True
-                    agenda.set(i, INF)
-                    continue
-                engine.link.horizon = router.reaches(i, upcoming, n)
-                moved = engine.step()
-                agenda.set(i, engine.next_boundary(moved))
+            stalled |= self._step(active, agenda,                # 3. E2, E3
+                                  lambda i: router.reaches(i, upcoming, n))
             nxt = agenda.peek()
             if horizon < nxt:
                 nxt = horizon
@@ -274,14 +254,10 @@ class Fleet:
         first = upcoming[0].arrival if upcoming else 0
         t = max(0, first - delay)
         agenda = ReplicaAgenda(len(engines))
-        router, views, actions = self.router, self.views, self._actions
+        router, views = self.router, self.views
         stalled = False
         while True:
-            active = agenda.due(t)
-            for i in active:
-                engine = engines[i]
-                engine.now = t
-                engine.complete_due()                        # 1. E1
+            active = self._complete_due(agenda, t)            # 1. E1
             while upcoming and upcoming[0].arrival - delay <= t:  # 2. routing, ahead
                 spec = upcoming.popleft()
                 later = next(specs, None)
@@ -290,26 +266,12 @@ class Fleet:
                 routed.append((spec, router.choose(spec, views)))
             while routed and routed[0][0].arrival == t:      # 3. arrivals, routed before
                 spec, i = routed.popleft()
-                engine = engines[i]
-                if i not in active:
-                    active.append(i)
-                    engine.now = t
-                for action in actions.get(spec.id, ()):
-                    engine.accept_action(action)
-                engine.accept(spec)
-                self.routed[i] += 1
+                self._join(spec, i, t, active)
             horizon = min(routed[0][0].arrival if routed else INF,
                           upcoming[0].arrival - delay if upcoming else INF)
-            for i in sorted(active):                          # 4. E2, E3
-                engine = engines[i]
-                engine.take_outside_events()
-                if engine.stall_if_livelocked():
-                    stalled = True
-                    agenda.set(i, INF)
-                    continue
-                engine.link.horizon = horizon  # (every replica: the router reads them all)
-                moved = engine.step()
-                agenda.set(i, engine.next_boundary(moved))
+            # 4. E2, E3; every replica folds only up to the next routing or arrival
+            # (the router reads them all).
+            stalled |= self._step(active, agenda, lambda i: horizon)
             nxt = agenda.peek()
             if horizon < nxt:
                 nxt = horizon
@@ -318,6 +280,49 @@ class Fleet:
                 break
             t = nxt
         return self._result(first, stalled)
+
+    # --- one boundary of the fleet, in its order (F2) ----------------------------------
+
+    def _complete_due(self, agenda: ReplicaAgenda, t: int) -> list[int]:
+        """E1 on the replicas with a boundary of their own at `t`; returns them (the
+        replicas active at `t` so far)."""
+        active = agenda.due(t)
+        engines = self.engines
+        for i in active:
+            engine = engines[i]
+            engine.now = t
+            engine.complete_due()
+        return active
+
+    def _join(self, spec, i: int, t: int, active: list[int]) -> None:
+        """Request `spec` joins replica `i` at `t`, with the actions the trace holds
+        for it; `i` is active at `t` from now on."""
+        engine = self.engines[i]
+        if i not in active:
+            active.append(i)
+            engine.now = t
+        for action in self._actions.get(spec.id, ()):
+            engine.accept_action(action)
+        engine.accept(spec)
+        self.routed[i] += 1
+
+    def _step(self, active: list[int], agenda: ReplicaAgenda, horizon_of) -> bool:
+        """E2 and E3 on each active replica in index order, each folding up to
+        `horizon_of(i)`; their next boundaries go to `agenda`. Returns whether one
+        was found stuck in a livelock."""
+        stalled = False
+        engines = self.engines
+        for i in sorted(active):
+            engine = engines[i]
+            engine.take_outside_events()
+            if engine.stall_if_livelocked():
+                stalled = True
+                agenda.set(i, INF)
+                continue
+            engine.link.horizon = horizon_of(i)
+            moved = engine.step()
+            agenda.set(i, engine.next_boundary(moved))
+        return stalled
 
     def _result(self, first: int, stalled: bool) -> FleetResult:
         engines = self.engines

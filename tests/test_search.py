@@ -188,3 +188,15 @@ def test_the_fewest_replicas_skip_what_cannot_be_cheaper(tmp_path):
                           "continuous"])
     front = out.split("every replay made):\n")[1].splitlines()[2:]
     assert sorted(int(line.split()[1]) for line in front) == [1, 2, 3, 4]
+
+
+def test_no_fleet_meets_it_exit_0_and_the_row_says_so(tmp_path):
+    """docs/spec.md §10: exit 0 even when no point meets the SLO. TTFT <= 0.5 ticks is met
+    by no request (the first token comes a dispatch, a tick, after admission): 1, 2 and
+    3 replicas (the most) are tried, and the row is dashes."""
+    status, out, err = run(["search", write(tmp_path, TRACE), "--slo", "ttft=0.5",
+                            "--max-replicas", "3", "--policy", "continuous"])
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[3].split() == ["continuous", "-", "-", "-", "-", "-"]
+    assert lines[4] == "3 replays for 1 point(s); trying every count would take 3"

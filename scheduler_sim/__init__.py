@@ -28,14 +28,14 @@ TYPE_CHECKING = False
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "load", "parse", "build", "replay", "events", "check", "sweep",
-           "Replay", "Run", "Options", "Policy", "QueueAndListPolicy", "SchedulerView", "Plan",
+           "search", "Replay", "Run", "Options", "Policy", "QueueAndListPolicy", "SchedulerView", "Plan",
            "Request", "POLICIES", "SimError", "TraceError", "UsageError", "InvariantError",
            "PolicyError"]
 
 # Where each public name lives (a module of this package).
 _HOMES = {
     **dict.fromkeys(("Replay", "Run", "build", "check", "events", "load", "parse", "replay",
-                     "sweep"), ".api"),
+                     "search", "sweep"), ".api"),
     **dict.fromkeys(("POLICIES", "Plan", "Policy", "QueueAndListPolicy", "SchedulerView"),
                     ".policies"),
     **dict.fromkeys(("InvariantError", "PolicyError", "SimError", "TraceError", "UsageError"),
@@ -45,7 +45,7 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time `__getattr__` imports them
-    from .api import Replay, Run, build, check, events, load, parse, replay, sweep
+    from .api import Replay, Run, build, check, events, load, parse, replay, search, sweep
     from .policies import POLICIES, Plan, Policy, QueueAndListPolicy, SchedulerView
     from .records.errors import (InvariantError, PolicyError, SimError, TraceError,
                                  UsageError)

@@ -13,6 +13,7 @@ For notebooks and scripts; the command line is built on the same pieces.
     for event in sim.events(trace, "continuous"):
         ...
     rows = sim.sweep(trace, {"num_blocks": [8, 16]}, policies=["vllm", "sglang"])
+    points = sim.search(trace, {"tp": [1, 2]}, policies="vllm", slo="ttft=2")
 
 Options are keyword arguments with the names of the trace's config record
 (`block_size=4`, `cost_model="llama-3-8b/h100-sxm"`); like command-line
@@ -41,7 +42,8 @@ from .fleet import make_fleet
 from .gpu.kv_pool import PoolSizing, fit_pool
 from .gpu.run_cost import clock_for
 from .io.expectations import CheckResult, check_trace
-from .io.sweep import build_grid, check_axis
+from .io.sweep import build_grid, check_axis, json_value_of
+from .io.search_runs import check_bounds, check_unsearched, point_grid, run_points
 from .io.sweep_runs import run_grid
 from .io.trace import Trace, parse_trace, read_trace
 from .io.trace_config import allow_trace_plugins, resolve_options
@@ -52,8 +54,8 @@ from .records.options import Options
 
 _HOW = "pass allow_trace_plugins=True (or name it in policies=)"
 
-__all__ = ["load", "parse", "build", "replay", "events", "check", "sweep", "Replay", "Run",
-           "resolve"]
+__all__ = ["load", "parse", "build", "replay", "events", "check", "sweep", "search", "Replay",
+           "Run", "resolve"]
 
 
 def load(path: str) -> Trace:
@@ -249,3 +251,57 @@ def sweep(trace: Trace, grid: dict[str, Any], policies: list[str] | str | None =
     built = build_grid(trace, axes, options, plugin_dir=plugin_dir)
     with interrupts.watching():
         return run_grid(trace, list(built.configurations), executor)
+
+
+def search(trace: Trace, grid: dict[str, Any] | None = None,
+           policies: list[str] | str | None = None, executor: Executor | None = None, *,
+           attainment: float = 0.99, max_replicas: int = 64, capacity: bool = False,
+           precision: float = 0.01, allow_trace_plugins: bool = False,
+           **options: Any) -> list[dict[str, Any]]:
+    """For each point of `grid` (option name -> list of values, as `sweep` takes it)
+    crossed with `policies`, the fewest replicas (1 to `max_replicas`) whose replay
+    meets the SLO (the `slo` option, or the trace's) for `attainment` of the
+    requests, as `scheduler-sim search` finds them; with `capacity`, the highest
+    load scale (`rate_scale`) the point sustains at its own replicas, to within
+    `precision`.
+
+    One dict per point, in grid order: `index`, the swept values, `replicas` (or
+    `rate_scale`): what was found, None when nothing tried meets the SLO; `gpus`:
+    replicas x tp at what was found (None when nothing was); and `replays`, every
+    replay the search made, in the order made, each `{"replicas" (or "rate_scale"):
+    value tried, **its run summary}` (the summary's `slo_attainment` and
+    `request_goodput` are what the search read). `executor` is any
+    `concurrent.futures.Executor`: each point is one task; the results are the same
+    whatever runs them."""
+    check_bounds(attainment, precision, max_replicas)
+    axes = [check_axis(name, values) for name, values in (grid or {}).items()]
+    check_unsearched(axes, options, capacity)
+    if policies is not None:
+        if any(axis.name == "policy" for axis in axes):
+            raise UsageError("policies and a grid's policy list both give the policies; "
+                             "use one of them")
+        axes.append(check_axis("policy", [policies] if isinstance(policies, str)
+                               else list(policies), "policies"))
+    base = resolve_options(trace.config, dict(options), trace.directory, specs=False,
+                           combined=False)[0]
+    plugin_dir = None
+    if not any(axis.name == "policy" for axis in axes):
+        plugin_dir = _allow(trace, base, allow_trace_plugins).plugin_dir
+    points = point_grid(trace, axes, options, base, capacity, max_replicas,
+                        plugin_dir=plugin_dir)
+    with interrupts.watching():
+        found = run_points(trace, points, capacity, attainment, precision, executor)
+    searched = "rate_scale" if capacity else "replicas"
+    results = []
+    for point in found:
+        configuration = point.configuration
+        row: dict[str, Any] = {"index": configuration.index // (1 if capacity else max_replicas)}
+        row.update((name, json_value_of(name, value)) for name, value in configuration.values
+                   if name != "replicas")
+        row[searched] = point.found
+        options = configuration.options
+        row["gpus"] = (None if point.found is None else
+                       (options.replicas if capacity else int(point.found)) * options.tp)
+        row["replays"] = [{searched: probe.value, **probe.summary} for probe in point.probes]
+        results.append(row)
+    return results

@@ -200,3 +200,74 @@ def test_no_fleet_meets_it_exit_0_and_the_row_says_so(tmp_path):
     lines = out.splitlines()
     assert lines[3].split() == ["continuous", "-", "-", "-", "-", "-"]
     assert lines[4] == "3 replays for 1 point(s); trying every count would take 3"
+
+
+# --- the Python API and its executors ---------------------------------------------------
+
+def api_points(path, executor=None, **extra):
+    import scheduler_sim as sim
+    return sim.search(sim.load(path), {"max_rows": [1, 2]}, policies="continuous",
+                      slo="ttft=3", attainment=1, max_replicas=8, executor=executor, **extra)
+
+
+def test_the_api_finds_what_the_command_finds(tmp_path):
+    """max_rows 1 is the hand-worked case above: 4 replicas after replays 1, 2, 4, 3 (2,
+    4, 6, 8 of 8 met). At max_rows 2 a replica prefills two requests in one dispatch
+    and decodes both in the next, so its k-th pair has its first token at 2k + 1 too:
+    2 replicas hold pairs 1 and 2 (TTFT 1 and 3) for all 8; 1 replica meets 4 of 8."""
+    path = write(tmp_path, TRACE)
+    points = api_points(path)
+    assert [{k: v for k, v in p.items() if k != "replays"} for p in points] == [
+        {"index": 0, "max_rows": 1, "policy": "continuous", "replicas": 4, "gpus": 4},
+        {"index": 1, "max_rows": 2, "policy": "continuous", "replicas": 2, "gpus": 2}]
+    assert [[(r["replicas"], r["slo_attainment"]) for r in p["replays"]] for p in points] == [
+        [(1, 0.25), (2, 0.5), (4, 1.0), (3, 0.75)], [(1, 0.5), (2, 1.0)]]
+    status, out, _ = run(["search", path, "--slo", "ttft=3", "--attainment", "1",
+                          "--max-replicas", "8", "--grid", "max_rows=1,2", "--policy",
+                          "continuous"])
+    assert status == 0
+    # Cheapest first; both finish their 8 requests at tick 4: goodput 2 per tick.
+    assert [line.split() for line in out.splitlines()[3:5]] == [
+        ["2", "continuous", "2", "2", "100.00%", "2", "3"],
+        ["1", "continuous", "4", "4", "100.00%", "2", "3"]]
+
+
+def test_the_api_gives_the_same_points_on_any_executor(tmp_path):
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    path = write(tmp_path, TRACE)
+    alone = api_points(path)
+    with ThreadPoolExecutor(2) as pool:
+        assert api_points(path, pool) == alone
+    with ProcessPoolExecutor(2) as pool:
+        assert api_points(path, pool) == alone
+
+
+def test_the_api_capacity_and_its_errors(tmp_path):
+    """Capacity at max_rows 1 on one replica: the 8 requests all arrive at tick 0, so no
+    load scale moves an arrival and each meets 2 of 8: none meets 100%, and the search
+    halves from 1 down to its lowest scale, 1/1024 (11 replays)."""
+    import scheduler_sim as sim
+    path = write(tmp_path, TRACE)
+    points = sim.search(sim.load(path), policies="continuous", slo="ttft=3", attainment=1,
+                        capacity=True, max_rows=1)
+    assert points[0]["rate_scale"] is None and points[0]["gpus"] is None
+    assert [(r["rate_scale"], r["slo_attainment"]) for r in points[0]["replays"]] == [
+        (2.0 ** -k, 0.25) for k in range(11)]
+    with pytest.raises(sim.UsageError, match="search needs objectives to meet"):
+        sim.search(sim.load(path), policies="continuous")
+    with pytest.raises(sim.UsageError, match="search finds replicas itself"):
+        sim.search(sim.load(path), policies="continuous", slo="ttft=3", replicas=2)
+    with pytest.raises(sim.UsageError, match=r"--attainment must be a fraction in \(0, 1\]"):
+        sim.search(sim.load(path), policies="continuous", slo="ttft=3", attainment=0)
+
+
+@pytest.mark.slow  # imports dask and starts a local cluster
+def test_a_dask_executor_gives_the_same_points(tmp_path):
+    pytest.importorskip("distributed", reason="dask[distributed] is not installed "
+                        "(pip install '.[dask]')")
+    from distributed import Client, LocalCluster
+    path = write(tmp_path, TRACE)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        points = api_points(path, client.get_executor())
+    assert points == api_points(path)

@@ -13,13 +13,13 @@ searches themselves (and what they assume) are `io/search.py`'s; points run in
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any, TextIO
 
 from ..io.progress import SweepProgress, wanted
-from ..io.search import Probe, fewest_replicas, highest_load, pareto_front
-from ..io.sweep import Axis, Configuration, build_grid, check_axis, file_digest
-from ..io.sweep_runs import run_configuration
+from ..io.search import Probe, pareto_front
+from ..io.search_runs import (Point, check_bounds, check_unsearched, point_grid, run_points,
+                               search_point)
+from ..io.sweep import check_axis, file_digest
 from ..io.terminal_text import printable
 from ..io.trace import Trace, read_trace
 from ..io.trace_config import resolve_options as resolve_trace_options
@@ -27,21 +27,11 @@ from ..records.errors import UsageError
 from ..records.option_values import show
 from ..gpu.catalogue import cost_specs
 from .entry import PROG
-from .flags import check_outputs_and_jobs, flag_values, load_plugins, plugin_sources
+from .flags import check_outputs_and_jobs, flag_values, load_plugins
 from .sweep import _grid_file, _grid_flag, _sweep_plugins
 from .workers import Workers
 
 __all__ = ["cmd_search"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Point:
-    """One point of the grid and what its search found: `found` is the fewest replicas
-    (or the highest load scale), None when nothing tried met the SLO."""
-
-    configuration: Configuration
-    found: float | None
-    probes: tuple[Probe, ...]
 
 
 def _prices(texts: list[str] | None) -> dict[str, float]:
@@ -61,37 +51,22 @@ def _prices(texts: list[str] | None) -> dict[str, float]:
 
 
 def _task(shared: tuple, position: int) -> tuple[float | None, list[Probe]]:
-    """A point's search (in this process or a worker)."""
-    trace, configurations, capacity, target, most, precision = shared
-    if capacity:
-        options = configurations[position].options
-        return highest_load(lambda scale: run_configuration(
-            trace, dataclasses.replace(options, rate_scale=scale))[0], target, precision)
-    # The grid's last axis is the replicas, 1 to `most`: a point's R is at
-    # position * most + R - 1.
-    return fewest_replicas(lambda replicas: run_configuration(
-        trace, configurations[position * most + replicas - 1].options)[0], target, most)
+    """A point's search, in a worker process (`shared` is inherited)."""
+    trace, points, capacity, target, precision = shared
+    return search_point(trace, [c.options for c in points[position]], capacity, target,
+                        precision)
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Search the grid; print the points cheapest first (or by load sustained) and the
     Pareto front."""
     check_outputs_and_jobs((), args.jobs)  # (search writes no file: -j is all to check)
-    if not 0 < args.attainment <= 1:
-        raise UsageError(f"--attainment must be a fraction in (0, 1], got {show(args.attainment)}")
-    if not 1e-4 <= args.precision < 1:  # (a bracket narrower than floats can split never ends)
-        raise UsageError(f"--precision must be a fraction from 0.0001 to under 1, got "
-                         f"{show(args.precision)}")
-    if args.max_replicas < 1:
-        raise UsageError(f"--max-replicas must be an integer >= 1, got {args.max_replicas}")
+    check_bounds(args.attainment, args.precision, args.max_replicas)
     prices = _prices(args.price)
     from_file = _grid_file(args.grid_file) if args.grid_file else []
     axes = from_file + [_grid_flag(text) for text in args.grid or ()]
     fixed = flag_values(args)
-    searched = "rate_scale" if args.capacity else "replicas"
-    if searched in fixed or any(axis.name == searched for axis in axes):
-        raise UsageError(f"search finds {searched} itself: give it neither as a flag nor in "
-                         "the grid" + ("" if args.capacity else " (--max-replicas bounds it)"))
+    check_unsearched(axes, fixed, args.capacity)
     policies = fixed.pop("policy", None)
     if policies is not None:
         if any(axis.name == "policy" for axis in axes):
@@ -105,42 +80,37 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     load_plugins(swept, plugin_dir)
     base = resolve_trace_options(trace.config, dict(fixed), trace.directory, specs=False,
                                  combined=False)[0]
-    if base.slo is None:
-        raise UsageError("search needs objectives to meet: give --slo (ttft=2,tpot=0.1, in "
-                         "the results' time unit) or an slo in the trace's config")
-    if not any(axis.name == "policy" for axis in axes):
-        axes.append(Axis("policy", tuple(base.policy)))
     most = args.max_replicas
-    if not args.capacity:
-        axes.append(check_axis("replicas", list(range(1, most + 1)), "--max-replicas"))
-    grid = build_grid(trace, axes, fixed, file_digest(args.trace), plugin_dir)
-    points = len(grid) // (1 if args.capacity else most)
-    configurations = grid.configurations
-    first = [configurations[p * (1 if args.capacity else most)] for p in range(points)]
-    progress = SweepProgress(err, wanted(err, args.quiet), points, args.jobs)
-    shared = (trace, configurations, args.capacity, args.attainment, most, args.precision)
-    found: list[Point | None] = [None] * points
+    points = point_grid(trace, axes, fixed, base, args.capacity, most,
+                        file_digest(args.trace), plugin_dir)
+    progress = SweepProgress(err, wanted(err, args.quiet), len(points), args.jobs)
+    found: list[Point | None] = [None] * len(points)
 
-    def done(position: int, result: tuple[float | None, list[Probe]]) -> None:
-        found[position] = Point(first[position], result[0], tuple(result[1]))
-        progress.finished(_progress_text(found[position], args.capacity))
+    def done(position: int, point: Point) -> None:
+        found[position] = point
+        progress.finished(_progress_text(point, args.capacity))
 
     try:
-        if min(args.jobs, points) <= 1:
-            for position in range(points):
-                done(position, _task(shared, position))
+        if min(args.jobs, len(points)) <= 1:
+            run_points(trace, points, args.capacity, args.attainment, args.precision,
+                       on_point=done)
         else:
+            shared = (trace, points, args.capacity, args.attainment, args.precision)
+
             def describe(position: int) -> str:
-                return f"searching point {position} ({first[position].label()})"
-            with Workers(_task, shared, list(range(points)), args.jobs, describe) as workers:
-                workers.on_result = done
+                return f"searching point {position} ({points[position][0].label()})"
+            with Workers(_task, shared, list(range(len(points))), args.jobs,
+                         describe) as workers:
+                workers.on_result = lambda i, result: done(
+                    i, Point(points[i][0], result[0], tuple(result[1])))
                 for _ in workers.results():
                     pass
     finally:
         progress.close()
     results = [point for point in found if point is not None]
     text = (_capacity_text if args.capacity else _cost_text)(
-        trace, results, prices, args, [a.name for a in axes if a.name != "replicas"])
+        trace, results, prices, args,
+        [name for name, _ in points[0][0].values if name != "replicas"] if points else [])
     out.write(text)
     return 0
 
@@ -172,8 +142,12 @@ def _progress_text(point: Point, capacity: bool) -> str:
                                 point.configuration.values if name != "replicas"))
     if point.found is None:
         return f"{label}: no {'load' if capacity else 'fleet'} tried meets the SLO"
-    what = f"load x{point.found:.3g}" if capacity else f"{point.found:g} replicas"
+    what = f"load x{point.found:.3g}" if capacity else _replicas(point.found)
     return f"{label}: {what} ({len(point.probes)} replays)"
+
+
+def _replicas(count: float) -> str:
+    return f"{count:g} replica{'' if count == 1 else 's'}"
 
 
 def _numeric(cell: str) -> bool:
@@ -234,7 +208,8 @@ def _cost_text(trace: Trace, points: list[Point], prices: dict[str, float],
     if ranked and ranked[0].found is not None:
         best = ranked[0]
         cost = _cost(best.configuration.options, int(best.found), prices)
-        text += f"cheapest: {_label(best, names)} with {best.found:g} replicas, {cost:,.4g} {unit}\n"
+        text += (f"cheapest: {_label(best, names)} with {_replicas(best.found)}, "
+                 f"{cost:,.4g} {unit}\n")
     text += (f"{len(replays)} replays for {len(points)} point(s); trying every count "
              f"would take {len(points) * args.max_replicas}\n")
     front = pareto_front(replays)

@@ -66,14 +66,16 @@ class DispatchLedger:
 
     def priced_by(self, cost: CostModel | None) -> None:
         """Price the dispatches with `cost` (None: each lasts one step); the run's
-        FLOPs and bytes are then `cost`'s model's on its GPUs (`RunStats.dispatch_work`)."""
+        FLOPs and bytes are then `cost`'s model's on its GPUs (`RunStats.dispatch_work`;
+        none for a stand-in without a model, as tests use)."""
         self.cost = cost
-        self.stats.dispatch_work = DispatchWork.of(cost) if cost is not None else None
+        self.stats.dispatch_work = (DispatchWork.of(cost) if getattr(cost, "model", None)
+                                    is not None else None)
 
     def draw_work(self) -> WorkSeries:
         """Attach (before the run) and return a `WorkSeries` of the dispatches' busy
         time, FLOPs and bytes over time (a cost model's run only)."""
-        if self.cost is None:
+        if self.stats.dispatch_work is None:
             raise ValueError("a run without a cost model has no FLOPs to draw")
         self.work_series = WorkSeries(self.stats.dispatch_work, self.clock)
         return self.work_series

@@ -2,6 +2,7 @@
 dispatches, MFU and MBU per run over its busy time and per time bucket."""
 from __future__ import annotations
 
+import json
 import random
 from itertools import islice
 
@@ -179,3 +180,74 @@ def test_series_by_hand():
     assert pooled.engines == 2 and pooled.busy[:3] == [1.0, 2.0, 1.0]
     # Two engines' peaks: the same shares as one.
     assert pooled.points()[1][2:] == series.points()[1][2:]
+
+
+# --- the Perfetto counters and the report's series (cli/runs.py wires them) -------------
+
+LONE = [{"type": "config", "cost_model": "llama-3-8b/h100-sxm", "time_unit": "s"},
+        {"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 2000,
+         "output_tokens": 300},
+        {"type": "request", "id": "b", "arrival": 0.5, "prompt_tokens": 100,
+         "output_tokens": 20}]
+
+
+def _cli(tmp_path, records, *flags):
+    from test_cli import run, write
+    trace = write(tmp_path, records)
+    status, out, err = run(["replay", trace, "--json", *flags])
+    assert status == 0, err
+    return json.loads(out)["runs"]
+
+
+def test_perfetto_counts_utilisation_per_bucket(tmp_path):
+    """With a cost model each process has a `GPU utilisation` counter per time bucket
+    from 0, then zeros at the run's end; busy share x bucket length adds up to the
+    busy time (to the 2 decimals of the percentages), and MFU x length x peak to the
+    FLOPs. A fleet has the counters of each replica; a run without a cost model none."""
+    target = tmp_path / "p.json"
+    run = _cli(tmp_path, LONE, "--perfetto", str(target))[0]
+    events = [e for e in json.loads(target.read_text())["traceEvents"]
+              if e["name"] == "GPU utilisation"]
+    assert {e["pid"] for e in events} == {1000} and 2 < len(events) <= BUCKETS + 1
+    assert events[0]["ts"] == 0 and events[-1]["args"] == {"busy": 0, "MFU": 0, "MBU": 0}
+    assert events[-1]["ts"] == pytest.approx(run["makespan"] * 1e6, abs=1)
+    spans = [(b["ts"] - a["ts"]) / 1e6 for a, b in zip(events, events[1:])]
+    busy = sum(e["args"]["busy"] / 100 * s for e, s in zip(events, spans))
+    flops = sum(e["args"]["MFU"] / 100 * s * 989e12 for e, s in zip(events, spans))
+    assert busy == pytest.approx(run["busy_seconds"], rel=1e-3)
+    assert flops == pytest.approx(run["model_flops"], rel=2e-2)
+    fleet = tmp_path / "f.json"
+    _cli(tmp_path, LONE, "--perfetto", str(fleet), "--replicas", "2")
+    pids = {e["pid"] for e in json.loads(fleet.read_text())["traceEvents"]
+            if e["name"] == "GPU utilisation"}
+    assert pids == {1000, 1001}
+    # Ticks have no FLOPs: no counter.
+    _cli(tmp_path, [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4,
+                     "output_tokens": 3}], "--perfetto", str(target))
+    assert "GPU utilisation" not in target.read_text()
+
+
+def test_the_report_series_holds_utilisation_over_time(tmp_path, monkeypatch):
+    """`RunSeries.work` (what --report may draw): the run's FLOPs, bytes and busy time
+    per bucket, a fleet's replicas pooled against all their GPUs."""
+    import scheduler_sim.cli.runs as runs
+    kept = []
+
+    class Keeping(runs.RunSeries):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            kept.append(self)
+
+    monkeypatch.setattr(runs, "RunSeries", Keeping)
+    for flags, engines in (((), 1), (("--replicas", "2"), 2)):
+        kept.clear()
+        run = _cli(tmp_path, LONE, "--report", str(tmp_path / "r.html"), *flags)[0]
+        work = kept[0].work
+        assert work.engines == engines
+        assert sum(work.flops) == pytest.approx(run["model_flops"], rel=1e-9)
+        assert sum(work.bytes) == pytest.approx(run["hbm_bytes"], rel=1e-9)
+        assert sum(work.busy) == pytest.approx(run["busy_seconds"], rel=1e-6)
+    kept.clear()
+    _cli(tmp_path, [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4,
+                     "output_tokens": 3}], "--report", str(tmp_path / "r.html"))
+    assert kept[0].work is None

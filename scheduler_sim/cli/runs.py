@@ -172,7 +172,8 @@ def run_policy(plan: Plan, position: int, policy: str, sinks: Sinks,
     result = runner.run()
     if part is not None:
         if work is not None:
-            part.draw_work(work if options.fleet else [work[0]], options.fleet)
+            from ..io.perfetto_work import draw_work  # (only with --perfetto)
+            draw_work(part, work)
         part.finish()
     if seen is not None:
         seen.finish()

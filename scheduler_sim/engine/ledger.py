@@ -128,7 +128,17 @@ class DispatchLedger:
         decoding = decode + padding
         seconds = cost.dispatch_seconds(chunks, decoding, contexts)
         stats.busy_seconds += seconds
-        stats.work.add(chunks, decoding, contexts)
+        work = stats.work
+        if chunks:
+            work.add(chunks, decoding, contexts)
+        else:  # (`WorkCounts.add` of decodes only, inlined: most dispatches)
+            read = contexts + decoding
+            work.tokens += decoding
+            work.sampled += decoding
+            work.pairs += read
+            work.kv_read += read
+            by_tokens = work.by_tokens
+            by_tokens[decoding] = by_tokens.get(decoding, 0) + 1
         if self.work_series is None:
             return self.timed(now, seconds)
         start = self.start_of(now)

@@ -25,16 +25,8 @@ engine's event records:
   the same kind (`decode`, or `prefill` when a dispatch carries prompt or
   recompute rows) and the same number of rows, with the dispatches, rows,
   tokens and prompt tokens in its args; a steady decode stretch is one
-  slice, so the track grows with the changes of the batch, not its steps.
-
-- with a cost model, the counter `GPU utilisation` (`"ph":"C"`, on the
-  process): per time bucket of the run's utilisation series
-  (engine/work_series.py: at most 2,048 buckets, a power of two of clock
-  steps wide), at the bucket's start, the GPU's `busy` share of the
-  bucket and its `MFU` and `MBU` over the bucket's length, in percent
-  (2 decimals), then 0 at the end of the last bucket. Perfetto draws one
-  counter track per argument (`GPU utilisation busy`, `... MFU`,
-  `... MBU`).
+  slice, so the track grows with the changes of the batch, not its steps;
+  with a cost model, a `GPU utilisation` counter beside it (perfetto_work).
 
 On a long trace the request tracks dominate the file (one per request):
 `sample` K keeps the tracks of every K-th request by trace line (lines K,
@@ -60,7 +52,6 @@ its own that `PerfettoFile.join` copies in (`replay -j`).
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Callable, TextIO
 
 from ..records.clock import Clock
@@ -382,31 +373,9 @@ class Part:
         else:
             self.us = lambda steps: repr(round(steps * per, 3))
 
-    def pid(self, replica: int | None = None) -> int:
-        """The process number of the policy's run, or of one replica of it."""
-        return 1000 * (self.position + 1) + (replica or 0)
-
-    def draw_work(self, series: list[Any], fleet: bool) -> None:
-        """The `GPU utilisation` counters (see the module) of each engine's
-        `WorkSeries`, after the run: a fleet's replicas in order, else the one
-        engine's."""
-        us = self.us
-        add = self.sink.add
-        for index, work in enumerate(series):
-            pid = self.pid(index if fleet else None)
-            head = f'{{"name":"GPU utilisation","ph":"C","pid":{pid},"tid":0,"ts":'
-            width = work.width
-            end = 0
-            for i, (_, _, busy, mfu, mbu) in enumerate(work.points()):
-                add(f'{head}{us(i * width)},"args":{{"busy":{_percent(busy)},'
-                    f'"MFU":{_percent(mfu)},"MBU":{_percent(mbu)}}}}}')
-                end = min((i + 1) * width, max(math.ceil(work.end), i * width + 1))
-            if end:
-                add(f'{head}{us(end)},"args":{{"busy":0,"MFU":0,"MBU":0}}}}')
-
     def listener(self, replica: int | None = None) -> Callable[[Event], None]:
         """The `on_event` callback of the policy's run, or of one replica of it."""
-        pid = self.pid(replica)
+        pid = 1000 * (self.position + 1) + (replica or 0)
         name = self.policy if replica is None else f"{self.policy} replica {replica}"
         track = _Track(self, pid, name)
         self.tracks.append(track)
@@ -468,12 +437,6 @@ class PerfettoFile:
 
     def abort(self) -> None:
         self.output.abort()
-
-
-def _percent(fraction: float) -> str:
-    """A fraction as a percentage with 2 decimals, as JSON (0 without decimals)."""
-    value = round(fraction * 100, 2)
-    return "0" if value == 0 else repr(value)
 
 
 def fragment(output: Output, position: int, policy: str, clock: Clock,

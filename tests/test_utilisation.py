@@ -128,16 +128,16 @@ def test_folded_run_equals_the_sum_over_its_dispatches(seed):
     summary = result.summary
     assert summary["model_flops"] == float(flops) and summary["hbm_bytes"] == bytes_
     busy = summary["busy_seconds"]
-    assert summary["mfu"] == round(flops / (folded.stats.busy_seconds * 989e12), 6)
-    assert summary["mbu"] == round(bytes_ / (folded.stats.busy_seconds * 3.35e12), 6)
-    assert 0 < summary["mfu"] < 1 and 0 < summary["mbu"] < 1 and busy > 0
+    assert summary["model_flops_utilisation"] == round(flops / (folded.stats.busy_seconds * 989e12), 6)
+    assert summary["hbm_bandwidth_utilisation"] == round(bytes_ / (folded.stats.busy_seconds * 3.35e12), 6)
+    assert 0 < summary["model_flops_utilisation"] < 1 and 0 < summary["hbm_bandwidth_utilisation"] < 1 and busy > 0
     assert plain.summary == summary
 
 
 def test_no_cost_model_no_utilisation():
     """Ticks have no FLOPs: the fields are null."""
     result = _engine(random_workload(1), {}, True).run()
-    assert [result.summary[k] for k in ("model_flops", "hbm_bytes", "mfu", "mbu")] == [None] * 4
+    assert [result.summary[k] for k in ("model_flops", "hbm_bytes", "model_flops_utilisation", "hbm_bandwidth_utilisation")] == [None] * 4
 
 
 def test_series_buckets_add_up_to_the_run():
@@ -251,3 +251,25 @@ def test_the_report_series_holds_utilisation_over_time(tmp_path, monkeypatch):
     _cli(tmp_path, [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4,
                      "output_tokens": 3}], "--report", str(tmp_path / "r.html"))
     assert kept[0].work is None
+
+
+def test_a_sweep_over_the_mfu_option_has_the_utilisation_beside_it(tmp_path):
+    """The option `mfu` (the calibration's gemm_efficiency, an input) and the results
+    `model_flops_utilisation` and `hbm_bandwidth_utilisation` are distinct columns:
+    linear layers at 0.3 of the peak, not 0.5, take longer for the same dispatches,
+    so the utilisation over busy time falls."""
+    import csv
+    import io
+    from test_cli import run
+    from conftest import ROOT
+    status, out, err = run(["sweep", str(ROOT / "traces" / "quickstart.jsonl"),
+                            "--cost-model", "llama-3-8b/h100-sxm", "--grid", "mfu=0.3,0.5",
+                            "--policy", "vllm", "--csv", "-"])
+    assert status == 0, err
+    rows = list(csv.reader(io.StringIO(out)))
+    head = rows[0]
+    assert head.count("mfu") == head.count("model_flops_utilisation") == 1
+    low, high = ({name: value for name, value in zip(head, row)} for row in rows[1:])
+    assert (low["mfu"], high["mfu"]) == ("0.3", "0.5")
+    assert low["model_flops"] == high["model_flops"]
+    assert float(low["model_flops_utilisation"]) < float(high["model_flops_utilisation"])

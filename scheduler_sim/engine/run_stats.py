@@ -182,8 +182,8 @@ class RunStats:
         out.update({
             "model_flops": float(used.flops) if mfu is not None else None,
             "hbm_bytes": float(used.bytes) if mbu is not None else None,
-            "mfu": round(mfu, 6) if mfu is not None else None,
-            "mbu": round(mbu, 6) if mbu is not None else None,
+            "model_flops_utilisation": round(mfu, 6) if mfu is not None else None,
+            "hbm_bandwidth_utilisation": round(mbu, 6) if mbu is not None else None,
         })
         assert tuple(out) == RUN_FIELDS, "summary fields drifted from RUN_FIELDS"
         return out

@@ -40,7 +40,7 @@ class WorkSeries:
     def __init__(self, work: Any, clock: Any, engines: int = 1) -> None:
         self.work = work      # a gpu.utilisation.DispatchWork: the formulas and the peaks
         self.clock = clock
-        self.engines = engines  # GPUs groups whose peaks the buckets are measured against
+        self.engines = engines  # engines (of tp GPUs each) whose peaks the buckets are against
         self.width = 1        # clock steps per bucket, a power of two
         self.busy: list[float] = []
         self.flops: list[float] = []

@@ -601,6 +601,8 @@ def test_run_summary_by_hand():
         "output_tokens": 6, "useful_rows": 17, "replay_rows": 0, "cached_tokens": 0, "preemptions": 0,
         "peak_reserved": 3, "peak_allocated": 3,
         "mean_batch_rows": 1.5, "mean_batch_tokens": 4.25, "busy_seconds": None,
+        "model_flops": None, "hbm_bytes": None, "model_flops_utilisation": None,
+        "hbm_bandwidth_utilisation": None,
     }
     assert s.summary == expected
 

@@ -91,7 +91,7 @@ def test_a_fleet_grid_merges_byte_for_byte(tmp_path):
                                   str(tmp_path / name)])
         assert status == 0, err
     rows = header_and_rows((tmp_path / "full.jsonl").read_bytes())[1]
-    assert [len(row) for row in rows] == [6 + 65, 6 + 65, 6 + 65, 6 + 65 + 3]
+    assert [len(row) for row in rows] == [6 + 69, 6 + 69, 6 + 69, 6 + 69 + 3]
     status, out, err = run_cli(["sweep", "merge", str(tmp_path / "1.jsonl"),
                                 str(tmp_path / "0.jsonl")])
     assert status == 0, err

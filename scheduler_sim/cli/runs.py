@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..engine.core import Engine
 from ..engine.summary import request_record
+from ..engine.work_series import WorkSeries
 from ..fleet import make_fleet
 from ..io.event_file import EventFile
 from ..io.outputs import Output
@@ -157,17 +158,28 @@ def run_policy(plan: Plan, position: int, policy: str, sinks: Sinks,
         return first
 
     if options.fleet:
-        result = make_fleet(plan.trace.workload, options, policy,
+        runner = make_fleet(plan.trace.workload, options, policy,
                             on_event=listener if events or part is not None or seen else None,
-                            keep_requests=False, on_request_end=on_request_end).run()
+                            keep_requests=False, on_request_end=on_request_end)
+        engines = runner.engines
     else:
-        result = Engine(plan.trace.workload, options, policy, on_event=listener(),
-                        keep_requests=False, on_request_end=on_request_end).run()
+        runner = Engine(plan.trace.workload, options, policy, on_event=listener(),
+                        keep_requests=False, on_request_end=on_request_end)
+        engines = [runner]
+    # Utilisation over time, for the report and the Perfetto file (a cost model's run).
+    work = ([engine.ledger.draw_work() for engine in engines]
+            if options.has_cost_model and (part is not None or seen is not None) else None)
+    result = runner.run()
     if part is not None:
+        if work is not None:
+            from ..io.perfetto_work import draw_work  # (only with --perfetto)
+            draw_work(part, work)
         part.finish()
     if seen is not None:
         seen.finish()
         seen.survival = result.survival
+        if work is not None:
+            seen.work = WorkSeries.pooled(work)
     run = {"policy": policy, **result.summary}
     if options.fleet:
         run["replicas"] = result.replicas

@@ -218,7 +218,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
 
     @cost.setter
     def cost(self, cost: CostModel | None) -> None:
-        self.ledger.cost = cost  # (before the run: a calibration fit's, io/run_fit.py)
+        self.ledger.priced_by(cost)  # (before the run: a calibration fit's, io/run_fit.py)
 
     @property
     def listener(self) -> Callable[[Event], None] | None:

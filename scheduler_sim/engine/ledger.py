@@ -14,7 +14,13 @@ computes them:
   A dispatch that starts at the step the previous one completed at starts
   from that one's exact end, so rounding to whole steps never adds up
   (records/clock.py); without a cost model a dispatch lasts one step;
-- the inter-token gaps (ITL): a count per gap length, in clock steps.
+- the inter-token gaps (ITL): a count per gap length, in clock steps;
+- with a cost model, the work of its dispatches (`RunStats.work`, a
+  `gpu.utilisation.WorkCounts`: the integer counts FLOPs and HBM bytes
+  follow from), a folded stretch's in closed form (`WorkCounts.add_decodes`,
+  the same counts as one dispatch at a time); and, when a `WorkSeries` is
+  attached (`work_series`: only when a report or a Perfetto file draws it),
+  the busy time, FLOPs and bytes per time bucket (work_series.py).
 
 Request statistics (latencies, statuses) are `RunStats.request_ended`'s, fed
 as requests end.
@@ -30,8 +36,10 @@ from itertools import accumulate, chain, islice, repeat
 from operator import add, lt, sub, truediv
 
 from ..gpu.costmodel import CostModel
+from ..gpu.utilisation import DispatchWork
 from ..records.clock import Clock
 from .run_stats import RunStats
+from .work_series import WorkSeries
 
 __all__ = ["DispatchLedger"]
 
@@ -44,15 +52,33 @@ INF = float("inf")
 class DispatchLedger:
     """The statistics, timing and output gaps of one engine's dispatches."""
 
-    __slots__ = ("stats", "cost", "clock", "exact_end", "end_step")
+    __slots__ = ("stats", "cost", "clock", "exact_end", "end_step", "work_series")
 
     def __init__(self, stats: RunStats, cost: CostModel | None, clock: Clock) -> None:
         self.stats = stats
-        self.cost = cost
         self.clock = clock
+        self.priced_by(cost)
         # The exact end of the last dispatch and the step it completed at.
         self.exact_end = 0.0
         self.end_step = -1
+        # The busy time, FLOPs and bytes over time, when somebody draws them.
+        self.work_series: WorkSeries | None = None
+
+    def priced_by(self, cost: CostModel | None) -> None:
+        """Price the dispatches with `cost` (None: each lasts one step); the run's
+        FLOPs and bytes are then `cost`'s model's on its GPUs (`RunStats.dispatch_work`;
+        none for a stand-in without a model, as tests use)."""
+        self.cost = cost
+        self.stats.dispatch_work = (DispatchWork.of(cost) if getattr(cost, "model", None)
+                                    is not None else None)
+
+    def draw_work(self) -> WorkSeries:
+        """Attach (before the run) and return a `WorkSeries` of the dispatches' busy
+        time, FLOPs and bytes over time (a cost model's run only)."""
+        if self.stats.dispatch_work is None:
+            raise ValueError("a run without a cost model has no FLOPs to draw")
+        self.work_series = WorkSeries(self.stats.dispatch_work, self.clock)
+        return self.work_series
 
     # --- timing -----------------------------------------------------------------------
 
@@ -99,9 +125,26 @@ class DispatchLedger:
         cost = self.cost
         if cost is None:
             return now + 1, now + 1  # without a cost model a dispatch is one step
-        seconds = cost.dispatch_seconds(chunks, decode + padding, contexts)
+        decoding = decode + padding
+        seconds = cost.dispatch_seconds(chunks, decoding, contexts)
         stats.busy_seconds += seconds
-        return self.timed(now, seconds)
+        work = stats.work
+        if chunks:
+            work.add(chunks, decoding, contexts)
+        else:  # (`WorkCounts.add` of decodes only, inlined: most dispatches)
+            read = contexts + decoding
+            work.tokens += decoding
+            work.sampled += decoding
+            work.pairs += read
+            work.kv_read += read
+            by_tokens = work.by_tokens
+            by_tokens[decoding] = by_tokens.get(decoding, 0) + 1
+        if self.work_series is None:
+            return self.timed(now, seconds)
+        start = self.start_of(now)
+        done, exact = self.timed(now, seconds)
+        self.work_series.dispatch(start, exact, seconds, chunks, decoding, contexts)
+        return done, exact
 
     def empty(self) -> None:
         """The policy changed something but ran nothing: an empty iteration (E6b)."""
@@ -158,8 +201,14 @@ class DispatchLedger:
             end = exact = done + folded
             busy = 0.0
         else:
+            start = exact
             folded, end, exact, lengths, busy = self._timed(exact, done, rows, contexts,
                                                             most, until, starts)
+            self.stats.work.add_decodes(folded, rows, contexts)
+            if self.work_series is not None:
+                self.work_series.decodes(
+                    start, list(islice(self.cost.decode_series(rows, contexts), folded)),
+                    rows, contexts)
         last = lengths[-1]
         # Output gaps of every dispatch but the last (the flight, still to complete),
         # by length, in the order the lengths first came.

@@ -5,7 +5,9 @@ requests end and dispatches run; it keeps only the numbers the statistics
 need: each latency's values as a count per distinct value (latency_sample.py:
 exact, and bounded by the distinct values, not the requests, as long as
 they repeat), and a count per distinct gap for the inter-token latency
-(ITL). `summary` gives the run's record in
+(ITL), and with a cost model the integer counts of the dispatches' work
+(`work`, gpu/utilisation.py) from which the run's FLOPs, HBM bytes, MFU and
+MBU over its busy time follow (`utilisation`). `summary` gives the run's record in
 the run's unit (summary.py names its fields and the latency metrics). A
 fleet's statistics are its replicas' combined (`combined`).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..gpu.utilisation import DispatchWork, Utilisation, WorkCounts
 from ..records.clock import Clock
 from ..requests.request import Request
 from .latency_sample import LatencySample, counted_rank
@@ -49,6 +52,11 @@ class RunStats:
         self.preemptions = 0
         self.cached_tokens = 0
         self.busy_seconds = 0.0  # modelled GPU time, with a cost model
+        # What the dispatches computed (with a cost model), and the formulas and peaks
+        # of its model and GPUs (the dispatch ledger sets them).
+        self.work = WorkCounts()
+        self.dispatch_work: DispatchWork | None = None
+        self._pooled: Utilisation | None = None  # a fleet's: its replicas' together
         self.completed_input = 0   # prompt tokens of completed requests
         self.completed_output = 0  # output tokens of completed requests
         self.slo_met = 0
@@ -70,7 +78,22 @@ class RunStats:
             for name in _SUMMED:
                 setattr(out, name, getattr(out, name) + getattr(part, name))
             out.makespan = max(out.makespan, part.makespan)
+            out.work.update(part.work)
+            used = part.utilisation()
+            if used is not None:
+                if out._pooled is None:
+                    out._pooled = Utilisation()
+                out._pooled.add(used)
         return out
+
+    def utilisation(self) -> Utilisation | None:
+        """The run's FLOPs and bytes against the peaks of its busy time (None without
+        a cost model); a fleet's adds its replicas'."""
+        if self._pooled is not None:
+            return self._pooled
+        if self.dispatch_work is None:
+            return None
+        return Utilisation.of(self.dispatch_work, self.work, self.busy_seconds)
 
     def request_ended(self, req: Request) -> None:
         """Fold one request's numbers in, once, when it reaches a terminal state."""
@@ -152,6 +175,15 @@ class RunStats:
             "mean_batch_rows": _round(self.rows / iters) if iters else None,
             "mean_batch_tokens": _round(self.tokens / iters) if iters else None,
             "busy_seconds": round(self.busy_seconds, 6) if self.busy_seconds else None,
+        })
+        used = self.utilisation()
+        mfu = used.mfu if used is not None else None
+        mbu = used.mbu if used is not None else None
+        out.update({
+            "model_flops": float(used.flops) if mfu is not None else None,
+            "hbm_bytes": float(used.bytes) if mbu is not None else None,
+            "model_flops_utilisation": round(mfu, 6) if mfu is not None else None,
+            "hbm_bandwidth_utilisation": round(mbu, 6) if mbu is not None else None,
         })
         assert tuple(out) == RUN_FIELDS, "summary fields drifted from RUN_FIELDS"
         return out

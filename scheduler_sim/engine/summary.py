@@ -70,7 +70,9 @@ RUN_FIELDS = (
     + ("slo_met", "slo_attainment", "request_goodput", "deadlines", "deadline_misses",
        "prompt_tokens", "decode_tokens", "recompute_tokens", "padding_rows", "output_tokens",
        "useful_rows", "replay_rows", "cached_tokens", "preemptions", "peak_reserved",
-       "peak_allocated", "mean_batch_rows", "mean_batch_tokens", "busy_seconds")
+       "peak_allocated", "mean_batch_rows", "mean_batch_tokens", "busy_seconds",
+       "model_flops", "hbm_bytes", "model_flops_utilisation",
+       "hbm_bandwidth_utilisation")
 )
 # Per-run fields that are times, in the run's unit.
 TIME_RUN_FIELDS = ("makespan", "duration") + tuple(f"{m}_{s}" for m in METRICS for s in STATS)

@@ -25,7 +25,8 @@ engine's event records:
   the same kind (`decode`, or `prefill` when a dispatch carries prompt or
   recompute rows) and the same number of rows, with the dispatches, rows,
   tokens and prompt tokens in its args; a steady decode stretch is one
-  slice, so the track grows with the changes of the batch, not its steps.
+  slice, so the track grows with the changes of the batch, not its steps;
+  with a cost model, a `GPU utilisation` counter beside it (perfetto_work).
 
 On a long trace the request tracks dominate the file (one per request):
 `sample` K keeps the tracks of every K-th request by trace line (lines K,

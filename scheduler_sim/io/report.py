@@ -89,6 +89,8 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
         ("mean batch", "rows", "mean_batch_rows"),
         ("mean batch", "tokens", "mean_batch_tokens"),
         ("busy", "s", "busy_seconds"),
+        ("MFU over busy time", "%", "model_flops_utilisation"),
+        ("MBU over busy time", "%", "hbm_bandwidth_utilisation"),
         # A fleet's, under data-parallel lockstep only (fleet/lockstep.py).
         ("lockstep steps", "steps", "lockstep_steps"),
         ("dummy steps", "dispatches", "dummy_steps"),
@@ -126,14 +128,16 @@ def table_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
 # Rows shown only when some policy has a value other than 0 or null.
 _OPTIONAL = {"finished_aborted", "finished_ignored", "finished_timeout", "finished_error",
              "empty_iterations", "padding_rows", "cached_tokens", "deadlines",
-             "deadline_misses", "busy_seconds", "transfers", "transfers_aborted",
+             "deadline_misses", "busy_seconds", "model_flops_utilisation",
+             "hbm_bandwidth_utilisation", "transfers", "transfers_aborted",
              "transfer_tokens", "transfer_time_mean", "transfer_time_max",
              "host_kv_blocks", "host_peak_blocks", "host_stored_blocks",
              "host_evicted_blocks", "host_loaded_tokens", "swap_outs", "swap_ins",
              "swap_refused", "load_wait_mean", "link_out_utilisation",
              "link_in_utilisation", "recompute_avoided_tokens"}
 # Fractions shown as percentages.
-_PERCENTS = {"slo_attainment", "link_out_utilisation", "link_in_utilisation",
+_PERCENTS = {"slo_attainment", "model_flops_utilisation", "hbm_bandwidth_utilisation",
+             "link_out_utilisation", "link_in_utilisation",
              "survival_p10", "survival_p50", "survival_p90"}
 _SLO_FIELDS = ("slo_met", "slo_attainment", "request_goodput")
 _RATES = ("request_throughput", "input_throughput", "output_throughput",
@@ -327,7 +331,8 @@ def replica_rows(clock: Clock) -> tuple[tuple[str, str, str], ...]:
         unit = f"{t}/token" if metric == "tpot" else t
         rows.append((f"{_METRIC_LABELS[metric]} {stat}", unit, f"{metric}_{stat}"))
     rows += [labels[f] for f in ("preemptions", "replay_rows", "cached_tokens",
-                                 "peak_allocated", "mean_batch_tokens", "busy_seconds")]
+                                 "peak_allocated", "mean_batch_tokens", "busy_seconds",
+                                 "model_flops_utilisation", "hbm_bandwidth_utilisation")]
     return tuple(rows)
 
 

@@ -28,6 +28,14 @@ keeps, instead of the event stream itself:
   is the `sent` time `ended` reads), a line of its phase changes while it
   runs, and nothing once it has ended unless the timeline shows it.
 
+With a cost model, `work` (set after the run, cli/runs.py) is the run's
+utilisation over time, a fleet's replicas pooled: an `engine.work_series.
+WorkSeries` of at most 2,048 time buckets, whose `points()` gives per bucket
+its start and end in seconds, the busy share, and MFU and MBU over the
+bucket's length (fractions); None without a cost model. The dispatch
+ledger fills it, since the event records do not carry a dispatch's
+contexts.
+
 The bounded series themselves (`TimeSeries`, `Marks`, `Distribution`, and
 their limits) are `bounded_series`'. Times are kept in clock steps;
 `html_report` turns them into the run's unit.
@@ -40,6 +48,7 @@ import heapq
 from typing import Any, Callable
 
 from ..engine.summary import request_record
+from ..engine.work_series import WorkSeries
 from ..records.clock import Clock
 from . import bounded_series as bounded  # its limits read at run time (tests lower them)
 from .bounded_series import Distribution, Marks, TimeSeries, appended
@@ -136,6 +145,8 @@ class RunSeries:
         # With host memory: (surviving fraction, resumes) pairs of the run, set when
         # it is over (engine/host_summary.survival_counts).
         self.survival: list[tuple[float, int]] = []
+        # With a cost model: busy share, MFU and MBU over time (see the module).
+        self.work: WorkSeries | None = None
         self._handlers = {
             "snapshot": self._snapshot, "dispatch": self._dispatch,
             "preempted": self._preempted, "arrival": self._arrival,

@@ -127,7 +127,7 @@ def test_every_public_name_is_its_modules_object():
     from scheduler_sim.records import errors, options
     from scheduler_sim.requests import request
     homes = {name: api for name in ("Replay", "Run", "build", "check", "events", "load",
-                                    "parse", "replay", "sweep")}
+                                    "parse", "replay", "search", "sweep")}
     homes.update({name: policies for name in ("POLICIES", "Plan", "Policy",
                                               "QueueAndListPolicy", "SchedulerView")})
     homes.update({name: errors for name in ("InvariantError", "PolicyError", "SimError",

@@ -98,29 +98,61 @@ def test_page_is_well_formed_with_every_chart(tmp_path):
     assert tags.stack == [] and tags.scripts == 0
     assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # fetches nothing
     charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
-    assert set(charts) == {"kv", "queues", "tokens", "cdf-ttft", "cdf-tpot", "cdf-itl",
-                           "cdf-e2el", "timeline"}
+    assert set(charts) == {"density-ttft", "density-queue", "marks", "kv-used", "waiting",
+                           "running", "tokens", "cdf-ttft", "cdf-tpot", "cdf-itl",
+                           "cdf-e2el", "kv", "timeline"}
     kinds = [svg.get("data-chart") for svg in _svgs(page)]
-    assert kinds.count("kv") == 2 and kinds.count("timeline") == 2  # one per policy
-
-    def series(svg):
-        return {p.get("data-series") for p in svg.iter(SVG + "polyline")}
+    assert kinds.count("kv") == 2 and kinds.count("timeline") == 2  # per policy, in details
+    assert kinds.count("kv-used") == 1 and kinds.count("cdf-ttft") == 1  # policies overlaid
     assert series(charts["kv"]) == {"allocated", "reserved", "draining", "free"}
-    assert series(charts["queues"]) == {"waiting", "running"}
-    for kind in ("cdf-ttft", "cdf-tpot", "cdf-itl", "cdf-e2el"):
-        assert series(charts[kind]) == {"continuous", "vllm"}
     text = "".join(tags.text)
     for label in ("Summary", "KV blocks under vllm", "Tokens per dispatch", "TTFT", "TPOT",
                   "ITL", "E2EL", "Timeline under continuous", "All 24 requests",
-                  "num_blocks 14", "preemptions"):
+                  "num_blocks 14", "Preemptions and retractions",
+                  "Requests drawn: continuous 24; vllm 24."):
         assert label in text, label
-    # vllm runs out of blocks on this trace: its preemptions are marked.
-    vllm_kv = [s for s in _svgs(page) if s.get("data-chart") == "kv"][1]
-    assert any(line.get("class") == "preemption" for line in vllm_kv.iter(SVG + "line"))
+    # vllm runs out of blocks on this trace: its preemptions are counted, continuous's not.
+    marks = {p.get("data-series") for p in charts["marks"].iter(SVG + "polyline")}
+    run = json.loads(_json(tmp_path, "vllm"))["runs"][0]
+    assert marks == {"continuous (0)", f"vllm ({run['preemptions']})"} and run["preemptions"]
     # The timeline has one group per request, each titled with its id.
     timeline = charts["timeline"]
     titles = [g.find(SVG + "title").text for g in timeline.iter(SVG + "g")]
     assert len(titles) == 24
+
+
+def series(svg, tag: str = "polyline", kind: str = "series"):
+    """The names of the drawn series of a chart (`tag` elements of class `kind`)."""
+    return {p.get("data-series") for p in svg.iter(SVG + tag) if p.get("class") == kind}
+
+
+def _json(tmp_path: Path, policy: str) -> str:
+    out = _Text()
+    assert main(["replay", _trace(tmp_path), "--policy", policy, "--json"], out, _Sink()) == 0
+    return out.text
+
+
+def test_every_policy_is_on_one_chart_per_metric(tmp_path):
+    """Each chart over time and each CDF holds every policy, by name, once: a band and a
+    mean line per policy, a p99 and a p50 line and cells per policy on the densities,
+    one CDF line per policy."""
+    page = _report(tmp_path, _trace(tmp_path), "--policy", "sglang")
+    charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
+    policies = ["continuous", "vllm", "sglang"]
+    for kind in ("kv-used", "waiting", "running", "tokens"):
+        for cls in ("band", "series"):
+            names = [p.get("data-series") for p in charts[kind].iter(SVG + "path")
+                     if p.get("class") == cls]
+            assert names == policies, (kind, cls, names)
+    for kind in ("density-ttft", "density-queue"):
+        lines = [p.get("data-series") for p in charts[kind].iter(SVG + "path")
+                 if p.get("class") == "series"]
+        assert lines == [f"{p} {q}" for p in policies for q in ("p99", "p50")]
+        assert series(charts[kind], "path", "cells") == set(policies)
+    for kind in ("cdf-ttft", "cdf-tpot", "cdf-itl", "cdf-e2el"):
+        assert [p.get("data-series") for p in charts[kind].iter(SVG + "polyline")] == policies
+    legend = [t.text for t in charts["waiting"].iter(SVG + "text")][-3:]
+    assert legend == policies
 
 
 def test_hostile_id_is_text(tmp_path):
@@ -192,7 +224,7 @@ def test_a_binned_distribution_says_so_on_the_page(tmp_path, monkeypatch):
     result = Engine(loaded.workload, options, "vllm").run()
     distinct = {request_record(r)["e2el"] for r in result.requests}
     assert notes[-1] == ("24", str(len(distinct))) and len(notes) == 4
-    assert len(_svgs(page)) == 12
+    assert len(_svgs(page)) == 15
 
 
 def test_downsampling_keeps_peaks():
@@ -276,7 +308,8 @@ def test_browser_draws_the_charts(tmp_path):
     dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=60).stdout
     # After load, the DOM holds every chart and its lines.
-    assert dom.count("<svg") == 12, dom[:300]  # 2 x 3 over time, 4 CDFs, 2 timelines
+    # 7 over time, 4 CDFs, and per policy its KV blocks by state and its timeline.
+    assert dom.count("<svg") == 15, dom[:300]
     assert dom.count("<polyline") >= 20 and "<script" not in dom
     subprocess.run([browser, *flags, "--window-size=1000,2600", "--force-device-scale-factor=0.3",
                     f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=60)

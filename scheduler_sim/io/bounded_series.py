@@ -3,7 +3,10 @@
 time bucket's first minimum and maximum), `Marks` (instants, counted per bucket
 past `ROW_LIMIT`) and `Distribution` (a sample's values, exact up to
 `EXACT_VALUES` distinct ones, then a histogram of at most `MAX_BUCKETS` buckets
-less than 0.1% wide). `report_series.RunSeries` fills them from a run's events.
+less than 0.1% wide) and `BucketMeans` (per time bucket, the count of rows and
+the sum of some columns, for a mean line inside a min/max band). The
+histogram's buckets (`bucket_key`, `bucket_range`) split each doubling of the
+values evenly. `report_series.RunSeries` fills them from a run's events.
 
 Times are clock steps, held in arrays of 64-bit integers, or in a list once a
 step does not fit one (`appended`).
@@ -14,8 +17,8 @@ import math
 from array import array
 from bisect import bisect_left
 
-__all__ = ["TimeSeries", "Marks", "Distribution", "appended", "ROW_LIMIT", "TIME_BUCKETS",
-           "EXACT_VALUES", "MAX_BUCKETS", "FINEST"]
+__all__ = ["TimeSeries", "Marks", "Distribution", "BucketMeans", "appended", "bucket_key",
+           "bucket_range", "ROW_LIMIT", "TIME_BUCKETS", "EXACT_VALUES", "MAX_BUCKETS", "FINEST"]
 
 ROW_LIMIT = 1 << 16   # rows of a series kept exactly; past them it is thinned ...
 TIME_BUCKETS = 2048   # ... to at most this many time buckets (a chart is 740 pixels wide)
@@ -144,7 +147,7 @@ class Marks:
         counts[:] = merged_c
 
 
-def _bucket(value: float, per: int) -> int:
+def bucket_key(value: float, per: int) -> int:
     """The histogram bucket of `value` with `per` buckets per doubling (a power of two):
     buckets split each [2^e, 2^(e+1)) evenly, numbered in the order of their values
     (0 holds only 0; negative values mirror positive ones). Computed exactly
@@ -159,6 +162,64 @@ def _bucket(value: float, per: int) -> int:
         mantissa, exponent = math.frexp(size)  # mantissa in [0.5, 1)
         key = (exponent + 1100) * per + int((mantissa - 0.5) * 2 * per)
     return key if value > 0 else -key
+
+
+_bucket = bucket_key  # (the name the tests know)
+
+
+def bucket_range(key: int, per: int) -> tuple[float, float]:
+    """The values [low, high) of a positive bucket `key` of `bucket_key(_, per)`."""
+    exponent, step = divmod(key, per)
+    exponent -= 1100
+    return (math.ldexp(0.5 + step / (2 * per), exponent),
+            math.ldexp(0.5 + (step + 1) / (2 * per), exponent))
+
+
+class BucketMeans:
+    """Per time bucket (`width` steps, a power of two, at most `TIME_BUCKETS` buckets
+    from time 0, neighbours merging pairwise when a time passes the last), how many
+    rows fell in it (`counts`) and the sum of each of `columns` values over them
+    (`sums`): the mean of any stretch of buckets, in memory bounded however long
+    the run. Times below 0 count in the first bucket."""
+
+    def __init__(self, columns: int) -> None:
+        self.width = 1
+        self.counts: list[int] = []
+        self.sums: list[list[int]] = [[] for _ in range(columns)]
+
+    def add(self, t: int, values: tuple[int, ...] | list[int]) -> None:
+        """One row at time `t` with one value per column."""
+        b = t // self.width if t > 0 else 0
+        counts = self.counts
+        if b >= len(counts):
+            if b >= TIME_BUCKETS:
+                self._widen(t)
+                b = t // self.width
+                counts = self.counts
+            grow = [0] * (b + 1 - len(counts))
+            counts.extend(grow)
+            for column in self.sums:
+                column.extend(grow)
+        counts[b] += 1
+        for column, value in zip(self.sums, values):
+            column[b] += value
+
+    def _widen(self, t: int) -> None:
+        """Double the bucket width (merging neighbours) until `t` falls in a bucket."""
+        while t // self.width >= TIME_BUCKETS:
+            self.width *= 2
+            self.counts = _pairs(self.counts)
+            self.sums = [_pairs(column) for column in self.sums]
+
+    def means(self, column: int) -> list[tuple[int, int, float]]:
+        """(start step, rows, mean of `column`) of every bucket that has rows."""
+        sums, width = self.sums[column], self.width
+        return [(b * width, n, sums[b] / n) for b, n in enumerate(self.counts) if n]
+
+
+def _pairs(values: list[int]) -> list[int]:
+    """Neighbours summed pairwise: [a, b, c] -> [a + b, c]."""
+    return [sum(values[i:i + 2]) for i in range(0, len(values), 2)]
 
 
 class Distribution:

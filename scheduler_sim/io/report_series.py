@@ -10,6 +10,11 @@ keeps, instead of the event stream itself:
   every `dispatch`, as `TimeSeries`: exact up to `ROW_LIMIT` rows, then
   thinned to the rows that hold a column's first minimum or first maximum
   within a time bucket (at most `TIME_BUCKETS` buckets), so no peak is lost;
+- per time bucket the mean of the free blocks, the waiting and the running
+  requests, and of the tokens per dispatch (`BucketMeans`), the line drawn
+  inside each min/max band;
+- per ended request its TTFT and its queue delay at its arrival (`sent`)
+  time, counted in a `DensityGrid` each (every request, in bounded cells);
 - the times of preemptions and of retractions (`preempted`, reason
   `retract`) as `Marks`: exact up to `ROW_LIMIT`, then counted per bucket;
 - the inter-token gaps (ITL) counted by length, exactly as the summary
@@ -42,13 +47,18 @@ from typing import Any, Callable
 from ..engine.summary import request_record
 from ..records.clock import Clock
 from . import bounded_series as bounded  # its limits read at run time (tests lower them)
-from .bounded_series import Distribution, Marks, TimeSeries, appended
+from .bounded_series import BucketMeans, Distribution, Marks, TimeSeries, appended
+from .density_grid import DensityGrid
 
-__all__ = ["RunSeries", "SNAPSHOT_FIELDS", "PHASES", "WAITING", "PREFILL", "DECODE",
+__all__ = ["RunSeries", "SNAPSHOT_FIELDS", "MEAN_FIELDS", "PHASES", "WAITING", "PREFILL", "DECODE",
            "PREEMPTED", "RECOMPUTE", "END", "tee", "TIMELINE_ROWS", "SLOWEST", "SPACED"]
 
 # The counts of a `snapshot` record kept, in this order.
 SNAPSHOT_FIELDS = ("allocated", "reserved", "cached", "draining", "free", "waiting", "running")
+
+# The snapshot counts whose mean per time bucket is kept (`snap_means`), in this order.
+MEAN_FIELDS = ("free", "waiting", "running")
+_MEAN_AT = tuple(SNAPSHOT_FIELDS.index(name) for name in MEAN_FIELDS)
 
 # A request's phases on the timeline, by code.
 WAITING, PREFILL, DECODE, PREEMPTED, RECOMPUTE, END = range(6)
@@ -101,7 +111,11 @@ class RunSeries:
         self.snap_t, self.snap = self.snapshots.t, self.snapshots.columns
         self._latest = [(0,) * len(SNAPSHOT_FIELDS) for _ in range(replicas)]
         self._totals = [0] * len(SNAPSHOT_FIELDS)
+        self.snap_means = BucketMeans(len(MEAN_FIELDS))  # of MEAN_FIELDS
         self.dispatches = TimeSeries(("tokens",))
+        self.disp_means = BucketMeans(1)  # of the tokens per dispatch
+        self.ttft_grid = DensityGrid()   # TTFT against arrival, every request
+        self.queue_grid = DensityGrid()  # queue delay against arrival
         self.disp_t, self.disp_tokens = self.dispatches.t, self.dispatches.columns["tokens"]
         self.preemptions = Marks()  # preemptions other than retractions
         self.retractions = Marks()  # sglang's retractions
@@ -169,6 +183,11 @@ class RunSeries:
             value = record[name]
             if value is not None:
                 getattr(self, name).add(value)
+        if req.sent is not None:
+            if record["ttft"] is not None:
+                self.ttft_grid.add(req.sent, record["ttft"])
+            if record["queue_delay"] is not None:
+                self.queue_grid.add(req.sent, record["queue_delay"])
         end = (record["e2el"], req.sent, req.index)
         line = self._ending.pop(req.rid, None)
         if line is None:
@@ -192,6 +211,7 @@ class RunSeries:
         self.snap_t = self.snapshots.t = appended(self.snap_t, ev.tick)
         for name, value in zip(SNAPSHOT_FIELDS, values):
             snap[name].append(value)
+        self.snap_means.add(ev.tick, [values[i] for i in _MEAN_AT])
         if len(self.snap_t) > bounded.ROW_LIMIT:
             self.snapshots.compact()
         if ev.tick > self.end:
@@ -226,6 +246,7 @@ class RunSeries:
         tick, done, rows = ev.tick, ev.done, ev.rows
         self.disp_t = self.dispatches.t = appended(self.disp_t, tick)
         self.disp_tokens.append(ev.tokens)
+        self.disp_means.add(tick, (ev.tokens,))
         if len(self.disp_t) > bounded.ROW_LIMIT:
             self.dispatches.compact()
         if done > self.end:

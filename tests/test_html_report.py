@@ -19,7 +19,9 @@ from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io import bounded_series
 from scheduler_sim.io.report_series import RunSeries
-from scheduler_sim.io.svg_charts import cdf_points, downsample
+from scheduler_sim.io.html_report import sweep_report
+from scheduler_sim.io.svg_axes import PLOT_W, log_ticks
+from scheduler_sim.io.svg_charts import band_chart, cdf_points, downsample
 from scheduler_sim.io.trace import read_trace
 from scheduler_sim.io.trace_config import resolve_options
 from scheduler_sim.records.clock import Clock
@@ -357,3 +359,89 @@ class _Text:
 
     def flush(self) -> None:
         pass
+
+
+# --- axes, bands and the sweep's page, by hand ------------------------------------------
+
+def test_log_ticks_by_hand():
+    """The richest of decades, 1-2-5 and every digit that gives at most `most` ticks;
+    past `most` decades every second one; within one step, linear round values."""
+    assert log_ticks(0.003, 0.2) == [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
+    assert log_ticks(512, 8192) == [1000.0, 2000.0, 5000.0]
+    assert log_ticks(0.08, 12.5, 6) == [0.1, 1.0, 10.0]
+    assert log_ticks(1.5, 9.5) == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    assert log_ticks(1e-6, 1e4, 6) == [1e-6, 1e-4, 0.01, 1.0, 100.0, 1e4]
+    assert log_ticks(1.1, 1.9) == [1.2, 1.4, 1.6, 1.8]
+
+
+def test_every_latency_cdf_is_on_a_log_axis(tmp_path):
+    """TPOT too (it was linear): each CDF's axis says log scale, and its ticks are the
+    round values between its smallest positive and its largest value."""
+    page = _report(tmp_path, _trace(tmp_path, hostile=False))
+    charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
+    for kind, label in (("cdf-ttft", "TTFT (ticks, log scale)"),
+                        ("cdf-tpot", "TPOT (ticks/token, log scale)"),
+                        ("cdf-itl", "ITL (ticks, log scale)"),
+                        ("cdf-e2el", "E2EL (ticks, log scale)")):
+        texts = [t.text for t in charts[kind].iter(SVG + "text")]
+        assert label in texts, (kind, texts)
+    ticks = [t.text for t in charts["cdf-tpot"].iter(SVG + "text") if t.get("class") == "xtick"]
+    values = [float(t) for t in ticks]
+    assert values == sorted(values) and all(v > 0 for v in values) and len(values) >= 2
+
+
+def test_a_band_holds_its_last_value_and_draws_the_mean_inside():
+    """One pixel column a step (end = PLOT_W), the y axis 0 to 10 over 156 pixels: rows
+    (0, 2), (0, 6), (5, 4). Column 0 ranges 2..6 with mean 4; columns 1-4 have no row
+    and hold 6; column 5 ranges from the 6 it began with down to 4, mean 4."""
+    means = bounded_series.BucketMeans(1)
+    for t, value in ((0, 2), (0, 6), (5, 4)):
+        means.add(t, (value,))
+    chart = band_chart("k", [("p", "#123456", [0, 0, 5], [2, 6, 4], means.means(0), float)],
+                       PLOT_W, 1, "time", "count", top=10)
+    svg = ET.fromstring(chart)
+    paths = {p.get("class"): p.get("d") for p in svg.iter(SVG + "path")}
+    y = {2: "140.8", 4: "109.6", 6: "78.4"}
+    assert paths["series"] == (f"M80.5,{y[4]}L81.5,{y[6]}L82.5,{y[6]}L83.5,{y[6]}"
+                               f"L84.5,{y[6]}L85.5,{y[4]}")
+    upper = "L".join(f"{80 + c}.5,{y[6]}" for c in range(6))
+    lower = "L".join([f"85.5,{y[4]}"] + [f"{80 + c}.5,{y[6]}" for c in (4, 3, 2, 1)]
+                     + [f"80.5,{y[2]}"])
+    assert paths["band"] == f"M{upper}L{lower}Z"
+
+
+def _sweep_svg(rows, axes, x):
+    page = sweep_report("t.jsonl", axes, rows, x, "ttft_p99", "s", "table")
+    start = page.index("<svg")
+    return page, ET.fromstring(page[start:page.index("</svg>", start) + 6])
+
+
+def test_the_sweep_ticks_each_swept_value_on_a_log_axis_with_distinct_markers():
+    """num_blocks 512, 2048, 8192 span 16x: a log x axis ticked at each of them; the
+    metric 0.1, 1, 10 spans 100x: a log y axis ticked 0.1, 1, 10. Two identical lines
+    each keep their points, as a circle and a square, and their own dash."""
+    rows = [{"num_blocks": n, "policy": p, "ttft_p99": v} for p in ("vllm", "sglang")
+            for n, v in ((512, 0.1), (2048, 1.0), (8192, 10.0))]
+    page, svg = _sweep_svg(rows, ["num_blocks", "policy"], "num_blocks")
+    texts = lambda cls: [t.text for t in svg.iter(SVG + "text") if t.get("class") == cls]
+    assert texts("xtick") == ["512", "2048", "8192"]
+    assert texts("ytick") == ["0.1", "1", "10"]
+    points = [(p.get("data-series"), p.get("data-marker")) for p in svg.iter()
+              if p.get("class") == "point"]
+    assert points == [("vllm", "circle")] * 3 + [("sglang", "square")] * 3
+    lines = {p.get("data-series"): p.get("stroke-dasharray") for p in svg.iter(SVG + "polyline")}
+    assert lines == {"vllm": None, "sglang": "6,3"}
+    assert "ttft_p99 (s) against num_blocks, one line per policy." in page
+    assert "num_blocks (log scale)" in texts(None)
+
+
+def test_a_sweep_over_policies_alone_is_drawn_as_bars():
+    """x = policy (categorical): a bar per policy, no line; 300 pixels tall, 246 of plot,
+    the y axis 0 to 5 x 1.08: the bar of 5.0 is 227.8 pixels, that of 3.0 136.7."""
+    rows = [{"policy": "vllm", "ttft_p99": 3.0}, {"policy": "sglang", "ttft_p99": 5.0}]
+    page, svg = _sweep_svg(rows, ["policy"], "policy")
+    bars = [(r.get("data-x"), r.get("height")) for r in svg.iter(SVG + "rect")
+            if r.get("class") == "bar"]
+    assert bars == [("vllm", "136.7"), ("sglang", "227.8")]
+    assert list(svg.iter(SVG + "polyline")) == []
+    assert "ttft_p99 (s) against policy, one bar per value of policy." in page

@@ -61,14 +61,10 @@ class DensityGrid:
         if cell is None:
             cell = self.cells[column] = {}
         cell[row] = cell.get(row, 0) + 1
-        rows = self.rows
-        if row not in rows:
-            rows[row] = 0
-            if len(rows) > MAX_ROWS and self.per_doubling > 1:
-                self._merge_rows()
-                row = bucket_key(value, self.per_doubling) if value > 0 else 0
-        rows[row] += 1
+        self.rows[row] = self.rows.get(row, 0) + 1
         self.total += 1
+        if len(self.rows) > MAX_ROWS and self.per_doubling > 1:
+            self._merge_rows()
 
     def _merge_columns(self) -> None:
         """Neighbouring columns become one: the width doubles."""

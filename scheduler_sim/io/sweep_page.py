@@ -69,10 +69,8 @@ def sweep_report(trace_name: str, axes: list[str], rows: list[dict[str, Any]], x
            f"<title>scheduler-sim sweep: {esc(trace_name)}</title>\n",
            f"<style>{PAGE_STYLE}</style>\n</head>\n<body>\n",
            f"<h1>scheduler-sim sweep: {esc(trace_name)}</h1>\n",
-           f"<p>{esc(metric)} ({esc(unit)}) against {esc(x)}, one "
-           + ("bar" if not numeric else "line") + " per "
-           + ("policy" if axes == [x, "policy"] or axes == ["policy", x]
-              else "combination of the other swept values") + ".</p>\n"]
+           f"<p>{esc(metric)} ({esc(unit)}) against {esc(x)}, "
+           + _drawn_as(axes, x, numeric) + ".</p>\n"]
     if not ys:
         out.append(f'<p class="note">No configuration has a value of {esc(metric)}.</p>\n')
     elif numeric:
@@ -82,6 +80,18 @@ def sweep_report(trace_name: str, axes: list[str], rows: list[dict[str, Any]], x
     out += ["<h2>Configurations</h2>\n<pre>", html.escape(table), "</pre>\n",
             "</body>\n</html>\n"]
     return "".join(out)
+
+
+def _drawn_as(axes: list[str], x: str, numeric: bool) -> str:
+    """What the chart draws, in words: `one line per policy`, `one bar per policy`..."""
+    others = [name for name in axes if name != x]
+    shape = "line" if numeric else "bar"
+    if not others:
+        return f"one {shape}" if numeric else f"one bar per value of {esc(x)}"
+    if others == ["policy"]:
+        return f"one {shape} per policy" + ("" if numeric else f" for each value of {esc(x)}")
+    return (f"one {shape} per combination of the other swept values"
+            + ("" if numeric else f" for each value of {esc(x)}"))
 
 
 def _y_axis(ys: list[float]) -> tuple[float, float, bool]:

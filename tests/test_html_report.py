@@ -445,3 +445,17 @@ def test_a_sweep_over_policies_alone_is_drawn_as_bars():
     assert bars == [("vllm", "136.7"), ("sglang", "227.8")]
     assert list(svg.iter(SVG + "polyline")) == []
     assert "ttft_p99 (s) against policy, one bar per value of policy." in page
+
+
+def test_a_band_of_blocks_in_use_holds_what_was_in_use():
+    """Free blocks of a pool of 10, shown as the percentage in use: 10 free at step 0
+    (0% in use), 4 free at step 3 (60%). Columns 1 and 2 hold 0%; column 3 ranges from
+    the 0% it began with to 60%; the y axis is 0 to 100 over 156 pixels."""
+    chart = band_chart("k", [("p", "#123456", [0, 3], [10, 4], [],
+                              lambda free: (10 - free) * 100 / 10)],
+                       PLOT_W, 1, "time", "% of the pool", top=100)
+    svg = ET.fromstring(chart)
+    band = next(p.get("d") for p in svg.iter(SVG + "path") if p.get("class") == "band")
+    y0, y60 = "172.0", "78.4"
+    assert band == (f"M80.5,{y0}L81.5,{y0}L82.5,{y0}L83.5,{y60}"
+                    f"L83.5,{y0}L82.5,{y0}L81.5,{y0}L80.5,{y0}Z")

@@ -133,17 +133,18 @@ def band_chart(kind: str, bands: list[Band], end: int, xunit: float, xlabel: str
         ranges, line = [], []
         last = None
         for c, low, high, final in column_ranges(xs, ys, 0, end):
-            if hold and last is not None:
+            if hold and last is not None:  # (`last`: the previous column's, as stored)
+                held = shown(last)
                 for gap in range(ranges[-1][0] + 1, c):
-                    ranges.append((gap, last, last))
-                    line.append((gap, last))
+                    ranges.append((gap, held, held))
+                    line.append((gap, held))
                 low, high = min(low, last), max(high, last)
             a, b = shown(low), shown(high)
             ranges.append((c, min(a, b), max(a, b)))
             if c in columns:
                 rows, total = columns[c]
                 line.append((c, shown(total / rows)))
-            last = shown(final)
+            last = final
         drawn.append((name, color, ranges, line))
     most = max((high for *_, ranges, _ in drawn for _, _, high in ranges), default=1)
     if log:

@@ -237,13 +237,13 @@ def marker(shape: str, cx: float, cy: float, color: str, name: str, title: str,
 
 
 def legend_parts(items: list[tuple[str, str]], dashes: list[str] | None = None,
-                 shapes: list[str] | None = None) -> list[str]:
+                 shapes: list[str] | None = None, first: int = 0) -> list[str]:
     """A chart's legend at its right: a swatch (a line, with its dash and marker when
-    given) and a name per (name, color)."""
+    given) and a name per (name, color), from its `first` row on."""
     parts = []
     x0 = LEFT + PLOT_W + 12
     for i, (name, color) in enumerate(items):
-        y = TOP + 8 + 16 * i
+        y = TOP + 8 + 16 * (i + first)
         if dashes is None and shapes is None:
             parts.append(f'<rect x="{x0}" y="{y - 7}" width="12" height="8" fill="{color}"/>')
         else:

@@ -291,6 +291,8 @@ def density_chart(kind: str, label: str, unit: str,
             parts.append(f'<path class="series" data-series="{esc(name)} {what}" fill="none" '
                          f'stroke="{color}" stroke-width="1.6"{extra} d="{"".join(d)}"/>')
     parts += legend_parts([(name, color) for name, color, _ in grids])
+    parts += legend_parts([("p99", "#555"), ("p50", "#555")], ["", "5,3"],
+                          first=len(grids) + 1)
     return svg(kind, parts, DENSITY_HEIGHT)
 
 

@@ -249,7 +249,7 @@ def density_chart(kind: str, label: str, unit: str,
         return f'<p class="note">No {esc(label)} values.</p>\n'
     zero = any(row == 0 for _, row in rows)
     lo = min((low for low, _ in positive), default=1.0)
-    hi = max((high for _, high in positive), default=lo * 10)
+    hi = max((high for _, high in positive), default=lo * 10) * 1.2  # (headroom)
     axes = Axes(0, end, lo, hi, x_scale=xunit, log_y=True, height=DENSITY_HEIGHT, zero=zero)
     parts = axes.frame(xlabel, f"{label} ({unit}, log scale)")
     most = max(count for _, _, grid in grids for cell in grid.cells.values()
@@ -264,12 +264,15 @@ def density_chart(kind: str, label: str, unit: str,
             for row, count in sorted(grid.cells[column].items()):
                 if row == 0:
                     y0, y1 = round(axes.y(0)) - 5, round(axes.y(0)) + 5
-                else:
+                else:  # (at least 3 pixels tall, so that a lone band shows)
                     low, high = grid.row_range(row)
                     y0, y1 = round(axes.y(high)), round(axes.y(low))
+                    if y1 - y0 < 3:
+                        y0 = (y0 + y1) // 2 - 1
+                        y1 = y0 + 3
                 level = min(len(OPACITY) - 1,
                             int(math.log1p(count) / math.log1p(most) * len(OPACITY)))
-                paths[level].append(f"M{x0},{y0}h{x1 - x0}v{max(1, y1 - y0)}h{x0 - x1}z")
+                paths[level].append(f"M{x0},{y0}h{x1 - x0}v{y1 - y0}h{x0 - x1}z")
         for level, cells in enumerate(paths):
             if cells:
                 parts.append(f'<path class="cells" data-series="{esc(name)}" '

@@ -312,7 +312,9 @@ def test_browser_draws_the_charts(tmp_path):
     # After load, the DOM holds every chart and its lines.
     # 7 over time, 4 CDFs, and per policy its KV blocks by state and its timeline.
     assert dom.count("<svg") == 15, dom[:300]
-    assert dom.count("<polyline") >= 20 and "<script" not in dom
+    # Per policy: p99 and p50 on each of 2 densities, a preemption line, a mean on each
+    # of 4 bands, 4 CDFs and its 4 KV block states (no cached blocks here): 2 x 17.
+    assert dom.count('class="series"') == 34 and "<script" not in dom
     subprocess.run([browser, *flags, "--window-size=1000,2600", "--force-device-scale-factor=0.3",
                     f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=60)
     width, height, bpp, rows = _png_pixels(shot.read_bytes())

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .density_grid import DensityGrid
 from .report_series import END, PHASES
@@ -108,7 +108,8 @@ def cdf_points(counts: Sequence[tuple[float, int]], limit: int = CDF_POINTS
 
 # One policy's band: name, colour, times and values of its kept rows (ascending times),
 # the (start step, rows, mean) of its buckets, and the value drawn for a stored one.
-Band = tuple[str, str, Sequence[int], Sequence[int], list[tuple[int, int, float]], "object"]
+Band = tuple[str, str, Sequence[int], Sequence[int], list[tuple[int, int, float]],
+             Callable[[float], float]]
 
 
 def band_chart(kind: str, bands: list[Band], end: int, xunit: float, xlabel: str,

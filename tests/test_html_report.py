@@ -461,3 +461,26 @@ def test_a_band_of_blocks_in_use_holds_what_was_in_use():
     y0, y60 = "172.0", "78.4"
     assert band == (f"M80.5,{y0}L81.5,{y0}L82.5,{y0}L83.5,{y60}"
                     f"L83.5,{y0}L82.5,{y0}L81.5,{y0}L80.5,{y0}Z")
+
+
+def test_the_charts_over_time_share_their_x_axis(tmp_path):
+    """The densities (by arrival), preemptions, blocks in use, queues and tokens span the
+    same plot (80 to 1,110 pixels) and tick the same times at the same places, so
+    they line up one above the other; the timeline's rows are counted on its y axis."""
+    page = _report(tmp_path, _trace(tmp_path, hostile=False))
+    charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
+    frames = set()
+    for kind in ("density-ttft", "density-queue", "marks", "kv-used", "waiting", "running",
+                 "tokens"):
+        svg = charts[kind]
+        plot = next(svg.iter(SVG + "rect"))
+        ticks = tuple((t.get("x"), t.text) for t in svg.iter(SVG + "text")
+                      if t.get("class") == "xtick")
+        frames.add((plot.get("x"), plot.get("width"), ticks))
+    assert len(frames) == 1
+    (x, width, ticks), = frames
+    assert (x, width) == ("80", "1030") and ticks[0] == ("80.0", "0")
+    timeline = [t.text for t in charts["timeline"].iter(SVG + "text")]
+    assert "request (by arrival)" in timeline
+    assert [t.text for t in charts["timeline"].iter(SVG + "text")
+            if t.get("class") == "ytick"] == ["5", "10", "15", "20"]

@@ -58,7 +58,8 @@ SNAPSHOT_FIELDS = ("allocated", "reserved", "cached", "draining", "free", "waiti
 
 # The snapshot counts whose mean per time bucket is kept (`snap_means`), in this order.
 MEAN_FIELDS = ("free", "waiting", "running")
-_MEAN_AT = tuple(SNAPSHOT_FIELDS.index(name) for name in MEAN_FIELDS)
+_MEANS = slice(SNAPSHOT_FIELDS.index(MEAN_FIELDS[0]), SNAPSHOT_FIELDS.index(MEAN_FIELDS[-1]) + 1)
+assert SNAPSHOT_FIELDS[_MEANS] == MEAN_FIELDS  # (next to each other: one slice)
 
 # A request's phases on the timeline, by code.
 WAITING, PREFILL, DECODE, PREEMPTED, RECOMPUTE, END = range(6)
@@ -211,7 +212,7 @@ class RunSeries:
         self.snap_t = self.snapshots.t = appended(self.snap_t, ev.tick)
         for name, value in zip(SNAPSHOT_FIELDS, values):
             snap[name].append(value)
-        self.snap_means.add(ev.tick, [values[i] for i in _MEAN_AT])
+        self.snap_means.add(ev.tick, values[_MEANS])
         if len(self.snap_t) > bounded.ROW_LIMIT:
             self.snapshots.compact()
         if ev.tick > self.end:

@@ -17,8 +17,8 @@ from typing import Any
 from .terminal_text import printable
 
 __all__ = ["Axes", "svg", "legend_parts", "esc", "coord", "tick_label", "linear_ticks",
-           "log_ticks", "marker", "MARKERS", "PAGE_STYLE", "DASHES", "WIDTH", "HEIGHT", "LEFT", "RIGHT",
-           "TOP", "BOTTOM", "PLOT_W", "POLICY_COLORS"]
+           "log_ticks", "marker", "MARKERS", "PAGE_STYLE", "DASHES", "WIDTH", "HEIGHT",
+           "LEFT", "RIGHT", "TOP", "BOTTOM", "PLOT_W", "POLICY_COLORS"]
 
 WIDTH, HEIGHT = 1280, 210  # a chart, in CSS pixels (it shrinks to a narrower window)
 LEFT, RIGHT, TOP, BOTTOM = 80, 170, 16, 38  # its margins (the legend sits on the right)

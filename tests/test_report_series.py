@@ -383,3 +383,23 @@ def test_bucket_means_merge_pairwise_by_hand(monkeypatch):
     means.add(9, (10,))
     assert means.width == 4 and (means.counts, means.sums) == ([3, 0, 1], [[12, 0, 10]])
     assert means.means(0) == [(0, 3, 4.0), (8, 1, 10.0)]
+
+
+def test_a_series_counts_each_row_once_in_its_means_through_compactions(monkeypatch):
+    """ROW_LIMIT 4, TIME_BUCKETS 2: rows (t, a) appended as RunSeries appends them,
+    compacting past 4 rows. Compaction thins the rows but the means count every row
+    once: 0..9 with a = t x 10 end in buckets of 8 steps, [0, 8) 8 rows summing to
+    280 (mean 35), [8, 16) 2 rows summing to 170 (mean 85)."""
+    monkeypatch.setattr(bs, "ROW_LIMIT", 4)
+    monkeypatch.setattr(bs, "TIME_BUCKETS", 2)
+    series = bs.TimeSeries(("a", "b"), ("a",))
+    for t in range(10):
+        series.t.append(t)
+        series.columns["a"].append(t * 10)
+        series.columns["b"].append(0)
+        if len(series.t) > bs.ROW_LIMIT:
+            series.compact()
+    assert series.compactions > 0 and len(series.t) < 10
+    series.fold()
+    series.fold()  # (a second fold adds nothing)
+    assert series.means.width == 8 and series.means.means(0) == [(0, 8, 35.0), (8, 2, 85.0)]

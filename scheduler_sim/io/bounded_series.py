@@ -53,11 +53,11 @@ def _bucket_width(t: array, buckets: int, width: int) -> int:
     return width
 
 
-def _runs(t: array, width: int) -> list[tuple[int, int]]:
-    """The [start, end) index ranges of `t` that fall in one bucket of `width` steps
-    each (times ascend; if they do not, each range still moves on)."""
+def _runs(t: array, width: int, start: int = 0) -> list[tuple[int, int]]:
+    """The [start, end) index ranges of `t` (from index `start`) that fall in one bucket
+    of `width` steps each (times ascend; if they do not, each range still moves on)."""
     out = []
-    start, n = 0, len(t)
+    n = len(t)
     while start < n:
         bucket = t[start] // width
         end = bisect_left(t, (bucket + 1) * width, start)
@@ -71,7 +71,12 @@ def _runs(t: array, width: int) -> list[tuple[int, int]]:
 class TimeSeries:
     """Rows of counts over time: a time (`t`, clock steps, ascending) and a column
     per name (`columns`), appended by the caller, who calls `compact` once there
-    are more than `ROW_LIMIT` rows.
+    are more than `ROW_LIMIT` rows, and `fold` after the last row.
+
+    The columns named in `means` are also summed per time bucket into `means`
+    (a `BucketMeans`), every row once: the rows appended since the last fold
+    are counted in bulk when the series compacts (before it thins them) or
+    folds, so appending a row stays a few array appends.
 
     Until then every row is kept (the charts draw what they drew before). A
     compaction splits time into buckets of `width` steps (a power of two, the
@@ -82,17 +87,34 @@ class TimeSeries:
     The arrays are rewritten in place (a reference to them stays valid).
     """
 
-    def __init__(self, names: tuple[str, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], means: tuple[str, ...] = ()) -> None:
         self.t = array("q")
         self.columns = {name: array("q") for name in names}
         self.width = 1
         self.compactions = 0
+        self.means = BucketMeans(len(means))
+        self._summed = [self.columns[name] for name in means]
+        self.folded = 0  # rows counted in `means` so far
+
+    def fold(self) -> None:
+        """Count the rows appended since the last fold into `means`."""
+        t, start = self.t, self.folded
+        if start >= len(t) or not self._summed:
+            self.folded = len(t)
+            return
+        means = self.means
+        means.reach(t[-1])
+        for first, end in _runs(t, means.width, start):
+            means.add_rows(t[first], end - first,
+                           [sum(column[first:end]) for column in self._summed])
+        self.folded = len(t)
 
     def __len__(self) -> int:
         return len(self.t)
 
     def compact(self) -> None:
         """Thin the rows as the class docstring says."""
+        self.fold()
         t = self.t
         n = len(t)
         if n == 0:
@@ -109,6 +131,7 @@ class TimeSeries:
         t[:] = _like(t, [t[i] for i in rows])
         for column in columns:
             column[:] = array("q", [column[i] for i in rows])
+        self.folded = len(t)  # (every row kept was counted)
         self.compactions += 1
 
 
@@ -189,22 +212,24 @@ class BucketMeans:
 
     def add(self, t: int, values: tuple[int, ...] | list[int]) -> None:
         """One row at time `t` with one value per column."""
+        self.add_rows(t, 1, values)
+
+    def add_rows(self, t: int, rows: int, sums: tuple[int, ...] | list[int]) -> None:
+        """`rows` rows at time `t` (or within its bucket), their values summing to
+        `sums`, one per column."""
+        self.reach(t)
         b = t // self.width if t > 0 else 0
         counts = self.counts
         if b >= len(counts):
-            if b >= TIME_BUCKETS:
-                self._widen(t)
-                b = t // self.width
-                counts = self.counts
             grow = [0] * (b + 1 - len(counts))
             counts.extend(grow)
             for column in self.sums:
                 column.extend(grow)
-        counts[b] += 1
-        for column, value in zip(self.sums, values):
+        counts[b] += rows
+        for column, value in zip(self.sums, sums):
             column[b] += value
 
-    def _widen(self, t: int) -> None:
+    def reach(self, t: int) -> None:
         """Double the bucket width (merging neighbours) until `t` falls in a bucket."""
         while t // self.width >= TIME_BUCKETS:
             self.width *= 2

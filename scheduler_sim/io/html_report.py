@@ -175,18 +175,18 @@ def _over_time(series: list[RunSeries], colors: dict[str, str], end: int, xunit:
     free, waiting, running = (MEAN_FIELDS.index(n) for n in ("free", "waiting", "running"))
     out.append("<h3>KV blocks in use (the pool less its free blocks)</h3>\n")
     out.append(band_chart("kv-used", [
-        (s.policy, colors[s.policy], s.snap_t, s.snap["free"], s.snap_means.means(free),
+        (s.policy, colors[s.policy], s.snap_t, s.snap["free"], s.snapshots.means.means(free),
          _in_use(s.num_blocks)) for s in series], end, xunit, xlabel, "% of the pool",
         top=100))
     for kind, label, column in (("waiting", "Waiting requests", waiting),
                                 ("running", "Running requests", running)):
         out.append(f"<h3>{label}</h3>\n")
         out.append(band_chart(kind, [
-            (s.policy, colors[s.policy], s.snap_t, s.snap[kind], s.snap_means.means(column),
+            (s.policy, colors[s.policy], s.snap_t, s.snap[kind], s.snapshots.means.means(column),
              float) for s in series], end, xunit, xlabel, "requests"))
     out.append("<h3>Tokens per dispatch</h3>\n")
     out.append(band_chart("tokens", [
-        (s.policy, colors[s.policy], s.disp_t, s.disp_tokens, s.disp_means.means(0), float)
+        (s.policy, colors[s.policy], s.disp_t, s.disp_tokens, s.dispatches.means.means(0), float)
         for s in series], end, xunit, xlabel, "tokens", log=True, hold=False))
     return out
 

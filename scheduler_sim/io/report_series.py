@@ -11,8 +11,8 @@ keeps, instead of the event stream itself:
   thinned to the rows that hold a column's first minimum or first maximum
   within a time bucket (at most `TIME_BUCKETS` buckets), so no peak is lost;
 - per time bucket the mean of the free blocks, the waiting and the running
-  requests, and of the tokens per dispatch (`BucketMeans`), the line drawn
-  inside each min/max band;
+  requests, and of the tokens per dispatch (each `TimeSeries`'s `means`),
+  the line drawn inside each min/max band;
 - per ended request its TTFT and its queue delay at its arrival (`sent`)
   time, counted in a `DensityGrid` each (every request, in bounded cells);
 - the times of preemptions and of retractions (`preempted`, reason
@@ -47,7 +47,7 @@ from typing import Any, Callable
 from ..engine.summary import request_record
 from ..records.clock import Clock
 from . import bounded_series as bounded  # its limits read at run time (tests lower them)
-from .bounded_series import BucketMeans, Distribution, Marks, TimeSeries, appended
+from .bounded_series import Distribution, Marks, TimeSeries, appended
 from .density_grid import DensityGrid
 
 __all__ = ["RunSeries", "SNAPSHOT_FIELDS", "MEAN_FIELDS", "PHASES", "WAITING", "PREFILL", "DECODE",
@@ -56,10 +56,8 @@ __all__ = ["RunSeries", "SNAPSHOT_FIELDS", "MEAN_FIELDS", "PHASES", "WAITING", "
 # The counts of a `snapshot` record kept, in this order.
 SNAPSHOT_FIELDS = ("allocated", "reserved", "cached", "draining", "free", "waiting", "running")
 
-# The snapshot counts whose mean per time bucket is kept (`snap_means`), in this order.
+# The snapshot counts whose mean per time bucket is kept (`snapshots.means`), in order.
 MEAN_FIELDS = ("free", "waiting", "running")
-_MEANS = slice(SNAPSHOT_FIELDS.index(MEAN_FIELDS[0]), SNAPSHOT_FIELDS.index(MEAN_FIELDS[-1]) + 1)
-assert SNAPSHOT_FIELDS[_MEANS] == MEAN_FIELDS  # (next to each other: one slice)
 
 # A request's phases on the timeline, by code.
 WAITING, PREFILL, DECODE, PREEMPTED, RECOMPUTE, END = range(6)
@@ -108,13 +106,11 @@ class RunSeries:
         self.num_blocks = num_blocks * replicas  # the pool, a fleet's in all
         self.replicas = replicas
         self.requests = requests
-        self.snapshots = TimeSeries(SNAPSHOT_FIELDS)
+        self.snapshots = TimeSeries(SNAPSHOT_FIELDS, MEAN_FIELDS)
         self.snap_t, self.snap = self.snapshots.t, self.snapshots.columns
         self._latest = [(0,) * len(SNAPSHOT_FIELDS) for _ in range(replicas)]
         self._totals = [0] * len(SNAPSHOT_FIELDS)
-        self.snap_means = BucketMeans(len(MEAN_FIELDS))  # of MEAN_FIELDS
-        self.dispatches = TimeSeries(("tokens",))
-        self.disp_means = BucketMeans(1)  # of the tokens per dispatch
+        self.dispatches = TimeSeries(("tokens",), ("tokens",))
         self.ttft_grid = DensityGrid()   # TTFT against arrival, every request
         self.queue_grid = DensityGrid()  # queue delay against arrival
         self.disp_t, self.disp_tokens = self.dispatches.t, self.dispatches.columns["tokens"]
@@ -212,7 +208,6 @@ class RunSeries:
         self.snap_t = self.snapshots.t = appended(self.snap_t, ev.tick)
         for name, value in zip(SNAPSHOT_FIELDS, values):
             snap[name].append(value)
-        self.snap_means.add(ev.tick, values[_MEANS])
         if len(self.snap_t) > bounded.ROW_LIMIT:
             self.snapshots.compact()
         if ev.tick > self.end:
@@ -247,7 +242,6 @@ class RunSeries:
         tick, done, rows = ev.tick, ev.done, ev.rows
         self.disp_t = self.dispatches.t = appended(self.disp_t, tick)
         self.disp_tokens.append(ev.tokens)
-        self.disp_means.add(tick, (ev.tokens,))
         if len(self.disp_t) > bounded.ROW_LIMIT:
             self.dispatches.compact()
         if done > self.end:
@@ -357,9 +351,12 @@ class RunSeries:
                 heapq.heapreplace(self.slowest, entry)
 
     def finish(self) -> None:
-        """After the run: fold in what a last folded stretch left pending, and keep
-        the lines of requests that did not end (a run cut short)."""
+        """After the run: fold in what a last folded stretch left pending, count the
+        last rows of the series into their means, and keep the lines of requests
+        that did not end (a run cut short)."""
         self._flush_rows()
+        self.snapshots.fold()
+        self.dispatches.fold()
         for rid, line in list(self._ending.items()):
             self._keep(rid, line, None)
         for rid, line in list(self._live.items()):

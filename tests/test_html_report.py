@@ -484,3 +484,25 @@ def test_the_charts_over_time_share_their_x_axis(tmp_path):
     assert "request (by arrival)" in timeline
     assert [t.text for t in charts["timeline"].iter(SVG + "text")
             if t.get("class") == "ytick"] == ["5", "10", "15", "20"]
+
+
+def test_the_density_draws_one_cell_per_counted_cell(tmp_path, monkeypatch):
+    """Every nonempty cell of a policy's grid is drawn once (a subpath of its cells),
+    after the columns merged (COLUMNS 4), and the cells count all 24 requests."""
+    from scheduler_sim.io import density_grid
+    from scheduler_sim.io.svg_charts import density_chart
+    monkeypatch.setattr(density_grid, "COLUMNS", 4)
+    loaded = read_trace(_trace(tmp_path, hostile=False))
+    options, _ = resolve_options(loaded.config, {})
+    seen = RunSeries("vllm", Clock.of(options), options.num_blocks,
+                     requests=len(loaded.workload))
+    Engine(loaded.workload, options, "vllm", on_event=seen, on_request_end=seen.ended).run()
+    seen.finish()
+    grid = seen.ttft_grid
+    assert grid.width > 1 and grid.total == 24
+    assert sum(sum(cell.values()) for cell in grid.cells.values()) == 24
+    svg = ET.fromstring(density_chart("d", "TTFT", "ticks", [("vllm", "#000", grid)],
+                                      seen.end, 1, "arrival"))
+    drawn = sum(p.get("d").count("M") for p in svg.iter(SVG + "path")
+                if p.get("class") == "cells")
+    assert drawn == sum(len(cell) for cell in grid.cells.values())

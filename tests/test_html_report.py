@@ -155,6 +155,16 @@ def test_every_policy_is_on_one_chart_per_metric(tmp_path):
         assert [p.get("data-series") for p in charts[kind].iter(SVG + "polyline")] == policies
     legend = [t.text for t in charts["waiting"].iter(SVG + "text")][-3:]
     assert legend == policies
+    # Each policy's drawings carry its index, for the radio buttons that show it alone.
+    for kind in ("density-ttft", "kv-used", "tokens", "marks", "cdf-tpot"):
+        tagged = [(p.get("data-series").split(" ")[0], p.get("data-policy"))
+                  for p in charts[kind].iter() if p.get("data-policy") is not None]
+        assert tagged and all(policies.index(name) == int(index) for name, index in tagged)
+        assert {name for name, _ in tagged} == set(policies)
+    assert page.count('<input type="radio" name="shown"') == 4
+    for i in range(3):
+        assert (f'#shown-{i}:checked ~ svg [data-policy]:not([data-policy="{i}"]) '
+                "{ display: none; }") in page
 
 
 def test_hostile_id_is_text(tmp_path):
@@ -327,6 +337,32 @@ def test_browser_draws_the_charts(tmp_path):
             if max(r, g, b) - min(r, g, b) > 60:
                 colored += 1
     assert colored > 500, (width, height, colored)
+
+
+@pytest.mark.slow  # headless Chromium renders the page twice: 5 s of CPU
+def test_choosing_a_policy_hides_the_others_in_a_browser(tmp_path):
+    """With vllm chosen (the second radio button checked) the first policy's blue
+    (#1f77b4) is gone from the charts: what stays is its legend swatches."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium binary on PATH; .ci/run installs Debian's chromium")
+    page = _report(tmp_path, _trace(tmp_path, hostile=False))
+    chosen = page.replace('id="shown-all" checked', 'id="shown-all"').replace(
+        'id="shown-1">', 'id="shown-1" checked>')
+    assert chosen.count(" checked") == 1 and 'id="shown-1" checked' in chosen
+    blue = []
+    for name, text in (("all.html", page), ("one.html", chosen)):
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        shot = tmp_path / f"{name}.png"
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", "--no-first-run",
+                        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2600",
+                        f"--screenshot={shot}", path.as_uri()], capture_output=True, timeout=60)
+        _, _, bpp, rows = _png_pixels(shot.read_bytes())
+        blue.append(sum(1 for row in rows for i in range(0, len(row), bpp)
+                        if row[i + 2] > 150 and row[i] < 120 and row[i + 2] - row[i] > 60))
+    assert blue[1] * 4 < blue[0], blue
 
 
 def test_a_preemption_mode_adds_where_resumed_rows_came_back_from(tmp_path):

@@ -108,7 +108,7 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
     fleet = options.replicas > 1
     out = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
            f"<title>scheduler-sim report: {esc(trace_name)}</title>\n",
-           f"<style>{PAGE_STYLE}</style>\n</head>\n<body>\n",
+           f"<style>{PAGE_STYLE}{_chooser_style(len(series))}</style>\n</head>\n<body>\n",
            f"<h1>scheduler-sim replay: {esc(trace_name)}</h1>\n",
            f"<p>Policies: {', '.join(esc(n) for n in names)}. Times in {esc(unit)}."
            + (f" A fleet of {options.replicas} replicas: the charts over time show "
@@ -158,7 +158,11 @@ def _over_time(series: list[RunSeries], colors: dict[str, str], end: int, xunit:
            "a cell the darker the more requests it holds; the lines are each policy's p99 "
            f"(solid) and median (dashed) over windows of about {WINDOW_REQUESTS} arrivals, "
            "to within a band. The others show, per pixel column, the range from the "
-           "minimum to the maximum (light) and the mean (line).</p>\n"]
+           "minimum to the maximum (light) and the mean (line)."
+           + (" Where the policies overlap, choose one to see it alone." if len(series) > 1
+              else "") + "</p>\n"]
+    if len(series) > 1:
+        out.append(_chooser(series))
     for kind, label, what in (("ttft", "TTFT", "ttft_grid"),
                               ("queue", "queue delay", "queue_grid")):
         grids = [(s.policy, colors[s.policy], getattr(s, what)) for s in series]
@@ -189,6 +193,25 @@ def _over_time(series: list[RunSeries], colors: dict[str, str], end: int, xunit:
         (s.policy, colors[s.policy], s.disp_t, s.disp_tokens, s.dispatches.means.means(0), float)
         for s in series], end, xunit, xlabel, "tokens", log=True, hold=False))
     return out
+
+
+def _chooser(series: list[RunSeries]) -> str:
+    """Radio buttons that show every policy, or one alone, on the charts that follow
+    them (no script: `_chooser_style` hides the others' cells, bands and lines)."""
+    buttons = ['<span class="chooser">Show:</span>\n<input type="radio" name="shown" '
+               'id="shown-all" checked><label for="shown-all">every policy</label>\n']
+    for i, s in enumerate(series):
+        buttons.append(f'<input type="radio" name="shown" id="shown-{i}"><label '
+                       f'for="shown-{i}">{esc(s.policy)}</label>\n')
+    return "".join(buttons)
+
+
+def _chooser_style(policies: int) -> str:
+    """The CSS of `_chooser`: with policy i chosen, what belongs to another is hidden."""
+    if policies < 2:
+        return ""
+    return "".join(f'#shown-{i}:checked ~ svg [data-policy]:not([data-policy="{i}"]) '
+                   "{ display: none; }\n" for i in range(policies))
 
 
 def _in_use(pool: int):

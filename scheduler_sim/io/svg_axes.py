@@ -37,6 +37,7 @@ p.note { font-size: 0.9em; color: #555; max-width: 1280px; }
 ul.legend { list-style: none; padding: 0; font-size: 13px; }
 ul.legend li { margin: 2px 0; } ul.legend svg { vertical-align: middle; margin-right: 6px; }
 details { margin: 0.8em 0; } summary { cursor: pointer; font-weight: bold; }
+span.chooser { font-weight: bold; margin-right: 0.4em; } label { margin-right: 1em; }
 """  # the pages' CSS
 MARKERS = ("circle", "square", "triangle", "diamond", "down", "cross", "plus", "hexagon")
 DASHES = ("", "6,3", "2,2", "8,3,2,3", "4,4", "1,3")
@@ -198,10 +199,13 @@ class Axes:
         return parts
 
     def polyline(self, points: list[tuple[float, float]], color: str, name: str,
-                 dash: str = "", width: float = 1.2) -> str:
-        """A line through data `points` (`dash`: an SVG dash array), named for its legend."""
+                 dash: str = "", width: float = 1.2, policy: int | None = None) -> str:
+        """A line through data `points` (`dash`: an SVG dash array), named for its legend
+        (`policy`: the index of the policy it belongs to, for the page's chooser)."""
         coords = " ".join(f"{coord(self.x(x))},{coord(self.y(y))}" for x, y in points)
         extra = f' stroke-dasharray="{dash}"' if dash else ""
+        if policy is not None:
+            extra += f' data-policy="{policy}"'
         return (f'<polyline class="series" data-series="{esc(name)}" fill="none" '
                 f'stroke="{color}" stroke-width="{width}"{extra} points="{coords}"/>')
 

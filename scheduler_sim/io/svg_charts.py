@@ -154,22 +154,24 @@ def band_chart(kind: str, bands: list[Band], end: int, xunit: float, xlabel: str
     axes = Axes(0, end, 1 if log else 0, top if top is not None else (most * 1.05 or 1),
                 x_scale=xunit, height=height, log_y=log)
     parts = axes.frame(xlabel, ylabel + (", log scale" if log else ""))
-    for name, color, ranges, line in drawn:
+    for i, (name, color, ranges, line) in enumerate(drawn):
         d = []
         for run in _runs(ranges):
             upper = "L".join(f"{LEFT + c}.5,{coord(axes.y(high))}" for c, _, high in run)
             lower = "L".join(f"{LEFT + c}.5,{coord(axes.y(low))}" for c, low, _ in reversed(run))
             d.append(f"M{upper}L{lower}Z")
         if d:
-            parts.append(f'<path class="band" data-series="{esc(name)}" fill="{color}" '
+            parts.append(f'<path class="band" data-series="{esc(name)}" data-policy="{i}" '
+                         f'fill="{color}" '
                          f'fill-opacity="0.2" stroke="{color}" stroke-opacity="0.2" '
                          f'stroke-width="0.5" d="{"".join(d)}"/>')
-    for name, color, ranges, line in drawn:
+    for i, (name, color, ranges, line) in enumerate(drawn):
         d = ["M" + "L".join(f"{LEFT + c}.5,{coord(axes.y(v))}" for c, v in run)
              for run in _runs(line)]
         if d:
-            parts.append(f'<path class="series" data-series="{esc(name)}" fill="none" '
-                         f'stroke="{color}" stroke-width="1.3" d="{"".join(d)}"/>')
+            parts.append(f'<path class="series" data-series="{esc(name)}" data-policy="{i}" '
+                         f'fill="none" stroke="{color}" stroke-width="1.3" '
+                         f'd="{"".join(d)}"/>')
     parts += legend_parts([(name, color) for name, color, *_ in drawn])
     return svg(kind, parts, height)
 
@@ -197,23 +199,23 @@ def marks_chart(kind: str, marks: list[tuple[str, str, Marks, Marks]], end: int,
             counts[min(MARK_BINS - 1, max(0, int(t / width)))] += count
         return counts
     lines = []
-    for name, color, preempted, retracted in marks:
+    for i, (name, color, preempted, retracted) in enumerate(marks):
         for what, m, dash in (("preemptions", preempted, ""), ("retractions", retracted,
                                                                "4,2")):
             if m.total or what == "preemptions":
                 label = f"{name} ({m.total:,})" if what == "preemptions" else (
                     f"{name} retractions ({m.total:,})")
-                lines.append((label, color, binned(m), dash))
-    most = max((max(c) for _, _, c, _ in lines), default=0)
+                lines.append((label, color, binned(m), dash, i))
+    most = max((max(c) for _, _, c, _, _ in lines), default=0)
     axes = Axes(0, end, 0, max(1, most * 1.1), x_scale=xunit, height=height)
     parts = axes.frame(xlabel, f"per {tick_label(width * xunit)} {unit}")
-    for name, color, counts, dash in lines:
+    for name, color, counts, dash, i in lines:
         steps = []
         for b, count in enumerate(counts):
             steps += [(b * width, count), ((b + 1) * width, count)]
-        parts.append(axes.polyline(steps, color, name, dash))
-    parts += legend_parts([(name, color) for name, color, _, _ in lines],
-                          dashes=[dash for *_, dash in lines])
+        parts.append(axes.polyline(steps, color, name, dash, policy=i))
+    parts += legend_parts([(name, color) for name, color, *_ in lines],
+                          dashes=[dash for _, _, _, dash, _ in lines])
     return svg(kind, parts, height)
 
 
@@ -256,7 +258,7 @@ def density_chart(kind: str, label: str, unit: str,
     most = max(count for _, _, grid in grids for cell in grid.cells.values()
                for count in cell.values())
     right = LEFT + PLOT_W
-    for name, color, grid in grids:
+    for i, (name, color, grid) in enumerate(grids):
         paths: list[list[str]] = [[] for _ in OPACITY]
         for column in sorted(grid.cells):
             # Whole pixels: neighbouring cells share their edges, and the path is short.
@@ -277,9 +279,9 @@ def density_chart(kind: str, label: str, unit: str,
         for level, cells in enumerate(paths):
             if cells:
                 parts.append(f'<path class="cells" data-series="{esc(name)}" '
-                             f'data-level="{level}" fill="{color}" '
+                             f'data-policy="{i}" data-level="{level}" fill="{color}" '
                              f'fill-opacity="{OPACITY[level]}" d="{"".join(cells)}"/>')
-    for name, color, grid in grids:
+    for i, (name, color, grid) in enumerate(grids):
         for fraction, dash, what in ((0.99, "", "p99"), (0.5, "5,3", "p50")):
             d = []
             pen = False
@@ -292,8 +294,9 @@ def density_chart(kind: str, label: str, unit: str,
                 d.append(f"{'L' if pen else 'M'}{x0},{y}L{x1},{y}")
                 pen = True
             extra = f' stroke-dasharray="{dash}"' if dash else ""
-            parts.append(f'<path class="series" data-series="{esc(name)} {what}" fill="none" '
-                         f'stroke="{color}" stroke-width="1.6"{extra} d="{"".join(d)}"/>')
+            parts.append(f'<path class="series" data-series="{esc(name)} {what}" '
+                         f'data-policy="{i}" fill="none" stroke="{color}" stroke-width="1.6"'
+                         f'{extra} d="{"".join(d)}"/>')
     parts += legend_parts([(name, color) for name, color, _ in grids])
     parts += legend_parts([("p99", "#555"), ("p50", "#555")], ["", "5,3"],
                           first=len(grids) + 1)
@@ -339,7 +342,7 @@ def cdf_chart(kind: str, label: str, unit: str,
                 0, 1, log_x=log_x)
     xlabel = f"{label} ({unit}{', log scale' if log_x else ''})"
     parts = axes.frame(xlabel, "fraction of samples")
-    for name, color, counts in lines:
+    for i, (name, color, counts) in enumerate(lines):
         if not counts:
             continue
         points = cdf_points(counts)
@@ -349,7 +352,7 @@ def cdf_chart(kind: str, label: str, unit: str,
             x = max(value, floor) if log_x else value
             steps += [(x, below), (x, frac)]
             below = frac
-        parts.append(axes.polyline(steps, color, name))
+        parts.append(axes.polyline(steps, color, name, policy=i))
     parts += legend_parts([(name, color) for name, color, _ in lines])
     return svg(kind, parts)
 

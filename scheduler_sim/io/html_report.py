@@ -14,7 +14,9 @@ out to explain a latency, every policy on the same axes (a colour per policy):
   preemptions and retractions per stretch of the run, the KV blocks in use
   (the pool less its free blocks, as a percentage), the waiting and the
   running requests and the tokens per dispatch: for each, per pixel column,
-  the band between the minimum and the maximum and the mean inside it;
+  the band between the minimum and the maximum and the mean inside it.
+  Radio buttons above them show every policy or one alone (`_chooser`: CSS
+  hides the drawings tagged with another policy's index);
 - TTFT, TPOT, ITL and end-to-end latency CDFs, one line per policy, on log
   axes, from the exact values, or from a histogram past
   `bounded_series.EXACT_VALUES` distinct values (the page says so under the

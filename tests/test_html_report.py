@@ -19,7 +19,9 @@ from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io import bounded_series
 from scheduler_sim.io.report_series import RunSeries
-from scheduler_sim.io.svg_charts import cdf_points, downsample
+from scheduler_sim.io.html_report import sweep_report
+from scheduler_sim.io.svg_axes import PLOT_W, log_ticks
+from scheduler_sim.io.svg_charts import band_chart, cdf_points, downsample
 from scheduler_sim.io.trace import read_trace
 from scheduler_sim.io.trace_config import resolve_options
 from scheduler_sim.records.clock import Clock
@@ -98,29 +100,71 @@ def test_page_is_well_formed_with_every_chart(tmp_path):
     assert tags.stack == [] and tags.scripts == 0
     assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # fetches nothing
     charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
-    assert set(charts) == {"kv", "queues", "tokens", "cdf-ttft", "cdf-tpot", "cdf-itl",
-                           "cdf-e2el", "timeline"}
+    assert set(charts) == {"density-ttft", "density-queue", "marks", "kv-used", "waiting",
+                           "running", "tokens", "cdf-ttft", "cdf-tpot", "cdf-itl",
+                           "cdf-e2el", "kv", "timeline"}
     kinds = [svg.get("data-chart") for svg in _svgs(page)]
-    assert kinds.count("kv") == 2 and kinds.count("timeline") == 2  # one per policy
-
-    def series(svg):
-        return {p.get("data-series") for p in svg.iter(SVG + "polyline")}
+    assert kinds.count("kv") == 2 and kinds.count("timeline") == 2  # per policy, in details
+    assert kinds.count("kv-used") == 1 and kinds.count("cdf-ttft") == 1  # policies overlaid
     assert series(charts["kv"]) == {"allocated", "reserved", "draining", "free"}
-    assert series(charts["queues"]) == {"waiting", "running"}
-    for kind in ("cdf-ttft", "cdf-tpot", "cdf-itl", "cdf-e2el"):
-        assert series(charts[kind]) == {"continuous", "vllm"}
     text = "".join(tags.text)
     for label in ("Summary", "KV blocks under vllm", "Tokens per dispatch", "TTFT", "TPOT",
                   "ITL", "E2EL", "Timeline under continuous", "All 24 requests",
-                  "num_blocks 14", "preemptions"):
+                  "num_blocks 14", "Preemptions and retractions",
+                  "Requests drawn: continuous 24; vllm 24."):
         assert label in text, label
-    # vllm runs out of blocks on this trace: its preemptions are marked.
-    vllm_kv = [s for s in _svgs(page) if s.get("data-chart") == "kv"][1]
-    assert any(line.get("class") == "preemption" for line in vllm_kv.iter(SVG + "line"))
+    # vllm runs out of blocks on this trace: its preemptions are counted, continuous's not.
+    marks = {p.get("data-series") for p in charts["marks"].iter(SVG + "polyline")}
+    run = json.loads(_json(tmp_path, "vllm"))["runs"][0]
+    assert marks == {"continuous (0)", f"vllm ({run['preemptions']})"} and run["preemptions"]
     # The timeline has one group per request, each titled with its id.
     timeline = charts["timeline"]
     titles = [g.find(SVG + "title").text for g in timeline.iter(SVG + "g")]
     assert len(titles) == 24
+
+
+def series(svg, tag: str = "polyline", kind: str = "series"):
+    """The names of the drawn series of a chart (`tag` elements of class `kind`)."""
+    return {p.get("data-series") for p in svg.iter(SVG + tag) if p.get("class") == kind}
+
+
+def _json(tmp_path: Path, policy: str) -> str:
+    out = _Text()
+    assert main(["replay", _trace(tmp_path), "--policy", policy, "--json"], out, _Sink()) == 0
+    return out.text
+
+
+def test_every_policy_is_on_one_chart_per_metric(tmp_path):
+    """Each chart over time and each CDF holds every policy, by name, once: a band and a
+    mean line per policy, a p99 and a p50 line and cells per policy on the densities,
+    one CDF line per policy."""
+    page = _report(tmp_path, _trace(tmp_path), "--policy", "sglang")
+    charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
+    policies = ["continuous", "vllm", "sglang"]
+    for kind in ("kv-used", "waiting", "running", "tokens"):
+        for cls in ("band", "series"):
+            names = [p.get("data-series") for p in charts[kind].iter(SVG + "path")
+                     if p.get("class") == cls]
+            assert names == policies, (kind, cls, names)
+    for kind in ("density-ttft", "density-queue"):
+        lines = [p.get("data-series") for p in charts[kind].iter(SVG + "path")
+                 if p.get("class") == "series"]
+        assert lines == [f"{p} {q}" for p in policies for q in ("p99", "p50")]
+        assert series(charts[kind], "path", "cells") == set(policies)
+    for kind in ("cdf-ttft", "cdf-tpot", "cdf-itl", "cdf-e2el"):
+        assert [p.get("data-series") for p in charts[kind].iter(SVG + "polyline")] == policies
+    legend = [t.text for t in charts["waiting"].iter(SVG + "text")][-3:]
+    assert legend == policies
+    # Each policy's drawings carry its index, for the radio buttons that show it alone.
+    for kind in ("density-ttft", "kv-used", "tokens", "marks", "cdf-tpot"):
+        tagged = [(p.get("data-series").split(" ")[0], p.get("data-policy"))
+                  for p in charts[kind].iter() if p.get("data-policy") is not None]
+        assert tagged and all(policies.index(name) == int(index) for name, index in tagged)
+        assert {name for name, _ in tagged} == set(policies)
+    assert page.count('<input type="radio" name="shown"') == 4
+    for i in range(3):
+        assert (f'#shown-{i}:checked ~ svg [data-policy]:not([data-policy="{i}"]) '
+                "{ display: none; }") in page
 
 
 def test_hostile_id_is_text(tmp_path):
@@ -192,7 +236,7 @@ def test_a_binned_distribution_says_so_on_the_page(tmp_path, monkeypatch):
     result = Engine(loaded.workload, options, "vllm").run()
     distinct = {request_record(r)["e2el"] for r in result.requests}
     assert notes[-1] == ("24", str(len(distinct))) and len(notes) == 4
-    assert len(_svgs(page)) == 12
+    assert len(_svgs(page)) == 15
 
 
 def test_downsampling_keeps_peaks():
@@ -276,8 +320,11 @@ def test_browser_draws_the_charts(tmp_path):
     dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=60).stdout
     # After load, the DOM holds every chart and its lines.
-    assert dom.count("<svg") == 12, dom[:300]  # 2 x 3 over time, 4 CDFs, 2 timelines
-    assert dom.count("<polyline") >= 20 and "<script" not in dom
+    # 7 over time, 4 CDFs, and per policy its KV blocks by state and its timeline.
+    assert dom.count("<svg") == 15, dom[:300]
+    # Per policy: p99 and p50 on each of 2 densities, a preemption line, a mean on each
+    # of 4 bands, 4 CDFs and its 4 KV block states (no cached blocks here): 2 x 17.
+    assert dom.count('class="series"') == 34 and "<script" not in dom
     subprocess.run([browser, *flags, "--window-size=1000,2600", "--force-device-scale-factor=0.3",
                     f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=60)
     width, height, bpp, rows = _png_pixels(shot.read_bytes())
@@ -290,6 +337,32 @@ def test_browser_draws_the_charts(tmp_path):
             if max(r, g, b) - min(r, g, b) > 60:
                 colored += 1
     assert colored > 500, (width, height, colored)
+
+
+@pytest.mark.slow  # headless Chromium renders the page twice: 5 s of CPU
+def test_choosing_a_policy_hides_the_others_in_a_browser(tmp_path):
+    """With vllm chosen (the second radio button checked) the first policy's blue
+    (#1f77b4) is gone from the charts: what stays is its legend swatches."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium binary on PATH; .ci/run installs Debian's chromium")
+    page = _report(tmp_path, _trace(tmp_path, hostile=False))
+    chosen = page.replace('id="shown-all" checked', 'id="shown-all"').replace(
+        'id="shown-1">', 'id="shown-1" checked>')
+    assert chosen.count(" checked") == 1 and 'id="shown-1" checked' in chosen
+    blue = []
+    for name, text in (("all.html", page), ("one.html", chosen)):
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        shot = tmp_path / f"{name}.png"
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", "--no-first-run",
+                        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2600",
+                        f"--screenshot={shot}", path.as_uri()], capture_output=True, timeout=60)
+        _, _, bpp, rows = _png_pixels(shot.read_bytes())
+        blue.append(sum(1 for row in rows for i in range(0, len(row), bpp)
+                        if row[i + 2] > 150 and row[i] < 120 and row[i + 2] - row[i] > 60))
+    assert blue[1] * 4 < blue[0], blue
 
 
 def test_a_preemption_mode_adds_where_resumed_rows_came_back_from(tmp_path):
@@ -324,3 +397,148 @@ class _Text:
 
     def flush(self) -> None:
         pass
+
+
+# --- axes, bands and the sweep's page, by hand ------------------------------------------
+
+def test_log_ticks_by_hand():
+    """The richest of decades, 1-2-5 and every digit that gives at most `most` ticks;
+    past `most` decades every second one; within one step, linear round values."""
+    assert log_ticks(0.003, 0.2) == [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
+    assert log_ticks(512, 8192) == [1000.0, 2000.0, 5000.0]
+    assert log_ticks(0.08, 12.5, 6) == [0.1, 1.0, 10.0]
+    assert log_ticks(1.5, 9.5) == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    assert log_ticks(1e-6, 1e4, 6) == [1e-6, 1e-4, 0.01, 1.0, 100.0, 1e4]
+    assert log_ticks(1.1, 1.9) == [1.2, 1.4, 1.6, 1.8]
+
+
+def test_every_latency_cdf_is_on_a_log_axis(tmp_path):
+    """TPOT too (it was linear): each CDF's axis says log scale, and its ticks are the
+    round values between its smallest positive and its largest value."""
+    page = _report(tmp_path, _trace(tmp_path, hostile=False))
+    charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
+    for kind, label in (("cdf-ttft", "TTFT (ticks, log scale)"),
+                        ("cdf-tpot", "TPOT (ticks/token, log scale)"),
+                        ("cdf-itl", "ITL (ticks, log scale)"),
+                        ("cdf-e2el", "E2EL (ticks, log scale)")):
+        texts = [t.text for t in charts[kind].iter(SVG + "text")]
+        assert label in texts, (kind, texts)
+    ticks = [t.text for t in charts["cdf-tpot"].iter(SVG + "text") if t.get("class") == "xtick"]
+    values = [float(t) for t in ticks]
+    assert values == sorted(values) and all(v > 0 for v in values) and len(values) >= 2
+
+
+def test_a_band_holds_its_last_value_and_draws_the_mean_inside():
+    """One pixel column a step (end = PLOT_W), the y axis 0 to 10 over 156 pixels: rows
+    (0, 2), (0, 6), (5, 4). Column 0 ranges 2..6 with mean 4; columns 1-4 have no row
+    and hold 6; column 5 ranges from the 6 it began with down to 4, mean 4."""
+    means = bounded_series.BucketMeans(1)
+    for t, value in ((0, 2), (0, 6), (5, 4)):
+        means.add(t, (value,))
+    chart = band_chart("k", [("p", "#123456", [0, 0, 5], [2, 6, 4], means.means(0), float)],
+                       PLOT_W, 1, "time", "count", top=10)
+    svg = ET.fromstring(chart)
+    paths = {p.get("class"): p.get("d") for p in svg.iter(SVG + "path")}
+    y = {2: "140.8", 4: "109.6", 6: "78.4"}
+    assert paths["series"] == (f"M80.5,{y[4]}L81.5,{y[6]}L82.5,{y[6]}L83.5,{y[6]}"
+                               f"L84.5,{y[6]}L85.5,{y[4]}")
+    upper = "L".join(f"{80 + c}.5,{y[6]}" for c in range(6))
+    lower = "L".join([f"85.5,{y[4]}"] + [f"{80 + c}.5,{y[6]}" for c in (4, 3, 2, 1)]
+                     + [f"80.5,{y[2]}"])
+    assert paths["band"] == f"M{upper}L{lower}Z"
+
+
+def _sweep_svg(rows, axes, x):
+    page = sweep_report("t.jsonl", axes, rows, x, "ttft_p99", "s", "table")
+    start = page.index("<svg")
+    return page, ET.fromstring(page[start:page.index("</svg>", start) + 6])
+
+
+def test_the_sweep_ticks_each_swept_value_on_a_log_axis_with_distinct_markers():
+    """num_blocks 512, 2048, 8192 span 16x: a log x axis ticked at each of them; the
+    metric 0.1, 1, 10 spans 100x: a log y axis ticked 0.1, 1, 10. Two identical lines
+    each keep their points, as a circle and a square, and their own dash."""
+    rows = [{"num_blocks": n, "policy": p, "ttft_p99": v} for p in ("vllm", "sglang")
+            for n, v in ((512, 0.1), (2048, 1.0), (8192, 10.0))]
+    page, svg = _sweep_svg(rows, ["num_blocks", "policy"], "num_blocks")
+    texts = lambda cls: [t.text for t in svg.iter(SVG + "text") if t.get("class") == cls]
+    assert texts("xtick") == ["512", "2048", "8192"]
+    assert texts("ytick") == ["0.1", "1", "10"]
+    points = [(p.get("data-series"), p.get("data-marker")) for p in svg.iter()
+              if p.get("class") == "point"]
+    assert points == [("vllm", "circle")] * 3 + [("sglang", "square")] * 3
+    lines = {p.get("data-series"): p.get("stroke-dasharray") for p in svg.iter(SVG + "polyline")}
+    assert lines == {"vllm": None, "sglang": "6,3"}
+    assert "ttft_p99 (s) against num_blocks, one line per policy." in page
+    assert "num_blocks (log scale)" in texts(None)
+
+
+def test_a_sweep_over_policies_alone_is_drawn_as_bars():
+    """x = policy (categorical): a bar per policy, no line; 300 pixels tall, 246 of plot,
+    the y axis 0 to 5 x 1.08: the bar of 5.0 is 227.8 pixels, that of 3.0 136.7."""
+    rows = [{"policy": "vllm", "ttft_p99": 3.0}, {"policy": "sglang", "ttft_p99": 5.0}]
+    page, svg = _sweep_svg(rows, ["policy"], "policy")
+    bars = [(r.get("data-x"), r.get("height")) for r in svg.iter(SVG + "rect")
+            if r.get("class") == "bar"]
+    assert bars == [("vllm", "136.7"), ("sglang", "227.8")]
+    assert list(svg.iter(SVG + "polyline")) == []
+    assert "ttft_p99 (s) against policy, one bar per value of policy." in page
+
+
+def test_a_band_of_blocks_in_use_holds_what_was_in_use():
+    """Free blocks of a pool of 10, shown as the percentage in use: 10 free at step 0
+    (0% in use), 4 free at step 3 (60%). Columns 1 and 2 hold 0%; column 3 ranges from
+    the 0% it began with to 60%; the y axis is 0 to 100 over 156 pixels."""
+    chart = band_chart("k", [("p", "#123456", [0, 3], [10, 4], [],
+                              lambda free: (10 - free) * 100 / 10)],
+                       PLOT_W, 1, "time", "% of the pool", top=100)
+    svg = ET.fromstring(chart)
+    band = next(p.get("d") for p in svg.iter(SVG + "path") if p.get("class") == "band")
+    y0, y60 = "172.0", "78.4"
+    assert band == (f"M80.5,{y0}L81.5,{y0}L82.5,{y0}L83.5,{y60}"
+                    f"L83.5,{y0}L82.5,{y0}L81.5,{y0}L80.5,{y0}Z")
+
+
+def test_the_charts_over_time_share_their_x_axis(tmp_path):
+    """The densities (by arrival), preemptions, blocks in use, queues and tokens span the
+    same plot (80 to 1,110 pixels) and tick the same times at the same places, so
+    they line up one above the other; the timeline's rows are counted on its y axis."""
+    page = _report(tmp_path, _trace(tmp_path, hostile=False))
+    charts = {svg.get("data-chart"): svg for svg in _svgs(page)}
+    frames = set()
+    for kind in ("density-ttft", "density-queue", "marks", "kv-used", "waiting", "running",
+                 "tokens"):
+        svg = charts[kind]
+        plot = next(svg.iter(SVG + "rect"))
+        ticks = tuple((t.get("x"), t.text) for t in svg.iter(SVG + "text")
+                      if t.get("class") == "xtick")
+        frames.add((plot.get("x"), plot.get("width"), ticks))
+    assert len(frames) == 1
+    (x, width, ticks), = frames
+    assert (x, width) == ("80", "1030") and ticks[0] == ("80.0", "0")
+    timeline = [t.text for t in charts["timeline"].iter(SVG + "text")]
+    assert "request (by arrival)" in timeline
+    assert [t.text for t in charts["timeline"].iter(SVG + "text")
+            if t.get("class") == "ytick"] == ["5", "10", "15", "20"]
+
+
+def test_the_density_draws_one_cell_per_counted_cell(tmp_path, monkeypatch):
+    """Every nonempty cell of a policy's grid is drawn once (a subpath of its cells),
+    after the columns merged (COLUMNS 4), and the cells count all 24 requests."""
+    from scheduler_sim.io import density_grid
+    from scheduler_sim.io.svg_charts import density_chart
+    monkeypatch.setattr(density_grid, "COLUMNS", 4)
+    loaded = read_trace(_trace(tmp_path, hostile=False))
+    options, _ = resolve_options(loaded.config, {})
+    seen = RunSeries("vllm", Clock.of(options), options.num_blocks,
+                     requests=len(loaded.workload))
+    Engine(loaded.workload, options, "vllm", on_event=seen, on_request_end=seen.ended).run()
+    seen.finish()
+    grid = seen.ttft_grid
+    assert grid.width > 1 and grid.total == 24
+    assert sum(sum(cell.values()) for cell in grid.cells.values()) == 24
+    svg = ET.fromstring(density_chart("d", "TTFT", "ticks", [("vllm", "#000", grid)],
+                                      seen.end, 1, "arrival"))
+    drawn = sum(p.get("d").count("M") for p in svg.iter(SVG + "path")
+                if p.get("class") == "cells")
+    assert drawn == sum(len(cell) for cell in grid.cells.values())

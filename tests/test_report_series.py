@@ -5,13 +5,16 @@ does not grow with the number of requests."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from array import array
 
 import pytest
 
 from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io import bounded_series as bs
+from scheduler_sim.io import density_grid as dg
 from scheduler_sim.io import report_series as rs
 from scheduler_sim.io.generator import WorkloadSpec, generate
 from scheduler_sim.io.trace import parse_trace
@@ -277,3 +280,126 @@ def test_a_waiting_request_costs_nothing(monkeypatch):
     assert result.summary["preemptions"] == 0
     assert most["waiting"] > 1000 and most["excess"] <= 0
     assert len(seen.timeline()) == 300
+
+
+# --- every request against its arrival: the density grid ---------------------------------
+
+def _cells(grid: dg.DensityGrid) -> dict[int, dict[int, int]]:
+    return {column: dict(cell) for column, cell in grid.cells.items()}
+
+
+def test_density_grid_columns_merge_pairwise_and_keep_every_request(monkeypatch):
+    """COLUMNS 4, 8 rows per doubling: 1.0 is row (1 + 1100) x 8 = 8808, 2.0 is 8816,
+    3.0 is 8820 (frexp 0.75 x 2^2: step 4), 0 has row 0. Arrivals at 0 and 3 fit
+    columns of one step; one at 5 doubles the width (columns 0 and 3 become 0 and
+    1, it lands in 2); one at 17 doubles it twice more (everything before it in
+    column 0 of 8 steps, it in 2). The counts always sum to the requests added."""
+    monkeypatch.setattr(dg, "COLUMNS", 4)
+    grid = dg.DensityGrid()
+    for t, value in ((0, 1.0), (3, 1.0), (3, 0)):
+        grid.add(t, value)
+    assert grid.width == 1 and _cells(grid) == {0: {8808: 1}, 3: {8808: 1, 0: 1}}
+    grid.add(5, 3.0)
+    assert grid.width == 2 and _cells(grid) == {0: {8808: 1}, 1: {8808: 1, 0: 1},
+                                                2: {8820: 1}}
+    grid.add(17, 2.0)
+    assert grid.width == 8 and _cells(grid) == {0: {8808: 2, 0: 1, 8820: 1}, 2: {8816: 1}}
+    assert grid.total == 5 == sum(sum(cell.values()) for cell in grid.cells.values())
+    assert grid.rows == {8808: 2, 0: 1, 8820: 1, 8816: 1}
+    assert grid.row_range(8808) == (1.0, 1.125) and grid.row_range(0) == (0.0, 0.0)
+    assert grid.column_count() == 3
+
+
+def test_density_grid_rows_merge_and_percentiles_by_hand(monkeypatch):
+    """MAX_ROWS 2: 1.0 (row 8808), 1.2 (mantissa 0.6: step 1, 8809) and 1.9 (step 7,
+    8815) are three rows at 8 per doubling; at 4 per doubling they are two, [1, 1.25)
+    holding two requests and [1.75, 2) one. The median (rank 2 of 3) is drawn at the
+    first row's geometric middle, sqrt(1.25); p99 (rank 3) at sqrt(1.75 x 2)."""
+    monkeypatch.setattr(dg, "MAX_ROWS", 2)
+    grid = dg.DensityGrid()
+    for value in (1.0, 1.2, 1.9):
+        grid.add(0, value)
+    assert grid.per_doubling == 4 and _cells(grid) == {0: {4404: 2, 4407: 1}}
+    assert grid.rows == {4404: 2, 4407: 1} and grid.total == 3
+    assert grid.row_range(4407) == (1.75, 2.0)
+    assert grid.percentile(range(0, 1), 0.5) == math.sqrt(1.25)
+    assert grid.percentile(range(0, 1), 0.99) == math.sqrt(3.5)
+    assert grid.percentile(range(1, 3), 0.5) is None
+
+
+def test_density_grid_does_not_depend_on_the_order_of_its_requests(monkeypatch):
+    """3,000 requests added in two orders, through merges of both columns and rows, end
+    in the same cells, and the cells count every one of them."""
+    monkeypatch.setattr(dg, "COLUMNS", 8)
+    monkeypatch.setattr(dg, "MAX_ROWS", 10)
+    rng = random.Random(7)
+    requests = [(rng.randrange(10_000), rng.choice((0, rng.lognormvariate(0, 1.5))))
+                for _ in range(3000)]
+    forward, backward = dg.DensityGrid(), dg.DensityGrid()
+    for t, value in requests:
+        forward.add(t, value)
+    for t, value in reversed(requests):
+        backward.add(t, value)
+    assert _cells(forward) == _cells(backward) and forward.rows == backward.rows
+    assert forward.width == 2048 and forward.per_doubling < dg.FINEST
+    assert sum(sum(c.values()) for c in forward.cells.values()) == 3000 == forward.total
+
+
+def test_a_run_counts_every_request_in_its_cell(monkeypatch):
+    """A replay of 40 requests with COLUMNS 2 (so the columns merge as the run goes):
+    each request sits in the cell of its `sent` step and its TTFT (its queue delay)
+    as its per-request record gives them, and the counts sum to the 40 requests."""
+    monkeypatch.setattr(dg, "COLUMNS", 2)
+    records = generate(WorkloadSpec(seed=3, requests=40, rate=0.5))
+    trace = _trace(records)
+    options, _ = resolve_options(trace.config, {})
+    seen = rs.RunSeries("vllm", Clock.of(options), options.num_blocks,
+                        requests=len(trace.workload))
+    result = Engine(trace.workload, options, "vllm", on_event=seen, on_request_end=seen.ended,
+                    keep_requests=True).run()
+    seen.finish()
+    for grid, field in ((seen.ttft_grid, "ttft"), (seen.queue_grid, "queue_delay")):
+        expected: dict[int, dict[int, int]] = {}
+        for req in result.requests:
+            value = request_record(req)[field]
+            row = bs.bucket_key(value, grid.per_doubling) if value > 0 else 0
+            cell = expected.setdefault(req.sent // grid.width, {})
+            cell[row] = cell.get(row, 0) + 1
+        assert grid.width > 1 and _cells(grid) == expected
+        assert grid.total == 40 == sum(sum(c.values()) for c in grid.cells.values())
+
+
+# --- means inside the bands -------------------------------------------------------------
+
+def test_bucket_means_merge_pairwise_by_hand(monkeypatch):
+    """TIME_BUCKETS 4: rows (t, value) (0, 2), (1, 4), (3, 6) fill buckets of one step;
+    (9, 10) needs buckets of 4 steps: [0, 4) holds 3 rows summing to 12 (mean 4), [8,
+    12) the last (mean 10)."""
+    monkeypatch.setattr(bs, "TIME_BUCKETS", 4)
+    means = bs.BucketMeans(1)
+    for t, value in ((0, 2), (1, 4), (3, 6)):
+        means.add(t, (value,))
+    assert (means.counts, means.sums) == ([1, 1, 0, 1], [[2, 4, 0, 6]])
+    means.add(9, (10,))
+    assert means.width == 4 and (means.counts, means.sums) == ([3, 0, 1], [[12, 0, 10]])
+    assert means.means(0) == [(0, 3, 4.0), (8, 1, 10.0)]
+
+
+def test_a_series_counts_each_row_once_in_its_means_through_compactions(monkeypatch):
+    """ROW_LIMIT 4, TIME_BUCKETS 2: rows (t, a) appended as RunSeries appends them,
+    compacting past 4 rows. Compaction thins the rows but the means count every row
+    once: 0..9 with a = t x 10 end in buckets of 8 steps, [0, 8) 8 rows summing to
+    280 (mean 35), [8, 16) 2 rows summing to 170 (mean 85)."""
+    monkeypatch.setattr(bs, "ROW_LIMIT", 4)
+    monkeypatch.setattr(bs, "TIME_BUCKETS", 2)
+    series = bs.TimeSeries(("a", "b"), ("a",))
+    for t in range(10):
+        series.t.append(t)
+        series.columns["a"].append(t * 10)
+        series.columns["b"].append(0)
+        if len(series.t) > bs.ROW_LIMIT:
+            series.compact()
+    assert series.compactions > 0 and len(series.t) < 10
+    series.fold()
+    series.fold()  # (a second fold adds nothing)
+    assert series.means.width == 8 and series.means.means(0) == [(0, 8, 35.0), (8, 2, 85.0)]

@@ -164,6 +164,7 @@ def test_python_m_holds_signals_before_it_loads_the_entry_module():
 # importers, calibration fitting and the pytest plugin. Each is loaded only by the
 # command or the output that needs it.
 UNUSED_BY_REPLAY = ("scheduler_sim.io.html_report", "scheduler_sim.io.svg_charts",
+                    "scheduler_sim.io.svg_axes", "scheduler_sim.io.sweep_page",
                     "scheduler_sim.io.perfetto", "scheduler_sim.io.expectations",
                     "scheduler_sim.io.junit", "scheduler_sim.io.sweep",
                     "scheduler_sim.cli.sweep", "scheduler_sim.cli.workers", "multiprocessing",
@@ -183,7 +184,9 @@ def test_a_plain_replay_loads_no_report_perfetto_sweep_importers_or_workers():
     report = subprocess.run(run + ["--report", os.devnull], cwd=ROOT, capture_output=True,
                             text=True, check=True)
     assert set(report.stdout.split()) == {"scheduler_sim.io.html_report",
-                                          "scheduler_sim.io.svg_charts"}
+                                          "scheduler_sim.io.svg_charts",
+                                          "scheduler_sim.io.svg_axes",
+                                          "scheduler_sim.io.sweep_page"}
 
 
 def test_converts_formats_are_the_importers():

@@ -344,7 +344,8 @@ def _svg_points(page: str) -> list[tuple[str, str]]:
     svg = ET.fromstring(page[start:page.index("</svg>", start) + 6])
     ns = "{http://www.w3.org/2000/svg}"
     names = [line.get("data-series") for line in svg.iter(f"{ns}polyline")]
-    titles = [c.find(f"{ns}title").text for c in svg.iter(f"{ns}circle")]
+    titles = [c.find(f"{ns}title").text for c in svg.iter()
+              if c.get("class") in ("point", "bar")]
     return names, titles
 
 
@@ -376,7 +377,9 @@ def test_a_categorical_axis_and_the_other_swept_values_make_the_lines(trace, tmp
     assert code == 0, err
     page = page_path.read_text()
     names, titles = _svg_points(page)
-    assert names == ["num_blocks=8, vllm", "num_blocks=16, vllm"]
+    assert names == []  # an order is categorical: bars, no line joining fcfs and sjf
+    assert [t.split(":")[0] for t in titles] == ["num_blocks=8, vllm"] * 2 + [
+        "num_blocks=16, vllm"] * 2
     assert [t.split(":")[1].split(",")[0].strip() for t in titles] == [
         "order=fcfs", "order=sjf", "order=fcfs", "order=sjf"]
     assert ">fcfs</text>" in page and ">sjf</text>" in page

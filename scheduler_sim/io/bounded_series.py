@@ -3,7 +3,10 @@
 time bucket's first minimum and maximum), `Marks` (instants, counted per bucket
 past `ROW_LIMIT`) and `Distribution` (a sample's values, exact up to
 `EXACT_VALUES` distinct ones, then a histogram of at most `MAX_BUCKETS` buckets
-less than 0.1% wide). `report_series.RunSeries` fills them from a run's events.
+less than 0.1% wide) and `BucketMeans` (per time bucket, the count of rows and
+the sum of some columns, for a mean line inside a min/max band). The
+histogram's buckets (`bucket_key`, `bucket_range`) split each doubling of the
+values evenly. `report_series.RunSeries` fills them from a run's events.
 
 Times are clock steps, held in arrays of 64-bit integers, or in a list once a
 step does not fit one (`appended`).
@@ -14,8 +17,8 @@ import math
 from array import array
 from bisect import bisect_left
 
-__all__ = ["TimeSeries", "Marks", "Distribution", "appended", "ROW_LIMIT", "TIME_BUCKETS",
-           "EXACT_VALUES", "MAX_BUCKETS", "FINEST"]
+__all__ = ["TimeSeries", "Marks", "Distribution", "BucketMeans", "appended", "bucket_key",
+           "bucket_range", "ROW_LIMIT", "TIME_BUCKETS", "EXACT_VALUES", "MAX_BUCKETS", "FINEST"]
 
 ROW_LIMIT = 1 << 16   # rows of a series kept exactly; past them it is thinned ...
 TIME_BUCKETS = 2048   # ... to at most this many time buckets (a chart is 740 pixels wide)
@@ -50,11 +53,11 @@ def _bucket_width(t: array, buckets: int, width: int) -> int:
     return width
 
 
-def _runs(t: array, width: int) -> list[tuple[int, int]]:
-    """The [start, end) index ranges of `t` that fall in one bucket of `width` steps
-    each (times ascend; if they do not, each range still moves on)."""
+def _runs(t: array, width: int, start: int = 0) -> list[tuple[int, int]]:
+    """The [start, end) index ranges of `t` (from index `start`) that fall in one bucket
+    of `width` steps each (times ascend; if they do not, each range still moves on)."""
     out = []
-    start, n = 0, len(t)
+    n = len(t)
     while start < n:
         bucket = t[start] // width
         end = bisect_left(t, (bucket + 1) * width, start)
@@ -68,7 +71,12 @@ def _runs(t: array, width: int) -> list[tuple[int, int]]:
 class TimeSeries:
     """Rows of counts over time: a time (`t`, clock steps, ascending) and a column
     per name (`columns`), appended by the caller, who calls `compact` once there
-    are more than `ROW_LIMIT` rows.
+    are more than `ROW_LIMIT` rows, and `fold` after the last row.
+
+    The columns named in `means` are also summed per time bucket into `means`
+    (a `BucketMeans`), every row once: the rows appended since the last fold
+    are counted in bulk when the series compacts (before it thins them) or
+    folds, so appending a row stays a few array appends.
 
     Until then every row is kept (the charts draw what they drew before). A
     compaction splits time into buckets of `width` steps (a power of two, the
@@ -79,17 +87,34 @@ class TimeSeries:
     The arrays are rewritten in place (a reference to them stays valid).
     """
 
-    def __init__(self, names: tuple[str, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], means: tuple[str, ...] = ()) -> None:
         self.t = array("q")
         self.columns = {name: array("q") for name in names}
         self.width = 1
         self.compactions = 0
+        self.means = BucketMeans(len(means))
+        self._summed = [self.columns[name] for name in means]
+        self.folded = 0  # rows counted in `means` so far
+
+    def fold(self) -> None:
+        """Count the rows appended since the last fold into `means`."""
+        t, start = self.t, self.folded
+        if start >= len(t) or not self._summed:
+            self.folded = len(t)
+            return
+        means = self.means
+        means.reach(t[-1])
+        for first, end in _runs(t, means.width, start):
+            means.add_rows(t[first], end - first,
+                           [sum(column[first:end]) for column in self._summed])
+        self.folded = len(t)
 
     def __len__(self) -> int:
         return len(self.t)
 
     def compact(self) -> None:
         """Thin the rows as the class docstring says."""
+        self.fold()
         t = self.t
         n = len(t)
         if n == 0:
@@ -106,6 +131,7 @@ class TimeSeries:
         t[:] = _like(t, [t[i] for i in rows])
         for column in columns:
             column[:] = array("q", [column[i] for i in rows])
+        self.folded = len(t)  # (every row kept was counted)
         self.compactions += 1
 
 
@@ -144,7 +170,7 @@ class Marks:
         counts[:] = merged_c
 
 
-def _bucket(value: float, per: int) -> int:
+def bucket_key(value: float, per: int) -> int:
     """The histogram bucket of `value` with `per` buckets per doubling (a power of two):
     buckets split each [2^e, 2^(e+1)) evenly, numbered in the order of their values
     (0 holds only 0; negative values mirror positive ones). Computed exactly
@@ -159,6 +185,66 @@ def _bucket(value: float, per: int) -> int:
         mantissa, exponent = math.frexp(size)  # mantissa in [0.5, 1)
         key = (exponent + 1100) * per + int((mantissa - 0.5) * 2 * per)
     return key if value > 0 else -key
+
+
+_bucket = bucket_key  # (the name the tests know)
+
+
+def bucket_range(key: int, per: int) -> tuple[float, float]:
+    """The values [low, high) of a positive bucket `key` of `bucket_key(_, per)`."""
+    exponent, step = divmod(key, per)
+    exponent -= 1100
+    return (math.ldexp(0.5 + step / (2 * per), exponent),
+            math.ldexp(0.5 + (step + 1) / (2 * per), exponent))
+
+
+class BucketMeans:
+    """Per time bucket (`width` steps, a power of two, at most `TIME_BUCKETS` buckets
+    from time 0, neighbours merging pairwise when a time passes the last), how many
+    rows fell in it (`counts`) and the sum of each of `columns` values over them
+    (`sums`): the mean of any stretch of buckets, in memory bounded however long
+    the run. Times below 0 count in the first bucket."""
+
+    def __init__(self, columns: int) -> None:
+        self.width = 1
+        self.counts: list[int] = []
+        self.sums: list[list[int]] = [[] for _ in range(columns)]
+
+    def add(self, t: int, values: tuple[int, ...] | list[int]) -> None:
+        """One row at time `t` with one value per column."""
+        self.add_rows(t, 1, values)
+
+    def add_rows(self, t: int, rows: int, sums: tuple[int, ...] | list[int]) -> None:
+        """`rows` rows at time `t` (or within its bucket), their values summing to
+        `sums`, one per column."""
+        self.reach(t)
+        b = t // self.width if t > 0 else 0
+        counts = self.counts
+        if b >= len(counts):
+            grow = [0] * (b + 1 - len(counts))
+            counts.extend(grow)
+            for column in self.sums:
+                column.extend(grow)
+        counts[b] += rows
+        for column, value in zip(self.sums, sums):
+            column[b] += value
+
+    def reach(self, t: int) -> None:
+        """Double the bucket width (merging neighbours) until `t` falls in a bucket."""
+        while t // self.width >= TIME_BUCKETS:
+            self.width *= 2
+            self.counts = _pairs(self.counts)
+            self.sums = [_pairs(column) for column in self.sums]
+
+    def means(self, column: int) -> list[tuple[int, int, float]]:
+        """(start step, rows, mean of `column`) of every bucket that has rows."""
+        sums, width = self.sums[column], self.width
+        return [(b * width, n, sums[b] / n) for b, n in enumerate(self.counts) if n]
+
+
+def _pairs(values: list[int]) -> list[int]:
+    """Neighbours summed pairwise: [a, b, c] -> [a + b, c]."""
+    return [sum(values[i:i + 2]) for i in range(0, len(values), 2)]
 
 
 class Distribution:

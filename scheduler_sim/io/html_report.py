@@ -1,35 +1,39 @@
-"""The HTML pages of `replay --report FILE.html` and `sweep --report FILE.html`.
+"""The HTML page of `replay --report FILE.html` (and, from `sweep_page`, of
+`sweep --report`).
 
-This module owns the pages: from the `RunSeries` of each policy
-(`report_series.py`) and the runs' summaries it writes one HTML document
-with inline SVG charts and a little CSS, no script and nothing fetched:
+This module owns the replay's page: from the `RunSeries` of each policy
+(`report_series.py`) and the runs' summaries it writes one HTML document with
+inline SVG charts and a little CSS, no script and nothing fetched. It is laid
+out to explain a latency, every policy on the same axes (a colour per policy):
 
-- per policy, KV blocks over time (allocated, reserved, cached, draining,
-  free, and the pool), with preemptions and retractions marked; waiting and
-  running requests over time; tokens per dispatch;
-- TTFT, TPOT, ITL and end-to-end latency CDFs, one line per policy, from the
-  exact values, or from a histogram past `bounded_series.EXACT_VALUES`
-  distinct values (the page says so under the chart); each line is drawn
-  through at most `CDF_POINTS` of them, always the smallest and the largest;
-- a per-request timeline (waiting, prefill, decode, preempted, recompute) of
-  at most `TIMELINE_ROWS` requests: all of them when the trace is that small,
-  else an evenly spaced sample by arrival (the same under every policy) and,
-  under each policy, its slowest by end-to-end latency among the others (the
-  page says which);
+- every request's TTFT and queue delay against its arrival time, as density
+  (each policy's cells in its colour, darker where more requests fall; every
+  request counted, in memory bounded by `density_grid`), with each policy's
+  p99 and p50 per window of about `WINDOW_REQUESTS` arrivals; then, on the
+  same time axis (same x range and plot width, so the charts line up), the
+  preemptions and retractions per stretch of the run, the KV blocks in use
+  (the pool less its free blocks, as a percentage), the waiting and the
+  running requests and the tokens per dispatch: for each, per pixel column,
+  the band between the minimum and the maximum and the mean inside it.
+  Radio buttons above them show every policy or one alone (`_chooser`: CSS
+  hides the drawings tagged with another policy's index);
+- TTFT, TPOT, ITL and end-to-end latency CDFs, one line per policy, on log
+  axes, from the exact values, or from a histogram past
+  `bounded_series.EXACT_VALUES` distinct values (the page says so under the
+  chart); each line is drawn through at most `CDF_POINTS` of them;
 - with host memory (or a preemption mode asked for), the CDF of resumed
   requests' surviving fraction and where their rows came back from;
-- the summary table and the options, as `report.format_table` prints them.
+- per policy, in a closed `details`, its KV blocks by state (allocated,
+  reserved, cached, draining, free) and a timeline of at most
+  `TIMELINE_ROWS` requests (waiting, prefill, decode, preempted, recompute):
+  all of them when the trace is that small, else an evenly spaced sample by
+  arrival (the same under every policy) and its slowest by end-to-end
+  latency among the others (the page says which);
+- the summary table and the options, as `report.format_table` prints them,
+  at the top.
 
-A sweep's page (`sweep_report`) draws one summary field against one swept
-option, a line per policy (or per combination of the other swept values),
-above the sweep's table.
-
-Series longer than a chart is wide are downsampled (`downsample`): per pixel
-column the minimum and the maximum are kept, so no peak is lost (a long
-run's series come already thinned the same way, per time bucket). The page
-is deterministic (no timestamps; numbers written with fixed formats), and
-every text from a trace goes through `terminal_text.printable` and `html.escape`.
-The charts themselves, and the reductions before them, are `svg_charts`'.
+The page is deterministic (no timestamps; numbers written with fixed
+formats), and every text from a trace goes through `svg_axes.esc`.
 """
 from __future__ import annotations
 
@@ -42,23 +46,13 @@ from ..records.options import Options
 from . import bounded_series
 from .bounded_series import Distribution
 from .report import format_table
-from .report_series import SLOWEST, TIMELINE_ROWS, RunSeries
-from .svg_charts import (KV_LINES, POLICY_COLORS, Axes, TimelineRow, cdf_chart, coord, esc,
-                         svg, tick_label, time_chart, timeline_chart)
+from .report_series import MEAN_FIELDS, SLOWEST, TIMELINE_ROWS, RunSeries
+from .svg_axes import PAGE_STYLE, POLICY_COLORS, esc
+from .svg_charts import (KV_LINES, WINDOW_REQUESTS, TimelineRow, band_chart, cdf_chart,
+                         density_chart, lines_chart, marks_chart, timeline_chart)
+from .sweep_page import sweep_lines, sweep_report
 
 __all__ = ["html_report", "sweep_report", "sweep_lines", "select_requests", "TIMELINE_ROWS"]
-
-_STYLE = """
-body { font-family: sans-serif; margin: 1.5em; color: #222; max-width: 1000px; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.2em; margin-top: 1.6em; }
-h3 { font-size: 1em; margin: 1em 0 0.2em; }
-pre { font-size: 12px; background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
-svg { display: block; margin: 0.3em 0; }
-svg text { font-size: 11px; fill: #333; }
-p.note { font-size: 0.9em; color: #555; }
-ul.legend { list-style: none; padding: 0; font-size: 12px; }
-ul.legend span { display: inline-block; width: 12px; height: 8px; margin-right: 6px; }
-"""
 
 
 def select_requests(series: list[RunSeries]) -> tuple[list[list[TimelineRow]], str]:
@@ -110,14 +104,13 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
     """The whole page (see the module's docstring)."""
     unit = clock.label
     xunit = clock.step_seconds if clock.in_seconds else 1
-    time_label = f"time ({unit})"
     end = max((s.end for s in series), default=0) or 1
     names = [s.policy for s in series]
     colors = {s.policy: POLICY_COLORS[i % len(POLICY_COLORS)] for i, s in enumerate(series)}
     fleet = options.replicas > 1
     out = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
            f"<title>scheduler-sim report: {esc(trace_name)}</title>\n",
-           f"<style>{_STYLE}</style>\n</head>\n<body>\n",
+           f"<style>{PAGE_STYLE}{_chooser_style(len(series))}</style>\n</head>\n<body>\n",
            f"<h1>scheduler-sim replay: {esc(trace_name)}</h1>\n",
            f"<p>Policies: {', '.join(esc(n) for n in names)}. Times in {esc(unit)}."
            + (f" A fleet of {options.replicas} replicas: the charts over time show "
@@ -125,34 +118,17 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
            "<h2>Summary</h2>\n<pre>",
            html.escape(format_table(trace_name, options, runs, clock, pool)),
            "</pre>\n"]
-    out.append("<h2>Over time</h2>\n")
-    for s in series:
-        out.append(f"<h3>KV blocks under {esc(s.policy)}</h3>\n")
-        lines = [(name, color, s.snap_t, s.snap[name], False) for name, color in KV_LINES
-                 if name != "cached" or any(s.snap["cached"])]
-        out.append(time_chart("kv", s, end, xunit, time_label, lines, "blocks", marks=True))
-        out.append(f'<p class="note">Pool: {s.num_blocks:,} blocks. Counts as each '
-                   "<code>snapshot</code> saw them (after admission, before the dispatch "
-                   "allocates); marks at the top: preemptions and retractions.</p>\n")
-        out.append(f"<h3>Waiting and running requests under {esc(s.policy)}</h3>\n")
-        out.append(time_chart("queues", s, end, xunit, time_label,
-                              [("waiting", "#d62728", s.snap_t, s.snap["waiting"], False),
-                               ("running", "#1f77b4", s.snap_t, s.snap["running"], False)],
-                              "requests"))
-        out.append(f"<h3>Tokens per dispatch under {esc(s.policy)}</h3>\n")
-        out.append(time_chart("tokens", s, end, xunit, time_label,
-                              [("tokens", "#2ca02c", s.disp_t, s.disp_tokens, False)],
-                              "tokens", marks=True))
+    out += _over_time(series, colors, end, xunit, unit)
     kinds = (("ttft", "TTFT", unit), ("tpot", "TPOT", f"{unit}/token"), ("itl", "ITL", unit),
              ("e2el", "E2EL", unit))
     binned = any(not getattr(s, kind).is_exact for s in series for kind, _, _ in kinds)
     out.append("<h2>Latency distributions</h2>\n<p class=\"note\">Empirical CDFs of "
                + ("the per-request values" if binned else "the exact per-request values")
-               + " (ITL: every gap between two outputs of a request), one line per policy."
-               + (f" A policy's values are drawn exactly while they are at most "
-                  f"{bounded_series.EXACT_VALUES:,} "
-                  "distinct ones, else from a histogram (said under the chart)." if binned
-                  else "") + "</p>\n")
+               + " (ITL: every gap between two outputs of a request), one line per policy,"
+               " on log axes." + (f" A policy's values are drawn exactly while they are at most "
+                                  f"{bounded_series.EXACT_VALUES:,} "
+                                  "distinct ones, else from a histogram (said under the chart)."
+                                  if binned else "") + "</p>\n")
     for kind, label, unit_text in kinds:
         out.append(f"<h3>{label}</h3>\n")
         pairs = [(s.policy, colors[s.policy], getattr(s, kind).pairs()) for s in series]
@@ -165,14 +141,106 @@ def html_report(trace_name: str, options: Options, runs: list[dict[str, Any]],
         if notes:
             out.append(f'<p class="note">{" ".join(notes)}</p>\n')
     out += _survival_section(runs, series, colors)
-    rows, which = select_requests(series)
-    out.append(f"<h2>Requests</h2>\n<p class=\"note\">{esc(which)} Hover over a row for "
-               "its id.</p>\n")
-    for s, policy_rows in zip(series, rows):
-        out.append(f"<h3>Timeline under {esc(s.policy)}</h3>\n")
-        out.append(timeline_chart(policy_rows, end, xunit, time_label))
+    out += _per_policy(series, end, xunit, unit)
     out.append("</body>\n</html>\n")
     return "".join(out)
+
+
+def _over_time(series: list[RunSeries], colors: dict[str, str], end: int, xunit: float,
+               unit: str) -> list[str]:
+    """The charts on the run's time axis: every request's TTFT and queue delay at its
+    arrival, then preemptions, KV blocks in use, waiting and running requests and
+    tokens per dispatch, every policy on each."""
+    xlabel = f"time ({unit})"
+    arrival = f"arrival time ({unit})"
+    out = ["<h2>Over time</h2>\n<p class=\"note\">Every chart below spans the run on the "
+           "same time axis. The first two place every request at its arrival: each "
+           "policy's requests are counted in cells (a stretch of arrival time by a band of "
+           "the latency, each band about 9% wide or, on a wide range, a multiple of that), "
+           "a cell the darker the more requests it holds; the lines are each policy's p99 "
+           f"(solid) and median (dashed) over windows of about {WINDOW_REQUESTS} arrivals, "
+           "to within a band. The others show, per pixel column, the range from the "
+           "minimum to the maximum (light) and the mean (line)."
+           + (" Where the policies overlap, choose one to see it alone." if len(series) > 1
+              else "") + "</p>\n"]
+    if len(series) > 1:
+        out.append(_chooser(series))
+    for kind, label, what in (("ttft", "TTFT", "ttft_grid"),
+                              ("queue", "queue delay", "queue_grid")):
+        grids = [(s.policy, colors[s.policy], getattr(s, what)) for s in series]
+        out.append(f"<h3>{label[0].upper() + label[1:]} of every request, by arrival</h3>\n")
+        out.append(density_chart(f"density-{kind}", label, unit, grids, end, xunit, arrival))
+        counted = [f"{esc(s.policy)} {grid.total:,}" + (
+            f" ({s.requests - grid.total:,} without one)" if s.requests > grid.total else "")
+            for s, (_, _, grid) in zip(series, grids)]
+        out.append(f'<p class="note">Requests drawn: {"; ".join(counted)}.</p>\n')
+    out.append("<h3>Preemptions and retractions</h3>\n")
+    out.append(marks_chart("marks", [(s.policy, colors[s.policy], s.preemptions,
+                                      s.retractions) for s in series], end, xunit, xlabel,
+                           unit))
+    free, waiting, running = (MEAN_FIELDS.index(n) for n in ("free", "waiting", "running"))
+    out.append("<h3>KV blocks in use (the pool less its free blocks)</h3>\n")
+    out.append(band_chart("kv-used", [
+        (s.policy, colors[s.policy], s.snap_t, s.snap["free"], s.snapshots.means.means(free),
+         _in_use(s.num_blocks)) for s in series], end, xunit, xlabel, "% of the pool",
+        top=100))
+    for kind, label, column in (("waiting", "Waiting requests", waiting),
+                                ("running", "Running requests", running)):
+        out.append(f"<h3>{label}</h3>\n")
+        out.append(band_chart(kind, [
+            (s.policy, colors[s.policy], s.snap_t, s.snap[kind], s.snapshots.means.means(column),
+             float) for s in series], end, xunit, xlabel, "requests"))
+    out.append("<h3>Tokens per dispatch</h3>\n")
+    out.append(band_chart("tokens", [
+        (s.policy, colors[s.policy], s.disp_t, s.disp_tokens, s.dispatches.means.means(0), float)
+        for s in series], end, xunit, xlabel, "tokens", log=True, hold=False))
+    return out
+
+
+def _chooser(series: list[RunSeries]) -> str:
+    """Radio buttons that show every policy, or one alone, on the charts that follow
+    them (no script: `_chooser_style` hides the others' cells, bands and lines)."""
+    buttons = ['<span class="chooser">Show:</span>\n<input type="radio" name="shown" '
+               'id="shown-all" checked><label for="shown-all">every policy</label>\n']
+    for i, s in enumerate(series):
+        buttons.append(f'<input type="radio" name="shown" id="shown-{i}"><label '
+                       f'for="shown-{i}">{esc(s.policy)}</label>\n')
+    return "".join(buttons)
+
+
+def _chooser_style(policies: int) -> str:
+    """The CSS of `_chooser`: with policy i chosen, what belongs to another is hidden."""
+    if policies < 2:
+        return ""
+    return "".join(f'#shown-{i}:checked ~ svg [data-policy]:not([data-policy="{i}"]) '
+                   "{ display: none; }\n" for i in range(policies))
+
+
+def _in_use(pool: int):
+    """Free blocks to the percentage of the pool in use."""
+    return lambda free: (pool - free) * 100 / (pool or 1)
+
+
+def _per_policy(series: list[RunSeries], end: int, xunit: float, unit: str) -> list[str]:
+    """Per policy, closed until opened: its KV blocks by state and its timeline."""
+    xlabel = f"time ({unit})"
+    rows, which = select_requests(series)
+    out = ["<h2>Per policy</h2>\n<p class=\"note\">Each policy's KV blocks by state, and "
+           f"a timeline of requests: {esc(which)} Hover over a row for its id.</p>\n"]
+    for s, policy_rows in zip(series, rows):
+        out.append(f"<details><summary>{esc(s.policy)}: KV blocks by state, "
+                   "timeline</summary>\n")
+        out.append(f"<h3>KV blocks under {esc(s.policy)}</h3>\n")
+        lines = [(name, color, s.snap_t, s.snap[name]) for name, color in KV_LINES
+                 if name != "cached" or any(s.snap["cached"])]
+        out.append(lines_chart("kv", end, xunit, xlabel, "blocks", lines))
+        out.append(f'<p class="note">Pool: {s.num_blocks:,} blocks. Counts as each '
+                   "<code>snapshot</code> saw them (after admission, before the dispatch "
+                   "allocates).</p>\n")
+        out.append(f"<h3>Timeline under {esc(s.policy)}</h3>\n")
+        out.append(timeline_chart(policy_rows, end, xunit, xlabel))
+        out.append("</details>\n")
+    return out
 
 
 def _survival_section(runs: list[dict[str, Any]], series: list[RunSeries],
@@ -200,73 +268,3 @@ def _survival_section(runs: list[dict[str, Any]], series: list[RunSeries],
                      + (f"; rows {split}" if split else "") + ".")
     out.append(f'<p class="note">{" ".join(notes)}</p>\n')
     return out
-
-
-# --- a sweep's report ------------------------------------------------------------------
-
-
-def sweep_lines(rows: list[dict[str, Any]], axes: list[str], x: str,
-                metric: str) -> list[tuple[str, list[tuple[Any, float]]]]:
-    """One line per combination of the swept values other than `x` (the policy first
-    among them, as the axes order), each the (x value, metric) points of its rows in
-    grid order; rows without the metric (None: no sample) are left out."""
-    others = [name for name in axes if name != x]
-    lines: dict[str, list[tuple[Any, float]]] = {}
-    for row in rows:
-        name = ", ".join(str(row[o]) if o == "policy" else f"{o}={row[o]}" for o in others)
-        value = row.get(metric)
-        points = lines.setdefault(name or metric, [])
-        if value is not None and not isinstance(value, bool):
-            points.append((row[x], float(value)))
-    return list(lines.items())
-
-
-def sweep_report(trace_name: str, axes: list[str], rows: list[dict[str, Any]], x: str,
-                 metric: str, unit: str, table: str) -> str:
-    """The page of a sweep: `metric` against the swept option `x`, one line per
-    policy (and per combination of the other swept values), then the sweep's table.
-    Numeric x values are placed by value; others (an order, a router) evenly, in the
-    order the grid gives them."""
-    lines = sweep_lines(rows, axes, x, metric)
-    xs: list[Any] = []
-    for row in rows:
-        if row[x] not in xs:
-            xs.append(row[x])
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs)
-    place = (lambda v: float(v)) if numeric else (lambda v: float(xs.index(v)))
-    ys = [y for _, points in lines for _, y in points]
-    out = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
-           f"<title>scheduler-sim sweep: {esc(trace_name)}</title>\n",
-           f"<style>{_STYLE}</style>\n</head>\n<body>\n",
-           f"<h1>scheduler-sim sweep: {esc(trace_name)}</h1>\n",
-           f"<p>{esc(metric)} ({esc(unit)}) against {esc(x)}, one line per "
-           + ("policy" if axes == [x, "policy"] or axes == ["policy", x]
-              else "combination of the other swept values") + ".</p>\n"]
-    if not ys:
-        out.append(f'<p class="note">No configuration has a value of {esc(metric)}.</p>\n')
-    else:
-        lo_x, hi_x = min(map(place, xs)), max(map(place, xs))
-        pad = (hi_x - lo_x) * 0.05 or 0.5
-        axes_ = Axes(lo_x - pad, hi_x + pad, min(0.0, min(ys)), max(ys) * 1.08 or 1)
-        parts = axes_.frame(x, f"{metric} ({unit})",
-                            None if numeric else [(place(v), str(v)) for v in xs])
-        legend = []
-        for i, (name, points) in enumerate(lines):
-            color = POLICY_COLORS[i % len(POLICY_COLORS)]
-            legend.append((name, color))
-            placed = [(place(v), y) for v, y in points]
-            if placed:
-                parts.append(axes_.polyline(placed, color, name))
-            for (px, py), (v, y) in zip(placed, points):
-                parts.append(f'<circle cx="{coord(axes_.x(px))}" cy="{coord(axes_.y(py))}" r="3" '
-                             f'fill="{color}"><title>{esc(name)}: {esc(x)}={esc(v)}, '
-                             f'{esc(metric)}={tick_label(y)}</title></circle>')
-        out.append(svg("sweep", parts))
-        # The legend under the chart: a line's name can be long (the other swept values).
-        out.append('<ul class="legend">' + "".join(
-            f'<li><span style="background:{color}"></span>{esc(name)}</li>'
-            for name, color in legend) + "</ul>\n")
-    out += ["<h2>Configurations</h2>\n<pre>", html.escape(table), "</pre>\n",
-            "</body>\n</html>\n"]
-    return "".join(out)
-

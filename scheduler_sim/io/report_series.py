@@ -10,6 +10,11 @@ keeps, instead of the event stream itself:
   every `dispatch`, as `TimeSeries`: exact up to `ROW_LIMIT` rows, then
   thinned to the rows that hold a column's first minimum or first maximum
   within a time bucket (at most `TIME_BUCKETS` buckets), so no peak is lost;
+- per time bucket the mean of the free blocks, the waiting and the running
+  requests, and of the tokens per dispatch (each `TimeSeries`'s `means`),
+  the line drawn inside each min/max band;
+- per ended request its TTFT and its queue delay at its arrival (`sent`)
+  time, counted in a `DensityGrid` each (every request, in bounded cells);
 - the times of preemptions and of retractions (`preempted`, reason
   `retract`) as `Marks`: exact up to `ROW_LIMIT`, then counted per bucket;
 - the inter-token gaps (ITL) counted by length, exactly as the summary
@@ -52,12 +57,16 @@ from ..engine.work_series import WorkSeries
 from ..records.clock import Clock
 from . import bounded_series as bounded  # its limits read at run time (tests lower them)
 from .bounded_series import Distribution, Marks, TimeSeries, appended
+from .density_grid import DensityGrid
 
-__all__ = ["RunSeries", "SNAPSHOT_FIELDS", "PHASES", "WAITING", "PREFILL", "DECODE",
+__all__ = ["RunSeries", "SNAPSHOT_FIELDS", "MEAN_FIELDS", "PHASES", "WAITING", "PREFILL", "DECODE",
            "PREEMPTED", "RECOMPUTE", "END", "tee", "TIMELINE_ROWS", "SLOWEST", "SPACED"]
 
 # The counts of a `snapshot` record kept, in this order.
 SNAPSHOT_FIELDS = ("allocated", "reserved", "cached", "draining", "free", "waiting", "running")
+
+# The snapshot counts whose mean per time bucket is kept (`snapshots.means`), in order.
+MEAN_FIELDS = ("free", "waiting", "running")
 
 # A request's phases on the timeline, by code.
 WAITING, PREFILL, DECODE, PREEMPTED, RECOMPUTE, END = range(6)
@@ -106,11 +115,13 @@ class RunSeries:
         self.num_blocks = num_blocks * replicas  # the pool, a fleet's in all
         self.replicas = replicas
         self.requests = requests
-        self.snapshots = TimeSeries(SNAPSHOT_FIELDS)
+        self.snapshots = TimeSeries(SNAPSHOT_FIELDS, MEAN_FIELDS)
         self.snap_t, self.snap = self.snapshots.t, self.snapshots.columns
         self._latest = [(0,) * len(SNAPSHOT_FIELDS) for _ in range(replicas)]
         self._totals = [0] * len(SNAPSHOT_FIELDS)
-        self.dispatches = TimeSeries(("tokens",))
+        self.dispatches = TimeSeries(("tokens",), ("tokens",))
+        self.ttft_grid = DensityGrid()   # TTFT against arrival, every request
+        self.queue_grid = DensityGrid()  # queue delay against arrival
         self.disp_t, self.disp_tokens = self.dispatches.t, self.dispatches.columns["tokens"]
         self.preemptions = Marks()  # preemptions other than retractions
         self.retractions = Marks()  # sglang's retractions
@@ -180,6 +191,11 @@ class RunSeries:
             value = record[name]
             if value is not None:
                 getattr(self, name).add(value)
+        if req.sent is not None:
+            if record["ttft"] is not None:
+                self.ttft_grid.add(req.sent, record["ttft"])
+            if record["queue_delay"] is not None:
+                self.queue_grid.add(req.sent, record["queue_delay"])
         end = (record["e2el"], req.sent, req.index)
         line = self._ending.pop(req.rid, None)
         if line is None:
@@ -346,9 +362,12 @@ class RunSeries:
                 heapq.heapreplace(self.slowest, entry)
 
     def finish(self) -> None:
-        """After the run: fold in what a last folded stretch left pending, and keep
-        the lines of requests that did not end (a run cut short)."""
+        """After the run: fold in what a last folded stretch left pending, count the
+        last rows of the series into their means, and keep the lines of requests
+        that did not end (a run cut short)."""
         self._flush_rows()
+        self.snapshots.fold()
+        self.dispatches.fold()
         for rid, line in list(self._ending.items()):
             self._keep(rid, line, None)
         for rid, line in list(self._live.items()):

@@ -1,62 +1,44 @@
-"""The SVG charts of the HTML reports, drawn by hand: a chart's geometry and
-axes (`Axes`: x linear or log10, y linear, round ticks), and the charts of a
-replay's page: counts over time with preemptions and retractions marked
-(`time_chart`), one CDF line per policy (`cdf_chart`) and the per-request
-timeline (`timeline_chart`).
+"""The SVG charts of a replay's HTML report, every policy on shared axes (one colour
+per policy, named in the legend): a count over time as a min/max band per pixel
+column with the mean drawn inside it (`band_chart`), preemptions and
+retractions per stretch of time (`marks_chart`), a latency against arrival
+time for every request, as density, with its p50 and p99 (`density_chart`),
+one CDF line per policy on a log axis (`cdf_chart`), and the per-request
+timeline (`timeline_chart`). The charts over time share their x axis (0 to the
+run's end, the same plot width), so they line up one above the other.
 
 What is drawn is reduced first: a series longer than a chart is wide keeps,
-per pixel column, its first minimum and first maximum (`downsample`), and a
-CDF at most about `CDF_POINTS` of its steps (`cdf_points`). Coordinates are
-written with fixed formats (`coord`, `tick_label`), so a page is the same
-byte for byte, and every text goes through `esc`.
+per pixel column, its minimum and maximum (`column_ranges`, `downsample`), and
+a CDF at most about `CDF_POINTS` of its steps (`cdf_points`). The axes, ticks,
+markers and the formats that keep a page the same byte for byte are
+`svg_axes`'.
 """
 from __future__ import annotations
 
-import html
 import math
 from bisect import bisect_left
-from typing import Any, Sequence
+from typing import Callable, Sequence
 
-from .terminal_text import printable
-from .report_series import END, PHASES, RunSeries
+from .density_grid import DensityGrid
+from .report_series import END, PHASES
+from .bounded_series import Marks
+from .svg_axes import (BOTTOM, HEIGHT, LEFT, PLOT_W, POLICY_COLORS, TOP, Axes, coord, esc,
+                       legend_parts, linear_ticks, svg, tick_label)
 
-__all__ = ["Axes", "svg", "legend_parts", "esc", "coord", "tick_label", "downsample",
-           "cdf_points", "time_chart", "cdf_chart", "timeline_chart", "TimelineRow",
-           "CDF_POINTS", "POLICY_COLORS", "KV_LINES"]
+__all__ = ["downsample", "column_ranges", "cdf_points", "band_chart", "marks_chart",
+           "density_chart", "percentile_steps", "lines_chart", "cdf_chart", "timeline_chart",
+           "TimelineRow", "Band", "CDF_POINTS", "POLICY_COLORS", "KV_LINES", "MARK_BINS",
+           "WINDOW_REQUESTS", "esc", "tick_label"]
 
-WIDTH, HEIGHT = 960, 230  # a chart, in CSS pixels
-LEFT, RIGHT, TOP, BOTTOM = 70, 150, 24, 36  # its margins (the legend sits on the right)
-PLOT_W = WIDTH - LEFT - RIGHT
-PLOT_H = HEIGHT - TOP - BOTTOM
 CDF_POINTS = 400
-POLICY_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-                 "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
+MARK_BINS = PLOT_W // 6     # preemptions are counted per this many stretches of the run
+WINDOW_REQUESTS = 200       # a p50/p99 step spans arrivals of about this many requests
+DENSITY_HEIGHT = 250
 KV_LINES = (("allocated", "#1f77b4"), ("reserved", "#ff7f0e"), ("cached", "#2ca02c"),
             ("draining", "#9467bd"), ("free", "#7f7f7f"))
 PHASE_COLORS = {"waiting": "#c7c7c7", "prefill": "#1f77b4", "decode": "#2ca02c",
                 "preempted": "#d62728", "recompute": "#ff7f0e"}
-PREEMPT_COLOR, RETRACT_COLOR = "#d62728", "#8c564b"
-
-
-def esc(text: Any) -> str:
-    """Text from anywhere (a trace's ids above all) safe in HTML and XML: shown as
-    `terminal_text.printable` shows it, then escaped."""
-    return html.escape(printable(str(text), backslashes=True), quote=True)
-
-
-def coord(value: float) -> str:
-    """A coordinate: one decimal, no negative zero."""
-    text = f"{value:.1f}"
-    return "0.0" if text == "-0.0" else text
-
-
-def tick_label(value: float) -> str:
-    """An axis label: four significant figures."""
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e4 and float(value).is_integer():
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
+OPACITY = (0.14, 0.28, 0.46, 0.7)  # a density cell's, by its count's level
 
 
 # --- reducing what is drawn --------------------------------------------------------
@@ -87,6 +69,23 @@ def downsample(xs: Sequence[int], ys: Sequence[int], lo: float, hi: float,
     return out
 
 
+def column_ranges(xs: Sequence[int], ys: Sequence[int], lo: float, hi: float,
+                  columns: int = PLOT_W) -> list[tuple[int, int, int, int]]:
+    """(column, minimum, maximum, last value) of the values of each of `columns` equal
+    stretches of [lo, hi] that holds any (the last column also takes what lies past
+    hi). `xs` ascend."""
+    span = (hi - lo) or 1
+    out = []
+    start, n = 0, len(xs)
+    for c in range(columns):
+        end = n if c == columns - 1 else bisect_left(xs, lo + span * (c + 1) / columns, start)
+        if end > start:
+            part = ys[start:end]
+            out.append((c, min(part), max(part), part[-1]))
+            start = end
+    return out
+
+
 def cdf_points(counts: Sequence[tuple[float, int]], limit: int = CDF_POINTS
                ) -> list[tuple[float, float]]:
     """The steps of an empirical CDF from sorted (value, count) pairs: (value, fraction
@@ -105,159 +104,245 @@ def cdf_points(counts: Sequence[tuple[float, int]], limit: int = CDF_POINTS
     return out
 
 
-TimelineRow = tuple[str, "list[int] | None", "float | None"]  # id, phases, E2EL
+# --- counts over time --------------------------------------------------------------
+
+# One policy's band: name, colour, times and values of its kept rows (ascending times),
+# the (start step, rows, mean) of its buckets, and the value drawn for a stored one.
+Band = tuple[str, str, Sequence[int], Sequence[int], list[tuple[int, int, float]],
+             Callable[[float], float]]
 
 
-def _ticks(lo: float, hi: float, count: int = 6) -> list[float]:
-    """Round values between lo and hi for an axis."""
-    span = hi - lo
-    if span <= 0:
-        return [lo]
-    raw = span / count
-    mag = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 2.5, 5, 10):
-        step = m * mag
-        if span / step <= count:
-            break
-    first = math.ceil(lo / step - 1e-9)
-    out = []
-    k = first
-    while k * step <= hi + step * 1e-9:
-        out.append(round(k * step, 12))
-        k += 1
+def band_chart(kind: str, bands: list[Band], end: int, xunit: float, xlabel: str,
+               ylabel: str, top: float | None = None, height: int = HEIGHT,
+               log: bool = False, hold: bool = True) -> str:
+    """Per policy, the band between each pixel column's minimum and maximum (light)
+    and the mean of the column's rows inside it (a line), on one pair of axes.
+    `hold`: the values are a state that holds until the next row changes it (a
+    count of blocks or requests), so a column without rows holds the last value,
+    and a column's range includes the value it began with; else (tokens per
+    dispatch) a column without rows is a gap. `top`: the y axis's top (else the
+    largest value, plus 5%). `log`: a log y axis from 1 (values below 1 drawn at
+    1), for values that span decades."""
+    drawn = []
+    for name, color, xs, ys, means, shown in bands:
+        columns: dict[int, list[float]] = {}
+        for start, rows, mean in means:
+            c = min(PLOT_W - 1, int(start / (end or 1) * PLOT_W))
+            slot = columns.setdefault(c, [0, 0.0])
+            slot[0] += rows
+            slot[1] += mean * rows
+        ranges, line = [], []
+        last = None
+        for c, low, high, final in column_ranges(xs, ys, 0, end):
+            if hold and last is not None:  # (`last`: the previous column's, as stored)
+                held = shown(last)
+                for gap in range(ranges[-1][0] + 1, c):
+                    ranges.append((gap, held, held))
+                    line.append((gap, held))
+                low, high = min(low, last), max(high, last)
+            a, b = shown(low), shown(high)
+            ranges.append((c, min(a, b), max(a, b)))
+            if c in columns:
+                rows, total = columns[c]
+                line.append((c, shown(total / rows)))
+            last = final
+        drawn.append((name, color, ranges, line))
+    most = max((high for *_, ranges, _ in drawn for _, _, high in ranges), default=1)
+    if log:
+        drawn = [(name, color, [(c, max(1, a), max(1, b)) for c, a, b in ranges],
+                  [(c, max(1, v)) for c, v in line]) for name, color, ranges, line in drawn]
+    axes = Axes(0, end, 1 if log else 0, top if top is not None else (most * 1.05 or 1),
+                x_scale=xunit, height=height, log_y=log)
+    parts = axes.frame(xlabel, ylabel + (", log scale" if log else ""))
+    for i, (name, color, ranges, line) in enumerate(drawn):
+        d = []
+        for run in _runs(ranges):
+            upper = "L".join(f"{LEFT + c}.5,{coord(axes.y(high))}" for c, _, high in run)
+            lower = "L".join(f"{LEFT + c}.5,{coord(axes.y(low))}" for c, low, _ in reversed(run))
+            d.append(f"M{upper}L{lower}Z")
+        if d:
+            parts.append(f'<path class="band" data-series="{esc(name)}" data-policy="{i}" '
+                         f'fill="{color}" '
+                         f'fill-opacity="0.2" stroke="{color}" stroke-opacity="0.2" '
+                         f'stroke-width="0.5" d="{"".join(d)}"/>')
+    for i, (name, color, ranges, line) in enumerate(drawn):
+        d = ["M" + "L".join(f"{LEFT + c}.5,{coord(axes.y(v))}" for c, v in run)
+             for run in _runs(line)]
+        if d:
+            parts.append(f'<path class="series" data-series="{esc(name)}" data-policy="{i}" '
+                         f'fill="none" stroke="{color}" stroke-width="1.3" '
+                         f'd="{"".join(d)}"/>')
+    parts += legend_parts([(name, color) for name, color, *_ in drawn])
+    return svg(kind, parts, height)
+
+
+def _runs(items: list[tuple]) -> list[list[tuple]]:
+    """`items` (each led by its pixel column, ascending) cut where a column is missing."""
+    out: list[list[tuple]] = []
+    for item in items:
+        if out and out[-1][-1][0] == item[0] - 1:
+            out[-1].append(item)
+        else:
+            out.append([item])
     return out
 
 
-class Axes:
-    """A chart's mapping from data to pixels (x linear or log10, y linear)."""
+def marks_chart(kind: str, marks: list[tuple[str, str, Marks, Marks]], end: int,
+                xunit: float, xlabel: str, unit: str, height: int = 150) -> str:
+    """Per policy, its preemptions (a line) and retractions (dashed) counted in each
+    of `MARK_BINS` equal stretches of the run, on one pair of axes."""
+    width = (end or 1) / MARK_BINS
 
-    def __init__(self, xlo: float, xhi: float, ylo: float, yhi: float, log_x: bool = False,
-                 x_scale: float = 1.0) -> None:
-        self.log_x = log_x
-        if log_x:
-            xlo, xhi = math.log10(xlo), math.log10(xhi)
-        self.xlo, self.xhi = xlo, (xhi if xhi > xlo else xlo + 1)
-        self.ylo, self.yhi = ylo, (yhi if yhi > ylo else ylo + 1)
-        self.x_scale = x_scale  # data x times this is the labelled unit
-
-    def x(self, value: float) -> float:
-        """The pixel column of a data x."""
-        if self.log_x:
-            value = math.log10(value)
-        return LEFT + (value - self.xlo) / (self.xhi - self.xlo) * PLOT_W
-
-    def y(self, value: float) -> float:
-        """The pixel row of a data y."""
-        return TOP + PLOT_H - (value - self.ylo) / (self.yhi - self.ylo) * PLOT_H
-
-    def frame(self, xlabel: str, ylabel: str,
-              categories: list[tuple[float, str]] | None = None) -> list[str]:
-        """The axes, their ticks and labels (`categories`: x ticks at these data
-        positions, labelled with these texts, instead of round numbers)."""
-        parts = [f'<rect x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}" '
-                 'fill="none" stroke="#999"/>']
-        if categories is not None:
-            xs = [(text, self.x(at)) for at, text in categories]
-        elif self.log_x:
-            xt = [10.0 ** k for k in range(math.ceil(self.xlo - 1e-9),
-                                           math.floor(self.xhi + 1e-9) + 1)]
-            xs = [(v, self.x(v)) for v in xt]
-        else:
-            lo, hi = self.xlo * self.x_scale, self.xhi * self.x_scale
-            xs = [(v, self.x(v / self.x_scale)) for v in _ticks(lo, hi)]
-        for value, px in xs:
-            parts.append(f'<line x1="{coord(px)}" y1="{TOP + PLOT_H}" x2="{coord(px)}" '
-                         f'y2="{TOP + PLOT_H + 4}" stroke="#999"/>'
-                         f'<text x="{coord(px)}" y="{TOP + PLOT_H + 16}" text-anchor="middle">'
-                         f'{esc(value) if categories is not None else tick_label(value)}</text>')
-        for value in _ticks(self.ylo, self.yhi, 5):
-            py = self.y(value)
-            parts.append(f'<line x1="{LEFT}" y1="{coord(py)}" x2="{LEFT + PLOT_W}" '
-                         f'y2="{coord(py)}" stroke="#eee"/>'
-                         f'<text x="{LEFT - 6}" y="{coord(py + 4)}" '
-                         f'text-anchor="end">{tick_label(value)}</text>')
-        parts.append(f'<text x="{LEFT + PLOT_W / 2:.0f}" y="{HEIGHT - 4}" '
-                     f'text-anchor="middle">{esc(xlabel)}</text>')
-        parts.append(f'<text x="12" y="{TOP + PLOT_H / 2:.0f}" text-anchor="middle" '
-                     f'transform="rotate(-90 12 {TOP + PLOT_H / 2:.0f})">{esc(ylabel)}</text>')
-        return parts
-
-    def polyline(self, points: list[tuple[float, float]], color: str, name: str,
-                 dash: bool = False) -> str:
-        """A line through data `points` (dashed if `dash`), named for its legend."""
-        coords = " ".join(f"{coord(self.x(x))},{coord(self.y(y))}" for x, y in points)
-        extra = ' stroke-dasharray="5,3"' if dash else ""
-        return (f'<polyline class="series" data-series="{esc(name)}" fill="none" '
-                f'stroke="{color}" stroke-width="1.2"{extra} points="{coords}"/>')
+    def binned(m: Marks) -> list[int]:
+        counts = [0] * MARK_BINS
+        for t, count in zip(m.times, m.counts):
+            counts[min(MARK_BINS - 1, max(0, int(t / width)))] += count
+        return counts
+    lines = []
+    for i, (name, color, preempted, retracted) in enumerate(marks):
+        for what, m, dash in (("preemptions", preempted, ""), ("retractions", retracted,
+                                                               "4,2")):
+            if m.total or what == "preemptions":
+                label = f"{name} ({m.total:,})" if what == "preemptions" else (
+                    f"{name} retractions ({m.total:,})")
+                lines.append((label, color, binned(m), dash, i))
+    most = max((max(c) for _, _, c, _, _ in lines), default=0)
+    axes = Axes(0, end, 0, max(1, most * 1.1), x_scale=xunit, height=height)
+    parts = axes.frame(xlabel, f"per {tick_label(width * xunit)} {unit}")
+    for name, color, counts, dash, i in lines:
+        steps = []
+        for b, count in enumerate(counts):
+            steps += [(b * width, count), ((b + 1) * width, count)]
+        parts.append(axes.polyline(steps, color, name, dash, policy=i))
+    parts += legend_parts([(name, color) for name, color, *_ in lines],
+                          dashes=[dash for _, _, _, dash, _ in lines])
+    return svg(kind, parts, height)
 
 
-def legend_parts(items: list[tuple[str, str]]) -> list[str]:
-    """A chart's legend at its right: a swatch and a name per (name, color)."""
-    parts = []
-    for i, (name, color) in enumerate(items):
-        y = TOP + 8 + 16 * i
-        parts.append(f'<rect x="{LEFT + PLOT_W + 12}" y="{y - 7}" width="12" height="8" '
-                     f'fill="{color}"/><text x="{LEFT + PLOT_W + 28}" y="{y}">'
-                     f'{esc(name)}</text>')
-    return parts
+# --- every request against its arrival -------------------------------------------
 
 
-def svg(kind: str, parts: list[str], height: int = HEIGHT) -> str:
-    """A whole chart of `kind` (its `data-chart`) around the drawn `parts`."""
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-chart="{kind}" '
-            f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}">'
-            + "".join(parts) + "</svg>\n")
+def percentile_steps(grid: DensityGrid, fraction: float, per_window: int = WINDOW_REQUESTS
+                     ) -> list[tuple[int, int, float | None]]:
+    """(first step, last step, latency at `fraction`) per window of arrival time: the
+    grid's columns in equal windows, as many as hold about `per_window` requests each
+    on average (at least one; at most one a column); None where none arrived."""
+    used = grid.column_count()
+    if used == 0:
+        return []
+    windows = max(1, min(used, grid.total // per_window))
+    size = math.ceil(used / windows)
+    out = []
+    for first in range(0, used, size):
+        columns = range(first, min(used, first + size))
+        out.append((first * grid.width, columns.stop * grid.width,
+                    grid.percentile(columns, fraction)))
+    return out
 
 
-def time_chart(kind: str, series: RunSeries, end: int, xunit: float, xlabel: str,
-               lines: list[tuple[str, str, Sequence[int], Sequence[int], bool]],
-               ylabel: str, marks: bool = False) -> str:
-    """A chart of counts over time: each line (name, color, xs, ys, dashed) downsampled."""
-    top = max((max(ys) for _, _, _, ys, _ in lines if len(ys)), default=1)
+def density_chart(kind: str, label: str, unit: str,
+                  grids: list[tuple[str, str, DensityGrid]], end: int, xunit: float,
+                  xlabel: str) -> str:
+    """Every request at its arrival time and latency: each policy's cells in its
+    colour, darker where more requests fall in them, with its p99 (solid) and p50
+    (dashed) per window of arrivals; a log y axis, 0 in a band of its own."""
+    rows = [(grid, row) for _, _, grid in grids for row in grid.rows if grid.rows[row]]
+    positive = [grid.row_range(row) for grid, row in rows if row]
+    if not rows:
+        return f'<p class="note">No {esc(label)} values.</p>\n'
+    zero = any(row == 0 for _, row in rows)
+    lo = min((low for low, _ in positive), default=1.0)
+    hi = max((high for _, high in positive), default=lo * 10) * 1.2  # (headroom)
+    axes = Axes(0, end, lo, hi, x_scale=xunit, log_y=True, height=DENSITY_HEIGHT, zero=zero)
+    parts = axes.frame(xlabel, f"{label} ({unit}, log scale)")
+    most = max(count for _, _, grid in grids for cell in grid.cells.values()
+               for count in cell.values())
+    right = LEFT + PLOT_W
+    for i, (name, color, grid) in enumerate(grids):
+        paths: list[list[str]] = [[] for _ in OPACITY]
+        for column in sorted(grid.cells):
+            # Whole pixels: neighbouring cells share their edges, and the path is short.
+            x0 = min(right - 1, round(axes.x(column * grid.width)))
+            x1 = max(x0 + 1, min(right, round(axes.x((column + 1) * grid.width))))
+            for row, count in sorted(grid.cells[column].items()):
+                if row == 0:
+                    y0, y1 = round(axes.y(0)) - 5, round(axes.y(0)) + 5
+                else:  # (at least 3 pixels tall, so that a lone band shows)
+                    low, high = grid.row_range(row)
+                    y0, y1 = round(axes.y(high)), round(axes.y(low))
+                    if y1 - y0 < 3:
+                        y0 = (y0 + y1) // 2 - 1
+                        y1 = y0 + 3
+                level = min(len(OPACITY) - 1,
+                            int(math.log1p(count) / math.log1p(most) * len(OPACITY)))
+                paths[level].append(f"M{x0},{y0}h{x1 - x0}v{y1 - y0}h{x0 - x1}z")
+        for level, cells in enumerate(paths):
+            if cells:
+                parts.append(f'<path class="cells" data-series="{esc(name)}" '
+                             f'data-policy="{i}" data-level="{level}" fill="{color}" '
+                             f'fill-opacity="{OPACITY[level]}" d="{"".join(cells)}"/>')
+    for i, (name, color, grid) in enumerate(grids):
+        for fraction, dash, what in ((0.99, "", "p99"), (0.5, "5,3", "p50")):
+            d = []
+            pen = False
+            for first, last, value in percentile_steps(grid, fraction):
+                if value is None:
+                    pen = False
+                    continue
+                y = coord(axes.y(value))
+                x0, x1 = coord(axes.x(first)), coord(min(right, axes.x(last)))
+                d.append(f"{'L' if pen else 'M'}{x0},{y}L{x1},{y}")
+                pen = True
+            extra = f' stroke-dasharray="{dash}"' if dash else ""
+            parts.append(f'<path class="series" data-series="{esc(name)} {what}" '
+                         f'data-policy="{i}" fill="none" stroke="{color}" stroke-width="1.6"'
+                         f'{extra} d="{"".join(d)}"/>')
+    parts += legend_parts([(name, color) for name, color, _ in grids])
+    parts += legend_parts([("p99", "#555"), ("p50", "#555")], ["", "5,3"],
+                          first=len(grids) + 1)
+    return svg(kind, parts, DENSITY_HEIGHT)
+
+
+def lines_chart(kind: str, end: int, xunit: float, xlabel: str, ylabel: str,
+                lines: list[tuple[str, str, Sequence[int], Sequence[int]]]) -> str:
+    """Counts over time, a step line each (name, colour, times, counts), each
+    downsampled to its first minimum and maximum per pixel column."""
+    top = max((max(ys) for _, _, _, ys in lines if len(ys)), default=1)
     axes = Axes(0, end, 0, top * 1.05 or 1, x_scale=xunit)
     parts = axes.frame(xlabel, ylabel)
-    for name, color, xs, ys, dash in lines:
+    for name, color, xs, ys in lines:
         if len(xs):
             points = downsample(xs, ys, 0, end)
             steps = points[:1]  # a count holds until the next record changes it
             for (_, y0), (x1, y1) in zip(points, points[1:]):
                 steps += [(x1, y0), (x1, y1)]
-            parts.append(axes.polyline(steps, color, name, dash))
-    legend = [(name, color) for name, color, *_ in lines]
-    if marks:
-        for marked, color, what in ((series.preemptions, PREEMPT_COLOR, "preemption"),
-                                    (series.retractions, RETRACT_COLOR, "retraction")):
-            if not marked.total:
-                continue
-            legend.append((f"{what}s ({marked.total:,})", color))
-            columns: dict[int, int] = {}
-            for t, count in zip(marked.times, marked.counts):
-                column = int(axes.x(t))
-                columns[column] = columns.get(column, 0) + count
-            for column in sorted(columns):
-                count = columns[column]
-                parts.append(f'<line class="{what}" x1="{column}" y1="{TOP}" x2="{column}" '
-                             f'y2="{TOP + 10}" stroke="{color}" stroke-width="1.5">'
-                             f'<title>{count:,} {what}{"s" if count > 1 else ""}</title></line>')
-    parts += legend_parts(legend)
+            parts.append(axes.polyline(steps, color, name))
+    parts += legend_parts([(name, color) for name, color, *_ in lines])
     return svg(kind, parts)
 
 
+# --- distributions -----------------------------------------------------------------
+
+
 def cdf_chart(kind: str, label: str, unit: str,
-              lines: list[tuple[str, str, list[tuple[float, int]]]]) -> str:
-    """One CDF line per policy from sorted (value, count) pairs."""
+              lines: list[tuple[str, str, list[tuple[float, int]]]],
+              log: bool = True) -> str:
+    """One CDF line per policy from sorted (value, count) pairs, on a log x axis when
+    `log` and the values include a positive one (a value of 0 is drawn at the
+    smallest positive one)."""
     values = [v for _, _, counts in lines for v, _ in (counts[:1] + counts[-1:])]
     if not values:
         return f'<p class="note">No {esc(label)} values.</p>\n'
     hi = max(values)
     lows = [next((v for v, _ in counts if v > 0), None) for _, _, counts in lines]
     low_pos = min((v for v in lows if v is not None), default=None)
-    log_x = low_pos is not None and hi / low_pos > 100
+    log_x = log and low_pos is not None and hi > 0
     floor = low_pos if log_x else 0
-    axes = Axes(floor if log_x else min(0, min(values)), hi, 0, 1, log_x=log_x)
+    axes = Axes(floor if log_x else min(0, min(values)), hi if hi > floor else floor * 10,
+                0, 1, log_x=log_x)
     xlabel = f"{label} ({unit}{', log scale' if log_x else ''})"
     parts = axes.frame(xlabel, "fraction of samples")
-    for name, color, counts in lines:
+    for i, (name, color, counts) in enumerate(lines):
         if not counts:
             continue
         points = cdf_points(counts)
@@ -267,13 +352,18 @@ def cdf_chart(kind: str, label: str, unit: str,
             x = max(value, floor) if log_x else value
             steps += [(x, below), (x, frac)]
             below = frac
-        parts.append(axes.polyline(steps, color, name))
+        parts.append(axes.polyline(steps, color, name, policy=i))
     parts += legend_parts([(name, color) for name, color, _ in lines])
     return svg(kind, parts)
 
 
+# --- the timeline ------------------------------------------------------------------
+
+TimelineRow = tuple[str, "list[int] | None", "float | None"]  # id, phases, E2EL
+
+
 def timeline_chart(rows: list[TimelineRow], end: int, xunit: float, xlabel: str) -> str:
-    """One row per request, a rectangle per phase."""
+    """One row per request, a rectangle per phase; the y axis counts the rows."""
     row = max(2, min(10, 600 // max(1, len(rows))))
     height = TOP + row * len(rows) + BOTTOM
     axes = Axes(0, end, 0, 1, x_scale=xunit)
@@ -293,15 +383,23 @@ def timeline_chart(rows: list[TimelineRow], end: int, xunit: float, xlabel: str)
                          f'height="{row - 1 if row > 2 else row}" '
                          f'fill="{PHASE_COLORS[PHASES[code]]}"/>')
         parts.append(f'<g class="request"><title>{tip}</title>{"".join(rects)}</g>')
+    base = TOP + row * len(rows)
     frame = [f'<rect x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{row * len(rows)}" '
              'fill="none" stroke="#999"/>']
-    for value in _ticks(0, end * xunit):
+    for value in linear_ticks(0, end * xunit):
         px = axes.x(value / xunit)
-        base = TOP + row * len(rows)
         frame.append(f'<line x1="{coord(px)}" y1="{base}" x2="{coord(px)}" y2="{base + 4}" '
-                     f'stroke="#999"/><text x="{coord(px)}" y="{base + 16}" '
+                     f'stroke="#999"/><text class="xtick" x="{coord(px)}" y="{base + 16}" '
                      f'text-anchor="middle">{tick_label(value)}</text>')
-    frame.append(f'<text x="{LEFT + PLOT_W / 2:.0f}" y="{height - 4}" '
+    for value in linear_ticks(1, max(1, len(rows)), 5):
+        if value >= 1 and float(value).is_integer():
+            py = TOP + (value - 0.5) * row
+            frame.append(f'<text class="ytick" x="{LEFT - 6}" y="{coord(py + 4)}" '
+                         f'text-anchor="end">{int(value):,}</text>')
+    frame.append(f'<text x="{LEFT + PLOT_W / 2:.0f}" y="{height - 6}" '
                  f'text-anchor="middle">{esc(xlabel)}</text>')
+    middle = TOP + row * len(rows) / 2
+    frame.append(f'<text x="14" y="{middle:.0f}" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {middle:.0f})">request (by arrival)</text>')
     legend = legend_parts([(name, PHASE_COLORS[name]) for name in PHASES[:-1]])
     return svg("timeline", frame + parts + legend, height)

@@ -542,3 +542,41 @@ def test_the_density_draws_one_cell_per_counted_cell(tmp_path, monkeypatch):
     drawn = sum(p.get("d").count("M") for p in svg.iter(SVG + "path")
                 if p.get("class") == "cells")
     assert drawn == sum(len(cell) for cell in grid.cells.values())
+
+
+def test_utilisation_columns_are_length_weighted_means_by_hand():
+    """A run of 10,000 steps of 1 ms on PLOT_W columns: buckets whose middles share a
+    column average by their lengths; a bucket's middle alone in a column is its own."""
+    from scheduler_sim.io.utilisation_chart import column_means
+    end, xunit = 10_000, 0.001
+    # Column of a middle m steps: int(m / 10,000 * PLOT_W).
+    points = [(0.0, 0.002, 1.0, 0.5, 0.25),    # middle 1 step
+              (0.002, 0.003, 0.0, 0.0, 0.0),   # middle 2.5 steps: the same column as 1
+              (0.5, 0.6, 0.5, 0.1, 0.3)]       # middle 550 steps
+    assert (int(1 / 10_000 * PLOT_W), int(2.5 / 10_000 * PLOT_W)) == (0, 0)
+    means = column_means(points, end, xunit)
+    assert [c for c, *_ in means] == [0, int(550 / 10_000 * PLOT_W)]
+    # (2 ms x (1, 0.5, 0.25) + 1 ms x 0) / 3 ms
+    assert means[0][1:] == pytest.approx((2 / 3, 1 / 3, 0.5 / 3), abs=1e-15)
+    assert means[1][1:] == (0.5, 0.1, 0.3)
+
+
+def test_a_cost_model_adds_the_utilisation_chart_for_every_policy(tmp_path):
+    """With a cost model, the charts over time end with the GPU's busy share, MFU and MBU,
+    three lines per policy, each tagged with its policy's index; in ticks there is none."""
+    trace = _trace(tmp_path, hostile=False)
+    page = _report(tmp_path, trace, "--cost-model", "llama-3-8b/h100-sxm", "--num-blocks",
+                   "14")
+    chart = next(s for s in _svgs(page) if s.get("data-chart") == "utilisation")
+    lines = [(p.get("data-series"), p.get("data-policy"), p.get("stroke-dasharray"))
+             for p in chart.iter(SVG + "polyline")]
+    assert lines == [(f"{policy} {what}", str(i), dash)
+                     for i, policy in enumerate(("continuous", "vllm"))
+                     for what, dash in (("busy", "2,2"), ("MFU", None), ("MBU", "6,3"))]
+    # Each line is drawn: the run's dispatches fall in at least one pixel column.
+    for line in chart.iter(SVG + "polyline"):
+        assert line.get("points")
+    assert "GPU utilisation" in page and "over busy time" in page
+    plain = _report(tmp_path, trace, name="plain.html")
+    assert "GPU utilisation" not in plain
+    assert all(s.get("data-chart") != "utilisation" for s in _svgs(plain))

@@ -165,7 +165,7 @@ def test_python_m_holds_signals_before_it_loads_the_entry_module():
 # command or the output that needs it.
 UNUSED_BY_REPLAY = ("scheduler_sim.io.html_report", "scheduler_sim.io.svg_charts",
                     "scheduler_sim.io.svg_axes", "scheduler_sim.io.sweep_page",
-                    "scheduler_sim.io.perfetto", "scheduler_sim.io.expectations",
+                    "scheduler_sim.io.utilisation_chart", "scheduler_sim.io.perfetto", "scheduler_sim.io.expectations",
                     "scheduler_sim.io.junit", "scheduler_sim.io.sweep",
                     "scheduler_sim.cli.sweep", "scheduler_sim.cli.workers", "multiprocessing",
                     "scheduler_sim.io.importers", "scheduler_sim.cli.calibrate",
@@ -186,7 +186,8 @@ def test_a_plain_replay_loads_no_report_perfetto_sweep_importers_or_workers():
     assert set(report.stdout.split()) == {"scheduler_sim.io.html_report",
                                           "scheduler_sim.io.svg_charts",
                                           "scheduler_sim.io.svg_axes",
-                                          "scheduler_sim.io.sweep_page"}
+                                          "scheduler_sim.io.sweep_page",
+                                          "scheduler_sim.io.utilisation_chart"}
 
 
 def test_converts_formats_are_the_importers():

@@ -14,7 +14,8 @@ out to explain a latency, every policy on the same axes (a colour per policy):
   preemptions and retractions per stretch of the run, the KV blocks in use
   (the pool less its free blocks, as a percentage), the waiting and the
   running requests and the tokens per dispatch: for each, per pixel column,
-  the band between the minimum and the maximum and the mean inside it.
+  the band between the minimum and the maximum and the mean inside it; with
+  a cost model, the GPU's busy share, MFU and MBU (`utilisation_chart`).
   Radio buttons above them show every policy or one alone (`_chooser`: CSS
   hides the drawings tagged with another policy's index);
 - TTFT, TPOT, ITL and end-to-end latency CDFs, one line per policy, on log
@@ -51,6 +52,7 @@ from .svg_axes import PAGE_STYLE, POLICY_COLORS, esc
 from .svg_charts import (KV_LINES, WINDOW_REQUESTS, TimelineRow, band_chart, cdf_chart,
                          density_chart, lines_chart, marks_chart, timeline_chart)
 from .sweep_page import sweep_lines, sweep_report
+from .utilisation_chart import utilisation_chart
 
 __all__ = ["html_report", "sweep_report", "sweep_lines", "select_requests", "TIMELINE_ROWS"]
 
@@ -194,6 +196,16 @@ def _over_time(series: list[RunSeries], colors: dict[str, str], end: int, xunit:
     out.append(band_chart("tokens", [
         (s.policy, colors[s.policy], s.disp_t, s.disp_tokens, s.dispatches.means.means(0), float)
         for s in series], end, xunit, xlabel, "tokens", log=True, hold=False))
+    worked = [(s.policy, colors[s.policy], s.work.points()) for s in series
+              if s.work is not None]
+    if worked:
+        out.append("<h3>GPU utilisation</h3>\n")
+        out.append(utilisation_chart("utilisation", worked, end, xunit, xlabel))
+        out.append('<p class="note">Per stretch of the run, over its whole length (idle '
+                   "time included): the share of it the GPU was busy (dotted), the model "
+                   "FLOPs done over the peak FLOP/s (MFU, solid) and the HBM bytes moved "
+                   "over the peak bandwidth (MBU, dashed). The summary gives MFU and MBU "
+                   "over busy time.</p>\n")
     return out
 
 

@@ -13,10 +13,17 @@ This is a maintainer's tool: it needs a harness and its virtual environment
     python3 tests/data/oracles/record.py sglang --python VENV/bin/python \\
         --harness PATH/sglang_oracle.py --seeds 100-135 --requests 50 \\
         --prefix-caching-only
+    python3 tests/data/oracles/record.py vllm --python VENV/bin/python \\
+        --harness PATH/vllm_oracle.py --seeds 9000-9001 --requests 500 --scale
+
+With --scale the traces are the harnesses' `randcompare.py --scale` traces of the
+same seed (vLLM's with the order written into the config: fcfs on even seeds,
+priority on odd ones), and the trace and events are kept gzipped.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import subprocess
@@ -97,6 +104,80 @@ def sglang_trace(seed: int, n: int = 14) -> list[dict]:
     return records
 
 
+def _scale_prompt(rng: random.Random, i: int, prompt: int, heads: list[list[int]]) -> dict:
+    """Half the prompts start with one of the shared heads; the rest of such a prompt
+    repeats one id of its own (unique, and small once gzipped). The other half give no
+    ids, so the harness and the simulator fill ids of their own that nothing shares."""
+    if rng.random() < 0.5:
+        head = rng.choice(heads)[:prompt]
+        return {"prompt_token_ids": head + [2000000 + i] * (prompt - len(head))}
+    return {}
+
+
+def vllm_scale_trace(seed: int, n: int = 500) -> list[dict]:
+    """At scale: blocks of 8, 16 or 32 tokens in a pool of 2000-8000 tokens, budgets of
+    256-2048, 8-48 rows, a long-prefill threshold of 64-256 on half the traces, prefix
+    caching on, four shared prompt heads of 1-12 blocks. One prompt in four is long
+    (512 tokens up to a third of the pool: several chunks), the rest 16-300 tokens;
+    outputs 1-96; arrivals over 100, 400 or 1500 ticks; fcfs on even seeds, priority on
+    odd ones. Every request fits alone."""
+    rng = random.Random(seed)
+    size = rng.choice([8, 16, 32])
+    blocks = rng.randint(2000, 8000) // size
+    config = {"type": "config", "block_size": size, "num_blocks": blocks,
+              "token_budget": rng.choice([256, 512, 1024, 2048]), "max_rows": rng.randint(8, 48),
+              "prefix_caching": True}
+    if rng.random() < 0.5:
+        config["prefill_chunk"] = rng.choice([64, 128, 256])
+    config["order"] = "priority" if seed % 2 else "fcfs"
+    span = rng.choice([100, 400, 1500])
+    heads = [[rng.randint(1, 50000) for _ in range(rng.randint(1, 12) * size)] for _ in range(4)]
+    records = [config]
+    for i in range(n):
+        if rng.random() < 0.25:
+            prompt = rng.randint(512, max(512, blocks * size // 3))
+        else:
+            prompt = rng.randint(16, 300)
+        outputs = rng.randint(1, 96)
+        if -(-(prompt + outputs - 1) // size) > blocks:
+            continue
+        record = {"type": "request", "id": f"r{i:04d}", "arrival": rng.randint(0, span),
+                  "prompt_tokens": prompt, "output_tokens": outputs,
+                  "priority": rng.randint(0, 3)}
+        record.update(_scale_prompt(rng, i, prompt, heads))
+        records.append(record)
+    return records
+
+
+def sglang_scale_trace(seed: int, n: int = 500) -> list[dict]:
+    """At scale: pages of one token, a pool of 2000-8000 tokens, budgets of 512-4096,
+    chunks of 128-512, 8-48 rows, a conservativeness of 0.5 or 2 on some traces, the
+    radix cache on, fcfs or lpm, four shared prompt heads of 16-400 tokens. Prompts,
+    outputs and arrivals as in `vllm_scale_trace`."""
+    rng = random.Random(seed)
+    pool = rng.randint(2000, 8000)
+    config = {"type": "config", "block_size": 1, "num_blocks": pool,
+              "token_budget": rng.choice([512, 1024, 2048, 4096]), "max_rows": rng.randint(8, 48),
+              "prefix_caching": True, "order": rng.choice(["fcfs", "lpm"])}
+    config["prefill_chunk"] = min(config["token_budget"], rng.choice([128, 256, 512]))
+    if rng.random() < 0.3:
+        config["schedule_conservativeness"] = rng.choice([0.5, 2.0])
+    span = rng.choice([100, 400, 1500])
+    heads = [[rng.randint(1, 50000) for _ in range(rng.randint(16, 400))] for _ in range(4)]
+    records = [config]
+    for i in range(n):
+        if rng.random() < 0.25:
+            prompt = rng.randint(512, max(512, pool // 3))
+        else:
+            prompt = rng.randint(16, 300)
+        outputs = rng.randint(1, 96)
+        record = {"type": "request", "id": f"r{i:04d}", "arrival": rng.randint(0, span),
+                  "prompt_tokens": prompt, "output_tokens": outputs}
+        record.update(_scale_prompt(rng, i, prompt, heads))
+        records.append(record)
+    return records
+
+
 KEEP = {"dispatch", "preempted", "retracted", "finished"}
 
 
@@ -126,18 +207,25 @@ def main() -> int:
                         help="requests per trace (default: 30 for vllm, 14 for sglang)")
     parser.add_argument("--prefix-caching-only", action="store_true",
                         help="keep only the seeds whose trace has prefix caching on")
+    parser.add_argument("--scale", action="store_true",
+                        help="the traces at scale (vllm_scale_trace, sglang_scale_trace), "
+                             "kept gzipped")
     args = parser.parse_args()
     first, last = (int(x) for x in args.seeds.split("-"))
     out_dir = HERE / args.engine
     out_dir.mkdir(exist_ok=True)
-    make = vllm_trace if args.engine == "vllm" else sglang_trace
+    if args.scale:
+        make = vllm_scale_trace if args.engine == "vllm" else sglang_scale_trace
+    else:
+        make = vllm_trace if args.engine == "vllm" else sglang_trace
+    suffix = ".gz" if args.scale else ""
     jobs = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(first, last + 1):
             records = make(seed) if args.requests is None else make(seed, args.requests)
             if args.prefix_caching_only and not records[0].get("prefix_caching"):
                 continue
-            trace = out_dir / f"{seed:03d}.jsonl"
+            trace = Path(tmp) / f"{seed:03d}.jsonl"
             trace.write_text("".join(json.dumps(r) + "\n" for r in records))
             jobs.append((seed, str(trace), str(Path(tmp) / f"{seed}.events"),
                          records[0].get("order", "fcfs")))
@@ -151,14 +239,23 @@ def main() -> int:
         for seed, trace, events, _ in jobs:
             if status.get(str(seed)) != 0:
                 print(f"seed {seed}: harness exit {status.get(str(seed))}; not kept")
-                Path(trace).unlink()
                 continue
-            (out_dir / f"{seed:03d}.events.jsonl").write_text(
-                "\n".join(keep_events(Path(events))) + "\n")
+            write(out_dir / f"{seed:03d}.jsonl{suffix}", Path(trace).read_text())
+            write(out_dir / f"{seed:03d}.events.jsonl{suffix}",
+                  "\n".join(keep_events(Path(events))) + "\n")
             print(f"seed {seed}: recorded", flush=True)
         if run.returncode != 0:
             print(run.stderr[-2000:])
     return 0
+
+
+def write(path: Path, text: str) -> None:
+    """`text` into `path`, gzipped when the name ends in .gz (with no time stamp in the
+    header, so the same run gives the same bytes)."""
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+    else:
+        path.write_text(text)
 
 
 DRIVER = """

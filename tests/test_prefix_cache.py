@@ -373,14 +373,18 @@ def test_vllm_cache_runs_are_rebuilt_once_stale_entries_outnumber_the_queue():
 
 
 def test_vllm_cache_runs_pack_integer_keys_and_keep_other_keys_as_a_run_of_their_own():
-    """A batch [7, 6, 5, 4] freed with keys [b"r0:3", b"r0:2", 101, 100] (a request's
-    own output keys first, as a freed table's tail has them): two runs, [7, 6] with the
-    list of bytes keys and [5, 4] with the array('q') [101, 100]. A batch of integer
-    keys only is one packed run; one with an int past 64 bits keeps its list. Popping
-    3 crosses the first two runs and gives plain int keys; the queue reads back the
-    same keys whatever their packing."""
+    """In a compact cache (a fleet's replica), a batch [7, 6, 5, 4] freed with keys
+    [b"r0:3", b"r0:2", 101, 100] (a request's own output keys first, as a freed
+    table's tail has them) makes two runs: [7, 6] with the list of bytes keys and
+    [5, 4] with the array('q') [101, 100]. A batch of integer keys only is one packed
+    run; one with an int past 64 bits keeps its list. Popping 3 crosses the first two
+    runs and gives plain int keys; the queue reads back the same keys whatever their
+    packing. A cache that is not compact keeps each batch as one run, keys as given."""
     from array import array
-    c = VllmCache()
+    plain = VllmCache()
+    plain.give_back([], [7, 6, 5, 4], [b"r0:3", b"r0:2", 101, 100])
+    assert [(r[0], r[1]) for r in plain.runs] == [([7, 6, 5, 4], [b"r0:3", b"r0:2", 101, 100])]
+    c = VllmCache(compact=True)
     c.give_back([], [7, 6, 5, 4], [b"r0:3", b"r0:2", 101, 100])
     c.give_back([], [3, 2], [200, 201])
     c.give_back([], [1], [2 ** 70])
@@ -396,12 +400,12 @@ def test_vllm_cache_runs_pack_integer_keys_and_keep_other_keys_as_a_run_of_their
 
 
 def test_vllm_cache_a_rebuild_keeps_each_run_and_its_packing():
-    """Runs [0..69] (keys 100 + b, packed) and [70, 71] (bytes keys). Hits on 0..67
-    leave 68 stale entries for a queue of 4 (68 <= 4 + 64: kept); the hit on 68 makes
+    """Compact cache: runs [0..69] (keys 100 + b, packed) and [70, 71] (bytes keys).
+    Hits on 0..67 leave 68 stale entries for a queue of 4 (68 <= 4 + 64: kept); the hit on 68 makes
     69 > 3 + 64, and the rebuild drops them run by run: the runs are [69] (still
     packed) and [70, 71] (still a list)."""
     from array import array
-    c = VllmCache()
+    c = VllmCache(compact=True)
     c.give_back([], list(range(70)), list(range(100, 170)))
     c.give_back([], [70, 71], [b"a", b"b"])
     for b in range(68):

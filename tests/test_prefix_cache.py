@@ -372,6 +372,52 @@ def test_vllm_cache_runs_are_rebuilt_once_stale_entries_outnumber_the_queue():
     assert (list(zip(*c.queue_items())), c.free_blocks) == ([(69, 169)], {69})
 
 
+def test_vllm_cache_runs_pack_integer_keys_and_keep_other_keys_as_a_run_of_their_own():
+    """In a compact cache (a fleet's replica), a batch [7, 6, 5, 4] freed with keys
+    [b"r0:3", b"r0:2", 101, 100] (a request's own output keys first, as a freed
+    table's tail has them) makes two runs: [7, 6] with the list of bytes keys and
+    [5, 4] with the array('q') [101, 100]. A batch of integer keys only is one packed
+    run; one with an int past 64 bits keeps its list. Popping 3 crosses the first two
+    runs and gives plain int keys; the queue reads back the same keys whatever their
+    packing. A cache that is not compact keeps each batch as one run, keys as given."""
+    from array import array
+    plain = VllmCache()
+    plain.give_back([], [7, 6, 5, 4], [b"r0:3", b"r0:2", 101, 100])
+    assert [(r[0], r[1]) for r in plain.runs] == [([7, 6, 5, 4], [b"r0:3", b"r0:2", 101, 100])]
+    c = VllmCache(compact=True)
+    c.give_back([], [7, 6, 5, 4], [b"r0:3", b"r0:2", 101, 100])
+    c.give_back([], [3, 2], [200, 201])
+    c.give_back([], [1], [2 ** 70])
+    assert [(r[0], type(r[1]), list(r[1])) for r in c.runs] == [
+        ([7, 6], list, [b"r0:3", b"r0:2"]), ([5, 4], array, [101, 100]),
+        ([3, 2], array, [200, 201]), ([1], list, [2 ** 70])]
+    assert c.queue_items() == ([7, 6, 5, 4, 3, 2, 1],
+                               [b"r0:3", b"r0:2", 101, 100, 200, 201, 2 ** 70])
+    taken, keys = c.pop_oldest(3)
+    assert (taken, keys, type(keys)) == ([7, 6, 5], [b"r0:3", b"r0:2", 101], list)
+    assert [(r[0], list(r[1]), r[2]) for r in c.runs] == [
+        ([5, 4], [101, 100], 1), ([3, 2], [200, 201], 0), ([1], [2 ** 70], 0)]
+
+
+def test_vllm_cache_a_rebuild_keeps_each_run_and_its_packing():
+    """Compact cache: runs [0..69] (keys 100 + b, packed) and [70, 71] (bytes keys).
+    Hits on 0..67 leave 68 stale entries for a queue of 4 (68 <= 4 + 64: kept); the hit on 68 makes
+    69 > 3 + 64, and the rebuild drops them run by run: the runs are [69] (still
+    packed) and [70, 71] (still a list)."""
+    from array import array
+    c = VllmCache(compact=True)
+    c.give_back([], list(range(70)), list(range(100, 170)))
+    c.give_back([], [70, 71], [b"a", b"b"])
+    for b in range(68):
+        c.hit(b)
+    assert (len(c.runs), c.stale_total) == (2, 68)
+    c.hit(68)
+    assert ([(r[0], type(r[1]), list(r[1]), r[2]) for r in c.runs], c.stale,
+            c.stale_total) == ([([69], array, [169], 0),
+                                ([70, 71], list, [b"a", b"b"], 0)], {}, 0)
+    assert c.pop_oldest(2) == ([69, 70], [169, b"a"])
+
+
 @pytest.mark.parametrize("compact", [False, True])
 def test_vllm_cache_hits_in_bulk_count_a_second_stale_entry(compact):
     """One run [0..5], block b keyed 100 + b. hits([0, 1, 9]) takes 0 and 1 (9 is not

@@ -3,7 +3,11 @@ that moves blocks through the queue (see `vllm_cache` for the layout).
 
 The queue is `runs`, one entry [blocks, their keys, position of the first not
 yet consumed] per batch freed, oldest first; eviction consumes it from the
-front by slices. A hit leaves its block's entry behind, stale: `stale[block]`
+front by slices. In a compact cache (a fleet's replica) a run's integer keys
+(a trace's hash entries) are packed in an `array('q')`, 8 bytes a key and no
+int object: a batch's leading keys of other kinds (a request's own content,
+its outputs, the tail of its table freed first) make a run of their own, a
+list (`append_run`). A hit leaves its block's entry behind, stale: `stale[block]`
 counts such entries of a block, all of them ahead of its live entry, so
 eviction skips exactly that many. `free_blocks` holds the queued blocks
 (membership and size). The methods below are `VllmCache`'s (a base class of
@@ -11,7 +15,10 @@ it) and use the attributes its `__init__` sets.
 """
 from __future__ import annotations
 
+import struct
+from array import array
 from collections import deque
+from itertools import compress
 
 __all__ = ["RunQueue"]
 
@@ -19,13 +26,65 @@ __all__ = ["RunQueue"]
 class RunQueue:
     """`VllmCache`'s LRU queue in runs (see the module docstring)."""
 
+    def append_run(self, blocks: list[int], keys) -> None:
+        """Append `blocks`, freed together with `keys` (position for position), to
+        the queue's tail as one run; in a compact cache (a fleet's replica),
+        leading keys that are not integers as a run of their own and the rest as
+        a run whose keys are packed in an `array('q')` (kept a list if anything
+        there is not an integer of 64 bits).
+
+        Memory: a key packed costs 8 bytes against 40 for an int object and its
+        list slot; a fleet of 64 replicas replaying Mooncake under vllm held 1.35
+        million such keys in its queues at the peak (41 MiB of int objects, 11
+        MiB of lists, of 159 MiB traced). Speed: packed through `struct` (66 ns a
+        key on this loaded machine, against 183 for `array('q', keys)` and 12
+        for copying the list), and only in a compact cache, where memory is what
+        grows with the replicas."""
+        if not self.compact:
+            self.runs.append([blocks, keys, 0])
+            return
+        runs = self.runs
+        end = len(keys)
+        n = 0
+        while n < end and type(keys[n]) is not int:
+            n += 1
+        if n:
+            if n == end:
+                runs.append([blocks, keys, 0])
+                return
+            runs.append([blocks[:n], keys[:n], 0])
+            blocks = blocks[n:]
+            keys = keys[n:]
+        packed = array("q")
+        try:
+            packed.frombytes(struct.pack(f"{len(keys)}q", *keys))
+        except struct.error:
+            packed = keys if type(keys) is list else list(keys)
+        runs.append([blocks, packed, 0])
+
     def _rebuild_if_stale(self) -> None:
-        """Once stale entries outnumber the queue, rebuild `runs` from the queue's
-        order, so that it never holds more than twice the queue."""
+        """Once stale entries outnumber the queue, rebuild `runs` without them (run
+        by run, each keeping its kind of keys), so that it never holds more than
+        twice the queue."""
         if self.stale_total > len(self.free_blocks) + 64:
-            blocks, keys = self.queue_items()
-            self.runs = deque([[blocks, keys, 0]]) if blocks else deque()
-            self.stale.clear()
+            stale = self.stale
+            runs: deque[list] = deque()
+            for blocks, keys, pos in self.runs:
+                keep = []
+                for block in blocks[pos:]:
+                    left = stale.get(block)
+                    if left:
+                        stale[block] = left - 1
+                        keep.append(False)
+                    else:
+                        keep.append(True)
+                kept = list(compress(blocks[pos:], keep))
+                if kept:
+                    kept_keys = compress(keys[pos:], keep)
+                    runs.append([kept, array("q", kept_keys) if type(keys) is array
+                                 else list(kept_keys), 0])
+            self.runs = runs
+            stale.clear()
             self.stale_total = 0
 
     def _skip_stale(self, block: int) -> bool:
@@ -87,6 +146,8 @@ class RunQueue:
             end = pos + need
             part = blocks[pos:end]
             part_keys = keys[pos:end]
+            if type(part_keys) is not list:  # (packed keys: ints again)
+                part_keys = part_keys.tolist()
             if end >= len(blocks):
                 runs.popleft()
             else:

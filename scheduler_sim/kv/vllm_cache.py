@@ -14,7 +14,8 @@ queue or as a pinned orphan (`orphan_keys`), into the queue.
 Blocks join the queue a request at a time and leave it, but for hits, from
 its front, many at once. So the queue is kept as `runs`, one entry
 [blocks, their keys, position of the first not yet consumed] per batch
-freed, oldest first, which eviction consumes from the front by slices; and
+freed, oldest first, which eviction consumes from the front by slices (a
+compact cache's runs pack their integer keys: `RunQueue.append_run`); and
 `free_blocks` is only the set of the queued blocks (membership and size,
 updated a batch at a time). A compact cache (a fleet's replica) keeps that
 set as one byte per block (`BlockSet`). A hit leaves its block's entry in
@@ -234,7 +235,7 @@ class VllmCache(RunQueue, PrefixCache):
         are plain."""
         if keyed:
             self._enqueue(keyed)
-            self.runs.append([keyed, keys, 0])
+            self.append_run(keyed, keys)
         return blocks
 
     def release(self, rid):

@@ -188,7 +188,7 @@ def test_counting_steady_decoders_changes_no_result(seed, policy):
 def test_the_random_workloads_count_decoders():
     """The workloads above do use the cohort, under both policies: the exact number of
     counted dispatches (a change in when the cohort applies shows here)."""
-    expected = {"continuous": 6875, "serial": 10393}
+    expected = {"continuous": 6873, "serial": 10393}  # (FOLD_AFTER 2: two folded more)
     for policy in ("continuous", "serial"):
         total = 0
         for seed in range(40):

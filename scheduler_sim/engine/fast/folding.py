@@ -35,7 +35,7 @@ __all__ = ["FOLD_AFTER", "fold"]
 
 # With a cohort, a steady stretch is looked at for folding only when it may
 # last this many dispatches: a shorter one saves less than looking costs.
-FOLD_AFTER = 4
+FOLD_AFTER = 2
 
 _output_tokens = attrgetter("output_tokens")
 _outputs = attrgetter("outputs")

@@ -174,7 +174,7 @@ def test_a_finish_of_counted_decoders_is_completed_without_the_row_work():
 
 
 @pytest.mark.parametrize("policy, completions, finishes",
-                         [("continuous", 92, 87), ("serial", 11, 11)])
+                         [("continuous", 126, 88), ("serial", 16, 11)])
 def test_the_random_workloads_complete_counted_dispatches(policy, completions, finishes):
     """Over the first ten workloads above (those of the default tier), how many
     boundaries carried on complete a dispatch of counted decoders only, and how many

@@ -68,6 +68,15 @@ class Counting:
         done, exact = self.ledger.decodes(now, members, contexts)
         return InFlight(None, now, done, exact, True, members, [], members, requests)
 
+    def complete_now(self) -> None:
+        """E1 of the dispatch in flight, completing now (`complete_due`): by the
+        counters (`complete_counted`) when it ran cohort members only."""
+        flight = self.flight
+        if flight.rows is None and flight.members and not flight.decoders:
+            self.complete_counted(flight)
+        else:
+            self.complete_due()
+
     def complete_counted(self, flight: InFlight) -> None:
         """E1 for a dispatch of counted decodes only (`_start_counted`'s), completing
         now: `_complete` without its row work (no written row emits, none joins),

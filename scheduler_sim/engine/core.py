@@ -177,6 +177,9 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
                         if fast_forward and on_event is None and on_state is None
                         and not options.prefix_caching and not self._plugin
                         and self.policy.lazy_decoders else None)
+        # Members' blocks are granted from their credits where the policy reserves
+        # them; under vllm (no credits) they are plain blocks, by count.
+        self.allocator.counted_credited = self.policy.reserves
         self.flight: InFlight | None = None  # the dispatch being executed
         # What is pending outside the dispatches (arrivals, cancellations, forced
         # preemptions, timeouts, drains, the policy's wakeup) and when (agenda.py).

@@ -174,6 +174,9 @@ class Stepping:
             fast = steady.enabled
             if fast:
                 before = steady.before_call()
+            cohort = self._cohort
+            if cohort is not None and cohort.members and policy.schedule_reads_decoders:
+                cohort.settle_all()  # (vllm reads every running request's rows)
             plan = policy.schedule(t)
             if self._plugin:
                 check_plan(plan, self.roster.requests, t)

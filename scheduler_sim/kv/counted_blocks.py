@@ -68,7 +68,8 @@ class CountedBlocks:
                 f"held({self.held}) + draining({self.draining}) + free({free}) "
                 f"== num_blocks({self.num_blocks})")
         self._counted += self._take_plain(blocks)
-        self.granted += blocks
+        if self.counted_credited:
+            self.granted += blocks
         held = self.held = self.held + blocks
         if held > self.peak_held:
             self.peak_held = held
@@ -86,14 +87,15 @@ class CountedBlocks:
         if need > len(counted):
             raise InvariantError(f"request {rid!r} needs {need} counted blocks: "
                                  f"counted({len(counted)}) >= {need} is false")
-        credit = self._credits.get(rid)
-        if credit is None:
-            raise InvariantError(f"request {rid!r} takes counted blocks without a credit")
-        grown = self._grown[rid] + need
-        if grown > credit:
-            raise InvariantError(
-                f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
-        self._grown[rid] = grown
+        if self.counted_credited:  # (else the policy reserves nothing: vllm)
+            credit = self._credits.get(rid)
+            if credit is None:
+                raise InvariantError(f"request {rid!r} takes counted blocks without a credit")
+            grown = self._grown[rid] + need
+            if grown > credit:
+                raise InvariantError(
+                    f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
+            self._grown[rid] = grown
         table += counted[-need:]
         del counted[-need:]
 

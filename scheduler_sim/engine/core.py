@@ -173,13 +173,10 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
             fast_forward = self.attach_host(cost, fast_forward)
         # Steady decoders counted rather than written (fast/cohort.py), when nobody
         # watches each dispatch and the policy does not read their progress.
-        self._cohort = (Cohort(self.allocator)
+        self._cohort = (Cohort(self.allocator, self.policy.reserves)
                         if fast_forward and on_event is None and on_state is None
                         and not options.prefix_caching and not self._plugin
                         and self.policy.lazy_decoders else None)
-        # Members' blocks are granted from their credits where the policy reserves
-        # them; under vllm (no credits) they are plain blocks, by count.
-        self.allocator.counted_credited = self.policy.reserves
         self.flight: InFlight | None = None  # the dispatch being executed
         # What is pending outside the dispatches (arrivals, cancellations, forced
         # preemptions, timeouts, drains, the policy's wakeup) and when (agenda.py).

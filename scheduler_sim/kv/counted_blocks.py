@@ -5,11 +5,12 @@ The decode cohort (engine/fast/cohort.py) counts steady decoders instead of
 writing their rows; their new blocks are counted too. A dispatch or a folded
 stretch of members opens a number of blocks the cohort knows from its
 residue groups alone (`take_counted(blocks)`): they leave the free pools
-(in the order `grow` takes them), count as held and as granted from the
-members' credits (every member holds one), and wait, as ids nobody owns
+(in the order `grow` takes them), count as held and, under a policy that
+reserves (`counted_credited`), as granted from the members' credits (every
+member then holds one; vllm's hold none), and wait, as ids nobody owns
 yet, in `_counted`. When a member leaves the cohort, settled, its table
-takes the blocks its rows need from there (`give_counted`) and its credit is
-charged; so whenever anything reads a table, a credit or a request's
+takes the blocks its rows need from there (`give_counted`) and its credit, if
+counted, is charged; so whenever anything reads a table, a credit or a request's
 progress, they are what growing block by block would have left. Called
 member by member, `grow` and `open_block` were 194,718 Python calls
 replaying the Azure conversation trace under `continuous` (153,276 from

@@ -19,16 +19,18 @@ So a dispatch costs its other rows, its block openings and its finishes, not
 its steady decodes. The engine keeps a cohort only when nobody watches each
 dispatch (no event listener, no state callback, no prefix caching) and the
 policy never reads a decoding request's progress between dispatches
-(`Policy.lazy_decoders`). A member leaves, settled, when a dispatch does not
+(`Policy.lazy_decoders`), or reads it only in `schedule`
+(`Policy.schedule_reads_decoders`, vllm: every member is settled before each
+call). A member leaves, settled, when a dispatch does not
 run it as a plain decode, when it finishes, and before anything else touches
 it (a preemption, a cancellation, a stall, a fold over counted and written
-rows together). A fold over members only advances the counters (`advance`,
+rows together, vllm's `schedule`). A fold over members only advances the counters (`advance`,
 with `blocks_within` for the blocks it needs).
 
 Members' blocks are counted as well: a member's table covers exactly the
 blocks of its rows when it joins (the plain decode's dispatch gave it those;
 a policy with `lazy_decoders` leaves its decoders' blocks to the dispatch,
-and gives each a credit), so the blocks a dispatch or a fold opens follow
+and, if it reserves, gives each a credit), so the blocks a dispatch or a fold opens follow
 from the residue groups alone. They are taken from the allocator by count
 (`BlockAllocator.take_counted`, one call) and written into a member's table
 when it leaves, settled (`give_counted`): see kv/counted_blocks.py.
@@ -50,8 +52,11 @@ class Cohort:
     __slots__ = ("members", "started", "completed", "last_done", "_groups", "_finishing",
                  "_context", "_size", "_allocator")
 
-    def __init__(self, allocator: BlockAllocator) -> None:
+    def __init__(self, allocator: BlockAllocator, credited: bool = True) -> None:
         block_size = allocator.block_size
+        # Members' new blocks are granted from their credits where the policy
+        # reserves them (credited); under vllm they are plain blocks, by count.
+        allocator.counted_credited = credited
         # request -> (started at joining, completed at joining, group, finishing count)
         self.members: dict[Request, tuple[int, int, int, int]] = {}
         self.started = 0     # dispatches started that ran the members

@@ -2,6 +2,7 @@
 with the same results as writing every row."""
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -276,3 +277,24 @@ def test_a_plan_given_as_a_list_is_counted_the_same(seed, monkeypatch):
     written, _ = _replay(records, "continuous", False, **options)
     assert counted == written
     assert made[0].cohort is not None
+
+
+def test_blocks_within_is_each_members_count_summed():
+    """`blocks_within` (a residues' range summed) against each member's new blocks,
+    ceil((rows written + more) / B) - ceil(rows written / B), on random cohorts:
+    block sizes 1 to 16, more rows than a block or fewer, counters at any value."""
+    rng = random.Random(11)
+    for _ in range(400):
+        size = rng.choice([1, 2, 3, 4, 16])
+        allocator = BlockAllocator(4000, size)
+        cohort = Cohort(allocator, credited=False)
+        cohort.started = cohort.completed = rng.randint(0, 50)
+        written = []
+        for i in range(rng.randint(0, 12)):
+            req = _decoding(f"r{i}", rng.randint(1, 100), 1, 500)
+            allocator.grow(req.rid, req.resident)
+            cohort.join(req)
+            written.append(req.resident)
+        more = rng.randint(0, 70)
+        assert cohort.blocks_within(more) == sum(math.ceil((w + more) / size)
+                                                 - math.ceil(w / size) for w in written)

@@ -138,13 +138,20 @@ class Cohort:
         """New blocks the members need to write `rows` more rows each: a member
         whose next row is q past a block boundary needs
         ceil((q + rows) / B) - ceil(q / B) of them."""
+        # With rows = a * B + r (0 <= r < B) that is a each, and one more for those
+        # with q = 0 or q > B - r when r > 0: r residues in a row (cyclically), so
+        # r groups in a row. Speed: their sizes summed in C (`map(len, ...)`) rather
+        # than a Python loop over the B groups (one call per fold).
         size = self._size
-        started = self.started
-        total = 0
-        for group, members in enumerate(self._groups):
-            if members:
-                q = (group + started) % size
-                total += len(members) * (-(-(q + rows) // size) + (-q // size))
+        whole, r = divmod(rows, size)
+        total = whole * len(self.members)
+        if r:
+            groups = self._groups
+            first = (size - r + 1 - self.started) % size  # the group of q = B - r + 1
+            last = first + r
+            total += sum(map(len, groups[first:last]))
+            if last > size:
+                total += sum(map(len, groups[:last - size]))
         return total
 
     def advance(self, dispatches: int, last_done: int) -> None:

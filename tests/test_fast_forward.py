@@ -75,7 +75,10 @@ def test_random_workloads_do_fold():
     # (serial, continuous and vllm fold more since a first dispatch of decodes
     # after a prefill is folded at once when the policy is at a fixed point:
     # engine/fast/through.py, `_fold_fixed_point`; 8541, 4871 and 3537 before.)
-    expected = {"serial": 8570, "continuous": 4893, "vllm": 3538, "static": 4070,
+    # (Then serial and continuous more with FOLD_AFTER 2 instead of 4, and vllm a
+    # little less with its decoders counted, whose short stretches are not looked
+    # at for folding: 8570, 4893 and 3538 before.)
+    expected = {"serial": 8667, "continuous": 4976, "vllm": 3532, "static": 4070,
                 "dynamic": 3856}
     for policy in ("serial", "continuous", "vllm", "static", "dynamic"):
         folded = 0

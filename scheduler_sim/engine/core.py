@@ -173,7 +173,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
             fast_forward = self.attach_host(cost, fast_forward)
         # Steady decoders counted rather than written (fast/cohort.py), when nobody
         # watches each dispatch and the policy does not read their progress.
-        self._cohort = (Cohort(self.allocator)
+        self._cohort = (Cohort(self.allocator, self.policy.reserves)
                         if fast_forward and on_event is None and on_state is None
                         and not options.prefix_caching and not self._plugin
                         and self.policy.lazy_decoders else None)

@@ -224,6 +224,15 @@ class Dispatching:
         cohort = self._cohort
         if cohort is not None:
             ended = self._complete_members(flight, cohort, ended, since)
+        if ended:
+            self._finish_ended(ended, flight)
+        self.ledger.completed(now, flight.exact, flight.outputs, since)
+
+    def _finish_ended(self, ended: list[Request], flight: InFlight) -> None:
+        """E1's end for the requests that produced their last output in `flight`,
+        completing now, in row order: they finish, leave the policy and their
+        blocks."""
+        now = self.now
         keeps = self.policy.keeps_blocks_after_finish
         host = self.allocator.host
         for req in ended:  # their last output
@@ -242,4 +251,3 @@ class Dispatching:
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))
-        self.ledger.completed(now, flight.exact, flight.outputs, since)

@@ -10,7 +10,8 @@ computes them:
 - the run's dispatch statistics (`RunStats`: iterations, rows, tokens by
   kind, padding, outputs, busy seconds, empty iterations, the makespan);
 - its timing: the cost model's seconds (`CostModel.dispatch_seconds`, or for
-  a folded stretch `decode_series`, the same floats) turned into clock steps.
+  a folded stretch `decode_series`, the same floats, timed by
+  stretch_timing.py) turned into clock steps.
   A dispatch that starts at the step the previous one completed at starts
   from that one's exact end, so rounding to whole steps never adds up
   (records/clock.py); without a cost model a dispatch lasts one step;
@@ -28,25 +29,19 @@ as requests end.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
-from functools import reduce
-from itertools import accumulate, chain, islice, repeat
-from operator import add, lt, sub, truediv
+from itertools import islice
 
 from ..gpu.costmodel import CostModel
 from ..gpu.utilisation import DispatchWork
-from ..records.clock import Clock
+from ..records.clock import CEIL_SLACK, Clock
 from .run_stats import RunStats
+from .stretch_timing import SLICED, time_stretch
 from .work_series import WorkSeries
 
 __all__ = ["DispatchLedger"]
 
-# Folded stretches of at least this many dispatches are timed in slices (`_timed`).
-SLICED = 32
-
-INF = float("inf")
 
 
 class DispatchLedger:
@@ -97,11 +92,16 @@ class DispatchLedger:
         `now`: it completes at the first step at or after its exact end, and at
         least one step later (a dispatch shorter than the rest of its first step
         then ends exactly there)."""
-        clock = self.clock
-        exact = (self.exact_end if self.end_step == now else now) + clock.steps(seconds)
-        done = clock.end_step(exact, now)
-        if exact <= now:
-            exact = done
+        # (`Clock.steps` and `Clock.end_step`, inlined: the same floats and roundings;
+        # about 100,000 dispatches on the Azure trace are timed here.)
+        exact = ((self.exact_end if self.end_step == now else now)
+                 + seconds / self.clock.step_seconds)
+        slack, rel = CEIL_SLACK
+        done = math.ceil(exact - slack - exact * rel)
+        if done <= now:
+            done = now + 1
+            if exact <= now:
+                exact = done
         return done, exact
 
     # --- dispatches ---------------------------------------------------------------------
@@ -144,6 +144,28 @@ class DispatchLedger:
         start = self.start_of(now)
         done, exact = self.timed(now, seconds)
         self.work_series.dispatch(start, exact, seconds, chunks, decoding, contexts)
+        return done, exact
+
+    def decodes(self, now: int, rows: int, contexts: int) -> tuple[int, float]:
+        """`dispatch` of `rows` decode rows and nothing else, whose contexts sum to
+        `contexts` (a dispatch of the decode cohort's members: fast/counted.py).
+        Returns (completion step, exact end)."""
+        stats = self.stats
+        stats.iterations += 1
+        stats.rows += rows
+        stats.tokens += rows
+        stats.decode_tokens += rows
+        cost = self.cost
+        if cost is None:
+            return now + 1, now + 1  # without a cost model a dispatch is one step
+        seconds = cost.decode_seconds(rows, contexts)  # (`dispatch_seconds` without chunks)
+        stats.busy_seconds += seconds
+        stats.work.add_decodes(1, rows, contexts)
+        if self.work_series is None:
+            return self.timed(now, seconds)
+        start = self.start_of(now)
+        done, exact = self.timed(now, seconds)
+        self.work_series.dispatch(start, exact, seconds, (), rows, contexts)
         return done, exact
 
     def empty(self) -> None:
@@ -202,8 +224,8 @@ class DispatchLedger:
             busy = 0.0
         else:
             start = exact
-            folded, end, exact, lengths, busy = self._timed(exact, done, rows, contexts,
-                                                            most, until, starts)
+            folded, end, exact, lengths, busy = time_stretch(
+                self.cost, self.clock, exact, done, rows, contexts, most, until, starts)
             self.stats.work.add_decodes(folded, rows, contexts)
             if self.work_series is not None:
                 self.work_series.decodes(
@@ -211,13 +233,21 @@ class DispatchLedger:
                     rows, contexts)
         last = lengths[-1]
         # Output gaps of every dispatch but the last (the flight, still to complete),
-        # by length, in the order the lengths first came.
-        counts = Counter(lengths)
-        counts[last] -= 1
+        # by length, in the order the lengths first came. Speed: a short stretch
+        # (under SLICED dispatches: about 90% of the 25,623 folds on the Azure trace
+        # under continuous, 5.6 distinct lengths on average) adds its gaps one by
+        # one; a `Counter` costs about 9 us to build, twice that loop.
         gaps = self.stats.itl
-        for length, count in counts.items():
-            if count:
-                gaps[length] = gaps.get(length, 0) + rows * count
+        if len(lengths) <= SLICED:
+            get = gaps.get
+            for length in islice(lengths, len(lengths) - 1):
+                gaps[length] = get(length, 0) + rows
+        else:
+            counts = Counter(lengths)
+            counts[last] -= 1
+            for length, count in counts.items():
+                if count:
+                    gaps[length] = gaps.get(length, 0) + rows * count
         written = rows * folded
         stats = self.stats
         stats.iterations += folded
@@ -227,72 +257,3 @@ class DispatchLedger:
         stats.output_tokens += written
         stats.busy_seconds += busy
         return folded, end, exact, end - last
-
-    def _timed(self, exact: float, done: int, rows: int, contexts: int, most: int,
-               until: float, starts: list[int] | None
-               ) -> tuple[int, int, float, list[int], float]:
-        """The folded dispatches timed by the cost model (see `fold`): returns
-        (dispatches, the last one's completion step, its exact end, every one's
-        length in steps, their busy seconds).
-
-        Speed: the dispatches are timed a slice at a time in C (`map`,
-        `accumulate`), with exactly the floats and roundings of one dispatch at a
-        time (`Clock.end_step`). A fleet's replicas run small batches, so the
-        Mooncake trace on 64 replicas folds 4.1 million dispatches (one engine:
-        170,000), and this loop, one Python iteration each, was a quarter of
-        that replay's profile. A dispatch shorter than the rest of its first step
-        (its exact end at or before its start: a coarse clock) is timed one at a
-        time from there, as before."""
-        series = cost_series = self.cost.decode_series(rows, contexts)
-        clock = self.clock
-        step_seconds = clock.step_seconds
-        folded = 0
-        busy = 0.0
-        lengths: list[int] = []
-        size = 32  # dispatches timed at once, then as many as may start before `until`
-        # A short stretch (a lone engine's, ended by its next finish: a dozen
-        # dispatches on the Azure trace) is timed one at a time below: slicing
-        # costs more than it saves there (Ir +2.4% on the first 2,000 Azure
-        # requests under continuous, callgrind).
-        while folded < most and done < until and most >= SLICED:
-            seconds = list(islice(cost_series, min(size, most - folded)))
-            exacts = list(accumulate(map(truediv, seconds, repeat(step_seconds)),
-                                     initial=exact))
-            del exacts[0]
-            ends = clock.end_steps(exacts)
-            begins = [done]
-            begins += ends[:-1]
-            if not all(map(lt, begins, ends)):  # one ends at or before its start
-                series = chain(seconds, cost_series)
-                break
-            # Those that start before `until`: all, or up to the first starting after.
-            n = bisect_left(ends, until) + 1
-            if n < len(ends):
-                del seconds[n:], ends[n:], begins[n:]
-            busy = reduce(add, seconds, busy)
-            if starts is not None:
-                starts += begins
-            lengths += map(sub, ends, begins)
-            folded += len(ends)
-            exact = exacts[len(ends) - 1]
-            done = ends[-1]
-            # Dispatches only grow longer (their contexts do), give or take a step.
-            shortest = max(done - begins[-1] - 1, 1)
-            size = int((until - done) // shortest) + 1 if until < INF else most
-        # From a dispatch that would end before it starts (if any), one at a time
-        # (`timed`, inlined).
-        steps_of = clock.steps
-        end_step = clock.end_step
-        while folded < most and done < until:
-            if starts is not None:
-                starts.append(done)
-            seconds = next(series)
-            busy += seconds
-            exact += steps_of(seconds)
-            end = end_step(exact, done)
-            if exact <= done:
-                exact = end  # shorter than the rest of its first step: one step
-            lengths.append(end - done)
-            folded += 1
-            done = end
-        return folded, done, exact, lengths, busy

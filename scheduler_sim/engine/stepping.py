@@ -160,10 +160,9 @@ class Stepping:
         """`step` at one boundary: (whether the policy moved, whether a stretch
         carried on took a later boundary still to be stepped)."""
         t = self.now
-        again = False
         allocator = self.allocator
         on_state = self._on_state
-        moved = False
+        moved = again = False
         if self.flight is None and self.roster.live:
             steady = self.steadiness
             steady.moved = False
@@ -174,6 +173,8 @@ class Stepping:
             fast = steady.enabled
             if fast:
                 before = steady.before_call()
+            if self._cohort is not None and policy.schedule_reads_decoders:
+                self._cohort.settle_all()  # (vllm reads every running request's rows)
             plan = policy.schedule(t)
             if self._plugin:
                 check_plan(plan, self.roster.requests, t)

@@ -104,8 +104,10 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks):
         self._credits: dict[str, int] = {}
         self._grown: dict[str, int] = {}   # blocks a credited request allocated itself
         # Blocks the decode cohort's members hold by count, granted from their
-        # credits, not yet in their tables (counted_blocks.py).
+        # credits (when the policy reserves: `counted_credited`), not yet in their
+        # tables (counted_blocks.py).
         self._counted: list[int] = []
+        self.counted_credited = True
         # (expiry tick, blocks, keyed blocks, their keys): the last two only for a
         # cache whose keys travel with the blocks nobody holds (`release`).
         self._drain: deque[tuple[int, list[int], list[int], list]] = deque()

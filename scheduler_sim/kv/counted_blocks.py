@@ -5,11 +5,12 @@ The decode cohort (engine/fast/cohort.py) counts steady decoders instead of
 writing their rows; their new blocks are counted too. A dispatch or a folded
 stretch of members opens a number of blocks the cohort knows from its
 residue groups alone (`take_counted(blocks)`): they leave the free pools
-(in the order `grow` takes them), count as held and as granted from the
-members' credits (every member holds one), and wait, as ids nobody owns
+(in the order `grow` takes them), count as held and, under a policy that
+reserves (`counted_credited`), as granted from the members' credits (every
+member then holds one; vllm's hold none), and wait, as ids nobody owns
 yet, in `_counted`. When a member leaves the cohort, settled, its table
-takes the blocks its rows need from there (`give_counted`) and its credit is
-charged; so whenever anything reads a table, a credit or a request's
+takes the blocks its rows need from there (`give_counted`) and its credit, if
+counted, is charged; so whenever anything reads a table, a credit or a request's
 progress, they are what growing block by block would have left. Called
 member by member, `grow` and `open_block` were 194,718 Python calls
 replaying the Azure conversation trace under `continuous` (153,276 from
@@ -68,7 +69,8 @@ class CountedBlocks:
                 f"held({self.held}) + draining({self.draining}) + free({free}) "
                 f"== num_blocks({self.num_blocks})")
         self._counted += self._take_plain(blocks)
-        self.granted += blocks
+        if self.counted_credited:
+            self.granted += blocks
         held = self.held = self.held + blocks
         if held > self.peak_held:
             self.peak_held = held
@@ -86,14 +88,15 @@ class CountedBlocks:
         if need > len(counted):
             raise InvariantError(f"request {rid!r} needs {need} counted blocks: "
                                  f"counted({len(counted)}) >= {need} is false")
-        credit = self._credits.get(rid)
-        if credit is None:
-            raise InvariantError(f"request {rid!r} takes counted blocks without a credit")
-        grown = self._grown[rid] + need
-        if grown > credit:
-            raise InvariantError(
-                f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
-        self._grown[rid] = grown
+        if self.counted_credited:  # (else the policy reserves nothing: vllm)
+            credit = self._credits.get(rid)
+            if credit is None:
+                raise InvariantError(f"request {rid!r} takes counted blocks without a credit")
+            grown = self._grown[rid] + need
+            if grown > credit:
+                raise InvariantError(
+                    f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
+            self._grown[rid] = grown
         table += counted[-need:]
         del counted[-need:]
 

@@ -132,6 +132,13 @@ class Policy:
     # writing each row (engine/fast/cohort.py), writing their progress in before
     # anything else touches them. Built-in policies only.
     lazy_decoders: ClassVar[bool] = False
+    # True (with `lazy_decoders`): `schedule` itself reads the progress of the
+    # requests it runs as plain decodes (vllm: their rows, to allocate their
+    # blocks), so the engine writes the counted ones in before each call; the
+    # calls of a fixed point (`repeats_decodes`, `decodes_repeated`,
+    # `admit_arrivals`, `next_decodes`) still read none of it (`admit_arrivals`
+    # asks the engine which decodes open a block: `decodes_opening`).
+    schedule_reads_decoders: ClassVar[bool] = False
     # How the policy meets KV in host memory (README "Host memory"): None, it does
     # not ask (`host_rows`), and the engine loads what it finds at admission while
     # the request waits off the batch; "wait": it asks and sends a hit to `load`

@@ -103,6 +103,10 @@ class VllmPolicy(QueueAndListPolicy):
 
     name = "vllm"
     reserves = False
+    # Decoders counted by the engine between `schedule` calls (engine/fast/cohort.py),
+    # written in before each call: it reads their rows.
+    lazy_decoders = True
+    schedule_reads_decoders = True
     recompute_includes_pending = True
     caches_duplicate_blocks = True
 
@@ -342,9 +346,10 @@ class VllmPolicy(QueueAndListPolicy):
         if budget <= 0 or len(running) >= options.max_rows:
             return None
         size = options.block_size
-        opening = [req for req in running if not req.resident % size]
-        free = allocator.free - sum(allocator.blocks_to_grow(req.rid, req.resident + 1)
-                                    for req in opening)
+        # The decodes' blocks come first (the cohort's members', counted, when the
+        # dispatch starts: the engine says which of the others open one).
+        blocks, opening = self.view.decodes_opening(running)
+        free = allocator.free - blocks
         if free < 0:
             return None  # a decode would preempt
         waiting.refresh()

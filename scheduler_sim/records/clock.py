@@ -46,7 +46,7 @@ from itertools import repeat
 from operator import mul, sub
 from typing import Any
 
-__all__ = ["Clock", "TIME_UNITS", "DEFAULT_RESOLUTION", "DEFAULT_TICK_SECONDS"]
+__all__ = ["Clock", "TIME_UNITS", "DEFAULT_RESOLUTION", "DEFAULT_TICK_SECONDS", "CEIL_SLACK"]
 
 # Seconds per trace unit; `tick` has no fixed length.
 TIME_UNITS: dict[str, float | None] = {"tick": None, "s": 1.0, "ms": 0.001}
@@ -59,6 +59,10 @@ DEFAULT_TICK_SECONDS = 0.001  # a trace tick under a cost model; a dispatch of a
 # about four units in the last place of the value (q >= 0 throughout).
 _ABS = 1e-9
 _REL = 1e-15
+
+
+# (_ABS, _REL), for a loop that inlines `Clock.end_step` (engine/ledger.py).
+CEIL_SLACK = (_ABS, _REL)
 
 
 def _ceil(q: float) -> int:

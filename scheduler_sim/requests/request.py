@@ -22,7 +22,7 @@ from ..records.errors import InvariantError
 from ..records.states import RequestStatus
 
 __all__ = ["Request", "SealedRequest", "seal", "set_outputs", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
-           "advance_decodes", "catch_up", "RemoteKv", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
+           "catch_up", "RemoteKv", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
            "LOADING", "LOADED"]
 
 PREFILL = "prefill"
@@ -435,16 +435,4 @@ def catch_up(req: Request, rows: int, outputs: int, last_output_at: int) -> None
         req.useful_rows += rows
     if outputs:
         req.outputs += outputs
-        req.last_output_at = last_output_at
-
-
-def advance_decodes(reqs: list[Request], steps: int, last_output_at: int) -> None:
-    """Account `steps` steady decode dispatches of these requests at once (folding):
-    each writes one new row and emits one output; the last came at `last_output_at`."""
-    for req in reqs:
-        r = req.resident + steps
-        req.resident = r
-        req.high_water = r
-        req.useful_rows += steps
-        req.outputs += steps
         req.last_output_at = last_output_at

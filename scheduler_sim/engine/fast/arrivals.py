@@ -79,7 +79,7 @@ def take_boundaries(engine, t: int) -> None:
         check()  # (as the step of a boundary inside a dispatch)
         spec = agenda.next_arrival
     engine.now = t
-    engine.complete_due()
+    engine.complete_now()
     engine.take_outside_events()
 
 

@@ -19,16 +19,18 @@ So a dispatch costs its other rows, its block openings and its finishes, not
 its steady decodes. The engine keeps a cohort only when nobody watches each
 dispatch (no event listener, no state callback, no prefix caching) and the
 policy never reads a decoding request's progress between dispatches
-(`Policy.lazy_decoders`). A member leaves, settled, when a dispatch does not
+(`Policy.lazy_decoders`), or reads it only in `schedule`
+(`Policy.schedule_reads_decoders`, vllm: every member is settled before each
+call). A member leaves, settled, when a dispatch does not
 run it as a plain decode, when it finishes, and before anything else touches
 it (a preemption, a cancellation, a stall, a fold over counted and written
-rows together). A fold over members only advances the counters (`advance`,
+rows together, vllm's `schedule`). A fold over members only advances the counters (`advance`,
 with `blocks_within` for the blocks it needs).
 
 Members' blocks are counted as well: a member's table covers exactly the
 blocks of its rows when it joins (the plain decode's dispatch gave it those;
 a policy with `lazy_decoders` leaves its decoders' blocks to the dispatch,
-and gives each a credit), so the blocks a dispatch or a fold opens follow
+and, if it reserves, gives each a credit), so the blocks a dispatch or a fold opens follow
 from the residue groups alone. They are taken from the allocator by count
 (`BlockAllocator.take_counted`, one call) and written into a member's table
 when it leaves, settled (`give_counted`): see kv/counted_blocks.py.
@@ -50,8 +52,11 @@ class Cohort:
     __slots__ = ("members", "started", "completed", "last_done", "_groups", "_finishing",
                  "_context", "_size", "_allocator")
 
-    def __init__(self, allocator: BlockAllocator) -> None:
+    def __init__(self, allocator: BlockAllocator, credited: bool = True) -> None:
         block_size = allocator.block_size
+        # Members' new blocks are granted from their credits where the policy
+        # reserves them (credited); under vllm they are plain blocks, by count.
+        allocator.counted_credited = credited
         # request -> (started at joining, completed at joining, group, finishing count)
         self.members: dict[Request, tuple[int, int, int, int]] = {}
         self.started = 0     # dispatches started that ran the members
@@ -133,13 +138,20 @@ class Cohort:
         """New blocks the members need to write `rows` more rows each: a member
         whose next row is q past a block boundary needs
         ceil((q + rows) / B) - ceil(q / B) of them."""
+        # With rows = a * B + r (0 <= r < B) that is a each, and one more for those
+        # with q = 0 or q > B - r when r > 0: r residues in a row (cyclically), so
+        # r groups in a row. Speed: their sizes summed in C (`map(len, ...)`) rather
+        # than a Python loop over the B groups (one call per fold).
         size = self._size
-        started = self.started
-        total = 0
-        for group, members in enumerate(self._groups):
-            if members:
-                q = (group + started) % size
-                total += len(members) * (-(-(q + rows) // size) + (-q // size))
+        whole, r = divmod(rows, size)
+        total = whole * len(self.members)
+        if r:
+            groups = self._groups
+            first = (size - r + 1 - self.started) % size  # the group of q = B - r + 1
+            last = first + r
+            total += sum(map(len, groups[first:last]))
+            if last > size:
+                total += sum(map(len, groups[:last - size]))
         return total
 
     def advance(self, dispatches: int, last_done: int) -> None:

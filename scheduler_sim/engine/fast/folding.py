@@ -29,13 +29,13 @@ from operator import attrgetter, lt, sub
 
 from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_lines
 from ...records.events import AdmissionBlocked, Dispatch, Snapshot
-from ...requests.request import DECODE, Request, advance_decodes
+from ...requests.request import DECODE, Request
 
 __all__ = ["FOLD_AFTER", "fold"]
 
 # With a cohort, a steady stretch is looked at for folding only when it may
 # last this many dispatches: a shorter one saves less than looking costs.
-FOLD_AFTER = 4
+FOLD_AFTER = 2
 
 _output_tokens = attrgetter("output_tokens")
 _outputs = attrgetter("outputs")
@@ -128,7 +128,7 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
             return
     starts = [] if emit is not None else None
     # Contexts before the next dispatch's rows; each folded dispatch adds n.
-    contexts = cohort.contexts() if cohort is not None else sum(r.resident for r in reqs)
+    contexts = cohort.contexts() if cohort is not None else sum(map(_resident, reqs))
     ledger = engine.ledger
     folded, done, exact, last_output = ledger.fold(flight.exact, flight.done, n, contexts,
                                                    foldable, until, starts)
@@ -142,19 +142,20 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
         steady = n  # every member's previous output came when the flight started
         cohort.advance(folded, last_output)
     else:
+        # Each request in one pass (speed: three passes before, 32,726 folds of
+        # about 9 requests under vllm on the Azure trace): the gap its output at
+        # the flight's completion ends, its blocks, then its folded rows and
+        # outputs (the last output at `last_output`).
         steady = 0  # requests whose previous output came when the flight started
         others = []  # the gaps of the others
+        grow = allocator.grow
+        size = allocator.block_size
         for req in reqs:
             last = req.last_output_at
             if last == start:
                 steady += 1
             else:
                 others.append(first - last)
-        if others:
-            ledger.gaps(others)
-        grow = allocator.grow
-        size = allocator.block_size
-        for req in reqs:
             now_rows = req.resident  # (its table covers them: at least ceil(r / B) blocks)
             rows = now_rows + folded
             if (rows - 1) // size != (now_rows - 1) // size:
@@ -163,7 +164,12 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
                 grow(req.rid, rows)
             if req.block_keys is not None:
                 allocator.register_decoded(req.rid, req.block_keys, rows)
-        advance_decodes(reqs, folded, last_output)
+            req.resident = req.high_water = rows
+            req.useful_rows += folded
+            req.outputs += folded
+            req.last_output_at = last_output
+        if others:
+            ledger.gaps(others)
     if steady:
         ledger.gap(first - start, steady)
     engine.steadiness.folded += folded

@@ -111,7 +111,7 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
         if opening > allocator.free:
             return False
         engine.now = t
-        engine.complete_due()  # E1, as the loop does it
+        engine.complete_now()  # E1, as the loop does it
         if counted:
             # Every survivor still a member: their decodes start counted, as
             # `_start` would find them (`_start_members`) and start them.

@@ -593,6 +593,33 @@ def test_a_retracted_request_keeps_only_its_prompt_cached_if_20_tokens_per_kept_
     assert s.dispatches()[-3] == (31, [("v", "recompute", 27, True)])
 
 
+def test_a_decode_step_evicts_what_it_needs_before_it_retracts():
+    """B=1, 39 blocks, prefill_chunk 4, prefix caching, conservativeness 0.3 (ratio 0.21).
+    k (P=2, N=30) is prefilled at 0; v (P=10, N=17) in chunks 4, 4, 2 at 1-3, each chunk
+    its own node of the tree; c (P=1, N=1) at 4 finishes and leaves a one-token node,
+    stamped after v's. k and v decode together from 5: at 18 each has 14 outputs, they
+    hold 15 + 23 blocks and only c's cached block is free, but the step needs 2. SGLang's
+    check_decode_mem first evicts what the step needs (all it can: c's node), then
+    retracts v (fewest outputs, then longest prompt): 1 + its 13 output blocks are free,
+    and the tree is evicted until 20 are, 6 more: v's newest leaves, 2 then 4 tokens. So
+    v keeps its first 4 prompt tokens cached; it waits (latch) until k finishes at 34,
+    then recomputes 10 + 14 - 4 = 20 rows in 5 chunks (34-38) and decodes at 39 and 40.
+    (Retracting before evicting c would have needed 7 of v's tokens, all three nodes:
+    6 chunks, done at 42.) The harness's SGLang 0.5.23 makes these very steps."""
+    recs = [req("k", 0, 2, 30, prompt_token_ids=[100, 101]),
+            req("v", 1, 10, 17, prompt_token_ids=list(range(200, 210))),
+            req("c", 4, 1, 1, prompt_token_ids=[300])]
+    s = simulate(recs, policy="sglang", block_size=1, num_blocks=39, prefix_caching=True,
+                 prefill_chunk=4, token_budget=64, max_rows=4, schedule_conservativeness=0.3)
+    assert [(e["tick"], e["id"], e["outputs"], e["rows"]) for e in s.of("preempted")] == [
+        (18, "v", 14, 23)]
+    assert [(e["tick"], e["id"], e["cached_tokens"]) for e in s.of("admitted")][-1] == (34, "v", 4)
+    assert [(t, rows) for t, rows in s.dispatches() if t >= 34] == [
+        (t, [("v", "recompute", 4, t == 38)]) for t in range(34, 39)] + [
+        (39, [("v", "decode", 1, True)]), (40, [("v", "decode", 1, True)])]
+    assert s.req["v"].finished_at == 41
+
+
 def test_the_last_chunk_is_allocated_after_the_batch_is_matched():
     """B=1, 18 blocks, prefix caching, prefill_chunk 8. x (ids 1..4) at 0 and y (ids
     21..24) at 1 leave two cached nodes, x's older. c (P=12) takes 8 plain blocks for its

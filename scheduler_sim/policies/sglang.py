@@ -32,8 +32,9 @@ reservation instead of vLLM's "does the prompt fit now":
 - The request being chunked is outside the running batch: a middle chunk
   claims only its tokens; the last chunk claims its tokens, one page and
   min(max_tokens, CLIP) in full.
-- A decode batch that cannot get a block for every row retracts: keep
-  preference is more outputs first, then shorter prompt (ties: earlier
+- A decode batch that cannot get a block for every row first evicts every
+  cached free block (SGLang's check_decode_mem evicts what the step needs
+  before it decides), then retracts: keep preference is more outputs first, then shorter prompt (ties: earlier
   admitted); the least preferred goes first, until the step fits, never
   the last request. After each retraction the cache is evicted until the
   requests kept have RETRACT_DECODE_STEPS tokens each free of any key (SGLang
@@ -413,6 +414,10 @@ class SglangPolicy(QueueAndListPolicy):
         # their last block.
         need = sum(1 for r in decoders if r.resident % size == 0)
         if need > allocator.free:
+            # SGLang's check_decode_mem evicts from the tree what the step needs
+            # before it decides to retract: here every cached free block goes,
+            # before any victim's blocks join the tree's free leaves.
+            allocator.evict_until(need)
             # Most preferred to keep first: more outputs, then shorter prompt;
             # the sort is stable, so among equals the earlier admitted stays.
             keep = sorted(decoders, key=lambda r: (-r.outputs, r.prompt_tokens))

@@ -138,15 +138,18 @@ class SglangPolicy(QueueAndListPolicy):
         P + min(M, CLIP) tokens strictly below the pool: whichever asks more."""
         size = self.options.block_size
         grow = blocks_for(req.prompt_tokens + req.output_tokens - 1, size)
-        # P + min(M, CLIP) + one page < num_blocks x block_size.
-        admit = (req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 2
+        # P in whole pages + min(M, CLIP) + one page < num_blocks x block_size
+        # (beyond it SGLang cuts max_new_tokens to fit the pool).
+        admit = (self._whole_pages(req.prompt_tokens)
+                 + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 2
         return max(grow, admit)
 
     def why_too_big(self, req: Request, needed: int) -> str:
         size = self.options.block_size
         if needed > blocks_for(req.prompt_tokens + req.output_tokens - 1, size):
-            return (f"needs {needed} blocks to pass admission alone (P + min(M, "
-                    f"{CLIP_MAX_NEW_TOKENS}) tokens plus one block strictly below the pool), "
+            return (f"needs {needed} blocks to pass admission alone (P in whole blocks + "
+                    f"min(M, {CLIP_MAX_NEW_TOKENS}) tokens plus one block strictly below the "
+                    "pool), "
                     "more than num_blocks")
         return super().why_too_big(req, needed)
 
@@ -216,6 +219,12 @@ class SglangPolicy(QueueAndListPolicy):
         (a block) for the paged allocator's alignment."""
         return self.options.block_size
 
+    def _whole_pages(self, tokens: int) -> int:
+        """`tokens` rounded up to whole pages (blocks): what SGLang charges an
+        extend against the pass's token budgets and its memory."""
+        size = self.options.block_size
+        return -(-tokens // size) * size
+
     def _remaining_new(self, req: Request) -> int:
         return min(req.max_tokens - req.outputs, CLIP_MAX_NEW_TOKENS)
 
@@ -259,26 +268,34 @@ class SglangPolicy(QueueAndListPolicy):
                                    and (preempting or len(self.running) < options.max_rows)
                                    and not (self.latched and options.admission_latch)):
             self._order_waiting()
-        charged = 0  # the chunk's charge beyond its own blocks
+        page = self._page_overhead()
+        charged = 0  # what the continuing chunk claims (SGLang's reserve)
         # SGLang matches every request of the batch against the cache before it
         # allocates for any: blocks are taken once the batch is formed, so one
         # request's allocation cannot evict what a later one hits.
         free_left = allocator.free
         if chunked is not None:
-            tokens = min(chunked.phase_remaining, chunk_left, budget)
+            # SGLang caps the continuing chunk by the memory left (free and
+            # evictable tokens less the running requests' expected outputs),
+            # unless none is left; it does not round it to a page.
+            left = int(free_left * size - self.reserved_tokens(chunked))
+            tokens = min(chunked.phase_remaining, left if left > 0 else chunk_left,
+                         chunk_left, budget)
             need = allocator.blocks_to_grow(chunked.rid, chunked.resident + tokens)
             if need > free_left:
                 return plan  # no memory for the next chunk now: decode instead
             free_left -= need  # allocated with the batch, after the matching
             plan.append((chunked, tokens))
-            budget -= tokens
-            chunk_left -= tokens
+            paged = self._whole_pages(tokens)
+            budget -= paged
+            chunk_left -= paged
             if tokens < chunked.phase_remaining:
                 self.chunk_pending = True
                 return self._allocate(plan)  # still chunking: nothing else joins
-            # The last chunk: its page, and its outputs in full (not scaled by
-            # the ratio), as SGLang's add_chunked_req charges them.
-            charged = self._page_overhead() + min(chunked.max_tokens, CLIP_MAX_NEW_TOKENS)
+            # The last chunk: its tokens in whole pages, one page, and its outputs
+            # in full (not scaled by the ratio), as SGLang's add_chunked_req
+            # charges them.
+            charged = paged + page + min(chunked.max_tokens, CLIP_MAX_NEW_TOKENS)
             self.chunked = None
         waiting = self.waiting
         if not waiting:
@@ -290,8 +307,7 @@ class SglangPolicy(QueueAndListPolicy):
         # The running batch's expected needs, without the request chunked when the
         # pass began (its last chunk is charged in full instead): summed only by a
         # pass that gets this far (not one that stops at a chunk, latch or no queue).
-        rem_total = free_left * size - self.reserved_tokens(chunked) - charged
-        page = self._page_overhead()
+        rem_total = allocator.free * size - self.reserved_tokens(chunked) - charged
         rows_full = False  # SGLang's batch_is_full from the row limit: set, it stays
         hosted = allocator.host is not None  # (host memory: asked once per pass)
         while waiting:
@@ -335,7 +351,16 @@ class SglangPolicy(QueueAndListPolicy):
             # and one page of alignment overhead.
             total = extend + self._remaining_new(head) + page + evictable * size
             compute = extend - loaded  # the rows to compute
-            tokens = min(compute, chunk_left, budget)
+            limit = min(chunk_left, budget)
+            if self._whole_pages(compute) <= limit:
+                tokens = compute
+            else:
+                # SGLang cuts a prompt whose whole pages exceed the chunk left at a
+                # page boundary (the cached prefix is whole pages): none, none cut.
+                tokens = limit // size * size
+                if tokens <= 0:
+                    self.view.report_blocked(head, "token_budget", 0)
+                    break
             now_blocks = blocks_for(hit + loaded + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly. A request
             # whose prompt's KV was copied in (fleet/disagg.py) passed that test at
@@ -355,13 +380,16 @@ class SglangPolicy(QueueAndListPolicy):
             # What SGLang's PrefillAdder reserves: a cut first chunk only itself and
             # a page; a whole prompt also min(max_tokens, CLIP) in full (the test
             # above counts the remaining outputs).
+            # Extends are charged in whole pages.
             locked = evictable * size
+            paged = self._whole_pages(tokens)
             if tokens < compute:
-                rem_total -= loaded + tokens + page + locked
+                rem_total -= loaded + paged + page + locked
             else:
-                rem_total -= extend + page + min(head.max_tokens, CLIP_MAX_NEW_TOKENS) + locked
-            budget -= tokens
-            chunk_left -= tokens
+                rem_total -= (loaded + paged + page + min(head.max_tokens, CLIP_MAX_NEW_TOKENS)
+                              + locked)
+            budget -= paged
+            chunk_left -= paged
             if rem_total <= 0:
                 # Admitted, but the budget it leaves is spent: NO_TOKEN all the
                 # same, and the latch with it.

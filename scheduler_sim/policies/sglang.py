@@ -32,6 +32,13 @@ reservation instead of vLLM's "does the prompt fit now":
 - The request being chunked is outside the running batch: a middle chunk
   claims only its tokens; the last chunk claims its tokens, one page and
   min(max_tokens, CLIP) in full.
+- With pages of more than one token (SGLang's page_size = block_size) a
+  prompt whose uncached rows in whole pages exceed the chunk left is cut at a
+  page boundary; every extend is charged in whole pages against the pass's
+  token budgets and its memory; the continuing chunk is capped by the memory
+  left (not rounded); and before a batch gets its blocks the cache is evicted
+  until every token it writes plus a page per request (a decode batch: a page
+  per row) is free, as SGLang's paged allocator over-estimates its need.
 - A decode batch that cannot get a block for every row first evicts every
   cached free block (SGLang's check_decode_mem evicts what the step needs
   before it decides), then retracts: keep preference is more outputs first, then shorter prompt (ties: earlier
@@ -422,8 +429,14 @@ class SglangPolicy(QueueAndListPolicy):
                 look(req, whole=True)
 
     def _allocate(self, plan: Plan) -> Plan:
-        """Give the prefill batch its blocks, in order, once it is formed."""
+        """Give the prefill batch its blocks, in order, once it is formed. With
+        pages of more than one token SGLang's paged allocator first evicts from
+        the tree until every token of the batch plus a page per request is free."""
         allocator = self.view.allocator
+        size = self.options.block_size
+        if size > 1 and plan:
+            allocator.evict_until(blocks_for(sum(tokens for _, tokens in plan), size)
+                                  + len(plan))
         for req, tokens in plan:
             if not allocator.try_grow(req.rid, req.resident + tokens):
                 raise InvariantError(f"request {req.rid!r}: admission checked the blocks "
@@ -480,4 +493,9 @@ class SglangPolicy(QueueAndListPolicy):
             self.ratio = max(self.min_ratio, self.ratio - self.decay)
             self.view.emit_event(Ratio(now, round(self.ratio, 6), "decay"))
         cap = min(self.options.max_rows, self.options.token_budget)
-        return [(r, 1) for r in decoders[:cap]]
+        rows = decoders[:cap]
+        if size > 1:
+            # SGLang's paged allocator evicts from the tree until every row could
+            # open a page, whether it needs one or not.
+            allocator.evict_until(len(rows))
+        return [(r, 1) for r in rows]

@@ -208,6 +208,24 @@ def test_retraction_victim_fewest_outputs_then_longest_prompt_then_latest_admitt
                    "d": (15, 1, 9, 8)}
 
 
+def test_the_requests_kept_after_a_retraction_run_in_retraction_order():
+    """B=1, 30 blocks, conservativeness 0.1. x (P=6) and y (P=2), N=8, are prefilled
+    together at 0 (6 + 8 + 1 = 15, then 2 + 8 + 1 = 11 of 30 tokens), z (P=6, N=8) at 1
+    (15 < 22 - 0.07 x 14). They decode at 2-6, 3 blocks a step: 29 held, 1 free. At 7 the
+    step needs 3: all have 6 outputs, so the keep order is the shorter prompt first, then
+    admission: y, x, z; z is retracted, and y and x decode in that order, y's row first,
+    at 7 and 8 (SGLang filters its running batch in retraction order: 0.5.23 dispatches
+    [y, x]); z recomputes 6 + 6 = 12 rows at 9."""
+    s = simulate([req("x", 0, 6, 8), req("y", 0, 2, 8), req("z", 1, 6, 8)], policy="sglang",
+                 block_size=1, num_blocks=30, schedule_conservativeness=0.1)
+    assert [(e["tick"], e["id"]) for e in s.of("preempted")] == [(7, "z")]
+    assert s.dispatches()[6:10] == [
+        (6, [("x", "decode", 1, True), ("y", "decode", 1, True), ("z", "decode", 1, True)]),
+        (7, [("y", "decode", 1, True), ("x", "decode", 1, True)]),
+        (8, [("y", "decode", 1, True), ("x", "decode", 1, True)]),
+        (9, [("z", "recompute", 12, True)])]
+
+
 def ratio_run():
     """The ratio scenario: B=4, 17 blocks, conservativeness 0.01 (init 0.007, min
     0.00098, decay 0.00602/600 = 0.0000100333 per decode step), release_delay 0. Every

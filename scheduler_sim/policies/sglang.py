@@ -43,7 +43,8 @@ reservation instead of vLLM's "does the prompt fit now":
   cached free block (SGLang's check_decode_mem evicts what the step needs
   before it decides), then retracts: keep preference is more outputs first, then shorter prompt (ties: earlier
   admitted); the least preferred goes first, until the step fits, never
-  the last request. After each retraction the cache is evicted until the
+  the last request. The requests kept then run in that order, most
+  preferred first (SGLang filters its batch in retraction order). After each retraction the cache is evicted until the
   requests kept have RETRACT_DECODE_STEPS tokens each free of any key (SGLang
   frees that room at once). A retracted request rejoins the waiting queue at
   its tail and on resume recomputes its prompt and outputs in one prefill
@@ -487,6 +488,12 @@ class SglangPolicy(QueueAndListPolicy):
                 self.view.emit_event(Ratio(now, round(self.ratio, 6), "retract",
                                            round(before, 6), retracted))
             decoders = [r for r in decoders if r in keep]
+            if retracted:
+                # SGLang's retract_decode keeps the batch in its retraction order,
+                # most preferred first; later merges append after it, and the rows
+                # of a step finish (and enter the tree) in that order.
+                self.running[:] = keep + [r for r in self.running if r not in keep]
+                decoders = list(keep)
             if need > allocator.free:
                 return []  # even the last request cannot grow: wait for memory
         elif self.ratio > self.min_ratio:

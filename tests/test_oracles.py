@@ -64,9 +64,11 @@ def first_difference(ours, theirs) -> int | None:
 def _tier(engine: str, trace: Path):
     """The first 8 short traces of each engine (seeds 0-7: both orders, prefix caching,
     chunking, vLLM's prefill interval, SGLang's lpm and conservativeness), the first trace
-    of 50 requests (100) and SGLang's priority traces (300 and up) run by default; the
-    others in the slow tier (the whole set costs 6 s of CPU)."""
-    if 8 <= int(trace.stem) < 100 or 100 < int(trace.stem) < 300:
+    of 50 requests (100), SGLang's priority traces (300-399) and the first of its traces
+    with pages of 4 (400-499) and 16 tokens (500-599) run by default; the others in the
+    slow tier (the whole set costs 6 s of CPU)."""
+    seed = int(trace.stem)
+    if 8 <= seed < 100 or 100 < seed < 300 or (seed >= 400 and seed % 100):
         return pytest.param(engine, trace, marks=pytest.mark.slow)
     return pytest.param(engine, trace)
 

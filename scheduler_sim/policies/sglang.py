@@ -39,26 +39,15 @@ reservation instead of vLLM's "does the prompt fit now":
   left (not rounded); and before a batch gets its blocks the cache is evicted
   until every token it writes plus a page per request (a decode batch: a page
   per row) is free, as SGLang's paged allocator over-estimates its need.
-- A decode batch that cannot get a block for every row first evicts every
-  cached free block (SGLang's check_decode_mem evicts what the step needs
-  before it decides), then retracts: keep preference is more outputs first, then shorter prompt (ties: earlier
-  admitted); the least preferred goes first, until the step fits, never
-  the last request. The requests kept then run in that order, most
-  preferred first (SGLang filters its batch in retraction order). After each retraction the cache is evicted until the
-  requests kept have RETRACT_DECODE_STEPS tokens each free of any key (SGLang
-  frees that room at once). A retracted request rejoins the waiting queue at
-  its tail and on resume recomputes its prompt and outputs in one prefill
-  (SGLang refills prompt + outputs, so the pending token is folded in,
-  as under `vllm`); its outputs were never cached (decoded blocks are keyed
-  only when a request finishes, §8).
+- A decode batch that cannot get a block for every row retracts
+  (`sglang_decode`: SGLang's check_decode_mem and retract_decode).
 - Admission is strict, as SGLang's: a request whose total equals what is
   left gets NO_TOKEN.
-- After a retraction new_token_ratio = min(1, (outputs of the requests kept
-  + RETRACT_DECODE_STEPS x their number) / (their max_tokens + 1)), SGLang's
-  estimate; every decode step without a retraction lowers it by
-  (init - min) / DECAY_STEPS, down to min. init = 0.7 x
-  `schedule_conservativeness`, min = init x 0.14. After a step with nothing
-  running, waiting or chunked (SGLang's idle check) it starts over from init.
+- new_token_ratio jumps after a retraction (`sglang_decode`) and decays by
+  (init - min) / DECAY_STEPS per decode step without one, down to min.
+  init = 0.7 x `schedule_conservativeness`, min = init x 0.14. After a step
+  with nothing running, waiting or chunked (SGLang's idle check) it starts
+  over from init.
 
 Constants are SGLang's defaults: CLIP_MAX_NEW_TOKENS 4096 tokens,
 RETRACT_DECODE_STEPS 20, DECAY_STEPS 600, REFRESH_INTERVAL 32 passes,
@@ -75,13 +64,13 @@ from ..records.options import Options
 from ..requests.queues import EntryPriorityQueue, HoldingFirst, RequestQueue
 from ..requests.request import LOADED, Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
+from .sglang_decode import RETRACT_DECODE_STEPS, decode_batch
 from .sglang_priority import PriorityRules
 
 __all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",
            "INIT_NEW_TOKEN_RATIO", "MIN_RATIO_FACTOR"]
 
 CLIP_MAX_NEW_TOKENS = 4096
-RETRACT_DECODE_STEPS = 20
 DECAY_STEPS = 600
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_RATIO_FACTOR = 0.14
@@ -365,7 +354,11 @@ class SglangPolicy(QueueAndListPolicy):
             else:
                 # SGLang cuts a prompt whose whole pages exceed the chunk left at a
                 # page boundary (the cached prefix is whole pages): none, none cut.
+                # (A prefill_chunk under one page, which SGLang would never get
+                # past, cuts at the chunk instead: a replay must end.)
                 tokens = limit // size * size
+                if tokens <= 0 and options.prefill_chunk < size:
+                    tokens = limit
                 if tokens <= 0:
                     self.view.report_blocked(head, "token_budget", 0)
                     break
@@ -434,75 +427,19 @@ class SglangPolicy(QueueAndListPolicy):
         pages of more than one token SGLang's paged allocator first evicts from
         the tree until every token of the batch plus a page per request is free."""
         allocator = self.view.allocator
-        size = self.options.block_size
-        if size > 1 and plan:
-            allocator.evict_until(blocks_for(sum(tokens for _, tokens in plan), size)
-                                  + len(plan))
+        taken = 0
         for req, tokens in plan:
+            taken += allocator.blocks_to_grow(req.rid, req.resident + tokens)
             if not allocator.try_grow(req.rid, req.resident + tokens):
                 raise InvariantError(f"request {req.rid!r}: admission checked the blocks "
                                      "it allocates, yet try_grow failed", self.view.now)
+        size = self.options.block_size
+        if size > 1 and plan:
+            # The same tree leaves go as if evicted before the allocation (which took
+            # the oldest first, reported as its takers): the rest go now.
+            ahead = blocks_for(sum(tokens for _, tokens in plan), size) + len(plan)
+            allocator.evict_until(ahead - taken)
         return plan
 
     def _decode_batch(self, now: int) -> Plan:
-        chunked = self.chunked
-        decoders = [r for r in self.running if r is not chunked  # plain_decode, inlined:
-                    and r.resident >= r.prompt_tokens and r.resident >= r.restore]
-        if not decoders:
-            return []
-        allocator = self.view.allocator
-        size = self.options.block_size
-        # A decode row needs a new block exactly when its request's rows fill
-        # their last block.
-        need = sum(1 for r in decoders if r.resident % size == 0)
-        if need > allocator.free:
-            # SGLang's check_decode_mem evicts from the tree what the step needs
-            # before it decides to retract: here every cached free block goes,
-            # before any victim's blocks join the tree's free leaves.
-            allocator.evict_until(need)
-            # Most preferred to keep first: more outputs, then shorter prompt;
-            # the sort is stable, so among equals the earlier admitted stays.
-            keep = sorted(decoders, key=lambda r: (-r.outputs, r.prompt_tokens))
-            # With a release delay, retracted blocks come back only later: stop
-            # retracting once the draining blocks would cover the step.
-            draining = allocator.draining if self.options.release_delay else 0
-            # SGLang keeps its last request; but on a decode replica of a
-            # disaggregated fleet, requests waiting with a landed KV copy hold
-            # blocks that nothing else frees: then the last may go too.
-            floor = 0 if self.holding is not None and self.holding.held else 1
-            before, retracted = self.ratio, 0
-            while need > allocator.free + draining and len(keep) > floor:
-                victim = keep.pop()
-                retracted += 1
-                need -= victim.resident % size == 0
-                self.view.preempt(victim, "retract", "fewest-outputs")
-                # SGLang then evicts from its tree at once, until the requests
-                # kept have RETRACT_DECODE_STEPS tokens each free of any key.
-                allocator.evict_until(blocks_for(len(keep) * RETRACT_DECODE_STEPS, size))
-                draining = allocator.draining if self.options.release_delay else 0
-            if keep:
-                decoded = sum(r.outputs for r in keep)
-                budget = sum(r.max_tokens for r in keep)
-                self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep))
-                                 / (budget + 1))
-                self.view.emit_event(Ratio(now, round(self.ratio, 6), "retract",
-                                           round(before, 6), retracted))
-            decoders = [r for r in decoders if r in keep]
-            if retracted:
-                # SGLang's retract_decode keeps the batch in its retraction order,
-                # most preferred first; later merges append after it, and the rows
-                # of a step finish (and enter the tree) in that order.
-                self.running[:] = keep + [r for r in self.running if r not in keep]
-                decoders = list(keep)
-            if need > allocator.free:
-                return []  # even the last request cannot grow: wait for memory
-        elif self.ratio > self.min_ratio:
-            self.ratio = max(self.min_ratio, self.ratio - self.decay)
-            self.view.emit_event(Ratio(now, round(self.ratio, 6), "decay"))
-        cap = min(self.options.max_rows, self.options.token_budget)
-        rows = decoders[:cap]
-        if size > 1:
-            # SGLang's paged allocator evicts from the tree until every row could
-            # open a page, whether it needs one or not.
-            allocator.evict_until(len(rows))
-        return [(r, 1) for r in rows]
+        return decode_batch(self, now)

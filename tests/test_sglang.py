@@ -645,6 +645,26 @@ def test_a_decode_step_evicts_what_it_needs_before_it_retracts():
     assert s.req["v"].finished_at == 41
 
 
+def test_a_request_ending_without_a_new_block_still_stamps_its_path():
+    """B=4, 5 blocks, prefix caching. x (ids 1-5, N=1) at 0 leaves node X = [1-4]; r (ids
+    1-4, 6, N=3) hits it at 1; y (ids 11-15, N=1) at 2 leaves node Y = [11-14], stamped
+    after r's look-up. r decodes at 3 and 4 and ends at 5 with 7 rows: no new full block,
+    but SGLang's insert at its end walks X and stamps it, so X is now newer than Y. z
+    (P=9) at 6 takes the 3 plain blocks and SGLang's paged allocator evicts ahead until
+    its 9 tokens and a page are free: one node more, the oldest, Y. w (ids 1-4, 7) at 8
+    finds X: 4 cached tokens, 1 row computed (SGLang 0.5.23 at page_size 4 does the same;
+    stamping nothing at r's end would evict X and compute all 5)."""
+    recs = [req("x", 0, 5, 1, prompt_token_ids=[1, 2, 3, 4, 5]),
+            req("r", 1, 5, 3, prompt_token_ids=[1, 2, 3, 4, 6]),
+            req("y", 2, 5, 1, prompt_token_ids=[11, 12, 13, 14, 15]),
+            req("z", 6, 9, 1, prompt_token_ids=list(range(21, 30))),
+            req("w", 8, 5, 1, prompt_token_ids=[1, 2, 3, 4, 7])]
+    s = simulate(recs, policy="sglang", block_size=4, num_blocks=5, prefix_caching=True)
+    assert [(e["id"], e["cached_tokens"]) for e in s.of("admitted")] == [
+        ("x", 0), ("r", 4), ("y", 0), ("z", 0), ("w", 4)]
+    assert s.dispatches()[-1] == (8, [("w", "prefill", 1, True)])
+
+
 def test_the_last_chunk_is_allocated_after_the_batch_is_matched():
     """B=1, 18 blocks, prefix caching, prefill_chunk 8. x (ids 1..4) at 0 and y (ids
     21..24) at 1 leave two cached nodes, x's older. c (P=12) takes 8 plain blocks for its

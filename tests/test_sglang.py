@@ -397,13 +397,13 @@ def test_a_cache_hit_uses_up_the_free_blocks_it_shares_within_the_admission_pass
 def test_sglang_does_not_stall_when_a_cache_hit_and_a_chunked_prompt_are_admitted_together():
     """B=4, 5 blocks, prefix caching, prefill_chunk 5. s (ids 1..8, N=1) is prefilled at
     0 and 1 (4 rows each: a cut chunk ends on a page) and leaves 2 cached blocks. At 2, h
-    (ids 1..9, N=3) locks them and computes 1 row, charged as a whole page of 4: 1 token
-    of the chunk is left, and x (P=7, N=3), whose 2 pages exceed it and whose cut would
-    be 0 pages, is refused with SGLang's OTHER verdict (`token_budget`). At 3 x asks
-    7 + 3 + 4 = 14 tokens of 20 - 12 held - 0.699 x 2 for h: no_token, then SGLang's latch
-    while h runs (4); h ends at 5 and x is prefilled at 5 and 6 (a cut at 4 rows, one page,
-    then 3). No stall, every request completes; SGLang 0.5.23 at page_size 4 makes these
-    steps."""
+    (ids 1..9, N=3) locks them (8 tokens) and computes 1 row, charged as a whole page of
+    4, plus a page and its 3 outputs: 20 - 8 - 4 - 4 - 3 = 1 token is left, and x (P=7,
+    N=3) asks 7 + 3 + 4 = 14: no_token (SGLang checks memory before it cuts a chunk: its
+    cut would be 0 pages). At 3 x asks 14 tokens of 20 - 12 held - 0.699 x 2 for h:
+    no_token, then SGLang's latch while h runs (4); h ends at 5 and x is prefilled at 5
+    and 6 (a cut at 4 rows, one page, then 3). No stall, every request completes; SGLang
+    0.5.23 at page_size 4 makes these steps."""
     recs = [req("s", 0, 8, 1, prompt_token_ids=list(range(1, 9))),
             req("h", 2, 9, 3, prompt_token_ids=list(range(1, 10))), req("x", 2, 7, 3)]
     s = simulate(recs, policy="sglang", block_size=4, num_blocks=5, prefix_caching=True,
@@ -413,7 +413,7 @@ def test_sglang_does_not_stall_when_a_cache_hit_and_a_chunked_prompt_are_admitte
     assert s.summary["finished_error"] == 0
     assert s.summary["completed"] == 3
     assert [(e["tick"], e["reason"]) for e in s.of("admission_blocked")] == [
-        (2, "token_budget"), (3, "no_token"), (4, "batch_full")]
+        (2, "no_token"), (3, "no_token"), (4, "batch_full")]
     assert s.req["h"].finished_at == 5
     assert s.req["x"].admitted_at == 5
     assert s.dispatches()[2] == (2, [("h", "prefill", 1, True)])

@@ -330,7 +330,9 @@ class SglangPolicy(QueueAndListPolicy):
             elif len(self.running) >= options.max_rows:
                 self.view.report_blocked(head, "max_rows", 0)
                 break
-            elif budget <= 0 or chunk_left <= 0:
+            elif (budget <= 0 or chunk_left <= 0) and rem_total > 0:
+                # (SGLang's budget_state answers NO_TOKEN before OTHER: with no
+                # memory left the head is tried, refused and latches, below.)
                 self.view.report_blocked(head, "token_budget", 0)
                 break
             cached = self.view.cached_prefix(head)
@@ -359,9 +361,6 @@ class SglangPolicy(QueueAndListPolicy):
                 tokens = limit // size * size
                 if tokens <= 0 and options.prefill_chunk < size:
                     tokens = limit
-                if tokens <= 0:
-                    self.view.report_blocked(head, "token_budget", 0)
-                    break
             now_blocks = blocks_for(hit + loaded + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly. A request
             # whose prompt's KV was copied in (fleet/disagg.py) passed that test at
@@ -372,6 +371,9 @@ class SglangPolicy(QueueAndListPolicy):
                 self.view.report_blocked(head, "no_token", blocks_for(total, size))
                 # SGLang's batch_is_full, if something runs or was just added.
                 self.latched = bool(plan) or bool(self.running)
+                break
+            if tokens <= 0:  # (checked after memory, as SGLang does)
+                self.view.report_blocked(head, "token_budget", 0)
                 break
             waiting.pop()
             self.view.admit(head, 0, cached, loaded)

@@ -42,7 +42,9 @@ reservation instead of vLLM's "does the prompt fit now":
 - A decode batch that cannot get a block for every row retracts
   (`sglang_decode`: SGLang's check_decode_mem and retract_decode).
 - Admission is strict, as SGLang's: a request whose total equals what is
-  left gets NO_TOKEN.
+  left gets NO_TOKEN. Memory is asked first: with none left the head is
+  refused NO_TOKEN (and latches) even when the chunk or budget is spent, as
+  SGLang's budget_state answers NO_TOKEN before OTHER.
 - new_token_ratio jumps after a retraction (`sglang_decode`) and decays by
   (init - min) / DECAY_STEPS per decode step without one, down to min.
   init = 0.7 x `schedule_conservativeness`, min = init x 0.14. After a step

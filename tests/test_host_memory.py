@@ -167,16 +167,18 @@ def test_a_loads_record_comes_where_the_policy_meets_it(policy, blocks, order):
 
 def test_sglang_recomputes_a_host_hit_under_ten_tokens():
     """SGLang loads a host hit back only from 10 tokens. Pool of 7: a's 8-token prompt
-    (2 blocks) is cached and written through; b (22 tokens, 6 blocks: 22 + 1 + one
-    page = 27 < 28 tokens) takes the 5 plain blocks and evicts a's node. c (a's
-    prompt) finds (8 - 1) // 4 = 1 block, 4 tokens, in host memory: under 10, so it
-    computes all 8 rows."""
+    (2 blocks) is cached and written through; b (20 tokens, 5 blocks: 20 + 1 + one
+    page = 25 < 28 tokens) takes the 5 plain blocks, and SGLang's paged allocator
+    evicts ahead until its 20 tokens and a page are free, so a's node goes too
+    (evicted ahead: no block of it is taken, nothing is reported). c (a's prompt) finds
+    nothing on the GPU and (8 - 1) // 4 = 1 block, 4 tokens, in host memory: under
+    10, so it computes all 8 rows."""
     sim = simulate([req("a", 0, 8, 1, prompt_token_ids=A[:8]),
-                    req("b", 10, 22, 1, prompt_token_ids=B + list(range(201, 207))),
+                    req("b", 10, 20, 1, prompt_token_ids=B + list(range(201, 205))),
                     req("c", 20, 8, 1, prompt_token_ids=A[:8])], "sglang", num_blocks=7,
                    prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
-    # b takes one of a's blocks; the radix leaf goes whole, the other comes back plain.
-    assert [e["written_by"] for e in sim.of("evicted") if e["id"] == "b"] == ["a"]
+    assert sim.of("evicted") == []
+    assert [(e["id"], e["cached_tokens"]) for e in sim.of("admitted")][-1] == ("c", 0)
     assert sim.of("kv_load_started") == []
     (last,) = [rows for t, rows in sim.dispatches() if t >= 20]
     assert last == [("c", "prefill", 8, True)]

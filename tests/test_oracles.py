@@ -82,11 +82,13 @@ def first_difference(ours, theirs) -> int | None:
 def _tier(engine: str, trace: Path):
     """The first 8 short traces of each engine (seeds 0-7: both orders, prefix caching,
     chunking, vLLM's prefill interval, SGLang's lpm and conservativeness), the first trace
-    of 50 requests (100), SGLang's priority traces (300 and up) and vLLM's first run of
-    500 requests (9000, 0.6 s of CPU) run by default; the others in the slow tier (the
-    whole set costs 6 s of CPU, and the other runs of 500 requests 0.7-1.1 s each)."""
+    of 50 requests (100), SGLang's priority traces (300-399), the first of its traces
+    with pages of 4 (400) and 16 tokens (500), and vLLM's first run of 500 requests
+    (9000, 0.6 s of CPU) run by default; the others in the slow tier (the short ones
+    cost 6 s of CPU in all, the other runs of 500 requests 0.7-1.1 s each)."""
     seed = seed_of(trace)
-    default = seed < 8 or seed == 100 or 300 <= seed < 9000 or (engine, seed) == ("vllm", 9000)
+    default = (seed < 8 or seed == 100 or 300 <= seed < 400 or seed in (400, 500)
+               or (engine, seed) == ("vllm", 9000))
     if default:
         return pytest.param(engine, trace)
     return pytest.param(engine, trace, marks=pytest.mark.slow)

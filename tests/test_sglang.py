@@ -137,20 +137,22 @@ def test_the_ratio_starts_over_when_the_server_is_idle():
 
 
 def test_one_chunked_prefill_at_a_time_continued_first_and_alone():
-    """prefill_chunk 4, a (P=10, N=2) and b (P=2, N=2) at 0: tick 0 prefills a's first 4
-    rows (no output) and b joins no batch while a is chunked; tick 1 a's next 4 rows,
-    alone; tick 2 a's last 2 rows (emits) then b is admitted into the same batch with the
-    2 chunk tokens left; tick 3 decodes both; both finish at 4."""
+    """B=4, prefill_chunk 4, a (P=10, N=2) and b (P=2, N=2) at 0: tick 0 prefills a's
+    first 4 rows (no output) and b joins no batch while a is chunked; tick 1 a's next 4
+    rows, alone; tick 2 a's last 2 rows (emits), alone too: SGLang charges an extend in
+    whole pages, so those 2 rows spend the chunk's 4 tokens; b is prefilled at 3; tick 4
+    decodes both; both finish at 5 (SGLang 0.5.23 at page_size 4 makes these steps)."""
     s = simulate([req("a", 0, 10, 2), req("b", 0, 2, 2)], policy="sglang", block_size=4,
                  num_blocks=16, prefill_chunk=4)
     assert s.dispatches() == [
         (0, [("a", "prefill", 4, False)]),
         (1, [("a", "prefill", 4, False)]),
-        (2, [("a", "prefill", 2, True), ("b", "prefill", 2, True)]),
-        (3, [("a", "decode", 1, True), ("b", "decode", 1, True)]),
+        (2, [("a", "prefill", 2, True)]),
+        (3, [("b", "prefill", 2, True)]),
+        (4, [("a", "decode", 1, True), ("b", "decode", 1, True)]),
     ]
-    assert [(e["tick"], e["id"]) for e in s.of("admitted")] == [(0, "a"), (2, "b")]
-    assert (s.req["a"].finished_at, s.req["b"].finished_at) == (4, 4)
+    assert [(e["tick"], e["id"]) for e in s.of("admitted")] == [(0, "a"), (3, "b")]
+    assert (s.req["a"].finished_at, s.req["b"].finished_at) == (5, 5)
 
 
 # --- retraction ----------------------------------------------------------------------------
@@ -206,39 +208,58 @@ def test_retraction_victim_fewest_outputs_then_longest_prompt_then_latest_admitt
                    "d": (15, 1, 9, 8)}
 
 
+def test_the_requests_kept_after_a_retraction_run_in_retraction_order():
+    """B=1, 30 blocks, conservativeness 0.1. x (P=6) and y (P=2), N=8, are prefilled
+    together at 0 (6 + 8 + 1 = 15, then 2 + 8 + 1 = 11 of 30 tokens), z (P=6, N=8) at 1
+    (15 < 22 - 0.07 x 14). They decode at 2-6, 3 blocks a step: 29 held, 1 free. At 7 the
+    step needs 3: all have 6 outputs, so the keep order is the shorter prompt first, then
+    admission: y, x, z; z is retracted, and y and x decode in that order, y's row first,
+    at 7 and 8 (SGLang filters its running batch in retraction order: 0.5.23 dispatches
+    [y, x]); z recomputes 6 + 6 = 12 rows at 9."""
+    s = simulate([req("x", 0, 6, 8), req("y", 0, 2, 8), req("z", 1, 6, 8)], policy="sglang",
+                 block_size=1, num_blocks=30, schedule_conservativeness=0.1)
+    assert [(e["tick"], e["id"]) for e in s.of("preempted")] == [(7, "z")]
+    assert s.dispatches()[6:10] == [
+        (6, [("x", "decode", 1, True), ("y", "decode", 1, True), ("z", "decode", 1, True)]),
+        (7, [("y", "decode", 1, True), ("x", "decode", 1, True)]),
+        (8, [("y", "decode", 1, True), ("x", "decode", 1, True)]),
+        (9, [("z", "recompute", 12, True)])]
+
+
 def ratio_run():
     """The ratio scenario: B=4, 17 blocks, conservativeness 0.01 (init 0.007, min
     0.00098, decay 0.00602/600 = 0.0000100333 per decode step), release_delay 0. Every
     admission also claims one block (4 tokens) of alignment overhead.
-      a P=1 N=30 M=60 at 0 (1 + 60 + 4 = 65 < 68 tokens);  v P=52 N=6 at 4;  w P=1 N=1 at 6.
+      a P=1 N=30 M=59 at 0 (1 + 59 + 4 = 64 < 68 tokens; its prompt in whole pages, 4 + 59
+    + 4 = 67, too);  v P=52 N=6 at 4;  w P=1 N=1 at 6.
     t0 prefills a, t1-t3 decode it (4 rows, 1 block; 4 outputs). t4: v asks 52 + 6 + 4 =
-    62 < 16 x 4 - 0.007 x 56: admitted, its prefill takes 13 blocks (3 free). t5 decodes a
+    62 < 16 x 4 - 0.007 x 55: admitted, its prefill takes 13 blocks (3 free). t5 decodes a
     and v, both at a full block: 1 free left. t6: w asks 1 + 1 + 4 = 6 tokens, more than
-    4 - 0.007 x 81: no_token; SGLang's latch then keeps admission shut (`batch_full`) at
+    4 - 0.007 x 80: no_token; SGLang's latch then keeps admission shut (`batch_full`) at
     7, 8 and 9. t9: outputs a 8, v 5; rows a 8, v 56: need 2 > free 1; v (fewer outputs)
     is retracted, freeing 14 blocks, and queues behind w. The ratio becomes min(1, (8 +
-    20) / (60 + 1)) = 28/61 = 0.459016; a decodes at 9.
-    t10: w asks 6 < 14 x 4 - 0.459016 x 51 = 32.59: admitted and prefilled (a prefill
-    step: no decay); v then asks (52 + 5) + 1 + 4 = 62 > 26.59: no_token, needed 16.
+    20) / (59 + 1)) = 28/60 = 0.466667; a decodes at 9.
+    t10: w asks 6 < 14 x 4 - 0.466667 x 50 = 32.67: admitted and prefilled (a prefill
+    step: no decay); v then asks (52 + 5) + 1 + 4 = 62 > 26.67: no_token, needed 16.
     Had v gone to the front, it would have blocked w. w ends at 11. From 11 a decodes
-    alone, the ratio decaying 0.459006, 0.458996, ...; a's remaining need keeps v out
+    alone, the ratio decaying 0.466657, 0.466647, ...; a's remaining need keeps v out
     until a ends at 32 (30 outputs, finished_stopped); v then recomputes 52 + 5 = 57 rows
     in one pass, emitting output 6, and finishes at 33."""
-    recs = [req("a", 0, 1, 30, max_tokens=60), req("v", 4, 52, 6), req("w", 6, 1, 1)]
+    recs = [req("a", 0, 1, 30, max_tokens=59), req("v", 4, 52, 6), req("w", 6, 1, 1)]
     return simulate(recs, policy="sglang", block_size=4, num_blocks=17,
                     schedule_conservativeness=0.01)
 
 
 def test_ratio_after_a_retraction_is_the_kept_requests_estimate_then_decays():
-    """See ratio_run: the retraction at 9 sets the ratio to 28/61 (`ratio` {0.459016,
-    retract}); the decode steps from 11 lower it by 0.0000100333 each (0.459006,
-    0.458996); the prefill step at 10 does not."""
+    """See ratio_run: the retraction at 9 sets the ratio to 28/60 (`ratio` {0.466667,
+    retract}); the decode steps from 11 lower it by 0.0000100333 each (0.466657,
+    0.466647); the prefill step at 10 does not."""
     s = ratio_run()
     assert [(e["tick"], e["id"], e["outputs"], e["rows"], e["blocks_freed"])
             for e in s.of("preempted")] == [(9, "v", 5, 56, 14)]
-    assert ratio_values(s, "retract") == [(9, 0.459016)]
+    assert ratio_values(s, "retract") == [(9, 0.466667)]
     after = [(t, v) for t, v in ratio_values(s) if t >= 9]
-    assert after[:2] == [(11, 0.459006), (12, 0.458996)]
+    assert after[:2] == [(11, 0.466657), (12, 0.466647)]
     assert [t for t, _ in after] == list(range(11, 32))
     assert ratio_values(s)[:2] == [(1, 0.00699), (2, 0.00698)]
 
@@ -247,10 +268,10 @@ def test_a_retraction_record_gives_the_ratio_before_the_jump_and_the_requests_re
     """See ratio_run: before the jump at 9 the ratio had decayed at the 7 decode steps 1-3
     and 5-8 to 0.007 - 7 x 0.0000100333 = 0.00693, and the step retracted 1 request (v):
     the record reads as SGLang's warning `#retracted_reqs: 1, #new_token_ratio: 0.0069 ->
-    0.4590`; decay records carry neither field."""
+    0.4667`; decay records carry neither field."""
     s = ratio_run()
     assert [e for e in s.of("ratio") if e["reason"] == "retract"] == [
-        {"tick": 9, "event": "ratio", "value": 0.459016, "reason": "retract",
+        {"tick": 9, "event": "ratio", "value": 0.466667, "reason": "retract",
          "previous": 0.00693, "retracted": 1}]
     assert {tuple(e) for e in s.of("ratio") if e["reason"] == "decay"} == {
         ("tick", "event", "value", "reason")}
@@ -320,23 +341,24 @@ def test_the_last_request_is_never_retracted():
 
 
 def test_a_retracted_request_that_waits_too_long_times_out():
-    """B=4, 10 blocks, conservativeness 0.1 (ratio 0.07), waiting_timeout 2; a P=4 N=12 at
+    """B=1, 36 blocks, conservativeness 0.1 (ratio 0.07), waiting_timeout 2; a P=4 N=12 at
     0; b P=2 N=8 and c P=3 N=10 at 3; d P=1 N=8 at 5. t0 prefills a, t1-t2 decode it.
-    t3: b asks 2 + 8 + 4 = 14 and c 3 + 10 + 4 = 17 of 36 - 0.07 x 10 = 35.3 tokens: both
-    are admitted and prefilled; t4 decodes a, b, c; t5 admits and prefills d (1 + 8 + 4
-    = 13). t6-t10 decode all four. t11: the rows need 2 blocks, 1 is free: the victim is
-    d (6 outputs, fewer than b's and c's 7), freeing its 2 blocks. t12: b ends; d asks
-    (1 + 6) + 2 + 4 = 13 tokens against 3 free blocks less the others' claims:
-    no_token (needed ceil(13/4) = 4), and SGLang's latch keeps admission shut at 13
-    (`batch_full`). At 14 a and c end (E1), and d, waiting since 11, has waited 3 > 2: it
-    times out (`timeout` {d, waited 3}, finished_timeout, after 1 preemption)."""
+    t3: b asks 2 + 8 + 1 = 11 and then c 3 + 10 + 1 = 14 of 36 - 6 - 0.07 x 9 = 29.37
+    tokens: both are admitted and prefilled; t4 decodes a, b, c; t5 admits and prefills
+    d (1 + 8 + 1 = 10 < 22 - 0.0697 x 24). t6-t10 decode all four. t11: the rows need 4
+    blocks, 1 is free: the victim is d (6 outputs, fewer than b's and c's 7), freeing
+    its 6 blocks; the ratio jumps to 1. t12: b ends; d asks (1 + 6) + 2 + 1 = 10 tokens
+    against 13 free blocks less 1.0 x (2 + 2) for a and c: no_token (needed 10), and
+    SGLang's latch keeps admission shut at 13 (`batch_full`); SGLang 0.5.23 makes these
+    steps. At 14 a and c end (E1), and d, waiting since 11, has waited 3 > 2: it times
+    out (`timeout` {d, waited 3}, finished_timeout, after 1 preemption)."""
     s = simulate([req("a", 0, 4, 12), req("b", 3, 2, 8), req("c", 3, 3, 10), req("d", 5, 1, 8)],
-                 policy="sglang", block_size=4, num_blocks=10, schedule_conservativeness=0.1,
+                 policy="sglang", block_size=1, num_blocks=36, schedule_conservativeness=0.1,
                  waiting_timeout=2)
     assert [(e["tick"], e["id"], e["outputs"], e["blocks_freed"])
-            for e in s.of("preempted")] == [(11, "d", 6, 2)]
+            for e in s.of("preempted")] == [(11, "d", 6, 6)]
     assert [(e["tick"], e["id"], e["reason"], e["needed"])
-            for e in s.of("admission_blocked")] == [(12, "d", "no_token", 4),
+            for e in s.of("admission_blocked")] == [(12, "d", "no_token", 10),
                                                      (13, "d", "batch_full", 0)]
     assert s.of("timeout") == [{"tick": 14, "event": "timeout", "id": "d", "waited": 3}]
     d = s.req["d"]
@@ -374,14 +396,16 @@ def test_a_cache_hit_uses_up_the_free_blocks_it_shares_within_the_admission_pass
 
 def test_sglang_does_not_stall_when_a_cache_hit_and_a_chunked_prompt_are_admitted_together():
     """B=4, 5 blocks, prefix caching, prefill_chunk 5. s (ids 1..8, N=1) is prefilled at
-    0 and 1 and leaves 2 cached blocks. At 2, h (ids 1..9, N=5) locks them and asks
-    1 + 5 + 4 = 7 tokens, leaving 20 - 8 - 7 = 5 tokens for x (P=7, N=3: 7 + 3 + 4 = 14),
-    which must wait (no_token at 2 and 3, then SGLang's latch while h runs); h decodes
-    alone (3, 4, 5, 6) and ends at 7, and x is admitted at 7 when every block is back,
-    prefilled in two chunks (5 rows, then 2). Expected: no stall, every request
-    completes, no finished_error."""
+    0 and 1 (4 rows each: a cut chunk ends on a page) and leaves 2 cached blocks. At 2, h
+    (ids 1..9, N=3) locks them (8 tokens) and computes 1 row, charged as a whole page of
+    4, plus a page and its 3 outputs: 20 - 8 - 4 - 4 - 3 = 1 token is left, and x (P=7,
+    N=3) asks 7 + 3 + 4 = 14: no_token (SGLang checks memory before it cuts a chunk: its
+    cut would be 0 pages). At 3 x asks 14 tokens of 20 - 12 held - 0.699 x 2 for h:
+    no_token, then SGLang's latch while h runs (4); h ends at 5 and x is prefilled at 5
+    and 6 (a cut at 4 rows, one page, then 3). No stall, every request completes; SGLang
+    0.5.23 at page_size 4 makes these steps."""
     recs = [req("s", 0, 8, 1, prompt_token_ids=list(range(1, 9))),
-            req("h", 2, 9, 5, prompt_token_ids=list(range(1, 10))), req("x", 2, 7, 3)]
+            req("h", 2, 9, 3, prompt_token_ids=list(range(1, 10))), req("x", 2, 7, 3)]
     s = simulate(recs, policy="sglang", block_size=4, num_blocks=5, prefix_caching=True,
                  prefill_chunk=5)
     assert s.result.stalled is False
@@ -389,12 +413,12 @@ def test_sglang_does_not_stall_when_a_cache_hit_and_a_chunked_prompt_are_admitte
     assert s.summary["finished_error"] == 0
     assert s.summary["completed"] == 3
     assert [(e["tick"], e["reason"]) for e in s.of("admission_blocked")] == [
-        (2, "no_token"), (3, "no_token"), (4, "batch_full"), (5, "batch_full"),
-        (6, "batch_full")]
-    assert s.req["h"].finished_at == 7
-    assert s.req["x"].admitted_at == 7
-    assert s.dispatches()[-4:-2] == [(7, [("x", "prefill", 5, False)]),
-                                     (8, [("x", "prefill", 2, True)])]
+        (2, "no_token"), (3, "no_token"), (4, "batch_full")]
+    assert s.req["h"].finished_at == 5
+    assert s.req["x"].admitted_at == 5
+    assert s.dispatches()[2] == (2, [("h", "prefill", 1, True)])
+    assert s.dispatches()[-4:-2] == [(5, [("x", "prefill", 4, False)]),
+                                     (6, [("x", "prefill", 3, True)])]
 
 
 def test_a_rejection_says_which_need_is_too_big():
@@ -405,9 +429,9 @@ def test_a_rejection_says_which_need_is_too_big():
     s = simulate([req("a", 0, 8, 20)], policy="sglang", block_size=4, num_blocks=7)
     [rejected] = s.of("rejected")
     assert (rejected["needed"], rejected["capacity"]) == (9, 7)
-    assert rejected["reason"] == ("needs 9 blocks to pass admission alone (P + min(M, 4096) "
-                                  "tokens plus one block strictly below the pool), more than "
-                                  "num_blocks")
+    assert rejected["reason"] == ("needs 9 blocks to pass admission alone (P in whole blocks "
+                                  "+ min(M, 4096) tokens plus one block strictly below the "
+                                  "pool), more than num_blocks")
 
 
 # --- the four points where SGLang 0.5.23's code decides ------------------------------------
@@ -452,12 +476,13 @@ def test_the_last_chunk_claims_its_outputs_in_full():
 
 def test_without_the_latch_admission_is_tried_at_every_step():
     """The timeout scenario with admission_latch false: at 13 d is tried again and
-    blocked no_token (needed 4), not `batch_full`; it still times out at 14."""
+    blocked no_token (needed 10: 11 free blocks less 1.0 x (1 + 1) for a and c), not
+    `batch_full`; it still times out at 14."""
     s = simulate([req("a", 0, 4, 12), req("b", 3, 2, 8), req("c", 3, 3, 10), req("d", 5, 1, 8)],
-                 policy="sglang", block_size=4, num_blocks=10, schedule_conservativeness=0.1,
+                 policy="sglang", block_size=1, num_blocks=36, schedule_conservativeness=0.1,
                  waiting_timeout=2, admission_latch=False)
     assert [(e["tick"], e["reason"], e["needed"]) for e in s.of("admission_blocked")] == [
-        (12, "no_token", 4), (13, "no_token", 4)]
+        (12, "no_token", 10), (13, "no_token", 10)]
     assert [e["tick"] for e in s.of("timeout")] == [14]
 
 
@@ -591,6 +616,53 @@ def test_a_retracted_request_keeps_only_its_prompt_cached_if_20_tokens_per_kept_
         (28, "v", 27, 30)]
     assert [(e["tick"], e["id"], e["cached_tokens"]) for e in s.of("admitted")][-1] == (31, "v", 4)
     assert s.dispatches()[-3] == (31, [("v", "recompute", 27, True)])
+
+
+def test_a_decode_step_evicts_what_it_needs_before_it_retracts():
+    """B=1, 39 blocks, prefill_chunk 4, prefix caching, conservativeness 0.3 (ratio 0.21).
+    k (P=2, N=30) is prefilled at 0; v (P=10, N=17) in chunks 4, 4, 2 at 1-3, each chunk
+    its own node of the tree; c (P=1, N=1) at 4 finishes and leaves a one-token node,
+    stamped after v's. k and v decode together from 5: at 18 each has 14 outputs, they
+    hold 15 + 23 blocks and only c's cached block is free, but the step needs 2. SGLang's
+    check_decode_mem first evicts what the step needs (all it can: c's node), then
+    retracts v (fewest outputs, then longest prompt): 1 + its 13 output blocks are free,
+    and the tree is evicted until 20 are, 6 more: v's newest leaves, 2 then 4 tokens. So
+    v keeps its first 4 prompt tokens cached; it waits (latch) until k finishes at 34,
+    then recomputes 10 + 14 - 4 = 20 rows in 5 chunks (34-38) and decodes at 39 and 40.
+    (Retracting before evicting c would have needed 7 of v's tokens, all three nodes:
+    6 chunks, done at 42.) The harness's SGLang 0.5.23 makes these very steps."""
+    recs = [req("k", 0, 2, 30, prompt_token_ids=[100, 101]),
+            req("v", 1, 10, 17, prompt_token_ids=list(range(200, 210))),
+            req("c", 4, 1, 1, prompt_token_ids=[300])]
+    s = simulate(recs, policy="sglang", block_size=1, num_blocks=39, prefix_caching=True,
+                 prefill_chunk=4, token_budget=64, max_rows=4, schedule_conservativeness=0.3)
+    assert [(e["tick"], e["id"], e["outputs"], e["rows"]) for e in s.of("preempted")] == [
+        (18, "v", 14, 23)]
+    assert [(e["tick"], e["id"], e["cached_tokens"]) for e in s.of("admitted")][-1] == (34, "v", 4)
+    assert [(t, rows) for t, rows in s.dispatches() if t >= 34] == [
+        (t, [("v", "recompute", 4, t == 38)]) for t in range(34, 39)] + [
+        (39, [("v", "decode", 1, True)]), (40, [("v", "decode", 1, True)])]
+    assert s.req["v"].finished_at == 41
+
+
+def test_a_request_ending_without_a_new_block_still_stamps_its_path():
+    """B=4, 5 blocks, prefix caching. x (ids 1-5, N=1) at 0 leaves node X = [1-4]; r (ids
+    1-4, 6, N=3) hits it at 1; y (ids 11-15, N=1) at 2 leaves node Y = [11-14], stamped
+    after r's look-up. r decodes at 3 and 4 and ends at 5 with 7 rows: no new full block,
+    but SGLang's insert at its end walks X and stamps it, so X is now newer than Y. z
+    (P=9) at 6 takes the 3 plain blocks and SGLang's paged allocator evicts ahead until
+    its 9 tokens and a page are free: one node more, the oldest, Y. w (ids 1-4, 7) at 8
+    finds X: 4 cached tokens, 1 row computed (SGLang 0.5.23 at page_size 4 does the same;
+    stamping nothing at r's end would evict X and compute all 5)."""
+    recs = [req("x", 0, 5, 1, prompt_token_ids=[1, 2, 3, 4, 5]),
+            req("r", 1, 5, 3, prompt_token_ids=[1, 2, 3, 4, 6]),
+            req("y", 2, 5, 1, prompt_token_ids=[11, 12, 13, 14, 15]),
+            req("z", 6, 9, 1, prompt_token_ids=list(range(21, 30))),
+            req("w", 8, 5, 1, prompt_token_ids=[1, 2, 3, 4, 7])]
+    s = simulate(recs, policy="sglang", block_size=4, num_blocks=5, prefix_caching=True)
+    assert [(e["id"], e["cached_tokens"]) for e in s.of("admitted")] == [
+        ("x", 0), ("r", 4), ("y", 0), ("z", 0), ("w", 4)]
+    assert s.dispatches()[-1] == (8, [("w", "prefill", 1, True)])
 
 
 def test_the_last_chunk_is_allocated_after_the_batch_is_matched():

@@ -4,7 +4,8 @@ whole leaf nodes, least recently looked up first.
 Blocks registered together form a node (a run of tokens inserted at once;
 a run is cut where the prompt ends, so that the outputs go first); a look-up
 or a registration that ends inside a node splits it there. Every look-up
-and registration stamps the nodes on its path, root first. Eviction takes a
+and registration stamps the nodes on its path, root first, a registration
+that adds nothing too (SGLang's insert walks the path it already holds). Eviction takes a
 node whose blocks are all free and that has no child node, the oldest stamp
 first, and evicts all of its blocks at once (SGLang frees whole leaves);
 candidates wait in a heap, checked when taken (a look-up pushes its path's
@@ -97,6 +98,12 @@ class RadixCache(PrefixCache):
         last block is split there and stamped."""
         start = keys.registered
         if full <= start:
+            # Nothing new (e.g. a request ends without filling another block):
+            # SGLang's insert still walks the path it holds and stamps it.
+            last = self.index.get(keys.ensure(full)[full - 1]) if full else None
+            if last is not None:
+                self.split_after(last)
+                self.touch_path(last)
             self._registered(keys, start, start)
             return None
         key_list = keys.ensure(full)

@@ -32,24 +32,24 @@ reservation instead of vLLM's "does the prompt fit now":
 - The request being chunked is outside the running batch: a middle chunk
   claims only its tokens; the last chunk claims its tokens, one page and
   min(max_tokens, CLIP) in full.
-- A decode batch that cannot get a block for every row retracts: keep
-  preference is more outputs first, then shorter prompt (ties: earlier
-  admitted); the least preferred goes first, until the step fits, never
-  the last request. After each retraction the cache is evicted until the
-  requests kept have RETRACT_DECODE_STEPS tokens each free of any key (SGLang
-  frees that room at once). A retracted request rejoins the waiting queue at
-  its tail and on resume recomputes its prompt and outputs in one prefill
-  (SGLang refills prompt + outputs, so the pending token is folded in,
-  as under `vllm`); its outputs were never cached (decoded blocks are keyed
-  only when a request finishes, §8).
+- With pages of more than one token (SGLang's page_size = block_size) a
+  prompt whose uncached rows in whole pages exceed the chunk left is cut at a
+  page boundary; every extend is charged in whole pages against the pass's
+  token budgets and its memory; the continuing chunk is capped by the memory
+  left (not rounded); and before a batch gets its blocks the cache is evicted
+  until every token it writes plus a page per request (a decode batch: a page
+  per row) is free, as SGLang's paged allocator over-estimates its need.
+- A decode batch that cannot get a block for every row retracts
+  (`sglang_decode`: SGLang's check_decode_mem and retract_decode).
 - Admission is strict, as SGLang's: a request whose total equals what is
-  left gets NO_TOKEN.
-- After a retraction new_token_ratio = min(1, (outputs of the requests kept
-  + RETRACT_DECODE_STEPS x their number) / (their max_tokens + 1)), SGLang's
-  estimate; every decode step without a retraction lowers it by
-  (init - min) / DECAY_STEPS, down to min. init = 0.7 x
-  `schedule_conservativeness`, min = init x 0.14. After a step with nothing
-  running, waiting or chunked (SGLang's idle check) it starts over from init.
+  left gets NO_TOKEN. Memory is asked first: with none left the head is
+  refused NO_TOKEN (and latches) even when the chunk or budget is spent, as
+  SGLang's budget_state answers NO_TOKEN before OTHER.
+- new_token_ratio jumps after a retraction (`sglang_decode`) and decays by
+  (init - min) / DECAY_STEPS per decode step without one, down to min.
+  init = 0.7 x `schedule_conservativeness`, min = init x 0.14. After a step
+  with nothing running, waiting or chunked (SGLang's idle check) it starts
+  over from init.
 
 Constants are SGLang's defaults: CLIP_MAX_NEW_TOKENS 4096 tokens,
 RETRACT_DECODE_STEPS 20, DECAY_STEPS 600, REFRESH_INTERVAL 32 passes,
@@ -66,13 +66,13 @@ from ..records.options import Options
 from ..requests.queues import EntryPriorityQueue, HoldingFirst, RequestQueue
 from ..requests.request import LOADED, Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
+from .sglang_decode import RETRACT_DECODE_STEPS, decode_batch
 from .sglang_priority import PriorityRules
 
 __all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",
            "INIT_NEW_TOKEN_RATIO", "MIN_RATIO_FACTOR"]
 
 CLIP_MAX_NEW_TOKENS = 4096
-RETRACT_DECODE_STEPS = 20
 DECAY_STEPS = 600
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_RATIO_FACTOR = 0.14
@@ -137,15 +137,18 @@ class SglangPolicy(QueueAndListPolicy):
         P + min(M, CLIP) tokens strictly below the pool: whichever asks more."""
         size = self.options.block_size
         grow = blocks_for(req.prompt_tokens + req.output_tokens - 1, size)
-        # P + min(M, CLIP) + one page < num_blocks x block_size.
-        admit = (req.prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 2
+        # P in whole pages + min(M, CLIP) + one page < num_blocks x block_size
+        # (beyond it SGLang cuts max_new_tokens to fit the pool).
+        admit = (self._whole_pages(req.prompt_tokens)
+                 + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)) // size + 2
         return max(grow, admit)
 
     def why_too_big(self, req: Request, needed: int) -> str:
         size = self.options.block_size
         if needed > blocks_for(req.prompt_tokens + req.output_tokens - 1, size):
-            return (f"needs {needed} blocks to pass admission alone (P + min(M, "
-                    f"{CLIP_MAX_NEW_TOKENS}) tokens plus one block strictly below the pool), "
+            return (f"needs {needed} blocks to pass admission alone (P in whole blocks + "
+                    f"min(M, {CLIP_MAX_NEW_TOKENS}) tokens plus one block strictly below the "
+                    "pool), "
                     "more than num_blocks")
         return super().why_too_big(req, needed)
 
@@ -215,6 +218,12 @@ class SglangPolicy(QueueAndListPolicy):
         (a block) for the paged allocator's alignment."""
         return self.options.block_size
 
+    def _whole_pages(self, tokens: int) -> int:
+        """`tokens` rounded up to whole pages (blocks): what SGLang charges an
+        extend against the pass's token budgets and its memory."""
+        size = self.options.block_size
+        return -(-tokens // size) * size
+
     def _remaining_new(self, req: Request) -> int:
         return min(req.max_tokens - req.outputs, CLIP_MAX_NEW_TOKENS)
 
@@ -258,26 +267,34 @@ class SglangPolicy(QueueAndListPolicy):
                                    and (preempting or len(self.running) < options.max_rows)
                                    and not (self.latched and options.admission_latch)):
             self._order_waiting()
-        charged = 0  # the chunk's charge beyond its own blocks
+        page = self._page_overhead()
+        charged = 0  # what the continuing chunk claims (SGLang's reserve)
         # SGLang matches every request of the batch against the cache before it
         # allocates for any: blocks are taken once the batch is formed, so one
         # request's allocation cannot evict what a later one hits.
         free_left = allocator.free
         if chunked is not None:
-            tokens = min(chunked.phase_remaining, chunk_left, budget)
+            # SGLang caps the continuing chunk by the memory left (free and
+            # evictable tokens less the running requests' expected outputs),
+            # unless none is left; it does not round it to a page.
+            left = int(free_left * size - self.reserved_tokens(chunked))
+            tokens = min(chunked.phase_remaining, left if left > 0 else chunk_left,
+                         chunk_left, budget)
             need = allocator.blocks_to_grow(chunked.rid, chunked.resident + tokens)
             if need > free_left:
                 return plan  # no memory for the next chunk now: decode instead
             free_left -= need  # allocated with the batch, after the matching
             plan.append((chunked, tokens))
-            budget -= tokens
-            chunk_left -= tokens
+            paged = self._whole_pages(tokens)
+            budget -= paged
+            chunk_left -= paged
             if tokens < chunked.phase_remaining:
                 self.chunk_pending = True
                 return self._allocate(plan)  # still chunking: nothing else joins
-            # The last chunk: its page, and its outputs in full (not scaled by
-            # the ratio), as SGLang's add_chunked_req charges them.
-            charged = self._page_overhead() + min(chunked.max_tokens, CLIP_MAX_NEW_TOKENS)
+            # The last chunk: its tokens in whole pages, one page, and its outputs
+            # in full (not scaled by the ratio), as SGLang's add_chunked_req
+            # charges them.
+            charged = paged + page + min(chunked.max_tokens, CLIP_MAX_NEW_TOKENS)
             self.chunked = None
         waiting = self.waiting
         if not waiting:
@@ -289,8 +306,7 @@ class SglangPolicy(QueueAndListPolicy):
         # The running batch's expected needs, without the request chunked when the
         # pass began (its last chunk is charged in full instead): summed only by a
         # pass that gets this far (not one that stops at a chunk, latch or no queue).
-        rem_total = free_left * size - self.reserved_tokens(chunked) - charged
-        page = self._page_overhead()
+        rem_total = allocator.free * size - self.reserved_tokens(chunked) - charged
         rows_full = False  # SGLang's batch_is_full from the row limit: set, it stays
         hosted = allocator.host is not None  # (host memory: asked once per pass)
         while waiting:
@@ -316,7 +332,9 @@ class SglangPolicy(QueueAndListPolicy):
             elif len(self.running) >= options.max_rows:
                 self.view.report_blocked(head, "max_rows", 0)
                 break
-            elif budget <= 0 or chunk_left <= 0:
+            elif (budget <= 0 or chunk_left <= 0) and rem_total > 0:
+                # (SGLang's budget_state answers NO_TOKEN before OTHER: with no
+                # memory left the head is tried, refused and latches, below.)
                 self.view.report_blocked(head, "token_budget", 0)
                 break
             cached = self.view.cached_prefix(head)
@@ -334,7 +352,17 @@ class SglangPolicy(QueueAndListPolicy):
             # and one page of alignment overhead.
             total = extend + self._remaining_new(head) + page + evictable * size
             compute = extend - loaded  # the rows to compute
-            tokens = min(compute, chunk_left, budget)
+            limit = min(chunk_left, budget)
+            if self._whole_pages(compute) <= limit:
+                tokens = compute
+            else:
+                # SGLang cuts a prompt whose whole pages exceed the chunk left at a
+                # page boundary (the cached prefix is whole pages): none, none cut.
+                # (A prefill_chunk under one page, which SGLang would never get
+                # past, cuts at the chunk instead: a replay must end.)
+                tokens = limit // size * size
+                if tokens <= 0 and options.prefill_chunk < size:
+                    tokens = limit
             now_blocks = blocks_for(hit + loaded + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly. A request
             # whose prompt's KV was copied in (fleet/disagg.py) passed that test at
@@ -346,6 +374,9 @@ class SglangPolicy(QueueAndListPolicy):
                 # SGLang's batch_is_full, if something runs or was just added.
                 self.latched = bool(plan) or bool(self.running)
                 break
+            if tokens <= 0:  # (checked after memory, as SGLang does)
+                self.view.report_blocked(head, "token_budget", 0)
+                break
             waiting.pop()
             self.view.admit(head, 0, cached, loaded)
             self.running.append(head)
@@ -354,13 +385,16 @@ class SglangPolicy(QueueAndListPolicy):
             # What SGLang's PrefillAdder reserves: a cut first chunk only itself and
             # a page; a whole prompt also min(max_tokens, CLIP) in full (the test
             # above counts the remaining outputs).
+            # Extends are charged in whole pages.
             locked = evictable * size
+            paged = self._whole_pages(tokens)
             if tokens < compute:
-                rem_total -= loaded + tokens + page + locked
+                rem_total -= loaded + paged + page + locked
             else:
-                rem_total -= extend + page + min(head.max_tokens, CLIP_MAX_NEW_TOKENS) + locked
-            budget -= tokens
-            chunk_left -= tokens
+                rem_total -= (loaded + paged + page + min(head.max_tokens, CLIP_MAX_NEW_TOKENS)
+                              + locked)
+            budget -= paged
+            chunk_left -= paged
             if rem_total <= 0:
                 # Admitted, but the budget it leaves is spent: NO_TOKEN all the
                 # same, and the latch with it.
@@ -393,58 +427,23 @@ class SglangPolicy(QueueAndListPolicy):
                 look(req, whole=True)
 
     def _allocate(self, plan: Plan) -> Plan:
-        """Give the prefill batch its blocks, in order, once it is formed."""
+        """Give the prefill batch its blocks, in order, once it is formed. With
+        pages of more than one token SGLang's paged allocator first evicts from
+        the tree until every token of the batch plus a page per request is free."""
         allocator = self.view.allocator
+        taken = 0
         for req, tokens in plan:
+            taken += allocator.blocks_to_grow(req.rid, req.resident + tokens)
             if not allocator.try_grow(req.rid, req.resident + tokens):
                 raise InvariantError(f"request {req.rid!r}: admission checked the blocks "
                                      "it allocates, yet try_grow failed", self.view.now)
+        size = self.options.block_size
+        if size > 1 and plan:
+            # The same tree leaves go as if evicted before the allocation (which took
+            # the oldest first, reported as its takers): the rest go now.
+            ahead = blocks_for(sum(tokens for _, tokens in plan), size) + len(plan)
+            allocator.evict_until(ahead - taken)
         return plan
 
     def _decode_batch(self, now: int) -> Plan:
-        chunked = self.chunked
-        decoders = [r for r in self.running if r is not chunked  # plain_decode, inlined:
-                    and r.resident >= r.prompt_tokens and r.resident >= r.restore]
-        if not decoders:
-            return []
-        allocator = self.view.allocator
-        size = self.options.block_size
-        # A decode row needs a new block exactly when its request's rows fill
-        # their last block.
-        need = sum(1 for r in decoders if r.resident % size == 0)
-        if need > allocator.free:
-            # Most preferred to keep first: more outputs, then shorter prompt;
-            # the sort is stable, so among equals the earlier admitted stays.
-            keep = sorted(decoders, key=lambda r: (-r.outputs, r.prompt_tokens))
-            # With a release delay, retracted blocks come back only later: stop
-            # retracting once the draining blocks would cover the step.
-            draining = allocator.draining if self.options.release_delay else 0
-            # SGLang keeps its last request; but on a decode replica of a
-            # disaggregated fleet, requests waiting with a landed KV copy hold
-            # blocks that nothing else frees: then the last may go too.
-            floor = 0 if self.holding is not None and self.holding.held else 1
-            before, retracted = self.ratio, 0
-            while need > allocator.free + draining and len(keep) > floor:
-                victim = keep.pop()
-                retracted += 1
-                need -= victim.resident % size == 0
-                self.view.preempt(victim, "retract", "fewest-outputs")
-                # SGLang then evicts from its tree at once, until the requests
-                # kept have RETRACT_DECODE_STEPS tokens each free of any key.
-                allocator.evict_until(blocks_for(len(keep) * RETRACT_DECODE_STEPS, size))
-                draining = allocator.draining if self.options.release_delay else 0
-            if keep:
-                decoded = sum(r.outputs for r in keep)
-                budget = sum(r.max_tokens for r in keep)
-                self.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep))
-                                 / (budget + 1))
-                self.view.emit_event(Ratio(now, round(self.ratio, 6), "retract",
-                                           round(before, 6), retracted))
-            decoders = [r for r in decoders if r in keep]
-            if need > allocator.free:
-                return []  # even the last request cannot grow: wait for memory
-        elif self.ratio > self.min_ratio:
-            self.ratio = max(self.min_ratio, self.ratio - self.decay)
-            self.view.emit_event(Ratio(now, round(self.ratio, 6), "decay"))
-        cap = min(self.options.max_rows, self.options.token_budget)
-        return [(r, 1) for r in decoders[:cap]]
+        return decode_batch(self, now)

@@ -19,6 +19,10 @@ This is a maintainer's tool: it needs a harness and its virtual environment
 With --scale the traces are the harnesses' `randcompare.py --scale` traces of the
 same seed (vLLM's with the order written into the config: fcfs on even seeds,
 priority on odd ones), and the trace and events are kept gzipped.
+    python3 tests/data/oracles/record.py sglang --python VENV/bin/python \\
+        --harness PATH/sglang_oracle.py --seeds 400-403 --requests 30 --page 4
+    python3 tests/data/oracles/record.py sglang --python VENV/bin/python \\
+        --harness PATH/sglang_oracle.py --seeds 500-503 --requests 30 --page 16
 """
 from __future__ import annotations
 
@@ -178,6 +182,38 @@ def sglang_scale_trace(seed: int, n: int = 500) -> list[dict]:
     return records
 
 
+def sglang_paged_trace(seed: int, n: int = 20, page: int = 4) -> list[dict]:
+    """Pages of `page` tokens (the trace's block_size, SGLang's page_size): a pool of
+    40-160 tokens rounded down to whole pages (at least 4), a budget of 2-16 pages and a
+    chunk of 1-16 pages (at most the budget), 2-12 rows, a conservativeness of 0.3-2 on
+    some traces; prefix caching on, fcfs or lpm, prompts sharing one of three heads of
+    1-3 pages and a part of one. Every request passes admission alone (its prompt in
+    whole pages, its outputs and a page stay below the pool), so SGLang never cuts its
+    max_new_tokens."""
+    rng = random.Random(seed)
+    pages = max(4, rng.randint(40, 160) // page)
+    pool = pages * page
+    config = {"type": "config", "block_size": page, "num_blocks": pages,
+              "token_budget": page * rng.choice([2, 4, 8, 16]), "max_rows": rng.randint(2, 12),
+              "prefix_caching": True, "order": rng.choice(["fcfs", "lpm"])}
+    config["prefill_chunk"] = min(config["token_budget"], page * rng.choice([1, 2, 4, 16]))
+    if rng.random() < 0.3:
+        config["schedule_conservativeness"] = rng.choice([0.3, 0.5, 2.0])
+    heads = [[rng.randint(1, 40) for _ in range(page * rng.randint(1, 3) + rng.randint(0, page - 1))]
+             for _ in range(3)]
+    records = [config]
+    for i in range(n):
+        prompt = rng.randint(1, min(60, pool // 2))
+        head = rng.choice(heads)[:max(1, prompt - 1)]
+        ids = head + [100000 + 100 * i + k for k in range(max(1, prompt - len(head)))]
+        whole = -(-len(ids) // page) * page
+        outputs = rng.randint(1, max(1, min(40, pool - whole - page - 1)))
+        records.append({"type": "request", "id": f"r{i:03d}", "arrival": rng.randint(0, 30),
+                        "prompt_tokens": len(ids), "output_tokens": outputs,
+                        "prompt_token_ids": ids})
+    return records
+
+
 KEEP = {"dispatch", "preempted", "retracted", "finished"}
 
 
@@ -210,12 +246,17 @@ def main() -> int:
     parser.add_argument("--scale", action="store_true",
                         help="the traces at scale (vllm_scale_trace, sglang_scale_trace), "
                              "kept gzipped")
+    parser.add_argument("--page", type=int, default=1,
+                        help="sglang: pages of this many tokens (sglang_paged_trace)")
     args = parser.parse_args()
     first, last = (int(x) for x in args.seeds.split("-"))
     out_dir = HERE / args.engine
     out_dir.mkdir(exist_ok=True)
     if args.scale:
         make = vllm_scale_trace if args.engine == "vllm" else sglang_scale_trace
+    elif args.engine == "sglang" and args.page > 1:
+        def make(seed, n=20):
+            return sglang_paged_trace(seed, n, args.page)
     else:
         make = vllm_trace if args.engine == "vllm" else sglang_trace
     suffix = ".gz" if args.scale else ""

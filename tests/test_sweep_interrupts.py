@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -70,6 +71,12 @@ PLUGIN = textwrap.dedent('''
 
     class Sleeps(Plain):
         def misbehave(self):
+            time.sleep(60)
+
+
+    class Marks(Plain):
+        def misbehave(self):
+            open(os.path.join(os.path.dirname(__file__), "started"), "w").close()
             time.sleep(60)
 
 
@@ -208,6 +215,32 @@ def test_sigterm_in_a_shard_names_the_shard(folder):
     assert _merge_says(folder / "part-0.jsonl")[1].endswith("in no file (a shard is "
                                                             "missing, or a sweep was "
                                                             "interrupted?): 1, 2, 3\n")
+
+
+@pytest.mark.slow
+def test_after_sigkill_the_temporary_files_hold_the_rows_written(folder):
+    """SIGKILL (no handler runs) once configuration 2 started: the outputs keep their
+    temporary names, each with its header and rows 0 and 1, already written."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    process = subprocess.Popen([sys.executable, "-m", "scheduler_sim", "sweep", "t.jsonl",
+                                *(arg for cls in ("Plain", "Other", "Marks") for arg in
+                                  ("--policy", f"p.py:{cls}")),
+                                "--jsonl", "rows.jsonl", "--csv", "rows.csv", "--quiet"],
+                               cwd=folder, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + TIMEOUT
+    while not (folder / "started").exists():
+        assert process.poll() is None and time.monotonic() < deadline, "Marks never ran"
+        time.sleep(0.02)
+    process.kill()
+    process.communicate(timeout=TIMEOUT)
+    left = sorted(p for p in os.listdir(folder) if p.startswith(".sweep-"))
+    assert len(left) == 2 and all(name.endswith(".tmp") for name in left)
+    texts = sorted((folder / name).read_text() for name in left)  # the CSV's "index" first
+    assert [line.split(",")[:2] for line in texts[0].splitlines()] == [
+        ["index", "policy"], ["0", "p.py:Plain"], ["1", "p.py:Other"]]
+    header, *rows = [json.loads(line) for line in texts[1].splitlines()]
+    assert (header["configurations"], [r["index"] for r in rows]) == (3, [0, 1])
 
 
 # --- in this process: the interrupt raised where a signal's handler would raise it ---

@@ -278,6 +278,14 @@ def test_an_interrupted_sweep_writes_its_report_and_rows_to_standard_output(fold
     assert "vllm" in page and "sglang" not in page
 
 
+def test_interrupted_before_any_row_writes_nothing_even_to_standard_output(folder,
+                                                                           monkeypatch):
+    _interrupt_in(monkeypatch, 0)
+    status, out, err = run_cli(["sweep", str(folder / "t.jsonl"), "--policy", "vllm",
+                                "--policy", "sglang", "--jsonl", "-"])
+    assert (status, out, err) == (143, "", "scheduler-sim: terminated\n")
+
+
 def _grid(folder):
     trace = read_trace(str(folder / "t.jsonl"))
     axes = [check_axis("policy", ["vllm", "sglang", "continuous"], "--policy")]
@@ -285,24 +293,36 @@ def _grid(folder):
 
 
 def test_rows_reach_the_outputs_as_they_finish_in_grid_order(folder):
-    """Rows taken in the order 1, 0, 2 (as workers may finish them): after 1 only the
-    header is out; 0 lets 0 and 1 out; 2 the last; the text is the whole sweep's,
-    byte for byte. A row given twice is written once."""
+    """Rows taken in the order 1, 0, 2 (as workers may finish them): after 1 nothing is
+    out (the header goes with the first row); 0 lets the header, 0 and 1 out; 2 the
+    last; the text is the whole sweep's, byte for byte. A row given twice is written
+    once."""
     grid = _grid(folder)
     rows = [{"index": i, "policy": p, "time_unit": "ticks", "stalled": False}
             for i, p in enumerate(["vllm", "sglang", "continuous"])]
     jsonl, csv = io.StringIO(), io.StringIO()
     stream = RowStream(grid, None, [0, 1, 2], Output("-", jsonl), Output("-", csv))
     whole = format_jsonl(grid, rows).splitlines(keepends=True)
-    assert jsonl.getvalue() == whole[0]
+    assert jsonl.getvalue() == ""
     stream.add(rows[1])
-    assert jsonl.getvalue() == whole[0]
+    assert (jsonl.getvalue(), csv.getvalue()) == ("", "")
     stream.add(rows[0])
     stream.add(rows[1])
     assert jsonl.getvalue() == "".join(whole[:3])
     stream.add(rows[2])
     stream.finish()
     assert jsonl.getvalue() == format_jsonl(grid, rows)
+
+
+def test_finish_without_rows_writes_the_headers(folder):
+    """A stream that took no row (a shard with nothing to run) still ends with its
+    header lines."""
+    grid = _grid(folder)
+    jsonl, csv = io.StringIO(), io.StringIO()
+    stream = RowStream(grid, None, [], Output("-", jsonl), Output("-", csv))
+    assert jsonl.getvalue() == ""
+    stream.finish()
+    assert (jsonl.getvalue(), csv.getvalue()) == (format_jsonl(grid, []), format_csv(grid, []))
     assert csv.getvalue() == format_csv(grid, rows)
     assert stream.in_order() == rows
 
@@ -319,3 +339,14 @@ def test_finish_writes_the_rows_behind_a_gap(folder):
     assert jsonl.getvalue() == format_jsonl(grid, rows[:1])
     stream.finish()
     assert jsonl.getvalue() == format_jsonl(grid, rows)
+
+
+def test_finish_without_rows_writes_the_headers(folder):
+    """A stream that took no row (a shard with nothing to run) still ends with its
+    header lines."""
+    grid = _grid(folder)
+    jsonl, csv = io.StringIO(), io.StringIO()
+    stream = RowStream(grid, None, [], Output("-", jsonl), Output("-", csv))
+    assert jsonl.getvalue() == ""
+    stream.finish()
+    assert (jsonl.getvalue(), csv.getvalue()) == (format_jsonl(grid, []), format_csv(grid, []))

@@ -66,8 +66,10 @@ class RowStream:
     written to its JSONL and CSV outputs (either may be None) in grid order: a row as
     soon as the rows of every configuration before it are in, so that a pipe reads
     them as they come and the files hold the same bytes whatever order the
-    configurations finished in. `finish` writes the rows still held back behind one
-    that never finished (an interrupted sweep's), in grid order, gap and all.
+    configurations finished in. The header lines go with the first row (so a sweep
+    interrupted before any finished writes nothing, even to a pipe); `finish` writes
+    them if no row did, and the rows still held back behind one that never finished
+    (an interrupted sweep's), in grid order, gap and all.
 
     Each step runs with SIGINT and SIGTERM held back, so that an interrupt finds
     every row either written to both outputs or to neither."""
@@ -79,8 +81,8 @@ class RowStream:
         self.rows: dict[int, dict[str, Any]] = {}  # by configuration index
         self._order = indexes  # the indexes of the configurations run, in grid order
         self._written = 0  # how many of them (a prefix of `_order`) are written
-        with interrupts.held():
-            self._write(_json_line(_header(grid, shard)), ",".join(self.columns) + "\n")
+        self._headers: tuple[str, str] | None = (_json_line(_header(grid, shard)),
+                                                 ",".join(self.columns) + "\n")
 
     def add(self, row: dict[str, Any]) -> None:
         """Take a finished configuration's row (again: ignored); write what it completes."""
@@ -98,19 +100,21 @@ class RowStream:
         """Write the rows held back behind a configuration that did not finish."""
         with interrupts.held():
             self._put([self.rows[index] for index in self._order[self._written:]
-                       if index in self.rows])
+                       if index in self.rows], headers_anyway=True)
             self._written = len(self._order)
 
     def in_order(self) -> list[dict[str, Any]]:
         """The rows taken so far, in grid order."""
         return [self.rows[index] for index in self._order if index in self.rows]
 
-    def _put(self, rows: list[dict[str, Any]]) -> None:
-        if rows:
-            self._write("".join(map(_json_line, rows)),
-                        "".join(_csv_line(self.columns, row) for row in rows))
-
-    def _write(self, jsonl_text: str, csv_text: str) -> None:
+    def _put(self, rows: list[dict[str, Any]], headers_anyway: bool = False) -> None:
+        if not rows and not (headers_anyway and self._headers):
+            return
+        jsonl_text = "".join(map(_json_line, rows))
+        csv_text = "".join(_csv_line(self.columns, row) for row in rows)
+        if self._headers is not None:
+            jsonl_text, csv_text = self._headers[0] + jsonl_text, self._headers[1] + csv_text
+            self._headers = None
         for output, text in ((self.jsonl, jsonl_text), (self.csv, csv_text)):
             if output is not None:
                 output.write(text)

@@ -1,7 +1,10 @@
 """`sweep` and `sweep merge`: replay every configuration of a grid of options
 (from `--grid` flags and a grid file), or one shard of it, in this process or
 in `-j N` workers, and write its rows (JSONL, CSV, a table, an HTML plot); join
-the shards' JSONL files back into the whole table.
+the shards' JSONL files back into the whole table. Rows are written as they
+finish, in grid order; a sweep interrupted (Ctrl-C, SIGTERM) keeps the rows of
+the configurations that finished: its files hold them, it prints them, and one
+line says how far it got.
 """
 from __future__ import annotations
 

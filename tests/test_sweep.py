@@ -133,7 +133,8 @@ def test_merge_refuses_overlaps_gaps_and_other_sweeps(trace, tmp_path):
     cases = {
         ("0.jsonl", "0.jsonl"): "configuration 0 is also in",
         ("0.jsonl", "1.jsonl", "1.jsonl"): "shards overlap",
-        ("0.jsonl",): "4 of 8 configurations are in no file (a shard is missing?): 1, 3, 5, 7",
+        ("0.jsonl",): ("4 of 8 configurations are in no file (a shard is missing, or a sweep was "
+                      "interrupted?): 1, 3, 5, 7"),
         ("0.jsonl", "other.jsonl"): "from another sweep than",
         ("bad.jsonl",): "not the JSONL output of a sweep",
     }

@@ -58,6 +58,10 @@ PLUGIN = textwrap.dedent('''
             folder = os.path.join(os.path.dirname(__file__), "pids")
             open(os.path.join(folder, str(os.getpid())), "w").close()
             time.sleep(60)
+
+
+    class Slower(Slow):
+        pass
 ''')
 
 TIMEOUT = 30  # seconds: far more than any of these runs takes, less than forever
@@ -184,9 +188,13 @@ def test_a_worker_that_dies_ends_the_run_with_one_line(setup, start, command, cl
 def test_sigterm_stops_the_workers_and_leaves_no_file(setup, start, command):
     """SIGTERM to the command while the plugin sleeps in its worker: exit 143 with one
     line, no output file, the worker ended; meanwhile the worker held none of the
-    caller's pipes (its descriptors 0, 1 and 2 were /dev/null)."""
+    caller's pipes (its descriptors 0, 1 and 2 were /dev/null). (A sweep sleeps in both
+    its configurations: one that finished would have its row kept.)"""
     plugin, trace, out, pids = setup
-    process = start(_argv(command, plugin, "Slow", trace, out))
+    argv = _argv(command, plugin, "Slow", trace, out)
+    if command == "sweep":
+        argv[argv.index("vllm")] = f"{plugin}:Slower"
+    process = start(argv)
     workers = _slow_workers(pids, process)
     assert [os.readlink(f"/proc/{workers[0]}/fd/{fd}") for fd in (0, 1, 2)] == \
         ["/dev/null"] * 3

@@ -1,7 +1,10 @@
 """`sweep` and `sweep merge`: replay every configuration of a grid of options
 (from `--grid` flags and a grid file), or one shard of it, in this process or
 in `-j N` workers, and write its rows (JSONL, CSV, a table, an HTML plot); join
-the shards' JSONL files back into the whole table.
+the shards' JSONL files back into the whole table. Rows are written as they
+finish, in grid order; a sweep interrupted (Ctrl-C, SIGTERM) keeps the rows of
+the configurations that finished: its files hold them, it prints them, and one
+line says how far it got.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import hashlib
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from ..engine.host_summary import HOST_RUN_FIELDS
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
@@ -26,8 +29,7 @@ from ..io.report import table_rows
 from ..io.terminal_text import printable
 from ..io.sweep import (Axis, Configuration, build_grid, check_axis, file_digest, parse_shard,
                         shard_of)
-from ..io.sweep_rows import format_csv as sweep_csv
-from ..io.sweep_rows import format_jsonl as sweep_jsonl
+from ..io.sweep_rows import RowStream
 from ..io.sweep_rows import format_table as sweep_table
 from ..io.sweep_runs import configuration_row, run_configuration, run_grid
 from ..io.sweep_merge import merge_shards, read_shard
@@ -35,10 +37,11 @@ from ..io.trace import Trace, parse_trace, read_trace
 from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins
 from ..io.trace_config import resolve_options as resolve_trace_options
 from ..policies import is_plugin
+from ..records import interrupts
 from ..records.errors import TraceError, UsageError
 from ..records.option_table import OPTIONS
 from ..records.option_values import show
-from .entry import PROG
+from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, PROG
 from .flags import (check_outputs_and_jobs, flag_value, flag_values, load_plugins,
                     plugin_sources)
 from .workers import Workers
@@ -157,38 +160,48 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # The outputs are opened before anything runs: one that cannot be written
     # stops the sweep at once, not after the grid ran.
     outputs: dict[str, Output] = {}
+    stream: RowStream | None = None
+    interrupted: BaseException | None = None
+    rows: list[dict[str, Any]] | None = None  # once set, every output is committed
     try:
         for name, target, what in (("jsonl", args.jsonl, "cannot write rows"),
                                    ("csv", args.csv, "cannot write rows"),
                                    ("report", args.report, "cannot write the report")):
             if target:
                 outputs[name] = Output(target, out, what, ".sweep-")
+        stream = RowStream(grid, shard, [c.index for c in configurations],
+                           outputs.get("jsonl"), outputs.get("csv"))
         progress = SweepProgress(err, wanted(err, args.quiet), len(configurations),
                                  args.jobs)
         try:
-            rows = _run_configurations(trace, configurations, args.jobs,
-                                       _progress_line(progress, args.metric))
+            _run_configurations(trace, configurations, args.jobs, stream.add,
+                                _progress_line(progress, args.metric))
         finally:
             progress.close()
-        which = f" (shard {shard[0]}/{shard[1]})" if shard else ""
-        table = sweep_table(grid, rows)
-        if "jsonl" in outputs:
-            outputs["jsonl"].write(sweep_jsonl(grid, rows, shard))
-        if "csv" in outputs:
-            outputs["csv"].write(sweep_csv(grid, rows))
-        if plot is not None:
-            x, unit = plot
-            outputs["report"].write(sweep_report(trace.name, [a.name for a in grid.axes],
-                                                 rows, x, args.metric, unit, table))
-        for output in outputs.values():
-            output.commit()
-    except BaseException:
-        for output in outputs.values():
-            output.abort()
-        raise
+        with interrupts.held():  # (an interrupt meanwhile comes once all are committed)
+            interrupts.raise_if_signalled()  # (one whose exception was lost)
+            rows = _keep(stream, outputs, trace, grid, plot, args.metric)
+    except BaseException as exc:
+        if not interrupts.is_interrupt(exc) or stream is None or not stream.rows:
+            for output in outputs.values():
+                output.abort()
+            raise
+        # Ctrl-C, or SIGTERM (what a batch system sends at its time limit): the rows
+        # of the configurations that finished are kept.
+        interrupted = exc
+        if rows is None:
+            with interrupts.held():
+                rows = _keep(stream, outputs, trace, grid, plot, args.metric,
+                             interrupted=True)
+    which = f" (shard {shard[0]}/{shard[1]})" if shard else ""
     text = (f"{PROG} sweep {printable(trace.name)}: {len(rows)} of {len(grid)} "
-            f"configurations{which}\n" + table)
+            f"configurations{which}\n" + sweep_table(grid, rows))
     (err if "-" in (args.csv, args.jsonl, args.report) else out).write(text)
+    if interrupted is not None:
+        err.write(_interrupted_line(interrupted, len(rows), len(configurations), which,
+                                    [args.jsonl, args.csv, args.report]))
+        return (EXIT_TERMINATED if isinstance(interrupted, interrupts.Terminated)
+                else EXIT_INTERRUPTED)
     stalled = [str(row["index"]) for row in rows if row["stalled"]]
     if stalled:
         err.write(f"{PROG}: the run stalled in configuration(s) {', '.join(stalled)}: stuck "
@@ -197,10 +210,48 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _keep(stream: RowStream, outputs: dict[str, Output], trace: Trace, grid,
+          plot: tuple[str, str] | None, metric: str,
+          interrupted: bool = False) -> list[dict[str, Any]]:
+    """Complete the outputs with the rows `stream` took (every configuration's, or, when
+    `interrupted`, those that finished), commit them all and return the rows in grid
+    order; any failure aborts them all. (Called with signals held: every output
+    appears, or none.)"""
+    try:
+        rows = stream.in_order()
+        stream.finish()
+        if plot is not None:
+            x, unit = plot
+            outputs["report"].write(sweep_report(
+                trace.name, [a.name for a in grid.axes], rows, x, metric, unit,
+                sweep_table(grid, rows)))
+        for output in outputs.values():
+            output.commit(interrupted)
+    except BaseException:
+        for output in outputs.values():
+            output.abort()
+        raise
+    return rows
+
+
+def _interrupted_line(exc: BaseException, done: int, total: int, which: str,
+                      targets: list[str | None]) -> str:
+    """`scheduler-sim: terminated after 2 of 8 configurations; rows.jsonl holds those 2`."""
+    word = "terminated" if isinstance(exc, interrupts.Terminated) else "interrupted"
+    files = [printable(t) if t != "-" else "standard output" for t in targets if t]
+    line = f"{PROG}: {word} after {done} of {total} configurations{which}"
+    if files:
+        names = ", ".join(files[:-1]) + (" and " if len(files) > 1 else "") + files[-1]
+        line += (f"; {names} {'holds' if len(files) == 1 else 'hold'} "
+                 f"{'that one' if done == 1 else f'those {done}'}")
+    return line + "\n"
+
+
 def _configuration_task(shared: tuple[Trace, list[Configuration]], position: int) -> Any:
-    """A worker's task of `sweep -j`: the run summary of one configuration of the list."""
+    """A worker's task of `sweep -j`: (position, run summary, stalled) of one
+    configuration of the list (its position too, for the rows an interrupt keeps)."""
     trace, configurations = shared
-    return run_configuration(trace, configurations[position].options)
+    return (position, *run_configuration(trace, configurations[position].options))
 
 
 def _progress_line(progress: SweepProgress, metric: str):
@@ -219,24 +270,41 @@ def _progress_line(progress: SweepProgress, metric: str):
 
 
 def _run_configurations(trace: Trace, configurations: list[Configuration], jobs: int,
-                        on_row=None) -> list[dict[str, Any]]:
-    """The rows of the configurations, in their order: in this process, or in at most
-    `jobs` worker processes (one per configuration at most). `on_row(configuration,
-    row)` is told of each as it finishes, in the order they finish."""
+                        keep: Callable[[dict[str, Any]], None], on_row=None) -> None:
+    """Run the configurations, in this process or in at most `jobs` worker processes
+    (one per configuration at most), and give `keep` each one's row: in grid order,
+    and, when an interrupt (KeyboardInterrupt, Terminated) stops them, also those of
+    the configurations a worker had finished (after a gap), before the interrupt goes
+    on. `keep` may be given a row twice. `on_row(configuration, row)` is told of each
+    as it finishes, in the order they finish."""
     if min(jobs, len(configurations)) <= 1:
-        return run_grid(trace, configurations, on_row=on_row)
+        def finished(config: Configuration, row: dict[str, Any]) -> None:
+            keep(row)
+            if on_row is not None:
+                on_row(config, row)
+        run_grid(trace, configurations, on_row=finished)
+        return
 
     def describe(position: int) -> str:
         config = configurations[position]
         return f"running configuration {config.index} ({config.label()})"
 
+    def row_of(result: tuple[int, dict[str, Any], bool]) -> dict[str, Any]:
+        return configuration_row(configurations[result[0]], result[1], result[2])
+
     with Workers(_configuration_task, (trace, configurations),
                  list(range(len(configurations))), jobs, describe) as workers:
         if on_row is not None:
             workers.on_result = lambda position, result: on_row(
-                configurations[position], configuration_row(configurations[position], *result))
-        return [configuration_row(configurations[position], *result)
-                for position, result in workers.results()]
+                configurations[position], row_of(result))
+        current = None  # handed out by `results`, perhaps not kept yet
+        try:
+            for _, current in workers.results():
+                keep(row_of(current))
+        except (KeyboardInterrupt, interrupts.Terminated):
+            for result in ([current] if current else []) + workers.received():
+                keep(row_of(result))
+            raise
 
 
 def _sweep_plugins(args: argparse.Namespace, trace: Trace, axes: list[Axis],

@@ -222,11 +222,13 @@ class Output:
         except OSError as exc:
             raise self.failed(exc) from None
 
-    def commit(self) -> None:
+    def commit(self, interrupted: bool = False) -> None:
         """Make the output appear complete (flush it; close it; rename it into place),
         unless an interrupt signal arrived: then raise it (records/interrupts.py), so
-        that an interrupted command leaves no output."""
-        interrupts.raise_if_signalled()
+        that an interrupted command leaves no output. `interrupted`: the command knows
+        it was interrupted and keeps this output as it stands (a sweep's finished rows)."""
+        if not interrupted:
+            interrupts.raise_if_signalled()
         try:
             if not self.owned:
                 self.handle.flush()

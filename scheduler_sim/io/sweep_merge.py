@@ -394,7 +394,7 @@ def merge_shards(shards: Iterable[tuple[str, bytes]]) -> Merged:
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
         raise UsageError(f"sweep merge: {len(missing)} of {total} configurations are in no "
-                         f"file (a shard is missing?): {shown}")
+                         f"file (a shard is missing, or a sweep was interrupted?): {shown}")
     return Merged(header, tuple(rows.text[i] for i in range(total)), files)
 
 

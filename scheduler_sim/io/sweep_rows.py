@@ -1,19 +1,23 @@
 """A sweep's rows as text: the JSONL a shard writes (`format_jsonl`: a header
 line that `sweep merge` checks, then one row per configuration), their CSV
 (`format_csv`, `csv_text`) and the aligned table `sweep` prints
-(`format_table`: the swept values and key metrics, under headings and units).
+(`format_table`: the swept values and key metrics, under headings and units);
+and `RowStream`, which writes the JSONL and CSV a row at a time as the
+configurations finish, in grid order whatever order they finish in.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Iterable
 
+from ..records import interrupts
+from .outputs import Output
 from .report import format_number
 from .request_rows import csv_field
 from .sweep import SWEEP_VERSION, Grid, cell_text
 from .terminal_text import printable, text_width
 
-__all__ = ["format_jsonl", "format_csv", "csv_text", "format_table"]
+__all__ = ["format_jsonl", "format_csv", "csv_text", "format_table", "RowStream"]
 
 
 def _header(grid: Grid, shard: tuple[int, int] | None) -> dict[str, Any]:
@@ -25,9 +29,12 @@ def _header(grid: Grid, shard: tuple[int, int] | None) -> dict[str, Any]:
             "columns": list(grid.columns), "fingerprint": grid.fingerprint}
 
 
+def _json_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
 def _jsonl(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(record, separators=(",", ":")) + "\n"
-                   for record in [header, *rows])
+    return "".join(map(_json_line, [header, *rows]))
 
 
 def format_jsonl(grid: Grid, rows: list[dict[str, Any]],
@@ -36,13 +43,14 @@ def format_jsonl(grid: Grid, rows: list[dict[str, Any]],
     return _jsonl(_header(grid, shard), rows)
 
 
+def _csv_line(columns: list[str], row: dict[str, Any]) -> str:
+    return ",".join(csv_field(cell_text(name, row.get(name))) for name in columns) + "\n"
+
+
 def csv_text(columns: Iterable[str], rows: Iterable[dict[str, Any]]) -> str:
     """The CSV of `rows` under `columns` (the header line first)."""
     columns = list(columns)
-    lines = [",".join(columns)]
-    lines.extend(",".join(csv_field(cell_text(name, row.get(name))) for name in columns)
-                 for row in rows)
-    return "\n".join(lines) + "\n"
+    return ",".join(columns) + "\n" + "".join(_csv_line(columns, row) for row in rows)
 
 
 def format_csv(grid: Grid, rows: list[dict[str, Any]]) -> str:
@@ -51,6 +59,69 @@ def format_csv(grid: Grid, rows: list[dict[str, Any]]) -> str:
     `request_rows.csv_field` writes it (RFC 4180 quoting, control characters escaped), LF line
     ends."""
     return csv_text(grid.columns, rows)
+
+
+class RowStream:
+    """The rows of a sweep's configurations, taken as each finishes (in any order) and
+    written to its JSONL and CSV outputs (either may be None) in grid order: a row as
+    soon as the rows of every configuration before it are in, so that a pipe reads
+    them as they come and the files hold the same bytes whatever order the
+    configurations finished in. The header lines go with the first row (so a sweep
+    interrupted before any finished writes nothing, even to a pipe); `finish` writes
+    them if no row did, and the rows still held back behind one that never finished
+    (an interrupted sweep's), in grid order, gap and all.
+
+    Each step runs with SIGINT and SIGTERM held back, so that an interrupt finds
+    every row either written to both outputs or to neither."""
+
+    def __init__(self, grid: Grid, shard: tuple[int, int] | None, indexes: list[int],
+                 jsonl: Output | None, csv: Output | None) -> None:
+        self.jsonl, self.csv = jsonl, csv
+        self.columns = list(grid.columns)
+        self.rows: dict[int, dict[str, Any]] = {}  # by configuration index
+        self._order = indexes  # the indexes of the configurations run, in grid order
+        self._written = 0  # how many of them (a prefix of `_order`) are written
+        self._headers: tuple[str, str] | None = (_json_line(_header(grid, shard)),
+                                                 ",".join(self.columns) + "\n")
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Take a finished configuration's row (again: ignored); write what it completes."""
+        if row["index"] in self.rows:
+            return
+        with interrupts.held():
+            self.rows[row["index"]] = row
+            ready = []
+            while self._written < len(self._order) and self._order[self._written] in self.rows:
+                ready.append(self.rows[self._order[self._written]])
+                self._written += 1
+            self._put(ready)
+
+    def finish(self) -> None:
+        """Write the rows held back behind a configuration that did not finish."""
+        with interrupts.held():
+            self._put([self.rows[index] for index in self._order[self._written:]
+                       if index in self.rows], headers_anyway=True)
+            self._written = len(self._order)
+
+    def in_order(self) -> list[dict[str, Any]]:
+        """The rows taken so far, in grid order."""
+        return [self.rows[index] for index in self._order if index in self.rows]
+
+    def _put(self, rows: list[dict[str, Any]], headers_anyway: bool = False) -> None:
+        if not rows and not (headers_anyway and self._headers):
+            return
+        jsonl_text = "".join(map(_json_line, rows))
+        csv_text = "".join(_csv_line(self.columns, row) for row in rows)
+        if self._headers is not None:
+            jsonl_text, csv_text = self._headers[0] + jsonl_text, self._headers[1] + csv_text
+            self._headers = None
+        for output, text in ((self.jsonl, jsonl_text), (self.csv, csv_text)):
+            if output is not None:
+                output.write(text)
+                try:
+                    output.handle.flush()
+                except OSError as exc:
+                    raise output.failed(exc) from None
 
 
 # (heading, summary field, kind) of the table `sweep` prints.

@@ -139,12 +139,7 @@ class DispatchLedger:
             work.kv_read += read
             by_tokens = work.by_tokens
             by_tokens[decoding] = by_tokens.get(decoding, 0) + 1
-        if self.work_series is None:
-            return self.timed(now, seconds)
-        start = self.start_of(now)
-        done, exact = self.timed(now, seconds)
-        self.work_series.dispatch(start, exact, seconds, chunks, decoding, contexts)
-        return done, exact
+        return self._timed_and_drawn(now, seconds, chunks, decoding, contexts)
 
     def decodes(self, now: int, rows: int, contexts: int) -> tuple[int, float]:
         """`dispatch` of `rows` decode rows and nothing else, whose contexts sum to
@@ -161,11 +156,16 @@ class DispatchLedger:
         seconds = cost.decode_seconds(rows, contexts)  # (`dispatch_seconds` without chunks)
         stats.busy_seconds += seconds
         stats.work.add_decodes(1, rows, contexts)
+        return self._timed_and_drawn(now, seconds, (), rows, contexts)
+
+    def _timed_and_drawn(self, now: int, seconds: float, chunks, rows: int,
+                         contexts: int) -> tuple[int, float]:
+        """`timed`, and the dispatch's work added to the work series when one is drawn."""
         if self.work_series is None:
             return self.timed(now, seconds)
         start = self.start_of(now)
         done, exact = self.timed(now, seconds)
-        self.work_series.dispatch(start, exact, seconds, (), rows, contexts)
+        self.work_series.dispatch(start, exact, seconds, chunks, rows, contexts)
         return done, exact
 
     def empty(self) -> None:

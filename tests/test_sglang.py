@@ -155,6 +155,35 @@ def test_one_chunked_prefill_at_a_time_continued_first_and_alone():
     assert (s.req["a"].finished_at, s.req["b"].finished_at) == (5, 5)
 
 
+def test_a_chunk_under_one_page_cuts_at_the_chunk_but_never_past_the_prompt():
+    """Pages of 4, prefill_chunk 3 (under a page: SGLang would never admit past it, so
+    the simulator cuts unrounded, as the README's differences say): a (P=2, N=3) is
+    prefilled in one 2-row extend at tick 0, not 3 rows (which the engine refuses),
+    then decodes at 1 and 2 and finishes at 3."""
+    s = simulate([req("a", 0, 2, 3)], policy="sglang", block_size=4, num_blocks=400,
+                 prefill_chunk=3)
+    assert s.dispatches() == [(0, [("a", "prefill", 2, True)]),
+                              (1, [("a", "decode", 1, True)]),
+                              (2, [("a", "decode", 1, True)])]
+    assert s.req["a"].finished_at == 3
+
+
+def test_a_token_budget_under_one_page_cuts_there_too():
+    """Pages of 4, token_budget 3, prefill_chunk 8: each pass's limit is 3, under a page,
+    so a (P=10, N=3) is prefilled 3, 3, 3, then 1 (the rest, which emits) at ticks 0-3,
+    decodes at 4 and 5 and finishes at 6, where rounding down to whole pages would take
+    nothing and stall."""
+    s = simulate([req("a", 0, 10, 3)], policy="sglang", block_size=4, num_blocks=400,
+                 token_budget=3, prefill_chunk=8)
+    assert s.dispatches() == [(0, [("a", "prefill", 3, False)]),
+                              (1, [("a", "prefill", 3, False)]),
+                              (2, [("a", "prefill", 3, False)]),
+                              (3, [("a", "prefill", 1, True)]),
+                              (4, [("a", "decode", 1, True)]),
+                              (5, [("a", "decode", 1, True)])]
+    assert s.req["a"].finished_at == 6
+
+
 # --- retraction ----------------------------------------------------------------------------
 
 

@@ -358,11 +358,12 @@ class SglangPolicy(QueueAndListPolicy):
             else:
                 # SGLang cuts a prompt whose whole pages exceed the chunk left at a
                 # page boundary (the cached prefix is whole pages): none, none cut.
-                # (A prefill_chunk under one page, which SGLang would never get
-                # past, cuts at the chunk instead: a replay must end.)
+                # (A prefill_chunk or token_budget under one page, which SGLang
+                # would never get past, cuts at the limit instead, never past the
+                # rows to compute: a replay must end.)
                 tokens = limit // size * size
-                if tokens <= 0 and options.prefill_chunk < size:
-                    tokens = limit
+                if tokens <= 0 and min(options.prefill_chunk, options.token_budget) < size:
+                    tokens = min(limit, compute)
             now_blocks = blocks_for(hit + loaded + tokens, size) - len(cached) + evictable
             # SGLang answers NO_TOKEN unless the request fits strictly. A request
             # whose prompt's KV was copied in (fleet/disagg.py) passed that test at

@@ -43,7 +43,8 @@ from .gpu.kv_pool import PoolSizing, fit_pool
 from .gpu.run_cost import clock_for
 from .io.expectations import CheckResult, check_trace
 from .io.sweep import build_grid, check_axis, json_value_of
-from .io.search_runs import check_bounds, check_unsearched, point_grid, run_points
+from .io.search_runs import (check_bounds, check_unsearched, fleet_gpus, point_grid,
+                              run_points)
 from .io.sweep_runs import run_grid
 from .io.trace import Trace, parse_trace, read_trace
 from .io.trace_config import allow_trace_plugins, resolve_options
@@ -267,7 +268,8 @@ def search(trace: Trace, grid: dict[str, Any] | None = None,
 
     One dict per point, in grid order: `index`, the swept values, `replicas` (or
     `rate_scale`): what was found, None when nothing tried meets the SLO; `gpus`:
-    replicas x tp at what was found (None when nothing was); and `replays`, every
+    the replicas (a disaggregated fleet's prefill and decode replicas) x tp at what
+    was found (None when nothing was); and `replays`, every
     replay the search made, in the order made, each `{"replicas" (or "rate_scale"):
     value tried, **its run summary}` (the summary's `slo_attainment` and
     `request_goodput` are what the search read). `executor` is any
@@ -299,9 +301,8 @@ def search(trace: Trace, grid: dict[str, Any] | None = None,
         row.update((name, json_value_of(name, value)) for name, value in configuration.values
                    if name != "replicas")
         row[searched] = point.found
-        options = configuration.options
-        row["gpus"] = (None if point.found is None else
-                       (options.replicas if capacity else int(point.found)) * options.tp)
+        row["gpus"] = (None if point.found is None else fleet_gpus(
+            configuration.options, None if capacity else int(point.found)))
         row["replays"] = [{searched: probe.value, **probe.summary} for probe in point.probes]
         results.append(row)
     return results

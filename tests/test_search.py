@@ -271,3 +271,14 @@ def test_a_dask_executor_gives_the_same_points(tmp_path):
                       dashboard_address=None) as cluster, Client(cluster) as client:
         points = api_points(path, client.get_executor())
     assert points == api_points(path)
+
+
+def test_a_fleet_counts_its_gpus_disaggregated_or_not():
+    """GPUs are replicas x tp; a disaggregated fleet's replicas are its prefill and
+    decode replicas (1 + 2 at tp 2: 6), whatever `replicas` says (it stays 1)."""
+    from scheduler_sim.io.search_runs import fleet_gpus
+    from scheduler_sim.records.options import Options
+    assert fleet_gpus(Options.resolve({}, {"tp": 2, "replicas": 4})) == 8
+    assert fleet_gpus(Options.resolve({}, {"tp": 2, "replicas": 4}), 3) == 6
+    disagg = Options.resolve({}, {"tp": 2, "prefill_replicas": 1, "decode_replicas": 2})
+    assert (disagg.replicas, fleet_gpus(disagg), fleet_gpus(disagg, 1)) == (1, 6, 6)

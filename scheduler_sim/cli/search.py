@@ -17,8 +17,8 @@ from typing import Any, TextIO
 
 from ..io.progress import SweepProgress, wanted
 from ..io.search import Probe, pareto_front
-from ..io.search_runs import (Point, check_bounds, check_unsearched, point_grid, run_points,
-                               search_point)
+from ..io.search_runs import (Point, check_bounds, check_unsearched, fleet_gpus, point_grid,
+                               run_points, search_point)
 from ..io.sweep import check_axis, file_digest
 from ..io.terminal_text import printable
 from ..io.trace import Trace, read_trace
@@ -120,15 +120,11 @@ def _values(point: Point, names: list[str]) -> list[str]:
     return [printable(str(values[name])) for name in names]
 
 
-def _gpus(options: Any) -> tuple[int, str | None]:
-    """(GPUs per replica, the GPU's catalogue name or None without a cost model)."""
-    specs = cost_specs(options)
-    return options.tp, (specs[1].name if specs is not None else None)
-
-
 def _cost(options: Any, replicas: int, prices: dict[str, float]) -> float:
-    per_replica, gpu = _gpus(options)
-    gpus = replicas * per_replica
+    """GPUs, or with `prices` dollars per hour, of `options` at `replicas`."""
+    gpus = fleet_gpus(options, replicas)
+    specs = cost_specs(options)
+    gpu = specs[1].name if specs is not None else None
     if not prices:
         return gpus
     if gpu not in prices:

@@ -25,7 +25,8 @@ from .sweep import Axis, Configuration, build_grid, check_axis
 from .sweep_runs import run_configuration
 from .trace import Trace
 
-__all__ = ["Point", "check_bounds", "check_unsearched", "point_grid", "search_point", "run_points"]
+__all__ = ["Point", "check_bounds", "check_unsearched", "point_grid", "search_point", "run_points",
+           "fleet_gpus"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,15 @@ class Point:
     configuration: Configuration
     found: float | None
     probes: tuple[Probe, ...]
+
+
+def fleet_gpus(options: Options, replicas: int | None = None) -> int:
+    """The GPUs a configuration runs on: its replicas (`replicas` when given, the
+    options' otherwise; a disaggregated fleet's prefill and decode replicas) times
+    `tp`."""
+    if options.disagg:
+        return (options.prefill_replicas + options.decode_replicas) * options.tp
+    return (options.replicas if replicas is None else replicas) * options.tp
 
 
 def check_bounds(attainment: float, precision: float, most: int) -> None:

@@ -123,6 +123,8 @@ def test_the_command_prices_gpus(tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     ([], "search needs objectives to meet: give --slo"),
+    (["--slo", "ttft=3", "--prefill-replicas", "1", "--decode-replicas", "1"],
+     "a disaggregated fleet (prefill_replicas, decode_replicas) is not sized that way"),
     (["--slo", "ttft=3", "--replicas", "2"], "search finds replicas itself"),
     (["--slo", "ttft=3", "--capacity", "--rate-scale", "2"], "search finds rate_scale itself"),
     (["--slo", "ttft=3", "--attainment", "1.5"], "--attainment must be a fraction in (0, 1]"),

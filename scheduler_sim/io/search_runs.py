@@ -77,6 +77,12 @@ def point_grid(trace: Trace, axes: list[Axis], fixed: dict[str, Any], base: Opti
     `capacity` the point alone. `base` is the options without the axes (the trace's
     config and `fixed`): it must set objectives to meet."""
     check_unsearched(axes, fixed, capacity)
+    if not capacity and (base.disagg or any(axis.name in ("prefill_replicas", "decode_replicas")
+                                            for axis in axes)):
+        raise UsageError("search finds the fewest replicas behind one router; a "
+                         "disaggregated fleet (prefill_replicas, decode_replicas) is not sized "
+                         "that way: give --capacity, or sweep prefill_replicas and "
+                         "decode_replicas")
     if base.slo is None:
         raise UsageError("search needs objectives to meet: give --slo (ttft=2,tpot=0.1, in "
                          "the results' time unit) or an slo in the trace's config")

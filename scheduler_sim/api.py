@@ -42,7 +42,7 @@ from .fleet import make_fleet
 from .gpu.kv_pool import PoolSizing, fit_pool
 from .gpu.run_cost import clock_for
 from .io.expectations import CheckResult, check_trace
-from .io.sweep import build_grid, check_axis, json_value_of
+from .io.sweep import build_grid, check_axis, json_value_of, with_policies
 from .io.search_runs import (check_bounds, check_unsearched, fleet_gpus, point_grid,
                               run_points)
 from .io.sweep_runs import run_grid
@@ -50,7 +50,6 @@ from .io.trace import Trace, parse_trace, read_trace
 from .io.trace_config import allow_trace_plugins, resolve_options
 from .records import interrupts
 from .records.clock import Clock
-from .records.errors import UsageError
 from .records.options import Options
 
 _HOW = "pass allow_trace_plugins=True (or name it in policies=)"
@@ -238,13 +237,8 @@ def sweep(trace: Trace, grid: dict[str, Any], policies: list[str] | str | None =
     Ray client's executor); without one the configurations run here in turn.
     The rows are the same whatever runs them.
     """
-    axes = [check_axis(name, values) for name, values in grid.items()]
-    if policies is not None:
-        if "policy" in grid:
-            raise UsageError("policies and a grid's policy list both give the policies; "
-                             "use one of them")
-        axes.append(check_axis("policy", [policies] if isinstance(policies, str)
-                               else list(policies), "policies"))
+    axes = with_policies([check_axis(name, values) for name, values in grid.items()],
+                         policies, "policies")
     plugin_dir = None
     if not any(axis.name == "policy" for axis in axes) and "policy" not in options:
         base = resolve_options(trace.config, dict(options), specs=False)[0]  # its policies
@@ -276,14 +270,9 @@ def search(trace: Trace, grid: dict[str, Any] | None = None,
     `concurrent.futures.Executor`: each point is one task; the results are the same
     whatever runs them."""
     check_bounds(attainment, precision, max_replicas)
-    axes = [check_axis(name, values) for name, values in (grid or {}).items()]
+    axes = with_policies([check_axis(name, values) for name, values in (grid or {}).items()],
+                         policies, "policies")
     check_unsearched(axes, options, capacity)
-    if policies is not None:
-        if any(axis.name == "policy" for axis in axes):
-            raise UsageError("policies and a grid's policy list both give the policies; "
-                             "use one of them")
-        axes.append(check_axis("policy", [policies] if isinstance(policies, str)
-                               else list(policies), "policies"))
     base = resolve_options(trace.config, dict(options), trace.directory, specs=False,
                            combined=False)[0]
     plugin_dir = None

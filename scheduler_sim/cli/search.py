@@ -19,7 +19,7 @@ from ..io.progress import SweepProgress, wanted
 from ..io.search import Probe, pareto_front
 from ..io.search_runs import (Point, check_bounds, check_unsearched, fleet_gpus, point_grid,
                                run_points, search_point)
-from ..io.sweep import check_axis, file_digest
+from ..io.sweep import file_digest
 from ..io.terminal_text import printable
 from ..io.trace import Trace, read_trace
 from ..io.trace_config import resolve_options as resolve_trace_options
@@ -27,8 +27,8 @@ from ..records.errors import UsageError
 from ..records.option_values import show
 from ..gpu.catalogue import cost_specs
 from .entry import PROG
-from .flags import check_outputs_and_jobs, flag_values, load_plugins
-from .sweep import _grid_file, _grid_flag, _sweep_plugins
+from .flags import check_outputs_and_jobs, load_plugins
+from .sweep import _sweep_plugins, flag_axes
 from .workers import Workers
 
 __all__ = ["cmd_search"]
@@ -63,16 +63,8 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     check_outputs_and_jobs((), args.jobs)  # (search writes no file: -j is all to check)
     check_bounds(args.attainment, args.precision, args.max_replicas)
     prices = _prices(args.price)
-    from_file = _grid_file(args.grid_file) if args.grid_file else []
-    axes = from_file + [_grid_flag(text) for text in args.grid or ()]
-    fixed = flag_values(args)
+    from_file, axes, fixed = flag_axes(args)
     check_unsearched(axes, fixed, args.capacity)
-    policies = fixed.pop("policy", None)
-    if policies is not None:
-        if any(axis.name == "policy" for axis in axes):
-            raise UsageError("--policy and a grid's policy list both give the policies; "
-                             "use one of them")
-        axes.append(check_axis("policy", policies, "--policy"))
     trace = read_trace(args.trace)
     if trace.name == "<stdin>":
         raise UsageError("search replays the trace many times: give a file, not -")

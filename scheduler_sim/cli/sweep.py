@@ -28,7 +28,7 @@ from ..io.progress import SweepProgress, wanted
 from ..io.report import table_rows
 from ..io.terminal_text import printable
 from ..io.sweep import (Axis, Configuration, build_grid, check_axis, file_digest, parse_shard,
-                        shard_of)
+                        shard_of, with_policies)
 from ..io.sweep_rows import RowStream
 from ..io.sweep_rows import format_table as sweep_table
 from ..io.sweep_runs import configuration_row, run_configuration, run_grid
@@ -75,6 +75,16 @@ def _grid_flag(text: str) -> Axis:
 
 # A grid file is a few lines; one of 16 MiB would hold millions of values.
 MAX_GRID_FILE_BYTES = 16 * 2 ** 20
+
+
+def flag_axes(args: argparse.Namespace) -> tuple[list[Axis], list[Axis], dict[str, Any]]:
+    """What a command's flags make of a grid (`sweep`, `search`): the grid file's axes,
+    every axis (the file's, then --grid's, then --policy's) and the other options."""
+    from_file = _grid_file(args.grid_file) if args.grid_file else []
+    fixed = flag_values(args)
+    axes = with_policies(from_file + [_grid_flag(text) for text in args.grid or ()],
+                         fixed.pop("policy", None), "--policy")
+    return from_file, axes, fixed
 
 
 def _grid_file(path: str) -> list[Axis]:
@@ -134,15 +144,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     read = [("the trace", args.trace), ("the grid file", args.grid_file)]
     check_output_paths(written, read + plugin_sources(args.policy))
     shard = parse_shard(args.shard) if args.shard is not None else None
-    from_file = _grid_file(args.grid_file) if args.grid_file else []
-    axes = from_file + [_grid_flag(text) for text in args.grid or ()]
-    fixed = flag_values(args)
-    policies = fixed.pop("policy", None)
-    if policies is not None:
-        if any(axis.name == "policy" for axis in axes):
-            raise UsageError("--policy and a grid's policy list both give the policies; "
-                             "use one of them")
-        axes.append(check_axis("policy", policies, "--policy"))
+    from_file, axes, fixed = flag_axes(args)
     if args.trace == "-":
         data = sys.stdin.buffer.read()
         digest = hashlib.sha256(data).hexdigest()

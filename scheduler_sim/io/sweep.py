@@ -56,7 +56,7 @@ from .trace import Trace
 from .trace_config import check_options, resolve_options
 
 __all__ = ["SWEEP_VERSION", "Axis", "Configuration", "GridConfigurations", "Grid",
-           "check_axis", "build_grid", "fingerprint", "parse_shard", "shard_of",
+           "check_axis", "with_policies", "build_grid", "fingerprint", "parse_shard", "shard_of",
            "file_digest", "cell_text", "json_value_of", "MAX_CONFIGURATIONS"]
 
 SWEEP_VERSION = 1
@@ -211,6 +211,19 @@ def cell_text(name: str, value: Any) -> str:
     if isinstance(value, dict):
         return format_slo(tuple(value.items()))
     return csv_text(value)
+
+
+def with_policies(axes: list[Axis], policies: Any, where: str) -> list[Axis]:
+    """`axes` and, when `policies` is given (a name or a list: `where`, the flag or
+    argument that gave it), a last axis of them; a grid that lists policies too is a
+    UsageError."""
+    if policies is None:
+        return axes
+    if any(axis.name == "policy" for axis in axes):
+        raise UsageError(f"{where} and a grid's policy list both give the policies; "
+                         "use one of them")
+    return axes + [check_axis("policy", [policies] if isinstance(policies, str)
+                              else list(policies), where)]
 
 
 def check_axis(name: str, values: Any, where: str = "grid") -> Axis:

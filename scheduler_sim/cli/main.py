@@ -267,6 +267,17 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     return args
 
 
+def _add_grid_flags(p: argparse.ArgumentParser, verb: str) -> None:
+    """--grid and --grid-file, as `sweep` and `search` take them."""
+    p.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
+                   help=f"{verb} an option's values (repeat for more axes; slo values are "
+                        "separated by ';')")
+    p.add_argument("--grid-file", metavar="FILE",
+                   help='a JSON object of option names and lists of values, the axes in '
+                        'order, e.g. {"num_blocks": [4096, 8192], "policy": ["vllm", '
+                        '"sglang"]}')
+
+
 def _add_search_parser(sub: Any) -> None:
     """`search TRACE --slo ... [--grid ...]`: the cheapest deployment meeting an SLO."""
     p = sub.add_parser("search", help="find the cheapest deployment that meets an SLO, or "
@@ -279,10 +290,7 @@ def _add_search_parser(sub: Any) -> None:
                                    "against goodput. With --capacity, find each point's "
                                    "highest load (rate_scale) within the SLO instead.")
     p.add_argument("trace", metavar="TRACE", help="trace file (JSONL)")
-    p.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
-                   help="search over these values of an option too (repeat for more axes)")
-    p.add_argument("--grid-file", metavar="FILE",
-                   help="JSON object of option names and lists of values, the axes in order")
+    _add_grid_flags(p, "search over")
     p.add_argument("--attainment", type=float, default=0.99, metavar="F",
                    help="the fraction of requests that must meet every objective of --slo "
                         "(default: 0.99)")
@@ -314,12 +322,7 @@ def _add_sweep_parsers(sub: Any) -> None:
                                    "and print a table. 'sweep merge SHARD.jsonl ...' joins "
                                    "the outputs of --shard runs.")
     p.add_argument("trace", metavar="TRACE", help="trace file (JSONL), or - for stdin")
-    p.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
-                   help="sweep an option over these values (repeat for more axes; slo "
-                        "values are separated by ';')")
-    p.add_argument("--grid-file", metavar="FILE",
-                   help='a JSON object of option names and lists of values, e.g. '
-                        '{"num_blocks": [4096, 8192], "policy": ["vllm", "sglang"]}')
+    _add_grid_flags(p, "sweep")
     p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="run configurations in N worker processes (default: 1, in process)")
     p.add_argument("--shard", metavar="K/N",

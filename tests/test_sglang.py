@@ -115,6 +115,19 @@ def test_rejected_at_arrival_when_prompt_plus_clipped_max_tokens_exceeds_the_poo
     assert (s.req["b"].status.label, s.req["b"].finished_at) == ("finished_stopped", 1)
 
 
+def test_admission_at_arrival_counts_the_prompt_in_whole_pages():
+    """docs/spec.md E6, the `sglang` row: the prompt counts in whole pages. 4 pages of 4 =
+    16 tokens: a (P=3, N=1, M=8) asks ceil(3 / 4) x 4 + 8 + 4 = 16, not less than 16,
+    so it is rejected at arrival (needed floor((4 + 8) / 4) + 2 = 5), though 3 + 8 + 4
+    = 15 would pass token by token (as it did before SGLang's pages were modelled);
+    b (P=3, N=1, M=7) asks 15 and completes at 1."""
+    s = simulate([req("a", 0, 3, 1, max_tokens=8), req("b", 0, 3, 1, max_tokens=7)],
+                 policy="sglang", block_size=4, num_blocks=4)
+    assert [(e["id"], e["needed"], e["capacity"]) for e in s.of("rejected")] == [("a", 5, 4)]
+    assert s.req["a"].status.label == "finished_ignored"
+    assert (s.req["b"].status.label, s.req["b"].finished_at) == ("finished_stopped", 1)
+
+
 def test_a_request_whose_total_equals_what_is_left_gets_no_token():
     """8 blocks of 4. At 1 a (P=4, N=11) has 1 output: free 7 blocks = 28 tokens, minus
     0.7 x (11 - 1) = 7 reserved for a: 21 left; b (P=4, N=17) asks 4 + 17 = 21, not less:

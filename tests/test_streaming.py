@@ -121,6 +121,22 @@ def test_duplicate_ids_past_the_digests_in_memory_are_found_in_the_file(tmp_path
         f"{path}:5: request 'a': duplicate request id 'a' (first on line 1)"]
 
 
+def test_ids_sharing_a_digest_are_told_apart_by_reading_the_file(tmp_path, monkeypatch):
+    """Every id given the same digest (as two different ids may be, the digest being
+    the string's hash): the file is read again and only the true duplicate is
+    named; a trace without one is valid, streamed as whole."""
+    from scheduler_sim.io import trace_validator
+    monkeypatch.setattr(trace_validator, "_digest", lambda rid: 42)
+    path = write_trace(tmp_path, [req("a", 0, 4, 2), req("b", 1, 4, 2), req("a", 2, 4, 2)])
+    assert errors(path, stream=True) == [
+        f"{path}:3: request 'a': duplicate request id 'a' (first on line 1)"]
+    fine = write_trace(tmp_path, [req("a", 0, 4, 2), req("b", 1, 4, 2), req("c", 2, 4, 2)],
+                       "fine.jsonl")
+    whole, streamed = both(fine)
+    assert [r.id for r in streamed.workload.requests] == ["a", "b", "c"]
+    assert streamed.workload.requests == whole.workload.requests
+
+
 def test_id_digests_write_out_past_their_limit_and_find_repeats_exactly():
     """Limit 3: digests 7, -3, 7 fill memory and go out as chunks of their buckets
     (by digest % BUCKETS, 256: 7 -> bucket 7 twice, -3 -> bucket 253), then 7 again and 5

@@ -14,6 +14,7 @@ import random
 import pytest
 
 from scheduler_sim.io import trace as trace_module
+from scheduler_sim.io import trace_fast_path
 from scheduler_sim.io import trace_validator
 from scheduler_sim.io.problems import Problems
 from scheduler_sim.io.trace import parse_trace, read_trace
@@ -245,3 +246,83 @@ def test_common_lines_never_reach_the_full_checks(tmp_path, monkeypatch, streame
     assert [(r.id, r.index, r.arrival, r.prompt_tokens, r.block_hashes) for r in requests] == [
         ("r1", 2, 1.5, 5, (1, 2)), ("r2", 3, 2.5, 9, None), ("r3", 4, 3.5, 13, (1, 2)),
         ("r4", 5, 4.5, 17, None)]
+
+
+# --- the spelling `generate` and `convert` write, matched before the scanner ----------
+
+def scanner_only(raw: bytes, line: int, unit: str, hbs: int) -> RequestSpec | None:
+    """What `common_request` gives with the written spelling's match patched out."""
+    saved = trace_fast_path._WRITTEN
+    trace_fast_path._WRITTEN = lambda _raw: None
+    try:
+        return common_request(raw, line, unit, hbs)
+    finally:
+        trace_fast_path._WRITTEN = saved
+
+
+W = b'{"type":"request","id":"%s","arrival":%s,"prompt_tokens":%s,"output_tokens":%s}'
+WRITTEN_LINES = [
+    # (line, unit, matched by `_WRITTEN`, the spec: the scanner's too)
+    (W % (b"g000001", b"4", b"407", b"32"), "tick", True, RequestSpec("g000001", 3, 4, 407, 32, 32)),
+    (W % (b"azure-3", b"4.314579", b"396", b"109"), "s", True,
+     RequestSpec("azure-3", 3, 4.314579, 396, 109, 109)),
+    (W % (b"a", b"0.0", b"1", b"1") + b" \t\r", "ms", True, RequestSpec("a", 3, 0.0, 1, 1, 1)),
+    (W % (b"a", b"1000000000000000", b"1", b"1"), "tick", True,
+     RequestSpec("a", 3, 10 ** 15, 1, 1, 1)),
+    (W % (b"a", b"1000000000000000.01", b"1", b"1"), "s", True,  # rounds to 1e15: kept
+     RequestSpec("a", 3, 1e15, 1, 1, 1)),
+    (W % ("\u00e9\x7f".encode(), b"2", b"3", b"4"), "tick", True,
+     RequestSpec("\u00e9\x7f", 3, 2, 3, 4, 4)),
+    # matched, then refused as the scanner's path refuses them
+    (W % (b"a", b"1.5", b"1", b"1"), "tick", True, None),  # a fraction of a tick
+    (W % (b"a", b"1000000000000001", b"1", b"1"), "tick", True, None),  # past 1e15
+    (W % (b"a", b"1000000000000000.5", b"1", b"1"), "s", True, None),
+    (W % (b"\xff", b"1", b"1", b"1"), "tick", True, None),  # not UTF-8
+    # not matched: the scanner decides
+    (W % (b"a", b"1e5", b"1", b"1"), "s", False, RequestSpec("a", 3, 1e5, 1, 1, 1)),
+    (W % (b"a", b"01", b"1", b"1"), "s", False, None),
+    (W % (b"a", b"-0", b"1", b"1"), "s", False, RequestSpec("a", 3, 0, 1, 1, 1)),
+    (W % (b"", b"1", b"1", b"1"), "s", False, None),
+    (W % (b"a", b"1", b"0", b"1"), "s", False, None),
+    (W % (b"a", b"1", b"1", b"1" * 19), "s", False, RequestSpec("a", 3, 1, 1, int("1" * 19),
+                                                                 int("1" * 19))),
+    (W % (b"a\x1f", b"1", b"1", b"1"), "s", False, None),
+    (W.replace(b":", b": ") % (b"a", b"1", b"1", b"1"), "s", False, RequestSpec("a", 3, 1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("raw, unit, matched, expected", WRITTEN_LINES)
+def test_the_written_spelling_gives_the_scanners_spec(raw, unit, matched, expected):
+    assert (trace_fast_path._WRITTEN(raw) is not None) is matched
+    spec = common_request(raw, 3, unit, 16)
+    assert spec == expected == scanner_only(raw, 3, unit, 16)
+    if spec is not None:
+        assert type(spec.arrival) is type(expected.arrival)
+        assert type(spec.id) is str
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_how_often_the_written_spelling_is_taken(tmp_path, monkeypatch, streamed):
+    """Three written lines and one with blanks: validated (and, streamed, read again for
+    the replay) with three matches each time, the fourth read by the scanner."""
+    data = b"\n".join([SECONDS, W % (b"r1", b"0.5", b"4", b"2"), W % (b"r2", b"1", b"4", b"2"),
+                       W.replace(b",", b", ") % (b"r3", b"1.25", b"4", b"2"),
+                       W % (b"r4", b"2", b"5", b"3"), b""])
+    matched = []
+    written = trace_fast_path._WRITTEN
+
+    def counting(raw):
+        found = written(raw)
+        if found is not None:
+            matched.append(found.group(1))
+        return found
+
+    monkeypatch.setattr(trace_fast_path, "_WRITTEN", counting)
+    fast, full = both_ways(data, tmp_path, monkeypatch, streamed)
+    # (counted before comparing: comparing streamed workloads reads the file again; the
+    # full checks' run of `both_ways` has common_request patched out: no matches)
+    assert matched == [b"r1", b"r2", b"r4"] * (2 if streamed else 1)
+    assert fast == full
+    requests = fast[1] if streamed else fast.workload.requests
+    assert [(r.id, r.index, r.arrival, r.prompt_tokens, r.output_tokens) for r in requests] == [
+        ("r1", 2, 0.5, 4, 2), ("r2", 3, 1, 4, 2), ("r3", 4, 1.25, 4, 2), ("r4", 5, 2, 5, 3)]

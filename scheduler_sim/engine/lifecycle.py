@@ -11,7 +11,6 @@ set up by `Engine.__init__`; this class adds no state of its own.
 """
 from __future__ import annotations
 
-
 from ..kv.block_keys import BlockKeys
 from ..records.errors import InvariantError
 from ..records.events import (
@@ -19,12 +18,11 @@ from ..records.events import (
     PreemptIgnored, Preempted, Rejected, Timeout,
 )
 from ..records.states import RequestStatus
-from ..requests.request import LOADED, LOADING, PARKING, REMOTE, RemoteKv, Request, seal
+from ..requests.request import (LOADED, LOADING, PARKING, PREEMPTED, REMOTE, RUNNING, RemoteKv,
+                                Request, seal)
 from .roster import request_of
 
 __all__ = ["Lifecycle", "request_of"]
-
-RUNNING = RequestStatus.RUNNING
 
 
 class Lifecycle:
@@ -40,7 +38,7 @@ class Lifecycle:
         rows after them that host memory copies in with this step's batch."""
         if credit:
             self.allocator.reserve(req.rid, credit)
-        resumed = req.status == RequestStatus.PREEMPTED
+        resumed = req.status is PREEMPTED
         req.admit(self.now, self.roster.admitted, credit)
         hit = 0
         landed = req.remote == LOADED
@@ -170,7 +168,8 @@ class Lifecycle:
     def start_waiting(self, req: Request) -> None:
         """Note when `req` entered the waiting queue (for waiting_timeout)."""
         req.wait_since = self.now
-        self.agenda.wait(req, self.now)
+        if self.agenda.timeout is not None:  # (tested here: every request waits, few time out)
+            self.agenda.wait(req, self.now)
 
     def _expire_waiting(self) -> None:
         """Abort requests that have waited longer than waiting_timeout."""
@@ -242,7 +241,8 @@ class Lifecycle:
         if self._plugin:
             seal(req)  # a plugin reads its requests, and changes them only through us
         self.steadiness.changed()
-        self._give_keys(req)
+        if self.options.prefix_caching:
+            self._give_keys(req)
         emit = self._emit
         if emit is not None:
             wait = self.now - req.arrival if not forwarded else 0

@@ -3,7 +3,7 @@
 that name a request the trace does not have or act before its arrival.
 
 In memory it keeps every request; streamed, a 64-bit digest of each id, in
-memory that does not grow with the trace (`id_digests`: past 131,072 of
+memory that does not grow with the trace (`id_digests`: past 65,536 of
 them, in a temporary file), reading the file again only to name duplicates,
 or to find the requests that cancels, preempts and expects name.
 
@@ -14,7 +14,6 @@ whose id an earlier line has, goes through the full checks, which alone report.
 from __future__ import annotations
 
 import os
-from hashlib import blake2b
 from typing import Any, Callable, Iterable
 
 from ..records.option_values import show
@@ -35,10 +34,14 @@ SUGGEST_FROM = 10_000
 HEAD_LINES = 20  # the lines a raw public trace is recognised by (`importers.guess_format`)
 
 
-def _digest(rid: str) -> int:
-    """A request id as a signed 64-bit digest (streamed validation keeps these)."""
-    return int.from_bytes(blake2b(rid.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                          "little", signed=True)
+# A request id as a signed 64-bit digest (streamed validation keeps these): the
+# string's own hash, made in C and cached in the string. Equal ids have equal
+# digests, which is all the check needs; two different ids sharing one (about once
+# in 2^64 pairs, whatever the hash's per-process seed) only make `finish` read
+# the file again, where `_report_duplicates` compares the ids themselves. (A
+# blake2b digest of the UTF-8 bytes before: 5.2 against 0.35 us an id, timeit on
+# the loaded machine; about 1 us of each streamed request's validation.)
+_digest = hash
 
 
 class Validator:

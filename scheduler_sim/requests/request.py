@@ -55,6 +55,15 @@ LOADING = RemoteKv.LOADING
 LOADED = RemoteKv.LOADED
 
 W = RequestStatus
+# The states as module constants: an enum member read off its class costs about
+# 0.2 us against 0.04 for a global (timeit, CPython 3.11), and the transitions every
+# request makes (made, admitted, finished) read three to five of them.
+WAITING = W.WAITING
+RUNNING = W.RUNNING
+PREEMPTED = W.PREEMPTED
+STOPPED = W.FINISHED_STOPPED
+CAPPED = W.FINISHED_LENGTH_CAPPED
+NO_REMOTE = RemoteKv.NONE
 
 
 class Request:
@@ -86,7 +95,7 @@ class Request:
         self.prompt_token_ids = prompt_token_ids
         self.output_token_ids = output_token_ids
         self.block_hashes = block_hashes
-        self.status = W.WAITING
+        self.status = WAITING
         # logical progress
         self.outputs = 0
         # physical residency
@@ -108,7 +117,7 @@ class Request:
         self.wait_since = arrival  # when it last entered the waiting queue
         self.sent: int | None = None  # when the server received it (after a client slot)
         self.last_output_at = 0       # completion time of its latest output (for ITL)
-        self.remote = RemoteKv.NONE   # its part in disaggregation
+        self.remote = NO_REMOTE       # its part in disaggregation
         self.transfer_time: int | None = None  # how long its prompt's KV took to copy
 
     def __repr__(self) -> str:
@@ -194,8 +203,10 @@ class Request:
 
     def admit(self, now: int, seq: int, credit: int) -> None:
         """WAITING or PREEMPTED -> RUNNING, holding `credit` reserved blocks."""
-        self._expect("admit", W.WAITING, W.PREEMPTED)
-        _become(self, W.RUNNING)
+        status = self.status
+        if status is not WAITING and status is not PREEMPTED:  # (`_expect` words it)
+            self._expect("admit", WAITING, PREEMPTED)
+        _become(self, RUNNING)
         self.credit = credit
         self.admit_seq = seq
         if self.admitted_at is None:
@@ -247,13 +258,13 @@ class Request:
 
     def finish(self, now: int) -> None:
         """RUNNING -> FINISHED_STOPPED (N < M) or FINISHED_LENGTH_CAPPED (N == M)."""
-        self._expect("finish", W.RUNNING)
+        if self.status is not RUNNING:
+            self._expect("finish", RUNNING)
         if self.outputs != self.output_tokens:
             raise InvariantError(
                 f"request {self.rid!r}: finish with outputs({self.outputs}) != "
                 f"output_tokens({self.output_tokens})")
-        _become(self, W.FINISHED_LENGTH_CAPPED if self.output_tokens == self.max_tokens
-                else W.FINISHED_STOPPED)
+        _become(self, CAPPED if self.output_tokens == self.max_tokens else STOPPED)
         self._end(now)
 
     def preempt(self, include_pending: bool = False) -> None:

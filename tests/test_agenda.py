@@ -91,3 +91,28 @@ def test_a_load_from_host_memory_landing_is_pending_even_in_flight():
     agenda = Agenda(Workload(), None, Pool(landing=7), Wakes(None))
     agenda.next_arrival = type("Spec", (), {"arrival": 9})()
     assert agenda.peek(0) == 7 and agenda.peek(0, in_flight=True) == 7
+
+
+def test_a_policy_without_wakeups_is_not_asked():
+    """`continuous` keeps the base's next_wakeup (always None): the agenda does not ask
+    it; `dynamic`, a duck-typed policy and a continuous one given a next_wakeup of its
+    own are asked (once per peek with live requests)."""
+    from scheduler_sim.policies.continuous import ContinuousPolicy
+    from scheduler_sim.policies.dynamic import DynamicPolicy
+
+    class Plain(ContinuousPolicy):
+        def __init__(self):
+            pass
+
+    quiet = Agenda(workload(), None, Pool(), Plain())
+    quiet.begin()
+    assert quiet.wakes is False and quiet.peek(0) == 2
+    assert Agenda(workload(), None, Pool(), Wakes(at=1)).wakes is True
+    assert Agenda(workload(), None, Pool(), DynamicPolicy.__new__(DynamicPolicy)).wakes is True
+    calls = []
+    own = Plain()
+    own.next_wakeup = lambda now: calls.append(now) or 1
+    agenda = Agenda(workload(), None, Pool(), own)
+    agenda.begin()
+    assert agenda.wakes is True
+    assert agenda.peek(0) == 1 and agenda.peek(0, live=False) == 2 and calls == [0]

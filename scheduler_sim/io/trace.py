@@ -103,14 +103,22 @@ def parse_trace(data: bytes, name: str) -> Trace:
 
 def _file_lines(path: str) -> Iterator[tuple[int, bytes]]:
     """(line number, line without its newline) of a file, read as it goes."""
+    for number, raw in _raw_lines(path):
+        yield number, raw[:-1] if raw.endswith(b"\n") else raw
+
+
+def _raw_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, line with its newline) of a file, read as it goes: the two reads
+    of every line of a long trace (validation, then each replay) take a line as the
+    file gives it (`yield from`: no Python step a line), the newline being JSON
+    whitespace to `common_request`, and cut it only from a line it refuses."""
     try:
         handle = open(path, "rb")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     with handle:
         try:
-            for number, raw in enumerate(handle, start=1):
-                yield number, raw[:-1] if raw.endswith(b"\n") else raw
+            yield from enumerate(handle, start=1)
         except OSError as exc:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
 
@@ -120,13 +128,15 @@ def _stream_requests(path: str, config: dict[str, Any]) -> Iterator[RequestSpec]
     hbs = config.get("hash_block_size") or config.get("block_size") or 16
     unit = config.get("time_unit", "tick")
     problems = Problems(path)
-    for number, raw in _file_lines(path):
+    for number, raw in _raw_lines(path):
         spec = common_request(raw, number, unit, hbs)  # the common line, in few operations
         if spec is not None:
             yield spec
             continue
         if b"request" not in raw:
             continue
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         value, problem = decode_line(raw)
@@ -161,8 +171,8 @@ def read_trace(path: str) -> Trace:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
         return dataclasses.replace(parse_trace(data, path), directory=_folder(path))
     checker = Validator(path, streamed=True)
-    for number, raw in _file_lines(path):
-        checker.feed(number, raw)
+    for number, raw in _raw_lines(path):
+        checker.feed(number, raw)  # (a line with its newline: see `_raw_lines`)
     checker.finish(lambda: _file_lines(path))
     config = checker.config
     source = partial(_stream_requests, path, config)

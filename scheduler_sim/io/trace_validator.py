@@ -82,7 +82,7 @@ class Validator:
         self.typed = False
 
     def feed(self, number: int, raw: bytes) -> None:
-        """Check one line (without its newline)."""
+        """Check one line (with or without its newline)."""
         spec = common_request(raw, number, self.unit, self.hash_block_size)
         if spec is None or not self._take(spec, number):
             self._check(number, raw)
@@ -107,6 +107,8 @@ class Validator:
 
     def _check(self, number: int, raw: bytes) -> None:
         """Check one line with every check, reporting each problem."""
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         if not raw.strip():

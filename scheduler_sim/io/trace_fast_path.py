@@ -50,8 +50,8 @@ _SCAN = json.JSONDecoder(parse_constant=NonFiniteConstant, object_pairs_hook=tup
 # The request line as `generate` and `convert` write it (see the module): matched in
 # C, with the numbers' digits and the id's bytes as groups. Every request of a
 # generated trace and of the converted Azure trace matches; the line then costs
-# about half of the scanner's path (9.6 against 18.4 us, timeit on the loaded
-# machine; callgrind figures in benchmarks/README.md, "Issue 26, fifth steps").
+# about 0.6 of the scanner's path (timeit, a generated line and an Azure line, on
+# the loaded machine; more in benchmarks/README.md, "Issue 26, fifth steps").
 _WRITTEN = re.compile(
     rb'\{"type":"request","id":"([^"\\\x00-\x1f]+)",'
     rb'"arrival":(0|[1-9][0-9]{0,17})(\.[0-9]{1,17})?,'

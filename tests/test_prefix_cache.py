@@ -11,7 +11,7 @@ from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.block_set import BlockSet
 from scheduler_sim.kv.lru_cache import LruCache
-from scheduler_sim.kv.radix_cache import RadixCache
+from scheduler_sim.kv.radix_cache import RadixCache, RadixIndex
 from scheduler_sim.kv.vllm_cache import VllmCache
 from scheduler_sim.records.errors import InvariantError
 
@@ -1018,8 +1018,9 @@ class _Keys:
         return self.keys
 
 
-class _CountedIndex(dict):
-    """An index that counts its look-ups."""
+class _CountedIndex(RadixIndex):
+    """An index that counts its look-ups (of keys other than integers: the tree's
+    `find` reads the buckets of integer keys itself)."""
 
     gets = 0
 
@@ -1031,7 +1032,9 @@ class _CountedIndex(dict):
 def _walked(c: RadixCache, keys: list, max_blocks: int) -> tuple[list, list, list, int, list]:
     """The radix tree's find and the index walk's (`PrefixCache.find`) on the same keys,
     the slices each asked keys for, and the tree's index look-ups."""
-    c.index = _CountedIndex(c.index)
+    counted = _CountedIndex()
+    counted.update(dict(c.index))
+    c.index = counted
     mine, theirs = _Keys(keys), _Keys(keys)
     found = c.find(mine, max_blocks)
     gets = c.index.gets

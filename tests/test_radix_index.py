@@ -102,3 +102,18 @@ def test_tables_of_whole_nodes_are_freed_a_node_at_a_time(monkeypatch):
     a.register_full_blocks("C", kc, 24)
     a.audit()
     assert (a.table("C"), adds[1:]) == ([0, 1, 2, 3, 4, 5], [(4, 6)])
+
+
+def test_a_whole_entry_of_a_node_drops_its_bucket():
+    """Width 2: keys 2, 3 (the whole bucket 1) and 4 (bucket 2) for blocks 7, 8, 9:
+    forgotten, bucket 1 goes by one comparison, bucket 2 by its place; a whole
+    bucket holding other blocks than the node's raises KeyError (nothing of it
+    cleared but what was checked)."""
+    index = RadixIndex(2)
+    index.add([2, 3, 4], 0, 3, [7, 8, 9])
+    index.forget_node([2, 3, 4], [7, 8, 9])
+    assert (index.buckets, len(index)) == ({}, 0)
+    index.add([2, 3], 0, 2, [7, 8])
+    with pytest.raises(KeyError):
+        index.forget_node([2, 3], [8, 7])
+    assert index.buckets == {1: [7, 8]}

@@ -95,7 +95,14 @@ class RadixIndex(KeyIndex):
             # The next n keys are key, key + 1, ... exactly when the bucket holds
             # their blocks there (a block is indexed under its own key only).
             bucket = buckets[node]
-            if n > 1 and bucket[off:off + n] != blocks[p:p + n]:
+            if n == width:
+                # A whole entry (most of a node's): its bucket goes, not cleared.
+                if bucket == blocks[p:p + n]:
+                    del buckets[node]
+                    p += n
+                    continue
+                n = 1
+            elif n > 1 and bucket[off:off + n] != blocks[p:p + n]:
                 n = 1
             if n == 1 and bucket[off] != blocks[p]:
                 raise KeyError(key)
@@ -236,7 +243,8 @@ class RadixCache(PrefixCache):
         from the block the index names on are found by one list comparison, not a
         dictionary look-up each (a hit spans a few nodes of up to hundreds of
         blocks). A key that differs is looked up in the index afresh."""
-        get = self.index.get
+        index = self.index
+        get, buckets, width = index.get, index.buckets, index.width
         node_at, nodes = self.node_at, self.nodes
         hits: list[int] = []
         i = 0  # keys found so far
@@ -245,7 +253,12 @@ class RadixCache(PrefixCache):
             end = start + step if start + step < max_blocks else max_blocks
             key_list = keys.ensure(end)
             while i < end:
-                block = get(key_list[i])
+                key = key_list[i]
+                if type(key) is int:  # (`RadixIndex.get` inline: once a node)
+                    bucket = buckets.get(key // width)
+                    block = None if bucket is None else bucket[key % width]
+                else:
+                    block = get(key)
                 if block is None:
                     return hits
                 blocks, _, _, _, node_keys, *_ = nodes[node_at[block]]

@@ -11,7 +11,8 @@ from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.block_set import BlockSet
 from scheduler_sim.kv.lru_cache import LruCache
-from scheduler_sim.kv.radix_cache import RadixCache, RadixIndex
+from scheduler_sim.kv.radix_cache import RadixCache
+from scheduler_sim.kv.radix_index import RadixIndex
 from scheduler_sim.kv.vllm_cache import VllmCache
 from scheduler_sim.records.errors import InvariantError
 

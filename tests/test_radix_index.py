@@ -8,7 +8,8 @@ import pytest
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.free_queue import FreeQueue
-from scheduler_sim.kv.radix_cache import RadixCache, RadixIndex
+from scheduler_sim.kv.radix_cache import RadixCache
+from scheduler_sim.kv.radix_index import RadixIndex
 
 
 def test_a_nodes_keys_are_forgotten_a_bucket_slice_at_a_time():

@@ -23,15 +23,14 @@ positions and the allocator swaps them (SGLang's insert keeps one copy).
 
 A node is the unit of work: it keeps its blocks and their keys side by side
 (`nodes`), so that a run is keyed, freed and evicted with a few operations
-over the run, in C. Per block there is only the index entry of its key and
-its node in `node_at` (a list indexed by block number, written when the
-block is keyed, read when it is freed, never cleared when its node is
-evicted: node numbers are not reused); whether a block is free is its node's
-(`free_queue.FreeQueue`: a count per node, per block only in the rare node
-part of which is held). On the Mooncake trace under `sglang` nine million
-blocks pass through the cache, and an operation per block and per stage was
-most of the replay. `node_of` and `key_of` are views built from these, for
-audits and tests.
+over the run, in C. Per block there is only its key's place in the index (in
+its hash entry's bucket: `radix_index`) and its node in `node_at` (a list by
+block number, written when the block is keyed, never cleared when its node
+is evicted: node numbers are not reused); whether a block is free is its
+node's (`free_queue.FreeQueue`: a count per node, per block only in the rare
+node part of which is held). On the Mooncake trace under `sglang` nine
+million blocks pass through the cache. `node_of` and `key_of` are views
+built from these, for audits and tests.
 """
 from __future__ import annotations
 
@@ -39,77 +38,16 @@ import heapq
 from itertools import repeat
 
 from .free_queue import FreeQueue, entries_at
-from .key_index import KeyIndex
 from .radix_audit import audit_tree
+from .radix_index import RadixIndex
 from .prefix_cache import PrefixCache
 
-__all__ = ["RadixCache", "RadixIndex"]
+__all__ = ["RadixCache"]
 
 # Stale entries the heap of candidates may hold beyond twice the nodes before it
 # is rebuilt (`RadixCache._compact`): a rebuild costs a pass over the nodes, so
 # it comes at most once per that many pushes.
 SLACK = 64
-
-
-class RadixIndex(KeyIndex):
-    """The tree's index of keys: vLLM's index per hash entry (`key_index`), the
-    integer keys of a trace's hash entries kept in buckets of one entry's
-    blocks, so that a node's keys (consecutive within each entry, increasing
-    down the tree) are registered and forgotten a bucket slice at a time.
-
-    Speed: the tree registered every key by a `dict.setdefault` and forgot it by
-    a `del` at eviction, about 8.9 million of each on the Mooncake trace under
-    `sglang` (6.8% and 6.0% of the samples of a sampling profile there); a
-    node of about 230 blocks spans about 8 entries."""
-
-    __slots__ = ()
-
-    def update(self, pairs) -> None:
-        """Index each (key, block) of `pairs` (a dict's or an iterable's), as a dict's."""
-        for key, block in (pairs.items() if isinstance(pairs, dict) else pairs):
-            self[key] = block
-
-    def keys(self):
-        """Every key indexed (so that `dict(index)` copies it, as a dict's)."""
-        return iter(self)
-
-    def forget_node(self, keys: list, blocks: list[int]) -> None:
-        """Forget `keys`, each indexed to the block at the same place in `blocks`
-        (a node's, in its order: integer keys increasing within an entry). Raises
-        KeyError if a key is not indexed to its block."""
-        buckets = self.buckets
-        width = self.width
-        nones = self._nones
-        end = len(keys)
-        p = 0
-        while p < end:
-            key = keys[p]
-            if type(key) is not int:
-                del self.plain[key]  # (a request's own content: its outputs' blocks)
-                p += 1
-                continue
-            node, off = divmod(key, width)
-            n = width - off
-            if n > end - p:
-                n = end - p
-            # The next n keys are key, key + 1, ... exactly when the bucket holds
-            # their blocks there (a block is indexed under its own key only).
-            bucket = buckets[node]
-            if n == width:
-                # A whole entry (most of a node's): its bucket goes, not cleared.
-                if bucket == blocks[p:p + n]:
-                    del buckets[node]
-                    p += n
-                    continue
-                n = 1
-            elif n > 1 and bucket[off:off + n] != blocks[p:p + n]:
-                n = 1
-            if n == 1 and bucket[off] != blocks[p]:
-                raise KeyError(key)
-            bucket[off:off + n] = nones[:n]
-            if bucket == nones:
-                del buckets[node]
-            p += n
 
 
 class RadixCache(PrefixCache):
@@ -196,10 +134,8 @@ class RadixCache(PrefixCache):
             if writers is not None:
                 writers.update(zip(new_blocks, zip(repeat(rid), range(start, full))))
         else:
-            # Some were cached. A key indexed to this request's block just now was
-            # new (a block already keyed is never at a position being registered
-            # but its leading hits); the other positions hold a cached key: its
-            # own unkeyed copy is to be swapped for the cached block.
+            # Some were cached: a position whose key names another block holds an
+            # unkeyed copy of it, to be swapped for the cached block.
             first_new = None
             run, run_keys = [], []
             for i, key, block, found in zip(range(start, full), new_keys, new_blocks, cached):
@@ -309,9 +245,9 @@ class RadixCache(PrefixCache):
             plain, named = given
             self._offer_nodes(named)
             return plain
-        # One look-up per block, in C, gives its node (a block never keyed may lie
-        # beyond `node_at`: then it is made to reach); whether it is keyed is then
-        # asked once per node (a request frees hundreds of blocks in a few nodes).
+        # Else one look-up per block, in C, gives its node (a block never keyed may
+        # lie beyond `node_at`: then it is made to reach); whether it is keyed is
+        # asked once per node.
         try:
             held_by = entries_at(self.node_at, blocks)
         except IndexError:
@@ -357,17 +293,14 @@ class RadixCache(PrefixCache):
         self.next_node += 1
         self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
         node_at = self.node_at
-        # A plain loop, not a map over the list's bound __setitem__: Python 3.11
-        # stores into a list by an int in a specialised instruction (about 60 ns a
-        # block), while each call through that slot wrapper costs about 240 ns
-        # (timed on 230-block runs, this machine). `node_at` is made to reach only
-        # when a store fails (a pass of `max` over the blocks per node before).
-        try:
-            for block in blocks:
+        # A plain loop (a list store by an int: about 60 ns a block; a map over the
+        # list's bound __setitem__ 240 ns, dict.update of pairs 90), made to reach
+        # only when a store fails (was a pass of `max` over the blocks per node).
+        for block in blocks:
+            try:
                 node_at[block] = node
-        except IndexError:
-            self._reach(max(blocks))
-            for block in blocks:
+            except IndexError:
+                self._reach(max(blocks))
                 node_at[block] = node
         if parent is not None:
             self.nodes[parent][2] += 1

@@ -40,17 +40,13 @@ from itertools import repeat
 from .free_queue import FreeQueue, entries_at
 from .radix_audit import audit_tree
 from .radix_index import RadixIndex
+from .radix_stamps import Stamps
 from .prefix_cache import PrefixCache
 
 __all__ = ["RadixCache"]
 
-# Stale entries the heap of candidates may hold beyond twice the nodes before it
-# is rebuilt (`RadixCache._compact`): a rebuild costs a pass over the nodes, so
-# it comes at most once per that many pushes.
-SLACK = 64
 
-
-class RadixCache(PrefixCache):
+class RadixCache(Stamps, PrefixCache):
     """Keyed blocks as nodes of a radix tree; eviction by whole free leaves."""
 
     def __init__(self, compact: bool = False) -> None:
@@ -178,34 +174,46 @@ class RadixCache(PrefixCache):
         node's block at its position, so the request's keys that equal a node's
         from the block the index names on are found by one list comparison, not a
         dictionary look-up each (a hit spans a few nodes of up to hundreds of
-        blocks). A key that differs is looked up in the index afresh."""
+        blocks). A key that differs is looked up in the index afresh; a node that
+        a slice's end cut through goes on in the next slice where its next key is
+        the request's (the index would name that block: no look-up)."""
         index = self.index
         get, buckets, width = index.get, index.buckets, index.width
         node_at, nodes = self.node_at, self.nodes
         hits: list[int] = []
         i = 0  # keys found so far
         start, step = 0, 16
+        blocks, node_keys, at = (), (), 0  # the node the walk is in, its next place
         while start < max_blocks:
             end = start + step if start + step < max_blocks else max_blocks
             key_list = keys.ensure(end)
             while i < end:
                 key = key_list[i]
-                if type(key) is int:  # (`RadixIndex.get` inline: once a node)
-                    bucket = buckets.get(key // width)
-                    block = None if bucket is None else bucket[key % width]
-                else:
-                    block = get(key)
-                if block is None:
-                    return hits
-                blocks, _, _, _, node_keys, *_ = nodes[node_at[block]]
-                at = 0 if blocks[0] == block else blocks.index(block)
-                n = min(len(blocks) - at, end - i)
+                if at >= len(blocks) or key != node_keys[at]:
+                    if type(key) is int:  # (`RadixIndex.get` inline: once a node)
+                        bucket = buckets.get(key // width)
+                        block = None if bucket is None else bucket[key % width]
+                    else:
+                        block = get(key)
+                    if block is None:
+                        return hits
+                    info = nodes[node_at[block]]
+                    blocks, node_keys = info[0], info[4]
+                    at = 0 if blocks[0] == block else blocks.index(block)
+                n = len(blocks) - at
+                if n > end - i:
+                    n = end - i
                 if n > 1 and key_list[i:i + n] != node_keys[at:at + n]:
                     n = 1  # (the first key is the node's: the index named its block)
                     while key_list[i + n] == node_keys[at + n]:
                         n += 1
+                    hits += blocks[at:at + n]
+                    i += n
+                    blocks = ()  # (the next key differs from the node's: look it up)
+                    continue
                 hits += blocks[at:at + n]
                 i += n
+                at += n
             start, step = end, step * 4
         return hits
 
@@ -307,40 +315,6 @@ class RadixCache(PrefixCache):
         self._offer(node)
         return node
 
-    def _offer(self, node: int) -> None:
-        info = self.nodes.get(node)
-        if info is not None and not info[2]:
-            heapq.heappush(self.candidates, (info[3], node))
-            if len(self.candidates) > 2 * len(self.nodes) + SLACK:
-                self._compact()
-
-    def _compact(self) -> None:
-        """Rebuild the heap of candidates from the leaf nodes and their stamps now.
-
-        An entry is taken only if its node still exists, is a leaf and still has
-        that stamp (`evict_node`), and every change that can make a node such a
-        candidate (a new or split node, a stamp, a last child gone, blocks freed)
-        pushes it: so the entries that can still be taken are exactly one per
-        leaf, and eviction takes the same nodes in the same order from the
-        rebuilt heap. A leaf some of whose blocks are held is kept too (its
-        entry is checked when taken, as before)."""
-        heap = [(info[3], node) for node, info in self.nodes.items() if not info[2]]
-        heapq.heapify(heap)
-        self.candidates = heap
-
-    def _offer_nodes(self, named: set) -> None:
-        """Offer each of the nodes `named` (that exist): blocks of theirs became free."""
-        # The heap's order does not depend on the order of pushes (its entries are
-        # distinct or equal pairs).
-        nodes = self.nodes
-        heap = self.candidates
-        for node in named:
-            info = nodes[node]
-            if not info[2]:
-                heapq.heappush(heap, (info[3], node))
-        if len(heap) > 2 * len(nodes) + SLACK:
-            self._compact()
-
     def split_after(self, block: int) -> None:
         """Split the node of `block` so that `block` ends its node. The part cut
         off below is stamped now: SGLang's split refreshes it, though the lookup
@@ -375,28 +349,6 @@ class RadixCache(PrefixCache):
             self.split_after(parent_block)
             parent = self.node_at[parent_block]
         self._new_node(blocks, keys, parent, 0)
-
-    def touch_path(self, block: int) -> None:
-        """Stamp the nodes from the root down to the node of `block`."""
-        path = []
-        node = self._node(block)
-        nodes = self.nodes
-        while node is not None:
-            path.append(node)
-            node = nodes[node][1]
-        # (`_offer`, inline: a conversation's path is dozens of nodes, all but the
-        # last with children, and this ran for every look-up: 7% of a replay.)
-        clock = self.clock
-        heap = self.candidates
-        for node in reversed(path):
-            clock += 1
-            info = nodes[node]
-            info[3] = clock
-            if not info[2]:
-                heapq.heappush(heap, (clock, node))
-        self.clock = clock
-        if len(heap) > 2 * len(nodes) + SLACK:
-            self._compact()
 
     def evict_node(self) -> list[int] | None:
         """Evict the evictable leaf node stamped longest ago; return its blocks."""

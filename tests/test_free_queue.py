@@ -116,3 +116,36 @@ def test_compaction_keeps_the_order():
     assert list(q) == list(range(2000, 4901))
     assert q.nodes[2000][BATCH] == q.nodes[4741][BATCH] == list(q.batches)[0]
     assert [q.pop_oldest() for _ in range(2)] == [2000, 2001]
+
+
+def test_a_freed_table_of_whole_nodes_is_given_a_node_at_a_time():
+    """Nodes [1, 2, 3] and [4, 5] (a path), a table freed tail first as 9, 8 (plain:
+    in no node), 5, 4, 3, 2, 1:
+    give_nodes returns the plain ones and both nodes, which are free whole from one
+    batch (no block state written, `since` all 0), in the order freed; the same
+    answer and state as `give`."""
+    q = tree([1, 2, 3], [4, 5])
+    assert q.give_nodes([9, 8, 5, 4, 3, 2, 1]) == ([9, 8], {0, 1})
+    assert (list(q), len(q), q.batches) == ([5, 4, 3, 2, 1], 5, {1: [[5, 4, 3, 2, 1], 5, 0]})
+    assert [(i[FREE], i[BATCH], i[LOOSE]) for i in q.nodes.values()] == [
+        (3, 1, False), (2, 1, False)] and not any(q.since)
+    p = tree([1, 2, 3], [4, 5])
+    blocks = [9, 8, 5, 4, 3, 2, 1]
+    assert p.give(blocks, [p.node_at[b] for b in blocks]) == ([9, 8], {0, 1})
+    assert (list(p), p.batches) == (list(q), q.batches)
+    assert [i[5:] for i in p.nodes.values()] == [i[5:] for i in q.nodes.values()]
+
+
+def test_give_nodes_refuses_any_other_shape_and_changes_nothing():
+    """None, and nothing changed, for: part of a node (3, 2 of [1, 2, 3]); a node's
+    blocks in their own order (1, 2, 3: not a freed table's); a node already free;
+    a plain block after keyed ones; a block beyond `node_at`. Plain blocks alone
+    come back as they are, with no batch."""
+    q = tree([1, 2, 3], [4, 5], top=9)
+    for shape in ([3, 2], [1, 2, 3], [5, 4, 7], [5, 4, 12]):
+        assert q.give_nodes(shape) is None
+    assert (len(q), q.batches, q.next_batch) == (0, {}, 1)
+    assert q.give_nodes([5, 4]) == ((), {1})
+    assert q.give_nodes([5, 4]) is None  # (node 1 is free already)
+    assert q.give_nodes([12, 7]) == ([12, 7], set())
+    assert (list(q), q.next_batch) == ([5, 4], 2)

@@ -12,6 +12,7 @@ from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.block_set import BlockSet
 from scheduler_sim.kv.lru_cache import LruCache
 from scheduler_sim.kv.radix_cache import RadixCache
+from scheduler_sim.kv.radix_index import RadixIndex
 from scheduler_sim.kv.vllm_cache import VllmCache
 from scheduler_sim.records.errors import InvariantError
 
@@ -1018,8 +1019,9 @@ class _Keys:
         return self.keys
 
 
-class _CountedIndex(dict):
-    """An index that counts its look-ups."""
+class _CountedIndex(RadixIndex):
+    """An index that counts its look-ups (of keys other than integers: the tree's
+    `find` reads the buckets of integer keys itself)."""
 
     gets = 0
 
@@ -1031,7 +1033,9 @@ class _CountedIndex(dict):
 def _walked(c: RadixCache, keys: list, max_blocks: int) -> tuple[list, list, list, int, list]:
     """The radix tree's find and the index walk's (`PrefixCache.find`) on the same keys,
     the slices each asked keys for, and the tree's index look-ups."""
-    c.index = _CountedIndex(c.index)
+    counted = _CountedIndex()
+    counted.update(dict(c.index))
+    c.index = counted
     mine, theirs = _Keys(keys), _Keys(keys)
     found = c.find(mine, max_blocks)
     gets = c.index.gets
@@ -1043,8 +1047,9 @@ def test_tree_mode_find_walks_node_by_node_as_the_index_would_key_by_key():
     [1, 2, 3, 4] with 3 index look-ups (a, d, and x, which differs inside node 1 and
     is not cached) where the index walk makes 5; at most 2 blocks: [1, 2], 1 look-up.
     With node 2 = [100..113] (z0..z13) under node 1, 25 keys are asked in a slice of
-    16, then up to 25, as the index walk asks them; node 2 is entered again at z11
-    where the second slice begins: 5 look-ups (a, d, z0, z11, z14) for 19 blocks.
+    16, then up to 25, as the index walk asks them; the second slice begins inside
+    node 2, at z11, which the walk goes on with (its next key is the request's):
+    4 look-ups (a, d, z0, z14) for 19 blocks.
     The first key unknown: nothing, 1 look-up."""
     c = RadixCache()
     c.index.update({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5})
@@ -1057,7 +1062,11 @@ def test_tree_mode_find_walks_node_by_node_as_the_index_would_key_by_key():
     c.index.update({f"z{i}": 100 + i for i in range(14)})
     c._new_node(list(range(100, 114)), [f"z{i}" for i in range(14)], 1, 0)
     found = [1, 2, 3, 4, 5] + list(range(100, 114))
-    assert _walked(c, long, 25) == (found, found, [16, 25], 5, [16, 25])
+    assert _walked(c, long, 25) == (found, found, [16, 25], 4, [16, 25])
+    # The same with w in place of z11: looked up afresh where the slice begins (not
+    # cached): 16 blocks, 4 look-ups (a, d, z0, w).
+    cut = long[:16] + ["w"] + long[17:]
+    assert _walked(c, cut, 25) == (found[:16], found[:16], [16, 25], 4, [16, 25])
     assert _walked(c, ["q", "a"], 2) == ([], [], [2], 1, [2])
 
 

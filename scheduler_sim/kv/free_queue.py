@@ -158,6 +158,63 @@ class FreeQueue:
         self.add(keyed, held_by)
         return plain, named
 
+    def give_nodes(self, blocks: list[int]) -> tuple[list[int], set[int]] | None:
+        """`give` for the common shape, found a node at a time: a freed table, tail
+        first, is some plain blocks (its last, partly written block; a retracted
+        request's outputs) and then whole nodes, each run being a held node's
+        blocks in reverse order. Those join the tail as one batch, each node all
+        free from it, as `give` would make them. Returns what `give` would, or
+        None (nothing changed) when `blocks` is not of that shape.
+
+        Speed: `give` reads each block's node (`entries_at`), hashes them into a
+        set and counts them per node; here a run costs one `node_at` read and one
+        list comparison in C (a freed Mooncake table is about 750 blocks in a few
+        nodes; `give` and `add` were 8% of the samples of its replay)."""
+        node_at, nodes = self.node_at, self.nodes
+        end = len(blocks)
+        reach = len(node_at)
+        p = 0
+        # The leading plain blocks: outside `node_at`, never keyed, or their node gone.
+        while p < end:
+            block = blocks[p]
+            if block < reach and node_at[block] in nodes:
+                break
+            p += 1
+        plain = blocks[:p] if p else ()
+        runs = []
+        while p < end:
+            block = blocks[p]
+            if block >= reach:
+                return None
+            node = node_at[block]
+            info = nodes.get(node)
+            if info is None or info[FREE] or info[LOOSE]:
+                return None
+            own = info[BLOCKS]
+            size = len(own)
+            # (A node's blocks as the run, last first: `own[::-1]`, compared in C.)
+            if own[-1] != block or blocks[p:p + size] != own[::-1]:
+                return None
+            runs.append((node, info))
+            p += size
+        if not runs:
+            return list(plain), set()
+        batch = self.next_batch
+        self.next_batch = batch + 1
+        named = set()
+        for node, info in runs:
+            info[FREE] = len(info[BLOCKS])
+            info[BATCH] = batch
+            named.add(node)
+        keyed = blocks[len(plain):] if plain else list(blocks)
+        count = len(keyed)
+        self.batches[batch] = [keyed, count, 0]
+        self.size += count
+        self.entries += count
+        if self.entries > 8 * self.size + 65536:
+            self._compact()  # (as `add`)
+        return (list(plain) if plain else ()), named
+
     def add(self, blocks: list[int], held_by: list[int]) -> None:
         """`blocks`, keyed and held until now, join the tail in order as one batch
         (the list becomes the queue's); `held_by[i]` is the node of `blocks[i]`."""

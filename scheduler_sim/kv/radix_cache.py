@@ -23,15 +23,14 @@ positions and the allocator swaps them (SGLang's insert keeps one copy).
 
 A node is the unit of work: it keeps its blocks and their keys side by side
 (`nodes`), so that a run is keyed, freed and evicted with a few operations
-over the run, in C. Per block there is only the index entry of its key and
-its node in `node_at` (a list indexed by block number, written when the
-block is keyed, read when it is freed, never cleared when its node is
-evicted: node numbers are not reused); whether a block is free is its node's
-(`free_queue.FreeQueue`: a count per node, per block only in the rare node
-part of which is held). On the Mooncake trace under `sglang` nine million
-blocks pass through the cache, and an operation per block and per stage was
-most of the replay. `node_of` and `key_of` are views built from these, for
-audits and tests.
+over the run, in C. Per block there is only its key's place in the index (in
+its hash entry's bucket: `radix_index`) and its node in `node_at` (a list by
+block number, written when the block is keyed, never cleared when its node
+is evicted: node numbers are not reused); whether a block is free is its
+node's (`free_queue.FreeQueue`: a count per node, per block only in the rare
+node part of which is held). On the Mooncake trace under `sglang` nine
+million blocks pass through the cache. `node_of` and `key_of` are views
+built from these, for audits and tests.
 """
 from __future__ import annotations
 
@@ -40,21 +39,19 @@ from itertools import repeat
 
 from .free_queue import FreeQueue, entries_at
 from .radix_audit import audit_tree
+from .radix_index import RadixIndex
+from .radix_stamps import Stamps
 from .prefix_cache import PrefixCache
 
 __all__ = ["RadixCache"]
 
-# Stale entries the heap of candidates may hold beyond twice the nodes before it
-# is rebuilt (`RadixCache._compact`): a rebuild costs a pass over the nodes, so
-# it comes at most once per that many pushes.
-SLACK = 64
 
-
-class RadixCache(PrefixCache):
+class RadixCache(Stamps, PrefixCache):
     """Keyed blocks as nodes of a radix tree; eviction by whole free leaves."""
 
     def __init__(self, compact: bool = False) -> None:
         super().__init__(compact)
+        self.index: RadixIndex = RadixIndex()
         self.clock = 0  # the last stamp given
         # block -> its node (None: not keyed), for every block number within reach;
         # an entry naming a node that no longer exists means None (an evicted
@@ -108,26 +105,33 @@ class RadixCache(PrefixCache):
             return None
         key_list = keys.ensure(full)
         index = self.index
+        if keys.hashes is not None and not index.buckets:
+            # Buckets of integer keys as wide as a hash entry's blocks.
+            index.set_width(-(-keys.hash_block_size // keys.block_size))
         writers = self.writers
         new_keys = key_list[start:full]
         new_blocks = table[start:full]
-        # Each key indexed to this request's block unless cached already, in C (one
-        # look-up per key, which also says which were cached): the per-block loop
-        # this replaces was 26% of a Mooncake replay's CPU under sglang (sampled).
-        before = len(index)
-        cached = list(map(index.setdefault, new_keys, new_blocks))
+        node = self._node
+        if node(new_blocks[0]) is None:
+            # Each key indexed to this request's block unless cached already, a few
+            # slices per hash entry (`KeyIndex.add`), which names the keys cached
+            # already with another block (was one `dict.setdefault` per key, in C).
+            # Blocks keyed already can only lead the run (a look-up's hits, when the
+            # caller did not count them registered): its first is not.
+            cached = index.add(key_list, start, full, table)
+            if cached:
+                cached = list(map(index.get, new_keys))
+        else:
+            cached = list(map(index.setdefault, new_keys, new_blocks))
         swaps = None
-        if len(index) - before == full - start:
+        if not cached:
             # Every key was new (the common case; a request's keys are distinct).
             first_new = start
             if writers is not None:
                 writers.update(zip(new_blocks, zip(repeat(rid), range(start, full))))
         else:
-            # Some were cached. A key indexed to this request's block just now was
-            # new (a block already keyed is never at a position being registered);
-            # the other positions hold a cached key: its own unkeyed copy is to be
-            # swapped for the cached block.
-            node = self._node
+            # Some were cached: a position whose key names another block holds an
+            # unkeyed copy of it, to be swapped for the cached block.
             first_new = None
             run, run_keys = [], []
             for i, key, block, found in zip(range(start, full), new_keys, new_blocks, cached):
@@ -170,28 +174,46 @@ class RadixCache(PrefixCache):
         node's block at its position, so the request's keys that equal a node's
         from the block the index names on are found by one list comparison, not a
         dictionary look-up each (a hit spans a few nodes of up to hundreds of
-        blocks). A key that differs is looked up in the index afresh."""
-        get = self.index.get
+        blocks). A key that differs is looked up in the index afresh; a node that
+        a slice's end cut through goes on in the next slice where its next key is
+        the request's (the index would name that block: no look-up)."""
+        index = self.index
+        get, buckets, width = index.get, index.buckets, index.width
         node_at, nodes = self.node_at, self.nodes
         hits: list[int] = []
         i = 0  # keys found so far
         start, step = 0, 16
+        blocks, node_keys, at = (), (), 0  # the node the walk is in, its next place
         while start < max_blocks:
             end = start + step if start + step < max_blocks else max_blocks
             key_list = keys.ensure(end)
             while i < end:
-                block = get(key_list[i])
-                if block is None:
-                    return hits
-                blocks, _, _, _, node_keys, *_ = nodes[node_at[block]]
-                at = 0 if blocks[0] == block else blocks.index(block)
-                n = min(len(blocks) - at, end - i)
+                key = key_list[i]
+                if at >= len(blocks) or key != node_keys[at]:
+                    if type(key) is int:  # (`RadixIndex.get` inline: once a node)
+                        bucket = buckets.get(key // width)
+                        block = None if bucket is None else bucket[key % width]
+                    else:
+                        block = get(key)
+                    if block is None:
+                        return hits
+                    info = nodes[node_at[block]]
+                    blocks, node_keys = info[0], info[4]
+                    at = 0 if blocks[0] == block else blocks.index(block)
+                n = len(blocks) - at
+                if n > end - i:
+                    n = end - i
                 if n > 1 and key_list[i:i + n] != node_keys[at:at + n]:
                     n = 1  # (the first key is the node's: the index named its block)
                     while key_list[i + n] == node_keys[at + n]:
                         n += 1
+                    hits += blocks[at:at + n]
+                    i += n
+                    blocks = ()  # (the next key differs from the node's: look it up)
+                    continue
                 hits += blocks[at:at + n]
                 i += n
+                at += n
             start, step = end, step * 4
         return hits
 
@@ -226,9 +248,14 @@ class RadixCache(PrefixCache):
         the nodes of the blocks freed may now be evictable."""
         if not blocks:
             return ()
-        # One look-up per block, in C, gives its node (a block never keyed may lie
-        # beyond `node_at`: then it is made to reach); whether it is keyed is then
-        # asked once per node (a request frees hundreds of blocks in a few nodes).
+        given = self.free_blocks.give_nodes(blocks)  # (the common shape: whole nodes)
+        if given is not None:
+            plain, named = given
+            self._offer_nodes(named)
+            return plain
+        # Else one look-up per block, in C, gives its node (a block never keyed may
+        # lie beyond `node_at`: then it is made to reach); whether it is keyed is
+        # asked once per node.
         try:
             held_by = entries_at(self.node_at, blocks)
         except IndexError:
@@ -274,52 +301,19 @@ class RadixCache(PrefixCache):
         self.next_node += 1
         self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
         node_at = self.node_at
-        if max(blocks) >= len(node_at):
-            self._reach(max(blocks))
-        # A plain loop, not a map over the list's bound __setitem__: Python 3.11
-        # stores into a list by an int in a specialised instruction (about 60 ns a
-        # block), while each call through that slot wrapper costs about 240 ns
-        # (timed on 230-block runs, this machine).
+        # A plain loop (a list store by an int: about 60 ns a block; a map over the
+        # list's bound __setitem__ 240 ns, dict.update of pairs 90), made to reach
+        # only when a store fails (was a pass of `max` over the blocks per node).
         for block in blocks:
-            node_at[block] = node
+            try:
+                node_at[block] = node
+            except IndexError:
+                self._reach(max(blocks))
+                node_at[block] = node
         if parent is not None:
             self.nodes[parent][2] += 1
         self._offer(node)
         return node
-
-    def _offer(self, node: int) -> None:
-        info = self.nodes.get(node)
-        if info is not None and not info[2]:
-            heapq.heappush(self.candidates, (info[3], node))
-            if len(self.candidates) > 2 * len(self.nodes) + SLACK:
-                self._compact()
-
-    def _compact(self) -> None:
-        """Rebuild the heap of candidates from the leaf nodes and their stamps now.
-
-        An entry is taken only if its node still exists, is a leaf and still has
-        that stamp (`evict_node`), and every change that can make a node such a
-        candidate (a new or split node, a stamp, a last child gone, blocks freed)
-        pushes it: so the entries that can still be taken are exactly one per
-        leaf, and eviction takes the same nodes in the same order from the
-        rebuilt heap. A leaf some of whose blocks are held is kept too (its
-        entry is checked when taken, as before)."""
-        heap = [(info[3], node) for node, info in self.nodes.items() if not info[2]]
-        heapq.heapify(heap)
-        self.candidates = heap
-
-    def _offer_nodes(self, named: set) -> None:
-        """Offer each of the nodes `named` (that exist): blocks of theirs became free."""
-        # The heap's order does not depend on the order of pushes (its entries are
-        # distinct or equal pairs).
-        nodes = self.nodes
-        heap = self.candidates
-        for node in named:
-            info = nodes[node]
-            if not info[2]:
-                heapq.heappush(heap, (info[3], node))
-        if len(heap) > 2 * len(nodes) + SLACK:
-            self._compact()
 
     def split_after(self, block: int) -> None:
         """Split the node of `block` so that `block` ends its node. The part cut
@@ -356,28 +350,6 @@ class RadixCache(PrefixCache):
             parent = self.node_at[parent_block]
         self._new_node(blocks, keys, parent, 0)
 
-    def touch_path(self, block: int) -> None:
-        """Stamp the nodes from the root down to the node of `block`."""
-        path = []
-        node = self._node(block)
-        nodes = self.nodes
-        while node is not None:
-            path.append(node)
-            node = nodes[node][1]
-        # (`_offer`, inline: a conversation's path is dozens of nodes, all but the
-        # last with children, and this ran for every look-up: 7% of a replay.)
-        clock = self.clock
-        heap = self.candidates
-        for node in reversed(path):
-            clock += 1
-            info = nodes[node]
-            info[3] = clock
-            if not info[2]:
-                heapq.heappush(heap, (clock, node))
-        self.clock = clock
-        if len(heap) > 2 * len(nodes) + SLACK:
-            self._compact()
-
     def evict_node(self) -> list[int] | None:
         """Evict the evictable leaf node stamped longest ago; return its blocks."""
         nodes = self.nodes
@@ -401,9 +373,7 @@ class RadixCache(PrefixCache):
             if info[1] is not None:
                 nodes[info[1]][2] -= 1
                 self._offer(info[1])
-            index = self.index
-            for key in info[4]:
-                del index[key]
+            self.index.forget_node(info[4], blocks)
             return blocks
         return None
 

@@ -111,6 +111,30 @@ def test_longest_hit_asks_only_replicas_that_were_sent_the_hash_ids():
     assert [r.asked for r in again] == [1, 1, 2, 1, 2, 2, 2]
 
 
+def test_longest_hit_skips_replicas_no_lighter_that_were_not_sent_the_next_hash_id():
+    # Entries of 8 tokens, blocks of 4: blocks 0-1 hash id 7, 2-3 id 8, 4-5 id 9.
+    # Replica 0 (load 2) finds 4; replica 1 was not sent id 8 (not asked); replica 2
+    # (load 3) holds 4 blocks too, but is no lighter and was not sent id 9: it could
+    # only tie, and lose (not asked); replica 3 (load 1) is lighter: asked, looked up,
+    # the best.
+    keys = BlockKeys(0, 24, 4, 8, hashes=[7, 8, 9])
+    first = keys.ensure(6)[0]
+    held = [range(first, first + 4), [first, first + 1], range(first, first + 4),
+            range(first, first + 4)]
+    found, loads = [4, 2, 4, 4], [2, 5, 3, 1]
+    holders = HashHolders()
+    for i, hashes in enumerate([[7, 8], [7], [7, 8], [7, 8]]):
+        holders.sent(hashes, i)
+    replicas = [_Holder(i, held[i], found[i]) for i in range(4)]
+    assert PrefixAffinity.longest_hit(keys, 5, replicas, loads, holders.may_hold) == (4, 3)
+    assert [r.asked for r in replicas] == [1, 0, 0, 2]
+    assert [r.looked for r in replicas] == [1, 0, 0, 1]
+    again = [_Holder(i, held[i], found[i]) for i in range(4)]
+    assert PrefixAffinity.longest_hit(keys, 5, again, loads) == (4, 3)
+    assert [r.asked for r in again] == [1, 1, 2, 2]
+    assert [r.looked for r in again] == [1, 0, 0, 1]
+
+
 # --- random fleets: the same routes as a router that asks every replica -------------------
 
 

@@ -192,22 +192,35 @@ class PrefixAffinity(Router):
         the replica, its allocator and the cache's index: with the 64 loads read
         the same way, 12.6% of that replay, sampled); with `may_hold` only the
         replicas sent the request's first hash id are visited, and of those only
-        the ones sent the hash id of the best hit's last block are asked. Every
-        `ensure` and look-up that can answer yes is made as before, in the same
-        order (`ensure` interns hash chains: their numbering stays the same)."""
+        the ones sent the hash id of the best hit's last block are asked, and of
+        those no lighter than the best only the ones sent the hash id of the
+        block after it. Every look-up and every `ensure` that computes a key is
+        made as before, in the same order (`ensure` interns hash chains: their
+        numbering stays the same)."""
         hit, best = 0, 0
         ensure = keys.ensure
         key_list = ensure(1)
         if may_hold is None:
             visit = range(len(replicas))
-            maybe = EVERY
         else:
             visit = _bits_of(may_hold(keys, 0), len(replicas))
-            maybe = EVERY  # replicas that may hold the best hit's last key
+        maybe = EVERY  # the replicas that may hold the best hit's last key
+        ahead = None   # those that may hold the key after it, once that key is known
         for i in visit:
             replica = replicas[i]
             if hit:
-                if not (maybe >> i) & 1 or not replica.holds(key_list[hit - 1]):
+                if not (maybe >> i) & 1:
+                    continue  # finds fewer
+                if loads[i] >= loads[best]:  # it needs more blocks to win
+                    if hit == most:
+                        continue
+                    if ahead is None and may_hold is not None and len(key_list) > hit:
+                        ahead = may_hold(keys, hit)
+                    if ahead is not None and not (ahead >> i) & 1:
+                        # Finds at most as many, and loses the tie (the key after
+                        # the hit is known: asked, its `ensure` would add nothing).
+                        continue
+                if not replica.holds(key_list[hit - 1]):
                     continue  # finds fewer
                 if ((hit == most or not replica.holds(ensure(hit + 1)[hit]))
                         and loads[i] >= loads[best]):
@@ -218,6 +231,7 @@ class PrefixAffinity(Router):
             if found > hit or (found == hit and found and loads[i] < loads[best]):
                 if found != hit and may_hold is not None:
                     maybe = may_hold(keys, found - 1)
+                    ahead = None
                 hit, best = found, i
         return hit, best
 

@@ -199,6 +199,13 @@ class Fleet:
         for action in first_workload.cancels + first_workload.preempts:
             self._actions.setdefault(action.id, []).append(action)
         self.routed = [0] * len(self.engines)  # requests each replica was sent
+        # Each replica's load (waiting + running), for a router that reads them all
+        # at every arrival (prefix-affinity): read again only from a replica
+        # something happened on (`_refresh`), since the others did not change.
+        # Speed: read at every arrival, 64 loads through two properties each were
+        # about 3% of the Mooncake replay on 64 replicas (sampled).
+        self.loads: list[int] | None = ([v.waiting + v.running for v in self.views]
+                                        if self.router.reads_loads else None)
 
     def run(self) -> FleetResult:
         """Replay the workload; a plugin policy's failure on any replica is the
@@ -226,7 +233,7 @@ class Fleet:
                 later = next(specs, None)
                 if later is not None:
                     upcoming.append(later)
-                self._join(spec, router.choose(spec, views), t, active)
+                self._join(spec, router.choose(spec, views, self.loads), t, active)
             horizon = upcoming[0].arrival if upcoming else INF
             stalled |= self._step(active, agenda,                # 3. E2, E3
                                   lambda i: router.reaches(i, upcoming, n))
@@ -263,7 +270,7 @@ class Fleet:
                 later = next(specs, None)
                 if later is not None:
                     upcoming.append(later)
-                routed.append((spec, router.choose(spec, views)))
+                routed.append((spec, router.choose(spec, views, self.loads)))
             while routed and routed[0][0].arrival == t:      # 3. arrivals, routed before
                 spec, i = routed.popleft()
                 self._join(spec, i, t, active)
@@ -292,7 +299,17 @@ class Fleet:
             engine = engines[i]
             engine.now = t
             engine.complete_due()
+        if self.loads is not None:
+            self._refresh(active)
         return active
+
+    def _refresh(self, replicas) -> None:
+        """Read the loads of `replicas` again (they may have changed)."""
+        loads = self.loads
+        engines = self.engines
+        for i in replicas:
+            policy = engines[i].policy
+            loads[i] = policy.waiting_count + policy.running_count
 
     def _join(self, spec, i: int, t: int, active: list[int]) -> None:
         """Request `spec` joins replica `i` at `t`, with the actions the trace holds
@@ -305,6 +322,8 @@ class Fleet:
             engine.accept_action(action)
         engine.accept(spec)
         self.routed[i] += 1
+        if self.loads is not None:
+            self._refresh((i,))
 
     def _step(self, active: list[int], agenda: ReplicaAgenda, horizon_of) -> bool:
         """E2 and E3 on each active replica in index order, each folding up to
@@ -322,6 +341,8 @@ class Fleet:
             engine.link.horizon = horizon_of(i)
             moved = engine.step()
             agenda.set(i, engine.next_boundary(moved))
+        if self.loads is not None:
+            self._refresh(active)
         return stalled
 
     def _result(self, first: int, stalled: bool) -> FleetResult:

@@ -49,6 +49,7 @@ class LockstepFleet(Fleet):
         self.dummy_steps = [0] * n
         self.waited = [0.0] * n  # clock steps spent waiting for the other ranks
         self.steps = 0           # steps run, all waves
+        self.loads = None        # (its loop reads the replicas' loads at routing)
         for engine in self.engines:
             engine.link.lockstep_step = 0
 

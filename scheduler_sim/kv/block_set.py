@@ -68,15 +68,6 @@ class BlockSet:
             flags[block] = 0
         self.size -= len(blocks)
 
-    def evicted(self, blocks: list[int], entries: int) -> None:
-        """Eviction took `blocks` out of the queue (consuming `entries` of its
-        entries, stale ones included): as `remove_members` (`QueueMembers`'s
-        interface)."""
-        self.remove_members(blocks)
-
-    def renumber(self, runs) -> None:
-        """The queue was rebuilt: nothing to do (membership is not by place)."""
-
     def remove(self, block: int) -> None:
         """Take `block` out; KeyError if it is not in."""
         flags = self.flags

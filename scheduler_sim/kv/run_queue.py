@@ -10,8 +10,7 @@ its outputs, the tail of its table freed first) make a run of their own, a
 list (`append_run`). A hit leaves its block's entry behind, stale: `stale[block]`
 counts such entries of a block, all of them ahead of its live entry, so
 eviction skips exactly that many. `free_blocks` holds the queued blocks
-(membership and size): eviction tells it how many entries it consumed
-(`evicted`), a rebuild gives it the new runs (`renumber`). The methods below are `VllmCache`'s (a base class of
+(membership and size). The methods below are `VllmCache`'s (a base class of
 it) and use the attributes its `__init__` sets.
 """
 from __future__ import annotations
@@ -85,7 +84,6 @@ class RunQueue:
                     runs.append([kept, array("q", kept_keys) if type(keys) is array
                                  else list(kept_keys), 0])
             self.runs = runs
-            self.free_blocks.renumber(run[0] for run in runs)
             stale.clear()
             self.stale_total = 0
 
@@ -107,7 +105,6 @@ class RunQueue:
         """`pop_oldest(1)`, for one block and its key (the queue must not be empty)."""
         runs = self.runs
         stale = self.stale
-        entries = 0
         while True:
             run = runs[0]
             blocks, keys, pos = run
@@ -116,14 +113,12 @@ class RunQueue:
                 run[2] = pos + 1
             else:
                 runs.popleft()
-            entries += 1
             if stale and self._skip_stale(block):
                 continue
             lru = self.free_blocks
-            lru.evicted((block,), entries)
+            lru.remove(block)
             if not lru:  # stale entries may be left behind it: drop them too
                 runs.clear()
-                lru.clear()
                 stale.clear()
                 self.stale_total = 0
             return block, keys[pos]
@@ -145,13 +140,11 @@ class RunQueue:
         taken: list[int] = []
         taken_keys: list = []
         need = count
-        entries = 0  # consumed, stale ones included
         while need:
             run = runs[0]
             blocks, keys, pos = run
             end = pos + need
             part = blocks[pos:end]
-            entries += len(part)
             part_keys = keys[pos:end]
             if type(part_keys) is not list:  # (packed keys: ints again)
                 part_keys = part_keys.tolist()
@@ -175,7 +168,7 @@ class RunQueue:
                 taken = part
                 taken_keys = part_keys
             need -= len(part)
-        lru.evicted(taken, entries)
+        self._dequeue(taken)
         return taken, taken_keys
 
     def _pop_oldest_forgetting(self, count: int) -> list[int]:
@@ -188,13 +181,11 @@ class RunQueue:
         forget = self.index.forget
         taken: list[int] = []
         need = count
-        entries = 0  # consumed, stale ones included
         while need:
             run = runs[0]
             blocks, keys, pos = run
             end = pos + need
             part = blocks[pos:end]
-            entries += len(part)
             if end >= len(blocks):
                 runs.popleft()
             else:
@@ -215,7 +206,7 @@ class RunQueue:
             else:  # (the first part: no copy)
                 taken = part
             need -= len(part)
-        self.free_blocks.evicted(taken, entries)
+        self._dequeue(taken)
         return taken
 
     def queue_items(self) -> tuple[list[int], list]:

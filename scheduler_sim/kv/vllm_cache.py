@@ -16,10 +16,9 @@ its front, many at once. So the queue is kept as `runs`, one entry
 [blocks, their keys, position of the first not yet consumed] per batch
 freed, oldest first, which eviction consumes from the front by slices (a
 compact cache's runs pack their integer keys: `RunQueue.append_run`); and
-`free_blocks` only says which blocks are queued and how many: by the place
-of each block's latest entry in the queue (`QueueMembers`: eviction moves
-the queue's front and touches no block), or in a compact cache (a fleet's
-replica) one byte per block (`BlockSet`). A hit leaves its block's entry in
+`free_blocks` is only the set of the queued blocks (membership and size,
+updated a batch at a time). A compact cache (a fleet's replica) keeps that
+set as one byte per block (`BlockSet`). A hit leaves its block's entry in
 its run behind, stale: `stale[block]` counts such entries of a block, all of
 them ahead of its live entry (if it is free again), so eviction skips
 exactly that many before it takes the block.
@@ -33,7 +32,6 @@ from ..records.errors import InvariantError
 from .block_set import BlockSet
 from .key_index import KeyIndex
 from .prefix_cache import PrefixCache
-from .queue_members import QueueMembers
 from .run_queue import RunQueue
 
 __all__ = ["VllmCache"]
@@ -49,12 +47,14 @@ class VllmCache(RunQueue, PrefixCache):
         # Integer keys (a trace's hash entries) indexed per entry (key_index.py).
         self.index: KeyIndex = KeyIndex()
         self.others: dict[Hashable, list[int]] = {}
-        # The queue's members: by their place in the queue (queue_members.py:
-        # eviction costs nothing per block), or in a fleet's replica one byte a
-        # block (block_set.py: memory).
-        self.free_blocks: QueueMembers | BlockSet = BlockSet() if compact else QueueMembers()
-        self._enqueue = self.free_blocks.add_new
-        self.count_free = self.free_blocks.count_in
+        if compact:
+            self.free_blocks: set[int] | BlockSet = BlockSet()
+            self._enqueue, self._dequeue = self.free_blocks.add_new, self.free_blocks.remove_members
+            self.count_free = self.free_blocks.count_in
+        else:
+            self.free_blocks = set()
+            self._enqueue = self.free_blocks.update
+            self._dequeue = self.free_blocks.difference_update
         self.runs: deque[list] = deque()
         self.stale: dict[int, int] = {}
         self.stale_total = 0
@@ -158,9 +158,14 @@ class VllmCache(RunQueue, PrefixCache):
         in C: replaying the Mooncake trace under vllm, 12,333 admissions share
         615,217 blocks, 207,161 of them free cached ones); return them as a set."""
         free = self.free_blocks
-        found = free.intersection(blocks)  # (queue_members.py, block_set.py: in C)
-        if found:
-            free.remove_members(found)
+        if self.compact:
+            found = free.intersection(blocks)  # (block_set.py: in C)
+            if found:
+                free.remove_members(found)
+        else:
+            found = free.intersection(blocks)
+            if found:
+                free.difference_update(found)
         if not found:
             return found
         stale = self.stale
@@ -171,6 +176,10 @@ class VllmCache(RunQueue, PrefixCache):
         self.stale_total += len(found)
         self._rebuild_if_stale()
         return found
+
+    def count_free(self, blocks):
+        """How many of `blocks` are in the queue (a set intersection, in C)."""
+        return len(self.free_blocks.intersection(blocks))
 
     def take(self, rid, table, count):
         """Evict the `count` least recently freed blocks into `table`: one eviction
@@ -269,8 +278,6 @@ class VllmCache(RunQueue, PrefixCache):
             raise InvariantError(str(e)) from None
         if len(in_runs) != len(self.free_blocks) or set(in_runs) != self.free_blocks:
             raise InvariantError("the LRU queue's runs disagree with its blocks")
-        if not self.compact:
-            self._audit_places()
         key_of = self._keys(tables, carried, orphans)
         duplicates = sum(map(len, self.others.values()))
         if len(key_of) != len(self.index) + duplicates:
@@ -282,25 +289,6 @@ class VllmCache(RunQueue, PrefixCache):
             if key not in self.index or any(key_of.get(b) != key for b in blocks):
                 raise InvariantError(f"cache duplicates and block keys disagree on key "
                                      f"{key!r}")
-
-    def _audit_places(self) -> None:
-        """The runs' entries are numbered from the members' front to their tail, in
-        order, and each live entry is its block's latest place (`QueueMembers`)."""
-        members = self.free_blocks
-        stale = dict(self.stale)
-        at = members.front
-        for blocks, _, pos in self.runs:
-            for block in blocks[pos:]:
-                if stale.get(block):
-                    stale[block] -= 1
-                elif members.place.get(block) != at:
-                    raise InvariantError(f"free cached block {block} is entry {at} of the "
-                                         f"LRU queue but its place says "
-                                         f"{members.place.get(block)}")
-                at += 1
-        if at != members.tail:
-            raise InvariantError(f"the LRU queue's entries end at {at}, its members' "
-                                 f"tail at {members.tail}")
 
     def forget_key(self, block: int, key) -> None:
         """Drop `block`'s `key`; a duplicate of it takes its place in the index."""

@@ -12,7 +12,7 @@ the keyed ones, the plain ones go on the free stack. The methods below are
 """
 from __future__ import annotations
 
-from itertools import compress, filterfalse, islice
+from itertools import compress, filterfalse
 from operator import not_
 
 from ..records.errors import InvariantError
@@ -70,8 +70,11 @@ class Freeing:
                         del extra[block]
                 # Usually the blocks others own too are the table's leading ones
                 # (hits are prefixes): the tail of `keyed`, cut off in one slice.
+                # (A slice of the tail, not `islice`: an islice steps through the
+                # `cut` blocks before it, one int object touched each, about 3% of
+                # the Mooncake replay under vllm, sampled.)
                 cut = len(keyed) - len(shared)
-                if shared.issuperset(islice(keyed, cut, None)):
+                if shared.issuperset(keyed[cut:]):
                     del keyed[cut:]  # (both lists are this call's own)
                     del keys[cut:]
                 else:

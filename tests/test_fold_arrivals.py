@@ -61,6 +61,9 @@ def test_an_arrival_inside_a_steady_stretch_needs_no_scheduling_call(policy):
     assert result.summary["iterations"] == 10
     assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
         ("a", 0, 10), ("b", 3, 6)]
+    # b joined the cohort as its prompt completed (4): every running request a
+    # member, their decodes at 4 started counted without a pass over the rows.
+    assert engine.steadiness.arrivals_counted == 1
     assert _outcome(result) == _outcome(_engine(TWO, policy, False, block_size=4,
                                                 num_blocks=16).run())
 
@@ -124,8 +127,11 @@ def test_admitted_through_and_stepped_replays_agree(seed, policy):
 @pytest.mark.parametrize("policy", ["continuous", "vllm"])
 def test_the_random_workloads_take_the_path(policy):
     """Over the first 12 workloads above, the engine admits arrivals itself this many
-    times (and the serial policy, one request at a time, never)."""
+    times (and the serial policy, one request at a time, never), and after 36 of
+    those admissions every running request is a counted member whose decodes
+    start at once (`after_admission`'s counted path)."""
     taken = {}
+    counted = 0  # of which the decodes after were started counted at once
     for name in (policy, "serial"):
         taken[name] = 0
         for seed in range(12):
@@ -133,7 +139,10 @@ def test_the_random_workloads_take_the_path(policy):
             _, admitted = _spy(engine)
             engine.run()
             taken[name] += len(admitted)
+            if name == policy:
+                counted += engine.steadiness.arrivals_counted
     assert taken == {policy: {"continuous": 50, "vllm": 51}[policy], "serial": 0}
+    assert counted == 36
 
 
 @pytest.mark.parametrize("seed", slow_beyond(range(16), 5))

@@ -56,7 +56,7 @@ class Steadiness:
     """The change log, the policy's state before each call, and the last plan seen."""
 
     __slots__ = ("enabled", "through", "changes", "moved", "blocked", "folded",
-                 "through_counted", "_policy", "_slots", "_last")
+                 "through_counted", "arrivals_counted", "_policy", "_slots", "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
         # Whether folding is on at all: it changes nothing a summary or the event
@@ -75,6 +75,8 @@ class Steadiness:
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
         # Completions taken inside a counted stretch (fast/finishes.py), for the same.
         self.through_counted = 0
+        # Decodes started counted after an admission carried on (fast/arrivals.py).
+        self.arrivals_counted = 0
         self._policy = policy
         self._slots = _slot_names(type(policy))
         # The requests of the last dispatch planned (None unless all decodes), the

@@ -45,11 +45,11 @@ def test_folding_happens_and_saves_work():
     engine.policy.schedule = lambda now: calls.append(now) or original(now)
     folded = engine.run()
     assert folded.summary["iterations"] == 500
-    # The prefill; a first decode, which moves the policy's rotation point (its
-    # attribute changed: not a repeat), after which the policy says it repeats its
-    # decodes (`repeats_decodes`): the engine starts the second itself and folds
-    # the other 497 (fast/through.py).
-    assert calls == [0, 1]
+    # The prefill only: nothing waits after it and the policy says it repeats its
+    # decodes (`repeats_decodes`), so the engine starts the first decodes itself
+    # (`next_decodes`, fast/arrivals.py's `after_admission`) and folds the rest
+    # (fast/through.py).
+    assert calls == [0]
     plain = Engine(trace.workload, opts, "continuous", fast_forward=False).run()
     assert plain.summary == folded.summary
 

@@ -122,8 +122,10 @@ def admit_through(engine, until: float, requests: list, counted: bool) -> int:
 
 
 def after_admission(engine) -> int:
-    """The flight is the dispatch `admit_through` started and completes before the
-    next outside event: complete it (E1) and, if every running request now
+    """The flight is the dispatch `admit_through` started, or one with prompt rows
+    the policy planned with nothing waiting after it (through.py's
+    `carries_on`), and completes before the next outside event: complete it
+    (E1) and, if every running request now
     decodes and the policy is at a fixed point, start their decodes in the order
     it gives (`Policy.next_decodes`) and fold them. Returns NO, AGAIN or
     STARTED."""
@@ -152,7 +154,10 @@ def after_admission(engine) -> int:
         requests = (flight.requests if flight.requests is not None
                     else [r for r, _ in flight.rows])
         running = [req for req in requests if req.status is RUNNING]
-        running = running if len(running) == policy.running_count else None
+        if len(running) != policy.running_count or not all(
+                req.resident >= req.prompt_tokens and req.resident >= req.restore
+                for req in running):  # (Request.plain_decode, inlined)
+            running = None  # not every running request decodes next (a chunk goes on)
         if running:
             # The blocks the decodes open must be free (else the policy would preempt).
             opening = cohort.opening() if cohort is not None else 0

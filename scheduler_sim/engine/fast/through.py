@@ -61,8 +61,9 @@ def carries_on(policy, flight) -> bool:
     """Whether the flight a step just started may be carried on: it is all decodes,
     or it has prompt rows, nothing waits, and the policy is at its fixed point
     (the prompts end in it: the decodes after it start without a call,
-    arrivals.py's `after_admission`; on the Azure conversation trace under
-    `vllm`, 2,000 requests, 4.6% fewer instructions)."""
+    arrivals.py's `after_admission`; on the first 2,000 requests of the Azure
+    conversation trace under `vllm`, 4.7% fewer instructions; `schedule` calls
+    on 20,000 generated requests under `continuous` 10,499 instead of 15,232)."""
     return flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
 
 

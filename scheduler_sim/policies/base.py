@@ -281,7 +281,10 @@ class Policy:
     def decodes_repeated(self, requests: list[Request]) -> None:
         """The engine started the decodes of `requests`, in that order, in place of
         a `schedule` call it skipped (`repeats_decodes`): set what that call would
-        have set (a rotation point, say)."""
+        have set (a rotation point, say). Of a run of such repeats with nothing
+        but finishes between them, the engine may tell only the last
+        (engine/fast/finishes.py): what it sets must not depend on the ones
+        before."""
 
     def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
         """Asked by the engine at a boundary where requests arrived into a fixed

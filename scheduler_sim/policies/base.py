@@ -266,8 +266,9 @@ class Policy:
 
     def repeats_decodes(self) -> bool:
         """Asked by the engine right after a dispatch of plain decodes started, a
-        dispatch that ran every request this policy runs: is the policy at a fixed
-        point? True promises that, as long as nothing happens but decoding
+        dispatch that ran every request this policy runs (or one with prompt rows,
+        when nothing waits after the call: then its decodes after it may start
+        without a call, `next_decodes`): is the policy at a fixed point? True promises that, as long as nothing happens but decoding
         progress and finishes (no arrival, cancellation, timeout, preemption,
         drain or wakeup), every `schedule` call would return the same requests'
         decodes, in the same order, less those that finished, and leave the

@@ -48,7 +48,8 @@ TWO = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4, "output_
 @pytest.mark.parametrize("policy", ["continuous", "vllm"])
 def test_an_arrival_inside_a_steady_stretch_needs_no_scheduling_call(policy):
     """Tick clock, blocks of 4. a is prefilled at 0 (first output at 1) and decodes
-    from 1: the policy is asked at 0 and 1 only. The stretch folds up to b's
+    from 1: the policy is asked at 0 only (nothing waits then: its decodes from 1
+    start without a call, `after_admission`). The stretch folds up to b's
     arrival at 3; there the engine completes a's dispatch, b arrives, and the
     policy admits b whole beside a's decode (`admit_arrivals`, at 3: b's 4 prompt
     tokens); at 4 both decode in the order the policy gives (`next_decodes`), b
@@ -56,11 +57,15 @@ def test_an_arrival_inside_a_steady_stretch_needs_no_scheduling_call(policy):
     engine = _engine(TWO, policy, block_size=4, num_blocks=16)
     calls, admitted = _spy(engine)
     result = engine.run()
-    assert calls == [0, 1]
+    assert calls == [0]
     assert admitted == [(3, [("b", 4)])]
     assert result.summary["iterations"] == 10
     assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
         ("a", 0, 10), ("b", 3, 6)]
+    # a joined the cohort as its prompt completed (1), b at 4: each time every
+    # running request a member, their decodes started counted without a pass
+    # over the rows.
+    assert engine.steadiness.arrivals_counted == 2
     assert _outcome(result) == _outcome(_engine(TWO, policy, False, block_size=4,
                                                 num_blocks=16).run())
 
@@ -68,12 +73,13 @@ def test_an_arrival_inside_a_steady_stretch_needs_no_scheduling_call(policy):
 def test_a_prompt_larger_than_the_chunk_goes_to_the_policy():
     """With chunks of 2 tokens b's prompt of 4 is not one chunk: the policy is asked
     at b's boundary (3) and at the next (4, b's second chunk), and the engine
-    carries on from 5, when both decode."""
+    carries on from 5, when both decode (as from 2, after a's two chunks at 0
+    and 1)."""
     engine = _engine(TWO, "continuous", block_size=4, num_blocks=16, prefill_chunk=2)
     calls, admitted = _spy(engine)
     result = engine.run()
     assert admitted == []
-    assert calls == [0, 1, 2, 3, 4, 5]
+    assert calls == [0, 1, 3, 4]
     assert _outcome(result) == _outcome(_engine(TWO, "continuous", False, block_size=4,
                                                 num_blocks=16, prefill_chunk=2).run())
 
@@ -124,8 +130,12 @@ def test_admitted_through_and_stepped_replays_agree(seed, policy):
 @pytest.mark.parametrize("policy", ["continuous", "vllm"])
 def test_the_random_workloads_take_the_path(policy):
     """Over the first 12 workloads above, the engine admits arrivals itself this many
-    times (and the serial policy, one request at a time, never)."""
+    times (and the serial policy, one request at a time, never), and how many
+    times, after a dispatch of whole prompts (admitted so, or planned by the
+    policy with nothing waiting after it), every running request is a counted
+    member whose decodes start at once (`after_admission`'s counted path)."""
     taken = {}
+    counted = 0  # of which the decodes after were started counted at once
     for name in (policy, "serial"):
         taken[name] = 0
         for seed in range(12):
@@ -133,7 +143,10 @@ def test_the_random_workloads_take_the_path(policy):
             _, admitted = _spy(engine)
             engine.run()
             taken[name] += len(admitted)
+            if name == policy:
+                counted += engine.steadiness.arrivals_counted
     assert taken == {policy: {"continuous": 50, "vllm": 51}[policy], "serial": 0}
+    assert counted == {"continuous": 110, "vllm": 117}[policy]
 
 
 @pytest.mark.parametrize("seed", slow_beyond(range(16), 5))

@@ -37,12 +37,14 @@ TWO = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4, "output_
 def test_a_finish_inside_a_steady_stretch_needs_no_scheduling_call(policy):
     """a (10 outputs) and b (5) are prefilled together at tick 0 (first outputs at
     1), decode from 1; b's fifth output comes at 5, a's tenth at 10. The policy is
-    asked at 0 and at 1 only: from there it repeats its decodes, and the engine
-    carries the stretch through b's finish to a's, with the stepped results."""
+    asked at 0 only: nothing waits after it and it is at its fixed point, so the
+    decodes from 1 start without a call (fast/arrivals.py's `after_admission`),
+    and the engine carries the stretch through b's finish to a's, with the
+    stepped results."""
     engine = _engine(TWO, policy, block_size=4, num_blocks=16)
     calls = _counting_calls(engine)
     result = engine.run()
-    assert calls == [0, 1]
+    assert calls == [0]
     assert result.summary["iterations"] == 10
     assert [(r.rid, r.finished_at) for r in result.requests] == [("a", 10), ("b", 5)]
     assert _outcome(result) == _outcome(_engine(TWO, policy, False, block_size=4,
@@ -52,14 +54,15 @@ def test_a_finish_inside_a_steady_stretch_needs_no_scheduling_call(policy):
 def test_a_waiting_request_keeps_the_call_at_a_finish():
     """vllm with 2 rows: c waits while a and b decode (folded from 1: a head blocked
     for rows stays blocked). At b's finish (5) the policy is not at a fixed point,
-    c waits: it is asked, and admits c, which prefills beside a's decode; at 6 a
-    and c decode; at c's finish (7) nothing waits, so no call until a's end (10)."""
+    c waits: it is asked, and admits c, which prefills beside a's decode; nothing
+    waits then, so at 6 a and c decode without a call (`after_admission`); at c's
+    finish (7) nothing waits, so no call until a's end (10)."""
     records = TWO + [{"type": "request", "id": "c", "arrival": 0, "prompt_tokens": 4,
                       "output_tokens": 2}]
     engine = _engine(records, "vllm", block_size=4, num_blocks=16, max_rows=2)
     calls = _counting_calls(engine)
     result = engine.run()
-    assert calls == [0, 1, 5, 6]
+    assert calls == [0, 1, 5]
     assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
         ("a", 0, 10), ("b", 0, 5), ("c", 5, 7)]
     assert _outcome(result) == _outcome(_engine(records, "vllm", False, block_size=4,
@@ -161,29 +164,52 @@ def _counted_completions(engine) -> list[tuple[int, int]]:
     return taken
 
 
+def _finishes(engine) -> list[tuple[int, list[str]]]:
+    """(tick, ids) of the requests each completion finishes."""
+    finished = []
+    finish = engine._finish_ended
+
+    def counting(ended, flight):
+        finished.append((engine.now, [req.rid for req in ended]))
+        finish(ended, flight)
+    engine._finish_ended = counting
+    return finished
+
+
 def test_a_finish_of_counted_decoders_is_completed_without_the_row_work():
     """Under continuous a and b decode as counted members of the cohort from tick 2;
     the stretch carried on completes their dispatches at b's finish (5) and a's (10)
-    by the counters alone (`complete_counted`), with the stepped results."""
+    by the counters alone, inside one loop (fast/finishes.py: two completions
+    taken there, none by `complete_counted`), with the stepped results."""
     engine = _engine(TWO, "continuous", block_size=4, num_blocks=16)
     taken = _counted_completions(engine)
+    finished = _finishes(engine)
     result = engine.run()
-    assert taken == [(5, 1), (10, 1)]
+    assert taken == []
+    assert engine.steadiness.through_counted == 2
+    assert finished == [(5, ["b"]), (10, ["a"])]
     assert _outcome(result) == _outcome(_engine(TWO, "continuous", False, block_size=4,
                                                 num_blocks=16).run())
 
 
-@pytest.mark.parametrize("policy, completions, finishes",
-                         [("continuous", 126, 88), ("serial", 16, 11)])
-def test_the_random_workloads_complete_counted_dispatches(policy, completions, finishes):
+@pytest.mark.parametrize("policy, completions, finishes, looped",
+                         [("continuous", 34, 1, 92), ("serial", 5, 0, 11),
+                          ("vllm", 34, 1, 89)])
+def test_the_random_workloads_complete_counted_dispatches(policy, completions, finishes,
+                                                          looped):
     """Over the first ten workloads above (those of the default tier), how many
-    boundaries carried on complete a dispatch of counted decoders only, and how many
-    requests finish there (a change in when the path applies shows here; the
-    replays agree with the stepped ones, above)."""
+    boundaries carried on complete a dispatch of counted decoders only by
+    `complete_counted` (those where arrivals come), how many requests finish
+    there, and how many such boundaries the counted stretch's loop takes
+    (fast/finishes.py; continuous's 126 and serial's 16 boundaries were all
+    `complete_counted`'s before that loop). A change in when the paths apply
+    shows here; the replays agree with the stepped ones, above."""
     taken = []
+    through = 0
     for seed in range(10):
         engine = _engine(_steady_workload(seed), policy, **_options(seed))
         counted = _counted_completions(engine)
         engine.run()
         taken += counted
-    assert (len(taken), sum(n for _, n in taken)) == (completions, finishes)
+        through += engine.steadiness.through_counted
+    assert (len(taken), sum(n for _, n in taken), through) == (completions, finishes, looped)

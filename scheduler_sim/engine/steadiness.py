@@ -55,8 +55,8 @@ def _slot_names(cls: type) -> tuple[str, ...]:
 class Steadiness:
     """The change log, the policy's state before each call, and the last plan seen."""
 
-    __slots__ = ("enabled", "through", "changes", "moved", "blocked", "folded", "_policy",
-                 "_slots", "_last")
+    __slots__ = ("enabled", "through", "changes", "moved", "blocked", "folded",
+                 "through_counted", "arrivals_counted", "_policy", "_slots", "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
         # Whether folding is on at all: it changes nothing a summary or the event
@@ -73,6 +73,10 @@ class Steadiness:
         # This step's blocked head: (id, reason, needed, free, taken).
         self.blocked: tuple[str, str, int, int, int] | None = None
         self.folded = 0  # dispatches applied by folding, for tests and benchmarks
+        # Completions taken inside a counted stretch (fast/finishes.py), for the same.
+        self.through_counted = 0
+        # Decodes started counted after an admission carried on (fast/arrivals.py).
+        self.arrivals_counted = 0
         self._policy = policy
         self._slots = _slot_names(type(policy))
         # The requests of the last dispatch planned (None unless all decodes), the
@@ -88,11 +92,12 @@ class Steadiness:
         an empty plan)."""
         self._last = None
 
-    def repeated(self, requests: list) -> None:
+    def repeated(self, requests: list, changes: int | None = None) -> None:
         """The engine started the decodes of `requests` in place of a call the
         policy let it skip (`Policy.repeats_decodes`, fast/through.py): the next
-        call is compared with them."""
-        self._last = (requests, None, self.changes)
+        call is compared with them. `changes`: the change log's count when they
+        started, if it is told later (fast/finishes.py)."""
+        self._last = (requests, None, self.changes if changes is None else changes)
 
     def before_call(self) -> tuple[int, dict, tuple]:
         """What `repeats` compares the call with: the change count and a copy of

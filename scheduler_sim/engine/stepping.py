@@ -26,7 +26,7 @@ from ..records.states import RequestStatus
 from ..records.workload import Action, RequestSpec
 from ..requests.request import LOADED, LOADING, Request
 from .fast.folding import FOLD_AFTER, fold
-from .fast.through import carry_on
+from .fast.through import carries_on, carry_on
 from .fleet_link import park
 from .lifecycle import request_of
 from .policy_failure import check_plan
@@ -207,7 +207,7 @@ class Stepping:
                         elif steady.repeats(flight, before):
                             fold(self, flight, until, policy_blocks)
                             looked = True
-                    if steady.through and flight.all_decode:
+                    if steady.through and carries_on(policy, flight):
                         # On through the finishes, while the policy repeats itself.
                         again = carry_on(self, self._until() if until is None else until,
                                          looked)

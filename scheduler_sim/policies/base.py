@@ -266,8 +266,9 @@ class Policy:
 
     def repeats_decodes(self) -> bool:
         """Asked by the engine right after a dispatch of plain decodes started, a
-        dispatch that ran every request this policy runs: is the policy at a fixed
-        point? True promises that, as long as nothing happens but decoding
+        dispatch that ran every request this policy runs (or one with prompt rows,
+        when nothing waits after the call: then its decodes after it may start
+        without a call, `next_decodes`): is the policy at a fixed point? True promises that, as long as nothing happens but decoding
         progress and finishes (no arrival, cancellation, timeout, preemption,
         drain or wakeup), every `schedule` call would return the same requests'
         decodes, in the same order, less those that finished, and leave the
@@ -281,7 +282,10 @@ class Policy:
     def decodes_repeated(self, requests: list[Request]) -> None:
         """The engine started the decodes of `requests`, in that order, in place of
         a `schedule` call it skipped (`repeats_decodes`): set what that call would
-        have set (a rotation point, say)."""
+        have set (a rotation point, say). Of a run of such repeats with nothing
+        but finishes between them, the engine may tell only the last
+        (engine/fast/finishes.py): what it sets must not depend on the ones
+        before."""
 
     def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
         """Asked by the engine at a boundary where requests arrived into a fixed

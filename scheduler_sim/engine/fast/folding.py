@@ -25,9 +25,10 @@ These functions work on the engine's own state; the engine calls them.
 """
 from __future__ import annotations
 
+from itertools import accumulate, cycle, islice
 from operator import attrgetter, lt, sub
 
-from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_lines
+from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_text
 from ...records.events import AdmissionBlocked, Dispatch, Snapshot
 from ...requests.request import DECODE, Request
 
@@ -219,16 +220,17 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     if isinstance(emit, LineListener):
         lines: list[str] = []
         write, policy, clock = lines.append, emit.policy, emit.clock
-    ends = starts[1:] + [last_done]
     if write is not None and report is None:
-        # No head reported: only the block counts change from line to line.
-        steps = []
-        for s, (tick, done) in enumerate(zip(starts, ends), start=1):
-            steps.append((tick, done, held, total - held - draining))
-            held += starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
-        emit.write_all(steady_lines(steps, waiting, running, reserved, draining, rows, n,
-                                    policy, clock))
+        # No head reported: only the block counts change from line to line. Step s
+        # (from 1) opens a block for the rows r + s - 1 that start one, a cycle of
+        # `size` counts; the counts held before each step are their running sums.
+        if starts:
+            opened = [starts_at[(1 - s) % size] for s in range(1, size + 1)]
+            helds = accumulate(islice(cycle(opened), len(starts) - 1), initial=held)
+            emit.write_text(steady_text(starts, last_done, helds, waiting, running, reserved,
+                                        draining, total, rows, n, policy, clock))
         return
+    ends = starts[1:] + [last_done]
     for s, (tick, done) in enumerate(zip(starts, ends), start=1):
         opened = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
         free = total - held - draining

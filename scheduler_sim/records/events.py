@@ -96,6 +96,14 @@ class Event:
             parts.append(f'"{name}":{text}')
         return ",".join(parts) + "}"
 
+    def _head(self, policy: str | None, clock: Any) -> str:
+        """How `to_json`'s line starts: the time, the kind and the policy, each
+        followed by a comma (for the hand-written `to_json` of common kinds)."""
+        when = (f'"time":{clock.text(self.tick)}' if clock is not None and clock.in_seconds
+                else f'"tick":{self.tick}')
+        tag = "" if policy is None else f'"policy":{json_string(policy)},'
+        return f'{{{when},"event":"{self.kind}",{tag}'
+
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 
@@ -125,6 +133,13 @@ class Arrival(Event):
     id: str
     client_wait: int | None = None
 
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
+        # Speed (here, in Admitted and in Finished): one line per request of the
+        # event stream, written by hand (58,098 on the Azure trace), not field by field.
+        if self.client_wait is not None:
+            return Event.to_json(self, policy, clock)
+        return f'{self._head(policy, clock)}"id":{json_string(self.id)}}}'
+
 
 @_record("rejected")
 class Rejected(Event):
@@ -146,6 +161,11 @@ class Admitted(Event):
     reserved: int
     resumed: bool
     cached_tokens: int
+
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
+        return (f'{self._head(policy, clock)}"id":{json_string(self.id)},"reserved":'
+                f'{self.reserved},"resumed":{"true" if self.resumed else "false"},'
+                f'"cached_tokens":{self.cached_tokens}}}')
 
 
 @_record("admission_blocked")
@@ -228,6 +248,10 @@ class Finished(Event):
     """A request produced its last output (first among its tick's events, E1)."""
     id: str
     status: str
+
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
+        return (f'{self._head(policy, clock)}"id":{json_string(self.id)},"status":'
+                f'{json_string(self.status)}}}')
 
 
 @_record("cancelled")

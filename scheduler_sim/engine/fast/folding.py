@@ -42,6 +42,7 @@ _output_tokens = attrgetter("output_tokens")
 _outputs = attrgetter("outputs")
 _resident = attrgetter("resident")
 _high_water = attrgetter("high_water")
+_rid = attrgetter("rid")
 
 
 def fold(engine, flight, until: float, policy_growth: int) -> None:
@@ -213,7 +214,6 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     held = a.held
     draining = a.draining
     total = a.num_blocks
-    rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     report = engine.step_block
     reserved = a.reserved
     write = policy = clock = None
@@ -227,9 +227,10 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
         if starts:
             opened = [starts_at[(1 - s) % size] for s in range(1, size + 1)]
             helds = accumulate(islice(cycle(opened), len(starts) - 1), initial=held)
-            emit.write_text(steady_text(starts, last_done, helds, waiting, running, reserved,
-                                        draining, total, rows, n, policy, clock))
+            emit.write_text(steady_text(starts, last_done, helds, map(_rid, reqs), waiting,
+                                        running, reserved, draining, total, n, policy, clock))
         return
+    rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     ends = starts[1:] + [last_done]
     for s, (tick, done) in enumerate(zip(starts, ends), start=1):
         opened = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block

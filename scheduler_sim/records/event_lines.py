@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:  # only named in annotations; events.py imports this module
     from .events import Event
 
-__all__ = ["LineListener", "snapshot_line", "dispatch_line", "rows_text", "decode_rows_text", "steady_text",
-           "json_string", "encode_json"]
+__all__ = ["LineListener", "line_head", "snapshot_line", "dispatch_line", "rows_text",
+           "decode_rows_text", "steady_text", "json_string", "encode_json"]
 
 encode_json = json.JSONEncoder(separators=(",", ":")).encode
 json_string = json.encoder.encode_basestring_ascii  # a JSON string literal, C-accelerated
@@ -50,6 +50,15 @@ class LineListener:
         the text as it is, as if one line (the events file does)."""
         self.write_all(text.split("\n"))
 
+
+
+def line_head(tick: int, kind: str, policy: str | None, clock: Any) -> str:
+    """How a record's line starts: its time, its kind and the policy, each followed
+    by a comma (for the lines of common kinds written by hand)."""
+    when = (f'"time":{clock.text(tick)}' if clock is not None and clock.in_seconds
+            else f'"tick":{tick}')
+    tag = "" if policy is None else f'"policy":{json_string(policy)},'
+    return f'{{{when},"event":"{kind}",{tag}'
 
 
 def snapshot_line(tick: int, waiting: int, running: int, reserved: int, allocated: int,

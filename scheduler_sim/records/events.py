@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from .event_lines import dispatch_line, encode_json, json_string, snapshot_line
+from .event_lines import dispatch_line, encode_json, json_string, line_head, snapshot_line
 
 __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
@@ -96,14 +96,6 @@ class Event:
             parts.append(f'"{name}":{text}')
         return ",".join(parts) + "}"
 
-    def _head(self, policy: str | None, clock: Any) -> str:
-        """How `to_json`'s line starts: the time, the kind and the policy, each
-        followed by a comma (for the hand-written `to_json` of common kinds)."""
-        when = (f'"time":{clock.text(self.tick)}' if clock is not None and clock.in_seconds
-                else f'"tick":{self.tick}')
-        tag = "" if policy is None else f'"policy":{json_string(policy)},'
-        return f'{{{when},"event":"{self.kind}",{tag}'
-
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 
@@ -138,7 +130,8 @@ class Arrival(Event):
         # event stream, written by hand (58,098 on the Azure trace), not field by field.
         if self.client_wait is not None:
             return Event.to_json(self, policy, clock)
-        return f'{self._head(policy, clock)}"id":{json_string(self.id)}}}'
+        head = line_head(self.tick, self.kind, policy, clock)
+        return f'{head}"id":{json_string(self.id)}}}'
 
 
 @_record("rejected")
@@ -163,8 +156,9 @@ class Admitted(Event):
     cached_tokens: int
 
     def to_json(self, policy: str | None = None, clock: Any = None) -> str:
-        return (f'{self._head(policy, clock)}"id":{json_string(self.id)},"reserved":'
-                f'{self.reserved},"resumed":{"true" if self.resumed else "false"},'
+        head = line_head(self.tick, self.kind, policy, clock)
+        return (f'{head}"id":{json_string(self.id)},"reserved":{self.reserved},'
+                f'"resumed":{"true" if self.resumed else "false"},'
                 f'"cached_tokens":{self.cached_tokens}}}')
 
 
@@ -250,8 +244,8 @@ class Finished(Event):
     status: str
 
     def to_json(self, policy: str | None = None, clock: Any = None) -> str:
-        return (f'{self._head(policy, clock)}"id":{json_string(self.id)},"status":'
-                f'{json_string(self.status)}}}')
+        head = line_head(self.tick, self.kind, policy, clock)
+        return f'{head}"id":{json_string(self.id)},"status":{json_string(self.status)}}}'
 
 
 @_record("cancelled")

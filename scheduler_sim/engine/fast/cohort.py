@@ -114,6 +114,16 @@ class Cohort:
         self.started = started + 1
         return self._context + len(self.members) * started
 
+    def by_residue(self) -> list[int]:
+        """How many members have written rows of each residue modulo the block size
+        (a member's rows are its group plus the dispatches started): what a
+        folded stretch's snapshot lines need of them (fast/folding.py)."""
+        size, started = self._size, self.started
+        counts = [0] * size
+        for group, members in enumerate(self._groups):
+            counts[(group + started) % size] = len(members)
+        return counts
+
     def opening(self) -> int:
         """Blocks the next dispatch of every member opens (`start`)."""
         return len(self._groups[-self.started % self._size])

@@ -27,7 +27,8 @@ from typing import Any
 from ...policies import Plan
 from ...policies.base import DecodesFirst
 from ...records.errors import InvariantError
-from ...requests.request import Request
+from ...records.events import Dispatch
+from ...requests.request import DECODE, Request
 from ..dispatching import InFlight
 from .cohort import Cohort
 
@@ -66,6 +67,9 @@ class Counting:
                                  f"({self.options.token_budget}) is false", now)
         self.livelock.idle = 0  # (LivelockWatch.reset, inline)
         done, exact = self.ledger.decodes(now, members, contexts)
+        if self._emit is not None:  # (every row a plain decode)
+            self._emit(Dispatch(now, tuple([(req.rid, DECODE, 1, True, None)
+                                            for req in requests]), members, done))
         return InFlight(None, now, done, exact, True, members, [], members, requests)
 
     def decodes_opening(self, decodes: list[Request]) -> tuple[int, list[Request]]:
@@ -189,6 +193,8 @@ class Counting:
                         # Request.plain_decode, inlined:
                         and req.resident >= req.prompt_tokens and req.resident >= req.restore
                         and req.last_output_at == self.now
+                        # (a counted row's record names no token ids)
+                        and (req.output_token_ids is None or self._emit is None)
                         and (credit is None or credit(req.rid))):
                     cohort.join(req)
         return ended

@@ -135,7 +135,11 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     folded, done, exact, last_output = ledger.fold(flight.exact, flight.done, n, contexts,
                                                    foldable, until, starts)
     if starts is not None:
-        _emit_folded(engine, reqs, starts, done, taken_first)
+        if cohort is not None:  # every row a member's, in the flight's order
+            _emit_folded(engine, flight.requests, starts, done, taken_first,
+                         cohort.by_residue())
+        else:
+            _emit_folded(engine, reqs, starts, done, taken_first)
     # Output gaps (ITL) of the flight's own completion, which ends each request's
     # gap since its last output (the ledger counted the folded dispatches').
     first = flight.done
@@ -194,7 +198,7 @@ def _block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
 
 
 def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
-                 taken_first: bool | None) -> None:
+                 taken_first: bool | None, starts_at: list[int] | None = None) -> None:
     """The records each folded boundary would have produced, in order: the
     policy's blocked-head report (if it made one), the snapshot, the dispatch.
 
@@ -206,9 +210,10 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     a = engine.allocator
     size = a.block_size
     n = len(reqs)
-    starts_at = [0] * size  # requests by the first block boundary they reach
-    for req in reqs:
-        starts_at[req.resident % size] += 1
+    if starts_at is None:  # (given by the cohort for its members)
+        starts_at = [0] * size  # requests by the residue of their rows written
+        for req in reqs:
+            starts_at[req.resident % size] += 1
     waiting = engine.policy.waiting_count
     running = engine.policy.running_count
     held = a.held

@@ -120,6 +120,8 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
                 return False  # nothing runs: the loop goes on at the next outside event
             policy.decodes_repeated(survivors)
             allocator.step_growth.clear()
+            if emit is not None:
+                emit(Snapshot(t, **engine._state()))  # as the step writes it
             flight = engine.flight = engine._start_counted(
                 survivors, len(survivors), cohort.start())
         else:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # only named in annotations; events.py imports this module
     from .events import Event
 
 __all__ = ["LineListener", "line_head", "snapshot_line", "dispatch_line", "rows_text",
-           "decode_rows_text", "steady_text", "json_string", "encode_json"]
+           "decodes_line", "decode_rows_text", "steady_text", "json_string", "encode_json"]
 
 encode_json = json.JSONEncoder(separators=(",", ":")).encode
 json_string = json.encoder.encode_basestring_ascii  # a JSON string literal, C-accelerated
@@ -81,6 +81,19 @@ def dispatch_line(tick: int, rows: tuple, tokens: int, done: int, policy: str | 
     """`Dispatch(...).to_json(policy, clock)` without the record. The event stream
     is mostly dispatches: written by hand, the same bytes as the generic encoder
     would produce, several times faster."""
+    return _dispatch(tick, rows_text(rows), tokens, done, policy, clock)
+
+
+def decodes_line(tick: int, ids: Iterable[str], tokens: int, done: int, policy: str | None,
+                 clock: Any) -> str:
+    """`dispatch_line` of a dispatch of plain decodes only, from their requests' ids
+    (a dispatch of the decode cohort's members, without the rows tuple)."""
+    return _dispatch(tick, decode_rows_text(ids), tokens, done, policy, clock)
+
+
+def _dispatch(tick: int, rows: str, tokens: int, done: int, policy: str | None,
+              clock: Any) -> str:
+    """A dispatch's line, its rows given as text."""
     if clock is None or not clock.in_seconds:
         head = f'{{"tick":{tick},"event":"dispatch",'
     else:
@@ -88,7 +101,7 @@ def dispatch_line(tick: int, rows: tuple, tokens: int, done: int, policy: str | 
         done = clock.text(done)
     if policy is not None:
         head += f'"policy":{json_string(policy)},'
-    return f'{head}"rows":[{rows_text(rows)}],"tokens":{tokens},"done":{done}}}'
+    return f'{head}"rows":[{rows}],"tokens":{tokens},"done":{done}}}'
 
 
 def rows_text(rows: tuple) -> str:

@@ -118,11 +118,9 @@ class Cohort:
         """How many members have written rows of each residue modulo the block size
         (a member's rows are its group plus the dispatches started): what a
         folded stretch's snapshot lines need of them (fast/folding.py)."""
-        size, started = self._size, self.started
-        counts = [0] * size
-        for group, members in enumerate(self._groups):
-            counts[(group + started) % size] = len(members)
-        return counts
+        counts = list(map(len, self._groups))
+        shift = self.started % self._size  # count i is that of group i - shift
+        return counts[-shift:] + counts[:-shift] if shift else counts
 
     def opening(self) -> int:
         """Blocks the next dispatch of every member opens (`start`)."""

@@ -376,3 +376,17 @@ def test_blocks_within_is_each_members_count_summed():
         more = rng.randint(0, 70)
         assert cohort.blocks_within(more) == sum(math.ceil((w + more) / size)
                                                  - math.ceil(w / size) for w in written)
+
+
+def test_members_by_residue_follow_the_dispatches_started():
+    """Blocks of 4; a joins with 5 rows and b with 8 after no dispatch (groups 1 and
+    0): by residue of their rows [1, 1, 0, 0] (b at 0, a at 1); after three starts
+    (a at 8, b at 11) [1, 0, 0, 1]."""
+    allocator = _pool(4, {"a": 5, "b": 8})
+    cohort = Cohort(allocator)
+    cohort.join(_decoding("a", 5, 2, 20))
+    cohort.join(_decoding("b", 8, 5, 20))
+    assert cohort.by_residue() == [1, 1, 0, 0]
+    for _ in range(3):
+        cohort.start()
+    assert cohort.by_residue() == [1, 0, 0, 1]

@@ -49,8 +49,9 @@ class _FileLines(LineListener):
 
     def _flush(self) -> None:
         lines = self.lines
+        lines.append("")  # (the last newline, without copying the joined text again)
         try:
-            self.handle.write("\n".join(lines) + "\n")
+            self.handle.write("\n".join(lines))
         except OSError as exc:
             raise self.output.failed(exc) from None
         lines.clear()

@@ -171,17 +171,17 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     between = "}\n" + key
     dispatch = (f',"event":"dispatch",{tag}"rows":[{decode_rows_text(ids)}],"tokens":{tokens},'
                 '"done":')
-    # Step i's pieces: its snapshot from "allocated" on, then its dispatch, then the
-    # time that opens step i + 1's snapshot; the first time comes before them all.
-    parts: list[Any] = [snapshot, None, drain, None, between, None, dispatch, None,
-                        between, None] * k
+    # Step i's pieces: its start and snapshot, its start and dispatch, its end.
+    parts: list[Any] = [None, snapshot, None, drain, None, between, None, dispatch, None,
+                        between] * k
     held = list(held)
-    parts[1::10] = map(str, held)
-    parts[3::10] = map(str, map(sub, repeat(total - draining), held))
-    parts[5::10] = texts[:-1]  # the dispatch's start
-    parts[7::10] = parts[9::10] = texts[1:]  # its end, the next one's start
-    parts[-2:] = ("}",)
-    return key + texts[0] + "".join(parts)
+    parts[0::10] = parts[6::10] = texts[:-1]  # the step's start
+    parts[0] = key + parts[0]  # (the others follow a `between`)
+    parts[2::10] = map(str, held)
+    parts[4::10] = map(str, map(sub, repeat(total - draining), held))
+    parts[8::10] = texts[1:]  # its end
+    parts[-1] = "}"
+    return "".join(parts)
 
 
 # The last rows tuple written and its JSON text (kept with the tuple itself, so

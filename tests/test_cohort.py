@@ -204,14 +204,92 @@ def test_the_random_workloads_count_decoders():
         assert total == expected[policy], policy
 
 
+def _event_streams(records, policy, **options):
+    """The event stream of a replay with the cohort (and folding), as lines handed to a
+    line listener and as records, and of a replay writing every row; and how many
+    dispatches the first counted."""
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.event_lines import LineListener
+    trace = parse_trace(trace_bytes(records), "cohort.jsonl")
+    opts = Options.resolve(trace.config, options)
+    clock = Clock.of(opts)
+    lines: list[str] = []
+
+    class Collect(LineListener):
+        def write(self, line):
+            lines.append(line)
+
+    engine = Engine(trace.workload, opts, policy, on_event=Collect("p", clock),
+                    fast_forward=True)
+    engine.run()
+    streams = [lines]
+    for fast in (True, False):
+        out: list[str] = []
+        Engine(trace.workload, opts, policy, fast_forward=fast,
+               on_event=lambda e: out.append(e.to_json("p", clock))).run()
+        streams.append(out)
+    return streams, engine.cohort.started
+
+
+def _options(seed: int) -> dict:
+    rng = random.Random(5000 + seed)
+    options = dict(block_size=rng.choice([1, 2, 4]), num_blocks=rng.randint(12, 80),
+                   token_budget=rng.randint(2, 64), max_rows=rng.randint(1, 10),
+                   release_delay=rng.choice([0, 0, 3]))
+    if seed % 4 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    return options
+
+
+def _with_output_ids(records: list[dict], seed: int) -> list[dict]:
+    """`records` with the outputs of about a third of the requests given as token ids
+    (whose rows' records name them: such a request is never counted under a
+    listener)."""
+    rng = random.Random(7000 + seed)
+    out = []
+    for record in records:
+        record = dict(record)
+        if record["type"] == "request" and rng.random() < 0.3:
+            record["output_token_ids"] = [rng.randint(1, 9)
+                                          for _ in range(record.pop("output_tokens"))]
+        out.append(record)
+    return out
+
+
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 8))
+@pytest.mark.parametrize("policy", ["continuous", "serial", "vllm"])
+def test_counted_decoders_write_the_event_stream_of_written_ones(seed, policy):
+    """With an event listener the cohort stays on: its dispatches, folds (lines written
+    by hand or records) and finishes give, byte for byte, the stream of a replay
+    that writes every row (the workloads above, some outputs given as token ids)."""
+    records = _with_output_ids(_workload(seed), seed) if seed % 2 else _workload(seed)
+    (lines, records_out, written), _ = _event_streams(records, policy, **_options(seed))
+    assert lines == written
+    assert records_out == written
+
+
+def test_the_event_streams_count_decoders():
+    """The workloads of the test above count decoders with a listener too: the exact
+    number of counted dispatches over its first 8 seeds."""
+    expected = {"continuous": 1690, "serial": 1769, "vllm": 4}
+    for policy in ("continuous", "serial", "vllm"):
+        total = 0
+        for seed in range(8):
+            records = _with_output_ids(_workload(seed), seed) if seed % 2 else _workload(seed)
+            total += _event_streams(records, policy, **_options(seed))[1]
+        assert total == expected[policy], policy
+
+
 def test_no_cohort_when_somebody_watches_or_caches_or_for_other_policies():
-    """Events, prefix caching, fast_forward=False and policies without
-    `lazy_decoders` (sglang) run without a cohort; vllm, which reads its decoders'
+    """Prefix caching, fast_forward=False and policies without
+    `lazy_decoders` (sglang) run without a cohort, events with one; vllm, which reads its decoders'
     progress only in `schedule` (the engine writes the members in first), with one."""
     trace = parse_trace(trace_bytes(_workload(1)), "cohort.jsonl")
     opts = Options.resolve(trace.config, {})
     assert Engine(trace.workload, opts, "continuous").cohort is not None
-    assert Engine(trace.workload, opts, "continuous", on_event=lambda e: None).cohort is None
+    # (an event listener of a lone engine is handed the members' records too)
+    assert Engine(trace.workload, opts, "continuous", on_event=lambda e: None).cohort \
+        is not None
     assert Engine(trace.workload, opts, "continuous", fast_forward=False).cohort is None
     assert Engine(trace.workload, opts, "sglang").cohort is None
     assert Engine(trace.workload, opts, "vllm").cohort is not None
@@ -299,3 +377,17 @@ def test_blocks_within_is_each_members_count_summed():
         more = rng.randint(0, 70)
         assert cohort.blocks_within(more) == sum(math.ceil((w + more) / size)
                                                  - math.ceil(w / size) for w in written)
+
+
+def test_members_by_residue_follow_the_dispatches_started():
+    """Blocks of 4; a joins with 5 rows and b with 8 after no dispatch (groups 1 and
+    0): by residue of their rows [1, 1, 0, 0] (b at 0, a at 1); after three starts
+    (a at 8, b at 11) [1, 0, 0, 1]."""
+    allocator = _pool(4, {"a": 5, "b": 8})
+    cohort = Cohort(allocator)
+    cohort.join(_decoding("a", 5, 2, 20))
+    cohort.join(_decoding("b", 8, 5, 20))
+    assert cohort.by_residue() == [1, 1, 0, 0]
+    for _ in range(3):
+        cohort.start()
+    assert cohort.by_residue() == [1, 0, 0, 1]

@@ -225,3 +225,56 @@ def test_clock_text_is_repr_of_the_reported_seconds():
             steps = rng.randrange(10 ** rng.randrange(1, 17))
             value = clock.report(steps)
             assert clock.text(steps) == repr(value) == clock.text(steps)
+
+
+def test_a_folded_stretch_is_one_text_of_the_lines_written_one_by_one():
+    """Two folded dispatches of a and b at ticks 10 and 12 (done 15), 3 then 4 blocks
+    of 10 held: four lines joined by newlines, each what `snapshot_line` and
+    `dispatch_line` write; in seconds (1-us steps, a policy tag) the times are
+    written once each (1.5, 1.50625, 1.5125)."""
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.event_lines import (decode_rows_text, decodes_line,
+                                                   dispatch_line, snapshot_line, steady_text)
+    rows_ab = ('{"id":"a","phase":"decode","tokens":1,"emits":true},'
+               '{"id":"b","phase":"decode","tokens":1,"emits":true}')
+    assert decode_rows_text(["a", "b"]) == rows_ab
+    assert decode_rows_text([]) == ""
+    assert steady_text([10, 12], 15, [3, 4], ["a", "b"], 1, 2, 5, 0, 10, 2, None, None) == (
+        '{"tick":10,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":3,'
+        '"draining":0,"free":7}\n'
+        '{"tick":10,"event":"dispatch","rows":[' + rows_ab + '],"tokens":2,"done":12}\n'
+        '{"tick":12,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":4,'
+        '"draining":0,"free":6}\n'
+        '{"tick":12,"event":"dispatch","rows":[' + rows_ab + '],"tokens":2,"done":15}')
+    assert steady_text([], 15, [], ["a"], 1, 2, 5, 0, 10, 1, None, None) == ""
+    clock = Clock("s", 1.0, 1e-6, True)
+    rows = tuple((rid, "decode", 1, True, None) for rid in ("a", "b"))
+    text = steady_text([1_500_000, 1_506_250], 1_512_500, [3, 4], ["a", "b"], 1, 2, 5, 1, 10,
+                       2, 'p"', clock)
+    assert text.split("\n") == [
+        snapshot_line(1_500_000, 1, 2, 5, 3, 1, 6, None, 'p"', clock),
+        dispatch_line(1_500_000, rows, 2, 1_506_250, 'p"', clock),
+        snapshot_line(1_506_250, 1, 2, 5, 4, 1, 5, None, 'p"', clock),
+        decodes_line(1_506_250, ["a", "b"], 2, 1_512_500, 'p"', clock)]
+    assert '"time":1.50625,' in text and text.endswith('"done":1.5125}')
+
+
+def test_the_events_file_writes_a_text_of_lines_as_its_lines(tmp_path):
+    """A line, a folded stretch's text of two lines and a list of one reach the file
+    as four lines, in order; a fleet replica's listener tags each line of the text."""
+    import io
+
+    from scheduler_sim.io.event_file import EventFile
+    target = tmp_path / "events.jsonl"
+    events = EventFile(str(target), io.StringIO(), False)
+    lines = events.listener("continuous")
+    lines.write('{"tick":1,"event":"x"}')
+    lines.write_text('{"tick":2,"event":"y"}\n{"tick":3,"event":"z"}')
+    lines.write_all(['{"tick":4,"event":"w"}'])
+    replica = events.listener("continuous", replica=2)
+    replica.write_text('{"tick":5,"event":"y","a":1}\n{"tick":6,"event":"z"}')
+    events.commit()
+    assert target.read_text() == (
+        '{"tick":1,"event":"x"}\n{"tick":2,"event":"y"}\n{"tick":3,"event":"z"}\n'
+        '{"tick":4,"event":"w"}\n{"tick":5,"event":"y","replica":2,"a":1}\n'
+        '{"tick":6,"event":"z","replica":2}\n')

@@ -171,10 +171,10 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
             fast_forward = on_state is None and not audit
         if options.host:  # host memory below the pool (host_moves.py)
             fast_forward = self.attach_host(cost, fast_forward)
-        # Steady decoders counted rather than written (fast/cohort.py), when nobody
-        # watches each dispatch and the policy does not read their progress.
+        # Steady decoders counted, not written (fast/cohort.py), when nobody watches
+        # blocks and the policy does not read their progress (a listener has records).
         self._cohort = (Cohort(self.allocator, self.policy.reserves)
-                        if fast_forward and on_event is None and on_state is None
+                        if fast_forward and (on_event is None or not routed) and on_state is None
                         and not options.prefix_caching and not self._plugin
                         and self.policy.lazy_decoders else None)
         self.flight: InFlight | None = None  # the dispatch being executed

@@ -195,6 +195,8 @@ class Dispatching:
                            emitting + len(decoders) + members,
                            decoders if rows is None else None, members, requests)
         if records is not None:
+            if members:  # the counted members' rows too, every row in plan order
+                records = _in_plan_order(records, requests)
             if self.link.lockstep_step is None:
                 self._emit(Dispatch(now, tuple(records), total, done))
             else:  # the step's end is known once every rank has planned
@@ -251,3 +253,10 @@ class Dispatching:
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))
+
+
+def _in_plan_order(records: list[tuple], requests: list[Request]) -> list[tuple]:
+    """A dispatch's row records, `records` (of its written rows) with a plain
+    decode's for each counted member, in the order of `requests` (every row's)."""
+    written = {record[0]: record for record in records}
+    return [written.get(req.rid) or (req.rid, DECODE, 1, True, None) for req in requests]

@@ -54,7 +54,6 @@ class HashHolders:
             bits.append(1 << len(bits))
         bit = bits[replica]
         dense = self.dense
-        sparse = self.sparse
         for value in hashes:
             if type(value) is int and value >= 0:
                 if value >= len(dense):

@@ -1,7 +1,7 @@
 """The event stream written to a file (`replay --events FILE`): `EventFile` opens
 it as an `outputs.Output` (atomic for a regular file, in place for a device or
 a FIFO, `-` for standard output) and hands each policy's run, or each replica
-of a fleet, a line listener that writes the event lines 4,096 at a time; a
+of a fleet, a line listener that writes the event lines in batches (`_FileLines`); a
 replica's lines carry its number (`ReplicaLines`).
 """
 from __future__ import annotations
@@ -18,13 +18,15 @@ __all__ = ["EventFile", "ReplicaLines"]
 
 
 class _FileLines(LineListener):
-    """One policy's event lines into an `EventFile`, written 4,096 at a time."""
+    """One policy's event lines into an `EventFile`, written 4,096 lines at a time,
+    or sooner once folded stretches' texts (`write_text`) pass about a megabyte."""
 
     def __init__(self, file: "EventFile", policy: str | None) -> None:
         super().__init__(policy, file.clock)
         self.lines = file._lines
         self.handle = file.handle
         self.output = file.output
+        self.text_size = 0  # characters of the texts among `lines`
 
     def write(self, line: str) -> None:
         lines = self.lines
@@ -37,13 +39,23 @@ class _FileLines(LineListener):
         if len(self.lines) >= 4096:
             self._flush()
 
+    def write_text(self, text: str) -> None:
+        """Several lines as one text: kept as if one line (the buffer is written
+        joined by newlines, so the bytes are the same)."""
+        self.lines.append(text)
+        self.text_size += len(text)
+        if self.text_size >= 1 << 20 or len(self.lines) >= 4096:
+            self._flush()
+
     def _flush(self) -> None:
         lines = self.lines
+        lines.append("")  # (the last newline, without copying the joined text again)
         try:
-            self.handle.write("\n".join(lines) + "\n")
+            self.handle.write("\n".join(lines))
         except OSError as exc:
             raise self.output.failed(exc) from None
         lines.clear()
+        self.text_size = 0
 
 
 class ReplicaLines(LineListener):

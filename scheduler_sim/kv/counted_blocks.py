@@ -26,7 +26,7 @@ decoders: 2.754e9 to 2.767e9 instructions, both compiling their modules.)
 Which ids a member gets is not what step-by-step growth would have given.
 Nothing can see it while the cohort exists: the engine keeps a cohort only
 without prefix caching (keys live on blocks; `Evicted` records name them),
-event listeners, state callbacks (the report, Perfetto) and plugins (which
+state callbacks (the report, Perfetto) and plugins (which
 may read `table`); host memory's loads, a fleet's transfers (`pin`) and
 vLLM's `most-blocks` rule read the tables of requests that are not members.
 The audit counts the blocks in `_counted` as held. So ids stay ids (a

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from .event_lines import dispatch_line, encode_json, json_string, snapshot_line
+from .event_lines import dispatch_line, encode_json, json_string, line_head, snapshot_line
 
 __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
@@ -125,6 +125,14 @@ class Arrival(Event):
     id: str
     client_wait: int | None = None
 
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
+        # Speed (here, in Admitted and in Finished): one line per request of the
+        # event stream, written by hand (58,098 on the Azure trace), not field by field.
+        if self.client_wait is not None:
+            return Event.to_json(self, policy, clock)
+        head = line_head(self.tick, self.kind, policy, clock)
+        return f'{head}"id":{json_string(self.id)}}}'
+
 
 @_record("rejected")
 class Rejected(Event):
@@ -146,6 +154,12 @@ class Admitted(Event):
     reserved: int
     resumed: bool
     cached_tokens: int
+
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
+        head = line_head(self.tick, self.kind, policy, clock)
+        return (f'{head}"id":{json_string(self.id)},"reserved":{self.reserved},'
+                f'"resumed":{"true" if self.resumed else "false"},'
+                f'"cached_tokens":{self.cached_tokens}}}')
 
 
 @_record("admission_blocked")
@@ -228,6 +242,10 @@ class Finished(Event):
     """A request produced its last output (first among its tick's events, E1)."""
     id: str
     status: str
+
+    def to_json(self, policy: str | None = None, clock: Any = None) -> str:
+        head = line_head(self.tick, self.kind, policy, clock)
+        return f'{head}"id":{json_string(self.id)},"status":{json_string(self.status)}}}'
 
 
 @_record("cancelled")

@@ -173,6 +173,9 @@ def after_admission(engine) -> int:
                 # The policy's decodes are every member (the running requests, as
                 # many): started counted, as `_start` finds them (`_start_members`).
                 engine.steadiness.arrivals_counted += 1
+                emit = engine.listener
+                if emit is not None:
+                    emit(Snapshot(t, **engine._state()))
                 flight = engine.flight = engine._start_counted(order, everyone,
                                                                cohort.start())
             else:

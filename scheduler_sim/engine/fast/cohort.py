@@ -16,8 +16,10 @@ schedules replace the per-row work:
   output: a completion finishes exactly those.
 
 So a dispatch costs its other rows, its block openings and its finishes, not
-its steady decodes. The engine keeps a cohort only when nobody watches each
-dispatch (no event listener, no state callback, no prefix caching) and the
+its steady decodes. The engine keeps a cohort only when nobody watches the
+blocks (no state callback, no prefix caching, no fleet's event listener: a
+lone engine's listener is handed the members' records all the same, each
+counted dispatch's rows, a fold's lines and finishes in row order) and the
 policy never reads a decoding request's progress between dispatches
 (`Policy.lazy_decoders`), or reads it only in `schedule`
 (`Policy.schedule_reads_decoders`, vllm: every member is settled before each
@@ -113,6 +115,14 @@ class Cohort:
         self._allocator.take_counted(len(self._groups[-started % self._size]))
         self.started = started + 1
         return self._context + len(self.members) * started
+
+    def by_residue(self) -> list[int]:
+        """How many members have written rows of each residue modulo the block size
+        (a member's rows are its group plus the dispatches started): what a
+        folded stretch's snapshot lines need of them (fast/folding.py)."""
+        counts = list(map(len, self._groups))
+        shift = self.started % self._size  # count i is that of group i - shift
+        return counts[-shift:] + counts[:-shift] if shift else counts
 
     def opening(self) -> int:
         """Blocks the next dispatch of every member opens (`start`)."""

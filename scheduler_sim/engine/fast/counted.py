@@ -27,7 +27,9 @@ from typing import Any
 from ...policies import Plan
 from ...policies.base import DecodesFirst
 from ...records.errors import InvariantError
-from ...requests.request import Request
+from ...records.event_lines import LineListener, decodes_line
+from ...records.events import Dispatch
+from ...requests.request import DECODE, Request
 from ..dispatching import InFlight
 from .cohort import Cohort
 
@@ -35,6 +37,7 @@ __all__ = ["Counting"]
 
 _first = operator.itemgetter(0)
 _second = operator.itemgetter(1)
+_rid = operator.attrgetter("rid")
 
 
 class Counting:
@@ -66,6 +69,13 @@ class Counting:
                                  f"({self.options.token_budget}) is false", now)
         self.livelock.idle = 0  # (LivelockWatch.reset, inline)
         done, exact = self.ledger.decodes(now, members, contexts)
+        emit = self._emit
+        if isinstance(emit, LineListener):  # (its line made from the ids, no record)
+            emit.write(decodes_line(now, map(_rid, requests), members, done, emit.policy,
+                                    emit.clock))
+        elif emit is not None:  # (every row a plain decode)
+            emit(Dispatch(now, tuple([(req.rid, DECODE, 1, True, None) for req in requests]),
+                          members, done))
         return InFlight(None, now, done, exact, True, members, [], members, requests)
 
     def decodes_opening(self, decodes: list[Request]) -> tuple[int, list[Request]]:
@@ -189,6 +199,8 @@ class Counting:
                         # Request.plain_decode, inlined:
                         and req.resident >= req.prompt_tokens and req.resident >= req.restore
                         and req.last_output_at == self.now
+                        # (a counted row's record names no token ids)
+                        and (req.output_token_ids is None or self._emit is None)
                         and (credit is None or credit(req.rid))):
                     cohort.join(req)
         return ended

@@ -25,9 +25,10 @@ These functions work on the engine's own state; the engine calls them.
 """
 from __future__ import annotations
 
+from itertools import accumulate, cycle, islice
 from operator import attrgetter, lt, sub
 
-from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_lines
+from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_text
 from ...records.events import AdmissionBlocked, Dispatch, Snapshot
 from ...requests.request import DECODE, Request
 
@@ -41,6 +42,7 @@ _output_tokens = attrgetter("output_tokens")
 _outputs = attrgetter("outputs")
 _resident = attrgetter("resident")
 _high_water = attrgetter("high_water")
+_rid = attrgetter("rid")
 
 
 def fold(engine, flight, until: float, policy_growth: int) -> None:
@@ -133,7 +135,11 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     folded, done, exact, last_output = ledger.fold(flight.exact, flight.done, n, contexts,
                                                    foldable, until, starts)
     if starts is not None:
-        _emit_folded(engine, reqs, starts, done, taken_first)
+        if cohort is not None:  # every row a member's, in the flight's order
+            _emit_folded(engine, flight.requests, starts, done, taken_first,
+                         cohort.by_residue())
+        else:
+            _emit_folded(engine, reqs, starts, done, taken_first)
     # Output gaps (ITL) of the flight's own completion, which ends each request's
     # gap since its last output (the ledger counted the folded dispatches').
     first = flight.done
@@ -192,7 +198,7 @@ def _block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
 
 
 def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
-                 taken_first: bool | None) -> None:
+                 taken_first: bool | None, starts_at: list[int] | None = None) -> None:
     """The records each folded boundary would have produced, in order: the
     policy's blocked-head report (if it made one), the snapshot, the dispatch.
 
@@ -204,31 +210,33 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     a = engine.allocator
     size = a.block_size
     n = len(reqs)
-    starts_at = [0] * size  # requests by the first block boundary they reach
-    for req in reqs:
-        starts_at[req.resident % size] += 1
+    if starts_at is None:  # (given by the cohort for its members)
+        starts_at = [0] * size  # requests by the residue of their rows written
+        for req in reqs:
+            starts_at[req.resident % size] += 1
     waiting = engine.policy.waiting_count
     running = engine.policy.running_count
     held = a.held
     draining = a.draining
     total = a.num_blocks
-    rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     report = engine.step_block
     reserved = a.reserved
     write = policy = clock = None
     if isinstance(emit, LineListener):
         lines: list[str] = []
         write, policy, clock = lines.append, emit.policy, emit.clock
-    ends = starts[1:] + [last_done]
     if write is not None and report is None:
-        # No head reported: only the block counts change from line to line.
-        steps = []
-        for s, (tick, done) in enumerate(zip(starts, ends), start=1):
-            steps.append((tick, done, held, total - held - draining))
-            held += starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
-        emit.write_all(steady_lines(steps, waiting, running, reserved, draining, rows, n,
-                                    policy, clock))
+        # No head reported: only the block counts change from line to line. Step s
+        # (from 1) opens a block for the rows r + s - 1 that start one, a cycle of
+        # `size` counts; the counts held before each step are their running sums.
+        if starts:
+            opened = [starts_at[(1 - s) % size] for s in range(1, size + 1)]
+            helds = accumulate(islice(cycle(opened), len(starts) - 1), initial=held)
+            emit.write_text(steady_text(starts, last_done, helds, map(_rid, reqs), waiting,
+                                        running, reserved, draining, total, n, policy, clock))
         return
+    rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
+    ends = starts[1:] + [last_done]
     for s, (tick, done) in enumerate(zip(starts, ends), start=1):
         opened = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
         free = total - held - draining

@@ -270,8 +270,10 @@ def test_counted_decoders_write_the_event_stream_of_written_ones(seed, policy):
 
 def test_the_event_streams_count_decoders():
     """The workloads of the test above count decoders with a listener too: the exact
-    number of counted dispatches over its first 8 seeds."""
-    expected = {"continuous": 1690, "serial": 1769, "vllm": 4}
+    number of counted dispatches over its first 8 seeds (vllm: 4 before the decodes
+    after an admission could start counted, fast/arrivals.py; 13 of the 128 start there,
+    the others follow from them)."""
+    expected = {"continuous": 1690, "serial": 1769, "vllm": 128}
     for policy in ("continuous", "serial", "vllm"):
         total = 0
         for seed in range(8):

@@ -173,12 +173,7 @@ def test_counting_steady_decoders_changes_no_result(seed, policy):
     and budgets that leave decoders out (rotation), drains, cost model or not: every
     summary field and request record is the same with the cohort (and folding) as
     writing every row."""
-    rng = random.Random(5000 + seed)
-    options = dict(block_size=rng.choice([1, 2, 4]), num_blocks=rng.randint(12, 80),
-                   token_budget=rng.randint(2, 64), max_rows=rng.randint(1, 10),
-                   release_delay=rng.choice([0, 0, 3]))
-    if seed % 4 == 0:
-        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    options = _options(seed)
     records = _workload(seed)
     counted, with_cohort = _replay(records, policy, True, **options)
     written, none = _replay(records, policy, False, **options)

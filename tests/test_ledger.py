@@ -104,7 +104,7 @@ def test_a_folded_stretch_is_the_dispatches_stepped_one_by_one():
         stepped_stats = RunStats(clock)
         stepped = DispatchLedger(stepped_stats, cost, clock)
         stepped.ended(done, exact)
-        t, ctx, count, previous = done, contexts, 0, None
+        t, ctx, count, previous, e = done, contexts, 0, None, exact
         expected_starts = []
         while count < most and t < until:
             if previous is None:  # the flight completes: outputs, gaps left to the caller

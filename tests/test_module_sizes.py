@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent / "scheduler_sim"
 LIMIT = 450
 ENGINE_LIMIT = 300

@@ -60,7 +60,7 @@ def workload(seed: int) -> tuple[list[dict], dict]:
 
 def replay(records: list[dict], options: dict, policy: str):
     """Run the engine with audit=True; return (result, event dicts, JSON lines, states)."""
-    trace = parse_trace(trace_bytes(records), f"random.jsonl")
+    trace = parse_trace(trace_bytes(records), "random.jsonl")
     opts = Options.resolve(trace.config, options)
     events: list[dict] = []
     lines: list[str] = []

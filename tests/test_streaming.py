@@ -18,7 +18,7 @@ from scheduler_sim.engine.core import Engine
 from scheduler_sim.io import id_digests
 from scheduler_sim.io import trace as trace_module
 from scheduler_sim.io.trace import parse_trace, read_trace
-from scheduler_sim.records.errors import TraceError, UsageError
+from scheduler_sim.records.errors import TraceError
 from scheduler_sim.records.options import Options
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from itertools import islice
 
 import pytest
 

@@ -34,7 +34,7 @@ from ..io.outputs import write_whole
 from ..io.run_fit import MeasuredRun, fit_runs, read_measured
 from ..io.specs import read_calibration_file, spec_inputs
 from ..io.trace import read_trace
-from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins, resolve_options
+from ..io.trace_config import allow_trace_plugins, resolve_options
 from ..records.errors import UsageError
 
 __all__ = ["cmd_calibrate"]

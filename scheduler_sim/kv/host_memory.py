@@ -22,7 +22,7 @@ import heapq
 from collections import deque
 from typing import Hashable
 
-from .host_link import IN, OUT, HostLink
+from .host_link import OUT, HostLink
 from .host_tier import HostTier
 
 __all__ = ["HostMemory", "Load"]

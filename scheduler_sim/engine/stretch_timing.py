@@ -17,7 +17,7 @@ ends; D is x within a few units in the last place of the ends (`_slack`).
 The dispatches only grow longer, so those whose x lies inside one interval
 (a + slack, a + 1 - slack) run on one after another, and each lasts a or
 a + 1 steps: how many lasted a + 1 is the run's steps beyond a each, which
-takes the completion steps of its first and last only. A dispatch whose x
+takes only two completion steps, the run's last one and the one before it. A dispatch whose x
 lies within the slack of a whole number is timed exactly, by itself.
 """
 from __future__ import annotations

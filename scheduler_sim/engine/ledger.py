@@ -29,7 +29,6 @@ as requests end.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable
 from itertools import islice
 
@@ -37,7 +36,7 @@ from ..gpu.costmodel import CostModel
 from ..gpu.utilisation import DispatchWork
 from ..records.clock import CEIL_SLACK, Clock
 from .run_stats import RunStats
-from .stretch_timing import SLICED, time_stretch
+from .stretch_timing import time_stretch
 from .work_series import WorkSeries
 
 __all__ = ["DispatchLedger"]
@@ -219,35 +218,24 @@ class DispatchLedger:
             folded = most if until - done >= most else math.ceil(until - done)
             if starts is not None:
                 starts += range(done, done + folded)
-            lengths = [1] * folded
+            if folded > 1:
+                gaps = self.stats.itl
+                gaps[1] = gaps.get(1, 0) + rows * (folded - 1)
+            last = 1
             end = exact = done + folded
             busy = 0.0
         else:
             start = exact
-            folded, end, exact, lengths, busy = time_stretch(
-                self.cost, self.clock, exact, done, rows, contexts, most, until, starts)
+            # (The folded dispatches' output gaps, but the last one's, go to the
+            # run's ITL counts as they are timed.)
+            folded, end, exact, last, busy = time_stretch(
+                self.cost, self.clock, exact, done, rows, contexts, most, until, starts,
+                self.stats.itl)
             self.stats.work.add_decodes(folded, rows, contexts)
             if self.work_series is not None:
                 self.work_series.decodes(
                     start, list(islice(self.cost.decode_series(rows, contexts), folded)),
                     rows, contexts)
-        last = lengths[-1]
-        # Output gaps of every dispatch but the last (the flight, still to complete),
-        # by length, in the order the lengths first came. Speed: a short stretch
-        # (under SLICED dispatches: about 90% of the 25,623 folds on the Azure trace
-        # under continuous, 5.6 distinct lengths on average) adds its gaps one by
-        # one; a `Counter` costs about 9 us to build, twice that loop.
-        gaps = self.stats.itl
-        if len(lengths) <= SLICED:
-            get = gaps.get
-            for length in islice(lengths, len(lengths) - 1):
-                gaps[length] = get(length, 0) + rows
-        else:
-            counts = Counter(lengths)
-            counts[last] -= 1
-            for length, count in counts.items():
-                if count:
-                    gaps[length] = gaps.get(length, 0) + rows * count
         written = rows * folded
         stats = self.stats
         stats.iterations += folded

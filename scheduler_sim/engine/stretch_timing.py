@@ -6,15 +6,28 @@ Each dispatch starts where the previous one ended exactly and completes at the
 first clock step at or after its own exact end (at least one step later), with
 exactly the floats and roundings of timing them one at a time
 (`Clock.end_step`): a long stretch is timed a slice at a time in C, a short one
-in a plain loop.
+in a plain loop. What the ledger needs of the lengths (in steps) is how many
+dispatches lasted each length (their output gaps), and the last one's.
+
+Lengths counted a run at a time (a slice of a long stretch, without event
+records): a dispatch of x steps (its seconds over the step) that starts
+where the previous ended exactly lasts ceil(end) - ceil(previous end) steps,
+which is floor(D) or floor(D) + 1 for D the difference of the two rounded
+ends; D is x within a few units in the last place of the ends (`_slack`).
+The dispatches only grow longer, so those whose x lies inside one interval
+(a + slack, a + 1 - slack) run on one after another, and each lasts a or
+a + 1 steps: how many lasted a + 1 is the run's steps beyond a each, which
+takes only two completion steps, the run's last one and the one before it. A dispatch whose x
+lies within the slack of a whole number is timed exactly, by itself.
 """
 from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import Counter
 from functools import reduce
 from itertools import accumulate, chain, islice, repeat
-from operator import add, lt, sub, truediv
+from operator import add, le, lt, sub, truediv
 
 from ..gpu.costmodel import CostModel
 from ..records.clock import CEIL_SLACK, Clock
@@ -26,27 +39,35 @@ SLICED = 32
 
 INF = float("inf")
 
+# A run of lengths (`_count_runs`) costs about as much as timing this many
+# dispatches in C passes (`_time_each`).
+RUN_COST = 4
+
 
 def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: int,
-                 contexts: int, most: int, until: float, starts: list[int] | None
-                 ) -> tuple[int, int, float, list[int], float]:
+                 contexts: int, most: int, until: float, starts: list[int] | None,
+                 gaps: dict[int, int]) -> tuple[int, int, float, int, float]:
     """The folded dispatches timed by the cost model (`DispatchLedger.fold`): returns
-    (dispatches, the last one's completion step, its exact end, every one's
-    length in steps, their busy seconds).
+    (dispatches, the last one's completion step, its exact end, its length in
+    steps, their busy seconds). Each dispatch but the last adds `rows` output
+    gaps of its length to `gaps` (the run's, by length in steps).
 
     Speed: the dispatches are timed a slice at a time in C (`map`,
     `accumulate`), with exactly the floats and roundings of one dispatch at a
     time (`Clock.end_step`). A fleet's replicas run small batches, so the
     Mooncake trace on 64 replicas folds 4.1 million dispatches (one engine:
-    170,000), and this loop, one Python iteration each, was a quarter of
-    that replay's profile. A dispatch shorter than the rest of its first step
-    (its exact end at or before its start: a coarse clock) is timed one at a
-    time from there, as before."""
+    170,000): timed one by one in C passes (ends, start-before-end check,
+    lengths, their `Counter`) this was about 20% of that replay; a slice's
+    lengths are now counted a run at a time (`_count_runs`). A dispatch
+    shorter than the rest of its first step (its exact end at or before its
+    start: a coarse clock) is timed one at a time from there, as before."""
     series = cost_series = cost.decode_series(rows, contexts)
     step_seconds = clock.step_seconds
     folded = 0
     busy = 0.0
-    lengths: list[int] = []
+    counts: dict[int, int] = {}  # lengths of the dispatches counted in runs
+    lengths: list[int] = []       # lengths of the others timed in slices
+    last = 0
     size = 32  # dispatches timed at once, then as many as may start before `until`
     # A short stretch (a lone engine's, ended by its next finish: a dozen
     # dispatches on the Azure trace) is timed one at a time below: slicing
@@ -54,28 +75,26 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     # requests under continuous, callgrind).
     while folded < most and done < until and most >= SLICED:
         seconds = list(islice(cost_series, min(size, most - folded)))
-        exacts = list(accumulate(map(truediv, seconds, repeat(step_seconds)),
-                                 initial=exact))
+        steps = list(map(truediv, seconds, repeat(step_seconds)))
+        exacts = list(accumulate(steps, initial=exact))
         del exacts[0]
-        ends = clock.end_steps(exacts)
-        begins = [done]
-        begins += ends[:-1]
-        if not all(map(lt, begins, ends)):  # one ends at or before its start
+        timed = None
+        if starts is None:
+            timed = _count_runs(steps, exacts, done, until, counts)
+        if timed is None:
+            timed = _time_each(clock, exacts, done, until, starts, lengths)
+        if timed is None:  # one ends at or before its start
             series = chain(seconds, cost_series)
             break
-        # Those that start before `until`: all, or up to the first starting after.
-        n = bisect_left(ends, until) + 1
-        if n < len(ends):
-            del seconds[n:], ends[n:], begins[n:]
+        n, end, last = timed
+        if n < len(exacts):
+            del seconds[n:]
         busy = reduce(add, seconds, busy)
-        if starts is not None:
-            starts += begins
-        lengths += map(sub, ends, begins)
-        folded += len(ends)
-        exact = exacts[len(ends) - 1]
-        done = ends[-1]
+        folded += n
+        exact = exacts[n - 1]
+        done = end
         # Dispatches only grow longer (their contexts do), give or take a step.
-        shortest = max(done - begins[-1] - 1, 1)
+        shortest = max(last - 1, 1)
         size = int((until - done) // shortest) + 1 if until < INF else most
     # From a dispatch that would end before it starts (if any), one at a time:
     # `timed`, with `Clock.steps` and `Clock.end_step` inlined (the same floats
@@ -83,9 +102,15 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     # dispatches (about 250,000 on the Azure conversation trace, against 61,000
     # timed by `timed`); the two calls a dispatch were a fifth of the stretch's
     # timing (see benchmarks/README.md, "Issue 26, fourth steps").
+    get = gaps.get
+    for length, count in counts.items():
+        if count:
+            gaps[length] = get(length, 0) + rows * count
+    if lengths:
+        for length, count in Counter(lengths).items():
+            gaps[length] = get(length, 0) + rows * count
     ceil = math.ceil
     slack, rel = CEIL_SLACK
-    add_length = lengths.append
     add_start = starts.append if starts is not None else None
     while folded < most and done < until:
         if add_start is not None:
@@ -98,7 +123,112 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
             end = done + 1
             if exact <= done:
                 exact = end  # ... and shorter than the rest of its first step: one
-        add_length(end - done)
+        last = end - done
+        gaps[last] = get(last, 0) + rows
         folded += 1
         done = end
-    return folded, done, exact, lengths, busy
+    # The last dispatch is still in flight: its outputs end no gaps yet.
+    left = gaps[last] - rows
+    if left:
+        gaps[last] = left
+    else:
+        del gaps[last]
+    return folded, done, exact, last, busy
+
+
+def _end_step(exact: float) -> int:
+    """`Clock.end_step`'s rounding of an exact end, without its one-step minimum
+    (the same floats as `Clock.end_steps`)."""
+    slack, rel = CEIL_SLACK
+    return math.ceil(exact - slack - exact * rel)
+
+
+def _cut(exacts: list[float], until: float) -> int:
+    """How many of a slice's dispatches (ending at `exacts`, their completion steps
+    strictly increasing) start before `until`: all, or up to the first that
+    completes at or after it."""
+    if until == INF or _end_step(exacts[-1]) < until:
+        return len(exacts)
+    return bisect_left(exacts, until, key=_end_step) + 1
+
+
+def _time_each(clock: Clock, exacts: list[float], done: int, until: float,
+               starts: list[int] | None, lengths: list[int]) -> tuple[int, int, int] | None:
+    """A slice's dispatches (their exact ends `exacts`, the first starting at step
+    `done`) timed one by one in C passes (`Clock.end_steps`): the lengths of those
+    that start before `until` are appended to `lengths` (and their starts to
+    `starts`); returns (how many, the last one's completion step, its length),
+    or None, appending nothing, if one ends at or before its start."""
+    ends = clock.end_steps(exacts)
+    begins = [done]
+    begins += ends[:-1]
+    if not all(map(lt, begins, ends)):
+        return None
+    # Those that start before `until`: all, or up to the first starting after.
+    n = bisect_left(ends, until) + 1
+    if n < len(ends):
+        del ends[n:], begins[n:]
+    if starts is not None:
+        starts += begins
+    lengths += map(sub, ends, begins)
+    return len(ends), ends[-1], ends[-1] - begins[-1]
+
+
+def _slack(steps: list[float], exacts: list[float]) -> float:
+    """A bound on how far the difference of two successive rounded ends, ceil's
+    argument in `_end_step`, lies from the later dispatch's `steps` value: the
+    rounding of the accumulated end (half a unit in the last place), of each
+    end's slack subtracted (one unit each), and the relative slack of a step
+    (`CEIL_SLACK`); taken four times over."""
+    top = max(abs(exacts[0]), abs(exacts[-1]))
+    return 4 * (3 * math.ulp(top) + steps[-1] * CEIL_SLACK[1]) + 1e-12
+
+
+def _count_runs(steps: list[float], exacts: list[float], done: int, until: float,
+                counts: dict[int, int]) -> tuple[int, int, int] | None:
+    """`_time_each` without event records, counting the lengths a run at a time
+    (see the module docstring): the completion step is computed only for the
+    first and last dispatch of each run of lengths a or a + 1, and for a
+    dispatch near a whole number of steps. None, counting nothing, where that
+    does not apply: steps that do not grow, or a dispatch that may last under
+    one step (then `_time_each` decides)."""
+    # About one run per whole step the lengths grow by: counted a run at a time
+    # only when runs are long (speed: a run costs about four dispatches' worth
+    # of C passes; a lone engine's larger batches grow a step every dispatch or
+    # two, a fleet replica's single row one every twenty or so).
+    if (steps[-1] - steps[0] + 2) * RUN_COST > len(steps):
+        return None
+    if not all(map(le, steps, islice(steps, 1, None))):
+        return None
+    slack = _slack(steps, exacts)
+    first = _end_step(exacts[0])
+    if steps[0] - slack < 1 or first <= done:
+        return None
+    # Every dispatch now lasts at least one step: completion steps increase.
+    n = _cut(exacts, until)
+    get = counts.get
+    counts[first - done] = get(first - done, 0) + 1
+    floor = math.floor
+    ceil = math.ceil
+    abs_slack, rel = CEIL_SLACK  # (`_end_step`, inlined below: one call per run saved)
+    previous = first  # the completion step of dispatch i - 1
+    i = 1
+    while i < n:
+        x = steps[i]
+        a = floor(x - slack)
+        if x + slack >= a + 1:  # near a whole number: this one by itself
+            e = exacts[i]
+            end = ceil(e - abs_slack - e * rel)
+            counts[end - previous] = get(end - previous, 0) + 1
+            i += 1
+        else:  # the run i .. j - 1 of dispatches lasting a or a + 1 steps each
+            j = bisect_left(steps, a + 1 - slack, i, n)
+            e = exacts[j - 1]
+            end = ceil(e - abs_slack - e * rel)
+            longer = end - previous - a * (j - i)
+            counts[a] = get(a, 0) + (j - i - longer)
+            counts[a + 1] = get(a + 1, 0) + longer
+            i = j
+        previous = end
+    last = previous - _end_step(exacts[n - 2]) if n > 1 else first - done
+    return n, previous, last

@@ -1,0 +1,168 @@
+"""Timing a folded stretch (engine/stretch_timing.py): the lengths of a slice's
+dispatches counted a run at a time give the counts of timing each one.
+
+The reference is the plain loop of `Clock.end_step`, one dispatch at a time.
+"""
+from __future__ import annotations
+
+import random
+from itertools import accumulate
+
+import pytest
+
+from scheduler_sim.engine import stretch_timing
+from scheduler_sim.engine.stretch_timing import _count_runs, _time_each, time_stretch
+from scheduler_sim.gpu.catalogue import gpu_named, model_named
+from scheduler_sim.gpu.coefficients import Coefficients
+from scheduler_sim.gpu.costmodel import CostModel
+from scheduler_sim.records.clock import Clock
+
+US = Clock("s", 1.0, 1e-6, True)   # the cost model's default resolution
+MS = Clock("s", 1.0, 0.001, True)
+INF = float("inf")
+
+
+class Series:
+    """A stand-in cost model: decode dispatches of `base + per * (context)` seconds
+    (the contexts growing by `rows` a dispatch)."""
+
+    def __init__(self, base: float, per: float) -> None:
+        self.base = base
+        self.per = per
+
+    def decode_series(self, rows, contexts):
+        while True:
+            contexts += rows
+            yield self.base + self.per * contexts
+
+
+def one_at_a_time(cost, clock, exact, done, rows, contexts, most, until):
+    """(dispatches, last completion step, its exact end, last length, busy
+    seconds), and the output gaps by length (`rows` for each dispatch but the
+    last), each dispatch timed by `Clock.end_step` in turn."""
+    series = cost.decode_series(rows, contexts)
+    gaps: dict[int, int] = {}
+    n, busy, length = 0, 0.0, 0
+    while n < most and done < until:
+        if n:
+            gaps[length] = gaps.get(length, 0) + rows
+        seconds = next(series)
+        busy += seconds
+        exact += clock.steps(seconds)
+        end = clock.end_step(exact, done)
+        if exact <= done:
+            exact = end
+        length, done, n = end - done, end, n + 1
+    return (n, done, exact, length, busy), gaps
+
+
+def nonzero(counts):
+    return {k: v for k, v in counts.items() if v}
+
+
+def test_a_slice_counted_in_runs_by_hand(monkeypatch):
+    """On 1 ms steps, dispatches of 2.3, 2.6, 2.9, 3.2, 3.5 and 3.8 steps from
+    exact 0.5 (step 1): they end at 2.8, 5.4, 8.3, 11.5, 15.0 and 18.8, so at
+    steps 3, 6, 9, 12, 15 and 19: lengths 2, 3, 3, 3, 3, 4. The second and third
+    (x in (2, 3)) are one run: steps 3 to 9, 6 steps for 2 dispatches of 2 or 3,
+    so both 3; the last three another: steps 9 to 19, 10 steps for 3 dispatches
+    of 3 or 4, so one 4. (Runs this short are left to `_time_each` in a replay:
+    `RUN_COST` 0 counts them anyway.)"""
+    monkeypatch.setattr(stretch_timing, "RUN_COST", 0)
+    steps = [2.3, 2.6, 2.9, 3.2, 3.5, 3.8]
+    exacts = [0.5]
+    for x in steps:
+        exacts.append(exacts[-1] + x)
+    del exacts[0]
+    counts: dict[int, int] = {}
+    assert _count_runs(steps, exacts, 1, INF, counts) == (6, 19, 4)
+    assert nonzero(counts) == {2: 1, 3: 4, 4: 1}
+    lengths: list[int] = []
+    assert _time_each(MS, exacts, 1, INF, None, lengths) == (6, 19, 4)
+    assert lengths == [2, 3, 3, 3, 3, 4]
+    # Cut at step 10: the fourth starts at 9 (before 10) and is the last.
+    counts = {}
+    assert _count_runs(steps, exacts, 1, 10, counts) == (4, 12, 3)
+    assert nonzero(counts) == {2: 1, 3: 3}
+
+
+def test_runs_left_to_the_exact_passes(monkeypatch):
+    """Runs too short for their cost, steps that shrink, a dispatch under one step,
+    or one ending at or before its start: `_count_runs` declines and counts
+    nothing."""
+    counts: dict[int, int] = {}
+    steps = [2.0 + k / 8 for k in range(12)]  # 1.4 steps of growth: 3.4 x 4 > 12
+    assert _count_runs(steps, list(accumulate(steps)), 0, INF, counts) is None
+    monkeypatch.setattr(stretch_timing, "RUN_COST", 0)
+    # Ends 2, 4.125, 6.375, ... 32.25: steps 2, 5, 7, 9, 12, 14, 17, 20, 23, 26, 29, 33.
+    assert _count_runs(steps, list(accumulate(steps)), 0, INF, counts) == (12, 33, 4)
+    assert nonzero(counts) == {2: 4, 3: 7, 4: 1}
+    counts = {}
+    assert _count_runs([3.0, 2.5], [4.0, 6.5], 1, INF, counts) is None
+    assert _count_runs([0.5, 0.6], [1.5, 2.1], 1, INF, counts) is None
+    assert _count_runs([1.5, 1.6], [1.5, 3.1], 2, INF, counts) is None  # ends at 2
+    assert counts == {}
+
+
+def test_counted_slices_are_taken_once_per_slice(monkeypatch):
+    """A stretch of 100 dispatches of about 6.5 ms on 1 us steps, no limit: one
+    slice of 32, then one of the 68 left, both counted in runs."""
+    taken = []
+    real = stretch_timing._count_runs
+
+    def counting(*args):
+        out = real(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(stretch_timing, "_count_runs", counting)
+    cost = Series(0.0065, 1e-8)
+    gaps = {6501: 7}
+    got = time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, None, gaps)
+    assert taken == [True, True]
+    expected, expected_gaps = one_at_a_time(cost, US, 1000.25, 1001, 2, 8000, 100, INF)
+    assert got == expected
+    expected_gaps[6501] = expected_gaps.get(6501, 0) + 7
+    assert gaps == expected_gaps
+    # With event records (starts wanted) the slices are timed one by one.
+    taken.clear()
+    starts: list[int] = []
+    assert time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, starts, {}) == got
+    assert taken == [] and len(starts) == 100
+
+
+def llama_on_h100():
+    return CostModel(model_named("llama-3-8b"), gpu_named("h100-sxm"), Coefficients(), 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stretches_counted_in_runs_are_those_timed_one_at_a_time(seed):
+    """Random stretches, under the real cost model on 1 us steps and stand-ins
+    whose dispatches sit on or a hair off whole numbers of steps (at starts up to
+    1e12 steps, where a unit in the last place is 1e-4 of a step), against the
+    one-at-a-time loop: the same count, ends, exact end, busy seconds and gaps."""
+    rng = random.Random(seed)
+    llama = llama_on_h100()
+    for _ in range(60):
+        kind = rng.randrange(4)
+        clock = US
+        if kind == 0:
+            cost = llama
+        elif kind == 1:  # whole numbers of steps, growing by a whole step now and then
+            cost, clock = Series(0.003, 0.001 / rng.choice((7, 16, 64))), MS
+        elif kind == 2:  # a hair off whole numbers
+            cost = Series(0.005 + rng.choice((1e-15, -1e-15, 1e-13)), rng.choice((0.0, 1e-17)))
+            clock = MS
+        else:  # slowly growing, many runs
+            cost = Series(rng.uniform(0.001, 0.02), rng.uniform(0.0, 1e-7))
+        rows = rng.randint(1, 6)
+        contexts = rng.randint(rows, 20_000)
+        done = rng.choice((rng.randint(1, 1000), rng.randint(10**9, 4 * 10**9),
+                           rng.randint(10**11, 10**12)))
+        exact = done - rng.random() * 0.999
+        most = rng.randint(32, 900)
+        until = rng.choice((INF, done + rng.randint(1, 3_000_000)))
+        gaps: dict[int, int] = {}
+        got = time_stretch(cost, clock, exact, done, rows, contexts, most, until, None, gaps)
+        assert (got, gaps) == one_at_a_time(cost, clock, exact, done, rows, contexts, most,
+                                            until)

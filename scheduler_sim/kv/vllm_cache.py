@@ -51,6 +51,7 @@ class VllmCache(RunQueue, PrefixCache):
     # A compact cache (a fleet's replica, where memory is what grows) keeps one
     # entry a bucket: a wide bucket mostly empty costs its width in slots.
     ENTRIES_PER_BUCKET = 8
+    exact_take = True  # (`take` evicts exactly the blocks asked for: one key each)
 
     def __init__(self, compact: bool = False) -> None:
         super().__init__(compact)

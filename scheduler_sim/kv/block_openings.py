@@ -28,7 +28,8 @@ class BlockOpenings:
     """`BlockAllocator`'s growth of several tables at once."""
 
     def grow_each(self, openings: list[tuple[str, int]]) -> None:
-        """`grow(rid, rows)` for each (rid, rows) of `openings`, in that order.
+        """`grow(rid, rows)` for each (rid, rows) of `openings` (each request
+        once), in that order.
 
         Speed: replaying the Mooncake trace under vllm with prefix caching,
         folds opened 145,920 blocks this way, each a `grow` evicting one cached
@@ -52,7 +53,8 @@ class BlockOpenings:
                 needs.append((rid, table, need))
                 total += need
         plain = self._free
-        if not total or total > len(plain) + self.num_blocks - self._fresh + len(self._cached_free):
+        free = len(plain) + self.num_blocks - self._fresh + len(self._cached_free)
+        if not total or total > free:
             grow = self.grow  # (nothing to open, or too much: `grow` raises, with the equation)
             for rid, rows in openings:
                 grow(rid, rows)

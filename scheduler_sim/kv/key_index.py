@@ -20,9 +20,9 @@ from the first keys it indexes. vLLM's cache makes a bucket span several
 entries (`VllmCache.ENTRIES_PER_BUCKET`): a request's new entries are
 interned one after the other, so their keys run on across entries, and each
 run of consecutive keys within a bucket is one slice (its end found by a
-binary search, `_run_up`, `_run_down`, when it stops inside the bucket). `KeyIndex` answers as a dict would
-(`in`, `get`, `[]`, `len`, `items`, `==` with a dict) for the per-key
-paths and the audit.
+binary search, `_run_up`, `_run_down`, when it stops inside the bucket).
+`KeyIndex` answers as a dict would (`in`, `get`, `[]`, `len`, `items`, `==`
+with a dict) for the per-key paths and the audit.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import pytest
 
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
+from scheduler_sim.kv import key_index
 from scheduler_sim.kv.key_index import KeyIndex
 from scheduler_sim.kv.vllm_cache import VllmCache
 
@@ -108,6 +109,7 @@ def test_eviction_forgets_keys_in_the_runs_without_copying_them(monkeypatch):
         return forgetting(self, count)
 
     monkeypatch.setattr(VllmCache, "_pop_oldest_forgetting", counting)
+    monkeypatch.setattr(VllmCache, "ENTRIES_PER_BUCKET", 1)  # a bucket per entry
     a = BlockAllocator(6, 4, cache=VllmCache())
     ka = BlockKeys(0, 16, 4, 8, hashes=["x", "y"])
     kb = BlockKeys(1, 16, 4, 8, hashes=["x", "z"])
@@ -134,3 +136,43 @@ def test_eviction_forgets_keys_in_the_runs_without_copying_them(monkeypatch):
     a.audit()
     w, v = kc.keys[0] // 2, kc.keys[2] // 2
     assert a.cache.index.buckets == {x: [0, 1], w: [3, 2], v: [5, 4]}
+
+
+def test_a_bucket_spanning_entries_takes_a_run_of_keys_as_one_slice(monkeypatch):
+    """Width 8 (two entries of 4 keys): keys 2..5 then 9, 10 are two runs. Adding
+    them is two slices, the end of the first run found by one binary search;
+    forgetting them tail first (10, 9, 5, 4, 3, 2) is two slices too, the first
+    run's end found by one binary search down; a look-up of 2..6 stops at 6."""
+    searches = []
+    run_up, run_down = key_index._run_up, key_index._run_down
+    monkeypatch.setattr(key_index, "_run_up",
+                        lambda *a: searches.append(("up", run_up(*a))) or searches[-1][1])
+    monkeypatch.setattr(key_index, "_run_down",
+                        lambda *a: searches.append(("down", run_down(*a))) or searches[-1][1])
+    index = KeyIndex(8)
+    assert index.add([2, 3, 4, 5, 9, 10], 0, 6, [20, 30, 40, 50, 90, 100]) == []
+    assert index.buckets == {0: [None, None, 20, 30, 40, 50, None, None],
+                             1: [None, 90, 100, None, None, None, None, None]}
+    assert searches == [("up", 4)]  # 2..7 was the first guess: 4 keys go on
+    # 2..6 are consecutive keys: one slice, stopped at 6 (no block), no search.
+    assert index.find([2, 3, 4, 5, 6], 0, 5) == ([20, 30, 40, 50], False)
+    assert index.find([9, 10, 11], 0, 3) == ([90, 100], False)
+    index.forget([10, 9, 5, 4, 3, 2], 0, [100, 90, 50, 40, 30, 20])
+    assert (index.buckets, searches) == ({}, [("up", 4), ("down", 2)])  # 10, 9, (8)
+
+
+def test_vllms_index_spans_several_entries_unless_compact():
+    """Hash entries of 8 tokens, blocks of 4: 2 keys an entry, buckets of
+    2 x ENTRIES_PER_BUCKET keys, or of one entry in a compact cache (a fleet's
+    replica). A's two new entries are interned one after the other: one run."""
+    widths = []
+    for compact in (False, True):
+        a = BlockAllocator(6, 4, cache=VllmCache(compact))
+        ka = BlockKeys(0, 16, 4, 8, hashes=["p", "q"])
+        a.grow("A", 16)
+        a.register_full_blocks("A", ka, 16)
+        first = ka.keys[0]
+        assert ka.keys == [first, first + 1, first + 2, first + 3]
+        widths.append(a.cache.index.width)
+        a.audit()
+    assert widths == [2 * VllmCache.ENTRIES_PER_BUCKET, 2]

@@ -35,9 +35,10 @@ Check-then-act pairs: `can_reserve` / `reserve`, `can_allocate` / `grow`.
 `try_grow` is all-or-nothing: a reconstruction that cannot get every block
 it needs takes none (L4).
 
-`BlockAllocator` is written in five modules, one concern each: this one
+`BlockAllocator` is written in six modules, one concern each: this one
 (pools, credits, growth, the calls into the prefix cache), `counted_blocks`
-(the decode cohort's new blocks, by count), `sharing`
+(the decode cohort's new blocks, by count), `block_openings` (several
+tables grown at once, as a fold opens blocks), `sharing`
 (extra owners, pins, orphans), `freeing` (released tables, the drain queue,
 the free pools) and `allocator_audit` (the full check); `block_ids` holds
 the block numbers every allocator shares.
@@ -49,6 +50,7 @@ from collections import deque
 from ..records.errors import InvariantError
 from .allocator_audit import Audit
 from .block_ids import block_ids, grow_ids
+from .block_openings import BlockOpenings
 from .block_keys import BlockKeys
 from .counted_blocks import CountedBlocks
 from .freeing import Freeing
@@ -72,7 +74,7 @@ def blocks_for(rows: int, block_size: int) -> int:
     return -(-rows // block_size)
 
 
-class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks):
+class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
     """Physical blocks (held, draining, free) and reservation credits, by request id."""
 
     def __init__(self, num_blocks: int, block_size: int,

@@ -16,9 +16,13 @@ request's own content) is an item of the dict `plain`.
 
 `width` only groups keys: any positive width gives the same answers (a
 bucket may then straddle entries, or hold part of one); the cache sets it
-from the first keys it indexes. `KeyIndex` answers as a dict would
-(`in`, `get`, `[]`, `len`, `items`, `==` with a dict) for the per-key
-paths and the audit.
+from the first keys it indexes. vLLM's cache makes a bucket span several
+entries (`VllmCache.ENTRIES_PER_BUCKET`): a request's new entries are
+interned one after the other, so their keys run on across entries, and each
+run of consecutive keys within a bucket is one slice (its end found by a
+binary search, `_run_up`, `_run_down`, when it stops inside the bucket).
+`KeyIndex` answers as a dict would (`in`, `get`, `[]`, `len`, `items`, `==`
+with a dict) for the per-key paths and the audit.
 """
 from __future__ import annotations
 
@@ -153,10 +157,7 @@ class KeyIndex:
                 # Increasing keys whose first and last are n - 1 apart are
                 # consecutive: one bucket's slice.
                 if n > 1 and keys[p + n - 1] != key + n - 1:
-                    n = 1
-                    while (p + n < end and off + n < width
-                           and keys[p + n] == key + n):
-                        n += 1
+                    n = _run_up(keys, p, n, key)
                 bucket = buckets.get(node)
                 if bucket is None:
                     bucket = buckets[node] = nones[:]
@@ -210,6 +211,10 @@ class KeyIndex:
                 n = end - p
             # The next n keys are key, key - 1, ... exactly when the bucket holds
             # their blocks there (a block is indexed under its own key only).
+            if n > 1 and keys[p + shift + n - 1] != key - n + 1:
+                # Not one decreasing run down to the bucket's start: as far as the
+                # keys go down one by one (the blocks decide below).
+                n = _run_down(keys, p + shift, n, key)
             lo = off - n + 1
             if n > 1:
                 window = blocks[p:p + n]
@@ -240,10 +245,7 @@ class KeyIndex:
                 if n > end - p:
                     n = end - p
                 if n > 1 and keys[p + n - 1] != key + n - 1:
-                    n = 1
-                    while (p + n < end and off + n < width
-                           and keys[p + n] == key + n):
-                        n += 1
+                    n = _run_up(keys, p, n, key)
                 bucket = buckets.get(node)
                 if bucket is None:
                     return hits, False
@@ -260,3 +262,37 @@ class KeyIndex:
                 return hits, False
             hits += found
         return hits, True
+
+
+def _run_up(keys, p: int, n: int, key: int) -> int:
+    """How many of `keys[p:p + n]` go on key, key + 1, ... without a gap (at least
+    1: `keys[p]` is `key`), for keys that increase (a request's integer keys, then
+    keys of other kinds): a binary search, exact since `keys[p + m] == key + m`
+    holds for every m up to the answer and for none past it.
+
+    Speed: a bucket spans several hash entries (`VllmCache.ENTRIES_PER_BUCKET`),
+    and a run of keys often ends inside one (a request's last new entry, an old
+    entry before new ones): this replaced a step per key up to the run's end."""
+    lo, hi = 1, n - 1  # keys[p + lo - 1] continues the run; keys[p + n - 1] does not
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if keys[p + mid - 1] == key + mid - 1:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _run_down(keys, p: int, n: int, key: int) -> int:
+    """`_run_up` for keys going down: how many of `keys[p:p + n]` are key, key - 1,
+    ... as far as a binary search finds (a freed table's keys, tail first, go
+    down; any other order is caught by comparing the blocks, so this only has
+    to be a good guess there)."""
+    lo, hi = 1, n - 1
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if keys[p + mid - 1] == key - mid + 1:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

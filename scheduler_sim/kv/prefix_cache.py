@@ -72,6 +72,10 @@ class PrefixCache:
     """
 
     free_blocks: Collection[int]
+    # Whether `take` evicts exactly the blocks asked for, never spare ones: then
+    # the blocks of several requests may be taken in one call, in order
+    # (`BlockAllocator.grow_each`).
+    exact_take = False
 
     def __init__(self, compact: bool = False) -> None:
         # The interning table of hash entries, kept alive as long as the cache

@@ -42,6 +42,17 @@ _ONE_TAKEN = (1, ())  # `take`'s answer for one block: one eviction, nothing spa
 class VllmCache(RunQueue, PrefixCache):
     """Several blocks per key; keys carried by the requests and the freed blocks."""
 
+    # The index's buckets of integer keys span this many hash entries (`KeyIndex`).
+    # A request's new entries are interned one after the other, so their keys are
+    # one run of consecutive integers: on the Mooncake trace under vllm, 8.65
+    # million keys registered come in 36,307 such runs but 290,700 entries, and
+    # 8.49 million forgotten in 87,316 runs going down. Registration, look-up and
+    # eviction then take a slice per run within a bucket rather than per entry.
+    # A compact cache (a fleet's replica, where memory is what grows) keeps one
+    # entry a bucket: a wide bucket mostly empty costs its width in slots.
+    ENTRIES_PER_BUCKET = 8
+    exact_take = True  # (`take` evicts exactly the blocks asked for: one key each)
+
     def __init__(self, compact: bool = False) -> None:
         super().__init__(compact)
         # Integer keys (a trace's hash entries) indexed per entry (key_index.py).
@@ -83,8 +94,10 @@ class VllmCache(RunQueue, PrefixCache):
             key_list = keys.ensure(full)
         index = self.index
         if keys.hashes is not None and not index.buckets:
-            # Buckets of integer keys as wide as a hash entry's blocks.
-            index.set_width(-(-keys.hash_block_size // keys.block_size))
+            # Buckets of integer keys as wide as several hash entries' blocks
+            # (one entry's in a compact cache: see ENTRIES_PER_BUCKET).
+            slots = -(-keys.hash_block_size // keys.block_size)
+            index.set_width(slots if self.compact else slots * self.ENTRIES_PER_BUCKET)
         writers = self.writers
         self.request_keys[rid] = keys
         if full == start + 1 and writers is None:

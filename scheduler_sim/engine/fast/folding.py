@@ -156,6 +156,16 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
         others = []  # the gaps of the others
         grow = allocator.grow
         size = allocator.block_size
+        if allocator.cache is not None:
+            # With prefix caching a block opened is mostly an eviction: the blocks
+            # the folded rows open are taken in one call, in the order the loop's
+            # `grow` calls would take them (kv/block_openings.py), before the loop
+            # keys the blocks they filled.
+            openings = [(req.rid, req.resident + folded) for req in reqs
+                        if (req.resident + folded - 1) // size != (req.resident - 1) // size]
+            if openings:
+                allocator.grow_each(openings)
+            grow = None
         for req in reqs:
             last = req.last_output_at
             if last == start:
@@ -164,7 +174,7 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
                 others.append(first - last)
             now_rows = req.resident  # (its table covers them: at least ceil(r / B) blocks)
             rows = now_rows + folded
-            if (rows - 1) // size != (now_rows - 1) // size:
+            if grow is not None and (rows - 1) // size != (now_rows - 1) // size:
                 # The folded rows open a block. (Asked only then: under vllm on the
                 # Azure trace 360k of these calls found nothing to do.)
                 grow(req.rid, rows)

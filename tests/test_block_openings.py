@@ -1,0 +1,121 @@
+"""Several tables grown in one call (`BlockAllocator.grow_each`, kv/block_openings.py):
+the blocks and counts growing request by request would give, in a tiny exact case,
+against `grow` on random pools, and taken by the folds of random workloads."""
+from __future__ import annotations
+
+import random
+
+from conftest import trace_bytes
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.kv.block_keys import BlockKeys
+from scheduler_sim.kv.vllm_cache import VllmCache
+from scheduler_sim.records.options import Options
+
+
+def _pool() -> BlockAllocator:
+    """8 blocks of 4 rows: A's 4 keyed blocks freed (the queue, least recently
+    freed first: 3, 2, 1, 0), S's 2 plain ones freed (the stack, top 5), 6 and 7
+    never used."""
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    ka = BlockKeys(0, 16, 4, 8, hashes=["x", "y"])
+    a.grow("A", 16)
+    a.register_full_blocks("A", ka, 16)
+    a.grow("S", 8)
+    a.free_request("A", 0, 0)
+    a.free_request("S", 0, 0)
+    return a
+
+
+def _state(a: BlockAllocator):
+    return (a._tables, a.held, a.peak_held, a.step_growth, a.step_evictions, a._free,
+            a._fresh, a.cache.queue_items(), dict(a.cache.index.items()))
+
+
+def test_the_blocks_come_in_the_order_growing_one_by_one_takes_them(monkeypatch):
+    """D1, D2, D3 need 1, 2, 3 blocks: the stack's top first (5, 4), never-used ids
+    (6, 7), then the two least recently freed cached blocks (3, 2), evicted by one
+    `take` of 2. D3 evicted 2; the keys of 3 and 2 (entry y) leave the index."""
+    takes = []
+    take = VllmCache.take
+    monkeypatch.setattr(VllmCache, "take",
+                        lambda self, rid, table, count: takes.append(count)
+                        or take(self, rid, table, count))
+    a = _pool()
+    assert (a._free, a._fresh, a.cache.queue_items()[0]) == ([4, 5], 6, [3, 2, 1, 0])
+    a.grow_each([("D1", 4), ("D2", 8), ("D3", 12)])
+    assert takes == [2]
+    assert (a.table("D1"), a.table("D2"), a.table("D3")) == ([5], [4, 6], [7, 3, 2])
+    assert (a.step_growth, a.step_evictions) == ({"D1": 1, "D2": 2, "D3": 3}, {"D3": 2})
+    assert (a.held, a.free, a.cache.queue_items()[0]) == (6, 2, [1, 0])
+    assert sorted(a.cache.index.items()) == [(k, b) for k, b in zip(sorted(
+        key for key, _ in a.cache.index.items()), [0, 1])]
+    a.audit()
+    b = _pool()
+    for rid, rows in (("D1", 4), ("D2", 8), ("D3", 12)):
+        b.grow(rid, rows)
+    assert _state(a) == _state(b)
+
+
+def test_random_openings_equal_growing_request_by_request():
+    """Random pools (keyed and plain blocks freed, some tables partly grown): one
+    `grow_each` leaves what the `grow` calls in its order leave."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        twins = []
+        for _ in range(2):
+            r = random.Random(seed)
+            a = BlockAllocator(r.randint(12, 40), 4, cache=VllmCache())
+            for i in range(r.randint(1, 5)):
+                rows = r.randint(1, 16)
+                keys = BlockKeys(i, rows, 4, 8, hashes=[r.randrange(4) for _ in range(4)])
+                hits = a.lookup(keys, rows // 4)
+                a.share(f"P{i}", hits, keys)
+                a.grow(f"P{i}", rows)
+                a.register_full_blocks(f"P{i}", keys, rows)
+            for i in range(r.randint(0, 5)):
+                a.free_request(f"P{i}", 0, 0)
+            twins.append(a)
+        a, b = twins
+        openings = []
+        for i in range(rng.randint(2, 5)):
+            rows = rng.randint(1, 9)
+            a.grow(f"D{i}", rows)
+            b.grow(f"D{i}", rows)
+            openings.append((f"D{i}", rows + rng.randint(0, 8)))
+        a.step_growth.clear(), b.step_growth.clear()
+        a.step_evictions.clear(), b.step_evictions.clear()
+        need = sum(a.blocks_to_grow(rid, rows) for rid, rows in openings)
+        if need > a.free:
+            continue
+        a.grow_each(openings)
+        for rid, rows in openings:
+            b.grow(rid, rows)
+        assert _state(a) == _state(b), seed
+        a.audit()
+
+
+def test_folds_under_prefix_caching_open_their_blocks_in_one_call(monkeypatch):
+    """vllm with prefix caching, four requests decoding together in a pool full of
+    cached blocks: the folds open blocks for several of them at once."""
+    batched = []
+    grow_each = BlockAllocator.grow_each
+    monkeypatch.setattr(BlockAllocator, "grow_each",
+                        lambda self, openings: batched.append(len(openings))
+                        or grow_each(self, openings))
+    records = [{"type": "config", "hash_block_size": 8}]
+    records += [{"type": "request", "id": f"w{i}", "arrival": 0, "prompt_tokens": 16,
+                "output_tokens": 2, "block_hashes": [10 * i, 10 * i + 1]} for i in range(4)]
+    records += [{"type": "request", "id": f"r{i}", "arrival": 100, "prompt_tokens": 8,
+                 "output_tokens": 40, "block_hashes": [100 + i]} for i in range(4)]
+    trace = parse_trace(trace_bytes(records), "openings.jsonl")
+    opts = Options.resolve(trace.config, dict(block_size=4, num_blocks=20, token_budget=64,
+                                              max_rows=8, prefix_caching=True))
+    engine = Engine(trace.workload, opts, "vllm", fast_forward=True)
+    folded = engine.run()
+    # Six folds open blocks: 4 requests at once, then 2, 1, 2, 2, 1 (the ones
+    # whose rows cross a block boundary); those of 2 or more in one `take`.
+    assert (engine.folded > 0, batched) == (True, [4, 2, 1, 2, 2, 1])
+    stepped = Engine(trace.workload, opts, "vllm", fast_forward=False).run()
+    assert folded.summary == stepped.summary

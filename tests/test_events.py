@@ -259,6 +259,31 @@ def test_a_folded_stretch_is_one_text_of_the_lines_written_one_by_one():
     assert '"time":1.50625,' in text and text.endswith('"done":1.5125}')
 
 
+def test_a_counted_dispatch_s_snapshot_and_dispatch_are_one_text():
+    """A counted dispatch of a and b at tick 10 (done 12): its snapshot (3 held, 7
+    free of 10) and its dispatch, two lines joined by a newline, each what
+    `snapshot_line` and `decodes_line` write; without a snapshot the dispatch
+    alone; with a prefix cache's count, and in seconds with a policy tag (the
+    start's time, 1.5, written in both)."""
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.event_lines import (counted_text, decode_rows_text,
+                                                   decodes_line, snapshot_line)
+    rows = decode_rows_text(["a", "b"])
+    state = {"waiting": 1, "running": 2, "reserved": 5, "allocated": 3, "draining": 0,
+             "free": 7}
+    assert counted_text(10, state, rows, 2, 12, None, None) == (
+        '{"tick":10,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":3,'
+        '"draining":0,"free":7}\n'
+        '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":12}')
+    assert counted_text(10, None, rows, 2, 12, None, None) == (
+        '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":12}')
+    clock = Clock("s", 1.0, 1e-6, True)
+    state["cached"] = 4
+    assert counted_text(1_500_000, state, rows, 2, 1_506_250, 'p"', clock).split("\n") == [
+        snapshot_line(1_500_000, 1, 2, 5, 3, 0, 7, 4, 'p"', clock),
+        decodes_line(1_500_000, ["a", "b"], 2, 1_506_250, 'p"', clock)]
+
+
 def test_the_events_file_writes_a_text_of_lines_as_its_lines(tmp_path):
     """A line, a folded stretch's text of two lines and a list of one reach the file
     as four lines, in order; a fleet replica's listener tags each line of the text."""

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # only named in annotations; events.py imports this module
     from .events import Event
 
 __all__ = ["LineListener", "line_head", "snapshot_line", "dispatch_line", "rows_text",
-           "decodes_line", "decode_rows_text", "steady_text", "json_string", "encode_json"]
+           "decodes_line", "counted_text", "decode_rows_text", "steady_text", "json_string", "encode_json"]
 
 encode_json = json.JSONEncoder(separators=(",", ":")).encode
 json_string = json.encoder.encode_basestring_ascii  # a JSON string literal, C-accelerated
@@ -89,6 +89,30 @@ def decodes_line(tick: int, ids: Iterable[str], tokens: int, done: int, policy: 
     """`dispatch_line` of a dispatch of plain decodes only, from their requests' ids
     (a dispatch of the decode cohort's members, without the rows tuple)."""
     return _dispatch(tick, decode_rows_text(ids), tokens, done, policy, clock)
+
+
+def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int, done: int,
+                 policy: str | None, clock: Any) -> str:
+    """A dispatch of plain decodes, its rows given as text (`decode_rows_text`), after
+    its snapshot if `state` gives one (`snapshot_line`'s counts by name): the lines
+    `snapshot_line` and `decodes_line` write, joined by a newline into one text
+    for `LineListener.write_text`, the start's time made once for both (the
+    counted dispatches' starts, engine/fast/counted.py)."""
+    if clock is None or not clock.in_seconds:
+        head = f'{{"tick":{tick},"event":"'
+    else:
+        head = f'{{"time":{clock.text(tick)},"event":"'
+        done = clock.text(done)
+    tag = "" if policy is None else f'"policy":{json_string(policy)},'
+    line = f'{head}dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}'
+    if state is None:
+        return line
+    cached = state.get("cached")
+    cached = "" if cached is None else f',"cached":{cached}'
+    return (f'{head}snapshot",{tag}"waiting":{state["waiting"]},'
+            f'"running":{state["running"]},"reserved":{state["reserved"]},'
+            f'"allocated":{state["allocated"]},"draining":{state["draining"]},'
+            f'"free":{state["free"]}{cached}}}\n{line}')
 
 
 def _dispatch(tick: int, rows: str, tokens: int, done: int, policy: str | None,

@@ -259,6 +259,18 @@ def test_a_folded_stretch_is_one_text_of_the_lines_written_one_by_one():
     assert '"time":1.50625,' in text and text.endswith('"done":1.5125}')
 
 
+def test_a_folded_snapshot_s_block_counts_are_one_text_by_blocks_held():
+    """The block counts of a pool of 10 blocks, 1 draining, as a folded snapshot
+    writes them up to the next line's key: 3 held leave 6 free; asked again, the
+    same text (made once); another pool or key, other texts."""
+    from scheduler_sim.records.event_lines import _block_counts
+    counts = _block_counts(1, 10, '{"tick":')
+    assert counts[3] == '3,"draining":1,"free":6}\n{"tick":'
+    assert counts[3] is counts[3] and len(counts) == 1
+    assert _block_counts(1, 10, '{"tick":') is counts
+    assert _block_counts(0, 10, '{"time":')[3] == '3,"draining":0,"free":7}\n{"time":'
+
+
 def test_a_counted_dispatch_s_snapshot_and_dispatch_are_one_text():
     """A counted dispatch of a and b at tick 10 (done 12): its snapshot (3 held, 7
     free of 10) and its dispatch, two lines joined by a newline, each what

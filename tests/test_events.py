@@ -209,6 +209,28 @@ def test_a_repeated_rows_tuple_is_written_once_and_a_new_one_afresh():
     assert dispatch_line(1, rows, 4, 2, None, None) == first
 
 
+def test_a_dispatch_s_runs_of_plain_decodes_are_written_at_once_around_other_rows():
+    """Rows a, b (plain decodes), c (a chunk), d (a plain decode), e (a decode
+    naming its token ids), f, g (plain decodes): the runs (a, b), (d) and (f, g)
+    are each one `decode_rows_text`, c and e written field by field; the line is
+    what the generic encoder writes, in every arrangement of those rows."""
+    import itertools
+    from scheduler_sim.records.event_lines import decode_rows_text, rows_text
+    rows = (("a", "decode", 1, True, None), ("b", "decode", 1, True, None),
+            ("c", "prefill", 5, False, None), ("d", "decode", 1, True, None),
+            ("e", "decode", 1, True, (7, 8)), ("f", "decode", 1, True, None),
+            ("g", "decode", 1, True, None))
+    assert rows_text(rows) == ",".join([
+        decode_rows_text(["a", "b"]),
+        '{"id":"c","phase":"prefill","tokens":5,"emits":false}',
+        decode_rows_text(["d"]),
+        '{"id":"e","phase":"decode","tokens":1,"emits":true,"token_ids":[7,8]}',
+        decode_rows_text(["f", "g"])])
+    for some in itertools.permutations(rows[1:6], 4):
+        d = Dispatch(3, tuple(some), 4, 5)
+        assert d.to_json(None, None) == _generic(d, None, None)
+
+
 def test_clock_text_is_repr_of_the_reported_seconds():
     """`Clock.text` writes a step count as `repr` of `report`: through the decimal
     digits of the integer when a step is 10^-d s (0.000123, 12, 1e-06 below 1e-4),

@@ -231,6 +231,19 @@ def test_a_dispatch_s_runs_of_plain_decodes_are_written_at_once_around_other_row
         assert d.to_json(None, None) == _generic(d, None, None)
 
 
+def test_clock_text_of_whole_second_and_millisecond_steps():
+    """`Clock.text` with 1-s steps (no point: 10 is "10", not "1" nor ".10") and 1-ms
+    steps (under a second from the digits of steps + 1000: 0.05, 0.001; 10 s is
+    "10"), the same when asked again (remembered); a tick clock's text is the count."""
+    from scheduler_sim.records.clock import Clock
+    whole = Clock("s", 1.0, 1.0, True)
+    assert [whole.text(n) for n in (0, 10, 10, 1_000_000)] == ["0", "10", "10", "1000000"]
+    ms = Clock("s", 1.0, 0.001, True)
+    assert [ms.text(n) for n in (50, 1, 10_000, 10_250, 50)] == \
+        ["0.05", "0.001", "10", "10.25", "0.05"]
+    assert Clock().text(120) == "120"
+
+
 def test_clock_text_is_repr_of_the_reported_seconds():
     """`Clock.text` writes a step count as `repr` of `report`: through the decimal
     digits of the integer when a step is 10^-d s (0.000123, 12, 1e-06 below 1e-4),

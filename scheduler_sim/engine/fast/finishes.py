@@ -22,7 +22,10 @@ the busy time and the exact clock in the same order (a folded stretch's
 seconds are summed apart, a stepped dispatch's added alone: `DispatchLedger`).
 The survivors are listed, and the policy and the steadiness told, once, when
 the loop hands the stretch back (the policy's `decodes_repeated` sets what the
-last repeat sets: a rotation point).
+last repeat sets: a rotation point). With an event listener each boundary
+writes what the loop's would, from the counters: the finished requests'
+records, the snapshot and the survivors' dispatch (`Counting._write_counted`,
+one text for a line listener), then the fold's lines.
 tests/test_fold_through.py compares the results with stepped replays and
 counts the boundaries taken here.
 """

@@ -202,7 +202,8 @@ def test_the_random_workloads_count_decoders():
 def _event_streams(records, policy, **options):
     """The event stream of a replay with the cohort (and folding), as lines handed to a
     line listener and as records, and of a replay writing every row; and how many
-    dispatches the first counted."""
+    dispatches the first counted and how many boundaries the counted stretch's
+    loop took (fast/finishes.py) in the first and the second."""
     from scheduler_sim.records.clock import Clock
     from scheduler_sim.records.event_lines import LineListener
     trace = parse_trace(trace_bytes(records), "cohort.jsonl")
@@ -218,12 +219,15 @@ def _event_streams(records, policy, **options):
                     fast_forward=True)
     engine.run()
     streams = [lines]
+    through = [engine.steadiness.through_counted]
     for fast in (True, False):
         out: list[str] = []
-        Engine(trace.workload, opts, policy, fast_forward=fast,
-               on_event=lambda e: out.append(e.to_json("p", clock))).run()
+        replay = Engine(trace.workload, opts, policy, fast_forward=fast,
+                        on_event=lambda e: out.append(e.to_json("p", clock)))
+        replay.run()
         streams.append(out)
-    return streams, engine.cohort.started
+        through.append(replay.steadiness.through_counted)
+    return streams, (engine.cohort.started, through[0], through[1])
 
 
 def _options(seed: int) -> dict:
@@ -267,14 +271,17 @@ def test_the_event_streams_count_decoders():
     """The workloads of the test above count decoders with a listener too: the exact
     number of counted dispatches over its first 8 seeds (vllm: 4 before the decodes
     after an admission could start counted, fast/arrivals.py; 13 of the 128 start there,
-    the others follow from them)."""
-    expected = {"continuous": 1690, "serial": 1769, "vllm": 128}
+    the others follow from them), and the boundaries of counted stretches taken in
+    one loop with a listener, lines or records (fast/finishes.py: one at a time
+    through `carry_on` before)."""
+    expected = {"continuous": (1690, 8, 8), "serial": (1769, 8, 8), "vllm": (128, 6, 6)}
     for policy in ("continuous", "serial", "vllm"):
-        total = 0
+        total = [0, 0, 0]
         for seed in range(8):
             records = _with_output_ids(_workload(seed), seed) if seed % 2 else _workload(seed)
-            total += _event_streams(records, policy, **_options(seed))[1]
-        assert total == expected[policy], policy
+            counts = _event_streams(records, policy, **_options(seed))[1]
+            total = [a + b for a, b in zip(total, counts)]
+        assert tuple(total) == expected[policy], policy
 
 
 def test_no_cohort_when_somebody_watches_or_caches_or_for_other_policies():

@@ -209,6 +209,41 @@ def test_a_repeated_rows_tuple_is_written_once_and_a_new_one_afresh():
     assert dispatch_line(1, rows, 4, 2, None, None) == first
 
 
+def test_a_dispatch_s_runs_of_plain_decodes_are_written_at_once_around_other_rows():
+    """Rows a, b (plain decodes), c (a chunk), d (a plain decode), e (a decode
+    naming its token ids), f, g (plain decodes): the runs (a, b), (d) and (f, g)
+    are each one `decode_rows_text`, c and e written field by field; the line is
+    what the generic encoder writes, in every arrangement of those rows."""
+    import itertools
+    from scheduler_sim.records.event_lines import decode_rows_text, rows_text
+    rows = (("a", "decode", 1, True, None), ("b", "decode", 1, True, None),
+            ("c", "prefill", 5, False, None), ("d", "decode", 1, True, None),
+            ("e", "decode", 1, True, (7, 8)), ("f", "decode", 1, True, None),
+            ("g", "decode", 1, True, None))
+    assert rows_text(rows) == ",".join([
+        decode_rows_text(["a", "b"]),
+        '{"id":"c","phase":"prefill","tokens":5,"emits":false}',
+        decode_rows_text(["d"]),
+        '{"id":"e","phase":"decode","tokens":1,"emits":true,"token_ids":[7,8]}',
+        decode_rows_text(["f", "g"])])
+    for some in itertools.permutations(rows[1:6], 4):
+        d = Dispatch(3, tuple(some), 4, 5)
+        assert d.to_json(None, None) == _generic(d, None, None)
+
+
+def test_clock_text_of_whole_second_and_millisecond_steps():
+    """`Clock.text` with 1-s steps (no point: 10 is "10", not "1" nor ".10") and 1-ms
+    steps (under a second from the digits of steps + 1000: 0.05, 0.001; 10 s is
+    "10"), the same when asked again (remembered); a tick clock's text is the count."""
+    from scheduler_sim.records.clock import Clock
+    whole = Clock("s", 1.0, 1.0, True)
+    assert [whole.text(n) for n in (0, 10, 10, 1_000_000)] == ["0", "10", "10", "1000000"]
+    ms = Clock("s", 1.0, 0.001, True)
+    assert [ms.text(n) for n in (50, 1, 10_000, 10_250, 50)] == \
+        ["0.05", "0.001", "10", "10.25", "0.05"]
+    assert Clock().text(120) == "120"
+
+
 def test_clock_text_is_repr_of_the_reported_seconds():
     """`Clock.text` writes a step count as `repr` of `report`: through the decimal
     digits of the integer when a step is 10^-d s (0.000123, 12, 1e-06 below 1e-4),
@@ -257,6 +292,43 @@ def test_a_folded_stretch_is_one_text_of_the_lines_written_one_by_one():
         snapshot_line(1_506_250, 1, 2, 5, 4, 1, 5, None, 'p"', clock),
         decodes_line(1_506_250, ["a", "b"], 2, 1_512_500, 'p"', clock)]
     assert '"time":1.50625,' in text and text.endswith('"done":1.5125}')
+
+
+def test_a_folded_snapshot_s_block_counts_are_one_text_by_blocks_held():
+    """The block counts of a pool of 10 blocks, 1 draining, as a folded snapshot
+    writes them up to the next line's key: 3 held leave 6 free; asked again, the
+    same text (made once); another pool or key, other texts."""
+    from scheduler_sim.records.event_lines import _block_counts
+    counts = _block_counts(1, 10, '{"tick":')
+    assert counts[3] == '3,"draining":1,"free":6}\n{"tick":'
+    assert counts[3] is counts[3] and len(counts) == 1
+    assert _block_counts(1, 10, '{"tick":') is counts
+    assert _block_counts(0, 10, '{"time":')[3] == '3,"draining":0,"free":7}\n{"time":'
+
+
+def test_a_counted_dispatch_s_snapshot_and_dispatch_are_one_text():
+    """A counted dispatch of a and b at tick 10 (done 12): its snapshot (3 held, 7
+    free of 10) and its dispatch, two lines joined by a newline, each what
+    `snapshot_line` and `decodes_line` write; without a snapshot the dispatch
+    alone; with a prefix cache's count, and in seconds with a policy tag (the
+    start's time, 1.5, written in both)."""
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.event_lines import (counted_text, decode_rows_text,
+                                                   decodes_line, snapshot_line)
+    rows = decode_rows_text(["a", "b"])
+    state = {"waiting": 1, "running": 2, "reserved": 5, "allocated": 3, "draining": 0,
+             "free": 7}
+    assert counted_text(10, state, rows, 2, 12, None, None) == (
+        '{"tick":10,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":3,'
+        '"draining":0,"free":7}\n'
+        '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":12}')
+    assert counted_text(10, None, rows, 2, 12, None, None) == (
+        '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":12}')
+    clock = Clock("s", 1.0, 1e-6, True)
+    state["cached"] = 4
+    assert counted_text(1_500_000, state, rows, 2, 1_506_250, 'p"', clock).split("\n") == [
+        snapshot_line(1_500_000, 1, 2, 5, 3, 0, 7, 4, 'p"', clock),
+        decodes_line(1_500_000, ["a", "b"], 2, 1_506_250, 'p"', clock)]
 
 
 def test_the_events_file_writes_a_text_of_lines_as_its_lines(tmp_path):

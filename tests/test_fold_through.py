@@ -192,6 +192,38 @@ def test_a_finish_of_counted_decoders_is_completed_without_the_row_work():
                                                 num_blocks=16).run())
 
 
+def test_a_listener_s_lines_of_a_counted_stretch_come_from_its_loop():
+    """The same with a line listener (the events file's): the loop takes both
+    boundaries (fast/finishes.py) and writes each one's lines from the counters.
+    At 5: b's finish, then the snapshot (b's 2 blocks and its credit of 2 given
+    back: a's 2 held of 16, a's credit of 4 reserved) and a's dispatch, done at
+    6, the snapshot and the dispatch one text; then the fold from 6 (a's ninth
+    row opens its third block). Byte for byte the stepped replay's stream."""
+    from test_fast_forward import _Lines
+    from scheduler_sim.records.clock import Clock
+    trace = parse_trace(trace_bytes(TWO), "through.jsonl")
+    opts = Options.resolve(trace.config, {"block_size": 4, "num_blocks": 16})
+    sink = _Lines(Clock.of(opts))
+    engine = Engine(trace.workload, opts, "continuous", on_event=sink.listener)
+    taken = _counted_completions(engine)
+    engine.run()
+    assert taken == []
+    assert engine.steadiness.through_counted == 2
+    at_5 = [line for line in sink.lines if line.startswith('{"tick":5,')]
+    assert at_5 == [
+        '{"tick":5,"event":"finished","policy":"p","id":"b","status":"finished_length_capped"}',
+        '{"tick":5,"event":"snapshot","policy":"p","waiting":0,"running":1,"reserved":4,'
+        '"allocated":2,"draining":0,"free":14}',
+        '{"tick":5,"event":"dispatch","policy":"p","rows":[{"id":"a","phase":"decode",'
+        '"tokens":1,"emits":true}],"tokens":1,"done":6}']
+    assert sink.lines[-1] == ('{"tick":10,"event":"finished","policy":"p","id":"a",'
+                              '"status":"finished_length_capped"}')
+    stepped = []
+    Engine(trace.workload, opts, "continuous", fast_forward=False,
+           on_event=lambda e: stepped.append(e.to_json("p", Clock.of(opts)))).run()
+    assert sink.lines == stepped
+
+
 @pytest.mark.parametrize("policy, completions, finishes, looped",
                          [("continuous", 34, 1, 92), ("serial", 5, 0, 11),
                           ("vllm", 34, 1, 89)])

@@ -212,23 +212,37 @@ class Clock:
 
     def text(self, steps: int) -> str:
         """An event's time as JSON number text in the reported unit (`report`'s value)."""
-        if not self.in_seconds:
-            return str(steps)
         memo = self._texts  # a dispatch's end is the next one's start: asked twice
         text = memo.get(steps)
-        if text is None:
-            if len(memo) >= 64:
-                memo.clear()
-            scale = self._scale
-            if scale and scale // 10_000 <= steps < 10 ** 15:
-                # A step of 10^-d s: the decimal digits of the integer, which is what
-                # repr gives for 1e-4 <= value with at most 15 significant digits.
-                whole, part = divmod(steps, scale)
-                text = f"{whole}.{part:0{self.digits}d}".rstrip("0").rstrip(".")
+        if text is not None:
+            return text
+        if not self.in_seconds:
+            return str(steps)
+        if len(memo) >= 64:
+            memo.clear()
+        digits, scale = self._point
+        if scale and scale // 10_000 <= steps < 10 ** 15:
+            # A step of 10^-d s: the decimal digits of the integer, which is what
+            # repr gives for 1e-4 <= value with at most 15 significant digits, the
+            # point put d digits from the end (under 1 s: "0." and those of
+            # steps + 10^d but its leading 1). Speed: `str` and slices rather than
+            # a format of a divmod with its width given, the constants read once:
+            # 16% fewer instructions a time made (callgrind), on the lines the
+            # engine writes one at a time (about 130,000 times on the Azure trace
+            # with `--events`, a bit over half of them made, not remembered).
+            if not digits:
+                text = str(steps)  # (a step of 1 s)
             else:
-                value = round(steps * self.step_seconds, self.digits)
-                text = repr(int(value) if value.is_integer() else value)
-            memo[steps] = text
+                if steps >= scale:
+                    text = str(steps)
+                    text = text[:-digits] + "." + text[-digits:]
+                else:
+                    text = "0." + str(steps + scale)[1:]
+                text = text.rstrip("0").rstrip(".")
+        else:
+            value = round(steps * self.step_seconds, digits)
+            text = repr(int(value) if value.is_integer() else value)
+        memo[steps] = text
         return text
 
     def texts(self, steps: list[int]) -> list[str]:
@@ -251,6 +265,11 @@ class Clock:
     @functools.cached_property
     def _texts(self) -> dict[int, str]:
         return {}
+
+    @functools.cached_property
+    def _point(self) -> tuple[int, int]:
+        """(`digits`, `_scale`), for `text`."""
+        return self.digits, self._scale
 
     @functools.cached_property
     def _scale(self) -> int:

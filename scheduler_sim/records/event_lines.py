@@ -8,15 +8,15 @@ snapshot and dispatch lines at once, as one text (`steady_text`).
 from __future__ import annotations
 
 import json
-from itertools import repeat
-from operator import itemgetter, sub
+from itertools import compress
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:  # only named in annotations; events.py imports this module
     from .events import Event
 
 __all__ = ["LineListener", "line_head", "snapshot_line", "dispatch_line", "rows_text",
-           "decodes_line", "decode_rows_text", "steady_text", "json_string", "encode_json"]
+           "decodes_line", "counted_text", "decode_rows_text", "steady_text", "json_string", "encode_json"]
 
 encode_json = json.JSONEncoder(separators=(",", ":")).encode
 json_string = json.encoder.encode_basestring_ascii  # a JSON string literal, C-accelerated
@@ -91,6 +91,30 @@ def decodes_line(tick: int, ids: Iterable[str], tokens: int, done: int, policy: 
     return _dispatch(tick, decode_rows_text(ids), tokens, done, policy, clock)
 
 
+def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int, done: int,
+                 policy: str | None, clock: Any) -> str:
+    """A dispatch of plain decodes, its rows given as text (`decode_rows_text`), after
+    its snapshot if `state` gives one (`snapshot_line`'s counts by name): the lines
+    `snapshot_line` and `decodes_line` write, joined by a newline into one text
+    for `LineListener.write_text`, the start's time made once for both (the
+    counted dispatches' starts, engine/fast/counted.py)."""
+    if clock is None or not clock.in_seconds:
+        head = f'{{"tick":{tick},"event":"'
+    else:
+        head = f'{{"time":{clock.text(tick)},"event":"'
+        done = clock.text(done)
+    tag = "" if policy is None else f'"policy":{json_string(policy)},'
+    line = f'{head}dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}'
+    if state is None:
+        return line
+    cached = state.get("cached")
+    cached = "" if cached is None else f',"cached":{cached}'
+    return (f'{head}snapshot",{tag}"waiting":{state["waiting"]},'
+            f'"running":{state["running"]},"reserved":{state["reserved"]},'
+            f'"allocated":{state["allocated"]},"draining":{state["draining"]},'
+            f'"free":{state["free"]}{cached}}}\n{line}')
+
+
 def _dispatch(tick: int, rows: str, tokens: int, done: int, policy: str | None,
               clock: Any) -> str:
     """A dispatch's line, its rows given as text."""
@@ -109,19 +133,29 @@ def rows_text(rows: tuple) -> str:
     last = _LAST_ROWS
     if last[0] is rows:  # a dispatch line written again for the same record
         return last[1]
-    if all(map(_PLAIN_DECODE.__eq__, map(_row_kind, rows))):
+    others = list(compress(range(len(rows)), map(_PLAIN_DECODE.__ne__, map(_row_kind, rows))))
+    if not others:
         text = decode_rows_text(map(_row_id, rows))  # (the common dispatch, in C)
     else:
+        # The rows other than plain decodes one by one, each run of plain decodes
+        # between them at once (`decode_rows_text`). Speed: a dispatch the engine
+        # steps is mostly decodes and a prompt's chunk (about 11 rows on the Azure
+        # trace: 18,299 such lines); a Python step per row was about half the
+        # instructions of its line.
         parts = []
-        for rid, phase, count, emits, ids in rows:
-            if phase == "decode" and count == 1 and emits and ids is None:
-                parts.append(_DECODE_ROW[0] + json_string(rid) + _DECODE_ROW[1])
-                continue
+        start = 0
+        for i in others:
+            if i > start:
+                parts.append(decode_rows_text(map(_row_id, rows[start:i])))
+            rid, phase, count, emits, ids = rows[i]
             row = (f'{{"id":{json_string(rid)},"phase":"{phase}","tokens":{count},'
                    f'"emits":{"true" if emits else "false"}')
             if ids is not None:
                 row += f',"token_ids":[{",".join(map(str, ids))}]'
             parts.append(row + "}")
+            start = i + 1
+        if start < len(rows):
+            parts.append(decode_rows_text(map(_row_id, rows[start:])))
         text = ",".join(parts)
     last[0], last[1] = rows, text
     return text
@@ -156,7 +190,9 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     the next one's start). On the Azure trace with `--events` 29,973 folded
     stretches write 784,862 lines: this is about a third of the CPU of making
     them a line at a time with `str.format` (1.36-1.73 s against 0.54-0.59 s
-    in one process, three runs each) and leaves one string to buffer, not 26."""
+    in one process, three runs each) and leaves one string to buffer, not 26.
+    A snapshot's block counts are one piece looked up by the blocks held
+    (`_BlockCounts`), not two numbers formatted each time."""
     k = len(starts)
     if not k:
         return ""
@@ -167,21 +203,54 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     texts = clock.texts(times) if seconds else list(map(str, times))
     snapshot = (f',"event":"snapshot",{tag}"waiting":{waiting},"running":{running},'
                 f'"reserved":{reserved},"allocated":')
-    drain = f',"draining":{draining},"free":'
     between = "}\n" + key
     dispatch = (f',"event":"dispatch",{tag}"rows":[{decode_rows_text(ids)}],"tokens":{tokens},'
                 '"done":')
-    # Step i's pieces: its start and snapshot, its start and dispatch, its end.
-    parts: list[Any] = [None, snapshot, None, drain, None, between, None, dispatch, None,
-                        between] * k
-    held = list(held)
-    parts[0::10] = parts[6::10] = texts[:-1]  # the step's start
+    # Step i's pieces: its start and snapshot, its block counts and the next line's
+    # key, its start and dispatch, its end.
+    parts: list[Any] = [None, snapshot, None, None, dispatch, None, between] * k
+    parts[0::7] = parts[3::7] = texts[:-1]  # the step's start
     parts[0] = key + parts[0]  # (the others follow a `between`)
-    parts[2::10] = map(str, held)
-    parts[4::10] = map(str, map(sub, repeat(total - draining), held))
-    parts[8::10] = texts[1:]  # its end
+    parts[2::7] = map(_block_counts(draining, total, key).__getitem__, held)
+    parts[5::7] = texts[1:]  # its end
     parts[-1] = "}"
     return "".join(parts)
+
+
+class _BlockCounts(dict):
+    """A snapshot line's text from its count of blocks held to the next line's key:
+    `H,"draining":D,"free":F}\n{"time":` (or `"tick":`) for each H, F = total - D
+    - H, made when first asked. Speed: a folded stretch's snapshots take their
+    counts from here (the held counts of a run repeat: on the Azure trace under
+    `continuous` the 392,000 folded snapshots hold one of a few thousand), where
+    formatting the two numbers of each was a fifth of `steady_text`'s
+    instructions."""
+
+    def __init__(self, draining: int, total: int, key: str) -> None:
+        super().__init__()
+        self.drain = f',"draining":{draining},"free":'
+        self.free = total - draining
+        self.end = "}\n" + key
+
+    def __missing__(self, held: int) -> str:
+        if len(self) >= 1 << 14:
+            self.clear()  # (a bound on memory: each text is made again when asked)
+        text = self[held] = f"{held}{self.drain}{self.free - held}{self.end}"
+        return text
+
+
+def _block_counts(draining: int, total: int, key: str) -> _BlockCounts:
+    """The `_BlockCounts` of a pool of `total` blocks, `draining` of them draining."""
+    counts = _COUNTS.get((draining, total, key))
+    if counts is None:
+        if len(_COUNTS) >= 64:
+            _COUNTS.clear()
+        counts = _COUNTS[draining, total, key] = _BlockCounts(draining, total, key)
+    return counts
+
+
+# The texts of block counts by pool (draining, total blocks, the line's time key).
+_COUNTS: dict[tuple[int, int, str], _BlockCounts] = {}
 
 
 # The last rows tuple written and its JSON text (kept with the tuple itself, so

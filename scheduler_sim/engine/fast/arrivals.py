@@ -173,11 +173,10 @@ def after_admission(engine) -> int:
                 # The policy's decodes are every member (the running requests, as
                 # many): started counted, as `_start` finds them (`_start_members`).
                 engine.steadiness.arrivals_counted += 1
-                emit = engine.listener
-                if emit is not None:
-                    emit(Snapshot(t, **engine._state()))
+                # (a listener's snapshot: written with the dispatch, as one text)
+                state = engine._state() if engine.listener is not None else None
                 flight = engine.flight = engine._start_counted(order, everyone,
-                                                               cohort.start())
+                                                               cohort.start(), state)
             else:
                 plan = (DecodesFirst(order, []) if cohort is not None
                         else [(r, 1) for r in order])

@@ -27,8 +27,8 @@ from typing import Any
 from ...policies import Plan
 from ...policies.base import DecodesFirst
 from ...records.errors import InvariantError
-from ...records.event_lines import LineListener, decodes_line
-from ...records.events import Dispatch
+from ...records.event_lines import LineListener, counted_text, decode_rows_text
+from ...records.events import Dispatch, Snapshot
 from ...requests.request import DECODE, Request
 from ..dispatching import InFlight
 from .cohort import Cohort
@@ -59,24 +59,42 @@ class Counting:
         self._cohort.settle_all()
         flight.decoders, flight.members = flight.requests, 0
 
-    def _start_counted(self, requests: list[Request], members: int,
-                       contexts: int) -> InFlight:
+    def _start_counted(self, requests: list[Request], members: int, contexts: int,
+                       state: dict[str, int] | None = None) -> InFlight:
         """`_start` for a dispatch of counted decodes only (the cohort opened their
-        blocks): the same statistics, duration and flight, without a row loop."""
+        blocks): the same statistics, duration and flight, without a row loop.
+        `state`: the snapshot's counts (`_state`, taken before the cohort opened
+        the blocks), written before the dispatch (a listener's)."""
         now = self.now
         if members > self.options.token_budget:
             raise InvariantError(f"dispatch tokens({members}) <= token_budget"
                                  f"({self.options.token_budget}) is false", now)
         self.livelock.idle = 0  # (LivelockWatch.reset, inline)
         done, exact = self.ledger.decodes(now, members, contexts)
-        emit = self._emit
-        if isinstance(emit, LineListener):  # (its line made from the ids, no record)
-            emit.write(decodes_line(now, map(_rid, requests), members, done, emit.policy,
-                                    emit.clock))
-        elif emit is not None:  # (every row a plain decode)
-            emit(Dispatch(now, tuple([(req.rid, DECODE, 1, True, None) for req in requests]),
-                          members, done))
+        if self._emit is not None:
+            self._write_counted(requests, members, done, state)
         return InFlight(None, now, done, exact, True, members, [], members, requests)
+
+    def _write_counted(self, requests: list[Request], members: int, done: int,
+                       state: dict[str, int] | None, rows: str | None = None) -> str | None:
+        """What a dispatch of counted decodes starting now writes to the listener:
+        its snapshot (`state`, if given) and its dispatch of a plain decode for each
+        of `requests`, in order. A line listener gets both lines as one text, made
+        from the ids (`rows`: their rows' text, if known), no record; the text of
+        the rows is returned for the next dispatch of the same requests."""
+        emit = self._emit
+        now = self.now
+        if isinstance(emit, LineListener):
+            if rows is None:
+                rows = decode_rows_text(map(_rid, requests))
+            emit.write_text(counted_text(now, state, rows, members, done, emit.policy,
+                                         emit.clock))
+            return rows
+        if state is not None:
+            emit(Snapshot(now, **state))
+        emit(Dispatch(now, tuple([(req.rid, DECODE, 1, True, None) for req in requests]),
+                      members, done))
+        return None
 
     def decodes_opening(self, decodes: list[Request]) -> tuple[int, list[Request]]:
         """For a policy's `admit_arrivals` (vllm): the blocks the next decode of each

@@ -22,7 +22,10 @@ the busy time and the exact clock in the same order (a folded stretch's
 seconds are summed apart, a stepped dispatch's added alone: `DispatchLedger`).
 The survivors are listed, and the policy and the steadiness told, once, when
 the loop hands the stretch back (the policy's `decodes_repeated` sets what the
-last repeat sets: a rotation point).
+last repeat sets: a rotation point). With an event listener each boundary
+writes what the loop's would, from the counters: the finished requests'
+records, the snapshot and the survivors' dispatch (`Counting._write_counted`,
+one text for a line listener), then the fold's lines.
 tests/test_fold_through.py compares the results with stepped replays and
 counts the boundaries taken here.
 """
@@ -58,6 +61,12 @@ def carry_counted(engine, until: float) -> int:
     taken = 0
     changes = steady.changes  # the change log's count at the last start
     result = BACK
+    # With a listener, each boundary writes what the loop's would: the finished
+    # requests' records (`_finish_ended`), then the snapshot and the dispatch of
+    # the survivors' decodes (`_write_counted`: one text for a line listener, its
+    # rows' text made again only after a finish), then the fold's lines.
+    emit = engine.listener
+    rows = None
     while True:
         t = flight.done
         if t >= until:
@@ -74,6 +83,7 @@ def carry_counted(engine, until: float) -> int:
             if len(ended) > 1:
                 ended.sort(key=order.index)
             engine._finish_ended(ended, flight)
+            rows = None
         ledger.completed(t, flight.exact, n, {flight.start: n})
         taken += 1
         n = len(members)
@@ -89,7 +99,15 @@ def carry_counted(engine, until: float) -> int:
             return ENDED
         # The survivors' decodes, started by count (`_start_counted`), in the same flight.
         engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
-        done, exact = ledger.decodes(t, n, cohort.start())
+        if emit is None:
+            done, exact = ledger.decodes(t, n, cohort.start())
+        else:
+            if rows is None:  # (a fold's lines name the survivors: the flight's rows)
+                flight.requests = list(filter(members.__contains__, order))
+            allocator.step_growth.clear()  # (as the start clears it: a fold reads it)
+            state = engine._state()  # (before the decodes open their blocks)
+            done, exact = ledger.decodes(t, n, cohort.start())
+            rows = engine._write_counted(flight.requests, n, done, state, rows)
         flight.start, flight.done, flight.exact = t, done, exact
         flight.members = flight.outputs = n
         changes = steady.changes

@@ -240,7 +240,10 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
         # (from 1) opens a block for the rows r + s - 1 that start one, a cycle of
         # `size` counts; the counts held before each step are their running sums.
         if starts:
-            opened = [starts_at[(1 - s) % size] for s in range(1, size + 1)]
+            # starts_at[(1 - s) % size] for s = 1 .. size: residue 0, then size - 1
+            # down to 1 (two slices in C: a list comprehension here was about 10,000
+            # instructions a fold, 27,747 folds on the Azure trace).
+            opened = starts_at[:1] + starts_at[:0:-1]
             helds = accumulate(islice(cycle(opened), len(starts) - 1), initial=held)
             emit.write_text(steady_text(starts, last_done, helds, map(_rid, reqs), waiting,
                                         running, reserved, draining, total, n, policy, clock))

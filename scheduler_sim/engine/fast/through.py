@@ -112,47 +112,32 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
                 return done == AGAIN
             until = engine._until()
             continue
-        if counted and emit is None:
+        if counted:
             # Every row a counted member: its boundaries up to `until` in one loop
-            # (finishes.py); the flight it leaves completes at `until` or later.
+            # (finishes.py, which writes a listener's lines); the flight it leaves
+            # completes at `until` or later.
             if carry_counted(engine, until) == ENDED:
                 return False
             continue
         # The blocks the next decodes open must be free (a policy short of them
         # would preempt): the survivors' are at most these.
-        if counted:
-            opening = cohort.opening()
-        else:
-            opening = cohort.blocks_within(1) if flight.members else 0
-            opening += sum(1 for r in map(_resident, flight.decoders) if not r % size)
+        opening = cohort.blocks_within(1) if flight.members else 0
+        opening += sum(1 for r in map(_resident, flight.decoders) if not r % size)
         if opening > allocator.free:
             return False
         engine.now = t
         engine.complete_now()  # E1, as the loop does it
-        if counted:
-            # A listener writes each boundary's lines: one at a time. Every
-            # survivor still a member: their decodes start counted, as `_start`
-            # would find them (`_start_members`) and start them.
-            survivors = list(filter(cohort.members.__contains__, requests))
-            if not survivors:
-                return False  # nothing runs: the loop goes on at the next outside event
-            policy.decodes_repeated(survivors)
-            allocator.step_growth.clear()
-            emit(Snapshot(t, **engine._state()))  # as the step writes it
-            flight = engine.flight = engine._start_counted(
-                survivors, len(survivors), cohort.start())
-        else:
-            survivors = [req for req in requests if req.status is RUNNING]
-            if not survivors:
-                return False
-            policy.decodes_repeated(survivors)
-            allocator.step_evictions.clear()
-            allocator.step_growth.clear()
-            plan = (DecodesFirst(survivors, []) if cohort is not None
-                    else [(req, 1) for req in survivors])
-            if emit is not None:
-                emit(Snapshot(t, **engine._state(plan)))  # as the step writes it
-            flight = engine.flight = engine._start(plan)
+        survivors = [req for req in requests if req.status is RUNNING]
+        if not survivors:
+            return False
+        policy.decodes_repeated(survivors)
+        allocator.step_evictions.clear()
+        allocator.step_growth.clear()
+        plan = (DecodesFirst(survivors, []) if cohort is not None
+                else [(req, 1) for req in survivors])
+        if emit is not None:
+            emit(Snapshot(t, **engine._state(plan)))  # as the step writes it
+        flight = engine.flight = engine._start(plan)
         steady.repeated(survivors)
         until = engine._until()  # (the same: nothing a finish sets is outside)
         if flight.members and until - flight.done < FOLD_AFTER * (flight.done - flight.start):

@@ -70,6 +70,32 @@ def test_an_arrival_inside_a_steady_stretch_needs_no_scheduling_call(policy):
                                                 num_blocks=16).run())
 
 
+# THREE: c (P=4, N=2) arrives at 4, as b's admission (3 to 4) completes.
+THREE = TWO + [{"type": "request", "id": "c", "arrival": 4, "prompt_tokens": 4,
+                "output_tokens": 2}]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_an_arrival_at_the_completion_of_an_admission_needs_no_call(policy):
+    """As above, and c arrives at 4, when the dispatch that admitted b (a's decode
+    and b's prompt) completes: the policy was at its fixed point before c came
+    and a and b decode next, so the engine asks it to admit c beside their decodes
+    in its order (`decode_order`, then `admit_arrivals`: arrivals.py's
+    `admit_after_prompts`) instead of calling `schedule` at 4. c's first output
+    at 5, its second (the last) at 6, b's last at 6, a's at 10: ten dispatches,
+    the stepped results."""
+    engine = _engine(THREE, policy, block_size=4, num_blocks=16)
+    calls, admitted = _spy(engine)
+    result = engine.run()
+    assert calls == [0]
+    assert admitted == [(3, [("b", 4)]), (4, [("c", 4)])]
+    assert result.summary["iterations"] == 10
+    assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
+        ("a", 0, 10), ("b", 3, 6), ("c", 4, 6)]
+    assert _outcome(result) == _outcome(_engine(THREE, policy, False, block_size=4,
+                                                num_blocks=16).run())
+
+
 def test_a_prompt_larger_than_the_chunk_goes_to_the_policy():
     """With chunks of 2 tokens b's prompt of 4 is not one chunk: the policy is asked
     at b's boundary (3) and at the next (4, b's second chunk), and the engine
@@ -128,12 +154,22 @@ def test_admitted_through_and_stepped_replays_agree(seed, policy):
 
 
 @pytest.mark.parametrize("policy", ["continuous", "vllm"])
-def test_the_random_workloads_take_the_path(policy):
+def test_the_random_workloads_take_the_path(policy, monkeypatch):
     """Over the first 12 workloads above, the engine admits arrivals itself this many
-    times (and the serial policy, one request at a time, never), and how many
+    times (and the serial policy, one request at a time, never), of which this
+    many at the completion of a dispatch with prompt rows (`admit_after_prompts`:
+    50 and 51 in all before it), and how many
     times, after a dispatch of whole prompts (admitted so, or planned by the
     policy with nothing waiting after it), every running request is a counted
     member whose decodes start at once (`after_admission`'s counted path)."""
+    from scheduler_sim.engine.fast import arrivals, through
+    after_prompts = []
+
+    def admit_after_prompts(engine, until):
+        done = arrivals.admit_after_prompts(engine, until)
+        after_prompts.append(done)
+        return done
+    monkeypatch.setattr(through, "admit_after_prompts", admit_after_prompts)
     taken = {}
     counted = 0  # of which the decodes after were started counted at once
     for name in (policy, "serial"):
@@ -145,7 +181,10 @@ def test_the_random_workloads_take_the_path(policy):
             taken[name] += len(admitted)
             if name == policy:
                 counted += engine.steadiness.arrivals_counted
-    assert taken == {policy: {"continuous": 50, "vllm": 51}[policy], "serial": 0}
+        if name == policy:
+            started = after_prompts.count(arrivals.STARTED)
+    assert taken == {policy: {"continuous": 62, "vllm": 66}[policy], "serial": 0}
+    assert started == {"continuous": 12, "vllm": 15}[policy]
     assert counted == {"continuous": 110, "vllm": 117}[policy]
 
 

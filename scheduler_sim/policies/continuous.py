@@ -151,6 +151,9 @@ class ContinuousPolicy(Policy):
             self._last_decode = chosen[-1].admit_seq
         return chosen
 
+    def decode_order(self) -> list[Request] | None:
+        return self.decoders.take_after(self._last_decode, len(self.decoders))
+
     # --- the dispatch -------------------------------------------------------
 
     def schedule(self, now: int) -> Plan:

@@ -373,6 +373,9 @@ class VllmPolicy(QueueAndListPolicy):
     def next_decodes(self) -> list[Request] | None:
         return list(self.running)
 
+    def decode_order(self) -> list[Request] | None:
+        return list(self.running)
+
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""
         end = req.restore if req.resident < req.restore else req.prompt_tokens

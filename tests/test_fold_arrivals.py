@@ -101,13 +101,15 @@ TOGETHER = TWO + [{"type": "request", "id": "c", "arrival": 3, "prompt_tokens": 
                    "output_tokens": 2}]
 
 
-def test_arrivals_together_are_admitted_together_without_a_call():
-    """Under `continuous`, b and c arrive at 3: both credits fit (3 blocks of 4 for
-    b's 4 + 3 rows, 2 for c's 4 + 2, beside a's 4), two rows and 8 prompt tokens
-    fit beside a's decode, so the engine admits both whole in their order
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_arrivals_together_are_admitted_together_without_a_call(policy):
+    """b and c arrive at 3: under `continuous` both credits fit (2 blocks of 4 for
+    b's 4 + 3 rows, 2 for c's 4 + 2, beside a's 4), under `vllm` their prompts'
+    blocks (1 each, a's decode opening none); two rows and 8 prompt tokens fit
+    beside a's decode, so the engine admits both whole in their order
     (`admit_arrivals`) instead of calling `schedule` at 3. c ends at 5 (its
     second output), b at 6, a at 10: the stepped results."""
-    engine = _engine(TOGETHER, "continuous", block_size=4, num_blocks=16)
+    engine = _engine(TOGETHER, policy, block_size=4, num_blocks=16)
     calls, admitted = _spy(engine)
     result = engine.run()
     assert calls == [0]
@@ -115,15 +117,15 @@ def test_arrivals_together_are_admitted_together_without_a_call():
     assert result.summary["iterations"] == 10
     assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
         ("a", 0, 10), ("b", 3, 6), ("c", 3, 5)]
-    assert _outcome(result) == _outcome(_engine(TOGETHER, "continuous", False,
+    assert _outcome(result) == _outcome(_engine(TOGETHER, policy, False,
                                                 block_size=4, num_blocks=16).run())
     # With a budget of 8 tokens a's decode leaves 7: c's prompt would be cut, so
     # the policy's call plans the boundary at 3.
-    engine = _engine(TOGETHER, "continuous", block_size=4, num_blocks=16, token_budget=8)
+    engine = _engine(TOGETHER, policy, block_size=4, num_blocks=16, token_budget=8)
     calls, admitted = _spy(engine)
     result = engine.run()
     assert admitted == [] and 3 in calls
-    assert _outcome(result) == _outcome(_engine(TOGETHER, "continuous", False, block_size=4,
+    assert _outcome(result) == _outcome(_engine(TOGETHER, policy, False, block_size=4,
                                                 num_blocks=16, token_budget=8).run())
 
 
@@ -189,8 +191,7 @@ def test_the_random_workloads_take_the_path(policy, monkeypatch):
     """Over the first 12 workloads above, the engine admits arrivals itself this many
     times (and the serial policy, one request at a time, never), of which this
     many at the completion of a dispatch with prompt rows (`admit_after_prompts`:
-    50 and 51 in all before it), and this many several requests at once
-    (`continuous` only), and how many
+    50 and 51 in all before it), and this many several requests at once, and how many
     times, after a dispatch of whole prompts (admitted so, or planned by the
     policy with nothing waiting after it), every running request is a counted
     member whose decodes start at once (`after_admission`'s counted path)."""
@@ -217,8 +218,8 @@ def test_the_random_workloads_take_the_path(policy, monkeypatch):
                 counted += engine.steadiness.arrivals_counted
         if name == policy:
             started = after_prompts.count(arrivals.STARTED)
-    assert taken == {policy: {"continuous": 66, "vllm": 66}[policy], "serial": 0}
-    assert together == {policy: {"continuous": 4, "vllm": 0}[policy], "serial": 0}
+    assert taken == {policy: {"continuous": 66, "vllm": 70}[policy], "serial": 0}
+    assert together == {policy: 4, "serial": 0}
     assert started == {"continuous": 12, "vllm": 15}[policy]
     assert counted == {"continuous": 110, "vllm": 117}[policy]
 

@@ -137,12 +137,37 @@ class ContinuousPolicy(Policy):
             return None
         queue.refresh()
         if k == 1:
-            heads = [queue.peek()]
-        elif type(queue) is FcfsQueue and not queue.spilled:
-            heads = list(queue)  # (in the order `pop` gives them)
+            head = queue.peek()
+            tokens = head.phase_remaining
+            if (head.phase == DECODE or tokens > options.prefill_chunk or tokens > budget
+                    or head.resident + tokens < head.prompt_tokens):
+                return None
+            credit, needed, cached = self.reservation_need(head)
+            if not self.view.allocator.can_reserve(needed):
+                return None
+            queue.pop()
+            self.view.admit(head, credit, cached)
+            chunks = [(head, tokens)]
         else:
+            chunks = self._admit_together(queue, budget)
+            if chunks is None:
+                return None
+        if decodes:
+            self._last_decode = decodes[-1].admit_seq
+        self._last_prefill = chunks[-1][0].admit_seq
+        add = self.decoders.add
+        for head, _ in chunks:
+            add(head)  # (a prefiller whose chunk ends its prompt: a decoder)
+        return chunks
+
+    def _admit_together(self, queue, budget: int) -> list[tuple[Request, int]] | None:
+        """`admit_arrivals` for several waiting requests: all admitted, each prompt
+        whole within what the ones before it leave of `budget`, or None (nothing
+        done)."""
+        if type(queue) is not FcfsQueue or queue.spilled:
             return None
-        chunk = options.prefill_chunk
+        heads = list(queue)  # (in the order `pop` gives them)
+        chunk = self.options.prefill_chunk
         chunks = []
         needs = []
         needed = 0
@@ -162,11 +187,6 @@ class ContinuousPolicy(Policy):
         for head, (credit, _, cached) in zip(heads, needs):
             queue.pop()
             admit(head, credit, cached)
-        if decodes:
-            self._last_decode = decodes[-1].admit_seq
-        self._last_prefill = heads[-1].admit_seq
-        for head in heads:
-            self.decoders.add(head)  # (a prefiller whose chunk ends its prompt: a decoder)
         return chunks
 
     def next_decodes(self) -> list[Request] | None:

@@ -108,7 +108,7 @@ def admit_through(engine, until: float, requests: list, counted: bool) -> int:
         survivors = [req for req in requests if req.status is RUNNING]
     if not survivors:
         return AGAIN
-    return _admit(engine, t, survivors)
+    return _admit(engine, t, survivors, cohort)
 
 
 def admit_after_prompts(engine, until: float) -> int:
@@ -133,15 +133,16 @@ def admit_after_prompts(engine, until: float) -> int:
     policy = engine.policy
     fixed = policy.repeats_decodes()  # (before the arrivals: nothing waits yet)
     take_boundaries(engine, t)
-    if not fixed or decoding_next(engine, flight)[0] is None:
+    cohort = engine.cohort
+    if not fixed or decoding_next(engine, flight, policy, cohort)[0] is None:
         return AGAIN
     order = policy.decode_order()
     if not order or len(order) != policy.running_count:
         return AGAIN
-    return _admit(engine, t, order)
+    return _admit(engine, t, order, cohort)
 
 
-def _admit(engine, t: int, decodes: list) -> int:
+def _admit(engine, t: int, decodes: list, cohort) -> int:
     """At the boundary `t` taken, requests waiting and `decodes` the running
     requests in the order the policy repeats them: start the dispatch of those
     decodes and the waiting requests' whole prompts if the policy admits them so
@@ -155,7 +156,7 @@ def _admit(engine, t: int, decodes: list) -> int:
     chunks = engine.policy.admit_arrivals(decodes)
     if chunks is None:
         return AGAIN  # the policy's call plans this boundary
-    plan = (DecodesFirst(decodes, chunks) if engine.cohort is not None
+    plan = (DecodesFirst(decodes, chunks) if cohort is not None
             else [(req, 1) for req in decodes] + chunks)
     emit = engine.listener
     if emit is not None:
@@ -165,12 +166,10 @@ def _admit(engine, t: int, decodes: list) -> int:
     return STARTED
 
 
-def decoding_next(engine, flight) -> tuple:
+def decoding_next(engine, flight, policy, cohort) -> tuple:
     """After the completion of `flight`, a dispatch with prompt rows: (the running
     requests if every one decodes next, else None; how many, if every one is a
     counted member, else 0; the blocks their decodes open)."""
-    policy = engine.policy
-    cohort = engine.cohort
     members = cohort.members if cohort is not None else ()
     everyone = len(members)
     if everyone and everyone == policy.running_count:
@@ -214,7 +213,7 @@ def after_admission(engine) -> int:
     policy = engine.policy
     cohort = engine.cohort
     allocator = engine.allocator
-    running, everyone, opening = decoding_next(engine, flight)
+    running, everyone, opening = decoding_next(engine, flight, policy, cohort)
     if running and policy.repeats_decodes():
         order = policy.next_decodes() if opening <= allocator.free else None
         if order is not None:

@@ -70,6 +70,65 @@ def test_an_arrival_inside_a_steady_stretch_needs_no_scheduling_call(policy):
                                                 num_blocks=16).run())
 
 
+# THREE: c (P=4, N=2) arrives at 4, as b's admission (3 to 4) completes.
+THREE = TWO + [{"type": "request", "id": "c", "arrival": 4, "prompt_tokens": 4,
+                "output_tokens": 2}]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_an_arrival_at_the_completion_of_an_admission_needs_no_call(policy):
+    """As above, and c arrives at 4, when the dispatch that admitted b (a's decode
+    and b's prompt) completes: the policy was at its fixed point before c came
+    and a and b decode next, so the engine asks it to admit c beside their decodes
+    in its order (`decode_order`, then `admit_arrivals`: arrivals.py's
+    `admit_after_prompts`) instead of calling `schedule` at 4. c's first output
+    at 5, its second (the last) at 6, b's last at 6, a's at 10: ten dispatches,
+    the stepped results."""
+    engine = _engine(THREE, policy, block_size=4, num_blocks=16)
+    calls, admitted = _spy(engine)
+    result = engine.run()
+    assert calls == [0]
+    assert admitted == [(3, [("b", 4)]), (4, [("c", 4)])]
+    assert result.summary["iterations"] == 10
+    assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
+        ("a", 0, 10), ("b", 3, 6), ("c", 4, 6)]
+    assert _outcome(result) == _outcome(_engine(THREE, policy, False, block_size=4,
+                                                num_blocks=16).run())
+
+
+# TOGETHER: b and c (P=4, N=2) arrive together at 3, while a decodes.
+TOGETHER = TWO + [{"type": "request", "id": "c", "arrival": 3, "prompt_tokens": 4,
+                   "output_tokens": 2}]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_arrivals_together_are_admitted_together_without_a_call(policy):
+    """b and c arrive at 3: under `continuous` both credits fit (2 blocks of 4 for
+    b's 4 + 3 rows, 2 for c's 4 + 2, beside a's 4), under `vllm` their prompts'
+    blocks (1 each, a's decode opening none); two rows and 8 prompt tokens fit
+    beside a's decode, so the engine admits both whole in their order
+    (`admit_arrivals`) instead of calling `schedule` at 3. c ends at 5 (its
+    second output), b at 6, a at 10: the stepped results."""
+    engine = _engine(TOGETHER, policy, block_size=4, num_blocks=16)
+    calls, admitted = _spy(engine)
+    result = engine.run()
+    assert calls == [0]
+    assert admitted == [(3, [("b", 4), ("c", 4)])]
+    assert result.summary["iterations"] == 10
+    assert [(r.rid, r.admitted_at, r.finished_at) for r in result.requests] == [
+        ("a", 0, 10), ("b", 3, 6), ("c", 3, 5)]
+    assert _outcome(result) == _outcome(_engine(TOGETHER, policy, False,
+                                                block_size=4, num_blocks=16).run())
+    # With a budget of 8 tokens a's decode leaves 7: c's prompt would be cut, so
+    # the policy's call plans the boundary at 3.
+    engine = _engine(TOGETHER, policy, block_size=4, num_blocks=16, token_budget=8)
+    calls, admitted = _spy(engine)
+    result = engine.run()
+    assert admitted == [] and 3 in calls
+    assert _outcome(result) == _outcome(_engine(TOGETHER, policy, False, block_size=4,
+                                                num_blocks=16, token_budget=8).run())
+
+
 def test_a_prompt_larger_than_the_chunk_goes_to_the_policy():
     """With chunks of 2 tokens b's prompt of 4 is not one chunk: the policy is asked
     at b's boundary (3) and at the next (4, b's second chunk), and the engine
@@ -128,13 +187,24 @@ def test_admitted_through_and_stepped_replays_agree(seed, policy):
 
 
 @pytest.mark.parametrize("policy", ["continuous", "vllm"])
-def test_the_random_workloads_take_the_path(policy):
+def test_the_random_workloads_take_the_path(policy, monkeypatch):
     """Over the first 12 workloads above, the engine admits arrivals itself this many
-    times (and the serial policy, one request at a time, never), and how many
+    times (and the serial policy, one request at a time, never), of which this
+    many at the completion of a dispatch with prompt rows (`admit_after_prompts`:
+    50 and 51 in all before it), and this many several requests at once, and how many
     times, after a dispatch of whole prompts (admitted so, or planned by the
     policy with nothing waiting after it), every running request is a counted
     member whose decodes start at once (`after_admission`'s counted path)."""
+    from scheduler_sim.engine.fast import arrivals, through
+    after_prompts = []
+
+    def admit_after_prompts(engine, until):
+        done = arrivals.admit_after_prompts(engine, until)
+        after_prompts.append(done)
+        return done
+    monkeypatch.setattr(through, "admit_after_prompts", admit_after_prompts)
     taken = {}
+    together = {policy: 0, "serial": 0}  # of which several requests at once
     counted = 0  # of which the decodes after were started counted at once
     for name in (policy, "serial"):
         taken[name] = 0
@@ -143,9 +213,14 @@ def test_the_random_workloads_take_the_path(policy):
             _, admitted = _spy(engine)
             engine.run()
             taken[name] += len(admitted)
+            together[name] += sum(1 for _, chunks in admitted if len(chunks) > 1)
             if name == policy:
                 counted += engine.steadiness.arrivals_counted
-    assert taken == {policy: {"continuous": 50, "vllm": 51}[policy], "serial": 0}
+        if name == policy:
+            started = after_prompts.count(arrivals.STARTED)
+    assert taken == {policy: {"continuous": 66, "vllm": 70}[policy], "serial": 0}
+    assert together == {policy: 4, "serial": 0}
+    assert started == {"continuous": 12, "vllm": 15}[policy]
     assert counted == {"continuous": 110, "vllm": 117}[policy]
 
 

@@ -308,6 +308,14 @@ class Policy:
         (a rotation point, say); None: unknown (the engine calls `schedule`)."""
         return None
 
+    def decode_order(self) -> list[Request] | None:
+        """Asked only when `repeats_decodes` held before requests arrived at the
+        completion of a dispatch that admitted others (engine/fast/arrivals.py's
+        `admit_after_prompts`): the decodes `next_decodes` would give, in its
+        order, setting nothing (`admit_arrivals` sets what the call sets); None:
+        unknown (the engine calls `schedule`)."""
+        return None
+
     def next_wakeup(self, now: int) -> int | None:
         """A future tick at which the policy would decide differently with no other
         change (a batching window, a timeout); None if there is none."""

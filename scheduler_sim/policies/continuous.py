@@ -113,43 +113,90 @@ class ContinuousPolicy(Policy):
         self._last_decode = requests[-1].admit_seq  # as `schedule` sets it
 
     def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
-        # `schedule` when one request waits, nothing prefills and `decodes` are
-        # the decoders from the rotation point on (a fixed point): the head is
-        # admitted if its credit fits and the row limit allows, and its whole
-        # prompt is one chunk if it fits the chunk size and the budget the
-        # decodes leave. Only the head's credit is computed before deciding.
+        # `schedule` when requests wait, nothing prefills and `decodes` are the
+        # decoders from the rotation point on (a fixed point): the waiting requests
+        # are admitted in order if every credit fits (credits add up: each
+        # admission's check sees the ones before reserved) and the row limits
+        # allow, and each whole prompt is one chunk if it fits the chunk size and
+        # the budget the decodes and the chunks before it leave (the chunks are
+        # taken in admission order: every admitted request is newer than the
+        # rotation point of prefills). Decided before anything is admitted.
+        # Speed: several requests arriving together (a tick, in tick mode) were
+        # left to `schedule` (3,060 of its 6,311 calls on the first 20,000
+        # generated requests; 883 on the Azure conversation trace).
         queue = self.queue
-        if len(queue) != 1 or self.prefillers or self.view.allocator.cache is not None:
+        k = len(queue)
+        if not k or self.prefillers or self.view.allocator.cache is not None:
             return None
         options = self.options
         n = len(decodes)
         budget = options.token_budget - n
-        if n >= options.max_rows or budget <= 0:
+        if n + k > options.max_rows or budget <= 0:
+            return None
+        if self.running_limit is not None and self.running_count + k > self.running_limit:
             return None
         queue.refresh()
-        head = queue.peek()
-        tokens = head.phase_remaining
-        if (head.phase == DECODE or tokens > options.prefill_chunk or tokens > budget
-                or head.resident + tokens < head.prompt_tokens):
-            return None
-        if self.running_limit is not None and self.running_count >= self.running_limit:
-            return None
-        credit, needed, cached = self.reservation_need(head)
-        if not self.view.allocator.can_reserve(needed):
-            return None
-        queue.pop()
-        self.view.admit(head, credit, cached)
+        if k == 1:
+            head = queue.peek()
+            tokens = head.phase_remaining
+            if (head.phase == DECODE or tokens > options.prefill_chunk or tokens > budget
+                    or head.resident + tokens < head.prompt_tokens):
+                return None
+            credit, needed, cached = self.reservation_need(head)
+            if not self.view.allocator.can_reserve(needed):
+                return None
+            queue.pop()
+            self.view.admit(head, credit, cached)
+            chunks = [(head, tokens)]
+        else:
+            chunks = self._admit_together(queue, budget)
+            if chunks is None:
+                return None
         if decodes:
             self._last_decode = decodes[-1].admit_seq
-        self._last_prefill = head.admit_seq
-        self.decoders.add(head)  # (a prefiller whose chunk ends its prompt: a decoder)
-        return [(head, tokens)]
+        self._last_prefill = chunks[-1][0].admit_seq
+        add = self.decoders.add
+        for head, _ in chunks:
+            add(head)  # (a prefiller whose chunk ends its prompt: a decoder)
+        return chunks
+
+    def _admit_together(self, queue, budget: int) -> list[tuple[Request, int]] | None:
+        """`admit_arrivals` for several waiting requests: all admitted, each prompt
+        whole within what the ones before it leave of `budget`, or None (nothing
+        done)."""
+        if type(queue) is not FcfsQueue or queue.spilled:
+            return None
+        heads = list(queue)  # (in the order `pop` gives them)
+        chunk = self.options.prefill_chunk
+        chunks = []
+        needs = []
+        needed = 0
+        for head in heads:
+            tokens = head.phase_remaining
+            if (head.phase == DECODE or tokens > chunk or tokens > budget
+                    or head.resident + tokens < head.prompt_tokens):
+                return None
+            budget -= tokens
+            chunks.append((head, tokens))
+            need = self.reservation_need(head)  # (no cache: nothing shared, no hit)
+            needs.append(need)
+            needed += need[1]
+        if not self.view.allocator.can_reserve(needed):
+            return None
+        admit = self.view.admit
+        for head, (credit, _, cached) in zip(heads, needs):
+            queue.pop()
+            admit(head, credit, cached)
+        return chunks
 
     def next_decodes(self) -> list[Request] | None:
         chosen = self.decoders.take_after(self._last_decode, len(self.decoders))
         if chosen:
             self._last_decode = chosen[-1].admit_seq
         return chosen
+
+    def decode_order(self) -> list[Request] | None:
+        return self.decoders.take_after(self._last_decode, len(self.decoders))
 
     # --- the dispatch -------------------------------------------------------
 

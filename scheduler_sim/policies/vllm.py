@@ -58,6 +58,7 @@ from __future__ import annotations
 from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.options import Options
+from ..requests.queues import FcfsQueue
 from ..requests.request import Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
 
@@ -330,20 +331,25 @@ class VllmPolicy(QueueAndListPolicy):
                 and self.view.allocator.cache is None)
 
     def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
-        # `schedule` when one new request waits and every running request decodes
+        # `schedule` when new requests wait and every running request decodes
         # (`decodes` is the running list): the decodes that open a block take it
-        # in running order, then the head is admitted if the rows, the budget and
-        # its blocks (with the watermark) allow, and its whole prompt is one
-        # chunk. Decided before anything is allocated.
+        # in running order, then the waiting requests are admitted in order while
+        # the rows, the budget and their blocks (with the watermark once something
+        # runs) allow, each whole prompt one chunk. Decided before anything is
+        # allocated: every one must be admitted so, else the call plans it.
+        # Speed: several requests arriving together were left to `schedule`
+        # (2,848 of its 3,376 calls on the first 20,000 generated requests).
         waiting = self.waiting
         options = self.options
         allocator = self.view.allocator
-        if (len(waiting) != 1 or options.prefill_interval > 1 or allocator.cache is not None
+        k = len(waiting)
+        if (not k or options.prefill_interval > 1 or allocator.cache is not None
                 or allocator.host is not None):
             return None
         running = self.running
-        budget = options.token_budget - len(running)
-        if budget <= 0 or len(running) >= options.max_rows:
+        n = len(running)
+        budget = options.token_budget - n
+        if budget <= 0 or n + k > options.max_rows:
             return None
         size = options.block_size
         # The decodes' blocks come first (the cohort's members', counted, when the
@@ -353,24 +359,40 @@ class VllmPolicy(QueueAndListPolicy):
         if free < 0:
             return None  # a decode would preempt
         waiting.refresh()
-        head = waiting.peek()
-        if head.resident or head.outputs or head.remote:
-            return None  # (a new request only: its prompt from the first row)
-        tokens = self._chunk_after(head, 0, options.prefill_chunk if running else None,
-                                   budget)
-        rows = self._sequence_rows(head) if options.full_prompt_gate else tokens
-        if (tokens < head.prompt_tokens
-                or blocks_for(rows, size) + (self.watermark_blocks if running else 0) > free):
+        if k == 1:
+            heads = [waiting.peek()]
+        elif type(waiting) is FcfsQueue and not waiting.spilled:
+            heads = list(waiting)  # (in the order `pop` gives them)
+        else:
             return None
+        # (The call caps chunks when more than one request runs or waits.)
+        cap = options.prefill_chunk if n + k > 1 else None
+        chunks = []
+        for i, head in enumerate(heads):
+            if head.resident or head.outputs or head.remote:
+                return None  # (a new request only: its prompt from the first row)
+            tokens = self._chunk_after(head, 0, cap, budget)
+            rows = self._sequence_rows(head) if options.full_prompt_gate else tokens
+            if (tokens < head.prompt_tokens or budget <= 0
+                    or blocks_for(rows, size) + (self.watermark_blocks if n or i else 0)
+                    > free):
+                return None
+            budget -= tokens
+            free -= blocks_for(tokens, size)  # (what its `try_grow` takes)
+            chunks.append((head, tokens))
         for req in opening:
             allocator.try_grow(req.rid, req.resident + 1)
-        waiting.pop()
-        self.view.admit(head, 0, [])
-        running.append(head)
-        allocator.try_grow(head.rid, tokens)
-        return [(head, tokens)]
+        for head, tokens in chunks:
+            waiting.pop()
+            self.view.admit(head, 0, [])
+            running.append(head)
+            allocator.try_grow(head.rid, tokens)
+        return chunks
 
     def next_decodes(self) -> list[Request] | None:
+        return list(self.running)
+
+    def decode_order(self) -> list[Request] | None:
         return list(self.running)
 
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:

@@ -33,8 +33,7 @@ from operator import attrgetter
 from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
-from .arrivals import AGAIN, STARTED, admit_through, after_admission, only_arrivals, \
-    take_boundaries
+from .arrivals import AGAIN, STARTED, admit_after_prompts, admit_through, after_admission
 from .finishes import ENDED, carry_counted
 from .folding import FOLD_AFTER, fold
 
@@ -89,12 +88,8 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
         t = flight.done
         if not flight.all_decode:
             # The dispatch that admitted arrivals (arrivals.py).
-            if t >= until:
-                if not only_arrivals(engine, until, t):
-                    return False
-                take_boundaries(engine, t)
-                return True
-            done = after_admission(engine)
+            done = (admit_after_prompts(engine, until) if t >= until
+                    else after_admission(engine))
             if done != STARTED:
                 return done == AGAIN
             until = engine._until()

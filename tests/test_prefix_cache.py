@@ -831,6 +831,30 @@ def test_hash_entries_are_interned_in_order_and_keys_count_blocks_within_an_entr
     assert BlockKeys(7, 16, B, 8, hashes=[3, 2]).ensure(4) == [22, 23, 24, 25]
 
 
+def test_consecutive_entry_ids_give_their_keys_as_one_range(fresh_entries, monkeypatch):
+    """hash_block_size 8, block size 4 (2 keys per entry id), a new table. [a, b, c]
+    interns ids 0, 1, 2 (consecutive: one range, no chained ranges), in two calls
+    (blocks 0-2, then 3-5: entry 1's second key starts the second range); [a, d, b]
+    finds a (0) and interns a.d (3), a.d.b (4): ids 0, 3, 4 are not consecutive, so
+    its keys come from the ranges of each entry chained, exactly once."""
+    chained = []
+    real_chain = fresh_entries.chain
+
+    class CountingChain:
+        @staticmethod
+        def from_iterable(ranges):
+            chained.append(1)
+            return real_chain.from_iterable(ranges)
+
+    monkeypatch.setattr(fresh_entries, "chain", CountingChain)
+    abc = BlockKeys(0, 24, B, 8, hashes=["a", "b", "c"])
+    assert abc.ensure(3) == [0, 1, 2]
+    assert abc.ensure(6) == [0, 1, 2, 3, 4, 5]
+    assert chained == []
+    assert BlockKeys(1, 24, B, 8, hashes=["a", "d", "b"]).ensure(6) == [0, 1, 6, 7, 8, 9]
+    assert chained == [1]
+
+
 def test_interned_keys_when_the_block_size_does_not_divide_hash_block_size(fresh_entries):
     """hash_block_size 6, block size 4 (ceil(6/4) = 2 keys per entry id), P=12, [x, y]:
     block 0 ends at token 3 (entry x, offset 3: slot 0), block 1 at token 7 (entry x.y,

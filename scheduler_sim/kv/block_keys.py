@@ -230,6 +230,8 @@ class BlockKeys:
                     first = node * slots + ((i + 1) * size - 1 - j * hbs) // size
                     keys.extend(range(first, first + end - i))
                     i = end
+            if i >= count:
+                return keys  # (all from the hash ids: no chained key, no parent made)
         parent = keys[-1] if keys else _ROOT
         if type(parent) is int:  # a hash-id key, chained from as bytes
             parent = b"h" + parent.to_bytes((parent.bit_length() + 7) // 8, "big")

@@ -236,13 +236,12 @@ def test_release_names_the_carried_keys_only_in_vllm_cache(kind):
 
 
 def test_on_share_notes_vllm_sharers_and_refuses_one_without_keys():
-    """vLLM's cache makes s's 2 shared blocks its registered leading blocks and notes
-    their positions; without keys, or after blocks of its own, it refuses; other kinds
-    need nothing."""
+    """vLLM's cache makes s's 2 shared blocks its registered leading blocks; without
+    keys, or after blocks of its own, it refuses; other kinds need nothing."""
     c = cached("vllm")
     ks = keys_of(3)
     c.on_share("s", [10, 11], ks, False)
-    assert (ks.registered, c.shared_at, c.release("s")) == (2, {10: 0, 11: 1}, (2, ks.keys))
+    assert (ks.registered, c.release("s")) == (2, (2, ks.keys))
     for keys, has_blocks in ((None, False), (keys_of(4), True)):
         with pytest.raises(InvariantError, match="without their keys"):
             c.on_share("t", [10], keys, has_blocks)
@@ -254,7 +253,8 @@ def test_on_share_notes_vllm_sharers_and_refuses_one_without_keys():
 @pytest.mark.parametrize("kind", ["lru", "vllm"])
 def test_owned_elsewhere_picks_the_released_blocks_others_hold(kind):
     """Released leading blocks [11, 10] (last first) with extra owners on 10 and 50:
-    only 10 is owned elsewhere (vLLM's cache looks at 10's noted position)."""
+    only 10 is owned elsewhere (vLLM's cache, with no duplicate key, searches for the
+    run of leading blocks others own: the table's first one, 10)."""
     c = cached(kind)
     if kind == "vllm":
         c.on_share("s", [10, 11], keys_of(3), False)

@@ -831,6 +831,30 @@ def test_hash_entries_are_interned_in_order_and_keys_count_blocks_within_an_entr
     assert BlockKeys(7, 16, B, 8, hashes=[3, 2]).ensure(4) == [22, 23, 24, 25]
 
 
+def test_consecutive_entry_ids_give_their_keys_as_one_range(fresh_entries, monkeypatch):
+    """hash_block_size 8, block size 4 (2 keys per entry id), a new table. [a, b, c]
+    interns ids 0, 1, 2 (consecutive: one range, no chained ranges), in two calls
+    (blocks 0-2, then 3-5: entry 1's second key starts the second range); [a, d, b]
+    finds a (0) and interns a.d (3), a.d.b (4): ids 0, 3, 4 are not consecutive, so
+    its keys come from the ranges of each entry chained, exactly once."""
+    chained = []
+    real_chain = fresh_entries.chain
+
+    class CountingChain:
+        @staticmethod
+        def from_iterable(ranges):
+            chained.append(1)
+            return real_chain.from_iterable(ranges)
+
+    monkeypatch.setattr(fresh_entries, "chain", CountingChain)
+    abc = BlockKeys(0, 24, B, 8, hashes=["a", "b", "c"])
+    assert abc.ensure(3) == [0, 1, 2]
+    assert abc.ensure(6) == [0, 1, 2, 3, 4, 5]
+    assert chained == []
+    assert BlockKeys(1, 24, B, 8, hashes=["a", "d", "b"]).ensure(6) == [0, 1, 6, 7, 8, 9]
+    assert chained == [1]
+
+
 def test_interned_keys_when_the_block_size_does_not_divide_hash_block_size(fresh_entries):
     """hash_block_size 6, block size 4 (ceil(6/4) = 2 keys per entry id), P=12, [x, y]:
     block 0 ends at token 3 (entry x, offset 3: slot 0), block 1 at token 7 (entry x.y,
@@ -946,6 +970,71 @@ def test_vllm_cache_a_freed_table_drops_only_its_own_blocks_extra_owners(compact
     ok(a)
     assert a._extra == {0: 1, 3: 1, 4: 1}
     assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 2))]
+
+
+def test_vllm_cache_owned_elsewhere_is_a_run_of_leading_blocks_found_by_a_search():
+    """Pool of 12, block size 4. A writes 16 rows into [0,1,2,3]; B finds [0,1,2], C
+    finds [0]: A's released leading blocks, last first, are [3,2,1,0], and those
+    others own are its first three ({0,1,2}); with only C left, its first one."""
+    a = BlockAllocator(12, B, cache=VllmCache())
+    ids = list(range(1, 17))
+    assert prefill(a, "A", keys_of(ids, 0), 16) == [0, 1, 2, 3]
+    for rid, index, n in (("B", 1, 3), ("C", 2, 1)):
+        keys = keys_of(ids, index)
+        a.share(rid, a.lookup(keys, n), keys)
+    assert (a._extra, a.cache.others) == ({0: 2, 1: 1, 2: 1}, {})
+    assert a.cache.owned_elsewhere([3, 2, 1, 0], a._extra) == {0, 1, 2}
+    a.free_request("B", 0, 0)
+    ok(a)
+    assert a.cache.owned_elsewhere([3, 2, 1, 0], a._extra) == {0}
+    assert a.cache.owned_elsewhere([3, 2, 1, 0], {}) == set()
+
+
+def test_vllm_cache_owned_elsewhere_agrees_with_the_intersection_on_random_shares():
+    """Random prompts from three prefixes, look-ups cut short at random (so runs get
+    duplicates), releases with and without a delay, in a pool of 24: at every release
+    the search (no duplicate cached) and the intersection (duplicates) give what
+    `extra.keys() & keyed` gives. Seeded: 38 releases search, finding 88 blocks owned
+    elsewhere; 119 have duplicates cached (a run cut short by a draining block, or by
+    the look-up's limit, writes its later blocks again)."""
+    import random
+    r = random.Random(5)
+    a = BlockAllocator(24, B, cache=VllmCache())
+    cache = a.cache
+    real = cache.owned_elsewhere
+    seen = {"search": 0, "found by the search": 0, "duplicates": 0}
+
+    def checked(keyed, extra):
+        got = real(keyed, extra)
+        assert got == extra.keys() & keyed
+        if cache.others:
+            seen["duplicates"] += 1
+        else:
+            seen["search"] += 1
+            seen["found by the search"] += len(got)
+        return got
+
+    cache.owned_elsewhere = checked
+    prefixes = [list(range(1, 13)), list(range(1, 9)) + [50, 51, 52, 53], list(range(60, 72))]
+    live = []
+    for step in range(400):
+        now = step
+        a.release_expired(now)
+        if live and (r.random() < 0.45 or len(live) > 5):
+            a.free_request(live.pop(r.randrange(len(live))), now, r.choice((0, 0, 2)))
+            ok(a)
+            continue
+        ids = r.choice(prefixes) + [100 + r.randrange(3) for _ in range(r.randrange(9))]
+        keys = keys_of(ids, step)
+        rid = f"r{step}"
+        cut = r.random() < 0.05  # (a look-up cut short: the blocks after it duplicates)
+        hits = a.lookup(keys, r.randrange(len(ids) // B + 1) if cut else len(ids) // B)
+        if len(ids) // B + 1 - len(hits) > a.free:
+            continue
+        a.share(rid, hits, keys)
+        prefill(a, rid, keys, len(ids))
+        live.append(rid)
+    assert seen == {"search": 38, "found by the search": 88, "duplicates": 119}
 
 
 # --- a compact cache (a fleet's replicas) ----------------------------------------------

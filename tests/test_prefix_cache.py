@@ -1100,6 +1100,8 @@ def test_tree_mode_heap_of_candidates_stays_bounded_and_keeps_the_order():
 class _Keys:
     """A request's keys given outright; `ensure` notes how far it was asked."""
 
+    found = None  # (`BlockKeys.found`: the radix tree's kept answer)
+
     def __init__(self, keys: list) -> None:
         self.keys, self.asked = keys, []
 
@@ -1169,3 +1171,50 @@ def test_tree_mode_find_across_a_gap_in_a_node_is_the_index_walk():
     c._new_node([3], ["c"], None, 0)
     assert _walked(c, ["a", "b", "c", "d", "e"], 5) == ([1, 2, 3, 4], [1, 2, 3, 4], [5], 4,
                                                          [5])
+
+
+def test_tree_mode_find_gives_a_kept_answer_again_while_it_holds():
+    """Node 0 = [1, 2, 3] (a b c) over node 1 = [4, 5] (d e); keys a b c d x y.
+    At most 6 blocks: [1, 2, 3, 4] by a walk (ensure asked 6; nodes 0 and 1
+    entered; it stops at x), then again from the kept answer (nothing asked, no
+    look-up but x's: 1 get), a copy each time. At most 5: a walk. Node 1 split
+    after 4 (node 2 = [4] over node 1 = [5]): kept. x cached in block 6, node 3
+    under node 2: a walk finds 6 too. Block 6 freed and node 3 evicted: a walk,
+    [1, 2, 3, 4]. Another tree's look-up: a walk, then the first tree's. x cached
+    again (block 7, node 4): a walk; block 1 freed while no leaf is free, taken
+    out of node 0 alone (`_detach`: nodes 0, 2 and 4 still exist): a walk, []."""
+    c = RadixCache()
+    c.index = _CountedIndex()
+    c.index.update({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5})
+    parent = c._new_node([1, 2, 3], ["a", "b", "c"], None, 0)
+    c._new_node([4, 5], ["d", "e"], parent, 0)
+    keys = _Keys(["a", "b", "c", "d", "x", "y"])
+    first = c.find(keys, 6)
+    assert (first, keys.asked, c.found_again, c.index.gets) == ([1, 2, 3, 4], [6], 0, 3)
+    assert keys.found[2:5] == ([1, 2, 3, 4], [0, 1], "x")
+    first.append(99)  # (the caller's to change: the kept answer is a copy)
+    assert (c.find(keys, 6), keys.asked, c.found_again, c.index.gets) == (
+        [1, 2, 3, 4], [6], 1, 4)
+    assert (c.find(keys, 5), keys.asked, c.found_again) == ([1, 2, 3, 4], [6, 5], 1)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4], 1)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4], 2)
+    c.split_after(4)
+    assert (c.nodes[2][0], c.nodes[1][0], c.nodes[1][1]) == ([4], [5], 2)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4], 3)
+    c.index.update({"x": 6})
+    c._new_node([6], ["x"], 2, 0)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4, 6], 3)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4, 6], 4)
+    assert c.give_back([6]) == () and c.evict_one() == [6]
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4], 4)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4], 5)
+    other = RadixCache()
+    assert (other.find(keys, 6), other.found_again) == ([], 0)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4], 5)  # (kept by `other` now)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4], 6)
+    c.index.update({"x": 7})
+    c._new_node([7], ["x"], 2, 0)
+    assert (c.find(keys, 6), c.found_again) == ([1, 2, 3, 4, 7], 6)
+    assert c.give_back([1]) == () and c.evict_one() == [1]
+    assert (c.nodes[0][0], c.detached, sorted(c.nodes)) == ([2, 3], 1, [0, 1, 2, 4])
+    assert (c.find(keys, 6), c.found_again) == ([], 6)

@@ -269,3 +269,25 @@ def test_make_queue_rejects_unknown_names_naming_the_known_orders(name):
     assert repr(name) in msg
     for known in QUEUE_ORDERS:
         assert known in msg
+
+
+def test_head_gives_the_first_requests_building_spilled_ones_only_as_far_as_asked():
+    """FCFS a, b held and two spilled (c, d built in order when reached): head(1) is
+    [a], head(2) [a, b], neither builds one; head(3) builds c only ([a, b, c], one
+    still spilled), as iterating that far would; head(9) builds d. A priority queue
+    gives its first ones too (the interface's default: iteration)."""
+    made = iter([mk("c", 2, 2), mk("d", 3, 3)])
+    q = FcfsQueue()
+    q.add(mk("a", 0, 0))
+    q.add(mk("b", 1, 1))
+    for _ in range(2):
+        q.spill(lambda: next(made))
+    assert ([r.rid for r in q.head(1)], q.spilled) == (["a"], 2)
+    assert ([r.rid for r in q.head(2)], q.spilled) == (["a", "b"], 2)
+    assert ([r.rid for r in q.head(3)], q.spilled, len(q)) == (["a", "b", "c"], 1, 4)
+    assert ([r.rid for r in q.head(9)], q.spilled, ids(q)) == (
+        ["a", "b", "c", "d"], 0, ["a", "b", "c", "d"])
+    p = PriorityQueue()
+    for r in (mk("y", 1, 1, priority=2), mk("x", 0, 0, priority=1), mk("z", 2, 2)):
+        p.add(r)
+    assert [r.rid for r in p.head(2)] == ["z", "x"]

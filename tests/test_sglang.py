@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from conftest import req, simulate
 
+from scheduler_sim.kv.radix_cache import RadixCache
+
 # The constants the policy takes from SGLang: init 0.7 x conservativeness, min = init x 0.14,
 # decay (init - min) / 600 per decode step without a retraction.
 
@@ -756,6 +758,37 @@ def test_every_32nd_pass_refreshes_the_waiting_requests_prefixes():
     assert [(e["tick"], e["written_by"]) for e in s.of("evicted")][:2] == [(31, "x"), (43, "y")]
     s = refresh_run(54)
     assert [(e["tick"], e["written_by"]) for e in s.of("evicted")][:2] == [(32, "y"), (44, "x")]
+
+
+def test_repeated_look_ups_take_the_answer_kept(monkeypatch):
+    """See refresh_run (r, x, y, h, w: 57 look-ups). The tree answers a look-up
+    again without a walk (`RadixCache.find`'s kept answer) when the same request
+    looked up as far before and nothing it found or missed changed: x's and y's
+    admission look-ups (11 blocks) at the pass after their first, h's (1 block,
+    never cached) at ticks 3 to 31 and 33 to 47, w's (12) at 48: 47 of them.
+    Walks: the refresh at 0 (x whole, r whole), r's and x's and y's and h's first
+    admission look-ups, the refresh at 32 (w's 13 blocks, h's 2), h's next
+    admission look-up (1 block again), w's first (12): 10. With 54 blocks the
+    refresh finds x's 12 blocks for w, the same counts."""
+    made = []
+    init = RadixCache.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(RadixCache, "__init__", keep)
+    walks = []
+    walk = RadixCache._walk
+    monkeypatch.setattr(RadixCache, "_walk", lambda self, keys, most: (
+        walks.append(most), walk(self, keys, most))[1])
+    for pool in (53, 54):
+        made.clear()
+        walks.clear()
+        s = refresh_run(pool)
+        assert s.summary["completed"] == 5
+        assert (len(made), made[0].found_again) == (1, 47)
+        assert walks == [12, 1, 0, 11, 11, 1, 13, 2, 1, 12]
 
 
 def test_a_registration_that_ends_inside_a_node_splits_it():

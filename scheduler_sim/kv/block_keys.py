@@ -99,7 +99,7 @@ class BlockKeys:
 
     __slots__ = ("index", "prompt_ids", "output_ids", "hashes", "prompt_tokens",
                  "block_size", "hash_block_size", "keys", "registered", "entries", "own_from",
-                 "written")
+                 "written", "found")
 
     def __init__(self, index: int, prompt_tokens: int, block_size: int, hash_block_size: int,
                  prompt_ids=None, output_ids=None, hashes=None) -> None:
@@ -119,6 +119,9 @@ class BlockKeys:
         self.keys: list[bytes | int] = []
         self.registered = 0  # leading blocks whose keys the cache already knows
         self.written = 0     # leading blocks handed to host memory's write-through
+        # The last answer of a radix tree's `find`, kept by that tree to give again
+        # while it holds (`radix_cache.RadixCache.find`); None: none kept.
+        self.found = None
 
     def unwritten(self, limit: int | None = None) -> list:
         """The keys of registered blocks (of the first `limit`, if given) not yet

@@ -57,8 +57,6 @@ REFRESH_MAX 128 requests.
 """
 from __future__ import annotations
 
-from itertools import islice
-
 from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.events import Ratio
@@ -424,7 +422,7 @@ class SglangPolicy(QueueAndListPolicy):
         self.refresh_passes = passes + 1
         if passes % REFRESH_INTERVAL == 0:
             look = self.view.cached_prefix
-            for req in reversed(list(islice(waiting, REFRESH_MAX))):
+            for req in reversed(waiting.head(REFRESH_MAX)):
                 look(req, whole=True)
 
     def _allocate(self, plan: Plan) -> Plan:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import OrderedDict
+from itertools import islice
 from typing import Callable, Iterator
 
 from .request import Request
@@ -74,6 +75,10 @@ class RequestQueue:
 
     def __contains__(self, req: object) -> bool:
         raise NotImplementedError
+
+    def head(self, count: int) -> list[Request]:
+        """The first `count` waiting requests, in order (what iterating gives first)."""
+        return list(islice(self, count))
 
     def refresh(self) -> bool:
         """Re-sort before a scheduling pass (only orders that depend on the cache do);
@@ -151,6 +156,16 @@ class FcfsQueue(RequestQueue):
         yield from list(self._items)
         while self.spilled:
             yield self._unspill()
+
+    def head(self, count: int) -> list[Request]:
+        # Without a copy of the whole queue, as iterating makes (SGLang's refresh
+        # reads the first 128 of thousands waiting on the Mooncake trace, every
+        # 32nd pass: 2.6% of a replay's CPU, sampled); spilled requests are built
+        # as iterating would build them, only as far as `count` reaches.
+        first = list(islice(self._items, count))
+        while len(first) < count and self.spilled:
+            first.append(self._unspill())
+        return first
 
     def __contains__(self, req: object) -> bool:
         return req in self._items

@@ -264,3 +264,12 @@ def test_texts_drop_trailing_zeros_and_point_of_each_time():
         fresh = Clock("s", 1.0, step, True)  # (its `text` memo empty)
         within = [v for v in values if clock._scale // 10_000 <= v < 10 ** 15]
         assert clock.texts(within) == [fresh.text(v) for v in within], step
+
+
+def test_texts_remember_the_last_time_for_text():
+    """The last of a stretch's times is asked again by the records at its end: `texts`
+    leaves its text in `text`'s memo (the others are not kept)."""
+    us = Clock("s", 1.0, 1e-6, True)
+    assert us.texts([12_345, 20_000, 31_000]) == ["0.012345", "0.02", "0.031"]
+    assert us._texts == {31_000: "0.031"}
+    assert us.text(31_000) == "0.031"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import random
 import json
 
 import pytest
@@ -241,3 +242,34 @@ def test_texts_of_many_times_are_text_of_each():
     assert [us.text(t) for t in (12_345, 1_000_000, 50, 0)] == ["0.012345", "1", "5e-05", "0"]
     assert Clock("tick", None, None, False).texts([3, 10]) == ["3", "10"]
     assert us.texts([]) == []
+
+
+def test_texts_drop_trailing_zeros_and_point_of_each_time():
+    """`texts` drops each time's own trailing zeros (one of 6, one of none, a whole
+    second, a whole 10 s whose integer zeros stay) and agrees with `text`, whose
+    digits are made another way, on edge values of several steps."""
+    us = Clock("s", 1.0, 1e-6, True)
+    assert us.texts([10_000_000, 1_234_500, 1_234_567, 20_000_010]) == [
+        "10", "1.2345", "1.234567", "20.00001"]
+    assert Clock("s", 1.0, 1e-3, True).texts([100, 1_000, 1_230, 7]) == [
+        "0.1", "1", "1.23", "0.007"]
+    assert Clock("s", 1.0, 1.0, True).texts([1, 10, 300]) == ["1", "10", "300"]
+    values = [100, 999, 1_000, 1_001, 10 ** 6, 10 ** 6 + 1, 999_999_999, 2 ** 30, 2 ** 31 + 10,
+              3_600_000_000, 10 ** 12, 10 ** 15 - 1, 123_456_789_012_340]
+    rng = random.Random(7)
+    values += [rng.randrange(100, 10 ** 15) for _ in range(2_000)]
+    values += [rng.randrange(100, 10 ** 7) * 10 ** rng.randrange(0, 7) for _ in range(500)]
+    for step in (1e-6, 1e-3, 1e-9, 1e-4, 1.0):
+        clock = Clock("s", 1.0, step, True)
+        fresh = Clock("s", 1.0, step, True)  # (its `text` memo empty)
+        within = [v for v in values if clock._scale // 10_000 <= v < 10 ** 15]
+        assert clock.texts(within) == [fresh.text(v) for v in within], step
+
+
+def test_texts_remember_the_last_time_for_text():
+    """The last of a stretch's times is asked again by the records at its end: `texts`
+    leaves its text in `text`'s memo (the others are not kept)."""
+    us = Clock("s", 1.0, 1e-6, True)
+    assert us.texts([12_345, 20_000, 31_000]) == ["0.012345", "0.02", "0.031"]
+    assert us._texts == {31_000: "0.031"}
+    assert us.text(31_000) == "0.031"

@@ -39,6 +39,7 @@ from __future__ import annotations
 from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
+from .admission import start_admission
 from .folding import FOLD_AFTER, fold
 
 __all__ = ["NO", "AGAIN", "STARTED", "admit_after_prompts", "admit_through",
@@ -156,12 +157,17 @@ def _admit(engine, t: int, decodes: list, cohort) -> int:
     chunks = engine.policy.admit_arrivals(decodes)
     if chunks is None:
         return AGAIN  # the policy's call plans this boundary
-    plan = (DecodesFirst(decodes, chunks) if cohort is not None
-            else [(req, 1) for req in decodes] + chunks)
-    emit = engine.listener
-    if emit is not None:
-        emit(Snapshot(t, **engine._state(plan)))  # as the step writes it
-    engine.flight = engine._start(plan)
+    # The cohort's members and whole fresh prompts: started from that shape
+    # (admission.py), else by the stepped pipeline.
+    flight = start_admission(engine, decodes, chunks, cohort)
+    if flight is None:
+        plan = (DecodesFirst(decodes, chunks) if cohort is not None
+                else [(req, 1) for req in decodes] + chunks)
+        emit = engine.listener
+        if emit is not None:
+            emit(Snapshot(t, **engine._state(plan)))  # as the step writes it
+        flight = engine._start(plan)
+    engine.flight = flight
     steady.forget()  # (a dispatch with prompt rows repeats nothing)
     return STARTED
 
@@ -209,7 +215,7 @@ def after_admission(engine) -> int:
         return NO
     t = flight.done
     engine.now = t
-    engine.complete_due()  # E1, as the loop does it
+    engine.complete_now()  # E1, as the loop does it (`complete_due`)
     policy = engine.policy
     cohort = engine.cohort
     allocator = engine.allocator

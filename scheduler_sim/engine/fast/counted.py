@@ -31,6 +31,7 @@ from ...records.event_lines import LineListener, counted_text, decode_rows_text
 from ...records.events import Dispatch, Snapshot
 from ...requests.request import DECODE, Request
 from ..dispatching import InFlight
+from .admission import AdmissionFlight, complete_admission
 from .cohort import Cohort
 
 __all__ = ["Counting"]
@@ -115,10 +116,13 @@ class Counting:
 
     def complete_now(self) -> None:
         """E1 of the dispatch in flight, completing now (`complete_due`): by the
-        counters (`complete_counted`) when it ran cohort members only."""
+        counters (`complete_counted`) when it ran cohort members only, from its
+        shape when it admitted fresh prompts beside them (`complete_admission`)."""
         flight = self.flight
         if flight.rows is None and flight.members and not flight.decoders:
             self.complete_counted(flight)
+        elif type(flight) is AdmissionFlight:
+            complete_admission(self, flight)  # (members and fresh prompts: admission.py)
         else:
             self.complete_due()
 

@@ -39,8 +39,8 @@ def test_an_arrival_into_counted_decodes_is_started_from_its_shape(policy, monke
     starts = []
     start = admission.start_admission
 
-    def spy(engine, decodes, chunks, cohort):
-        flight = start(engine, decodes, chunks, cohort)
+    def spy(engine, *args):
+        flight = start(engine, *args)
         stats = engine.ledger.stats
         starts.append((engine.now, [r.rid for r in flight.requests], len(flight.rows),
                        flight.members, flight.outputs, flight.done,

@@ -48,19 +48,22 @@ class AdmissionFlight(InFlight):
     __slots__ = ()
 
 
-def start_admission(engine, decodes: list, chunks: list, cohort) -> InFlight | None:
+def start_admission(engine, decodes: list, chunks: list, cohort,
+                    known: bool = False) -> InFlight | None:
     """Start the dispatch of `decodes` (the running requests, in the order the
     policy repeats them) and of `chunks` ((request, tokens): the requests it just
     admitted) if it has the shape of the module (each member decodes, each
     newcomer's prompt is whole and fresh); None, having changed nothing, if not
-    (the caller starts it by `Engine._start`)."""
+    (the caller starts it by `Engine._start`). `known`: the caller knows every
+    one of `decodes` is a member (the survivors of a counted dispatch)."""
     if engine._emit is not None or engine._audit or engine._plugin or cohort is None:
         return None
     members = cohort.members
     n = len(decodes)
     now = engine.now
+    # (Distinct requests, as many as the members, each a member: the members.)
     if (not n or n != len(members) or cohort.last_done != now
-            or sum(map(members.__contains__, decodes)) != n):
+            or not known and sum(map(members.__contains__, decodes)) != n):
         return None
     allocator = engine.allocator
     if allocator.host is not None:
@@ -85,7 +88,6 @@ def start_admission(engine, decodes: list, chunks: list, cohort) -> InFlight | N
     grow = allocator.grow
     costed = []  # (tokens, context before): each prompt's, for the cost model
     rows = []
-    requests = list(decodes)
     for req, tokens in chunks:
         costed.append((tokens, 0))
         grow(req.rid, tokens)
@@ -93,7 +95,7 @@ def start_admission(engine, decodes: list, chunks: list, cohort) -> InFlight | N
         req.useful_rows += tokens
         req.resident = req.high_water = tokens
         rows.append((req, True))
-        requests.append(req)
+    requests = decodes + [req for req, _ in chunks]
     engine.livelock.idle = 0  # (useful rows: LivelockWatch.reset, inline)
     done, exact = engine.ledger.dispatch(now, n + len(rows), total, prompt, n, 0, 0,
                                          costed, contexts)

@@ -116,7 +116,7 @@ def admit_through(engine, until: float, requests: list, counted: bool) -> int:
         survivors = [req for req in requests if req.status is RUNNING]
     if not survivors:
         return AGAIN
-    return _admit(engine, t, survivors, cohort)
+    return _admit(engine, t, survivors, cohort, counted)
 
 
 def admit_after_prompts(engine, until: float) -> int:
@@ -150,10 +150,11 @@ def admit_after_prompts(engine, until: float) -> int:
     return _admit(engine, t, order, cohort)
 
 
-def _admit(engine, t: int, decodes: list, cohort) -> int:
+def _admit(engine, t: int, decodes: list, cohort, members: bool = False) -> int:
     """At the boundary `t` taken, requests waiting and `decodes` the running
-    requests in the order the policy repeats them: start the dispatch of those
-    decodes and the waiting requests' whole prompts if the policy admits them so
+    requests in the order the policy repeats them (`members`: known to be the
+    cohort's members, every one): start the dispatch of those decodes and the
+    waiting requests' whole prompts if the policy admits them so
     (`Policy.admit_arrivals`); AGAIN if it declines (its call plans the boundary)."""
     allocator = engine.allocator
     steady = engine.steadiness
@@ -166,7 +167,7 @@ def _admit(engine, t: int, decodes: list, cohort) -> int:
         return AGAIN  # the policy's call plans this boundary
     # The cohort's members and whole fresh prompts: started from that shape
     # (admission.py), else by the stepped pipeline.
-    flight = start_admission(engine, decodes, chunks, cohort)
+    flight = start_admission(engine, decodes, chunks, cohort, members)
     if flight is None:
         plan = (DecodesFirst(decodes, chunks) if cohort is not None
                 else [(req, 1) for req in decodes] + chunks)

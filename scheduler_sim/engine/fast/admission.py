@@ -86,7 +86,8 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
     # each prompt's phase, emission and replay derived), from the shape instead
     # (18,253 of these on the Azure conversation trace under `continuous`; with
     # `complete_admission`, 2.5% fewer instructions on its first 2,000 requests,
-    # 10% on 20,000 generated ones: benchmarks/README.md, "seventh steps").
+    # about 10% on 20,000 generated ones with the steps after it:
+    # benchmarks/README.md, "seventh steps").
     contexts = cohort.start()  # the members' blocks opened, by count (as `_start`)
     grow = allocator.grow
     costed = []  # (tokens, context before): each prompt's, for the cost model

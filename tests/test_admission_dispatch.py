@@ -1,0 +1,126 @@
+"""An admission's dispatch started and completed from its shape (engine/fast/admission.py):
+the cohort's members beside fresh whole prompts, the results the stepped pipeline's."""
+from __future__ import annotations
+
+import pytest
+
+from scheduler_sim.engine.fast import admission, arrivals, counted
+from test_fold_arrivals import (THREE, TOGETHER, TWO, _arrivals_workload, _engine, _options,
+                                _outcome)
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """How often each path of admission.py ran: started from the shape, declined
+    (the stepped `_start` instead), completed from the shape."""
+    count = {"started": 0, "declined": 0, "completed": 0}
+    start, complete = admission.start_admission, admission.complete_admission
+
+    def start_admission(*args):
+        flight = start(*args)
+        count["started" if flight is not None else "declined"] += 1
+        return flight
+
+    def complete_admission(*args):
+        count["completed"] += 1
+        return complete(*args)
+    monkeypatch.setattr(arrivals, "start_admission", start_admission)
+    monkeypatch.setattr(counted, "complete_admission", complete_admission)
+    return count
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_an_arrival_into_counted_decodes_is_started_from_its_shape(policy, monkeypatch):
+    """TWO (tick clock, blocks of 4): a decodes as the cohort's only member when b
+    (P=4, N=3) arrives at 3; the dispatch at 3 is a's decode (a member) and b's
+    whole prompt (a row): 2 outputs at 4, b's first. The run's tokens then: a's
+    prompt and b's, 8; a's decodes at 1, 2 and 3. b ends at 6, a at 10."""
+    engine = _engine(TWO, policy, block_size=4, num_blocks=16)
+    starts = []
+    start = admission.start_admission
+
+    def spy(engine, *args):
+        flight = start(engine, *args)
+        stats = engine.ledger.stats
+        starts.append((engine.now, [r.rid for r in flight.requests], len(flight.rows),
+                       flight.members, flight.outputs, flight.done,
+                       stats.prompt_tokens, stats.decode_tokens))
+        return flight
+    monkeypatch.setattr(arrivals, "start_admission", spy)
+    result = engine.run()
+    assert starts == [(3, ["a", "b"], 1, 1, 2, 4, 8, 3)]
+    assert [(r.rid, r.first_token_at, r.finished_at) for r in result.requests] == [
+        ("a", 1, 10), ("b", 4, 6)]
+    assert _outcome(result) == _outcome(_engine(TWO, policy, False, block_size=4,
+                                                num_blocks=16).run())
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+@pytest.mark.parametrize("records, started", [(TWO, 1), (THREE, 2), (TOGETHER, 1)])
+def test_the_hand_worked_cases_take_the_path(policy, records, started, taken):
+    """b at 3 (and c at 4, or with b at 3): every admission the engine makes itself
+    there is one of members and fresh whole prompts, started and completed here."""
+    result = _engine(records, policy, block_size=4, num_blocks=16).run()
+    assert taken == {"started": started, "declined": 0, "completed": started}
+    assert _outcome(result) == _outcome(_engine(records, policy, False, block_size=4,
+                                                num_blocks=16).run())
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_the_random_workloads_take_the_path(policy, taken):
+    """Over test_fold_arrivals.py's first 12 random workloads (compared there with the
+    stepped replays, with and without a cost model and events), the admissions the
+    engine makes itself (test_fold_arrivals.py counts 66 and 70): every one
+    started from the shape and completed so (no listener, every prompt fresh);
+    the results are the stepped replay's."""
+    for seed in range(12):
+        records, options = _arrivals_workload(seed), _options(seed)
+        result = _engine(records, policy, **options).run()
+        assert _outcome(result) == _outcome(_engine(records, policy, False, **options).run())
+    assert taken == {"continuous": {"started": 66, "declined": 0, "completed": 66},
+                     "vllm": {"started": 70, "declined": 0, "completed": 70}}[policy]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_with_a_listener_the_stepped_start_writes_the_rows(policy, taken):
+    """With an event listener the admission at 3 is declined here (the stepped start
+    writes its rows' records) and completed by the stepped `_complete`; the events
+    and results are the stepped replay's."""
+    events, stepped = [], []
+    result = _engine(TWO, policy, on_event=events.append, block_size=4,
+                     num_blocks=16).run()
+    assert taken == {"started": 0, "declined": 1, "completed": 0}
+    expected = _engine(TWO, policy, False, on_event=stepped.append, block_size=4,
+                       num_blocks=16).run()
+    assert _outcome(result) == _outcome(expected)
+    assert events == stepped
+
+
+def test_vllm_asks_the_blocks_of_members_decodes_by_count(monkeypatch):
+    """vllm's `admit_arrivals` asks the engine which decodes open a block
+    (`Counting.decodes_opening`): when every decode is a member the answer is the
+    cohort's count and no request to grow, without a pass over the rows; the
+    same answer as the pass gives. Over the 12 random workloads: 118 asks (70
+    admissions; the others declined), every one with every decode a member."""
+    from scheduler_sim.engine.core import Engine
+    asked = []
+    answer = Engine.decodes_opening
+
+    def spy(engine, decodes):
+        cohort = engine.cohort
+        members = cohort.members if cohort is not None else ()
+        size = engine.allocator.block_size
+        opening = [r for r in decodes if r not in members and not r.resident % size]
+        grow = engine.allocator.blocks_to_grow
+        expected = sum(grow(r.rid, r.resident + 1) for r in opening)
+        expected += cohort.opening() if members else 0
+        got = answer(engine, decodes)
+        asked.append(bool(members) and all(r in members for r in decodes))
+        assert got == (expected, opening)
+        return got
+    monkeypatch.setattr(Engine, "decodes_opening", spy)
+    for seed in range(12):
+        records, options = _arrivals_workload(seed), _options(seed)
+        result = _engine(records, "vllm", **options).run()
+        assert _outcome(result) == _outcome(_engine(records, "vllm", False, **options).run())
+    assert (len(asked), asked.count(True)) == (118, 118)

@@ -30,6 +30,9 @@ class Series:
         self.base = base
         self.per = per
 
+    def decode_terms(self, rows):
+        return self.base, self.per
+
     def decode_series(self, rows, contexts):
         while True:
             contexts += rows

@@ -26,7 +26,7 @@ import math
 from bisect import bisect_left
 from collections import Counter
 from functools import reduce
-from itertools import accumulate, chain, islice, repeat
+from itertools import accumulate, islice, repeat
 from operator import add, le, lt, sub, truediv
 
 from ..gpu.costmodel import CostModel
@@ -61,7 +61,6 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     lengths are now counted a run at a time (`_count_runs`). A dispatch
     shorter than the rest of its first step (its exact end at or before its
     start: a coarse clock) is timed one at a time from there, as before."""
-    series = cost_series = cost.decode_series(rows, contexts)
     step_seconds = clock.step_seconds
     folded = 0
     busy = 0.0
@@ -73,6 +72,8 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     # dispatches on the Azure trace) is timed one at a time below: slicing
     # costs more than it saves there (Ir +2.4% on the first 2,000 Azure
     # requests under continuous, callgrind).
+    if most >= SLICED:
+        cost_series = cost.decode_series(rows, contexts)
     while folded < most and done < until and most >= SLICED:
         seconds = list(islice(cost_series, min(size, most - folded)))
         steps = list(map(truediv, seconds, repeat(step_seconds)))
@@ -83,8 +84,7 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
             timed = _count_runs(steps, exacts, done, until, counts)
         if timed is None:
             timed = _time_each(clock, exacts, done, until, starts, lengths)
-        if timed is None:  # one ends at or before its start
-            series = chain(seconds, cost_series)
+        if timed is None:  # one ends at or before its start: timed below from it
             break
         n, end, last = timed
         if n < len(exacts):
@@ -101,7 +101,12 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     # and roundings). Speed: this loop times most of a lone engine's folded
     # dispatches (about 250,000 on the Azure conversation trace, against 61,000
     # timed by `timed`); the two calls a dispatch were a fifth of the stretch's
-    # timing (see benchmarks/README.md, "Issue 26, fourth steps").
+    # timing (see benchmarks/README.md, "Issue 26, fourth steps"). Each one's
+    # seconds are priced inline, `base + kv * c` for c its rows' contexts and
+    # rows (`CostModel.decode_terms`: the floats of `decode_series`, whose
+    # k-th is dispatch `folded` + k's): 20,524 of the 27,747 folds on the
+    # Azure trace under continuous are timed only here, and building the
+    # series and a `next` per dispatch cost more than the arithmetic.
     get = gaps.get
     for length, count in counts.items():
         if count:
@@ -112,10 +117,13 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     ceil = math.ceil
     slack, rel = CEIL_SLACK
     add_start = starts.append if starts is not None else None
-    while folded < most and done < until:
+    base, kv = cost.decode_terms(rows)
+    for c in range(contexts + rows * (folded + 1), contexts + rows * (most + 1), rows):
+        if done >= until:
+            break
         if add_start is not None:
             add_start(done)
-        seconds = next(series)
+        seconds = base + kv * c
         busy += seconds
         exact += seconds / step_seconds
         end = ceil(exact - slack - exact * rel)

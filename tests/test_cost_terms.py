@@ -124,7 +124,8 @@ def test_moe_reads_only_the_experts_its_tokens_touch():
 
 def test_breakdown_adds_up_and_series_repeats_decode_seconds():
     """On random shapes: the terms add up to dispatch_seconds, and the folded decode
-    series gives exactly decode_seconds' floats, dispatch after dispatch."""
+    series and the inline form of `decode_terms` give exactly decode_seconds' floats,
+    dispatch after dispatch."""
     rng = random.Random(7)
     k = K.replace(gemm_sharpness=3.3, gemm_half_tokens=41.0, gemm_tile_tokens=64.0)
     for tp in (1, 2):
@@ -138,5 +139,8 @@ def test_breakdown_adds_up_and_series_repeats_decode_seconds():
             assert sum(cost.breakdown(chunks, rows, contexts).values()) == pytest.approx(
                 total, rel=1e-12)
             series = cost.decode_series(rows, contexts)
+            base, kv = cost.decode_terms(rows)
             for step in range(5):
-                assert next(series) == cost.decode_seconds(rows, contexts + step * rows)
+                seconds = cost.decode_seconds(rows, contexts + step * rows)
+                assert next(series) == seconds
+                assert base + kv * (contexts + (step + 1) * rows) == seconds

@@ -30,6 +30,9 @@ class Series:
         self.base = base
         self.per = per
 
+    def decode_terms(self, rows):
+        return self.base, self.per
+
     def decode_series(self, rows, contexts):
         while True:
             contexts += rows
@@ -129,6 +132,29 @@ def test_counted_slices_are_taken_once_per_slice(monkeypatch):
     starts: list[int] = []
     assert time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, starts, {}) == got
     assert taken == [] and len(starts) == 100
+
+
+def test_a_stretch_ended_soon_by_until_is_not_sliced(monkeypatch):
+    """100 dispatches allowed, the first of 0.0065 + 1e-8 x 8,002 s: 6,580.02 steps
+    on 1 us steps, and longer after. Before `until` 203,980 steps away no more
+    than 31 of them fit (31 x 6,580.02 = 203,980.62): timed one at a time, no
+    slice (they are 31); a step further away and a slice is timed (32 may fit)."""
+    taken = []
+    real = stretch_timing._count_runs
+
+    def counting(*args):
+        out = real(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(stretch_timing, "_count_runs", counting)
+    cost = Series(0.0065, 1e-8)
+    for away, slices, n in ((203_980, [], 31), (203_981, [True], 31)):
+        taken.clear()
+        gaps: dict[int, int] = {}
+        got = time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, 1001 + away, None, gaps)
+        assert taken == slices and got[0] == n
+        assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, 2, 8000, 100, 1001 + away)
 
 
 def llama_on_h100():

@@ -26,7 +26,7 @@ import math
 from bisect import bisect_left
 from collections import Counter
 from functools import reduce
-from itertools import accumulate, chain, islice, repeat
+from itertools import accumulate, islice, repeat
 from operator import add, le, lt, sub, truediv
 
 from ..gpu.costmodel import CostModel
@@ -61,7 +61,6 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     lengths are now counted a run at a time (`_count_runs`). A dispatch
     shorter than the rest of its first step (its exact end at or before its
     start: a coarse clock) is timed one at a time from there, as before."""
-    series = cost_series = cost.decode_series(rows, contexts)
     step_seconds = clock.step_seconds
     folded = 0
     busy = 0.0
@@ -69,11 +68,22 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     lengths: list[int] = []       # lengths of the others timed in slices
     last = 0
     size = 32  # dispatches timed at once, then as many as may start before `until`
-    # A short stretch (a lone engine's, ended by its next finish: a dozen
-    # dispatches on the Azure trace) is timed one at a time below: slicing
+    base, kv = cost.decode_terms(rows)
+    # A short stretch (a lone engine's, ended by its next finish or arrival: a
+    # dozen dispatches on the Azure trace) is timed one at a time below: slicing
     # costs more than it saves there (Ir +2.4% on the first 2,000 Azure
-    # requests under continuous, callgrind).
-    while folded < most and done < until and most >= SLICED:
+    # requests under continuous, callgrind). Short is fewer than SLICED
+    # dispatches allowed (`most`), or fewer that may start before `until`: the
+    # dispatches only grow longer, so no more than one per first dispatch's
+    # length (in steps) fit before it, and one more. Speed: of the 7,223 folds
+    # allowed SLICED or more on the Azure trace under continuous, about 4,300
+    # are ended sooner by `until`; they timed a first slice of 32 dispatches.
+    sliced = most >= SLICED and (
+        until == INF
+        or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows)))
+    if sliced:
+        cost_series = cost.decode_series(rows, contexts)
+    while sliced and folded < most and done < until:
         seconds = list(islice(cost_series, min(size, most - folded)))
         steps = list(map(truediv, seconds, repeat(step_seconds)))
         exacts = list(accumulate(steps, initial=exact))
@@ -83,8 +93,7 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
             timed = _count_runs(steps, exacts, done, until, counts)
         if timed is None:
             timed = _time_each(clock, exacts, done, until, starts, lengths)
-        if timed is None:  # one ends at or before its start
-            series = chain(seconds, cost_series)
+        if timed is None:  # one ends at or before its start: timed below from it
             break
         n, end, last = timed
         if n < len(exacts):
@@ -101,7 +110,12 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     # and roundings). Speed: this loop times most of a lone engine's folded
     # dispatches (about 250,000 on the Azure conversation trace, against 61,000
     # timed by `timed`); the two calls a dispatch were a fifth of the stretch's
-    # timing (see benchmarks/README.md, "Issue 26, fourth steps").
+    # timing (see benchmarks/README.md, "Issue 26, fourth steps"). Each one's
+    # seconds are priced inline, `base + kv * c` for c its rows' contexts and
+    # rows (`CostModel.decode_terms`: the floats of `decode_series`, whose
+    # k-th is dispatch `folded` + k's): 20,524 of the 27,747 folds on the
+    # Azure trace under continuous are timed only here, and building the
+    # series and a `next` per dispatch cost more than the arithmetic.
     get = gaps.get
     for length, count in counts.items():
         if count:
@@ -112,10 +126,12 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     ceil = math.ceil
     slack, rel = CEIL_SLACK
     add_start = starts.append if starts is not None else None
-    while folded < most and done < until:
+    for c in range(contexts + rows * (folded + 1), contexts + rows * (most + 1), rows):
+        if done >= until:
+            break
         if add_start is not None:
             add_start(done)
-        seconds = next(series)
+        seconds = base + kv * c
         busy += seconds
         exact += seconds / step_seconds
         end = ceil(exact - slack - exact * rel)

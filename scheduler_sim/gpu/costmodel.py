@@ -202,6 +202,12 @@ class CostModel:
         """`dispatch_seconds` of `rows` decodes whose contexts sum to `contexts`."""
         return self._decode_base(rows) + self._kv * (contexts + rows)
 
+    def decode_terms(self, rows: int) -> tuple[float, float]:
+        """(base, kv): `decode_seconds(rows, contexts)` is `base + kv * (contexts + rows)`,
+        the same float (for a loop that prices one dispatch after another inline:
+        engine/stretch_timing.py)."""
+        return self._decode_base(rows), self._kv
+
     def decode_series(self, rows: int, contexts: int) -> Iterator[float]:
         """`decode_seconds(rows, contexts + k * rows)` for k = 0, 1, 2, ...: the
         dispatches of a steady stretch, in which each of `rows` decodes adds one

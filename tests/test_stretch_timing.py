@@ -107,10 +107,10 @@ def test_runs_left_to_the_exact_passes(monkeypatch):
     assert counts == {}
 
 
-def test_counted_slices_are_taken_once_per_slice(monkeypatch):
-    """A stretch of 100 dispatches of about 6.5 ms on 1 us steps, no limit: one
-    slice of 32, then one of the 68 left, both counted in runs."""
-    taken = []
+def _slices_counted(monkeypatch) -> list[bool]:
+    """Record each call of `_count_runs` (whether it counted its slice) in the
+    list returned."""
+    taken: list[bool] = []
     real = stretch_timing._count_runs
 
     def counting(*args):
@@ -119,6 +119,13 @@ def test_counted_slices_are_taken_once_per_slice(monkeypatch):
         return out
 
     monkeypatch.setattr(stretch_timing, "_count_runs", counting)
+    return taken
+
+
+def test_counted_slices_are_taken_once_per_slice(monkeypatch):
+    """A stretch of 100 dispatches of about 6.5 ms on 1 us steps, no limit: one
+    slice of 32, then one of the 68 left, both counted in runs."""
+    taken = _slices_counted(monkeypatch)
     cost = Series(0.0065, 1e-8)
     gaps = {6501: 7}
     got = time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, None, gaps)
@@ -139,15 +146,7 @@ def test_a_stretch_ended_soon_by_until_is_not_sliced(monkeypatch):
     on 1 us steps, and longer after. Before `until` 203,980 steps away no more
     than 31 of them fit (31 x 6,580.02 = 203,980.62): timed one at a time, no
     slice (they are 31); a step further away and a slice is timed (32 may fit)."""
-    taken = []
-    real = stretch_timing._count_runs
-
-    def counting(*args):
-        out = real(*args)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(stretch_timing, "_count_runs", counting)
+    taken = _slices_counted(monkeypatch)
     cost = Series(0.0065, 1e-8)
     for away, slices, n in ((203_980, [], 31), (203_981, [True], 31)):
         taken.clear()

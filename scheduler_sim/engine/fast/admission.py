@@ -20,8 +20,8 @@ its first output and joins the cohort (it holds its credit: the policy just
 gave it), and the newcomers that end with that output finish. The same
 statistics, the same calls to the allocator and the ledger in the same
 order, so the same floats: the results are the stepped pipeline's, field for
-field (tests/test_fold_arrivals.py compares them on random workloads, and
-counts how often these paths are taken).
+field (tests/test_admission_dispatch.py compares them on random workloads,
+and counts how often these paths are taken).
 
 Only where nothing else could differ: no event listener (the stepped start
 writes the rows' records), no audit and no plug-in policy (their duplicate

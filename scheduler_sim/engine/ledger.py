@@ -155,6 +155,8 @@ class DispatchLedger:
         seconds = cost.decode_seconds(rows, contexts)  # (`dispatch_seconds` without chunks)
         stats.busy_seconds += seconds
         stats.work.add_decodes(1, rows, contexts)
+        if self.work_series is None:  # (`_timed_and_drawn`'s test: one call fewer a start)
+            return self.timed(now, seconds)
         return self._timed_and_drawn(now, seconds, (), rows, contexts)
 
     def _timed_and_drawn(self, now: int, seconds: float, chunks, rows: int,
@@ -185,6 +187,24 @@ class DispatchLedger:
             for last, count in since.items():
                 gap = now - last
                 gaps[gap] = gaps.get(gap, 0) + count
+
+    def completed_since(self, now: int, exact: float, outputs: int, since: int,
+                        count: int) -> None:
+        """`completed` where `count` of the `outputs` outputs came after a previous
+        output at step `since` and the others were first outputs: a dispatch of
+        the decode cohort's members (each one's previous output came when it
+        started), with the newcomers' prompts beside them or not (fast/).
+
+        Speed: `completed` without the dict `since` and its loop, for the about
+        54,000 counted completions on the Azure conversation trace."""
+        self.exact_end = exact
+        self.end_step = now
+        stats = self.stats
+        stats.makespan = now
+        stats.output_tokens += outputs
+        gaps = stats.itl
+        gap = now - since
+        gaps[gap] = gaps.get(gap, 0) + count
 
     def gap(self, length: int, count: int) -> None:
         """`count` outputs came `length` steps after the previous output of theirs."""

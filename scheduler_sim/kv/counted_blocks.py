@@ -62,7 +62,8 @@ class CountedBlocks:
             return
         if self.cache is not None:
             raise InvariantError("blocks are counted only without prefix caching")
-        free = self.free
+        # (`self.free`, inlined: about 50,000 calls on the Azure conversation trace.)
+        free = len(self._free) + self.num_blocks - self._fresh + len(self._cached_free)
         if blocks > free:
             raise InvariantError(
                 f"the decode cohort needs {blocks} new blocks but free({free}) < {blocks}: "

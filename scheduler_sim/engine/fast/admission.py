@@ -122,7 +122,6 @@ def complete_admission(engine, flight: AdmissionFlight) -> None:
         req.last_output_at = now
         if req.output_tokens == 1:
             ended.append(req)
-    since = {flight.start: n}  # every member's previous output came at the start
     done = cohort.complete(now)
     allocator = engine.allocator
     credit = allocator.credit if allocator.counted_credited else None
@@ -137,5 +136,6 @@ def complete_admission(engine, flight: AdmissionFlight) -> None:
             ended.sort(key=flight.requests.index)
     if ended:
         engine._finish_ended(ended, flight)
-    engine.ledger.completed(now, flight.exact, flight.outputs, since)
+    # (Every member's previous output came at the start; the newcomers' were first.)
+    engine.ledger.completed_since(now, flight.exact, flight.outputs, flight.start, n)
     engine.flight = None

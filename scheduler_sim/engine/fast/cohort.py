@@ -112,7 +112,9 @@ class Cohort:
         row starts one (counted); return the members' summed context before
         their rows."""
         started = self.started
-        self._allocator.take_counted(len(self._groups[-started % self._size]))
+        opening = len(self._groups[-started % self._size])
+        if opening:  # (no call for none: 31,000 of 82,000 on the Azure trace)
+            self._allocator.take_counted(opening)
         self.started = started + 1
         return self._context + len(self.members) * started
 
@@ -167,7 +169,9 @@ class Cohort:
     def advance(self, dispatches: int, last_done: int) -> None:
         """`dispatches` more dispatches ran every member and completed, the last
         at `last_done` (folding): the blocks they open are taken, counted."""
-        self._allocator.take_counted(self.blocks_within(dispatches))
+        opening = self.blocks_within(dispatches)
+        if opening:
+            self._allocator.take_counted(opening)
         self.started += dispatches
         self.completed += dispatches
         self.last_done = last_done

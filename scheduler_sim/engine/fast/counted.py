@@ -150,7 +150,8 @@ class Counting:
             if len(ended) > 1:
                 ended.sort(key=flight.requests.index)
             self._finish_ended(ended, flight)
-        self.ledger.completed(now, flight.exact, flight.outputs, {flight.start: flight.members})
+        self.ledger.completed_since(now, flight.exact, flight.outputs, flight.start,
+                                    flight.members)
         self.flight = None
 
     def _start_members(self, plan: Plan, cohort: Cohort

@@ -84,7 +84,7 @@ def carry_counted(engine, until: float) -> int:
                 ended.sort(key=order.index)
             engine._finish_ended(ended, flight)
             rows = None
-        ledger.completed(t, flight.exact, n, {flight.start: n})
+        ledger.completed_since(t, flight.exact, n, flight.start, n)
         taken += 1
         n = len(members)
         if not n:

@@ -154,7 +154,16 @@ class DispatchLedger:
             return now + 1, now + 1  # without a cost model a dispatch is one step
         seconds = cost.decode_seconds(rows, contexts)  # (`dispatch_seconds` without chunks)
         stats.busy_seconds += seconds
-        stats.work.add_decodes(1, rows, contexts)
+        # (`WorkCounts.add_decodes(1, rows, contexts)`, inlined as `dispatch` does:
+        # about 36,000 counted starts on the Azure conversation trace.)
+        work = stats.work
+        read = contexts + rows
+        work.tokens += rows
+        work.sampled += rows
+        work.pairs += read
+        work.kv_read += read
+        by_tokens = work.by_tokens
+        by_tokens[rows] = by_tokens.get(rows, 0) + 1
         if self.work_series is None:  # (`_timed_and_drawn`'s test: one call fewer a start)
             return self.timed(now, seconds)
         return self._timed_and_drawn(now, seconds, (), rows, contexts)

@@ -19,6 +19,7 @@ from ..gpu.utilisation import DispatchWork, Utilisation, WorkCounts
 from ..records.clock import Clock
 from ..records.states import RequestStatus
 from ..requests.request import Request
+from . import latency_sample
 from .latency_sample import LatencySample, counted_rank
 from .summary import (METRICS, PERCENTILES, RUN_FIELDS, STATUS_FIELDS, latencies,
                       meets_slo)
@@ -242,10 +243,14 @@ _LABELS = {status: status.label for status in RequestStatus}  # (`label` is a pr
 
 
 def _count(sample: LatencySample, value: Any) -> None:
-    """`sample.add(value)`, the common case (a value seen before) without its call."""
+    """`sample.add(value)` without its call where the value goes to the dict: seen
+    before (in ticks, nearly always), or new while the dict has room (under a cost
+    model's fine steps, most of its first `DISTINCT` values)."""
     counts = sample.counts
     if value in counts:
         counts[value] += 1
+    elif len(counts) < latency_sample.DISTINCT:  # (its bound, read where it lives)
+        counts[value] = 1
     else:
         sample.add(value)
 

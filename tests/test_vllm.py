@@ -827,3 +827,30 @@ def test_most_reclaimable_ranks_the_blocks_a_victim_really_lets_go_of():
     allocator.share("r", [0])
     assert (allocator.reclaimable("q"), allocator.reclaimable("r"),
             allocator.reclaimable("nobody")) == (1, 0, 0)
+
+
+@pytest.mark.parametrize("block_size, calls, keyed", [(4, 1, 3), (1, 9, 9)])
+def test_a_decode_opening_a_block_keys_nothing(monkeypatch, block_size, calls, keyed):
+    """P=8, N=9, blocks of 4: the prefill keys blocks 0 and 1 (one `_cache_blocks`
+    call); the decodes that open blocks 2 and 3 fill none and are not keyed (3 calls
+    and 4 registrations of nothing before they were skipped: 1 and 2 now); the
+    decode that fills block 2 keys it as it does. Blocks of one row: every decode
+    fills the block it opens, so each is keyed (1 + 8 calls). The same blocks are
+    keyed either way (3 and 9, as before)."""
+    from scheduler_sim.kv.allocator import BlockAllocator
+    from scheduler_sim.policies.vllm import VllmPolicy
+    seen = Counter()
+    cache_blocks = VllmPolicy._cache_blocks
+    monkeypatch.setattr(VllmPolicy, "_cache_blocks", lambda self, r, rows: seen.update(
+        ["call"]) or cache_blocks(self, r, rows))
+    register = BlockAllocator.register_full_blocks
+
+    def counted(self, rid, keys, rows):
+        seen["new" if rows // self.block_size > keys.registered else "none"] += 1
+        register(self, rid, keys, rows)
+    monkeypatch.setattr(BlockAllocator, "register_full_blocks", counted)
+    records = [req("a", 0, 8, 9, prompt_token_ids=list(range(8)))]
+    s = simulate(records, policy="vllm", block_size=block_size, num_blocks=16, token_budget=16,
+                 prefix_caching=True)
+    assert (seen["call"], seen["new"], seen["none"]) == (calls, keyed, 2)
+    assert s.summary["completed"] == 1

@@ -93,11 +93,11 @@ def decodes_line(tick: int, ids: Iterable[str], tokens: int, done: int, policy: 
 
 def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int, done: int,
                  policy: str | None, clock: Any) -> str:
-    """A dispatch of plain decodes, its rows given as text (`decode_rows_text`), after
+    """A dispatch, its rows given as text (`decode_rows_text` for plain decodes), after
     its snapshot if `state` gives one (`snapshot_line`'s counts by name): the lines
-    `snapshot_line` and `decodes_line` write, joined by a newline into one text
+    `snapshot_line` and `dispatch_line` write, joined by a newline into one text
     for `LineListener.write_text`, the start's time made once for both (the
-    counted dispatches' starts, engine/fast/counted.py)."""
+    counted dispatches' and admissions' starts, engine/fast/counted.py)."""
     if clock is None or not clock.in_seconds:
         head = f'{{"tick":{tick},"event":"'
     else:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import trace_bytes
+from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.fast import admission, arrivals, counted
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.records.clock import Clock
+from scheduler_sim.records.event_lines import LineListener
+from scheduler_sim.records.options import Options
+from test_fast_forward import _Lines
 from test_fold_arrivals import (THREE, TOGETHER, TWO, _arrivals_workload, _engine, _options,
                                 _outcome)
 
@@ -82,18 +89,84 @@ def test_the_random_workloads_take_the_path(policy, taken):
 
 
 @pytest.mark.parametrize("policy", ["continuous", "vllm"])
-def test_with_a_listener_the_stepped_start_writes_the_rows(policy, taken):
-    """With an event listener the admission at 3 is declined here (the stepped start
-    writes its rows' records) and completed by the stepped `_complete`; the events
-    and results are the stepped replay's."""
-    events, stepped = [], []
+def test_with_a_listener_the_admission_writes_the_stepped_lines(policy, taken):
+    """With an event listener the admission at 3 is started and completed from its
+    shape too, and writes the stepped start's snapshot and dispatch
+    (`Counting._write_admission`): a line listener the two lines as one text,
+    another listener the records. Blocks of 4, 16 of them: a (P=4) holds 2 after
+    its decodes at 1 and 2, its decode at 3 opens none, b's prompt of 4 takes
+    one at the start (14 free before it); continuous reserves a's 13 rows' 4
+    blocks and b's 6 rows' 2, vllm none. The dispatch: a's decode, b's whole
+    prompt, 5 tokens, done at 4. Both streams are the stepped replay's."""
+    events, lines, stepped = [], [], []
+
+    class Lines(LineListener):
+        def write(self, line):
+            lines.append(line)
+
+        def write_text(self, text):  # (kept whole: one entry)
+            lines.append(text)
     result = _engine(TWO, policy, on_event=events.append, block_size=4,
                      num_blocks=16).run()
-    assert taken == {"started": 0, "declined": 1, "completed": 0}
+    _engine(TWO, policy, on_event=Lines(None, None), block_size=4, num_blocks=16).run()
+    assert taken == {"started": 2, "declined": 0, "completed": 2}
     expected = _engine(TWO, policy, False, on_event=stepped.append, block_size=4,
                        num_blocks=16).run()
     assert _outcome(result) == _outcome(expected)
     assert events == stepped
+    reserved = 6 if policy == "continuous" else 0
+    assert [line for line in lines if line.startswith('{"tick":3,"event":"')][2:] == [
+        f'{{"tick":3,"event":"snapshot","waiting":0,"running":2,"reserved":{reserved},'
+        '"allocated":2,"draining":0,"free":14}\n'
+        '{"tick":3,"event":"dispatch","rows":[{"id":"a","phase":"decode","tokens":1,'
+        '"emits":true},{"id":"b","phase":"prefill","tokens":4,"emits":true}],'
+        '"tokens":5,"done":4}']
+    assert "\n".join(lines).split("\n") == [event.to_json(None, None) for event in stepped]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_with_a_listener_token_ids_go_the_stepped_way(policy, taken):
+    """With a listener, b's prompt given as token ids is written in its row, from
+    the shape; b's outputs given as token ids decline the shape (the stepped
+    completion does not let b join the cohort: its rows' records name them).
+    Both streams are the stepped replay's."""
+    for field, ids, declined in (("prompt_token_ids", [7, 8, 9, 6], 0),
+                                 ("output_token_ids", [5, 4, 3], 1)):
+        records = [dict(TWO[0]), dict(TWO[1])]
+        records[1][field] = ids
+        if field == "output_token_ids":
+            del records[1]["output_tokens"]
+        events, stepped = [], []
+        _engine(records, policy, on_event=events.append, block_size=4, num_blocks=16).run()
+        _engine(records, policy, False, on_event=stepped.append, block_size=4,
+                num_blocks=16).run()
+        assert events == stepped
+        dispatch = [e for e in events if e.tick == 3 and type(e).__name__ == "Dispatch"]
+        assert dispatch[0].rows[1] == ("b", "prefill", 4, True,
+                                       [7, 8, 9, 6] if not declined else None)
+        assert taken["declined"] == declined
+        taken.update(started=0, declined=0, completed=0)
+
+
+@pytest.mark.parametrize("policy", ["continuous", "vllm"])
+def test_the_random_workloads_take_the_path_with_a_listener(policy, taken):
+    """The same 12 workloads with a line listener (the events file's kind, tagged with
+    a policy, in ticks or seconds): the streams are the stepped replay's byte for
+    byte, and the admissions the engine makes itself are started from the shape
+    as without a listener (66 and 70; none of these prompts or outputs is given
+    as token ids)."""
+    for seed in range(12):
+        trace = parse_trace(trace_bytes(_arrivals_workload(seed)), "arrivals.jsonl")
+        opts = Options.resolve(trace.config, _options(seed))
+        clock = Clock.of(opts)
+        sink = _Lines(clock)
+        Engine(trace.workload, opts, policy, on_event=sink.listener).run()
+        stepped = []
+        Engine(trace.workload, opts, policy, fast_forward=False,
+               on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
+        assert sink.lines == stepped
+    assert taken == {"continuous": {"started": 66, "declined": 0, "completed": 66},
+                     "vllm": {"started": 70, "declined": 0, "completed": 70}}[policy]
 
 
 def test_vllm_asks_the_blocks_of_members_decodes_by_count(monkeypatch):
@@ -102,7 +175,6 @@ def test_vllm_asks_the_blocks_of_members_decodes_by_count(monkeypatch):
     cohort's count and no request to grow, without a pass over the rows; the
     same answer as the pass gives. Over the 12 random workloads: 118 asks (70
     admissions; the others declined), every one with every decode a member."""
-    from scheduler_sim.engine.core import Engine
     asked = []
     answer = Engine.decodes_opening
 

@@ -192,15 +192,25 @@ def test_a_finish_of_counted_decoders_is_completed_without_the_row_work():
                                                 num_blocks=16).run())
 
 
-def test_a_listener_s_lines_of_a_counted_stretch_come_from_its_loop():
+def test_a_listener_s_lines_of_a_counted_stretch_come_from_its_loop(monkeypatch):
     """The same with a line listener (the events file's): the loop takes both
     boundaries (fast/finishes.py) and writes each one's lines from the counters.
     At 5: b's finish, then the snapshot (b's 2 blocks and its credit of 2 given
     back: a's 2 held of 16, a's credit of 4 reserved) and a's dispatch, done at
     6, the snapshot and the dispatch one text; then the fold from 6 (a's ninth
-    row opens its third block). Byte for byte the stepped replay's stream."""
+    row opens its third block), handed the rows' text the loop just wrote (the
+    fold before b's finish, from 2, makes its own). Byte for byte the stepped
+    replay's stream."""
     from test_fast_forward import _Lines
+    from scheduler_sim.engine.fast import folding
     from scheduler_sim.records.clock import Clock
+    folds = []
+    steady_text = folding.steady_text
+
+    def spy(starts, *args):
+        folds.append((starts, args[11] if len(args) > 11 else None))
+        return steady_text(starts, *args)
+    monkeypatch.setattr(folding, "steady_text", spy)
     trace = parse_trace(trace_bytes(TWO), "through.jsonl")
     opts = Options.resolve(trace.config, {"block_size": 4, "num_blocks": 16})
     sink = _Lines(Clock.of(opts))
@@ -218,6 +228,8 @@ def test_a_listener_s_lines_of_a_counted_stretch_come_from_its_loop():
         '"tokens":1,"emits":true}],"tokens":1,"done":6}']
     assert sink.lines[-1] == ('{"tick":10,"event":"finished","policy":"p","id":"a",'
                               '"status":"finished_length_capped"}')
+    assert folds == [([2, 3, 4], None),
+                     ([6, 7, 8, 9], '{"id":"a","phase":"decode","tokens":1,"emits":true}')]
     stepped = []
     Engine(trace.workload, opts, "continuous", fast_forward=False,
            on_event=lambda e: stepped.append(e.to_json("p", Clock.of(opts)))).run()

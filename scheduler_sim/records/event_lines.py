@@ -93,11 +93,11 @@ def decodes_line(tick: int, ids: Iterable[str], tokens: int, done: int, policy: 
 
 def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int, done: int,
                  policy: str | None, clock: Any) -> str:
-    """A dispatch of plain decodes, its rows given as text (`decode_rows_text`), after
+    """A dispatch, its rows given as text (`decode_rows_text` for plain decodes), after
     its snapshot if `state` gives one (`snapshot_line`'s counts by name): the lines
-    `snapshot_line` and `decodes_line` write, joined by a newline into one text
+    `snapshot_line` and `dispatch_line` write, joined by a newline into one text
     for `LineListener.write_text`, the start's time made once for both (the
-    counted dispatches' starts, engine/fast/counted.py)."""
+    counted dispatches' and admissions' starts, engine/fast/counted.py)."""
     if clock is None or not clock.in_seconds:
         head = f'{{"tick":{tick},"event":"'
     else:
@@ -176,13 +176,14 @@ def decode_rows_text(ids: Iterable[str]) -> str:
 
 def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
                 waiting: int, running: int, reserved: int, draining: int, total: int,
-                tokens: int, policy: str | None, clock: Any) -> str:
+                tokens: int, policy: str | None, clock: Any, rows: str | None = None) -> str:
     """The snapshot and dispatch lines of a folded stretch, as one text (the lines
     joined by newlines, no newline after the last): for the dispatch starting at
     each of `starts`, each ending where the next starts and the last at
     `last_done`, its snapshot (`held` blocks allocated, the rest of the `total`
     less `draining` free) and its dispatch of a plain decode for each of the
-    requests `ids`, what `snapshot_line` and `dispatch_line` write.
+    requests `ids` (`rows`: their rows' text, `decode_rows_text(ids)`, if the
+    caller has it), what `snapshot_line` and `dispatch_line` write.
 
     Speed: the text is one `str.join` over a list of its pieces, the parts that
     do not change (the rows' text among them) one shared string each, laid out
@@ -204,7 +205,9 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     snapshot = (f',"event":"snapshot",{tag}"waiting":{waiting},"running":{running},'
                 f'"reserved":{reserved},"allocated":')
     between = "}\n" + key
-    dispatch = (f',"event":"dispatch",{tag}"rows":[{decode_rows_text(ids)}],"tokens":{tokens},'
+    if rows is None:
+        rows = decode_rows_text(ids)
+    dispatch = (f',"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
                 '"done":')
     # Step i's pieces: its start and snapshot, its block counts and the next line's
     # key, its start and dispatch, its end.

@@ -23,10 +23,13 @@ order, so the same floats: the results are the stepped pipeline's, field for
 field (tests/test_admission_dispatch.py compares them on random workloads,
 and counts how often these paths are taken).
 
-Only where nothing else could differ: no event listener (the stepped start
-writes the rows' records), no audit and no plug-in policy (their duplicate
-check), no host memory, a cohort whose members are exactly the decodes and
-whose last completion is now. Anything else goes to `Engine._start`.
+Only where nothing else could differ: no audit and no plug-in policy (their
+duplicate check), no host memory, a cohort whose members are exactly the
+decodes and whose last completion is now; with an event listener, no newcomer
+whose outputs are token ids (the stepped completion does not let it join) and
+no data-parallel lockstep, and the snapshot and dispatch the stepped path
+writes are written from the shape too (`Counting._write_admission`).
+Anything else goes to `Engine._start`.
 """
 from __future__ import annotations
 
@@ -56,7 +59,10 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
     newcomer's prompt is whole and fresh); None, having changed nothing, if not
     (the caller starts it by `Engine._start`). `known`: the caller knows every
     one of `decodes` is a member (the survivors of a counted dispatch)."""
-    if engine._emit is not None or engine._audit or engine._plugin or cohort is None:
+    if engine._audit or engine._plugin or cohort is None:
+        return None
+    listening = engine._emit is not None
+    if listening and engine.link.lockstep_step is not None:
         return None
     members = cohort.members
     n = len(decodes)
@@ -76,7 +82,8 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
         # A fresh request's whole prompt (Request.phase is PREFILL, the chunk
         # emits, and `record_rows` finds nothing replayed).
         if (req.status is not RUNNING or req.high_water or tokens != req.prompt_tokens
-                or tokens < 1 or req.block_keys is not None):
+                or tokens < 1 or req.block_keys is not None
+                or listening and req.output_token_ids is not None):
             return None
         prompt += tokens
     total = prompt + n
@@ -88,6 +95,8 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
     # `complete_admission`, 2.5% fewer instructions on its first 2,000 requests,
     # about 10% on 20,000 generated ones with the steps after it:
     # benchmarks/README.md, "seventh steps").
+    # (a listener's snapshot: the counts before the dispatch's blocks, as the step's)
+    state = engine._state(decodes) if listening else None
     contexts = cohort.start()  # the members' blocks opened, by count (as `_start`)
     grow = allocator.grow
     costed = []  # (tokens, context before): each prompt's, for the cost model
@@ -103,6 +112,8 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
     engine.livelock.idle = 0  # (useful rows: LivelockWatch.reset, inline)
     done, exact = engine.ledger.dispatch(now, n + len(rows), total, prompt, n, 0, 0,
                                          costed, contexts)
+    if listening:
+        engine._write_admission(state, decodes, chunks, total, done)
     return AdmissionFlight(rows, now, done, exact, False, len(rows) + n, None, n, requests)
 
 

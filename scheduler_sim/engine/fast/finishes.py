@@ -113,7 +113,7 @@ def carry_counted(engine, until: float) -> int:
         changes = steady.changes
         if until - done < FOLD_AFTER * (done - t):
             continue  # too short to be worth a fold: the next boundary, here too
-        fold(engine, flight, until, 0)
+        fold(engine, flight, until, 0, rows)  # (with a listener: the rows' text just written)
     steady.through_counted += taken
     if taken:
         allocator.step_growth.clear()  # (as each start cleared it)

@@ -45,7 +45,7 @@ _high_water = attrgetter("high_water")
 _rid = attrgetter("rid")
 
 
-def fold(engine, flight, until: float, policy_growth: int) -> None:
+def fold(engine, flight, until: float, policy_growth: int, rows: str | None = None) -> None:
     """Fold the dispatches that would repeat `flight` exactly into it (see the module).
 
     The engine saw `flight` repeat the dispatch before it (`Steadiness.repeats`, steadiness.py)
@@ -57,7 +57,9 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     completion the main loop handles as usual. Each folded dispatch starts
     before `until`, none of their completions finishes a request, and their
     blocks are free now. `policy_growth` is the blocks the policy itself gave
-    this step's rows while it planned (see `_block_order`).
+    this step's rows while it planned (see `_block_order`). `rows`: for a line
+    listener, the text of the flight's rows if the caller wrote them just now
+    (a counted start's, `Counting._write_counted`), for the folded dispatches'.
     """
     if flight.done >= until:
         return
@@ -126,7 +128,7 @@ def fold(engine, flight, until: float, policy_growth: int) -> None:
     if starts is not None:
         if cohort is not None:  # every row a member's, in the flight's order
             _emit_folded(engine, flight.requests, starts, done, taken_first,
-                         cohort.by_residue())
+                         cohort.by_residue(), rows)
         else:
             _emit_folded(engine, reqs, starts, done, taken_first)
     # Output gaps (ITL) of the flight's own completion, which ends each request's
@@ -219,9 +221,11 @@ def _block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
 
 
 def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
-                 taken_first: bool | None, starts_at: list[int] | None = None) -> None:
+                 taken_first: bool | None, starts_at: list[int] | None = None,
+                 rows: str | None = None) -> None:
     """The records each folded boundary would have produced, in order: the
-    policy's blocked-head report (if it made one), the snapshot, the dispatch.
+    policy's blocked-head report (if it made one), the snapshot, the dispatch
+    (`rows`: the text of the rows of `reqs`, if known, for a line listener).
 
     Only block counts change from one folded step to the next: dispatch
     s + 1 writes row r + s - 1 of a request with r resident rows now, and
@@ -255,9 +259,14 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
             # down to 1 (two slices in C: a list comprehension here was about 10,000
             # instructions a fold, 27,747 folds on the Azure trace).
             opened = starts_at[:1] + starts_at[:0:-1]
-            helds = accumulate(islice(cycle(opened), len(starts) - 1), initial=held)
+            k = len(starts) - 1
+            # (A stretch within one cycle, most of them, sums a slice: two iterators
+            # fewer a folded dispatch.)
+            helds = accumulate(opened[:k] if k <= size else islice(cycle(opened), k),
+                               initial=held)
             emit.write_text(steady_text(starts, last_done, helds, map(_rid, reqs), waiting,
-                                        running, reserved, draining, total, n, policy, clock))
+                                        running, reserved, draining, total, n, policy, clock,
+                                        rows))
         return
     rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     ends = starts[1:] + [last_done]

@@ -233,7 +233,8 @@ class Fleet:
                 later = next(specs, None)
                 if later is not None:
                     upcoming.append(later)
-                self._join(spec, router.choose(spec, views, self.loads), t, active)
+                i = router.choose(spec, views, self.loads)
+                self._join(spec, i, t, active, router.keys)
             horizon = upcoming[0].arrival if upcoming else INF
             stalled |= self._step(active, agenda,                # 3. E2, E3
                                   lambda i: router.reaches(i, upcoming, n))
@@ -257,7 +258,7 @@ class Fleet:
         engines = self.engines
         specs = self.workload.arrivals()
         upcoming = deque(islice(specs, 1))  # the next request to route
-        routed: deque = deque()             # (request, replica) routed, not arrived yet
+        routed: deque = deque()             # (request, replica, its keys) routed, not arrived
         first = upcoming[0].arrival if upcoming else 0
         t = max(0, first - delay)
         agenda = ReplicaAgenda(len(engines))
@@ -270,10 +271,11 @@ class Fleet:
                 later = next(specs, None)
                 if later is not None:
                     upcoming.append(later)
-                routed.append((spec, router.choose(spec, views, self.loads)))
+                i = router.choose(spec, views, self.loads)
+                routed.append((spec, i, router.keys))
             while routed and routed[0][0].arrival == t:      # 3. arrivals, routed before
-                spec, i = routed.popleft()
-                self._join(spec, i, t, active)
+                spec, i, keys = routed.popleft()
+                self._join(spec, i, t, active, keys)
             horizon = min(routed[0][0].arrival if routed else INF,
                           upcoming[0].arrival - delay if upcoming else INF)
             # 4. E2, E3; every replica folds only up to the next routing or arrival
@@ -311,16 +313,19 @@ class Fleet:
             policy = engines[i].policy
             loads[i] = policy.waiting_count + policy.running_count
 
-    def _join(self, spec, i: int, t: int, active: list[int]) -> None:
+    def _join(self, spec, i: int, t: int, active: list[int], keys=None) -> None:
         """Request `spec` joins replica `i` at `t`, with the actions the trace holds
-        for it; `i` is active at `t` from now on."""
+        for it and the prefix-cache `keys` the router computed for it, if any; `i`
+        is active at `t` from now on."""
         engine = self.engines[i]
         if i not in active:
             active.append(i)
             engine.now = t
         for action in self._actions.get(spec.id, ()):
             engine.accept_action(action)
+        engine.link.keys = keys
         engine.accept(spec)
+        engine.link.keys = None  # (taken, unless the replica had no use for them)
         self.routed[i] += 1
         if self.loads is not None:
             self._refresh((i,))

@@ -227,7 +227,8 @@ class Fleet:
         router, views = self.router, self.views
         stalled = False
         while True:
-            active = self._complete_due(agenda, t)            # 1. E1
+            routing = bool(upcoming) and upcoming[0].arrival == t
+            active = self._complete_due(agenda, t, routing)   # 1. E1
             while upcoming and upcoming[0].arrival == t:     # 2. routing
                 spec = upcoming.popleft()
                 later = next(specs, None)
@@ -265,7 +266,8 @@ class Fleet:
         router, views = self.router, self.views
         stalled = False
         while True:
-            active = self._complete_due(agenda, t)            # 1. E1
+            routing = bool(upcoming) and upcoming[0].arrival - delay <= t
+            active = self._complete_due(agenda, t, routing)   # 1. E1
             while upcoming and upcoming[0].arrival - delay <= t:  # 2. routing, ahead
                 spec = upcoming.popleft()
                 later = next(specs, None)
@@ -292,16 +294,22 @@ class Fleet:
 
     # --- one boundary of the fleet, in its order (F2) ----------------------------------
 
-    def _complete_due(self, agenda: ReplicaAgenda, t: int) -> list[int]:
+    def _complete_due(self, agenda: ReplicaAgenda, t: int, routing: bool) -> list[int]:
         """E1 on the replicas with a boundary of their own at `t`; returns them (the
-        replicas active at `t` so far)."""
+        replicas active at `t` so far). Their loads are read again if requests are
+        `routing` at `t`; if not, `_step` reads them after their steps.
+
+        Speed: two of three boundaries of the Mooncake replay on 64 replicas
+        route nothing (34,768 boundaries, 12,031 arrivals); their loads were
+        read twice: both reads were 37 and 59 of about 3,500 samples (SIGPROF,
+        two runs)."""
         active = agenda.due(t)
         engines = self.engines
         for i in active:
             engine = engines[i]
             engine.now = t
             engine.complete_due()
-        if self.loads is not None:
+        if routing and self.loads is not None:
             self._refresh(active)
         return active
 

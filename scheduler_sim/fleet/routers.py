@@ -159,7 +159,7 @@ class PrefixAffinity(Router):
         self.keys = None
         if loads is None:
             loads = [_load(r) for r in replicas]
-        lightest = min(range(len(replicas)), key=loads.__getitem__)
+        lightest = loads.index(min(loads))  # (the first of the least loaded)
         # The last prompt token is always computed, so at most this many blocks hit.
         most = (spec.prompt_tokens - 1) // o.block_size
         if not o.prefix_caching:

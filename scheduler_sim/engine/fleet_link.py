@@ -11,7 +11,11 @@ fleet drivers tell the replica:
 - `hooks`: under prefill/decode disaggregation (fleet/disagg.py), the
   fleet's callbacks, `prefilled(engine, req)` when a producer's prefill is
   recorded and `transfer(engine, req)` when a remote request admitted in
-  this step starts its copy.
+  this step starts its copy;
+- `keys`: the prefix-cache keys a router computed for the request being
+  handed over (`prefix-affinity` looks caches up with them), which the
+  replica takes as that request's keys (`take_keys`) instead of computing
+  them again.
 A remote request admitted in a step is `parking` until the step's plan is
 made; `park` then takes it out of the policy to wait for its copy.
 """
@@ -28,7 +32,7 @@ __all__ = ["FleetLink", "park"]
 class FleetLink:
     """A replica's place in its fleet (all defaults for a lone engine)."""
 
-    __slots__ = ("replica", "horizon", "lockstep_step", "hooks", "parking")
+    __slots__ = ("replica", "horizon", "lockstep_step", "hooks", "parking", "keys")
 
     def __init__(self) -> None:
         self.replica: int | None = None
@@ -36,6 +40,25 @@ class FleetLink:
         self.lockstep_step: int | None = None
         self.hooks: Any = None
         self.parking: list = []  # remote requests admitted in the step being planned
+        self.keys: Any = None    # a router's BlockKeys for the request handed over next
+
+    def take_keys(self, req: Any) -> Any:
+        """The keys the router computed for `req` (the request being handed over), now
+        the replica's; None if none were (then the replica makes its own).
+
+        Speed: `prefix-affinity` computes a request's keys to look the caches up
+        (interning its hash chains), and the chosen replica computed the same keys
+        again for its own look-up: 92 of 3,439 samples (2.7%) of the Mooncake
+        replay on 64 replicas (sampled on SIGPROF). The same keys in the same
+        order: `ensure` goes on from where the router stopped, and interns what
+        it would have interned then. A radix tree's kept answer (`found`) is
+        dropped: it was the router's look-up, not the replica's."""
+        keys = self.keys
+        if keys is None or keys.index != req.index:
+            return None
+        self.keys = None
+        keys.found = None
+        return keys
 
 
 def park(engine: Any, plan: Any) -> Any:

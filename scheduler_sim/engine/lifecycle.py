@@ -216,11 +216,11 @@ class Lifecycle:
         return req
 
     def _give_keys(self, req: Request) -> None:
-        if self.options.prefix_caching:
-            o = self.options
-            req.block_keys = BlockKeys(req.index, req.prompt_tokens, o.block_size,
-                                       o.hash_block_size, req.prompt_token_ids,
-                                       req.output_token_ids, req.block_hashes)
+        o = self.options  # (the keys a fleet's router computed: `FleetLink.take_keys`)
+        if o.prefix_caching:
+            req.block_keys = self.link.take_keys(req) or BlockKeys(
+                req.index, req.prompt_tokens, o.block_size, o.hash_block_size,
+                req.prompt_token_ids, req.output_token_ids, req.block_hashes)
 
     def _send_ready(self) -> None:
         """Send the requests that waited for a client slot and now have one."""

@@ -75,6 +75,10 @@ class Router:
     # Whether `choose` reads every replica's load (waiting + running) at each
     # arrival: then a fleet that keeps them up to date hands them over (`loads`).
     reads_loads = False
+    # The prefix-cache keys (`BlockKeys`) the last `choose` computed for its
+    # request, None if it computed none: a fleet hands them to the chosen replica
+    # with the request (`FleetLink.take_keys`), which then need not compute them.
+    keys = None
 
     def choose(self, spec: RequestSpec, replicas: list, loads: list[int] | None = None) -> int:
         """The replica to serve `spec`; `loads`, when given, is each replica's waiting +
@@ -152,9 +156,10 @@ class PrefixAffinity(Router):
 
     def choose(self, spec: RequestSpec, replicas: list, loads: list[int] | None = None) -> int:
         o = self.options
+        self.keys = None
         if loads is None:
             loads = [_load(r) for r in replicas]
-        lightest = min(range(len(replicas)), key=loads.__getitem__)
+        lightest = loads.index(min(loads))  # (the first of the least loaded)
         # The last prompt token is always computed, so at most this many blocks hit.
         most = (spec.prompt_tokens - 1) // o.block_size
         if not o.prefix_caching:
@@ -164,6 +169,7 @@ class PrefixAffinity(Router):
             keys = BlockKeys(spec.index, spec.prompt_tokens, o.block_size, o.hash_block_size,
                              spec.prompt_token_ids, spec.output_token_ids, spec.block_hashes)
             hit, best = self.longest_hit(keys, most, replicas, loads, self.holders.may_hold)
+            self.keys = keys
             if (hit and hit >= o.affinity_threshold * most
                     and loads[best] - loads[lightest] <= o.affinity_slack):
                 choice = best

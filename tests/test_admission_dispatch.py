@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import trace_bytes
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.fast import admission, arrivals, counted
-from scheduler_sim.io.trace import parse_trace
-from scheduler_sim.records.clock import Clock
 from scheduler_sim.records.event_lines import LineListener
-from scheduler_sim.records.options import Options
-from test_fast_forward import _Lines
 from test_fold_arrivals import (THREE, TOGETHER, TWO, _arrivals_workload, _engine, _options,
-                                _outcome)
+                                _outcome, listened_lines)
 
 
 @pytest.fixture
@@ -156,15 +151,8 @@ def test_the_random_workloads_take_the_path_with_a_listener(policy, taken):
     as without a listener (66 and 70; none of these prompts or outputs is given
     as token ids)."""
     for seed in range(12):
-        trace = parse_trace(trace_bytes(_arrivals_workload(seed)), "arrivals.jsonl")
-        opts = Options.resolve(trace.config, _options(seed))
-        clock = Clock.of(opts)
-        sink = _Lines(clock)
-        Engine(trace.workload, opts, policy, on_event=sink.listener).run()
-        stepped = []
-        Engine(trace.workload, opts, policy, fast_forward=False,
-               on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
-        assert sink.lines == stepped
+        lines, stepped = listened_lines(seed, policy)
+        assert lines == stepped
     assert taken == {"continuous": {"started": 66, "declined": 0, "completed": 66},
                      "vllm": {"started": 70, "declined": 0, "completed": 70}}[policy]
 

@@ -229,15 +229,20 @@ def test_the_random_workloads_take_the_path(policy, monkeypatch):
 def test_admitted_through_event_streams_equal_the_stepped_ones(seed, policy):
     """With an event listener writing lines, the stream is the stepped replay's byte
     for byte: each arrival's record, the admission, the snapshot and dispatch."""
+    lines, stepped = listened_lines(seed, policy)
+    assert lines == stepped
+
+
+def listened_lines(seed: int, policy: str) -> tuple[list[str], list[str]]:
+    """Random arrivals workload `seed` replayed with a line listener (the events
+    file's kind) and step by step: the two streams of lines."""
     from test_fast_forward import _Lines
-    options = _options(seed)
-    records = _arrivals_workload(seed)
-    trace = parse_trace(trace_bytes(records), "arrivals.jsonl")
-    opts = Options.resolve(trace.config, options)
+    trace = parse_trace(trace_bytes(_arrivals_workload(seed)), "arrivals.jsonl")
+    opts = Options.resolve(trace.config, _options(seed))
     clock = Clock.of(opts)
     sink = _Lines(clock)
     Engine(trace.workload, opts, policy, on_event=sink.listener).run()
     stepped = []
     Engine(trace.workload, opts, policy, fast_forward=False,
            on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
-    assert sink.lines == stepped
+    return sink.lines, stepped

@@ -198,9 +198,10 @@ def test_a_listener_s_lines_of_a_counted_stretch_come_from_its_loop(monkeypatch)
     At 5: b's finish, then the snapshot (b's 2 blocks and its credit of 2 given
     back: a's 2 held of 16, a's credit of 4 reserved) and a's dispatch, done at
     6, the snapshot and the dispatch one text; then the fold from 6 (a's ninth
-    row opens its third block), handed the rows' text the loop just wrote (the
-    fold before b's finish, from 2, makes its own). Byte for byte the stepped
-    replay's stream."""
+    row opens its third block), handed the rows' text the loop just wrote; the
+    fold before b's finish, from 2, is handed the text of a's and b's rows that
+    the counted start after their prompts wrote (fast/arrivals.py). Byte for byte
+    the stepped replay's stream."""
     from test_fast_forward import _Lines
     from scheduler_sim.engine.fast import folding
     from scheduler_sim.records.clock import Clock
@@ -228,7 +229,8 @@ def test_a_listener_s_lines_of_a_counted_stretch_come_from_its_loop(monkeypatch)
         '"tokens":1,"emits":true}],"tokens":1,"done":6}']
     assert sink.lines[-1] == ('{"tick":10,"event":"finished","policy":"p","id":"a",'
                               '"status":"finished_length_capped"}')
-    assert folds == [([2, 3, 4], None),
+    assert folds == [([2, 3, 4], '{"id":"a","phase":"decode","tokens":1,"emits":true},'
+                                 '{"id":"b","phase":"decode","tokens":1,"emits":true}'),
                      ([6, 7, 8, 9], '{"id":"a","phase":"decode","tokens":1,"emits":true}')]
     stepped = []
     Engine(trace.workload, opts, "continuous", fast_forward=False,

@@ -44,6 +44,10 @@ _rid = operator.attrgetter("rid")
 class Counting:
     """The counted side of `Engine`'s dispatches (mixed into it)."""
 
+    # The text of the rows the last `_start_counted` wrote to a line listener (None
+    # if it wrote none), for a fold of the same requests right after it.
+    started_rows: str | None = None
+
     @property
     def cohort(self) -> Cohort | None:
         """The steady decoders counted rather than written, if counted at all."""
@@ -73,7 +77,7 @@ class Counting:
         self.livelock.idle = 0  # (LivelockWatch.reset, inline)
         done, exact = self.ledger.decodes(now, members, contexts)
         if self._emit is not None:
-            self._write_counted(requests, members, done, state)
+            self.started_rows = self._write_counted(requests, members, done, state)
         return InFlight(None, now, done, exact, True, members, [], members, requests)
 
     def _write_counted(self, requests: list[Request], members: int, done: int,

@@ -42,15 +42,17 @@ from ...records.states import RequestStatus
 from .admission import start_admission
 from .folding import FOLD_AFTER, fold
 
-__all__ = ["NO", "AGAIN", "STARTED", "admit_after_prompts", "admit_through",
+__all__ = ["NO", "AGAIN", "STARTED", "COUNTED", "admit_after_prompts", "admit_through",
            "after_admission", "decoding_next", "only_arrivals", "take_boundaries"]
 
 RUNNING = RequestStatus.RUNNING
 
 # What a path below did: nothing (the engine's loop takes the next boundary as
 # it would have), took a boundary whose step the policy must plan (the step
-# runs again), or took it and started the next dispatch itself.
-NO, AGAIN, STARTED = 0, 1, 2
+# runs again), or took it and started the next dispatch itself (COUNTED:
+# `after_admission` started every running request's decode as a counted member
+# of the cohort, the policy at its fixed point: what `carry_counted` goes on with).
+NO, AGAIN, STARTED, COUNTED = 0, 1, 2, 3
 
 
 def only_arrivals(engine, until: float, t: int) -> bool:
@@ -210,17 +212,20 @@ def decoding_next(engine, flight, policy, cohort) -> tuple:
     return running, 0, opening
 
 
-def after_admission(engine) -> int:
+def after_admission(engine) -> tuple[int, float]:
     """The flight is the dispatch `admit_through` started, or one with prompt rows
     the policy planned with nothing waiting after it (through.py's
     `carries_on`), and completes before the next outside event: complete it
     (E1) and, if every running request now
     decodes and the policy is at a fixed point, start their decodes in the order
-    it gives (`Policy.next_decodes`) and fold them. Returns NO, AGAIN or
-    STARTED."""
+    it gives (`Policy.next_decodes`) and fold them. Returns NO, AGAIN, STARTED
+    or COUNTED (started, every running request a counted member: the policy's
+    `repeats_decodes` held and its decodes are every member), and when started
+    the next outside event after the start (the stretch's new `until`: nothing
+    moves it before the caller goes on)."""
     flight = engine.flight
     if engine.livelock.tripped:
-        return NO
+        return NO, 0
     t = flight.done
     engine.now = t
     engine.complete_now()  # E1, as the loop does it (`complete_due`)
@@ -242,6 +247,7 @@ def after_admission(engine) -> int:
                 flight = engine.flight = engine._start_counted(order, everyone,
                                                                cohort.start(), state)
                 rows = engine.started_rows if state is not None else None
+                started = COUNTED
             else:
                 plan = (DecodesFirst(order, []) if cohort is not None
                         else [(r, 1) for r in order])
@@ -250,6 +256,7 @@ def after_admission(engine) -> int:
                     emit(Snapshot(t, **engine._state(plan)))
                 flight = engine.flight = engine._start(plan)
                 rows = None
+                started = STARTED
             engine.steadiness.repeated(order)
             until = engine._until()
             if not (flight.members
@@ -257,6 +264,6 @@ def after_admission(engine) -> int:
                 # (with a listener: the rows' text `_start_counted` just wrote, not
                 # made again: 15,334 such starts on the Azure trace)
                 fold(engine, flight, until, 0, rows)
-            return STARTED
+            return started, until
     engine.take_outside_events()  # (nothing is due before the next outside event)
-    return AGAIN
+    return AGAIN, 0

@@ -92,7 +92,7 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
             flight = engine.flight  # the admission's dispatch
             if flight.done >= until:
                 return BACK, until  # arrivals by its completion (`admit_after_prompts`)
-            done, until = after_admission(engine)
+            done, until = after_admission(engine, until)
             if done != COUNTED:
                 return (BACK if done == STARTED else AGAIN if done == AGAIN else ENDED), until
             flight = engine.flight  # every member's decodes, counted (and folded)

@@ -94,7 +94,7 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
                     return done == AGAIN
                 until = engine._until()
             else:
-                done, until = after_admission(engine)
+                done, until = after_admission(engine, until)
                 if done == NO or done == AGAIN:
                     return done == AGAIN
             continue

@@ -83,11 +83,24 @@ def take_boundaries(engine, t: int, counted: bool = False) -> None:
     agenda = engine.agenda
     check = engine.allocator.check
     spec = agenda.next_arrival
-    while spec is not None and spec.arrival < t:
-        engine.now = spec.arrival
-        engine.take_outside_events()
-        check()  # (as the step of a boundary inside a dispatch)
-        spec = agenda.next_arrival
+    if spec is not None and spec.arrival < t:
+        # E2 at each arrival inside the dispatch, as `take_outside_events` takes it
+        # there: the arrivals at that tick, then the livelock count reset (the
+        # trace changed things); a dispatch in flight defers the rest, and
+        # `only_arrivals` found nothing draining (no host memory or clients come
+        # with a stretch carried on). Speed: one call and its tests fewer per
+        # arrival (about 18,000 on the Azure trace).
+        arrive = engine._arrive
+        specs = agenda.arrivals
+        livelock = engine.livelock
+        while spec is not None and spec.arrival < t:
+            now = engine.now = spec.arrival
+            while spec is not None and spec.arrival == now:
+                arrive(spec)
+                spec = next(specs, None)
+            agenda.next_arrival = spec
+            livelock.idle = 0  # (LivelockWatch.reset, inline)
+            check()  # (as the step of a boundary inside a dispatch)
     engine.now = t
     if counted:
         engine.complete_counted(engine.flight)  # (`complete_now`'s choice, known)

@@ -103,7 +103,9 @@ def take_boundaries(engine, t: int, counted: bool = False) -> None:
             check()  # (as the step of a boundary inside a dispatch)
     engine.now = t
     if counted:
-        engine.complete_counted(engine.flight)  # (`complete_now`'s choice, known)
+        # (`complete_now`'s choice, known: one call fewer per arrival, 15,309 on
+        # the Azure trace under `continuous`)
+        engine.complete_counted(engine.flight)
     else:
         engine.complete_now()
     spec = agenda.next_arrival

@@ -28,6 +28,15 @@ records, the snapshot and the survivors' dispatch (`Counting._write_counted`,
 one text for a line listener), then the fold's lines.
 tests/test_fold_through.py compares the results with stepped replays and
 counts the boundaries taken here.
+
+At the next outside event, when only arrivals come, the loop does not hand
+the stretch back either: it admits them (arrivals.py's `admit_through`, the
+admission's dispatch, then `after_admission`: its completion and the first
+decodes after it, started counted and folded) and goes on with the decodes
+of every member, old and new. What `carry_on` would ask in between (the
+policy's fixed point, its running count, the next outside event) the loop
+already knows. tests/test_fold_arrivals.py compares those results with
+stepped replays.
 """
 from __future__ import annotations
 

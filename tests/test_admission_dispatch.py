@@ -27,7 +27,8 @@ def taken(monkeypatch):
         count["completed"] += 1
         return complete(*args)
     monkeypatch.setattr(arrivals, "start_admission", start_admission)
-    monkeypatch.setattr(counted, "complete_admission", complete_admission)
+    monkeypatch.setattr(counted, "complete_admission", complete_admission)  # (`complete_now`)
+    monkeypatch.setattr(arrivals, "complete_admission", complete_admission)  # (`after_admission`)
     return count
 
 

@@ -512,3 +512,20 @@ def test_fp8_weights_run_the_linear_layers_at_the_fp8_peak_and_not_the_lm_head()
     terms = CostModel(tiny, gpu, half).breakdown([], 3, 12)
     assert terms["linear"] == pytest.approx(0.2304 + 0.006912, rel=1e-12)
     assert terms["lm_head"] == pytest.approx(0.032 + 0.00096, rel=1e-12)
+
+
+@pytest.mark.parametrize("sharpness, tile", [(2.0, 1.0), (1.5, 128.0), (3.0, 64.0)])
+@pytest.mark.parametrize("model", ["llama-3-8b", "mixtral-8x7b"])
+def test_the_count_terms_are_the_blended_gemms_float_for_float(model, sharpness, tile):
+    """`_fixed` inlines `_linear` and `_head` for a dense model (a speed trick on the
+    path of every dispatch with prompt rows): the very floats of the two GEMMs'
+    p-norm blends plus the other count terms, in that order, for any sharpness
+    and tile (a mixture of experts keeps the calls)."""
+    k = Coefficients().replace(gemm_sharpness=sharpness, gemm_tile_tokens=tile)
+    cm = CostModel(MODELS[model], H100, k)
+    for tokens, sampled, rows in [(1, 1, 1), (127, 3, 3), (129, 5, 9), (8192, 256, 256),
+                                  (375, 10, 10)]:
+        expected = (cm._linear(tokens) + cm._head(sampled) + cm._kv * tokens
+                    + cm._elementwise * tokens + cm._floor + cm._ar_fixed
+                    + cm._ar_token * tokens + cm._step + cm._row * rows)
+        assert cm._fixed(tokens, sampled, rows) == expected

@@ -28,25 +28,39 @@ records, the snapshot and the survivors' dispatch (`Counting._write_counted`,
 one text for a line listener), then the fold's lines.
 tests/test_fold_through.py compares the results with stepped replays and
 counts the boundaries taken here.
+
+At the next outside event, when only arrivals come, the loop does not hand
+the stretch back either: it admits them (arrivals.py's `admit_through`, the
+admission's dispatch, then `after_admission`: its completion and the first
+decodes after it, started counted and folded) and goes on with the decodes
+of every member, old and new. What `carry_on` would ask in between (the
+policy's fixed point, its running count, the next outside event) the loop
+already knows. tests/test_fold_arrivals.py compares those results with
+stepped replays.
 """
 from __future__ import annotations
 
+from .arrivals import AGAIN, COUNTED, STARTED, admit_through, after_admission
 from .folding import FOLD_AFTER, fold
 
-__all__ = ["BACK", "ENDED", "carry_counted"]
+__all__ = ["BACK", "ENDED", "AGAIN", "carry_counted"]
 
-# What `carry_counted` leaves: the flight in flight completes at or after the
-# next outside event (BACK: `carry_on` goes on to it), or the stretch ended
-# (ENDED: nothing runs, or the next decodes' blocks are not free; the engine's
-# loop takes the next boundary).
-BACK, ENDED = 0, 1
+# What `carry_counted` leaves: a flight `carry_on` goes on with (BACK: one with
+# prompt rows completing at or after the next outside event, or decodes not all
+# counted), the stretch ended (ENDED: nothing runs, the next decodes' blocks are
+# not free, or the next outside event is not arrivals only; the engine's loop
+# takes the next boundary), or a boundary taken whose step the policy plans
+# (AGAIN, arrivals.py's: the step runs again at the engine's `now`).
+BACK, ENDED = 0, 4
 
 
-def carry_counted(engine, until: float) -> int:
+def carry_counted(engine, until: float) -> tuple[int, float]:
     """The flight in flight runs every running request as a counted member of the
-    cohort, the policy is at its fixed point, and it completes before `until`,
-    the next outside event: take its boundaries and those of the dispatches
-    after it, up to `until` (see the module). Returns BACK or ENDED."""
+    cohort, and the policy is at its fixed point: take its boundaries and those
+    of the dispatches after it, up to `until`, the next outside event (see the
+    module); there, if only arrivals come, admit them (arrivals.py's
+    `admit_through`, then `after_admission`) and go on with the decodes after
+    them. Returns BACK, ENDED or AGAIN, and the `until` of the flight left."""
     flight = engine.flight
     cohort = engine.cohort
     allocator = engine.allocator
@@ -60,7 +74,6 @@ def carry_counted(engine, until: float) -> int:
     # "Issue 26, fifth steps").
     taken = 0
     changes = steady.changes  # the change log's count at the last start
-    result = BACK
     # With a listener, each boundary writes what the loop's would: the finished
     # requests' records (`_finish_ended`), then the snapshot and the dispatch of
     # the survivors' decodes (`_write_counted`: one text for a line listener, its
@@ -70,11 +83,35 @@ def carry_counted(engine, until: float) -> int:
     while True:
         t = flight.done
         if t >= until:
-            break
+            # The next outside event comes first: arrivals the policy may admit
+            # without breaking the stretch. What `carry_on` did at its loop's head
+            # here (the policy's fixed point and its running count asked again: a
+            # finish keeps both, `Policy.repeats_decodes`), and again after the
+            # admission's decodes started counted (`after_admission` asked them),
+            # is not done again, and the stretch goes on in this loop. Speed: per
+            # arrival on the Azure trace, two turns of `carry_on`'s loop (about 20
+            # calls) and one `_until`; see benchmarks/README.md, "tenth steps".
+            if taken:
+                _hand_back(engine, flight, members, order, taken, changes)
+                taken = 0
+            done = admit_through(engine, until, flight.requests, True)
+            if done != STARTED:
+                return (AGAIN if done == AGAIN else ENDED), until
+            until = engine._until()
+            flight = engine.flight  # the admission's dispatch
+            if flight.done >= until:
+                return BACK, until  # arrivals by its completion (`admit_after_prompts`)
+            done, until = after_admission(engine, until)
+            if done != COUNTED:
+                return (BACK if done == STARTED else AGAIN if done == AGAIN else ENDED), until
+            flight = engine.flight  # every member's decodes, counted (and folded)
+            order = flight.requests
+            changes = steady.changes
+            rows = None
+            continue
         # The blocks the next decodes open must be free (a policy short of them
         # would preempt): the survivors' are at most these.
         if cohort.opening() > allocator.free:
-            result = ENDED
             break
         n = flight.members
         engine.now = t
@@ -96,7 +133,7 @@ def carry_counted(engine, until: float) -> int:
                 allocator.step_growth.clear()  # (as each start cleared it)
                 engine.policy.decodes_repeated(ended)
                 steady.repeated(ended, changes)
-            return ENDED
+            return ENDED, until
         # The survivors' decodes, started by count (`_start_counted`), in the same flight.
         engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
         if emit is None:
@@ -114,11 +151,19 @@ def carry_counted(engine, until: float) -> int:
         if until - done < FOLD_AFTER * (done - t):
             continue  # too short to be worth a fold: the next boundary, here too
         fold(engine, flight, until, 0, rows)  # (with a listener: the rows' text just written)
-    steady.through_counted += taken
     if taken:
-        allocator.step_growth.clear()  # (as each start cleared it)
-        survivors = list(filter(members.__contains__, order))
-        flight.requests = survivors
-        engine.policy.decodes_repeated(survivors)
-        steady.repeated(survivors, changes)
-    return result
+        _hand_back(engine, flight, members, order, taken, changes)
+    return ENDED, until
+
+
+def _hand_back(engine, flight, members: dict, order: list, taken: int, changes: int) -> None:
+    """After `taken` boundaries of the loop: the survivors listed (in the rows'
+    order) as the flight's requests, and the policy (`decodes_repeated`) and the
+    steadiness told of the last start, as each start would have told them."""
+    steady = engine.steadiness
+    steady.through_counted += taken
+    engine.allocator.step_growth.clear()  # (as each start cleared it)
+    survivors = list(filter(members.__contains__, order))
+    flight.requests = survivors
+    engine.policy.decodes_repeated(survivors)
+    steady.repeated(survivors, changes)

@@ -33,8 +33,8 @@ from operator import attrgetter
 from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
-from .arrivals import AGAIN, STARTED, admit_after_prompts, admit_through, after_admission
-from .finishes import ENDED, carry_counted
+from .arrivals import AGAIN, NO, STARTED, admit_after_prompts, admit_through, after_admission
+from .finishes import BACK, carry_counted
 from .folding import FOLD_AFTER, fold
 
 __all__ = ["carries_on", "carry_on", "may_carry_on"]
@@ -88,17 +88,29 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
         t = flight.done
         if not flight.all_decode:
             # The dispatch that admitted arrivals (arrivals.py).
-            done = (admit_after_prompts(engine, until) if t >= until
-                    else after_admission(engine))
-            if done != STARTED:
-                return done == AGAIN
-            until = engine._until()
+            if t >= until:
+                done = admit_after_prompts(engine, until)
+                if done != STARTED:
+                    return done == AGAIN
+                until = engine._until()
+            else:
+                done, until = after_admission(engine, until)
+                if done == NO or done == AGAIN:
+                    return done == AGAIN
             continue
         counted = flight.members and not flight.decoders  # every row a cohort member
         requests = flight.requests if flight.members else flight.decoders
         if requests is None or len(requests) != policy.running_count \
                 or not policy.repeats_decodes():
             return False
+        if counted:
+            # Every row a counted member: its boundaries in one loop, through
+            # finishes and arrivals the policy admits (finishes.py, which writes a
+            # listener's lines), as long as every running request stays a member.
+            done, until = carry_counted(engine, until)
+            if done != BACK:
+                return done == AGAIN
+            continue
         if t >= until:
             # The next outside event comes first: arrivals the policy may admit
             # without breaking the stretch (arrivals.py).
@@ -106,13 +118,6 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
             if done != STARTED:
                 return done == AGAIN
             until = engine._until()
-            continue
-        if counted:
-            # Every row a counted member: its boundaries up to `until` in one loop
-            # (finishes.py, which writes a listener's lines); the flight it leaves
-            # completes at `until` or later.
-            if carry_counted(engine, until) == ENDED:
-                return False
             continue
         # The blocks the next decodes open must be free (a policy short of them
         # would preempt): the survivors' are at most these.

@@ -146,11 +146,7 @@ def test_run_files(tmp_path):
 
 
 def test_replay_run_on_the_fixture(tmp_path, monkeypatch):
-    """The fixture run converts, replays and is compared on its 13 completed requests
-    (skipped until the trace's model and gpu options exist)."""
-    from scheduler_sim.records.option_table import OPTIONS
-    if "model" not in OPTIONS:
-        pytest.skip("the model and gpu options come with the models branch")
+    """The fixture run converts, replays and is compared on its 13 completed requests."""
     import gzip
     import shutil
     data = ROOT / "tests" / "data" / "blis_run"

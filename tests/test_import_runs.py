@@ -15,7 +15,6 @@ from scheduler_sim.io.blis_measured import parse_measured
 from scheduler_sim.io.inference_perf import ClientConfig, parse_yaml, read_client_config
 from scheduler_sim.io.trace import parse_trace
 from scheduler_sim.records.errors import TraceError
-from scheduler_sim.records.option_table import OPTIONS
 
 DATA = ROOT / "tests" / "data" / "blis_run"
 
@@ -147,8 +146,6 @@ def test_gzip_input_gives_the_same_files(run, tmp_path):
     assert ((zipped / "t.jsonl").read_bytes(), (zipped / "m.jsonl").read_bytes()) == plain
 
 
-@pytest.mark.skipif("model" not in OPTIONS or "gpu" not in OPTIONS,
-                    reason="the model and gpu options come with the models branch")
 def test_converted_trace_validates(run):
     """The trace is one `validate` accepts, with its cancel."""
     convert(run)

@@ -158,9 +158,10 @@ def common_block(block: bytes, unit: str) -> Columns | None:
     it is a request in the written spelling that `common_request` accepts, in a trace
     whose time unit is `unit`; else None (its lines are then read one at a time).
 
-    Speed (issue 26): the 100,000 generated requests' two reads took about 3.7 us a
-    line through `common_request` and the validator's `_take` (in-process, the
-    loaded machine); a block of them is matched, split and converted in C."""
+    Speed (issue 26): a block of them is matched, split and converted in C; a line's
+    validation took 21,400 instructions through `common_request` and `_take`, 12,800
+    a block at a time, and the replay's read 14,200 and 12,700 (callgrind, the
+    100,000 generated requests; benchmarks/README.md, "Issue 26, tenth steps")."""
     try:
         text = block.decode("utf-8")
     except UnicodeDecodeError:

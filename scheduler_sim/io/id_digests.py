@@ -32,8 +32,8 @@ IN_MEMORY = 1 << 16
 
 
 class IdDigests:
-    """Signed 64-bit digests, added one at a time; `repeated()` gives those added
-    more than once (see the module)."""
+    """Signed 64-bit digests, added one at a time or a list at a time; `repeated()`
+    gives those added more than once (see the module)."""
 
     __slots__ = ("buckets", "held", "limit", "file", "chunks")
 
@@ -48,6 +48,17 @@ class IdDigests:
         """One more digest."""
         self.buckets[digest % BUCKETS].append(digest)
         self.held += 1
+        if self.held >= self.limit:
+            self._write_out()
+
+    def add_all(self, digests: list[int]) -> None:
+        """Digests added in turn, as `add` adds each, in one loop without a call a
+        digest (a block of a trace's ids at a time: those held may pass `limit` by
+        a block)."""
+        buckets = self.buckets
+        for digest in digests:
+            buckets[digest % BUCKETS].append(digest)
+        self.held += len(digests)
         if self.held >= self.limit:
             self._write_out()
 

@@ -10,6 +10,9 @@ or to find the requests that cancels, preempts and expects name.
 A line is first offered to `trace_fast_path.common_request`, which recognises the
 common well-formed request in a few operations; every other line, and a request
 whose id an earlier line has, goes through the full checks, which alone report.
+A block of lines (`feed_block`) is first offered whole to `common_block`: when
+every line of it is a request as `generate` and `convert` write it, it is kept
+as each line's `_take` would keep it; any other block is fed a line at a time.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from .id_digests import IdDigests
 from .json_lines import decode_line, json_kind
 from .problems import Problems, did_you_mean
 from .trace_config import check_options
-from .trace_fast_path import common_request
+from .trace_fast_path import Columns, block_specs, common_block, common_request
 from .trace_records import ACTION_KEYS, Expectation, RecordChecker, parse_expect, parse_request
 
 __all__ = ["Validator", "RECORD_TYPES"]
@@ -86,6 +89,50 @@ class Validator:
         spec = common_request(raw, number, self.unit, self.hash_block_size)
         if spec is None or not self._take(spec, number):
             self._check(number, raw)
+
+    def feed_block(self, number: int, block: bytes) -> None:
+        """Check a block of lines, the first being line `number`: whole lines, each
+        ending in a newline, or one last line without it."""
+        columns = common_block(block, self.unit) if block.endswith(b"\n") else None
+        if columns is None or not self._take_block(columns, number):
+            lines = block.split(b"\n")
+            if block.endswith(b"\n"):
+                lines.pop()  # (what follows the last newline: no line)
+            for number, raw in enumerate(lines, number):
+                self.feed(number, raw)
+
+    def _take_block(self, columns: Columns, number: int) -> bool:
+        """Keep a block of well-formed requests (`common_block`) as `_take` keeps each
+        of them; False, keeping nothing, if any id is not new (in memory) or, streamed,
+        if an arrival comes before the one above it (the span as `_note_arrival`
+        makes it)."""
+        ids, arrivals = columns.ids, columns.arrivals
+        if self.streamed:
+            span = self.span
+            if (span is not None and arrivals[0] < span[1]) or arrivals != sorted(arrivals):
+                return False
+            self.digests.add_all(list(map(_digest, ids)))
+            self.count += len(ids)
+            self.span = (arrivals[0] if span is None else span[0], arrivals[-1])
+            sums = list(map(int.__add__, columns.prompts, columns.outputs))
+            most = max(sums)
+            largest = self.largest
+            if largest is None or most > largest.prompt_tokens + largest.max_tokens:
+                at = sums.index(most)  # (the first of them, as `_note_arrival` keeps)
+                output = columns.outputs[at]
+                self.largest = RequestSpec(ids[at], number + at, arrivals[at],
+                                           columns.prompts[at], output, output)
+        else:
+            first = self.first_line
+            if len(set(ids)) != len(ids) or not first.keys().isdisjoint(ids):
+                return False
+            first.update(zip(ids, range(number, number + len(ids))))
+            self.specs += block_specs(columns, number)
+        room = SUGGEST_FROM - len(self.some_ids)
+        if room > 0:
+            self.some_ids += ids[:room]
+        self.seen_record = True
+        return True
 
     def _take(self, spec: RequestSpec, number: int) -> bool:
         """Keep a well-formed request (`common_request`) as the full checks would;

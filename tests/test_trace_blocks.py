@@ -1,0 +1,144 @@
+"""Trace lines read a block at a time (issue 26): `common_block` takes a block of
+request lines written as `generate` and `convert` write them in one pass, and
+refuses any other block, whose lines are then read one at a time. Whatever the
+blocks' size, a trace reads to the same Trace, or the same problems, as with
+every line through the full checks (`both_ways`), read whole and streamed."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scheduler_sim.io import trace as trace_module
+from scheduler_sim.io import trace_validator
+from scheduler_sim.io.trace_fast_path import Columns, block_specs, common_block
+from scheduler_sim.records.workload import RequestSpec
+from test_trace_fast_path import SECONDS, W, both_ways
+
+
+def test_a_block_of_written_lines_gives_its_columns():
+    block = (W % (b"a", b"0", b"3", b"2") + b"\n" + W % (b"b", b"7", b"40", b"1") + b"\n"
+             + W % ("\u00e9".encode(), b"7", b"5", b"900") + b"\n")
+    columns = common_block(block, "tick")
+    assert columns == Columns(["a", "b", "\u00e9"], [0, 7, 7], [3, 40, 5], [2, 1, 900])
+    assert block_specs(columns, 4) == [
+        RequestSpec("a", 4, 0, 3, 2, 2), RequestSpec("b", 5, 7, 40, 1, 1),
+        RequestSpec("\u00e9", 6, 7, 5, 900, 900)]
+
+
+def test_in_seconds_a_fraction_is_a_float_and_a_whole_number_an_int():
+    block = W % (b"a", b"0", b"3", b"2") + b"\n" + W % (b"b", b"2.50", b"4", b"1") + b"\n"
+    columns = common_block(block, "s")
+    assert columns.arrivals == [0, 2.5]
+    assert [type(a) for a in columns.arrivals] == [int, float]
+    assert common_block(block, "tick") is None  # a fraction of a tick: the full checks word it
+
+
+GOOD_LINE = W % (b"a", b"1", b"3", b"2") + b"\n"
+
+
+@pytest.mark.parametrize("other", [
+    W % (b"b", b"1", b"3", b"2") + b" \n",         # a blank after it
+    W % (b"b", b"1", b"3", b"2") + b"\r\n",        # a CR
+    b"\n",                                           # a blank line
+    W % (b"b", b"1000000000000001", b"3", b"2") + b"\n",  # past 1e15
+    W % (b"\xff", b"1", b"3", b"2") + b"\n",        # not UTF-8
+    W % (b"b\\u0031", b"1", b"3", b"2") + b"\n",    # an escape
+    W % (b"b\x1f", b"1", b"3", b"2") + b"\n",       # a control character
+    W % (b"", b"1", b"3", b"2") + b"\n",            # an empty id
+    W % (b"b", b"01", b"3", b"2") + b"\n",          # a leading zero
+    W % (b"b", b"1", b"0", b"2") + b"\n",           # no prompt
+    W.replace(b":", b": ") % (b"b", b"1", b"3", b"2") + b"\n",  # spaces
+    b'{"type":"cancel","id":"a","at":1}\n',
+], ids=["blank", "CR", "blank line", "past 1e15", "not UTF-8", "escape", "control", "empty id",
+        "leading zero", "no prompt", "spaces", "cancel"])
+def test_a_block_with_any_other_line_is_refused(other):
+    assert common_block(GOOD_LINE, "tick") is not None
+    assert common_block(GOOD_LINE + other + GOOD_LINE, "tick") is None
+    assert common_block(GOOD_LINE + other + GOOD_LINE, "s") is None
+
+
+def test_an_empty_block_is_refused():
+    assert common_block(b"", "tick") is None
+
+
+def written_trace(rng: random.Random, n: int, seconds: bool) -> list[bytes]:
+    """`n` written request lines, arrivals mostly in order, in ticks or seconds."""
+    lines, at = [], 0
+    for i in range(n):
+        at += rng.choice((0, 0, 1, 3))
+        arrival = (b"%d" % at if not seconds or rng.random() < 0.5
+                   else b"%d.%d" % (at, rng.randrange(100)))
+        lines.append(W % (b"r%d" % i, arrival, b"%d" % rng.randint(1, 600),
+                          b"%d" % rng.randint(1, 400)))
+    return lines
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("block", [64, 300, 2 ** 17])
+def test_blocks_of_any_size_read_as_the_full_checks(tmp_path, monkeypatch, streamed, block):
+    """Random written traces, some with one line made wrong, a duplicate id, an
+    arrival out of order, a config, or no last newline: the same Trace (its requests,
+    count, span and largest request) or problems as the full checks alone."""
+    monkeypatch.setattr(trace_module, "BLOCK", block)
+    rng = random.Random(block + streamed)
+    for case in range(12):
+        seconds = case % 3 == 2
+        lines = written_trace(rng, rng.randint(1, 40), seconds)
+        kind = case % 6
+        i = rng.randrange(len(lines))
+        if kind == 1:
+            lines[i] = lines[i].replace(b'"prompt_tokens":', b'"prompt_tokens":-')
+        elif kind == 2:
+            lines.append(lines[i])  # a duplicate id
+        elif kind == 3:
+            lines.insert(i, W % (b"early", b"0", b"5", b"5"))  # out of order, mostly
+        elif kind == 4:
+            lines[i] = lines[i] + b" "
+        if seconds:
+            lines.insert(0, SECONDS)
+        data = b"\n".join(lines) + (b"\n" if case % 4 else b"")
+        fast, full = both_ways(data, tmp_path, monkeypatch, streamed)
+        assert fast == full, (case, data)
+        if not isinstance(fast, list):
+            assert shape(fast, streamed) == shape(full, streamed)
+
+
+def shape(outcome, streamed: bool):
+    """What validation notes of a trace's requests: how many, the span, the largest."""
+    workload = (outcome[0] if streamed else outcome).workload
+    return len(workload), workload.first_arrival, workload.last_arrival, workload.largest
+
+
+def test_a_line_longer_than_a_block_and_no_last_newline(tmp_path, monkeypatch):
+    """Streamed in blocks of 16 bytes: each line is longer, the last has no newline;
+    the lines are numbered as the file's."""
+    monkeypatch.setattr(trace_module, "BLOCK", 16)
+    data = b"\n".join([W % (b"a", b"0", b"3", b"2"), W % (b"b", b"4", b"1", b"1"),
+                       b'{"type":"cancel","id":"zz","at":5}'])
+    fast, full = both_ways(data, tmp_path, monkeypatch, streamed=True)
+    assert fast == full == ["DIR/t.jsonl:3: cancel 'zz': cancel of unknown request 'zz'"]
+    data = b"\n".join([W % (b"a", b"0", b"3", b"2"), W % (b"b", b"4", b"1", b"1")])
+    fast, full = both_ways(data, tmp_path, monkeypatch, streamed=True)
+    assert fast == full
+    assert [(r.id, r.index, r.arrival) for r in fast[1]] == [("a", 1, 0), ("b", 2, 4)]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_written_blocks_never_reach_a_line_at_a_time(tmp_path, monkeypatch, streamed):
+    """Three blocks of written lines (blocks of about 100 bytes) are read without
+    `common_request`: validated (and, streamed, read again) a block at a time."""
+    monkeypatch.setattr(trace_module, "BLOCK", 100)
+    monkeypatch.setattr(trace_module, "STREAM_ABOVE", 0 if streamed else 10 ** 12)
+    data = b"".join(W % (b"r%d" % i, b"%d" % i, b"4", b"2") + b"\n" for i in range(3))
+
+    def refuse(*_):
+        raise AssertionError("a line of a written block was read alone")
+
+    monkeypatch.setattr(trace_validator, "common_request", refuse)
+    monkeypatch.setattr(trace_module, "common_request", refuse)
+    from test_trace_fast_path import outcome
+    fast = outcome(data, tmp_path, streamed)
+    requests = fast[1] if streamed else fast.workload.requests
+    assert requests == (RequestSpec("r0", 1, 0, 4, 2, 2), RequestSpec("r1", 2, 1, 4, 2, 2),
+                        RequestSpec("r2", 3, 2, 4, 2, 2))

@@ -294,6 +294,24 @@ def test_a_folded_stretch_is_one_text_of_the_lines_written_one_by_one():
     assert '"time":1.50625,' in text and text.endswith('"done":1.5125}')
 
 
+def test_plain_decode_rows_quote_each_id_once_and_as_json_does(monkeypatch):
+    """A plain decode row's id is its JSON string literal (a quote and a backslash
+    escaped, a non-ASCII character as \\u), made when the id is first written
+    and looked up after; past 2^14 ids the texts are dropped and made again."""
+    from scheduler_sim.records import event_lines
+    quoted = event_lines._QuotedIds()
+    monkeypatch.setattr(event_lines, "_QUOTED", quoted)
+    assert event_lines.decode_rows_text(['q"1', "\\", "\u00e9"]) == (
+        '{"id":"q\\"1","phase":"decode","tokens":1,"emits":true},'
+        '{"id":"\\\\","phase":"decode","tokens":1,"emits":true},'
+        '{"id":"\\u00e9","phase":"decode","tokens":1,"emits":true}')
+    assert quoted == {'q"1': '"q\\"1"', "\\": '"\\\\"', "\u00e9": '"\\u00e9"'}
+    quoted.update((str(i), "x") for i in range(1 << 14))
+    assert event_lines.decode_rows_text(["a"]) == (
+        '{"id":"a","phase":"decode","tokens":1,"emits":true}')
+    assert quoted == {"a": '"a"'}
+
+
 def test_a_folded_snapshot_s_block_counts_are_one_text_by_blocks_held():
     """The block counts of a pool of 10 blocks, 1 draining, as a folded snapshot
     writes them up to the next line's key: 3 held leave 6 free; asked again, the

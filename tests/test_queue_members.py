@@ -1,0 +1,82 @@
+"""vLLM's queue members kept by key (kv/queue_members.py): flags beside the index's
+buckets written a run of keys at a time, other blocks in `loose`."""
+from __future__ import annotations
+
+import pytest
+
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.kv.block_keys import BlockKeys
+from scheduler_sim.kv.key_index import KeyIndex
+from scheduler_sim.kv.queue_members import QueueMembers
+from scheduler_sim.kv.vllm_cache import VllmCache
+
+
+def small_queue():
+    """Buckets of 4 keys: keys 4..7 index blocks 10..13 (bucket 1), key 8 block 14
+    (bucket 2), key b"r" block 15. A table [10..15] freed tail first, block 10 still
+    held elsewhere: blocks 15, 14, 13, 12, 11 with keys b"r", 8, 7, 6, 5."""
+    index = KeyIndex(4)
+    assert index.add([4, 5, 6, 7, 8, b"r"], 0, 6, [10, 11, 12, 13, 14, 15]) == []
+    order: list = []
+    members = QueueMembers(index, lambda: (list(order[0::2]), list(order[1::2])))
+    blocks, keys = [15, 14, 13, 12, 11], [b"r", 8, 7, 6, 5]
+    members.add(blocks, keys)
+    for block, key in zip(blocks, keys):
+        order += [block, key]
+    return index, members, order
+
+
+def test_a_freed_table_sets_one_slice_of_flags_per_run_of_keys():
+    index, members, order = small_queue()
+    assert (dict(members.flags), members.loose, len(members)) == (
+        {1: bytearray([0, 1, 1, 1]), 2: bytearray([1, 0, 0, 0])}, {15}, 5)
+    assert (12 in members, 10 in members, 15 in members, 99 in members) == (True, False, True, False)
+    members.check(order[0::2], order[1::2])
+
+
+def test_a_look_ups_hits_are_counted_and_taken_by_key():
+    """Blocks 10..14 found for keys 4..8: 11..14 are free (4); a hit on 10, 11 takes 11."""
+    index, members, order = small_queue()
+    assert members.count_found([10, 11, 12, 13, 14], [4, 5, 6, 7, 8]) == 4
+    assert members.count_found([10, 11], [4, 5]) == 1
+    assert members.hit_found([10, 11], [4, 5]) == {11}
+    assert (members.flags[1], len(members)) == (bytearray([0, 0, 1, 1]), 4)
+    # Keys that name other blocks than the hint's are answered block by block.
+    assert members.count_found([12, 13], [4, 5]) == 2
+
+
+def test_a_duplicate_is_loose_until_it_takes_its_keys_place():
+    """Block 16 also carries key 4 (indexed to 10): loose; evicting blocks 13, 12
+    (keys 7, 6) clears their flags and index entries in one walk."""
+    index, members, order = small_queue()
+    members.add([16], [4])
+    assert (members.loose, len(members)) == ({15, 16}, 6)
+    members.promote(4, 16)  # the index now names 16 for key 4
+    assert (members.loose, members.flags[1]) == ({15}, bytearray([1, 1, 1, 1]))
+    index[4] = 16
+    members.evict([13, 12], [7, 6], 0)
+    assert (index.get(7), index.get(6), members.flags[1], len(members)) == (
+        None, None, bytearray([1, 1, 0, 0]), 4)
+    members.remove_pairs([15, 14], [b"r", 8])
+    assert (members.loose, 2 in members.flags, len(members)) == (set(), False, 2)
+    members.remove_pair(16, 4)
+    members.remove_pair(11, 5)
+    assert (len(members), members.flags) == (0, {})  # (a bucket of no flag goes)
+
+
+@pytest.mark.parametrize("keyed_by_lookup", [True, False])
+def test_the_allocator_counts_its_last_look_ups_hits_by_key(keyed_by_lookup):
+    """Pool of 4, blocks of 4: A's 12 rows key blocks 0, 1, 2; A lets go (all three
+    free cached). B's look-up finds [0, 1]: both free, counted by key (the look-up's
+    own list) or by block (a copy) alike."""
+    a = BlockAllocator(4, 4, cache=VllmCache())
+    ka = BlockKeys(0, 12, 4, 8, hashes=[1, 2])
+    a.grow("A", 12)
+    a.register_full_blocks("A", ka, 12)
+    a.free_request("A", 0, 0)
+    kb = BlockKeys(1, 12, 4, 8, hashes=[1, 2])
+    hits = a.lookup(kb, 2)
+    assert hits == [0, 1]
+    assert a.evictable(hits if keyed_by_lookup else list(hits)) == 2
+    a.share("B", hits, kb)
+    assert (a.cached_free, a.evictable([0, 1, 2])) == (1, 1)

@@ -121,3 +121,25 @@ def test_members_by_key_agree_with_the_queue_on_random_hash_id_workloads():
         a.audit()
         live.append(f"r{step}")
     assert seen == {"look-ups": 156, "with free blocks": 68, "with duplicates": 89}
+
+
+def test_a_hit_asked_partly_by_block_leaves_no_stale_set_of_members():
+    """A's blocks 0, 1, 2 (keys k, k + 1, k + 2 of one entry) are free. A hit on
+    [0, 1, 7] with keys [k, k + 1, k + 1000]: 0 and 1 by their flags; the last key
+    names no block, so 7 is asked
+    by block alone, through a set made from the queue, which still lists 0 and 1
+    (their entries are marked stale after): that set is dropped, and 0 is no member."""
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    ka = BlockKeys(0, 12, 4, 12, hashes=[5])
+    a.grow("A", 12)
+    a.register_full_blocks("A", ka, 12)
+    a.free_request("A", 0, 0)
+    k = ka.keys[0]  # (entries are interned process-wide: k depends on earlier tests)
+    assert ka.keys == [k, k + 1, k + 2]
+
+    class Keys:
+        keys = [k, k + 1, k + 1000]
+    members = a.cache.free_blocks
+    assert a.cache.hits_found([0, 1, 7], Keys) == {0, 1}
+    assert (0 in members, 2 in members, len(members), list(members)) == (False, True, 1, [2])
+    members.check(*a.cache.queue_items())

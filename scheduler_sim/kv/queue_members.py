@@ -78,6 +78,12 @@ class QueueMembers:
     def __repr__(self) -> str:
         return f"QueueMembers({self.queue()[0]})"
 
+    def changed(self) -> None:
+        """The queue changed (a hit's entries became stale): the set made from it
+        is out of date. (A hit takes its blocks out here before the cache marks
+        their entries stale, so a set made in between still names them.)"""
+        self._snapshot = None
+
     def _members(self) -> set[int]:
         """The queue's blocks as a set, made from the queue when first asked after
         a change (questions by block alone: a pin's check, a share one by one)."""

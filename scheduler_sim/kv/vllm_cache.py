@@ -171,11 +171,14 @@ class VllmCache(RunQueue, PrefixCache):
         """Take free cached `block` out of the queue (a hit): its entry in `runs`
         becomes stale. Once stale entries outnumber the queue, `runs` is rebuilt
         from the queue's order, so it never holds more than twice the queue."""
-        self.free_blocks.remove(block)  # (by block alone: read from the queue)
+        free = self.free_blocks
+        free.remove(block)  # (by block alone: read from the queue)
         stale = self.stale
         stale[block] = stale.get(block, 0) + 1
         self.stale_total += 1
         self._rebuild_if_stale()
+        if not self.compact:
+            free.changed()
 
     def hits(self, blocks):
         """`hit` for every free cached block among `blocks`, in bulk (set operations
@@ -187,7 +190,9 @@ class VllmCache(RunQueue, PrefixCache):
             if found:
                 free.remove_members(found)
         else:  # (by block alone: each block's key read from the queue)
-            found = set(free._take_blocks(blocks))
+            found = self._hit_stale(set(free._take_blocks(blocks)))
+            free.changed()
+            return found
         return self._hit_stale(found)
 
     def hits_found(self, blocks, keys):
@@ -196,7 +201,10 @@ class VllmCache(RunQueue, PrefixCache):
         keys (`QueueMembers.hit_found`)."""
         if self.compact:
             return self.hits(blocks)
-        return self._hit_stale(self.free_blocks.hit_found(blocks, keys.keys))
+        free = self.free_blocks
+        found = self._hit_stale(free.hit_found(blocks, keys.keys))
+        free.changed()
+        return found
 
     def _hit_stale(self, found):
         """The queue entries of blocks a hit took out (`found`) become stale."""

@@ -234,7 +234,7 @@ class QueueMembers:
         found: set[int] = set()
         for node, off, p, n in self._runs_found(blocks, keys):
             if node is None:
-                found.update(self._take_blocks(blocks[p:p + n]))
+                found.update(self.take_blocks(blocks[p:p + n]))
                 continue
             fb = flags.get(node)
             if fb is None:
@@ -250,7 +250,7 @@ class QueueMembers:
                 self._snapshot = None
         return found
 
-    def _take_blocks(self, blocks: list[int]) -> list[int]:
+    def take_blocks(self, blocks: list[int]) -> list[int]:
         """Take out of the queue those of `blocks` in it, each by its key read from
         the queue (a question by block alone); return them."""
         members = [block for block in blocks if block in self]
@@ -264,7 +264,7 @@ class QueueMembers:
         """Take `block` out of the queue, by block alone (a single hit)."""
         if block not in self:
             raise KeyError(block)
-        self._take_blocks([block])
+        self.take_blocks([block])
 
     def promote(self, key, block: int) -> None:
         """`block`, a duplicate of `key`, became the block the index names for it:

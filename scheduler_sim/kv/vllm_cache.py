@@ -16,9 +16,11 @@ its front, many at once. So the queue is kept as `runs`, one entry
 [blocks, their keys, position of the first not yet consumed] per batch
 freed, oldest first, which eviction consumes from the front by slices (a
 compact cache's runs pack their integer keys: `RunQueue.append_run`); and
-`free_blocks` is only the set of the queued blocks (membership and size,
-updated a batch at a time). A compact cache (a fleet's replica) keeps that
-set as one byte per block (`BlockSet`). A hit leaves its block's entry in
+`free_blocks` holds the queue's members (membership and size) by key, a
+slice of flags per run of keys (`QueueMembers`); a look-up's hits are
+counted and taken by the keys they were found for (`count_free_found`,
+`hits_found`). A compact cache (a fleet's replica) keeps the members as one
+byte per block (`BlockSet`). A hit leaves its block's entry in
 its run behind, stale: `stale[block]` counts such entries of a block, all of
 them ahead of its live entry (if it is free again), so eviction skips
 exactly that many before it takes the block.
@@ -60,6 +62,7 @@ class VllmCache(RunQueue, PrefixCache):
         self.index: KeyIndex = KeyIndex()
         self.others: dict[Hashable, list[int]] = {}
         if compact:
+            # (A `BlockSet` is asked by block: the keys passed along are not needed.)
             members = BlockSet()
             self.free_blocks: QueueMembers | BlockSet = members
             self._enqueue = lambda blocks, keys: members.add_new(blocks)
@@ -190,7 +193,7 @@ class VllmCache(RunQueue, PrefixCache):
             if found:
                 free.remove_members(found)
         else:  # (by block alone: each block's key read from the queue)
-            found = self._hit_stale(set(free._take_blocks(blocks)))
+            found = self._hit_stale(set(free.take_blocks(blocks)))
             free.changed()
             return found
         return self._hit_stale(found)

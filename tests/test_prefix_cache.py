@@ -11,6 +11,7 @@ from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.block_set import BlockSet
 from scheduler_sim.kv.lru_cache import LruCache
+from scheduler_sim.kv.queue_members import QueueMembers
 from scheduler_sim.kv.radix_cache import RadixCache
 from scheduler_sim.kv.radix_index import RadixIndex
 from scheduler_sim.kv.vllm_cache import VllmCache
@@ -331,7 +332,7 @@ def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind(compact):
     0, then evict 1 from B's run: C holds [2,1], the queue is [0] (B's run at position
     1), nothing is stale, and keys 1 and 2 of A left the index."""
     a = BlockAllocator(3, B, cache=VllmCache(compact))
-    assert type(a.cache.free_blocks) is (BlockSet if compact else set)
+    assert type(a.cache.free_blocks) is (BlockSet if compact else QueueMembers)
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     a.free_request("A", 0, 0)

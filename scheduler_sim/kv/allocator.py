@@ -162,6 +162,13 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
         self._register = cache.register
         self._register_decoded = cache.register_decoded
         self._count_free = cache.count_free
+        self._count_free_found = cache.count_free_found
+        self._hits_found = cache.hits_found
+        # The last look-up's answer and the keys it was found for: a cache that
+        # keeps its free blocks by key counts that answer's free blocks by key
+        # (`evictable`, asked of the hit the policy just looked up).
+        self._found: list[int] | None = None
+        self._found_keys: BlockKeys | None = None
 
     # --- views ----------------------------------------------------------------
 
@@ -365,6 +372,7 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
         hits = self._reusable(self._find(keys, max_blocks))
         if hits:
             self._touch(hits[-1])
+        self._found, self._found_keys = hits, keys
         return hits
 
     def peek(self, keys: BlockKeys, max_blocks: int) -> int:
@@ -384,7 +392,11 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
         return hits
 
     def evictable(self, blocks: list[int]) -> int:
-        """How many of `blocks` are free in the cache (a hit on them uses a free block)."""
+        """How many of `blocks` are free in the cache (a hit on them uses a free block).
+        The answer of the last `lookup` (the policies ask of the hit they just
+        looked up) is counted by the keys it was found for."""
+        if blocks is self._found:
+            return self._count_free_found(blocks, self._found_keys)
         return self._count_free(blocks)
 
     def register_full_blocks(self, rid: str, keys: BlockKeys, rows: int) -> None:

@@ -182,11 +182,18 @@ class KeyIndex:
                           in zip(rest_keys, rest_blocks, found) if cached != block]
         return dupes
 
-    def forget(self, keys: list, start: int, blocks: list[int]) -> None:
+    def forget(self, keys: list, start: int, blocks: list[int], members=None) -> None:
         """Forget the key of each of `blocks`, `keys[start + i]` for `blocks[i]`,
         each indexed to that block (evicted blocks and their keys, in any order;
         a run of one bucket's keys, decreasing as a freed table's tail-first
-        order has them, is cleared as one slice)."""
+        order has them, is cleared as one slice).
+
+        `members`, if given, are the members of vLLM's queue (`QueueMembers`),
+        which `blocks` leave: every integer key here flagged (its block free),
+        every other block in `members.loose`. Their flags are cleared by the
+        same slices as the buckets (one walk over the runs; `members.size` is
+        the caller's)."""
+        flags = members.flags if members is not None else None
         buckets = self.buckets
         width = self.width
         nones = self._nones
@@ -202,6 +209,8 @@ class KeyIndex:
                 while q < end and type(keys[q + shift]) is not int:
                     q += 1
                 deque(map(plain.__delitem__, keys[p + shift:q + shift]), 0)
+                if members is not None:
+                    members.loose.difference_update(blocks[p:q])
                 p = q
                 continue
             node, off = divmod(key, width)
@@ -226,6 +235,10 @@ class KeyIndex:
             bucket[lo:off + 1] = nones[:n]
             if bucket == nones:
                 del buckets[node]
+                if flags is not None:
+                    del flags[node]
+            elif flags is not None:
+                flags[node][lo:off + 1] = bytes(n)
             p += n
 
     def find(self, keys: list, start: int, end: int) -> tuple[list[int], bool]:

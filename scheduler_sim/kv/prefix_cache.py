@@ -151,6 +151,15 @@ class PrefixCache:
             self.hit(block)
         return set(found)
 
+    def count_free_found(self, blocks: list[int], keys: BlockKeys) -> int:
+        """`count_free` for `blocks`, which `find` found for `keys` (a kind that
+        keeps its free blocks by key answers a run of keys at a time)."""
+        return self.count_free(blocks)
+
+    def hits_found(self, blocks: list[int], keys: BlockKeys) -> set[int]:
+        """`hits` for `blocks`, which `find` found for `keys` (as `count_free_found`)."""
+        return self.hits(blocks)
+
     def on_share(self, rid: str, blocks: list[int], keys: BlockKeys | None,
                  has_blocks: bool) -> None:
         """`rid` (holding blocks already if `has_blocks`) shares `blocks`, found by

@@ -115,8 +115,8 @@ class RunQueue:
                 runs.popleft()
             if stale and self._skip_stale(block):
                 continue
+            self._dequeue_one(block, keys[pos])
             lru = self.free_blocks
-            lru.remove(block)
             if not lru:  # stale entries may be left behind it: drop them too
                 runs.clear()
                 stale.clear()
@@ -130,7 +130,7 @@ class RunQueue:
         lru = self.free_blocks
         if count == len(lru):
             taken, keys = self.queue_items()
-            lru.clear()
+            lru.clear()  # (`QueueMembers.clear`, `BlockSet.clear`)
             self.runs.clear()
             self.stale.clear()
             self.stale_total = 0
@@ -168,7 +168,7 @@ class RunQueue:
                 taken = part
                 taken_keys = part_keys
             need -= len(part)
-        self._dequeue(taken)
+        self._dequeue(taken, taken_keys)
         return taken, taken_keys
 
     def _pop_oldest_forgetting(self, count: int) -> list[int]:
@@ -178,7 +178,7 @@ class RunQueue:
         the blocks."""
         runs = self.runs
         stale = self.stale
-        forget = self.index.forget
+        leave = self._evict_run
         taken: list[int] = []
         need = count
         while need:
@@ -198,15 +198,14 @@ class RunQueue:
                         live.append(block)
                         live_keys.append(key)
                 part = live
-                forget(live_keys, 0, part)
+                leave(part, live_keys, 0)
             else:
-                forget(keys, pos, part)
+                leave(part, keys, pos)
             if taken:
                 taken += part
             else:  # (the first part: no copy)
                 taken = part
             need -= len(part)
-        self._dequeue(taken)
         return taken
 
     def queue_items(self) -> tuple[list[int], list]:

@@ -77,7 +77,7 @@ class Sharing:
         # 615,217 blocks shared in 12,333 admissions replaying the Mooncake trace
         # under vllm): free cached ones leave the cache (`hits`), the others gain
         # an owner, unless they are pinned orphans.
-        found = self._hits(blocks)
+        found = self._hits(blocks) if keys is None else self._hits_found(blocks, keys)
         self.held += len(found)
         rest = (blocks if not found else () if len(found) == len(blocks)
                 else list(filterfalse(found.__contains__, blocks)))

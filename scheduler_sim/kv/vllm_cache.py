@@ -16,9 +16,11 @@ its front, many at once. So the queue is kept as `runs`, one entry
 [blocks, their keys, position of the first not yet consumed] per batch
 freed, oldest first, which eviction consumes from the front by slices (a
 compact cache's runs pack their integer keys: `RunQueue.append_run`); and
-`free_blocks` is only the set of the queued blocks (membership and size,
-updated a batch at a time). A compact cache (a fleet's replica) keeps that
-set as one byte per block (`BlockSet`). A hit leaves its block's entry in
+`free_blocks` holds the queue's members (membership and size) by key, a
+slice of flags per run of keys (`QueueMembers`); a look-up's hits are
+counted and taken by the keys they were found for (`count_free_found`,
+`hits_found`). A compact cache (a fleet's replica) keeps the members as one
+byte per block (`BlockSet`). A hit leaves its block's entry in
 its run behind, stale: `stale[block]` counts such entries of a block, all of
 them ahead of its live entry (if it is free again), so eviction skips
 exactly that many before it takes the block.
@@ -32,6 +34,7 @@ from ..records.errors import InvariantError
 from .block_set import BlockSet
 from .key_index import KeyIndex
 from .prefix_cache import PrefixCache
+from .queue_members import QueueMembers
 from .run_queue import RunQueue
 
 __all__ = ["VllmCache"]
@@ -59,13 +62,28 @@ class VllmCache(RunQueue, PrefixCache):
         self.index: KeyIndex = KeyIndex()
         self.others: dict[Hashable, list[int]] = {}
         if compact:
-            self.free_blocks: set[int] | BlockSet = BlockSet()
-            self._enqueue, self._dequeue = self.free_blocks.add_new, self.free_blocks.remove_members
-            self.count_free = self.free_blocks.count_in
+            # (A `BlockSet` is asked by block: the keys passed along are not needed.)
+            members = BlockSet()
+            self.free_blocks: QueueMembers | BlockSet = members
+            self._enqueue = lambda blocks, keys: members.add_new(blocks)
+            self._dequeue = lambda blocks, keys, start=0: members.remove_members(blocks)
+            self._dequeue_one = lambda block, key: members.remove(block)
+            forget = self.index.forget
+
+            def evict_run(blocks, keys, start):
+                members.remove_members(blocks)
+                forget(keys, start, blocks)
+            self._evict_run = evict_run
+            self.count_free = members.count_in
         else:
-            self.free_blocks = set()
-            self._enqueue = self.free_blocks.update
-            self._dequeue = self.free_blocks.difference_update
+            # The queue's members by key (queue_members.py: a slice of flags per
+            # run of keys, where a set took an insert and a delete per block).
+            members = QueueMembers(self.index, self.queue_items)
+            self.free_blocks = members
+            self._enqueue = members.add
+            self._dequeue = members.remove_pairs
+            self._dequeue_one = members.remove_pair
+            self._evict_run = members.evict
         self.runs: deque[list] = deque()
         self.stale: dict[int, int] = {}
         self.stale_total = 0
@@ -156,11 +174,14 @@ class VllmCache(RunQueue, PrefixCache):
         """Take free cached `block` out of the queue (a hit): its entry in `runs`
         becomes stale. Once stale entries outnumber the queue, `runs` is rebuilt
         from the queue's order, so it never holds more than twice the queue."""
-        self.free_blocks.remove(block)
+        free = self.free_blocks
+        free.remove(block)  # (by block alone: read from the queue)
         stale = self.stale
         stale[block] = stale.get(block, 0) + 1
         self.stale_total += 1
         self._rebuild_if_stale()
+        if not self.compact:
+            free.changed()
 
     def hits(self, blocks):
         """`hit` for every free cached block among `blocks`, in bulk (set operations
@@ -171,10 +192,25 @@ class VllmCache(RunQueue, PrefixCache):
             found = free.intersection(blocks)  # (block_set.py: in C)
             if found:
                 free.remove_members(found)
-        else:
-            found = free.intersection(blocks)
-            if found:
-                free.difference_update(found)
+        else:  # (by block alone: each block's key read from the queue)
+            found = self._hit_stale(set(free.take_blocks(blocks)))
+            free.changed()
+            return found
+        return self._hit_stale(found)
+
+    def hits_found(self, blocks, keys):
+        """`hits` for `blocks`, which a look-up found for `keys` (a `BlockKeys`): in
+        a cache that is not compact, a slice of the queue's flags per run of
+        keys (`QueueMembers.hit_found`)."""
+        if self.compact:
+            return self.hits(blocks)
+        free = self.free_blocks
+        found = self._hit_stale(free.hit_found(blocks, keys.keys))
+        free.changed()
+        return found
+
+    def _hit_stale(self, found):
+        """The queue entries of blocks a hit took out (`found`) become stale."""
         if not found:
             return found
         stale = self.stale
@@ -187,8 +223,18 @@ class VllmCache(RunQueue, PrefixCache):
         return found
 
     def count_free(self, blocks):
-        """How many of `blocks` are in the queue (a set intersection, in C)."""
-        return len(self.free_blocks.intersection(blocks))
+        """How many of `blocks` are in the queue (by block alone: a set of the
+        queue's blocks, made once while it is unchanged; a compact cache's
+        `BlockSet` counts in C)."""
+        free = self.free_blocks
+        return sum(1 for block in blocks if block in free)
+
+    def count_free_found(self, blocks, keys):
+        """`count_free` for `blocks`, which a look-up found for `keys` (a
+        `BlockKeys`): a count of a slice of the queue's flags per run of keys."""
+        if self.compact:
+            return self.free_blocks.count_in(blocks)
+        return self.free_blocks.count_found(blocks, keys.keys)
 
     def take(self, rid, table, count):
         """Evict the `count` least recently freed blocks into `table`: one eviction
@@ -243,7 +289,7 @@ class VllmCache(RunQueue, PrefixCache):
         """`keyed` join the queue's tail as one run with their `keys`; `blocks`
         are plain."""
         if keyed:
-            self._enqueue(keyed)
+            self._enqueue(keyed, keys)
             self.append_run(keyed, keys)
         return blocks
 
@@ -297,11 +343,14 @@ class VllmCache(RunQueue, PrefixCache):
         tables, carried, pinned, queued) has one key; the index and the
         duplicates name exactly those blocks."""
         try:
-            in_runs = self.queue_items()[0]
+            in_runs, run_keys = self.queue_items()
+            if self.compact:
+                if len(in_runs) != len(self.free_blocks) or set(in_runs) != self.free_blocks:
+                    raise ValueError("the LRU queue's runs disagree with its blocks")
+            else:
+                self.free_blocks.check(in_runs, run_keys)
         except ValueError as e:
             raise InvariantError(str(e)) from None
-        if len(in_runs) != len(self.free_blocks) or set(in_runs) != self.free_blocks:
-            raise InvariantError("the LRU queue's runs disagree with its blocks")
         key_of = self._keys(tables, carried, orphans)
         duplicates = sum(map(len, self.others.values()))
         if len(key_of) != len(self.index) + duplicates:
@@ -320,7 +369,9 @@ class VllmCache(RunQueue, PrefixCache):
         if self.index[key] == block:
             rest = others.get(key)
             if rest:
-                self.index[key] = rest.pop(0)
+                self.index[key] = heir = rest.pop(0)
+                if not self.compact:  # (a free heir's membership moves to its key)
+                    self.free_blocks.promote(key, heir)
                 if not rest:
                     del others[key]
             else:

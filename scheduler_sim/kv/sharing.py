@@ -32,7 +32,9 @@ __all__ = ["Sharing", "drop_one", "PROBE_MAX"]
 # The most plain blocks above the set's mark that `_all_held` compares with the
 # blocks asked about, one by one, rather than adding them to the set (which
 # costs about as much again when they are popped): beyond it they join the set.
-PROBE_MAX = 256
+# (Mooncake's first 2,000 requests under `sglang`: 7.0129e9 instructions at 256,
+# 6.9782e9 at 1,024; on the full trace no block joins the set at 1,024.)
+PROBE_MAX = 1024
 
 
 def drop_one(counts: dict[int, int], block: int) -> int:

@@ -96,9 +96,12 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
         self._orphans: set[int] = set()
         # True once blocks may be shared or pinned (prefix caching, `share`,
         # `pin`): the plain free and draining blocks are then also kept as sets,
-        # to tell a held block from one nobody holds.
+        # to tell a held block from one nobody holds. The plain ones lazily: the
+        # set holds the stack's first `_plain_mark` blocks, and the blocks pushed
+        # above them join it only when somebody asks (`sharing.Sharing`).
         self._shared = False
         self._plain_set: set[int] = set()
+        self._plain_mark = 0
         self._draining_set: set[int] = set()
         self._pin_sets: dict[int, list[int]] = {}
         self._next_pin = 0
@@ -270,19 +273,22 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
                     f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
             self._grown[rid] = grown
             self.granted += need
-        if need == 1 and plain and not self._shared:  # a decode opening a block
+        if need == 1 and plain:  # a decode opening a block
             table.append(plain.pop())
+            if len(plain) < self._plain_mark:  # (it was in the plain set: `_plain_cut`)
+                self._plain_cut(len(plain), table[-1:])
         else:
             # Plain blocks from the top of the stack, then never-used ids (lowest
             # first), then cached blocks, evicted.
             reuse = need if need <= len(plain) else len(plain)
             if reuse:
-                taken = plain[-reuse:]
-                del plain[-reuse:]
+                left = len(plain) - reuse
+                if left < self._plain_mark:
+                    self._plain_cut(left, plain[left:self._plain_mark])
+                taken = plain[left:]
+                del plain[left:]
                 taken.reverse()
                 table.extend(taken)
-                if self._shared:
-                    self._plain_set.difference_update(taken)
             rest = need - reuse
             if rest:
                 fresh = self.num_blocks - self._fresh
@@ -299,7 +305,6 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
                     evicted, spare = self._take(rid, table, rest - fresh)
                     if spare:  # blocks an eviction freed beyond the need: plain now
                         plain.extend(reversed(spare))
-                        self._plain_set.update(spare)
                     self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
         self.held += need
         if self.held > self.peak_held:
@@ -309,14 +314,12 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
 
     def open_block(self, rid: str, rows: int) -> int:
         """`grow(rid, rows)` for a decode whose row `rows - 1` starts a block: the
-        common case, one plain block for an unshared table, inline; anything else
-        through `grow`."""
+        common case, one plain block, inline; anything else through `grow`."""
         table = self._tables.get(rid)
         if table is not None and len(table) * self.block_size >= rows:
             return 0  # (the policy grew it already)
         plain = self._free
-        if (self._shared or not plain or table is None
-                or len(table) * self.block_size + 1 != rows):
+        if not plain or table is None or len(table) * self.block_size + 1 != rows:
             return self.grow(rid, rows)
         credit = self._credits.get(rid)
         if credit is not None:
@@ -326,6 +329,8 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
             self._grown[rid] = grown
             self.granted += 1
         table.append(plain.pop())
+        if len(plain) < self._plain_mark:  # (it was in the plain set: `_plain_cut`)
+            self._plain_cut(len(plain), table[-1:])
         held = self.held = self.held + 1
         if held > self.peak_held:
             self.peak_held = held
@@ -343,7 +348,6 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
         gone_total = 0
         for gone in groups:
             plain.extend(reversed(gone))
-            self._plain_set.update(gone)
             gone_total += len(gone)
         return gone_total
 

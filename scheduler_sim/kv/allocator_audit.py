@@ -52,7 +52,9 @@ class Audit:
         if self._orphans != set(pinned) - referenced:
             raise InvariantError(f"orphans({sorted(self._orphans)}) == pinned blocks in no "
                                  f"table({sorted(set(pinned) - referenced)}) is false")
-        if self._shared and (self._plain_set != set(self._free) or self._draining_set != {
+        if self._shared and (self._plain_mark > len(self._free)
+                             or self._plain_set != set(self._free[:self._plain_mark])
+                             or self._draining_set != {
                 b for _, blocks, keyed, _ in self._drain for b in blocks + keyed}):
             raise InvariantError("the plain free and draining sets disagree with their queues")
         for rid, credit in self._credits.items():

@@ -62,10 +62,12 @@ class BlockOpenings:
         # The blocks in the order the `grow` calls would take them.
         reuse = total if total <= len(plain) else len(plain)
         if reuse:
-            taken = plain[-reuse:]
-            del plain[-reuse:]
+            left = len(plain) - reuse
+            if left < self._plain_mark:
+                self._plain_cut(left, plain[left:self._plain_mark])
+            taken = plain[left:]
+            del plain[left:]
             taken.reverse()
-            self._plain_set.difference_update(taken)
         else:
             taken = []
         rest = total - reuse

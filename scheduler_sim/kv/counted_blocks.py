@@ -108,11 +108,12 @@ class CountedBlocks:
         plain = self._free
         reuse = count if count <= len(plain) else len(plain)
         if reuse:
-            taken = plain[-reuse:]
-            del plain[-reuse:]
+            left = len(plain) - reuse
+            if left < self._plain_mark:
+                self._plain_cut(left, plain[left:self._plain_mark])
+            taken = plain[left:]
+            del plain[left:]
             taken.reverse()
-            if self._shared:
-                self._plain_set.difference_update(taken)
         else:
             taken = []
         if reuse < count:

@@ -148,9 +148,7 @@ class Freeing:
         """
         plain = self._give_back(blocks, keyed, keys)
         if plain:
-            self._free.extend(reversed(plain))
-            if self._shared:
-                self._plain_set.update(plain)
+            self._free.extend(reversed(plain))  # (above `_plain_mark`: see `sharing`)
 
     def _drain_blocks(self, blocks: list[int], now: int, delay: int,
                       keyed=(), keys=()) -> None:

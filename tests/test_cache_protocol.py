@@ -59,8 +59,8 @@ def _allocator_tree() -> ast.Module:
     parsed as one."""
     files = {Path(allocator_module.__file__)} | {
         Path(inspect.getfile(cls)) for cls in BlockAllocator.__mro__ if cls is not object}
-    assert len(files) == 6  # allocator, sharing, freeing, allocator_audit, counted_blocks,
-    # block_openings
+    assert len(files) == 7  # allocator, prefix_lookups, sharing, freeing, allocator_audit,
+    # counted_blocks, block_openings
     return ast.Module(body=[node for path in sorted(files) for node in ast.parse(
         path.read_text(encoding="utf-8")).body], type_ignores=[])
 

@@ -35,8 +35,9 @@ Check-then-act pairs: `can_reserve` / `reserve`, `can_allocate` / `grow`.
 `try_grow` is all-or-nothing: a reconstruction that cannot get every block
 it needs takes none (L4).
 
-`BlockAllocator` is written in six modules, one concern each: this one
-(pools, credits, growth, the calls into the prefix cache), `counted_blocks`
+`BlockAllocator` is written in seven modules, one concern each: this one
+(pools, credits, growth, binding the prefix cache), `prefix_lookups` (the
+look-ups and registrations a policy asks of the cache), `counted_blocks`
 (the decode cohort's new blocks, by count), `block_openings` (several
 tables grown at once, as a fold opens blocks), `sharing`
 (extra owners, pins, orphans), `freeing` (released tables, the drain queue,
@@ -55,6 +56,7 @@ from .block_keys import BlockKeys
 from .counted_blocks import CountedBlocks
 from .freeing import Freeing
 from .prefix_cache import NoCache, PrefixCache
+from .prefix_lookups import PrefixLookups
 from .sharing import Sharing
 
 __all__ = ["BlockAllocator", "blocks_for", "BLOCK_BYTES", "MAX_REQUEST_BLOCKS"]
@@ -74,7 +76,8 @@ def blocks_for(rows: int, block_size: int) -> int:
     return -(-rows // block_size)
 
 
-class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
+class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
+                     BlockOpenings):
     """Physical blocks (held, draining, free) and reservation credits, by request id."""
 
     def __init__(self, num_blocks: int, block_size: int,
@@ -363,76 +366,6 @@ class BlockAllocator(Sharing, Freeing, Audit, CountedBlocks, BlockOpenings):
             return False
         self.grow(rid, rows)
         return True
-
-    # --- prefix caching (§8) -----------------------------------------------
-
-    def lookup(self, keys: BlockKeys, max_blocks: int) -> list[int]:
-        """The longest run of leading blocks whose keys are cached and reusable.
-
-        A block is reusable if somebody holds it or it is free in the cache;
-        draining blocks are not. The cache records the use (a radix tree's
-        stamps); `share` takes the blocks.
-        """
-        hits = self._reusable(self._find(keys, max_blocks))
-        if hits:
-            self._touch(hits[-1])
-        self._found, self._found_keys = hits, keys
-        return hits
-
-    def peek(self, keys: BlockKeys, max_blocks: int) -> int:
-        """How many leading blocks `lookup` would find, changing nothing (a radix
-        tree's recency is left as it was): what a router reads."""
-        return len(self._reusable(self._find(keys, max_blocks)))
-
-    def _reusable(self, hits: list[int]) -> list[int]:
-        """`hits` up to the first that nobody may reuse: keyed blocks are held,
-        free in the cache, draining, or pinned with no owner (the last two are
-        not reusable)."""
-        if hits and (self._draining_set or self._orphans):
-            for i, block in enumerate(hits):
-                if block in self._draining_set or block in self._orphans:
-                    del hits[i:]
-                    break
-        return hits
-
-    def evictable(self, blocks: list[int]) -> int:
-        """How many of `blocks` are free in the cache (a hit on them uses a free block).
-        The answer of the last `lookup` (the policies ask of the hit they just
-        looked up) is counted by the keys it was found for."""
-        if blocks is self._found:
-            return self._count_free_found(blocks, self._found_keys)
-        return self._count_free(blocks)
-
-    def register_full_blocks(self, rid: str, keys: BlockKeys, rows: int) -> None:
-        """Give keys to the blocks of `rid` that `rows` written rows have filled."""
-        table = self._tables.get(rid, ())
-        full = rows // self.block_size
-        swaps = self._register(rid, keys, full if full < len(table) else len(table), table)
-        if swaps:
-            self._adopt(table, swaps)
-        if self.host is not None:
-            self._queue_prompt_stores(keys)
-
-    def register_decoded(self, rid: str, keys: BlockKeys, rows: int) -> None:
-        """Give keys to the blocks that decoding filled (a cache may wait for the
-        request to finish: SGLang's tree, so that a retracted request's outputs
-        are not kept)."""
-        full = rows // self.block_size
-        if full <= keys.registered:
-            return  # (no block filled since the last registration)
-        table = self._tables.get(rid, ())
-        swaps = self._register_decoded(rid, keys, full if full < len(table) else len(table),
-                                       table)
-        if swaps:
-            self._adopt(table, swaps)
-
-    def _queue_prompt_stores(self, keys: BlockKeys) -> None:
-        """With host memory's write-through on, queue the keys given to full blocks of
-        the prompt and not written through yet. Blocks that hold outputs wait for
-        their request's end or preemption (engine/host_moves.py), whether a dispatch
-        or a folded stretch keyed them."""
-        if self.host.write_through:
-            self.host.pending += keys.unwritten(keys.prompt_tokens // self.block_size)
 
     # --- invariants (A3) --------------------------------------------------------
 

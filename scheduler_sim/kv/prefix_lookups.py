@@ -1,0 +1,90 @@
+"""The prefix cache as a policy sees it through the allocator (§8): the part of
+`BlockAllocator` that looks up a request's cached leading blocks, counts the
+free ones among them, and gives keys to the blocks written rows have filled.
+
+Every question goes to the cache through the protocol methods the allocator
+bound (`BlockAllocator._use`: `_find`, `_touch`, `_count_free`,
+`_count_free_found`, `_register`, `_register_decoded`), so nothing here
+knows which kind of cache it talks to; what it adds is the allocator's own
+knowledge: draining and orphaned blocks are not reusable, swapped blocks are
+adopted into the table, and with host memory's write-through the prompt's
+new keys are queued. The methods below are `BlockAllocator`'s (a base class
+of it) and use the attributes its `__init__` and `_use` set.
+"""
+from __future__ import annotations
+
+from .block_keys import BlockKeys
+
+__all__ = ["PrefixLookups"]
+
+
+class PrefixLookups:
+    """`BlockAllocator`'s look-ups and registrations of prefix-cache keys."""
+
+    def lookup(self, keys: BlockKeys, max_blocks: int) -> list[int]:
+        """The longest run of leading blocks whose keys are cached and reusable.
+
+        A block is reusable if somebody holds it or it is free in the cache;
+        draining blocks are not. The cache records the use (a radix tree's
+        stamps); `share` takes the blocks.
+        """
+        hits = self._reusable(self._find(keys, max_blocks))
+        if hits:
+            self._touch(hits[-1])
+        self._found, self._found_keys = hits, keys
+        return hits
+
+    def peek(self, keys: BlockKeys, max_blocks: int) -> int:
+        """How many leading blocks `lookup` would find, changing nothing (a radix
+        tree's recency is left as it was): what a router reads."""
+        return len(self._reusable(self._find(keys, max_blocks)))
+
+    def _reusable(self, hits: list[int]) -> list[int]:
+        """`hits` up to the first that nobody may reuse: keyed blocks are held,
+        free in the cache, draining, or pinned with no owner (the last two are
+        not reusable)."""
+        if hits and (self._draining_set or self._orphans):
+            for i, block in enumerate(hits):
+                if block in self._draining_set or block in self._orphans:
+                    del hits[i:]
+                    break
+        return hits
+
+    def evictable(self, blocks: list[int]) -> int:
+        """How many of `blocks` are free in the cache (a hit on them uses a free block).
+        The answer of the last `lookup` (the policies ask of the hit they just
+        looked up) is counted by the keys it was found for."""
+        if blocks is self._found:
+            return self._count_free_found(blocks, self._found_keys)
+        return self._count_free(blocks)
+
+    def register_full_blocks(self, rid: str, keys: BlockKeys, rows: int) -> None:
+        """Give keys to the blocks of `rid` that `rows` written rows have filled."""
+        table = self._tables.get(rid, ())
+        full = rows // self.block_size
+        swaps = self._register(rid, keys, full if full < len(table) else len(table), table)
+        if swaps:
+            self._adopt(table, swaps)
+        if self.host is not None:
+            self._queue_prompt_stores(keys)
+
+    def register_decoded(self, rid: str, keys: BlockKeys, rows: int) -> None:
+        """Give keys to the blocks that decoding filled (a cache may wait for the
+        request to finish: SGLang's tree, so that a retracted request's outputs
+        are not kept)."""
+        full = rows // self.block_size
+        if full <= keys.registered:
+            return  # (no block filled since the last registration)
+        table = self._tables.get(rid, ())
+        swaps = self._register_decoded(rid, keys, full if full < len(table) else len(table),
+                                       table)
+        if swaps:
+            self._adopt(table, swaps)
+
+    def _queue_prompt_stores(self, keys: BlockKeys) -> None:
+        """With host memory's write-through on, queue the keys given to full blocks of
+        the prompt and not written through yet. Blocks that hold outputs wait for
+        their request's end or preemption (engine/host_moves.py), whether a dispatch
+        or a folded stretch keyed them."""
+        if self.host.write_through:
+            self.host.pending += keys.unwritten(keys.prompt_tokens // self.block_size)

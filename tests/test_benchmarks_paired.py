@@ -23,8 +23,9 @@ def test_two_commands_alternate_and_every_figure_is_printed(capsys, tmp_path):
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "2 pairs, A B alternated, after 1 uncounted of each"
     assert [line[:18].rstrip() for line in lines[3:]] == [
-        "figure", "A CPU s", "A wall s", "A peak RSS MB", "B CPU s", "B wall s",
-        "B peak RSS MB", "A/B CPU, per pair", "note: some runs ex"]
+        "figure", "A CPU s", "A user s", "A system s", "A wall s", "A peak RSS MB",
+        "B CPU s", "B user s", "B system s", "B wall s", "B peak RSS MB",
+        "A/B CPU, per pair", "note: some runs ex"]
     assert lines[-1] == "note: some runs exited with status 4"
 
 

@@ -166,7 +166,7 @@ def _replay(records, policy, fast, **options):
     return (result.summary, [request_record(r) for r in result.requests]), counted
 
 
-@pytest.mark.parametrize("seed", slow_beyond(range(40), 10))
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 5))
 @pytest.mark.parametrize("policy", ["continuous", "serial", "vllm"])
 def test_counting_steady_decoders_changes_no_result(seed, policy):
     """Random workloads with cancellations and forced preemptions at any time, rows
@@ -257,7 +257,7 @@ def _with_output_ids(records: list[dict], seed: int) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("seed", slow_beyond(range(40), 8))
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 4))
 @pytest.mark.parametrize("policy", ["continuous", "serial", "vllm"])
 def test_counted_decoders_write_the_event_stream_of_written_ones(seed, policy):
     """With an event listener the cohort stays on: its dispatches, folds (lines written
@@ -341,7 +341,7 @@ def test_blocks_within_counts_each_members_new_blocks_by_its_residue():
     assert (cohort.blocks_within(1), cohort.contexts()) == (1, 20)
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", slow_beyond(range(20), 8))
 def test_a_plan_given_as_a_list_is_counted_the_same(seed, monkeypatch):
     """When the policy plans its decodes as a plain list of pairs (the engine does
     not take them as the policy's own list), the members are found row by row: the

@@ -262,7 +262,7 @@ def first_run(seed: int, policy: str, resume_order: str):
 
 @pytest.mark.parametrize("resume_order", RESUME_ORDERS)
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("seed", slow_beyond(SEEDS, 10))
+@pytest.mark.parametrize("seed", slow_beyond(SEEDS, 5))
 def test_random_workload_with_preemptions_keeps_lifecycle_invariants(seed, policy, resume_order):
     """One seeded workload: conservation at every boundary, each request ends once, finished
     requests have useful rows P+N-1, N emitting rows and replay equal to the rows of their

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from conftest import slow_beyond
+
 from scheduler_sim.cli.main import main
 from test_cli import write
 
@@ -88,7 +90,7 @@ def test_one_replica_notes_it_changes_nothing(tmp_path):
     assert "note: router_signal_delay has no effect with one replica" in out.getvalue()
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", slow_beyond(range(6), 2))
 @pytest.mark.parametrize("router", ["least-loaded", "prefix-affinity", "power-of-two"])
 def test_random_fleets_with_stale_signals(seed, router):
     """Random workloads and fleets under a delay of 1 to 40 (ticks, or trace ticks of

@@ -82,6 +82,7 @@ class Dispatching:
         allocator = self.allocator
         grow = allocator.grow
         open_block = allocator.open_block
+        keys_decoded = allocator.keys_decoded  # (False: SGLang's tree keys them at the end)
         size = allocator.block_size  # from here on, the block size
         # (request, emits) in plan order, built only once a row is not a plain
         # decode: a dispatch of decodes is its list of requests (`decoders`).
@@ -126,7 +127,7 @@ class Dispatching:
                                 else req.token_ids(r, r + 1)))
                 if not r % size:
                     open_block(req.rid, r + 1)
-                if req.block_keys is not None and not (r + 1) % size:
+                if keys_decoded and req.block_keys is not None and not (r + 1) % size:
                     allocator.register_decoded(req.rid, req.block_keys, r + 1)
                 if add_row is not None:
                     add_row((req, True))

@@ -167,6 +167,8 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
         self._release = cache.release
         self._register = cache.register
         self._register_decoded = cache.register_decoded
+        # False: `register_decoded` does nothing, and the engine skips it.
+        self.keys_decoded = cache.keys_decoded
         self._count_free = cache.count_free
         self._count_free_found = cache.count_free_found
         self._hits_found = cache.hits_found

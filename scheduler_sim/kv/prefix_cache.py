@@ -76,6 +76,9 @@ class PrefixCache:
     # the blocks of several requests may be taken in one call, in order
     # (`BlockAllocator.grow_each`).
     exact_take = False
+    # Whether `register_decoded` may key anything: a kind that keys decoded tokens
+    # only when the request finishes says False, and the engine does not call it.
+    keys_decoded = True
 
     def __init__(self, compact: bool = False) -> None:
         # The interning table of hash entries, kept alive as long as the cache

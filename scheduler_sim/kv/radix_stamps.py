@@ -60,8 +60,11 @@ class Stamps:
 
     def touch_path(self, block: int) -> None:
         """Stamp the nodes from the root down to the node of `block`."""
+        self.stamp_path(self._node(block))
+
+    def stamp_path(self, node: int | None) -> None:
+        """Stamp the nodes from the root down to `node` (None: none)."""
         path = []
-        node = self._node(block)
         nodes = self.nodes
         while node is not None:
             path.append(node)

@@ -147,6 +147,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
         others = []  # the gaps of the others
         grow = allocator.grow
         size = allocator.block_size
+        keys_decoded = allocator.keys_decoded  # (False: SGLang's tree keys them at the end)
         if allocator.cache is not None:
             # With prefix caching a block opened is mostly an eviction: the blocks
             # the folded rows open are taken in one call, in the order the loop's
@@ -169,7 +170,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
                 # The folded rows open a block. (Asked only then: under vllm on the
                 # Azure trace 360k of these calls found nothing to do.)
                 grow(req.rid, rows)
-            if req.block_keys is not None:
+            if keys_decoded and req.block_keys is not None:
                 allocator.register_decoded(req.rid, req.block_keys, rows)
             req.resident = req.high_water = rows
             req.useful_rows += folded

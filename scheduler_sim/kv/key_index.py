@@ -160,8 +160,11 @@ class KeyIndex:
                     n = _run_up(keys, p, n, key)
                 bucket = buckets.get(node)
                 if bucket is None:
-                    bucket = buckets[node] = nones[:]
-                    bucket[off:off + n] = blocks[p:p + n]
+                    if n == width:  # (a whole entry: its blocks are the bucket)
+                        buckets[node] = blocks[p:p + n]
+                    else:
+                        bucket = buckets[node] = nones[:]
+                        bucket[off:off + n] = blocks[p:p + n]
                 elif bucket[off:off + n] == nones[:n]:
                     bucket[off:off + n] = blocks[p:p + n]
                 else:

@@ -50,7 +50,7 @@ def decode_batch(policy: SglangPolicy, now: int) -> Plan:
     size = policy.options.block_size
     # A decode row needs a new block exactly when its request's rows fill
     # their last block.
-    need = sum(1 for r in decoders if r.resident % size == 0)
+    need = sum([1 for r in decoders if not r.resident % size])  # (a list: no generator)
     if need > allocator.free:
         # SGLang's check_decode_mem evicts from the tree what the step needs
         # before it decides to retract: here every cached free block goes,

@@ -834,26 +834,37 @@ def test_hash_entries_are_interned_in_order_and_keys_count_blocks_within_an_entr
 
 def test_consecutive_entry_ids_give_their_keys_as_one_range(fresh_entries, monkeypatch):
     """hash_block_size 8, block size 4 (2 keys per entry id), a new table. [a, b, c]
-    interns ids 0, 1, 2 (consecutive: one range, no chained ranges), in two calls
-    (blocks 0-2, then 3-5: entry 1's second key starts the second range); [a, d, b]
-    finds a (0) and interns a.d (3), a.d.b (4): ids 0, 3, 4 are not consecutive, so
-    its keys come from the ranges of each entry chained, exactly once."""
-    chained = []
-    real_chain = fresh_entries.chain
+    interns ids 0, 1, 2 (consecutive: one range), in two calls (blocks 0-2, then
+    3-5: entry 1's second key starts the second range); [a, d, b] finds a (0) and
+    interns a.d (3), a.d.b (4): ids 0, 3, 4 are two runs, a range each, 0-1 and 6-9."""
+    made = []
 
-    class CountingChain:
-        @staticmethod
-        def from_iterable(ranges):
-            chained.append(1)
-            return real_chain.from_iterable(ranges)
+    class CountingRange:  # (the ranges `ensure` makes, by their bounds)
+        def __new__(cls, low, high):
+            made.append((low, high))
+            return range(low, high)
 
-    monkeypatch.setattr(fresh_entries, "chain", CountingChain)
+    monkeypatch.setattr(fresh_entries, "range", CountingRange, raising=False)
     abc = BlockKeys(0, 24, B, 8, hashes=["a", "b", "c"])
     assert abc.ensure(3) == [0, 1, 2]
     assert abc.ensure(6) == [0, 1, 2, 3, 4, 5]
-    assert chained == []
+    assert made == [(0, 3), (3, 6)]
     assert BlockKeys(1, 24, B, 8, hashes=["a", "d", "b"]).ensure(6) == [0, 1, 6, 7, 8, 9]
-    assert chained == [1]
+    assert made[2:] == [(0, 2), (6, 10)]
+
+
+def test_runs_of_consecutive_entry_ids_keep_the_first_entry_skipped_and_the_last_cut(
+        fresh_entries):
+    """hash_block_size 8, block size 4 (2 keys per entry id). [a, b] interns 0, 1 and
+    [e] 2; [a, b, f, g], P=28 (7 blocks): ids 0, 1, 3, 4, two runs. Its first key
+    alone ([0]), then the rest: the first run resumes at key 1 (keys 1-3), the second
+    ends a key short of its last entry (6-8, not 9)."""
+    ab = BlockKeys(0, 16, B, 8, hashes=["a", "b"])  # (kept: the table lives with them)
+    e = BlockKeys(1, 8, B, 8, hashes=["e"])
+    assert (ab.ensure(4), e.ensure(2)) == ([0, 1, 2, 3], [4, 5])
+    keys = BlockKeys(2, 28, B, 8, hashes=["a", "b", "f", "g"])
+    assert keys.ensure(1) == [0]
+    assert keys.ensure(7) == [0, 1, 2, 3, 6, 7, 8]
 
 
 def test_interned_keys_when_the_block_size_does_not_divide_hash_block_size(fresh_entries):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import weakref
 from array import array
 from hashlib import blake2b
-from itertools import chain
 
 __all__ = ["BlockKeys", "interning_table"]
 
@@ -207,11 +206,20 @@ class BlockKeys:
                         keys += range(nodes[0] * slots + head,
                                       (nodes[-1] + 1) * slots - tail)
                     else:
-                        starts = [n * slots for n in nodes]
-                        ends = [s + slots for s in starts]
-                        starts[0] += head
-                        ends[-1] -= tail
-                        keys.extend(chain.from_iterable(map(range, starts, ends)))
+                        # Runs of consecutive ids (a conversation's entries of its
+                        # earlier turns, then its new ones), each run's keys one
+                        # range. Was one range per entry, chained (`list.extend`
+                        # of a chain: no length, each key through two iterators):
+                        # that line was 3% of the samples replaying the Mooncake
+                        # trace under sglang, the single range's 0.2%.
+                        low = nodes[0] * slots + head
+                        last = nodes[0]
+                        for node in nodes[1:]:
+                            if node != last + 1:
+                                keys += range(low, (last + 1) * slots)
+                                low = node * slots
+                            last = node
+                        keys += range(low, (last + 1) * slots - tail)
                     i = stop
                 while i < stop:
                     # Blocks whose last token falls in entry j: one id, and as keys

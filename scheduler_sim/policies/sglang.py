@@ -189,9 +189,7 @@ class SglangPolicy(QueueAndListPolicy):
                 self.view.emit_event(Ratio(now, round(self.ratio, 6), "idle"))
             self.emptied_at = None
         chunked = self.chunked
-        # (Every running request is the chunked one: with none chunked, none runs;
-        # a scan of the running batch only while one is.)
-        if (self.chunk_pending or self.fresh_batch
+        if (self.chunk_pending or self.fresh_batch  # (no scan of the rows while none is chunked)
                 or (not self.running if chunked is None
                     else all(r is chunked for r in self.running))):
             # SGLang's running batch leaves out the request being chunked.
@@ -238,8 +236,7 @@ class SglangPolicy(QueueAndListPolicy):
         remaining outputs. The request being chunked is not in SGLang's running
         batch: its chunks are charged as they are added (`_prefill_batch`)."""
         ratio = self.ratio  # (`_remaining_new` inline: every row, pass)
-        clip = CLIP_MAX_NEW_TOKENS
-        # (min inline, a conditional: the same int, without a builtin's call per row.)
+        clip = CLIP_MAX_NEW_TOKENS  # (min inline: no builtin's call per row)
         return sum([ratio * (left if (left := r.max_tokens - r.outputs) < clip else clip)
                     for r in self.running if r is not chunked])
 

@@ -129,20 +129,11 @@ def admit_through(engine, until: float, requests: list, counted: bool) -> int:
     t = flight.done
     if not only_arrivals(engine, until, t):
         return NO
-    if counted:
-        members = engine._cohort.members  # (`requests` are members, every one)
-        before = len(members)
+    before = len(engine._cohort.members) if counted else 0  # (`requests`: members)
     take_boundaries(engine, t, counted)
     cohort = engine._cohort
     if counted:
-        if cohort.members is members and len(members) == before:
-            # Nobody left the cohort at the cut completion: the survivors are all
-            # of `requests`. Speed: no pass over the members per arrival (15,309
-            # on the Azure trace under `continuous`); benchmarks/README.md,
-            # "eleventh steps", helper az7.
-            survivors = requests[:]
-        else:
-            survivors = list(filter(cohort.members.__contains__, requests))
+        survivors = cohort.survivors(requests, before)
     else:
         survivors = [req for req in requests if req.status is RUNNING]
     if not survivors:

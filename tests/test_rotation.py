@@ -184,4 +184,6 @@ def test_the_set_is_a_list_of_its_members_by_identity():
         s.discard(r)
     assert walked == ["r1", "r3", "r5"] and len(s) == 0 and not s
     t, u = three()[0], three()[0]
-    assert t != u and t == t and len({t, u}) == 2
+    assert t != u and t == t and not t != t and len({t, u}) == 2
+    v = RotatingSet()
+    assert v != RotatingSet() and not v == []  # (equal as lists, not as sets)

@@ -44,6 +44,9 @@ class RotatingSet(list):
     def __eq__(self, other: object) -> bool:
         return self is other  # (a set of requests, not a list: compared by identity)
 
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
     __hash__ = object.__hash__
 
     def add(self, req: Request) -> None:

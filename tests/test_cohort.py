@@ -65,6 +65,26 @@ def test_a_member_is_counted_then_settled_with_its_rows_blocks_and_outputs():
     allocator.audit()
 
 
+def test_the_survivors_of_a_completion_in_order():
+    """Blocks of 4. a (3 outputs to go) and b (2 to go) join; the rows' order is
+    [b, a]. After the first completion nobody left (2 members, as before): [b, a],
+    a new list; after the second b has emitted its last output and left: [a]."""
+    allocator = _pool(4, {"a": 4, "b": 4})
+    cohort = Cohort(allocator)
+    cohort.completed, cohort.last_done = 2, 2
+    a, b = _decoding("a", 4, 2, 5), _decoding("b", 4, 2, 4)
+    cohort.join(a)
+    cohort.join(b)
+    order = [b, a]
+    cohort.start()
+    assert cohort.complete(3) == []
+    got = cohort.survivors(order, 2)
+    assert got == [b, a] and got is not order
+    cohort.start()
+    assert cohort.complete(4) == [b]
+    assert cohort.survivors(order, 2) == [a]
+
+
 def test_settling_mid_dispatch_counts_the_rows_written_but_not_the_outputs_to_come():
     """b (5 rows, 1 output, N=9) joins after completion 1 (at tick 1). Two dispatches
     start and one completes (at tick 2): settled then, b has 7 rows and 2 outputs (the

@@ -529,3 +529,17 @@ def test_the_count_terms_are_the_blended_gemms_float_for_float(model, sharpness,
                     + cm._elementwise * tokens + cm._floor + cm._ar_fixed
                     + cm._ar_token * tokens + cm._step + cm._row * rows)
         assert cm._fixed(tokens, sampled, rows) == expected
+
+
+def test_decode_seconds_from_the_cached_base_and_terms_agree():
+    """`decode_seconds(rows, contexts)` is `_decode_base(rows) + kv x (contexts +
+    rows)` whether the base is cached yet or not, and `decode_terms` gives the
+    same two terms: the same float either way (a counted start and a fold read
+    the cache inline)."""
+    cost = CostModel(M8, H100)
+    for rows, contexts in ((1, 0), (9, 12_345), (256, 1_000_000)):
+        first = cost.decode_seconds(rows, contexts)  # (computes and caches the base)
+        again = cost.decode_seconds(rows, contexts)
+        base, kv = cost.decode_terms(rows)
+        assert first == again == cost._decode_base(rows) + cost._kv * (contexts + rows)
+        assert base + kv * (contexts + rows) == first and kv == cost._kv

@@ -169,3 +169,21 @@ def test_take_after_is_the_head_of_cycle_after(after, count):
 def test_take_after_on_an_empty_set():
     """An empty set yields an empty list whatever the start and count."""
     assert RotatingSet().take_after(-1, 3) == []
+
+
+def test_the_set_is_a_list_of_its_members_by_identity():
+    """r1, r3, r5 held: `len` and truth are the list's (the members), slices are
+    plain lists, a walk is over a copy (discarding during it is safe), and two
+    sets with the same members are not equal (compared by identity, hashable)."""
+    s, r1, r3, r5 = three()
+    assert len(s) == 3 and s and not RotatingSet()
+    assert type(s[1:]) is list and s[1:] == [r3, r5]
+    walked = []
+    for r in s:
+        walked.append(r.rid)
+        s.discard(r)
+    assert walked == ["r1", "r3", "r5"] and len(s) == 0 and not s
+    t, u = three()[0], three()[0]
+    assert t != u and t == t and not t != t and len({t, u}) == 2
+    v = RotatingSet()
+    assert v != RotatingSet() and not v == []  # (equal as lists, not as sets)

@@ -156,6 +156,26 @@ def test_a_stretch_ended_soon_by_until_is_not_sliced(monkeypatch):
         assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, 2, 8000, 100, 1001 + away)
 
 
+def test_a_short_stretch_timed_one_at_a_time_by_hand():
+    """Dispatches of 2 ms on 1 ms steps, 3 rows, from step 1000 (exactly): each
+    lasts 2 steps. Up to `until` 1005: three start before it (at 1000, 1002 and
+    1004), the last ends at 1006, and the two before it end 3 gaps of 2 steps
+    each; `until` 1002: one, ending there, no gap yet; at most 2, no `until`:
+    two (the count is taken after the loop from the last context priced)."""
+    cost = Series(0.002, 0.0)
+    for most, until, got, gaps, starts in (
+            (5, 1005, (3, 1006, 1006.0, 2, 0.006), {2: 6}, [1000, 1002, 1004]),
+            (5, 1002, (1, 1002, 1002.0, 2, 0.002), {}, [1000]),
+            (2, INF, (2, 1004, 1004.0, 2, 0.004), {2: 3}, [1000, 1002])):
+        seen: dict[int, int] = {}
+        begun: list[int] = []
+        assert time_stretch(cost, MS, 1000.0, 1000, 3, 10, most, until, begun, seen) == got
+        assert seen == gaps and begun == starts
+        seen.clear()
+        assert time_stretch(cost, MS, 1000.0, 1000, 3, 10, most, until, None, seen) == got
+        assert seen == gaps
+
+
 def llama_on_h100():
     return CostModel(model_named("llama-3-8b"), gpu_named("h100-sxm"), Coefficients(), 1)
 

@@ -218,13 +218,23 @@ class CostModel:
 
     def decode_seconds(self, rows: int, contexts: int) -> float:
         """`dispatch_seconds` of `rows` decodes whose contexts sum to `contexts`."""
-        return self._decode_base(rows) + self._kv * (contexts + rows)
+        # (`_decode_base`'s cache read inline, here and in `decode_terms`: the
+        # batch sizes repeat. Speed: one call fewer for each of the 64,000 counted
+        # starts and folds on the Azure conversation trace; benchmarks/README.md,
+        # "eleventh steps", helper az7.)
+        base = self._decode_fixed.get(rows)
+        if base is None:
+            base = self._decode_base(rows)
+        return base + self._kv * (contexts + rows)
 
     def decode_terms(self, rows: int) -> tuple[float, float]:
         """(base, kv): `decode_seconds(rows, contexts)` is `base + kv * (contexts + rows)`,
         the same float (for a loop that prices one dispatch after another inline:
         engine/stretch_timing.py)."""
-        return self._decode_base(rows), self._kv
+        base = self._decode_fixed.get(rows)
+        if base is None:
+            base = self._decode_base(rows)
+        return base, self._kv
 
     def decode_series(self, rows: int, contexts: int) -> Iterator[float]:
         """`decode_seconds(rows, contexts + k * rows)` for k = 0, 1, 2, ...: the

@@ -17,57 +17,69 @@ from .request import Request
 __all__ = ["RotatingSet"]
 
 
-class RotatingSet:
-    """Requests ordered by `admit_seq`, walked cyclically from a remembered point."""
+class RotatingSet(list):
+    """Requests ordered by `admit_seq`, walked cyclically from a remembered point.
 
-    __slots__ = ("_seqs", "_reqs")
+    The members are the list's items, in admission order; change them only
+    through `add` and `discard` (which keep `_seqs`, their admission numbers,
+    beside them). Speed: a list subclass that keeps the list's own length, so
+    `len(s)` and `if s:` run in C, not through a Python `__len__`: the
+    policies ask them at every admission and boundary (125,000 calls on the
+    Azure conversation trace under `continuous`; benchmarks/README.md,
+    "eleventh steps", helper az7)."""
+
+    __slots__ = ("_seqs",)
 
     def __init__(self) -> None:
+        super().__init__()
         self._seqs: list[int] = []
-        self._reqs: list[Request] = []
 
-    def __len__(self) -> int:
-        return len(self._seqs)
-
-    def __contains__(self, req: Request) -> bool:
+    def __contains__(self, req: object) -> bool:
         i = bisect_left(self._seqs, req.admit_seq)
-        return i < len(self._seqs) and self._reqs[i] is req
+        return i < len(self._seqs) and self[i] is req
 
     def __iter__(self) -> Iterator[Request]:
-        return iter(list(self._reqs))
+        return list.__iter__(self[:])  # (a copy: the set may change during the walk)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other  # (a set of requests, not a list: compared by identity)
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    __hash__ = object.__hash__
 
     def add(self, req: Request) -> None:
         """Insert by admission order (appending is the common, O(1) case)."""
         seq = req.admit_seq
         if not self._seqs or seq > self._seqs[-1]:
             self._seqs.append(seq)
-            self._reqs.append(req)
+            self.append(req)
             return
         i = bisect_left(self._seqs, seq)
         if i < len(self._seqs) and self._seqs[i] == seq:
             raise ValueError(f"request {req.rid!r} is already in the set")
         self._seqs.insert(i, seq)
-        self._reqs.insert(i, req)
+        self.insert(i, req)
 
     def discard(self, req: Request) -> bool:
         """Remove `req` if present; return whether it was."""
         i = bisect_left(self._seqs, req.admit_seq)
-        if i < len(self._seqs) and self._reqs[i] is req:
+        if i < len(self._seqs) and self[i] is req:
             del self._seqs[i]
-            del self._reqs[i]
+            del self[i]
             return True
         return False
 
     def take_after(self, seq: int, count: int) -> list[Request]:
         """The first `count` members of `cycle_after(seq)`, as a list (by slicing)."""
-        reqs = self._reqs
-        if count >= len(reqs):
+        if count >= len(self):
             start = bisect_right(self._seqs, seq)
-            return reqs[start:] + reqs[:start]
+            return self[start:] + self[:start]
         start = bisect_right(self._seqs, seq)
-        head = reqs[start:start + count]
+        head = self[start:start + count]
         if len(head) < count:
-            head += reqs[:count - len(head)]
+            head += self[:count - len(head)]
         return head
 
     def cycle_after(self, seq: int) -> Iterator[Request]:
@@ -75,7 +87,7 @@ class RotatingSet:
 
         The set must not change while the walk is in progress.
         """
-        reqs = self._reqs
+        reqs = self
         n = len(reqs)
         start = bisect_right(self._seqs, seq)
         for i in range(start, n):

@@ -129,10 +129,11 @@ def admit_through(engine, until: float, requests: list, counted: bool) -> int:
     t = flight.done
     if not only_arrivals(engine, until, t):
         return NO
+    before = len(engine._cohort.members) if counted else 0  # (`requests`: members)
     take_boundaries(engine, t, counted)
     cohort = engine._cohort
     if counted:
-        survivors = list(filter(cohort.members.__contains__, requests))
+        survivors = cohort.survivors(requests, before)
     else:
         survivors = [req for req in requests if req.status is RUNNING]
     if not survivors:

@@ -16,6 +16,7 @@ from itertools import compress, filterfalse
 from operator import not_
 
 from ..records.errors import InvariantError
+from .key_index import TailFirstKeys
 from .sharing import drop_one
 
 __all__ = ["Freeing", "leading_shared"]
@@ -79,6 +80,12 @@ class Freeing:
             else:  # every block carries its key (the common case): no copy
                 keyed, table = table, []
             keys = carried[count - 1::-1]
+            if not delay:
+                # Straight back to the free pools, not merged with other tables in
+                # the drain queue: the table's own keys, in runs found exactly
+                # (`TailFirstKeys`: the cache sets and clears their flags without
+                # comparing the blocks).
+                keys = TailFirstKeys(keys)
         else:
             keyed = keys = ()
         extra = self._extra

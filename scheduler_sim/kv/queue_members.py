@@ -9,7 +9,9 @@ key's offset is 1 while the block indexed to that key is in the queue. A
 request's keys run on consecutive integers, and its table is freed and
 evicted tail first, so its blocks join and leave the queue as a few runs of
 keys going down: each run is a compare of the bucket's slice with the blocks
-(are they the indexed blocks?) and one slice of flags written. Every other
+(are they the indexed blocks?) and one slice of flags written; not even the
+compare when the keys are the freed table's own list (`TailFirstKeys`: runs
+found exactly) and no duplicate is cached (every block is indexed). Every other
 free block (a key of another kind: a request's own content, its decodes'; or
 a duplicate, a block whose key indexes another block) is a member of the set
 `loose`.
@@ -33,7 +35,7 @@ from __future__ import annotations
 from itertools import compress
 from typing import Callable, Iterator
 
-from .key_index import KeyIndex, _run_down, _run_up
+from .key_index import KeyIndex, TailFirstKeys, _run_down, _run_up
 
 __all__ = ["QueueMembers"]
 
@@ -94,9 +96,13 @@ class QueueMembers:
 
     # --- blocks in ----------------------------------------------------------------
 
-    def add(self, blocks: list[int], keys: list) -> None:
+    def add(self, blocks: list[int], keys: list, indexed: bool = False) -> None:
         """`blocks`, carrying `keys` (position for position), join the queue: a
-        freed table's keyed blocks, tail first, so its integer keys go down."""
+        freed table's keyed blocks, tail first, so its integer keys go down.
+        `indexed`: each of `blocks` is the block the index names for its key (no
+        duplicate is cached); with keys that are a freed table's own
+        (`TailFirstKeys`, found in runs exactly) a run's flags are then set
+        without comparing its blocks with the bucket's slice."""
         count = len(blocks)
         if not count:
             return
@@ -108,6 +114,7 @@ class QueueMembers:
             self._width = width
             self._ones, self._zeros = b"\x01" * width, bytes(width)
         ones = self._ones
+        exact = indexed and type(keys) is TailFirstKeys
         buckets = index.buckets
         flags = self.flags
         loose = self.loose
@@ -131,6 +138,10 @@ class QueueMembers:
                 fb = flags[node] = bytearray(width)
             if n > 1:
                 lo = off - n + 1
+                if exact:
+                    fb[lo:off + 1] = ones[:n]
+                    p += n
+                    continue
                 window = blocks[p:p + n]
                 window.reverse()
                 if bucket is not None and bucket[lo:off + 1] == window:

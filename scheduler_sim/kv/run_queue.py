@@ -20,7 +20,19 @@ from array import array
 from collections import deque
 from itertools import compress
 
+from .key_index import TailFirstKeys
+
 __all__ = ["RunQueue"]
+
+
+def _same_kind(keys, kept):
+    """The `kept` keys (an iterable, part of a run's `keys`, in order) as a run's
+    keys of the same kind: packed, a freed table's own (`TailFirstKeys`: a
+    subsequence is one too) or a plain list."""
+    kind = type(keys)
+    if kind is array:
+        return array("q", kept)
+    return TailFirstKeys(kept) if kind is TailFirstKeys else list(kept)
 
 
 class RunQueue:
@@ -80,9 +92,7 @@ class RunQueue:
                         keep.append(True)
                 kept = list(compress(blocks[pos:], keep))
                 if kept:
-                    kept_keys = compress(keys[pos:], keep)
-                    runs.append([kept, array("q", kept_keys) if type(keys) is array
-                                 else list(kept_keys), 0])
+                    runs.append([kept, _same_kind(keys, compress(keys[pos:], keep)), 0])
             self.runs = runs
             stale.clear()
             self.stale_total = 0
@@ -192,7 +202,9 @@ class RunQueue:
                 run[2] = end
             if stale and not stale.keys().isdisjoint(part):
                 live = []
-                live_keys = []
+                # (a subsequence of a freed table's own keys is in runs found
+                # exactly too: `TailFirstKeys`)
+                live_keys = TailFirstKeys() if type(keys) is TailFirstKeys else []
                 for block, key in zip(part, keys[pos:end]):
                     if not self._skip_stale(block):
                         live.append(block)

@@ -80,7 +80,6 @@ class VllmCache(RunQueue, PrefixCache):
             # run of keys, where a set took an insert and a delete per block).
             members = QueueMembers(self.index, self.queue_items)
             self.free_blocks = members
-            self._enqueue = members.add
             self._dequeue = members.remove_pairs
             self._dequeue_one = members.remove_pair
             self._evict_run = members.evict
@@ -289,7 +288,10 @@ class VllmCache(RunQueue, PrefixCache):
         """`keyed` join the queue's tail as one run with their `keys`; `blocks`
         are plain."""
         if keyed:
-            self._enqueue(keyed, keys)
+            if self.compact:
+                self._enqueue(keyed, keys)
+            else:  # (with no duplicate cached, each block is its key's in the index)
+                self.free_blocks.add(keyed, keys, not self.others)
             self.append_run(keyed, keys)
         return blocks
 

@@ -189,15 +189,16 @@ class VllmPolicy(QueueAndListPolicy):
                  and any(r.plain_decode for r in running))
         prefill_ran = False
 
-        # 1. Running requests, in running order.
+        # 1. Running requests, in running order. (`n`: the running list's length,
+        # read again after each request that may preempt; a decode inside a block,
+        # the common case, takes the first branch and changes nothing else.)
         i = 0
-        while i < len(running) and budget > 0:
+        n = len(running)
+        while i < n and budget > 0:
             req = running[i]
             r = req.resident
-            decoding = r >= req.prompt_tokens and r >= req.restore  # plain_decode, inlined
-            if decoding:
+            if r >= req.prompt_tokens and r >= req.restore:  # plain_decode, inlined
                 # A decode: one token, and a new block only at a block boundary.
-                tokens = 1
                 if r % size:
                     scheduled[req] = 1
                     budget -= 1
@@ -207,7 +208,10 @@ class VllmPolicy(QueueAndListPolicy):
                         # replaying the Mooncake trace.
                         allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
                     continue
+                decoding = True
+                tokens = 1
             else:
+                decoding = False
                 if defer:
                     i += 1  # a prefill chunk waits for the cadence
                     continue
@@ -243,6 +247,7 @@ class VllmPolicy(QueueAndListPolicy):
                     self._cache_blocks(req, req.resident + tokens)
             elif req in running:
                 i += 1  # protected from preemption and out of blocks: skip it
+            n = len(running)
 
         # 2. Waiting requests, unless this step preempted.
         waiting = self.waiting

@@ -1,0 +1,85 @@
+"""A freed table's own keys, tail first (`TailFirstKeys`, kv/key_index.py): runs of
+them are found exactly, so vLLM's queue sets and clears their flags without
+comparing the blocks; a rebuild of the queue's runs keeps the type
+(kv/run_queue.py)."""
+from __future__ import annotations
+
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.kv.block_keys import BlockKeys
+from scheduler_sim.kv.key_index import KeyIndex, TailFirstKeys
+from scheduler_sim.kv.queue_members import QueueMembers
+from scheduler_sim.kv.vllm_cache import VllmCache
+
+
+def test_a_slice_or_copy_of_tail_first_keys_is_a_plain_list():
+    keys = TailFirstKeys([8, 7, 6])
+    assert (keys == [8, 7, 6], type(keys[1:]), type(list(keys))) == (True, list, list)
+
+
+def test_tail_first_keys_of_indexed_blocks_set_and_clear_the_same_flags():
+    """Buckets of 4: keys 4..8 index blocks 10..14. Blocks 14, 13, 12, 11 join the
+    queue with keys 8, 7, 6, 5, as a plain list (each run compared with its bucket)
+    and as a freed table's own keys of indexed blocks (not compared): the same flags,
+    bucket 1 [0, 1, 1, 1] and bucket 2 [1, 0, 0, 0]. Evicting 13, 12 (keys 7, 6) as
+    tail-first keys clears two flags and their index entries."""
+    flags = []
+    for keys, indexed in (([8, 7, 6, 5], False), (TailFirstKeys([8, 7, 6, 5]), True)):
+        index = KeyIndex(4)
+        index.add([4, 5, 6, 7, 8], 0, 5, [10, 11, 12, 13, 14])
+        members = QueueMembers(index, lambda: ([], []))
+        members.add([14, 13, 12, 11], keys, indexed)
+        flags.append((dict(members.flags), members.loose, len(members)))
+    assert flags[0] == flags[1] == (
+        {1: bytearray([0, 1, 1, 1]), 2: bytearray([1, 0, 0, 0])}, set(), 4)
+    members.evict([13, 12], TailFirstKeys([7, 6]), 0)
+    assert (index.get(7), index.get(6), index.get(5), members.flags[1], len(members)) == (
+        None, None, 11, bytearray([0, 1, 0, 0]), 2)
+
+
+def test_a_table_freed_at_once_carries_its_own_keys_and_one_that_drains_does_not():
+    """Pool of 8, blocks of 4, hash entries of 8 tokens. A's 12 rows key blocks 0, 1,
+    2; freed with no delay, they join the queue as one run 2, 1, 0 whose keys are A's
+    own, tail first. B's 12 rows (other hash ids) take blocks 3, 4, 5 and drain for a
+    step: their run's keys are a plain list (the drain queue may merge tables). The
+    flags agree with the queue either way (the audit); taking 4 evicts 2, 1, 0 and 5,
+    leaving 4 and 3 (B's first two keys)."""
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys = {}
+    for rid, hashes in (("A", [1, 2]), ("B", [3, 4])):
+        keys[rid] = BlockKeys(0 if rid == "A" else 1, 12, 4, 8, hashes=hashes)
+        a.grow(rid, 12)
+        a.register_full_blocks(rid, keys[rid], 12)
+    ka, kb = keys["A"].keys, keys["B"].keys  # (their values: interned ids, shared)
+    a.free_request("A", 0, 0)
+    a.free_request("B", 0, 1)
+    a.release_expired(1)
+    runs = a.cache.runs
+    assert [(r[0], type(r[1])) for r in runs] == [([2, 1, 0], TailFirstKeys), ([5, 4, 3], list)]
+    assert (runs[0][1], runs[1][1]) == (ka[::-1], kb[::-1])
+    a.cache.free_blocks.check(*a.cache.queue_items())
+    assert a.cache.take("C", [], 4) == (4, ())  # A's three and B's 5: tail first, in order
+    assert (a.cache.queue_items(), a.cache.index.get(kb[0])) == (([4, 3], [kb[1], kb[0]]), 3)
+
+
+def test_a_rebuild_drops_stale_entries_and_keeps_a_freed_tables_own_keys():
+    """Runs A [90, 91, 92] (bytes keys), B [69, 68, ..., 0] (keys 169 down to 100, a
+    freed table's own), C [0] (key 100: block 0 came back after a hit left its entry in
+    B stale). A's first block is evicted (A starts at 1). Hits on 1..68 make 69 stale
+    entries against a queue of 3 (> 3 + 64): the runs become A [91, 92], B [69] (its
+    key 169 still a freed table's own) and C [0], nothing stale."""
+    c = VllmCache()
+    c.index.add(list(range(100, 170)), 0, 70, list(range(70)))  # (block b keyed 100 + b)
+    c.give_back([], [90, 91, 92], [b"x", b"y", b"z"])
+    c.give_back([], list(range(69, -1, -1)), TailFirstKeys(range(169, 99, -1)))
+    assert c.pop_one() == (90, b"x")
+    c.hit(0)
+    c.give_back([], [0], [100])
+    for b in range(1, 68):
+        c.hit(b)
+    assert (c.stale_total, len(c.runs)) == (68, 3)
+    c.hit(68)
+    assert ([(r[0], type(r[1]), list(r[1]), r[2]) for r in c.runs], c.stale,
+            c.stale_total) == ([([91, 92], list, [b"y", b"z"], 0),
+                                ([69], TailFirstKeys, [169], 0), ([0], list, [100], 0)], {}, 0)
+    c.free_blocks.check(*c.queue_items())
+    assert c.queue_items() == ([91, 92, 69, 0], [b"y", b"z", 169, 100])

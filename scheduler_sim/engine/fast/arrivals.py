@@ -74,12 +74,13 @@ def only_arrivals(engine, until: float, t: int) -> bool:
     return not (agenda.preempt_at < len(due) and due[agenda.preempt_at].at <= t)
 
 
-def take_boundaries(engine, t: int, counted: bool = False) -> None:
+def take_boundaries(engine, t: int, counted: bool = False) -> list | None:
     """The loop's boundaries up to the completion at `t` of the dispatch in flight,
     when only arrivals happen there (`only_arrivals`): at each arrival inside it,
     E2 (the step has nothing to do while a dispatch runs); at `t`, E1 and E2.
     What is left of the boundary at `t` is its step. `counted`: the flight runs
-    counted members only (completed by `complete_counted`)."""
+    counted members only (completed by `complete_counted`); the members that
+    finished at `t` are returned (else None)."""
     agenda = engine.agenda
     check = engine.allocator.check
     spec = agenda.next_arrival
@@ -102,10 +103,11 @@ def take_boundaries(engine, t: int, counted: bool = False) -> None:
             livelock.idle = 0  # (LivelockWatch.reset, inline)
             check()  # (as the step of a boundary inside a dispatch)
     engine.now = t
+    ended = None
     if counted:
         # (`complete_now`'s choice, known: one call fewer per arrival, 15,309 on
         # the Azure trace under `continuous`)
-        engine.complete_counted(engine.flight)
+        ended = engine.complete_counted(engine.flight)
     else:
         engine.complete_now()
     spec = agenda.next_arrival
@@ -116,6 +118,7 @@ def take_boundaries(engine, t: int, counted: bool = False) -> None:
     # (no timeouts, host memory or clients come with a stretch carried on).
     # Speed: about 18,000 calls saved on the Azure conversation trace (an arrival
     # nearly always falls inside the dispatch it cuts).
+    return ended
 
 
 def admit_through(engine, until: float, requests: list, counted: bool) -> int:
@@ -131,16 +134,22 @@ def admit_through(engine, until: float, requests: list, counted: bool) -> int:
     t = flight.done
     if not only_arrivals(engine, until, t):
         return NO
-    take_boundaries(engine, t, counted)
+    ended = take_boundaries(engine, t, counted)
     cohort = engine._cohort
     if counted:
+        # `requests` are every member (finishes.py's loop hands them so), and the
+        # completion took away those that finished (`ended`): the rest are the
+        # members. Speed: no look-up of every row in the members (9,363 on the
+        # first 20,000 generated requests; benchmarks/README.md, "eleventh steps
+        # ... mil7").
         members = cohort.members
-        # `requests` are every member (finishes.py's loop hands them so), and a
-        # completion only takes members away: as many left means all of them.
-        # Speed: 5,955 of the 9,363 look-ups of every row on the first 20,000
-        # generated requests (benchmarks/README.md, "eleventh steps ... mil7").
-        survivors = (list(requests) if len(members) == len(requests)
-                     else list(filter(members.__contains__, requests)))
+        survivors = list(requests)
+        if ended:
+            remove = survivors.remove
+            for req in ended:
+                remove(req)
+        if len(survivors) != len(members):  # (never: a member left otherwise)
+            survivors = list(filter(members.__contains__, requests))
     else:
         survivors = [req for req in requests if req.status is RUNNING]
     if not survivors:
@@ -171,12 +180,18 @@ def admit_after_prompts(engine, until: float) -> int:
     fixed = policy.repeats_decodes()  # (before the arrivals: nothing waits yet)
     take_boundaries(engine, t)
     cohort = engine.cohort
-    if not fixed or decoding_next(engine, flight, policy, cohort)[0] is None:
+    running = decoding_next(engine, flight, policy, cohort)[0] if fixed else None
+    if running is None:
         return AGAIN
     order = policy.decode_order()
     if not order or len(order) != policy.running_count:
         return AGAIN
-    return _admit(engine, t, order, cohort)
+    # `running is True`: every running request is a member, and the order names
+    # each running request once (a built-in policy's decoders: a plugin's never
+    # starts an admission from its shape), so each of it is a member. Speed: no
+    # look-up of every row (`start_admission`'s check) at 26,280 arrivals of
+    # 100,000 generated requests (benchmarks/README.md, "eleventh steps ... mil7").
+    return _admit(engine, t, order, cohort, running is True)
 
 
 def _admit(engine, t: int, decodes: list, cohort, members: bool = False) -> int:

@@ -124,20 +124,48 @@ class RunStats:
         else:
             sent = req.sent
             if sent is not None:
+                # Each value counted where it was seen before (nearly always), else by
+                # `_count`. Speed: five calls fewer a request (0.3% of the instructions
+                # of 20,000 generated requests; benchmarks/README.md, "eleventh steps
+                # ... mil7").
                 samples = self.samples
-                _count(samples["client_wait"], sent - req.arrival)
+                counts = samples["client_wait"].counts
+                value = sent - req.arrival
+                if value in counts:
+                    counts[value] += 1
+                else:
+                    _count(samples["client_wait"], value)
                 if req.admitted_at is not None:
-                    _count(samples["queue_delay"], req.admitted_at - sent)
+                    counts = samples["queue_delay"].counts
+                    value = req.admitted_at - sent
+                    if value in counts:
+                        counts[value] += 1
+                    else:
+                        _count(samples["queue_delay"], value)
                 first = req.first_token_at
                 if first is not None:
                     overhead = self.clock.request_overhead
-                    _count(samples["ttft"], first - sent + overhead)
+                    counts = samples["ttft"].counts
+                    value = first - sent + overhead
+                    if value in counts:
+                        counts[value] += 1
+                    else:
+                        _count(samples["ttft"], value)
                     if completed:
                         finished = req.finished_at
-                        _count(samples["e2el"], finished - sent + overhead)
+                        counts = samples["e2el"].counts
+                        value = finished - sent + overhead
+                        if value in counts:
+                            counts[value] += 1
+                        else:
+                            _count(samples["e2el"], value)
                         if req.output_tokens > 1:
-                            _count(samples["tpot"],
-                                   (finished - first) / (req.output_tokens - 1))
+                            counts = samples["tpot"].counts
+                            value = (finished - first) / (req.output_tokens - 1)
+                            if value in counts:
+                                counts[value] += 1
+                            else:
+                                _count(samples["tpot"], value)
                 elif completed:  # (no first token: E2EL alone, as `latencies` gives)
                     _count(samples["e2el"],
                            req.finished_at - sent + self.clock.request_overhead)

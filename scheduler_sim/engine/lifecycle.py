@@ -59,9 +59,8 @@ class Lifecycle:
             # request starts from its hits, not from what it had before).
             req.block_keys.registered = len(cached)
         self.roster.admitted += 1
-        steady = self.steadiness
-        steady.moved = True
-        steady.changes += 1  # (Steadiness.changed, inline: once a request)
+        self.steadiness.moved = True
+        self.steadiness.changed()
         if self._emit is not None:
             self._emit(Admitted(self.now, req.rid, credit, resumed, hit))
         if req.remote == REMOTE:
@@ -153,7 +152,7 @@ class Lifecycle:
     def _end(self, req: Request) -> None:
         """Bookkeeping shared by every way a live request ends."""
         self.roster.live -= 1
-        self.steadiness.changes += 1  # (Steadiness.changed, inline: once a request)
+        self.steadiness.changed()
         self._record_end(req)
         if self.clients is not None:
             self.clients.ended()
@@ -241,7 +240,7 @@ class Lifecycle:
             req.sent = self.now
         if self._plugin:
             seal(req)  # a plugin reads its requests, and changes them only through us
-        self.steadiness.changes += 1  # (Steadiness.changed, inline: once a request)
+        self.steadiness.changed()
         if self.options.prefix_caching:
             self._give_keys(req)
         emit = self._emit

@@ -79,8 +79,8 @@ def take_boundaries(engine, t: int, counted: bool = False) -> list | None:
     when only arrivals happen there (`only_arrivals`): at each arrival inside it,
     E2 (the step has nothing to do while a dispatch runs); at `t`, E1 and E2.
     What is left of the boundary at `t` is its step. `counted`: the flight runs
-    counted members only (completed by `complete_counted`); the members that
-    finished at `t` are returned (else None)."""
+    counted members only (completed by `complete_counted`: those that finish
+    are returned)."""
     agenda = engine.agenda
     check = engine.allocator.check
     spec = agenda.next_arrival
@@ -103,13 +103,9 @@ def take_boundaries(engine, t: int, counted: bool = False) -> list | None:
             livelock.idle = 0  # (LivelockWatch.reset, inline)
             check()  # (as the step of a boundary inside a dispatch)
     engine.now = t
-    ended = None
-    if counted:
-        # (`complete_now`'s choice, known: one call fewer per arrival, 15,309 on
-        # the Azure trace under `continuous`)
-        ended = engine.complete_counted(engine.flight)
-    else:
-        engine.complete_now()
+    # (`complete_now`'s choice, known when counted: one call fewer per arrival,
+    # 15,309 on the Azure trace under `continuous`)
+    ended = engine.complete_counted(engine.flight) if counted else engine.complete_now()
     spec = agenda.next_arrival
     if (spec is not None and spec.arrival == t) or engine.allocator.draining:
         engine.take_outside_events()
@@ -128,8 +124,7 @@ def admit_through(engine, until: float, requests: list, counted: bool) -> int:
     take those boundaries, and at the completion let the policy admit the waiting
     requests whole beside the survivors' decodes (`Policy.admit_arrivals`) and
     start that dispatch (see the module). Returns NO, AGAIN or STARTED.
-    `counted`: the flight runs counted members only, and `requests` are every
-    member of the cohort."""
+    `counted`: the flight runs members only, `requests` every member."""
     flight = engine.flight
     t = flight.done
     if not only_arrivals(engine, until, t):
@@ -137,19 +132,7 @@ def admit_through(engine, until: float, requests: list, counted: bool) -> int:
     ended = take_boundaries(engine, t, counted)
     cohort = engine._cohort
     if counted:
-        # `requests` are every member (finishes.py's loop hands them so), and the
-        # completion took away those that finished (`ended`): the rest are the
-        # members. Speed: no look-up of every row in the members (9,363 on the
-        # first 20,000 generated requests; benchmarks/README.md, "eleventh steps
-        # ... mil7").
-        members = cohort.members
-        survivors = list(requests)
-        if ended:
-            remove = survivors.remove
-            for req in ended:
-                remove(req)
-        if len(survivors) != len(members):  # (never: a member left otherwise)
-            survivors = list(filter(members.__contains__, requests))
+        survivors = cohort.survivors(requests, ended)
     else:
         survivors = [req for req in requests if req.status is RUNNING]
     if not survivors:
@@ -180,17 +163,12 @@ def admit_after_prompts(engine, until: float) -> int:
     fixed = policy.repeats_decodes()  # (before the arrivals: nothing waits yet)
     take_boundaries(engine, t)
     cohort = engine.cohort
-    running = decoding_next(engine, flight, policy, cohort)[0] if fixed else None
-    if running is None:
+    if not fixed or (running := decoding_next(engine, flight, policy, cohort)[0]) is None:
         return AGAIN
     order = policy.decode_order()
     if not order or len(order) != policy.running_count:
         return AGAIN
-    # `running is True`: every running request is a member, and the order names
-    # each running request once (a built-in policy's decoders: a plugin's never
-    # starts an admission from its shape), so each of it is a member. Speed: no
-    # look-up of every row (`start_admission`'s check) at 26,280 arrivals of
-    # 100,000 generated requests (benchmarks/README.md, "eleventh steps ... mil7").
+    # (True: each running request a member, once in the order: `start_admission` trusts it)
     return _admit(engine, t, order, cohort, running is True)
 
 

@@ -102,6 +102,22 @@ class Cohort:
             raise InvariantError(f"the last member left {allocator.counted} counted blocks: "
                                  "counted(0) when the cohort is empty is false")
 
+    def survivors(self, requests: list[Request], ended: list[Request] | None
+                  ) -> list[Request]:
+        """The members among `requests`, every member before `ended` (in its order)
+        completed and left: `requests` less `ended`, by identity. Speed: no look-up
+        of every row in `members` at each arrival into a counted stretch (9,363 on
+        the first 20,000 generated requests; benchmarks/README.md, "eleventh steps
+        ... mil7")."""
+        survivors = list(requests)
+        if ended:
+            remove = survivors.remove
+            for req in ended:
+                remove(req)
+        if len(survivors) != len(self.members):  # (never: a member left otherwise)
+            survivors = list(filter(self.members.__contains__, requests))
+        return survivors
+
     def settle_all(self) -> None:
         """Let every member go, settled."""
         for req in list(self.members):

@@ -36,9 +36,6 @@ class RunStats:
         # Each metric's values, counted (whole clock steps, and TPOT's fractions).
         self.samples: dict[str, LatencySample] = {m: LatencySample(floats=m == "tpot")
                                                   for m in METRICS if m != "itl"}
-        # The samples a completed request of several outputs adds to, in that order.
-        self._every = tuple(self.samples[m] for m in
-                            ("client_wait", "queue_delay", "ttft", "e2el", "tpot"))
         self.itl: dict[int, int] = {}  # gap in steps -> how many output gaps lasted it
         self.status_counts = {label: 0 for label in STATUS_FIELDS}
         self.requests = 0
@@ -128,41 +125,22 @@ class RunStats:
             sent = req.sent
             if sent is not None:
                 samples = self.samples
+                _count(samples["client_wait"], sent - req.arrival)
+                if req.admitted_at is not None:
+                    _count(samples["queue_delay"], req.admitted_at - sent)
                 first = req.first_token_at
-                if (completed and first is not None and req.admitted_at is not None
-                        and req.output_tokens > 1):
-                    # Every latency (nearly every request): the five values counted
-                    # in one loop, each where it was seen before (nearly always), else
-                    # by `_count`. Speed: five calls fewer a request (0.5% of the
-                    # instructions of 20,000 generated requests; benchmarks/README.md,
-                    # "eleventh steps ... mil7").
+                if first is not None:
                     overhead = self.clock.request_overhead
-                    finished = req.finished_at
-                    values = (sent - req.arrival, req.admitted_at - sent,
-                              first - sent + overhead, finished - sent + overhead,
-                              (finished - first) / (req.output_tokens - 1))
-                    for sample, value in zip(self._every, values):
-                        counts = sample.counts
-                        if value in counts:
-                            counts[value] += 1
-                        else:
-                            _count(sample, value)
-                else:
-                    _count(samples["client_wait"], sent - req.arrival)
-                    if req.admitted_at is not None:
-                        _count(samples["queue_delay"], req.admitted_at - sent)
-                    if first is not None:
-                        overhead = self.clock.request_overhead
-                        _count(samples["ttft"], first - sent + overhead)
-                        if completed:
-                            finished = req.finished_at
-                            _count(samples["e2el"], finished - sent + overhead)
-                            if req.output_tokens > 1:
-                                _count(samples["tpot"],
-                                       (finished - first) / (req.output_tokens - 1))
-                    elif completed:  # (no first token: E2EL alone, as `latencies` gives)
-                        _count(samples["e2el"],
-                               req.finished_at - sent + self.clock.request_overhead)
+                    _count(samples["ttft"], first - sent + overhead)
+                    if completed:
+                        finished = req.finished_at
+                        _count(samples["e2el"], finished - sent + overhead)
+                        if req.output_tokens > 1:
+                            _count(samples["tpot"],
+                                   (finished - first) / (req.output_tokens - 1))
+                elif completed:  # (no first token: E2EL alone, as `latencies` gives)
+                    _count(samples["e2el"],
+                           req.finished_at - sent + self.clock.request_overhead)
         if completed:
             self.completed_input += req.prompt_tokens
             self.completed_output += req.output_tokens

@@ -67,8 +67,10 @@ def test_a_member_is_counted_then_settled_with_its_rows_blocks_and_outputs():
 
 def test_the_survivors_of_a_completion_in_order():
     """Blocks of 4. a (3 outputs to go) and b (2 to go) join; the rows' order is
-    [b, a]. After the first completion nobody left (2 members, as before): [b, a],
-    a new list; after the second b has emitted its last output and left: [a]."""
+    [b, a]. The first completion ends nobody: [b, a], a new list; the second ends
+    b (its last output): [b, a] less [b] = [a]. Handed no list of those that ended
+    while one did leave, the count disagrees (1 member, 2 rows) and the members
+    are looked up: [a] still."""
     allocator = _pool(4, {"a": 4, "b": 4})
     cohort = Cohort(allocator)
     cohort.completed, cohort.last_done = 2, 2
@@ -77,12 +79,16 @@ def test_the_survivors_of_a_completion_in_order():
     cohort.join(b)
     order = [b, a]
     cohort.start()
-    assert cohort.complete(3) == []
-    got = cohort.survivors(order, 2)
+    ended = cohort.complete(3)
+    assert ended == []
+    got = cohort.survivors(order, ended)
     assert got == [b, a] and got is not order
     cohort.start()
-    assert cohort.complete(4) == [b]
-    assert cohort.survivors(order, 2) == [a]
+    ended = cohort.complete(4)
+    assert ended == [b]
+    assert cohort.survivors(order, ended) == [a]
+    assert cohort.survivors(order, None) == [a]
+    assert order == [b, a]
 
 
 def test_settling_mid_dispatch_counts_the_rows_written_but_not_the_outputs_to_come():

@@ -249,8 +249,8 @@ class Dispatching:
             handed = req.remote == PRODUCER and self.link.hooks is not None
             if handed:
                 self.link.hooks.prefilled(self, req)  # pins its blocks for the copy
-            if not keeps:
-                self._release_request(req)
+            if not keeps:  # (`_release_request`, inline: once a request)
+                self.allocator.free_request(req.rid, now, self.release_delay)
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))

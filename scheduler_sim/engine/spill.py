@@ -44,7 +44,9 @@ class Spill:
         """Whether the next arrival is spilled: some already are (order is kept), or
         the queue holds `cap` requests."""
         queue = self.queue
-        return queue.spilled > 0 or len(queue) >= self.cap
+        # (`held`, not `len(queue)`: a Python `__len__` through the type's slot
+        # costs about three times a method call; once an arrival)
+        return queue.spilled > 0 or queue.held() >= self.cap
 
     def add(self, number: int, make: Callable[[], Request]) -> None:
         """Spill arrival number `number` (0-based, in trace order); `make` builds the

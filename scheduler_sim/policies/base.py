@@ -213,6 +213,9 @@ class Policy:
         covers only the blocks it will allocate itself (A5); `needed` adds the
         free cached blocks a hit takes out of the pool; `cached` is the hit."""
         cached = self.view.cached_prefix(req)
+        if not cached:  # (nothing is free among no blocks: two calls fewer a request)
+            credit = self.blocks_to_finish(req)
+            return credit, credit, cached
         credit = self.blocks_to_finish(req) - len(cached)
         return credit, credit + self.view.allocator.evictable(cached), cached
 

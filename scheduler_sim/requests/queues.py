@@ -147,6 +147,10 @@ class FcfsQueue(RequestQueue):
     def __len__(self) -> int:
         return len(self._items) + self.spilled
 
+    def held(self) -> int:
+        """The requests held as objects: `len` less the spilled tail."""
+        return len(self._items)
+
     def __iter__(self) -> Iterator[Request]:
         if not self.spilled:
             return iter(list(self._items))

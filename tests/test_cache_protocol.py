@@ -89,14 +89,14 @@ def test_the_allocator_reads_only_protocol_names_of_its_cache():
 
 
 def test_the_allocator_never_branches_on_the_kind_of_its_cache():
-    """The allocator imports no cache kind (nor BlockSet) and never asks a type
+    """The allocator imports no cache kind and never asks a type
     (`isinstance`, `type`): the kind is bound once, with the cache."""
     tree = _allocator_tree()
     imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                 for alias in n.names} | {n.module for n in ast.walk(tree)
                                          if isinstance(n, ast.ImportFrom) and n.module}
-    assert not imported & {"lru_cache", "vllm_cache", "radix_cache", "caches", "block_set",
-                           "LruCache", "VllmCache", "RadixCache", "BlockSet"}
+    assert not imported & {"lru_cache", "vllm_cache", "radix_cache", "caches",
+                           "LruCache", "VllmCache", "RadixCache"}
     calls = {n.func.id for n in ast.walk(tree)
              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert not calls & {"isinstance", "type"}

@@ -163,7 +163,7 @@ def test_a_bucket_spanning_entries_takes_a_run_of_keys_as_one_slice(monkeypatch)
 
 def test_vllms_index_spans_several_entries_unless_compact():
     """Hash entries of 8 tokens, blocks of 4: 2 keys an entry, buckets of
-    2 x ENTRIES_PER_BUCKET keys, or of one entry in a compact cache (a fleet's
+    2 x ENTRIES_PER_BUCKET keys, or 2 x COMPACT_ENTRIES_PER_BUCKET in a compact cache (a fleet's
     replica). A's two new entries are interned one after the other: one run."""
     widths = []
     for compact in (False, True):
@@ -175,4 +175,4 @@ def test_vllms_index_spans_several_entries_unless_compact():
         assert ka.keys == [first, first + 1, first + 2, first + 3]
         widths.append(a.cache.index.width)
         a.audit()
-    assert widths == [2 * VllmCache.ENTRIES_PER_BUCKET, 2]
+    assert widths == [2 * VllmCache.ENTRIES_PER_BUCKET, 2 * VllmCache.COMPACT_ENTRIES_PER_BUCKET]

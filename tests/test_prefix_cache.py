@@ -9,7 +9,6 @@ import pytest
 from conftest import req, simulate
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
-from scheduler_sim.kv.block_set import BlockSet
 from scheduler_sim.kv.lru_cache import LruCache
 from scheduler_sim.kv.queue_members import QueueMembers
 from scheduler_sim.kv.radix_cache import RadixCache
@@ -332,7 +331,7 @@ def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind(compact):
     0, then evict 1 from B's run: C holds [2,1], the queue is [0] (B's run at position
     1), nothing is stale, and keys 1 and 2 of A left the index."""
     a = BlockAllocator(3, B, cache=VllmCache(compact))
-    assert type(a.cache.free_blocks) is (BlockSet if compact else QueueMembers)
+    assert type(a.cache.free_blocks) is QueueMembers  # (a compact cache's too)
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     a.free_request("A", 0, 0)
@@ -1047,43 +1046,6 @@ def test_vllm_cache_owned_elsewhere_agrees_with_the_intersection_on_random_share
         prefill(a, rid, keys, len(ids))
         live.append(rid)
     assert seen == {"search": 38, "found by the search": 88, "duplicates": 119}
-
-
-# --- a compact cache (a fleet's replicas) ----------------------------------------------
-
-
-def test_a_block_set_counts_its_blocks_and_lists_them_in_ascending_order():
-    """Blocks 300, 5 and 17 added: three members, listed 5, 17, 300, equal to that set;
-    16, a billion and -1 are not in it. Taking out 5 and 300, then 17, empties it;
-    removing 17 again raises KeyError, as a set's remove does."""
-    blocks = BlockSet()
-    blocks.add_new([300, 5, 17])
-    assert (len(blocks), list(blocks), blocks == {5, 17, 300}) == (3, [5, 17, 300], True)
-    assert (17 in blocks, 16 in blocks, 10 ** 9 in blocks, -1 in blocks) == (
-        True, False, False, False)
-    blocks.remove_members([5, 300])
-    blocks.remove(17)
-    assert (len(blocks), bool(blocks), list(blocks)) == (0, False, [])
-    with pytest.raises(KeyError):
-        blocks.remove(17)
-    blocks.add_new([2])
-    blocks.clear()
-    assert (len(blocks), list(blocks), len(blocks.flags)) == (0, [], 301)
-
-
-def test_a_block_set_counts_and_intersects_a_list_of_blocks():
-    """Members 5, 17 and 300 (bytes up to 300). Among [17, 4, 300, 5, 17]: 17, 300,
-    5 and 17 again are members (4 counted), the set {5, 17, 300}; past the last
-    byte (301, 10**6) nothing is a member, counted one by one: [301, 17, 10**6]
-    has 1, {17}; one block and no block are counted too."""
-    blocks = BlockSet()
-    blocks.add_new([300, 5, 17])
-    assert blocks.count_in([17, 4, 300, 5, 17]) == 4
-    assert blocks.intersection([17, 4, 300, 5, 17]) == {5, 17, 300}
-    assert (blocks.count_in([301, 17, 10 ** 6]), blocks.intersection([301, 17, 10 ** 6])) == (
-        1, {17})
-    assert (blocks.count_in([5]), blocks.count_in([6]), blocks.count_in([]),
-            blocks.intersection([300]), blocks.intersection([])) == (1, 0, 0, {300}, set())
 
 
 def test_tree_mode_heap_of_candidates_stays_bounded_and_keeps_the_order():

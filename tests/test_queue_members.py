@@ -143,3 +143,33 @@ def test_a_hit_asked_partly_by_block_leaves_no_stale_set_of_members():
     assert a.cache.hits_found([0, 1, 7], Keys) == {0, 1}
     assert (0 in members, 2 in members, len(members), list(members)) == (False, True, 1, [2])
     members.check(*a.cache.queue_items())
+
+
+def test_a_compact_cache_keeps_its_queue_members_by_key_too():
+    """A fleet's replica (compact): entries of 8 tokens, blocks of 4, so buckets of
+    2 x COMPACT_ENTRIES_PER_BUCKET = 8 keys. A's 24 rows (hash ids 7, 8, 9) key
+    blocks 0..5 with keys k..k+5; A lets go: the six are free, each flagged under
+    its key (none loose). B's look-up finds [0, 1, 2, 3], counted and hit by key:
+    two free blocks left (4 and 5). C's 8 rows evict them, tail first (5, 4), and
+    their flags go with their index entries: no flag, no member left."""
+    a = BlockAllocator(6, 4, cache=VllmCache(compact=True))
+    members = a.cache.free_blocks
+    assert type(members) is QueueMembers
+    ka = BlockKeys(0, 24, 4, 8, hashes=[7, 8, 9])
+    a.grow("A", 24)
+    a.register_full_blocks("A", ka, 24)
+    a.free_request("A", 0, 0)
+    first = ka.keys[0]
+    assert (a.cache.index.width, ka.keys, len(members), members.loose) == (
+        8, list(range(first, first + 6)), 6, set())
+    assert {(node, off) for node, fb in members.flags.items()
+            for off in range(8) if fb[off]} == {divmod(first + i, 8) for i in range(6)}
+    kb = BlockKeys(1, 17, 4, 8, hashes=[7, 8, 10])
+    hits = a.lookup(kb, 4)
+    assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 4)
+    a.share("B", hits, kb)
+    assert (len(members), a.audit()) == (2, None)
+    a.grow("C", 8)
+    assert (a._tables["C"], len(members), members.flags, a.cache.index.get(first + 4)) == (
+        [5, 4], 0, {}, None)
+    a.audit()

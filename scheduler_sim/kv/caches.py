@@ -31,8 +31,8 @@ def cache_kind(caches_duplicate_blocks: bool, radix_eviction: bool) -> str:
 
 def make_cache(kind: str, compact: bool = False) -> PrefixCache:
     """A new, empty cache of `kind` (a name of `CACHE_KINDS`); `compact` (a fleet's
-    replicas) spends some time to take less memory (vLLM's queue members as one
-    byte per block). A compact cache's index used to be copied into a table of the
+    replicas) spends some time to take less memory (vLLM's index in narrower
+    buckets, its queue's keys packed). A compact cache's index used to be copied into a table of the
     size it needs whenever its dict had grown: on the Mooncake trace over 64
     replicas that took 31% of the replay's CPU (0.688x without, median of 3
     pairs) for 12 MB of its 234 MB peak, since a dict whose keys come and go

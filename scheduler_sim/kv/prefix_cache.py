@@ -86,7 +86,7 @@ class PrefixCache:
         self.entries = interning_table()
         self.index: dict[Hashable, int] = {}
         # A fleet's replica (`compact`): a kind may keep some structures in less
-        # memory for some time (vLLM's queue members as one byte per block).
+        # memory for some time (vLLM's index in narrower buckets, its queue's keys packed).
         self.compact = compact
         self.writers: dict[int, tuple[str, int]] | None = None
         self.report: Report | None = None

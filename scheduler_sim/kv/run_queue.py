@@ -140,7 +140,7 @@ class RunQueue:
         lru = self.free_blocks
         if count == len(lru):
             taken, keys = self.queue_items()
-            lru.clear()  # (`QueueMembers.clear`, `BlockSet.clear`)
+            lru.clear()  # (`QueueMembers.clear`)
             self.runs.clear()
             self.stale.clear()
             self.stale_total = 0

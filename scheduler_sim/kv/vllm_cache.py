@@ -19,8 +19,8 @@ compact cache's runs pack their integer keys: `RunQueue.append_run`); and
 `free_blocks` holds the queue's members (membership and size) by key, a
 slice of flags per run of keys (`QueueMembers`); a look-up's hits are
 counted and taken by the keys they were found for (`count_free_found`,
-`hits_found`). A compact cache (a fleet's replica) keeps the members as one
-byte per block (`BlockSet`). A hit leaves its block's entry in
+`hits_found`); a compact cache (a fleet's replica) too, in narrower buckets
+(`COMPACT_ENTRIES_PER_BUCKET`). A hit leaves its block's entry in
 its run behind, stale: `stale[block]` counts such entries of a block, all of
 them ahead of its live entry (if it is free again), so eviction skips
 exactly that many before it takes the block.
@@ -31,7 +31,6 @@ from collections import deque
 from typing import Hashable
 
 from ..records.errors import InvariantError
-from .block_set import BlockSet
 from .key_index import KeyIndex
 from .prefix_cache import PrefixCache
 from .queue_members import QueueMembers
@@ -51,9 +50,16 @@ class VllmCache(RunQueue, PrefixCache):
     # million keys registered come in 36,307 such runs but 290,700 entries, and
     # 8.49 million forgotten in 87,316 runs going down. Registration, look-up and
     # eviction then take a slice per run within a bucket rather than per entry.
-    # A compact cache (a fleet's replica, where memory is what grows) keeps one
-    # entry a bucket: a wide bucket mostly empty costs its width in slots.
     ENTRIES_PER_BUCKET = 8
+    # A compact cache (a fleet's replica, where memory is what grows) keeps fewer:
+    # a wide bucket mostly empty costs its width in slots. It kept one entry a
+    # bucket, and its queue's members as a byte a block (a Python step per block
+    # freed and evicted); one entry a bucket cuts every run of keys at each entry,
+    # so that by key they cost as much again. Measured (Mooncake, `vllm`, 64
+    # replicas): the first 2,000 requests under prefix-affinity 9.9125e9
+    # instructions that way, 8.8117e9 by key in buckets of 4 entries, 8.7101e9 of
+    # 8; the whole trace under round-robin peaked at 134 MB, 142.5 and 146.
+    COMPACT_ENTRIES_PER_BUCKET = 4
     exact_take = True  # (`take` evicts exactly the blocks asked for: one key each)
 
     def __init__(self, compact: bool = False) -> None:
@@ -61,28 +67,16 @@ class VllmCache(RunQueue, PrefixCache):
         # Integer keys (a trace's hash entries) indexed per entry (key_index.py).
         self.index: KeyIndex = KeyIndex()
         self.others: dict[Hashable, list[int]] = {}
-        if compact:
-            # (A `BlockSet` is asked by block: the keys passed along are not needed.)
-            members = BlockSet()
-            self.free_blocks: QueueMembers | BlockSet = members
-            self._enqueue = lambda blocks, keys: members.add_new(blocks)
-            self._dequeue = lambda blocks, keys, start=0: members.remove_members(blocks)
-            self._dequeue_one = lambda block, key: members.remove(block)
-            forget = self.index.forget
-
-            def evict_run(blocks, keys, start):
-                members.remove_members(blocks)
-                forget(keys, start, blocks)
-            self._evict_run = evict_run
-            self.count_free = members.count_in
-        else:
-            # The queue's members by key (queue_members.py: a slice of flags per
-            # run of keys, where a set took an insert and a delete per block).
-            members = QueueMembers(self.index, self.queue_items)
-            self.free_blocks = members
-            self._dequeue = members.remove_pairs
-            self._dequeue_one = members.remove_pair
-            self._evict_run = members.evict
+        # The queue's members by key (queue_members.py: a slice of flags per run
+        # of keys, where a set took an insert and a delete per block), in a
+        # compact cache too (where a `BlockSet`, a byte a block, took a Python
+        # step per block freed and evicted: see COMPACT_ENTRIES_PER_BUCKET).
+        members = QueueMembers(self.index, self.queue_items)
+        self.free_blocks = members
+        self._enqueue = members.add
+        self._dequeue = members.remove_pairs
+        self._dequeue_one = members.remove_pair
+        self._evict_run = members.evict
         self.runs: deque[list] = deque()
         self.stale: dict[int, int] = {}
         self.stale_total = 0
@@ -109,9 +103,10 @@ class VllmCache(RunQueue, PrefixCache):
         index = self.index
         if keys.hashes is not None and not index.buckets:
             # Buckets of integer keys as wide as several hash entries' blocks
-            # (one entry's in a compact cache: see ENTRIES_PER_BUCKET).
+            # (fewer in a compact cache: see COMPACT_ENTRIES_PER_BUCKET).
             slots = -(-keys.hash_block_size // keys.block_size)
-            index.set_width(slots if self.compact else slots * self.ENTRIES_PER_BUCKET)
+            index.set_width(slots * (self.COMPACT_ENTRIES_PER_BUCKET if self.compact
+                                     else self.ENTRIES_PER_BUCKET))
         writers = self.writers
         self.request_keys[rid] = keys
         if full == start + 1 and writers is None:
@@ -179,30 +174,21 @@ class VllmCache(RunQueue, PrefixCache):
         stale[block] = stale.get(block, 0) + 1
         self.stale_total += 1
         self._rebuild_if_stale()
-        if not self.compact:
-            free.changed()
+        free.changed()
 
     def hits(self, blocks):
         """`hit` for every free cached block among `blocks`, in bulk (set operations
         in C: replaying the Mooncake trace under vllm, 12,333 admissions share
         615,217 blocks, 207,161 of them free cached ones); return them as a set."""
         free = self.free_blocks
-        if self.compact:
-            found = free.intersection(blocks)  # (block_set.py: in C)
-            if found:
-                free.remove_members(found)
-        else:  # (by block alone: each block's key read from the queue)
-            found = self._hit_stale(set(free.take_blocks(blocks)))
-            free.changed()
-            return found
-        return self._hit_stale(found)
+        # (by block alone: each block's key read from the queue)
+        found = self._hit_stale(set(free.take_blocks(blocks)))
+        free.changed()
+        return found
 
     def hits_found(self, blocks, keys):
-        """`hits` for `blocks`, which a look-up found for `keys` (a `BlockKeys`): in
-        a cache that is not compact, a slice of the queue's flags per run of
-        keys (`QueueMembers.hit_found`)."""
-        if self.compact:
-            return self.hits(blocks)
+        """`hits` for `blocks`, which a look-up found for `keys` (a `BlockKeys`): a
+        slice of the queue's flags per run of keys (`QueueMembers.hit_found`)."""
         free = self.free_blocks
         found = self._hit_stale(free.hit_found(blocks, keys.keys))
         free.changed()
@@ -223,16 +209,13 @@ class VllmCache(RunQueue, PrefixCache):
 
     def count_free(self, blocks):
         """How many of `blocks` are in the queue (by block alone: a set of the
-        queue's blocks, made once while it is unchanged; a compact cache's
-        `BlockSet` counts in C)."""
+        queue's blocks, made once while it is unchanged)."""
         free = self.free_blocks
         return sum(1 for block in blocks if block in free)
 
     def count_free_found(self, blocks, keys):
         """`count_free` for `blocks`, which a look-up found for `keys` (a
         `BlockKeys`): a count of a slice of the queue's flags per run of keys."""
-        if self.compact:
-            return self.free_blocks.count_in(blocks)
         return self.free_blocks.count_found(blocks, keys.keys)
 
     def take(self, rid, table, count):
@@ -288,8 +271,8 @@ class VllmCache(RunQueue, PrefixCache):
         """`keyed` join the queue's tail as one run with their `keys`; `blocks`
         are plain."""
         if keyed:
-            if self.compact:
-                self._enqueue(keyed, keys)
+            if self.compact:  # (each run compared with the index, as measured at
+                self._enqueue(keyed, keys)  # the merge of the fleets' and pc7's steps)
             else:  # (with no duplicate cached, each block is its key's in the index)
                 self.free_blocks.add(keyed, keys, not self.others)
             self.append_run(keyed, keys)
@@ -346,11 +329,7 @@ class VllmCache(RunQueue, PrefixCache):
         duplicates name exactly those blocks."""
         try:
             in_runs, run_keys = self.queue_items()
-            if self.compact:
-                if len(in_runs) != len(self.free_blocks) or set(in_runs) != self.free_blocks:
-                    raise ValueError("the LRU queue's runs disagree with its blocks")
-            else:
-                self.free_blocks.check(in_runs, run_keys)
+            self.free_blocks.check(in_runs, run_keys)
         except ValueError as e:
             raise InvariantError(str(e)) from None
         key_of = self._keys(tables, carried, orphans)
@@ -372,8 +351,7 @@ class VllmCache(RunQueue, PrefixCache):
             rest = others.get(key)
             if rest:
                 self.index[key] = heir = rest.pop(0)
-                if not self.compact:  # (a free heir's membership moves to its key)
-                    self.free_blocks.promote(key, heir)
+                self.free_blocks.promote(key, heir)  # (a free heir's moves to its key)
                 if not rest:
                     del others[key]
             else:

@@ -9,12 +9,32 @@ bench = load_script(ROOT / "benchmarks" / "targets.py", "bench_targets")
 
 
 def test_cpu_targets_scale_with_the_calibration_loop():
-    # 1.0 s where the loop took 0.6 s: 1.6 s where it takes 0.96 s.
-    met = bench.cpu_target("azure", 1.55, 1.0, 0.96)
-    assert met.met and met.target == "under 1 s x 0.96/0.6 = 1.60 s"
-    assert not bench.cpu_target("azure", 1.65, 1.0, 0.96).met
-    assert bench.cpu_target("azure", 0.59, 1.0, 0.6).met
-    assert met.line() == "| azure | 1.55 s CPU | under 1 s x 0.96/0.6 = 1.60 s | met |"
+    # 1.0 s where the loop took 0.6 s: a run 1.655x the loop beside it is 0.993 s.
+    met = bench.cpu_target("azure", 1.55, 1.0, 1.655)
+    assert met.met and met.figure == "1.55 s CPU, 1.655x the calibration loop = 0.99 s scaled"
+    assert met.target == "under 1 s scaled"
+    assert not bench.cpu_target("azure", 1.55, 1.0, 1.667).met  # (1.0002 s)
+    assert bench.cpu_target("azure", 0.59, 1.0, 1.5).met
+    assert met.line() == ("| azure | 1.55 s CPU, 1.655x the calibration loop = 0.99 s scaled"
+                          " | under 1 s scaled | met |")
+
+
+def test_a_scaled_run_is_paired_with_the_loops_beside_it(monkeypatch):
+    """Loops of 1.0, 1.5 and 0.5 s around runs of 3.75 and 2.0 s: ratios 3.75 / 1.25
+    = 3.0 and 2.0 / 1.0 = 2.0, their median 2.5; the run's figures are the medians
+    (CPU 2.875 s)."""
+    cpus = iter([1.0, 3.75, 1.5, 2.0, 0.5])
+    argvs = []
+
+    def child(argv):
+        argvs.append(argv)
+        return bench.Run(1.0, next(cpus), 10.0)
+    monkeypatch.setattr(bench, "child", child)
+    runs = bench.Bench(repeat=2)
+    run, ratio = runs.measure_scaled("x", ["-m", "x"], 2)
+    assert (ratio, run.cpu, run.rss) == (2.5, 2.875, 10.0)
+    assert [a == ["-c", bench.CALIBRATION] for a in argvs] == [True, False, True, False, True]
+    assert runs.measure_scaled("x", ["-m", "y"]) == (run, ratio)  # (once per label)
 
 
 def test_ratio_memory_flat_and_growth_verdicts():

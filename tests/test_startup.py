@@ -224,3 +224,25 @@ def test_an_interrupt_out_of_main_is_said_once(monkeypatch, capsys, kind, status
         for s, handler in saved.items():
             signal.signal(s, handler)
     assert capsys.readouterr().err == ("" if said else line)
+
+
+def test_an_interrupt_caught_after_escaping_a_source_string_keeps_status_130(tmp_path):
+    """A KeyboardInterrupt that escapes code run from a string (as a dataclass's methods
+    are made) and is caught by the program: the process (`python -m`, as the command
+    runs) ends with the status the program returned, 130, not by SIGINT (CPython's
+    note of the interrupt is cleared)."""
+    (tmp_path / "caught_interrupt.py").write_text(
+        "import scheduler_sim.cli.main as m\n"
+        "def interrupted():\n"
+        "    try:\n"
+        "        exec('raise KeyboardInterrupt')\n"
+        "    except KeyboardInterrupt:\n"
+        "        return 130\n"
+        "m.main = interrupted\n"
+        "from scheduler_sim.cli.entry import main_entry\n"
+        "raise SystemExit(main_entry())\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "caught_interrupt"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, preexec_fn=_default_signals,
+                          timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "")

@@ -98,7 +98,7 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
             # arrival on the Azure trace, two turns of `carry_on`'s loop (about 20
             # calls) and one `_until`; see benchmarks/README.md, "tenth steps".
             if taken:
-                _hand_back(engine, flight, _survivors(alive, members, order), taken, changes)
+                _hand_back(engine, flight, cohort.survivors(alive), taken, changes)
                 taken = 0
             done = admit_through(engine, until, flight.requests, True)
             if done != STARTED:
@@ -150,7 +150,7 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
             done, exact = ledger.decodes(t, n, cohort.start())
         else:
             if rows is None:  # (a fold's lines name the survivors: the flight's rows)
-                flight.requests = _survivors(alive, members, order)
+                flight.requests = cohort.survivors(alive)
             allocator.step_growth.clear()  # (as the start clears it: a fold reads it)
             state = engine._state()  # (before the decodes open their blocks)
             done, exact = ledger.decodes(t, n, cohort.start())
@@ -162,18 +162,8 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
             continue  # too short to be worth a fold: the next boundary, here too
         fold(engine, flight, until, 0, rows)  # (with a listener: the rows' text just written)
     if taken:
-        _hand_back(engine, flight, _survivors(alive, members, order), taken, changes)
+        _hand_back(engine, flight, cohort.survivors(alive), taken, changes)
     return ENDED, until
-
-
-def _survivors(alive: list, members: dict, order: list) -> list:
-    """The members among `order` (the rows of the stretch's last start), in its
-    order: `alive`, the rows less those that finished since, copied (the loop's own
-    list goes on changing). Should a member have left otherwise (none does), they
-    are looked up as before."""
-    if len(alive) == len(members):
-        return alive[:]
-    return list(filter(members.__contains__, order))
 
 
 def _hand_back(engine, flight, survivors: list, taken: int, changes: int) -> None:

@@ -116,3 +116,18 @@ def test_a_policy_without_wakeups_is_not_asked():
     agenda.begin()
     assert agenda.wakes is True
     assert agenda.peek(0) == 1 and agenda.peek(0, live=False) == 2 and calls == [0]
+
+
+def test_take_arrivals_hands_over_those_at_now_in_order_and_holds_the_next():
+    """Arrivals a and b at 3, c at 5: taking those at 3 hands a then b to `arrive`
+    and holds c; taking those at 5 hands c and leaves none (the trace done)."""
+    w = Workload([spec("a", 3), spec("b", 3), spec("c", 5)], [], [])
+    agenda = Agenda(w, None, Pool(), Wakes())
+    assert agenda.begin() == 3
+    got = []
+    agenda.take_arrivals(3, lambda s: got.append(s.id))
+    assert got == ["a", "b"]
+    assert agenda.next_arrival.id == "c"
+    agenda.take_arrivals(5, lambda s: got.append(s.id))
+    assert got == ["a", "b", "c"]
+    assert agenda.next_arrival is None

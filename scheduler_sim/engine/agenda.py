@@ -56,6 +56,16 @@ class Agenda:
         spec = self.next_arrival = next(self.arrivals, None)
         return spec.arrival if spec is not None else 0
 
+    def take_arrivals(self, now: int, arrive) -> None:
+        """Hand `arrive` (`Engine._arrive`) each arrival of the trace at `now`, the
+        next one's time, in the trace's order; the one after them is held next."""
+        spec = self.next_arrival
+        specs = self.arrivals
+        while spec is not None and spec.arrival == now:
+            arrive(spec)
+            spec = next(specs, None)
+        self.next_arrival = spec
+
     def due_cancels(self, t: int) -> list[str]:
         """The ids of the cancellations due at `t` (taken off the agenda)."""
         ids, self.cancel_at = _due_ids(self.workload.cancels, self.cancel_at, t)

@@ -20,7 +20,7 @@ from typing import ClassVar, Protocol
 
 from itertools import chain, repeat
 
-from ..kv.allocator import BlockAllocator, blocks_for
+from ..kv.allocator import BlockAllocator
 from ..records.clock import Clock
 from ..records.options import Options
 from ..requests.queues import FcfsQueue, HoldingFirst, RequestQueue, make_queue
@@ -190,7 +190,9 @@ class Policy:
     def blocks_to_finish(self, req: Request) -> int:
         """Blocks `req` needs over its whole life under this policy (E6, A1)."""
         rows = req.prompt_tokens - 1 + (req.max_tokens if self.reserves else req.output_tokens)
-        return blocks_for(rows, self.options.block_size)
+        # (`blocks_for`, inline: twice a request, at its registration and its
+        # reservation; benchmarks/README.md, "twelfth steps ... mil8")
+        return -(-rows // self.options.block_size)
 
     def why_too_big(self, req: Request, needed: int) -> str:
         """The reason of a `rejected` record: what the `needed` blocks are for (E6)."""

@@ -101,6 +101,7 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
     grow = allocator.grow
     costed = []  # (tokens, context before): each prompt's, for the cost model
     rows = []
+    requests = decodes.copy()  # (the newcomers appended here: no comprehension's frame)
     for req, tokens in chunks:
         costed.append((tokens, 0))
         grow(req.rid, tokens)
@@ -108,7 +109,7 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
         req.useful_rows += tokens
         req.resident = req.high_water = tokens
         rows.append((req, True))
-    requests = decodes + [req for req, _ in chunks]
+        requests.append(req)
     engine.livelock.idle = 0  # (useful rows: LivelockWatch.reset, inline)
     done, exact = engine.ledger.dispatch(now, n + len(rows), total, prompt, n, 0, 0,
                                          costed, contexts)

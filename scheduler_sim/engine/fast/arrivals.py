@@ -82,38 +82,38 @@ def take_boundaries(engine, t: int, counted: bool = False) -> list | None:
     counted members only (completed by `complete_counted`: those that finish
     are returned)."""
     agenda = engine.agenda
-    check = engine.allocator.check
     spec = agenda.next_arrival
     if spec is not None and spec.arrival < t:
         # E2 at each arrival inside the dispatch, as `take_outside_events` takes it
-        # there: the arrivals at that tick, then the livelock count reset (the
-        # trace changed things); a dispatch in flight defers the rest, and
-        # `only_arrivals` found nothing draining (no host memory or clients come
-        # with a stretch carried on). Speed: one call and its tests fewer per
-        # arrival (about 18,000 on the Azure trace).
-        arrive = engine._arrive
-        specs = agenda.arrivals
+        # there: the arrivals at that tick, then the livelock count reset; a dispatch
+        # in flight defers the rest, and `only_arrivals` found nothing draining (no
+        # host memory or clients with a stretch carried on). Speed: one call and
+        # its tests fewer per arrival (about 18,000 on the Azure trace).
         livelock = engine.livelock
+        check = engine.allocator.check
+        arrive = engine._arrive
         while spec is not None and spec.arrival < t:
             now = engine.now = spec.arrival
-            while spec is not None and spec.arrival == now:
-                arrive(spec)
-                spec = next(specs, None)
-            agenda.next_arrival = spec
+            agenda.take_arrivals(now, arrive)
+            spec = agenda.next_arrival
             livelock.idle = 0  # (LivelockWatch.reset, inline)
             check()  # (as the step of a boundary inside a dispatch)
     engine.now = t
-    # (`complete_now`'s choice, known when counted: one call fewer per arrival,
-    # 15,309 on the Azure trace under `continuous`)
+    # (`complete_now`'s choice, known when counted: 15,309 calls fewer on Azure)
     ended = engine.complete_counted(engine.flight) if counted else engine.complete_now()
     spec = agenda.next_arrival
-    if (spec is not None and spec.arrival == t) or engine.allocator.draining:
+    if engine.allocator.draining:
         engine.take_outside_events()
-    # Else E2 at `t` has nothing to take: no arrival at `t`, and `only_arrivals`
-    # found no cancellation or forced preemption due by `t` and nothing draining
-    # (no timeouts, host memory or clients come with a stretch carried on).
-    # Speed: about 18,000 calls saved on the Azure conversation trace (an arrival
-    # nearly always falls inside the dispatch it cuts).
+    elif spec is not None and spec.arrival == t:
+        # E2 at `t`, nothing in flight: what `take_outside_events` does here, as
+        # inside the dispatch (`only_arrivals` found no cancellation or forced
+        # preemption due by `t`). Speed: without a cost model a dispatch lasts a
+        # tick, so an arrival cuts one at its completion: 70,733 calls fewer on
+        # 100,000 generated requests (benchmarks/README.md, "twelfth steps ... mil8").
+        agenda.take_arrivals(t, engine._arrive)
+        engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
+    # Else E2 at `t` has nothing to take (and no call: about 18,000 on the Azure
+    # conversation trace, where an arrival nearly always falls inside the dispatch).
     return ended
 
 
@@ -162,7 +162,7 @@ def admit_after_prompts(engine, until: float) -> int:
     policy = engine.policy
     fixed = policy.repeats_decodes()  # (before the arrivals: nothing waits yet)
     take_boundaries(engine, t)
-    cohort = engine.cohort
+    cohort = engine._cohort
     if not fixed or (running := decoding_next(engine, flight, policy, cohort)[0]) is None:
         return AGAIN
     order = policy.decode_order()

@@ -62,7 +62,7 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
     `admit_through`, then `after_admission`) and go on with the decodes after
     them. Returns BACK, ENDED or AGAIN, and the `until` of the flight left."""
     flight = engine.flight
-    cohort = engine.cohort
+    cohort = engine._cohort
     allocator = engine.allocator
     ledger = engine.ledger
     steady = engine.steadiness

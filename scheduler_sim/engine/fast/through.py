@@ -77,7 +77,7 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
     be planned by the policy: the caller steps again at the engine's `now`."""
     policy = engine.policy
     allocator = engine.allocator
-    cohort = engine.cohort
+    cohort = engine._cohort
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size

@@ -425,3 +425,40 @@ def test_members_by_residue_follow_the_dispatches_started():
     for _ in range(3):
         cohort.start()
     assert cohort.by_residue() == [1, 0, 0, 1]
+
+
+def test_fewest_left_after_members_leave_and_finish():
+    """Blocks of 4, at completion 0: a (1 output to go, finishing count 1), b (3 to
+    go: count 3), c (5 to go: count 5) join. Fewest left 1; a completion (count 1)
+    finishes a, then 2 (b at count 3, 2 to go); b settled (a preemption would): 4 (c),
+    b's count taken off the heap of counts by that look; two more completions finish
+    nobody; a member joining at count 3 with 1 to go (count 4) is fewest then, 1."""
+    allocator = _pool(4, {"a": 4, "b": 4, "c": 4, "d": 4})
+    cohort = Cohort(allocator)
+    cohort.last_done = 0
+    a, b, c = (_decoding(rid, 4, 1, 1 + left) for rid, left in (("a", 1), ("b", 3), ("c", 5)))
+    for req in (a, b, c):
+        cohort.join(req)
+    assert cohort.fewest_left() == 1
+    cohort.start()
+    assert cohort.complete(1) == [a]
+    assert cohort.fewest_left() == 2
+    cohort.settle(b)
+    assert cohort.fewest_left() == 4
+    for tick in (2, 3):
+        cohort.start()
+        assert cohort.complete(tick) == []
+    assert cohort._counts == [5]
+    d = _decoding("d", 4, 1, 2)
+    cohort.join(d)
+    assert (cohort.fewest_left(), sorted(cohort._counts)) == (1, [4, 5])
+
+
+def test_fits_counted_is_blocks_at_most_free():
+    """An allocator of 40 blocks of 4, a holding 1 (4 rows): 39 free, so 39 blocks fit
+    and 40 do not; 3 taken by count: 36 free, 36 fit, 37 do not."""
+    allocator = _pool(4, {"a": 4})
+    assert (allocator.fits_counted(39), allocator.fits_counted(40)) == (True, False)
+    allocator.take_counted(3)
+    assert allocator.free == 36
+    assert (allocator.fits_counted(36), allocator.fits_counted(37)) == (True, False)

@@ -259,7 +259,7 @@ def after_admission(engine, until: float) -> tuple[int, float]:
     allocator = engine.allocator
     running, everyone, opening = decoding_next(engine, flight, policy, cohort)
     if running and policy.repeats_decodes():
-        order = policy.next_decodes() if opening <= allocator.free else None
+        order = policy.next_decodes() if allocator.fits_counted(opening) else None
         if order is not None:
             allocator.step_evictions.clear()
             allocator.step_growth.clear()

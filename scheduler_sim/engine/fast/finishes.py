@@ -118,7 +118,7 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
             continue
         # The blocks the next decodes open must be free (a policy short of them
         # would preempt): the survivors' are at most these.
-        if cohort.opening() > allocator.free:
+        if not allocator.fits_counted(cohort.opening()):
             break
         n = flight.members
         engine.now = t

@@ -246,3 +246,61 @@ def test_an_interrupt_caught_after_escaping_a_source_string_keeps_status_130(tmp
                           capture_output=True, text=True, preexec_fn=_default_signals,
                           timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "")
+
+
+def _collector_after(code: str) -> str:
+    """In a fresh interpreter that runs `code`, then `validate QUICKSTART` through
+    `main_entry` (its output into a StringIO): the status, whether the output was the
+    expected line, the objects frozen before, whether more than 20,000 are frozen after,
+    and whether the collector is on."""
+    probe = ("import gc, io, sys\n"
+             f"{code}\n"
+             "before = gc.get_freeze_count()\n"
+             "from scheduler_sim.cli.entry import main_entry\n"
+             f"sys.argv = ['scheduler-sim', 'validate', {QUICKSTART!r}]\n"
+             "sys.stdout, real = io.StringIO(), sys.stdout\n"
+             "status = main_entry()\n"
+             "said, sys.stdout = sys.stdout.getvalue(), real\n"
+             "print(status, said == " + repr(VALIDATED) + ", before, "
+             "gc.get_freeze_count() > 20000, gc.isenabled())\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return done.stdout
+
+
+def test_the_commands_process_freezes_what_lives_to_its_exit():
+    """In the process that loads the simulator through `main_entry`, every object alive
+    when the command has ended is out of the collector's sight (more than the 20,000
+    the imports alone make), and the collector runs again as before; one that the
+    program had turned off stays off."""
+    assert _collector_after("") == "0 True 0 True True\n"
+    assert _collector_after("gc.disable()") == "0 True 0 True False\n"
+
+
+def test_a_program_that_had_loaded_the_simulator_keeps_its_collector(monkeypatch):
+    """`_Collector` in a process that had imported cli/main.py before (this one) leaves
+    the collector alone; as the first to load it, it pauses the collector for the
+    imports, then freezes what they made and turns it back on."""
+    import gc
+    import importlib
+    from scheduler_sim.cli import entry
+    importlib.import_module("scheduler_sim.cli.main")  # loaded before, as in a test run
+    frozen = gc.get_freeze_count()
+    collector = entry._Collector()
+    assert not collector.owned
+    collector.loading()
+    assert gc.isenabled()
+    collector.loaded()
+    collector.exiting()
+    assert (gc.isenabled(), gc.get_freeze_count()) == (True, frozen)
+    monkeypatch.delitem(sys.modules, "scheduler_sim.cli.main")
+    collector = entry._Collector()
+    assert collector.owned
+    try:
+        collector.loading()
+        assert not gc.isenabled()
+        collector.loaded()
+        assert gc.isenabled() and gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()
+        gc.enable()

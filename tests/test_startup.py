@@ -159,11 +159,12 @@ def test_python_m_holds_signals_before_it_loads_the_entry_module():
         "raise SystemExit(main_entry((_held, _interruptible, _terminable)))")
 
 
-# What a plain replay has no use for: the HTML report and its charts, Perfetto, the
-# `check` expectations and JUnit, sweeps, the worker pool (and multiprocessing), the
-# importers, calibration fitting and the pytest plugin. Each is loaded only by the
-# command or the output that needs it.
+# What a plain replay has no use for: the HTML report and its charts and series,
+# Perfetto, the `check` expectations and JUnit, sweeps, the worker pool (and
+# multiprocessing), the importers, calibration fitting, the pytest plugin and fleets.
+# Each is loaded only by the command or the output that needs it.
 UNUSED_BY_REPLAY = ("scheduler_sim.io.html_report", "scheduler_sim.io.svg_charts",
+                    "scheduler_sim.io.report_series", "scheduler_sim.fleet",
                     "scheduler_sim.io.svg_axes", "scheduler_sim.io.sweep_page",
                     "scheduler_sim.io.utilisation_chart", "scheduler_sim.io.perfetto", "scheduler_sim.io.expectations",
                     "scheduler_sim.io.junit", "scheduler_sim.io.sweep",
@@ -185,6 +186,7 @@ def test_a_plain_replay_loads_no_report_perfetto_sweep_importers_or_workers():
                             text=True, check=True)
     assert set(report.stdout.split()) == {"scheduler_sim.io.html_report",
                                           "scheduler_sim.io.svg_charts",
+                                          "scheduler_sim.io.report_series",
                                           "scheduler_sim.io.svg_axes",
                                           "scheduler_sim.io.sweep_page",
                                           "scheduler_sim.io.utilisation_chart"}
@@ -246,6 +248,16 @@ def test_an_interrupt_caught_after_escaping_a_source_string_keeps_status_130(tmp
                           capture_output=True, text=True, preexec_fn=_default_signals,
                           timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "")
+
+
+def test_a_fleet_replay_loads_the_fleets():
+    """`--replicas 2` loads the fleet package (a plain replay does not: above)."""
+    code = ("import io, sys; from scheduler_sim.cli.main import main; "
+            "status = main(sys.argv[1:], out=io.StringIO(), err=io.StringIO()); "
+            "print(status, 'scheduler_sim.fleet' in sys.modules)")
+    run = [sys.executable, "-c", code, "replay", QUICKSTART, "--replicas", "2"]
+    done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout == "0 True\n"
 
 
 def _collector_after(code: str) -> str:

@@ -85,16 +85,16 @@ class _Collector:
     the fixed cost of a process"):
 
     - `loading`/`loaded`: the collector paused while the simulator's modules load
-      (its young passes there find only live objects), and those objects frozen
-      after: later full passes, the run's one among them, skip the modules'
-      objects (about 20,000);
+      (its young passes there walk objects that nearly all live to the exit),
+      and those objects frozen after: later full passes, the run's one among
+      them, skip the modules' objects (about 20,000);
     - `exiting`: once the status is decided and every output written, every
       object then alive frozen: the interpreter's passes at exit (one over
       everything before the modules are cleared, three after) skip them; 60
       million instructions of the Azure replay's 9.03 billion, 25 million of a
       six-request replay's 0.58 billion. An object in a reference cycle is then
-      freed by the exit itself, without the collector's pass (Python does not
-      promise to finalize objects alive at exit).
+      left to the end of the process (Python does not promise to finalize
+      objects alive at exit; every output is committed or removed before).
 
     A program that had imported the simulator before (a test calling
     `main_entry`) keeps its collector as it was."""

@@ -159,11 +159,12 @@ def test_python_m_holds_signals_before_it_loads_the_entry_module():
         "raise SystemExit(main_entry((_held, _interruptible, _terminable)))")
 
 
-# What a plain replay has no use for: the HTML report and its charts, Perfetto, the
-# `check` expectations and JUnit, sweeps, the worker pool (and multiprocessing), the
-# importers, calibration fitting and the pytest plugin. Each is loaded only by the
-# command or the output that needs it.
+# What a plain replay has no use for: the HTML report and its charts and series,
+# Perfetto, the `check` expectations and JUnit, sweeps, the worker pool (and
+# multiprocessing), the importers, calibration fitting, the pytest plugin and fleets.
+# Each is loaded only by the command or the output that needs it.
 UNUSED_BY_REPLAY = ("scheduler_sim.io.html_report", "scheduler_sim.io.svg_charts",
+                    "scheduler_sim.io.report_series", "scheduler_sim.fleet",
                     "scheduler_sim.io.svg_axes", "scheduler_sim.io.sweep_page",
                     "scheduler_sim.io.utilisation_chart", "scheduler_sim.io.perfetto", "scheduler_sim.io.expectations",
                     "scheduler_sim.io.junit", "scheduler_sim.io.sweep",
@@ -185,6 +186,7 @@ def test_a_plain_replay_loads_no_report_perfetto_sweep_importers_or_workers():
                             text=True, check=True)
     assert set(report.stdout.split()) == {"scheduler_sim.io.html_report",
                                           "scheduler_sim.io.svg_charts",
+                                          "scheduler_sim.io.report_series",
                                           "scheduler_sim.io.svg_axes",
                                           "scheduler_sim.io.sweep_page",
                                           "scheduler_sim.io.utilisation_chart"}
@@ -246,3 +248,71 @@ def test_an_interrupt_caught_after_escaping_a_source_string_keeps_status_130(tmp
                           capture_output=True, text=True, preexec_fn=_default_signals,
                           timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "")
+
+
+def test_a_fleet_replay_loads_the_fleets():
+    """`--replicas 2` loads the fleet package (a plain replay does not: above)."""
+    code = ("import io, sys; from scheduler_sim.cli.main import main; "
+            "status = main(sys.argv[1:], out=io.StringIO(), err=io.StringIO()); "
+            "print(status, 'scheduler_sim.fleet' in sys.modules)")
+    run = [sys.executable, "-c", code, "replay", QUICKSTART, "--replicas", "2"]
+    done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout == "0 True\n"
+
+
+def _collector_after(code: str) -> str:
+    """In a fresh interpreter that runs `code`, then `validate QUICKSTART` through
+    `main_entry` (its output into a StringIO): the status, whether the output was the
+    expected line, the objects frozen before, whether more than 20,000 are frozen after,
+    and whether the collector is on."""
+    probe = ("import gc, io, sys\n"
+             f"{code}\n"
+             "before = gc.get_freeze_count()\n"
+             "from scheduler_sim.cli.entry import main_entry\n"
+             f"sys.argv = ['scheduler-sim', 'validate', {QUICKSTART!r}]\n"
+             "sys.stdout, real = io.StringIO(), sys.stdout\n"
+             "status = main_entry()\n"
+             "said, sys.stdout = sys.stdout.getvalue(), real\n"
+             "print(status, said == " + repr(VALIDATED) + ", before, "
+             "gc.get_freeze_count() > 20000, gc.isenabled())\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return done.stdout
+
+
+def test_the_commands_process_freezes_what_lives_to_its_exit():
+    """In the process that loads the simulator through `main_entry`, every object alive
+    when the command has ended is out of the collector's sight (more than the 20,000
+    the imports alone make), and the collector runs again as before; one that the
+    program had turned off stays off."""
+    assert _collector_after("") == "0 True 0 True True\n"
+    assert _collector_after("gc.disable()") == "0 True 0 True False\n"
+
+
+def test_a_program_that_had_loaded_the_simulator_keeps_its_collector(monkeypatch):
+    """`_Collector` in a process that had imported cli/main.py before (this one) leaves
+    the collector alone; as the first to load it, it pauses the collector for the
+    imports, then freezes what they made and turns it back on."""
+    import gc
+    import importlib
+    from scheduler_sim.cli import entry
+    importlib.import_module("scheduler_sim.cli.main")  # loaded before, as in a test run
+    frozen = gc.get_freeze_count()
+    collector = entry._Collector()
+    assert not collector.owned
+    collector.loading()
+    assert gc.isenabled()
+    collector.loaded()
+    collector.exiting()
+    assert (gc.isenabled(), gc.get_freeze_count()) == (True, frozen)
+    monkeypatch.delitem(sys.modules, "scheduler_sim.cli.main")
+    collector = entry._Collector()
+    assert collector.owned
+    try:
+        collector.loading()
+        assert not gc.isenabled()
+        collector.loaded()
+        assert gc.isenabled() and gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()
+        gc.enable()

@@ -229,15 +229,15 @@ def test_perfetto_counts_utilisation_per_bucket(tmp_path):
 def test_the_report_series_holds_utilisation_over_time(tmp_path, monkeypatch):
     """`RunSeries.work` (what --report may draw): the run's FLOPs, bytes and busy time
     per bucket, a fleet's replicas pooled against all their GPUs."""
-    import scheduler_sim.cli.runs as runs
+    import scheduler_sim.io.report_series as series  # (cli/runs.py loads it when asked)
     kept = []
 
-    class Keeping(runs.RunSeries):
+    class Keeping(series.RunSeries):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             kept.append(self)
 
-    monkeypatch.setattr(runs, "RunSeries", Keeping)
+    monkeypatch.setattr(series, "RunSeries", Keeping)
     for flags, engines in (((), 1), (("--replicas", "2"), 2)):
         kept.clear()
         run = _cli(tmp_path, LONE, "--report", str(tmp_path / "r.html"), *flags)[0]

@@ -1,4 +1,4 @@
-"""Event records: what the engine reports, one frozen dataclass per kind (§11).
+"""Event records: what the engine reports, one frozen record per kind (§11; frozen.py).
 
 Each record knows its JSON form (`to_dict`, `to_json`) and can be rebuilt from
 it (`event_from_dict`), which the round-trip tests use. Every record carries
@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from .event_lines import dispatch_line, encode_json, json_string, line_head, snapshot_line
+from .frozen import Frozen, make_inits, record_class
 
 __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
@@ -37,54 +38,14 @@ def reads(listener: Any, kind: str) -> bool:
     return kinds is None or kind in kinds
 
 
-# Speed (the start-up of every replay, events or not): the records are dataclasses
-# for their fields, slots and `__match_args__`, but `dataclasses` makes none of their
-# methods. Frozen, with `__init__`, `__repr__` and `__eq__`, it compiled six
-# methods a class with `exec`: 21-25 ms of a process's 43-51 ms of dataclass
-# creation (benchmarks/README.md, "eleventh steps", helper az7). Here the base's
-# `__setattr__`, `__delattr__`, `__eq__`, `__hash__`, `__repr__` and pickling serve
-# every record, as the generated ones would, and every record's `__init__` is
-# compiled with the others in one `exec` (`_make_inits`, at the end of the module).
-_RECORD = dataclasses.dataclass(slots=True, init=False, repr=False, eq=False)
-
-
-@_RECORD
-class Event:
-    """Base of all records: the tick at which it happened. Records are frozen:
-    assigning or deleting a field raises `dataclasses.FrozenInstanceError`."""
+@record_class
+class Event(Frozen):
+    """Base of all records: the tick at which it happened. Records are frozen
+    (`frozen.Frozen`)."""
 
     kind: ClassVar[str] = ""
     times: ClassVar[tuple[str, ...]] = ()  # fields other than `tick` that hold a time
     tick: int
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def _values(self) -> tuple:
-        """The record's field values, in order (`tick` first)."""
-        return tuple([getattr(self, name) for name in _names(type(self))])
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._values() == other._values()  # type: ignore[attr-defined]
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in _names(type(self)))
-        return f"{type(self).__qualname__}({values})"
-
-    def __getstate__(self) -> list:
-        return list(self._values())
-
-    def __setstate__(self, state: list) -> None:
-        for name, value in zip(_names(type(self)), state):
-            object.__setattr__(self, name, value)
 
     def to_dict(self, policy: str | None = None, clock: Any = None) -> dict[str, Any]:
         """The JSON object of this record; `policy` is added when several policies run.
@@ -150,46 +111,17 @@ def _field_names(cls: type) -> tuple[tuple[str, bool], ...]:
     return names
 
 
-def _names(cls: type) -> tuple[str, ...]:
-    """The names of a record's fields, `tick` first."""
-    return ("tick",) + tuple(name for name, _ in _field_names(cls))
-
-
-# The records made by `_record`, whose `__init__` `_make_inits` compiles.
+# The records made by `_record`, given their `__init__` at the end of the module.
 _MADE: list[type] = []
 
 
 def _record(kind: str):
     def wrap(cls):
-        cls = _RECORD(cls)
+        cls = record_class(cls)
         cls.kind = kind
         _MADE.append(cls)
         return cls
     return wrap
-
-
-def _make_inits() -> None:
-    """Each record's `__init__`, all compiled by one `exec`: the fields in order as
-    parameters (with their defaults), each set by `object.__setattr__` (the
-    records are frozen), as the `__init__` of a frozen dataclass does."""
-    source = []
-    scope: dict[str, Any] = {"_set": object.__setattr__}
-    for cls in _MADE:
-        params = ["self"]
-        body = []
-        for f in dataclasses.fields(cls):
-            if f.default is dataclasses.MISSING:
-                params.append(f.name)
-            else:
-                scope[f"_{cls.__name__}_{f.name}"] = f.default
-                params.append(f"{f.name}=_{cls.__name__}_{f.name}")
-            body.append(f"    _set(self, {f.name!r}, {f.name})\n")
-        source.append(f"def _{cls.__name__}({', '.join(params)}):\n{''.join(body)}")
-    exec("".join(source), scope)
-    for cls in _MADE:
-        init = scope[f"_{cls.__name__}"]
-        init.__name__, init.__qualname__ = "__init__", f"{cls.__qualname__}.__init__"
-        cls.__init__ = init
 
 
 @_record("arrival")
@@ -275,7 +207,6 @@ class Snapshot(Event):
                              policy, clock)
 
 
-
 @_record("dispatch")
 class Dispatch(Event):
     """One forward pass: per request, its phase, tokens and whether it emits an output.
@@ -309,7 +240,6 @@ class Dispatch(Event):
 
     def to_json(self, policy: str | None = None, clock: Any = None) -> str:
         return dispatch_line(self.tick, self.rows, self.tokens, self.done, policy, clock)
-
 
 
 @_record("finished")
@@ -503,16 +433,11 @@ class SwapRefused(Event):
     host_free: int
 
 
-_make_inits()
+make_inits(_MADE)  # (one exec for all: frozen.py)
 
 
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls
-    for cls in (Arrival, Rejected, Admitted, AdmissionBlocked, Snapshot, Dispatch,
-                Finished, Cancelled, CancelIgnored, Preempted, PreemptIgnored,
-                Timeout, Ratio, Released, Evicted, Stalled, Prefilled, TransferStarted,
-                TransferDone, KvStored, KvLoadStarted, KvLoadDone, SwappedOut, SwapRefused)
-}
+# (Every record class, by its kind, in the order of the classes above.)
+EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in _MADE}
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:

@@ -368,3 +368,30 @@ def test_the_events_file_writes_a_text_of_lines_as_its_lines(tmp_path):
         '{"tick":1,"event":"x"}\n{"tick":2,"event":"y"}\n{"tick":3,"event":"z"}\n'
         '{"tick":4,"event":"w"}\n{"tick":5,"event":"y","replica":2,"a":1}\n'
         '{"tick":6,"event":"z","replica":2}\n')
+
+
+def test_records_compare_hash_repr_and_pickle_by_their_fields():
+    """The base's methods, which every record uses (no per-class methods are generated):
+    equal when of the same class with the same fields, a hash of the field values, a
+    dataclass-style repr, pickling and copying, defaults, deletion refused."""
+    import copy
+    import pickle
+    from scheduler_sim.records.events import Finished, Snapshot
+    a = Arrival(3, "x")
+    assert a == Arrival(3, "x") and a != Arrival(3, "x", 2) and a != Finished(3, "x", "ok")
+    assert a.__eq__(Finished(3, "x", "ok")) is NotImplemented
+    assert hash(a) == hash((3, "x", None))
+    assert repr(a) == "Arrival(tick=3, id='x', client_wait=None)"
+    assert repr(Released(1, 4)) == "Released(tick=1, blocks=4)"
+    assert Arrival(tick=1, id="q", client_wait=5).client_wait == 5
+    snap = Snapshot(1, 2, 3, 4, 5, 6, 7)
+    assert snap.cached is None and snap.free == 7
+    for record in (a, snap, Dispatch(1, (("a", "decode", 1, True, None),), 1, 2)):
+        assert pickle.loads(pickle.dumps(record)) == record
+        assert copy.copy(record) == record and copy.deepcopy(record) == record
+    assert dataclasses.replace(a, tick=4) == Arrival(4, "x")
+    assert Arrival.__init__.__qualname__ == "Arrival.__init__"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del a.id
+    with pytest.raises(TypeError):
+        Arrival(1)

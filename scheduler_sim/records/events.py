@@ -1,4 +1,4 @@
-"""Event records: what the engine reports, one frozen dataclass per kind (§11).
+"""Event records: what the engine reports, one frozen record per kind (§11; frozen.py).
 
 Each record knows its JSON form (`to_dict`, `to_json`) and can be rebuilt from
 it (`event_from_dict`), which the round-trip tests use. Every record carries
@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from .event_lines import dispatch_line, encode_json, json_string, line_head, snapshot_line
+from .frozen import Frozen, make_inits, record_class
 
 __all__ = [
     "Event", "Arrival", "Rejected", "Admitted", "AdmissionBlocked", "Snapshot",
@@ -37,9 +38,10 @@ def reads(listener: Any, kind: str) -> bool:
     return kinds is None or kind in kinds
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Event:
-    """Base of all records: the tick at which it happened."""
+@record_class
+class Event(Frozen):
+    """Base of all records: the tick at which it happened. Records are frozen
+    (`frozen.Frozen`)."""
 
     kind: ClassVar[str] = ""
     times: ClassVar[tuple[str, ...]] = ()  # fields other than `tick` that hold a time
@@ -109,10 +111,15 @@ def _field_names(cls: type) -> tuple[tuple[str, bool], ...]:
     return names
 
 
+# The records made by `_record`, given their `__init__` at the end of the module.
+_MADE: list[type] = []
+
+
 def _record(kind: str):
     def wrap(cls):
-        cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
+        cls = record_class(cls)
         cls.kind = kind
+        _MADE.append(cls)
         return cls
     return wrap
 
@@ -200,7 +207,6 @@ class Snapshot(Event):
                              policy, clock)
 
 
-
 @_record("dispatch")
 class Dispatch(Event):
     """One forward pass: per request, its phase, tokens and whether it emits an output.
@@ -234,7 +240,6 @@ class Dispatch(Event):
 
     def to_json(self, policy: str | None = None, clock: Any = None) -> str:
         return dispatch_line(self.tick, self.rows, self.tokens, self.done, policy, clock)
-
 
 
 @_record("finished")
@@ -428,13 +433,11 @@ class SwapRefused(Event):
     host_free: int
 
 
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls
-    for cls in (Arrival, Rejected, Admitted, AdmissionBlocked, Snapshot, Dispatch,
-                Finished, Cancelled, CancelIgnored, Preempted, PreemptIgnored,
-                Timeout, Ratio, Released, Evicted, Stalled, Prefilled, TransferStarted,
-                TransferDone, KvStored, KvLoadStarted, KvLoadDone, SwappedOut, SwapRefused)
-}
+make_inits(_MADE)  # (one exec for all: frozen.py)
+
+
+# (Every record class, by its kind, in the order of the classes above.)
+EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in _MADE}
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:

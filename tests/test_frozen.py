@@ -1,0 +1,54 @@
+"""records/frozen.py: record classes whose methods come from `Frozen` and whose
+`__init__` `make_inits` compiles, on two tiny classes."""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+
+from scheduler_sim.records.frozen import Frozen, field_names, make_inits, record_class
+
+
+@record_class
+class Point(Frozen):
+    x: int
+    y: int
+    label: str | None = None
+
+
+@record_class
+class Empty(Frozen):
+    pass
+
+
+make_inits([Point, Empty])
+
+
+def test_init_takes_the_fields_in_order_with_their_defaults():
+    """Point(1, 2) has x 1, y 2 and label None; keywords work; a missing field is a
+    TypeError naming the class's __init__."""
+    p = Point(1, 2)
+    assert (p.x, p.y, p.label) == (1, 2, None)
+    assert Point(y=4, x=3, label="a").label == "a"
+    assert field_names(Point) == ("x", "y", "label")
+    assert Point.__init__.__qualname__ == "Point.__init__"
+    with pytest.raises(TypeError, match=r"Point.__init__\(\) missing 1 required"):
+        Point(1)
+    assert repr(Empty()) == "Empty()" and Empty() == Empty()
+
+
+def test_methods_are_those_of_a_frozen_dataclass():
+    """Equal by class and fields, hashed as the tuple of fields, a dataclass's repr,
+    assignment and deletion refused, pickled and replaced field by field."""
+    p = Point(1, 2, "a")
+    assert p == Point(1, 2, "a") and p != Point(1, 2) and p != (1, 2, "a")
+    assert hash(p) == hash((1, 2, "a"))
+    assert repr(p) == "Point(x=1, y=2, label='a')"
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'x'"):
+        p.x = 5
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field 'y'"):
+        del p.y
+    assert pickle.loads(pickle.dumps(p)) == p
+    assert dataclasses.replace(p, y=7) == Point(1, 7, "a")
+    assert not hasattr(p, "__dict__")  # slots

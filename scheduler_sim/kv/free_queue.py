@@ -21,7 +21,12 @@ Which node holds a block is the tree's `node_at` (block -> node), which is
 not cleared when a node is evicted: node numbers are never reused, so an
 entry naming a node that no longer exists means "no node" (`node`); a block
 leaving a node that lives on (taken alone, or the head of a split) is
-rewritten.
+rewritten. An entry that names a live node is right; but a node in
+`ends_only` has only its first and last blocks named (the tree writes a new
+node's middle blocks only when a question needs them, `write_ends_only`):
+the entry of one of its middle blocks names no live node, so a block whose
+entry names none is looked for in those nodes' blocks (`holder`) before it
+is called plain.
 
 The order freed is kept as the batches given back, in order, each with its
 blocks, how many of them are still free from it, and how far `pop_oldest`
@@ -60,11 +65,16 @@ class FreeQueue:
     (see the module docstring). `in`, `len` and iteration (least recently freed
     first) are a container's."""
 
-    __slots__ = ("nodes", "node_at", "since", "size", "batches", "next_batch", "entries")
+    __slots__ = ("nodes", "node_at", "ends_only", "since", "size", "batches", "next_batch",
+                 "entries")
 
-    def __init__(self, nodes: dict[int, list], node_at: list) -> None:
+    def __init__(self, nodes: dict[int, list], node_at: list,
+                 ends_only: dict[int, list] | None = None) -> None:
         self.nodes = nodes
         self.node_at = node_at
+        # node -> its entry in `nodes`, for the nodes whose middle blocks `node_at`
+        # does not name (the tree's; see the module docstring).
+        self.ends_only = {} if ends_only is None else ends_only
         # block -> the batch that freed it, 0 while held: read only for the
         # blocks of loose nodes.
         self.since: list[int] = []
@@ -83,11 +93,42 @@ class FreeQueue:
 
     def node(self, block: object) -> list | None:
         """The node holding `block` (its entry in `nodes`), or None."""
-        node_at = self.node_at
-        if type(block) is not int or not 0 <= block < len(node_at):
+        node = self.holder(block)
+        return None if node is None else self.nodes[node]
+
+    def holder(self, block: object) -> int | None:
+        """The number of the node holding `block`, or None: its entry in `node_at`
+        if that names a live node, else the node in `ends_only` whose blocks hold
+        it (a scan of their lists, in C: only questions off the hot paths get
+        here while such nodes exist)."""
+        if type(block) is not int or block < 0:
             return None
-        node = node_at[block]
-        return None if node is None else self.nodes.get(node)
+        node_at = self.node_at
+        node = node_at[block] if block < len(node_at) else None
+        if node is not None and node in self.nodes:
+            return node
+        for node, info in self.ends_only.items():
+            if block in info[BLOCKS]:
+                return node
+        return None
+
+    def write_ends_only(self) -> None:
+        """Name every block of the nodes in `ends_only` in `node_at`, and empty it:
+        for the questions that read every block's entry (`give`, `pop_oldest`,
+        `_compact`)."""
+        for node, info in self.ends_only.items():
+            self.name_blocks(node, info[BLOCKS])
+        self.ends_only.clear()
+
+    def name_blocks(self, node: int, blocks: list[int]) -> None:
+        """`node_at` names `node` for each of `blocks` (made to reach them)."""
+        node_at = self.node_at
+        top = max(blocks)
+        if top >= len(node_at):
+            node_at.extend(repeat(None, top + 1 - len(node_at)))
+            self.reach(top)
+        for block in blocks:
+            node_at[block] = node
 
     def __contains__(self, block: object) -> bool:
         info = self.node(block)
@@ -253,6 +294,7 @@ class FreeQueue:
     def _loosen(self, info: list) -> None:
         """Give each block of a node that is not loose its own state in `since`."""
         value = info[BATCH] if info[FREE] else 0
+        self.reach(max(info[BLOCKS]))  # (a middle block may lie beyond `node_at`'s reach)
         since = self.since
         for block in info[BLOCKS]:
             since[block] = value
@@ -291,9 +333,65 @@ class FreeQueue:
             info[LOOSE] = False  # every block held again: one state for the node
         self._left(batch, 1)
 
+    def runs(self, blocks: list[int]) -> list[tuple[list, int]] | None:
+        """`blocks` as runs of nodes, each from its node's first block, every run but
+        the last its whole node and the last a leading part of one: [(the node's
+        entry, the run's length)], or None when they are not of that shape (a
+        look-up's hits are, split at their end by `touch`). Each run costs one
+        `node_at` read, of its node's first block (always named), and one list
+        comparison in C."""
+        node_at, nodes = self.node_at, self.nodes
+        reach = len(node_at)
+        runs = []
+        p, end = 0, len(blocks)
+        while p < end:
+            block = blocks[p]
+            info = nodes.get(node_at[block]) if block < reach else None
+            if info is None:
+                return None
+            own = info[BLOCKS]
+            if own[0] != block:
+                return None
+            n = len(own)
+            if n > end - p:
+                n = end - p
+                if blocks[p:] != own[:n]:
+                    return None
+            elif blocks[p:p + n] != own:
+                return None
+            runs.append((info, n))
+            p += n
+        return runs
+
     def hits(self, blocks: list[int]) -> set[int]:
         """`remove` each of `blocks` that is free; return the set of those. Whole
-        nodes found whole and free (a hit covers whole nodes) go in one step."""
+        nodes found whole and free (a hit covers whole nodes) go in one step,
+        found a node at a time (`runs`): their middle blocks need no entry."""
+        runs = self.runs(blocks)
+        if runs is None or (runs and runs[-1][1] != len(runs[-1][0][BLOCKS])):
+            # Not whole nodes: a node part of which is shared is no longer held alike
+            # in all its blocks, so every node's blocks are named from now on
+            # (`ends_only` holds only nodes held alike), and each block is asked.
+            self.write_ends_only()
+            return self._hits_by_block(blocks)
+        found: set[int] = set()
+        for info, size in runs:
+            if not info[FREE]:
+                continue
+            if not info[LOOSE] and size == info[FREE]:
+                info[FREE] = 0  # free whole, and hit whole
+                self._left(info[BATCH], size)
+                self.size -= size
+                found.update(info[BLOCKS])
+                continue
+            for block in info[BLOCKS]:
+                if block in self:
+                    self.remove(block)
+                    found.add(block)
+        return found
+
+    def _hits_by_block(self, blocks: list[int]) -> set[int]:
+        """`hits`, each block's node read from `node_at` (every entry named)."""
         node_at = self.node_at
         nodes = self.nodes
         if not blocks or max(blocks) >= len(node_at):
@@ -321,7 +419,20 @@ class FreeQueue:
         return found
 
     def count_in(self, blocks: list[int]) -> int:
-        """How many of `blocks` are free."""
+        """How many of `blocks` are free: a node at a time (`runs`; a node not loose
+        is all free or none), else a block at a time."""
+        runs = self.runs(blocks)
+        if runs is not None:
+            count = 0
+            since = self.since
+            for info, n in runs:
+                if info[FREE]:
+                    if info[LOOSE]:
+                        count += sum(1 for block in info[BLOCKS][:n] if since[block])
+                    else:
+                        count += n
+            return count
+        self.write_ends_only()
         node_at = self.node_at
         if not blocks or max(blocks) >= len(node_at):
             return sum(1 for b in blocks if b in self)
@@ -353,6 +464,7 @@ class FreeQueue:
     def pop_oldest(self) -> int:
         """Take out and return the least recently freed block (its node keeps it:
         the tree takes it out, `radix_cache.RadixCache._detach`)."""
+        self.write_ends_only()  # (each entry is read, here and by `_detach`)
         current = self._current
         for batch, entry in self.batches.items():
             blocks = entry[0]
@@ -382,6 +494,7 @@ class FreeQueue:
     def _compact(self) -> None:
         """Drop the stale entries: the live blocks, in order, become one new batch
         (same order, so nothing observable changes)."""
+        self.write_ends_only()  # (each live block's entry is read)
         live = list(self)
         batch = self.next_batch
         self.next_batch = batch + 1

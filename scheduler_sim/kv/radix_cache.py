@@ -61,13 +61,24 @@ class RadixCache(Stamps, PrefixCache):
         # `keys[i]` is the key of `blocks[i]`; the last three are the free queue's
         # (`free_queue`: how many blocks are free, since which batch, or each its own).
         self.nodes: dict[int, list] = {}
-        self.free_blocks = FreeQueue(self.nodes, self.node_at)
+        # node -> its entry, for the nodes whose middle blocks `node_at` does not
+        # name yet (see "Names" in the module docstring).
+        self.ends_only: dict[int, list] = {}
+        self.free_blocks = FreeQueue(self.nodes, self.node_at, self.ends_only)
         self.hit = self.free_blocks.remove
         self.hits = self.free_blocks.hits
         self.next_node = 0
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
         self.detached = 0  # blocks taken out of a node alone: voids kept answers (`find`)
         self.found_again = 0  # look-ups answered by a kept answer (`find`; for tests)
+
+    def _name(self, node: int, block: int) -> None:
+        """`node_at` names `node` for `block` (made to reach it)."""
+        try:
+            self.node_at[block] = node
+        except IndexError:
+            self._reach(block)
+            self.node_at[block] = node
 
     def _reach(self, top: int) -> None:
         """Make room in `node_at` and the free queue for block numbers up to `top`."""
@@ -77,16 +88,13 @@ class RadixCache(Stamps, PrefixCache):
             self.free_blocks.reach(top)
 
     def _node(self, block: int) -> int | None:
-        """The node holding `block`, if any."""
-        node_at = self.node_at
-        node = node_at[block] if 0 <= block < len(node_at) else None
-        return node if node in self.nodes else None
+        """The node holding `block`, if any (`FreeQueue.holder`)."""
+        return self.free_blocks.holder(block)
 
     @property
     def node_of(self) -> dict[int, int]:
-        """Each keyed block's node (a view of `node_at`, for audits and tests)."""
-        nodes = self.nodes
-        return {block: node for block, node in enumerate(self.node_at) if node in nodes}
+        """Each keyed block's node (a view built from the nodes, for audits and tests)."""
+        return {block: node for node, info in self.nodes.items() for block in info[0]}
 
     # --- the protocol -------------------------------------------------------------
 
@@ -113,7 +121,12 @@ class RadixCache(Stamps, PrefixCache):
         new_keys = key_list[start:full]
         new_blocks = table[start:full]
         node = self._node
-        if node(new_blocks[0]) is None:
+        first = new_blocks[0]
+        named = self.node_at[first] if first < len(self.node_at) else None
+        if named not in self.nodes and index.get(new_keys[0]) != first:
+            # (Whether the run's first block is keyed: its entry in `node_at` names
+            # its node, or it is a middle block of a node in `ends_only`, which the
+            # index names for its key: a keyed block in a table is at its key's place.)
             # Each key indexed to this request's block unless cached already, a few
             # slices per hash entry (`KeyIndex.add`), which names the keys cached
             # already with another block (was one `dict.setdefault` per key, in C).
@@ -124,6 +137,10 @@ class RadixCache(Stamps, PrefixCache):
                 cached = list(map(index.get, new_keys))
         else:
             cached = list(map(index.setdefault, new_keys, new_blocks))
+        if cached:
+            # Blocks asked about one by one below, and blocks a request may adopt
+            # (then a node may be held by it in part): every node's blocks named.
+            self.free_blocks.write_ends_only()
         swaps = None
         if not cached:
             # Every key was new (the common case; a request's keys are distinct).
@@ -230,7 +247,11 @@ class RadixCache(Stamps, PrefixCache):
                         block = get(key)
                     if block is None:
                         return hits, path, key
-                    node = node_at[block]
+                    # (A key the walk looks up is a node's first, whose block is
+                    # always named, but after a block was taken out alone.)
+                    node = node_at[block] if block < len(node_at) else None
+                    if node not in nodes:
+                        node = self._node(block)
                     path.append(node)
                     info = nodes[node]
                     blocks, node_keys = info[0], info[4]
@@ -292,7 +313,9 @@ class RadixCache(Stamps, PrefixCache):
             return plain
         # Else one look-up per block, in C, gives its node (a block never keyed may
         # lie beyond `node_at`: then it is made to reach); whether it is keyed is
-        # asked once per node.
+        # asked once per node. (A table freed in part of a node: every node's
+        # blocks are named from now on, `ends_only` holding only nodes held alike.)
+        self.free_blocks.write_ends_only()
         try:
             held_by = entries_at(self.node_at, blocks)
         except IndexError:
@@ -327,26 +350,25 @@ class RadixCache(Stamps, PrefixCache):
         """Every free cached block is keyed; the index and the nodes' keys agree;
         every node's blocks name it, as many keys as blocks, every node counts its
         children and its free blocks (`radix_audit`)."""
-        audit_tree(self, carried)
+        audit_tree(self, carried, tables, orphans)
 
     # --- the tree -----------------------------------------------------------------
 
-    def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int) -> int:
+    def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int,
+                  ends: bool = True) -> int:
         """A node of `blocks` and their `keys` (lists it takes as its own: every
-        caller passes slices made for it) under `parent`."""
+        caller passes slices made for it) under `parent`; `node_at` names it at its
+        first and last blocks only (`ends`: see "Names" in the module docstring),
+        else at every block."""
         node = self.next_node
         self.next_node += 1
-        self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
-        node_at = self.node_at
-        # A plain loop (a list store by an int: about 60 ns a block; a map over the
-        # list's bound __setitem__ 240 ns, dict.update of pairs 90), made to reach
-        # only when a store fails (was a pass of `max` over the blocks per node).
-        for block in blocks:
-            try:
-                node_at[block] = node
-            except IndexError:
-                self._reach(max(blocks))
-                node_at[block] = node
+        info = self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
+        if ends and len(blocks) > 2:
+            self._name(node, blocks[0])
+            self._name(node, blocks[-1])
+            self.ends_only[node] = info
+        else:
+            self.free_blocks.name_blocks(node, blocks)
         if parent is not None:
             self.nodes[parent][2] += 1
         self._offer(node)
@@ -363,19 +385,27 @@ class RadixCache(Stamps, PrefixCache):
         node = node_at[block] if 0 <= block < len(node_at) else None
         info = self.nodes.get(node)
         if info is None:
-            return None
+            # (Not named: plain, or a middle block of a node in `ends_only`.)
+            node = self._node(block)
+            if node is None:
+                return None
+            info = self.nodes[node]
         blocks = info[0]
         if blocks[-1] == block:
             return node  # (most look-ups end where a node does: no scan of its blocks)
         i = blocks.index(block)
         parent = info[1]
-        head = self._new_node(blocks[:i + 1], info[4][:i + 1], parent, info[3])
+        # The head's middle blocks name the node split unless it is in `ends_only`:
+        # then the head is too.
+        head = self._new_node(blocks[:i + 1], info[4][:i + 1], parent, info[3],
+                              node in self.ends_only)
         self.free_blocks.split(info, self.nodes[head])
         if parent is not None:
             self.nodes[parent][2] -= 1
         info[0] = blocks[i + 1:]
         info[4] = info[4][i + 1:]
         info[1] = head
+        self._name(node, blocks[i + 1])  # (its first block now)
         self.nodes[head][2] += 1
         self.clock += 1
         info[3] = self.clock
@@ -409,6 +439,7 @@ class RadixCache(Stamps, PrefixCache):
             # __delitem__, a slot wrapper, costs about a third more a key.)
             free.take_node(info)
             del nodes[node]
+            self.ends_only.pop(node, None)
             if info[1] is not None:
                 nodes[info[1]][2] -= 1
                 self._offer(info[1])
@@ -418,7 +449,8 @@ class RadixCache(Stamps, PrefixCache):
 
     def _detach(self, block: int) -> None:
         """Take `block` out of its node and forget its key (when no whole node could
-        go: a node part of which is held)."""
+        go: a node part of which is held). Every block is named (`pop_oldest`
+        wrote the nodes in `ends_only`)."""
         node = self.node_at[block]
         self.node_at[block] = None
         self.detached += 1

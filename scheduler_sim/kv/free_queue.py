@@ -17,16 +17,8 @@ is rare; writing and reading a per-block state at every freeing and
 eviction (a list item set through a bound method costs about 0.1-0.2 us)
 was about a third of the cache's per-block work.
 
-Which node holds a block is the tree's `node_at` (block -> node), which is
-not cleared when a node is evicted: node numbers are never reused, so an
-entry naming a node that no longer exists means "no node" (`node`); a block
-leaving a node that lives on (taken alone, or the head of a split) is
-rewritten. An entry that names a live node is right; but a node in
-`ends_only` has only its first and last blocks named (the tree writes a new
-node's middle blocks only when a question needs them, `write_ends_only`):
-the entry of one of its middle blocks names no live node, so a block whose
-entry names none is looked for in those nodes' blocks (`holder`) before it
-is called plain.
+Which node holds a block is the tree's `node_at` (block -> node), named at
+each node's ends (`node_names`, a base of the queue: `node`, `holder`, `runs`).
 
 The order freed is kept as the batches given back, in order, each with its
 blocks, how many of them are still free from it, and how far `pop_oldest`
@@ -41,6 +33,8 @@ from collections import Counter
 from itertools import compress, repeat
 from operator import eq, itemgetter, not_
 from typing import Iterator
+
+from .node_names import NodeNames
 
 __all__ = ["FreeQueue", "BLOCKS", "FREE", "BATCH", "LOOSE", "entries_at"]
 
@@ -60,7 +54,7 @@ def entries_at(values: list, positions: list[int]) -> list:
     return list(itemgetter(*positions)(values))
 
 
-class FreeQueue:
+class FreeQueue(NodeNames):
     """The free keyed blocks of a radix tree whose `nodes` and `node_at` it shares
     (see the module docstring). `in`, `len` and iteration (least recently freed
     first) are a container's."""
@@ -90,45 +84,6 @@ class FreeQueue:
 
     def __bool__(self) -> bool:
         return self.size > 0
-
-    def node(self, block: object) -> list | None:
-        """The node holding `block` (its entry in `nodes`), or None."""
-        node = self.holder(block)
-        return None if node is None else self.nodes[node]
-
-    def holder(self, block: object) -> int | None:
-        """The number of the node holding `block`, or None: its entry in `node_at`
-        if that names a live node, else the node in `ends_only` whose blocks hold
-        it (a scan of their lists, in C: only questions off the hot paths get
-        here while such nodes exist)."""
-        if type(block) is not int or block < 0:
-            return None
-        node_at = self.node_at
-        node = node_at[block] if block < len(node_at) else None
-        if node is not None and node in self.nodes:
-            return node
-        for node, info in self.ends_only.items():
-            if block in info[BLOCKS]:
-                return node
-        return None
-
-    def write_ends_only(self) -> None:
-        """Name every block of the nodes in `ends_only` in `node_at`, and empty it:
-        for the questions that read every block's entry (`give`, `pop_oldest`,
-        `_compact`)."""
-        for node, info in self.ends_only.items():
-            self.name_blocks(node, info[BLOCKS])
-        self.ends_only.clear()
-
-    def name_blocks(self, node: int, blocks: list[int]) -> None:
-        """`node_at` names `node` for each of `blocks` (made to reach them)."""
-        node_at = self.node_at
-        top = max(blocks)
-        if top >= len(node_at):
-            node_at.extend(repeat(None, top + 1 - len(node_at)))
-            self.reach(top)
-        for block in blocks:
-            node_at[block] = node
 
     def __contains__(self, block: object) -> bool:
         info = self.node(block)
@@ -332,36 +287,6 @@ class FreeQueue:
         if not info[FREE]:
             info[LOOSE] = False  # every block held again: one state for the node
         self._left(batch, 1)
-
-    def runs(self, blocks: list[int]) -> list[tuple[list, int]] | None:
-        """`blocks` as runs of nodes, each from its node's first block, every run but
-        the last its whole node and the last a leading part of one: [(the node's
-        entry, the run's length)], or None when they are not of that shape (a
-        look-up's hits are, split at their end by `touch`). Each run costs one
-        `node_at` read, of its node's first block (always named), and one list
-        comparison in C."""
-        node_at, nodes = self.node_at, self.nodes
-        reach = len(node_at)
-        runs = []
-        p, end = 0, len(blocks)
-        while p < end:
-            block = blocks[p]
-            info = nodes.get(node_at[block]) if block < reach else None
-            if info is None:
-                return None
-            own = info[BLOCKS]
-            if own[0] != block:
-                return None
-            n = len(own)
-            if n > end - p:
-                n = end - p
-                if blocks[p:] != own[:n]:
-                    return None
-            elif blocks[p:p + n] != own:
-                return None
-            runs.append((info, n))
-            p += n
-        return runs
 
     def hits(self, blocks: list[int]) -> set[int]:
         """`remove` each of `blocks` that is free; return the set of those. Whole

@@ -25,9 +25,8 @@ A node is the unit of work: it keeps its blocks and their keys side by side
 (`nodes`), so that a run is keyed, freed and evicted with a few operations
 over the run, in C. Per block there is only its key's place in the index (in
 its hash entry's bucket: `radix_index`) and its node in `node_at` (a list by
-block number, written when the block is keyed, never cleared when its node
-is evicted: node numbers are not reused); whether a block is free is its
-node's (`free_queue.FreeQueue`: a count per node, per block only in the rare
+block number, named at a new node's first and last blocks only: `node_names`);
+whether a block is free is its node's (`free_queue.FreeQueue`: a count per node, per block only in the rare
 node part of which is held). On the Mooncake trace under `sglang` nine
 million blocks pass through the cache. `node_of` and `key_of` are views
 built from these, for audits and tests.
@@ -61,8 +60,7 @@ class RadixCache(Stamps, PrefixCache):
         # `keys[i]` is the key of `blocks[i]`; the last three are the free queue's
         # (`free_queue`: how many blocks are free, since which batch, or each its own).
         self.nodes: dict[int, list] = {}
-        # node -> its entry, for the nodes whose middle blocks `node_at` does not
-        # name yet (see "Names" in the module docstring).
+        # node -> its entry, for the nodes named at their ends only (`node_names`).
         self.ends_only: dict[int, list] = {}
         self.free_blocks = FreeQueue(self.nodes, self.node_at, self.ends_only)
         self.hit = self.free_blocks.remove
@@ -71,21 +69,6 @@ class RadixCache(Stamps, PrefixCache):
         self.candidates: list[tuple[int, int]] = []  # (stamp, node) heap, checked when popped
         self.detached = 0  # blocks taken out of a node alone: voids kept answers (`find`)
         self.found_again = 0  # look-ups answered by a kept answer (`find`; for tests)
-
-    def _name(self, node: int, block: int) -> None:
-        """`node_at` names `node` for `block` (made to reach it)."""
-        try:
-            self.node_at[block] = node
-        except IndexError:
-            self._reach(block)
-            self.node_at[block] = node
-
-    def _reach(self, top: int) -> None:
-        """Make room in `node_at` and the free queue for block numbers up to `top`."""
-        node_at = self.node_at
-        if top >= len(node_at):
-            node_at.extend(repeat(None, top + 1 - len(node_at)))
-            self.free_blocks.reach(top)
 
     def _node(self, block: int) -> int | None:
         """The node holding `block`, if any (`FreeQueue.holder`)."""
@@ -124,9 +107,8 @@ class RadixCache(Stamps, PrefixCache):
         first = new_blocks[0]
         named = self.node_at[first] if first < len(self.node_at) else None
         if named not in self.nodes and index.get(new_keys[0]) != first:
-            # (Whether the run's first block is keyed: its entry in `node_at` names
-            # its node, or it is a middle block of a node in `ends_only`, which the
-            # index names for its key: a keyed block in a table is at its key's place.)
+            # (Its first block is keyed if named, or if the index names it for its key:
+            # a middle block of a node in `ends_only`; a keyed block is at its key's place.)
             # Each key indexed to this request's block unless cached already, a few
             # slices per hash entry (`KeyIndex.add`), which names the keys cached
             # already with another block (was one `dict.setdefault` per key, in C).
@@ -247,8 +229,7 @@ class RadixCache(Stamps, PrefixCache):
                         block = get(key)
                     if block is None:
                         return hits, path, key
-                    # (A key the walk looks up is a node's first, whose block is
-                    # always named, but after a block was taken out alone.)
+                    # (A node's first block, always named, but after a `_detach`.)
                     node = node_at[block] if block < len(node_at) else None
                     if node not in nodes:
                         node = self._node(block)
@@ -311,16 +292,12 @@ class RadixCache(Stamps, PrefixCache):
             plain, named = given
             self._offer_nodes(named)
             return plain
-        # Else one look-up per block, in C, gives its node (a block never keyed may
-        # lie beyond `node_at`: then it is made to reach); whether it is keyed is
-        # asked once per node. (A table freed in part of a node: every node's
-        # blocks are named from now on, `ends_only` holding only nodes held alike.)
+        # Else (a table freed in part of a node: every node named whole first) one
+        # look-up per block, in C, gives its node; whether it is keyed is asked once
+        # per node.
         self.free_blocks.write_ends_only()
-        try:
-            held_by = entries_at(self.node_at, blocks)
-        except IndexError:
-            self._reach(max(blocks))
-            held_by = entries_at(self.node_at, blocks)
+        self.free_blocks.reach_all(max(blocks))  # (a block never keyed may lie beyond)
+        held_by = entries_at(self.node_at, blocks)
         plain, named = self.free_blocks.give(blocks, held_by)
         self._offer_nodes(named)
         return plain
@@ -347,9 +324,7 @@ class RadixCache(Stamps, PrefixCache):
                 for block, key in zip(blocks, keys)}
 
     def audit(self, tables, carried, orphans):
-        """Every free cached block is keyed; the index and the nodes' keys agree;
-        every node's blocks name it, as many keys as blocks, every node counts its
-        children and its free blocks (`radix_audit`)."""
+        """The tree's full check (`radix_audit.audit_tree`)."""
         audit_tree(self, carried, tables, orphans)
 
     # --- the tree -----------------------------------------------------------------
@@ -357,15 +332,14 @@ class RadixCache(Stamps, PrefixCache):
     def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int,
                   ends: bool = True) -> int:
         """A node of `blocks` and their `keys` (lists it takes as its own: every
-        caller passes slices made for it) under `parent`; `node_at` names it at its
-        first and last blocks only (`ends`: see "Names" in the module docstring),
-        else at every block."""
+        caller passes slices made for it) under `parent`, named at its first and
+        last blocks only if `ends` (`node_names`), else at every block."""
         node = self.next_node
         self.next_node += 1
         info = self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
         if ends and len(blocks) > 2:
-            self._name(node, blocks[0])
-            self._name(node, blocks[-1])
+            self.free_blocks.name(node, blocks[0])
+            self.free_blocks.name(node, blocks[-1])
             self.ends_only[node] = info
         else:
             self.free_blocks.name_blocks(node, blocks)
@@ -395,8 +369,7 @@ class RadixCache(Stamps, PrefixCache):
             return node  # (most look-ups end where a node does: no scan of its blocks)
         i = blocks.index(block)
         parent = info[1]
-        # The head's middle blocks name the node split unless it is in `ends_only`:
-        # then the head is too.
+        # (The head is named whole unless the node split was named at its ends only.)
         head = self._new_node(blocks[:i + 1], info[4][:i + 1], parent, info[3],
                               node in self.ends_only)
         self.free_blocks.split(info, self.nodes[head])
@@ -405,7 +378,7 @@ class RadixCache(Stamps, PrefixCache):
         info[0] = blocks[i + 1:]
         info[4] = info[4][i + 1:]
         info[1] = head
-        self._name(node, blocks[i + 1])  # (its first block now)
+        self.free_blocks.name(node, blocks[i + 1])  # (its first block now)
         self.nodes[head][2] += 1
         self.clock += 1
         info[3] = self.clock
@@ -449,8 +422,7 @@ class RadixCache(Stamps, PrefixCache):
 
     def _detach(self, block: int) -> None:
         """Take `block` out of its node and forget its key (when no whole node could
-        go: a node part of which is held). Every block is named (`pop_oldest`
-        wrote the nodes in `ends_only`)."""
+        go: a node part of which is held; `pop_oldest` named every node whole)."""
         node = self.node_at[block]
         self.node_at[block] = None
         self.detached += 1

@@ -17,11 +17,8 @@ is rare; writing and reading a per-block state at every freeing and
 eviction (a list item set through a bound method costs about 0.1-0.2 us)
 was about a third of the cache's per-block work.
 
-Which node holds a block is the tree's `node_at` (block -> node), which is
-not cleared when a node is evicted: node numbers are never reused, so an
-entry naming a node that no longer exists means "no node" (`node`); a block
-leaving a node that lives on (taken alone, or the head of a split) is
-rewritten.
+Which node holds a block is the tree's `node_at` (block -> node), named at
+each node's ends (`node_names`, a base of the queue: `node`, `holder`, `runs`).
 
 The order freed is kept as the batches given back, in order, each with its
 blocks, how many of them are still free from it, and how far `pop_oldest`
@@ -36,6 +33,8 @@ from collections import Counter
 from itertools import compress, repeat
 from operator import eq, itemgetter, not_
 from typing import Iterator
+
+from .node_names import NodeNames
 
 __all__ = ["FreeQueue", "BLOCKS", "FREE", "BATCH", "LOOSE", "entries_at"]
 
@@ -55,16 +54,21 @@ def entries_at(values: list, positions: list[int]) -> list:
     return list(itemgetter(*positions)(values))
 
 
-class FreeQueue:
+class FreeQueue(NodeNames):
     """The free keyed blocks of a radix tree whose `nodes` and `node_at` it shares
     (see the module docstring). `in`, `len` and iteration (least recently freed
     first) are a container's."""
 
-    __slots__ = ("nodes", "node_at", "since", "size", "batches", "next_batch", "entries")
+    __slots__ = ("nodes", "node_at", "ends_only", "since", "size", "batches", "next_batch",
+                 "entries")
 
-    def __init__(self, nodes: dict[int, list], node_at: list) -> None:
+    def __init__(self, nodes: dict[int, list], node_at: list,
+                 ends_only: dict[int, list] | None = None) -> None:
         self.nodes = nodes
         self.node_at = node_at
+        # node -> its entry in `nodes`, for the nodes whose middle blocks `node_at`
+        # does not name (the tree's; see the module docstring).
+        self.ends_only = {} if ends_only is None else ends_only
         # block -> the batch that freed it, 0 while held: read only for the
         # blocks of loose nodes.
         self.since: list[int] = []
@@ -80,14 +84,6 @@ class FreeQueue:
 
     def __bool__(self) -> bool:
         return self.size > 0
-
-    def node(self, block: object) -> list | None:
-        """The node holding `block` (its entry in `nodes`), or None."""
-        node_at = self.node_at
-        if type(block) is not int or not 0 <= block < len(node_at):
-            return None
-        node = node_at[block]
-        return None if node is None else self.nodes.get(node)
 
     def __contains__(self, block: object) -> bool:
         info = self.node(block)
@@ -253,6 +249,7 @@ class FreeQueue:
     def _loosen(self, info: list) -> None:
         """Give each block of a node that is not loose its own state in `since`."""
         value = info[BATCH] if info[FREE] else 0
+        self.reach(max(info[BLOCKS]))  # (a middle block may lie beyond `node_at`'s reach)
         since = self.since
         for block in info[BLOCKS]:
             since[block] = value
@@ -293,7 +290,33 @@ class FreeQueue:
 
     def hits(self, blocks: list[int]) -> set[int]:
         """`remove` each of `blocks` that is free; return the set of those. Whole
-        nodes found whole and free (a hit covers whole nodes) go in one step."""
+        nodes found whole and free (a hit covers whole nodes) go in one step,
+        found a node at a time (`runs`): their middle blocks need no entry."""
+        runs = self.runs(blocks)
+        if runs is None or (runs and runs[-1][1] != len(runs[-1][0][BLOCKS])):
+            # Not whole nodes: a node part of which is shared is no longer held alike
+            # in all its blocks, so every node's blocks are named from now on
+            # (`ends_only` holds only nodes held alike), and each block is asked.
+            self.write_ends_only()
+            return self._hits_by_block(blocks)
+        found: set[int] = set()
+        for info, size in runs:
+            if not info[FREE]:
+                continue
+            if not info[LOOSE] and size == info[FREE]:
+                info[FREE] = 0  # free whole, and hit whole
+                self._left(info[BATCH], size)
+                self.size -= size
+                found.update(info[BLOCKS])
+                continue
+            for block in info[BLOCKS]:
+                if block in self:
+                    self.remove(block)
+                    found.add(block)
+        return found
+
+    def _hits_by_block(self, blocks: list[int]) -> set[int]:
+        """`hits`, each block's node read from `node_at` (every entry named)."""
         node_at = self.node_at
         nodes = self.nodes
         if not blocks or max(blocks) >= len(node_at):
@@ -321,7 +344,20 @@ class FreeQueue:
         return found
 
     def count_in(self, blocks: list[int]) -> int:
-        """How many of `blocks` are free."""
+        """How many of `blocks` are free: a node at a time (`runs`; a node not loose
+        is all free or none), else a block at a time."""
+        runs = self.runs(blocks)
+        if runs is not None:
+            count = 0
+            since = self.since
+            for info, n in runs:
+                if info[FREE]:
+                    if info[LOOSE]:
+                        count += sum(1 for block in info[BLOCKS][:n] if since[block])
+                    else:
+                        count += n
+            return count
+        self.write_ends_only()
         node_at = self.node_at
         if not blocks or max(blocks) >= len(node_at):
             return sum(1 for b in blocks if b in self)
@@ -353,6 +389,7 @@ class FreeQueue:
     def pop_oldest(self) -> int:
         """Take out and return the least recently freed block (its node keeps it:
         the tree takes it out, `radix_cache.RadixCache._detach`)."""
+        self.write_ends_only()  # (each entry is read, here and by `_detach`)
         current = self._current
         for batch, entry in self.batches.items():
             blocks = entry[0]
@@ -382,6 +419,7 @@ class FreeQueue:
     def _compact(self) -> None:
         """Drop the stale entries: the live blocks, in order, become one new batch
         (same order, so nothing observable changes)."""
+        self.write_ends_only()  # (each live block's entry is read)
         live = list(self)
         batch = self.next_batch
         self.next_batch = batch + 1

@@ -25,9 +25,8 @@ A node is the unit of work: it keeps its blocks and their keys side by side
 (`nodes`), so that a run is keyed, freed and evicted with a few operations
 over the run, in C. Per block there is only its key's place in the index (in
 its hash entry's bucket: `radix_index`) and its node in `node_at` (a list by
-block number, written when the block is keyed, never cleared when its node
-is evicted: node numbers are not reused); whether a block is free is its
-node's (`free_queue.FreeQueue`: a count per node, per block only in the rare
+block number, named at a new node's first and last blocks only: `node_names`);
+whether a block is free is its node's (`free_queue.FreeQueue`: a count per node, per block only in the rare
 node part of which is held). On the Mooncake trace under `sglang` nine
 million blocks pass through the cache. `node_of` and `key_of` are views
 built from these, for audits and tests.
@@ -61,7 +60,9 @@ class RadixCache(Stamps, PrefixCache):
         # `keys[i]` is the key of `blocks[i]`; the last three are the free queue's
         # (`free_queue`: how many blocks are free, since which batch, or each its own).
         self.nodes: dict[int, list] = {}
-        self.free_blocks = FreeQueue(self.nodes, self.node_at)
+        # node -> its entry, for the nodes named at their ends only (`node_names`).
+        self.ends_only: dict[int, list] = {}
+        self.free_blocks = FreeQueue(self.nodes, self.node_at, self.ends_only)
         self.hit = self.free_blocks.remove
         self.hits = self.free_blocks.hits
         self.next_node = 0
@@ -69,24 +70,14 @@ class RadixCache(Stamps, PrefixCache):
         self.detached = 0  # blocks taken out of a node alone: voids kept answers (`find`)
         self.found_again = 0  # look-ups answered by a kept answer (`find`; for tests)
 
-    def _reach(self, top: int) -> None:
-        """Make room in `node_at` and the free queue for block numbers up to `top`."""
-        node_at = self.node_at
-        if top >= len(node_at):
-            node_at.extend(repeat(None, top + 1 - len(node_at)))
-            self.free_blocks.reach(top)
-
     def _node(self, block: int) -> int | None:
-        """The node holding `block`, if any."""
-        node_at = self.node_at
-        node = node_at[block] if 0 <= block < len(node_at) else None
-        return node if node in self.nodes else None
+        """The node holding `block`, if any (`FreeQueue.holder`)."""
+        return self.free_blocks.holder(block)
 
     @property
     def node_of(self) -> dict[int, int]:
-        """Each keyed block's node (a view of `node_at`, for audits and tests)."""
-        nodes = self.nodes
-        return {block: node for block, node in enumerate(self.node_at) if node in nodes}
+        """Each keyed block's node (a view built from the nodes, for audits and tests)."""
+        return {block: node for node, info in self.nodes.items() for block in info[0]}
 
     # --- the protocol -------------------------------------------------------------
 
@@ -113,7 +104,11 @@ class RadixCache(Stamps, PrefixCache):
         new_keys = key_list[start:full]
         new_blocks = table[start:full]
         node = self._node
-        if node(new_blocks[0]) is None:
+        first = new_blocks[0]
+        named = self.node_at[first] if first < len(self.node_at) else None
+        if named not in self.nodes and index.get(new_keys[0]) != first:
+            # (Its first block is keyed if named, or if the index names it for its key:
+            # a middle block of a node in `ends_only`; a keyed block is at its key's place.)
             # Each key indexed to this request's block unless cached already, a few
             # slices per hash entry (`KeyIndex.add`), which names the keys cached
             # already with another block (was one `dict.setdefault` per key, in C).
@@ -124,6 +119,10 @@ class RadixCache(Stamps, PrefixCache):
                 cached = list(map(index.get, new_keys))
         else:
             cached = list(map(index.setdefault, new_keys, new_blocks))
+        if cached:
+            # Blocks asked about one by one below, and blocks a request may adopt
+            # (then a node may be held by it in part): every node's blocks named.
+            self.free_blocks.write_ends_only()
         swaps = None
         if not cached:
             # Every key was new (the common case; a request's keys are distinct).
@@ -230,7 +229,10 @@ class RadixCache(Stamps, PrefixCache):
                         block = get(key)
                     if block is None:
                         return hits, path, key
-                    node = node_at[block]
+                    # (A node's first block, always named, but after a `_detach`.)
+                    node = node_at[block] if block < len(node_at) else None
+                    if node not in nodes:
+                        node = self._node(block)
                     path.append(node)
                     info = nodes[node]
                     blocks, node_keys = info[0], info[4]
@@ -290,14 +292,12 @@ class RadixCache(Stamps, PrefixCache):
             plain, named = given
             self._offer_nodes(named)
             return plain
-        # Else one look-up per block, in C, gives its node (a block never keyed may
-        # lie beyond `node_at`: then it is made to reach); whether it is keyed is
-        # asked once per node.
-        try:
-            held_by = entries_at(self.node_at, blocks)
-        except IndexError:
-            self._reach(max(blocks))
-            held_by = entries_at(self.node_at, blocks)
+        # Else (a table freed in part of a node: every node named whole first) one
+        # look-up per block, in C, gives its node; whether it is keyed is asked once
+        # per node.
+        self.free_blocks.write_ends_only()
+        self.free_blocks.reach_all(max(blocks))  # (a block never keyed may lie beyond)
+        held_by = entries_at(self.node_at, blocks)
         plain, named = self.free_blocks.give(blocks, held_by)
         self._offer_nodes(named)
         return plain
@@ -324,29 +324,25 @@ class RadixCache(Stamps, PrefixCache):
                 for block, key in zip(blocks, keys)}
 
     def audit(self, tables, carried, orphans):
-        """Every free cached block is keyed; the index and the nodes' keys agree;
-        every node's blocks name it, as many keys as blocks, every node counts its
-        children and its free blocks (`radix_audit`)."""
-        audit_tree(self, carried)
+        """The tree's full check (`radix_audit.audit_tree`)."""
+        audit_tree(self, carried, tables, orphans)
 
     # --- the tree -----------------------------------------------------------------
 
-    def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int) -> int:
+    def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int,
+                  ends: bool = True) -> int:
         """A node of `blocks` and their `keys` (lists it takes as its own: every
-        caller passes slices made for it) under `parent`."""
+        caller passes slices made for it) under `parent`, named at its first and
+        last blocks only if `ends` (`node_names`), else at every block."""
         node = self.next_node
         self.next_node += 1
-        self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
-        node_at = self.node_at
-        # A plain loop (a list store by an int: about 60 ns a block; a map over the
-        # list's bound __setitem__ 240 ns, dict.update of pairs 90), made to reach
-        # only when a store fails (was a pass of `max` over the blocks per node).
-        for block in blocks:
-            try:
-                node_at[block] = node
-            except IndexError:
-                self._reach(max(blocks))
-                node_at[block] = node
+        info = self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
+        if ends and len(blocks) > 2:
+            self.free_blocks.name(node, blocks[0])
+            self.free_blocks.name(node, blocks[-1])
+            self.ends_only[node] = info
+        else:
+            self.free_blocks.name_blocks(node, blocks)
         if parent is not None:
             self.nodes[parent][2] += 1
         self._offer(node)
@@ -363,19 +359,26 @@ class RadixCache(Stamps, PrefixCache):
         node = node_at[block] if 0 <= block < len(node_at) else None
         info = self.nodes.get(node)
         if info is None:
-            return None
+            # (Not named: plain, or a middle block of a node in `ends_only`.)
+            node = self._node(block)
+            if node is None:
+                return None
+            info = self.nodes[node]
         blocks = info[0]
         if blocks[-1] == block:
             return node  # (most look-ups end where a node does: no scan of its blocks)
         i = blocks.index(block)
         parent = info[1]
-        head = self._new_node(blocks[:i + 1], info[4][:i + 1], parent, info[3])
+        # (The head is named whole unless the node split was named at its ends only.)
+        head = self._new_node(blocks[:i + 1], info[4][:i + 1], parent, info[3],
+                              node in self.ends_only)
         self.free_blocks.split(info, self.nodes[head])
         if parent is not None:
             self.nodes[parent][2] -= 1
         info[0] = blocks[i + 1:]
         info[4] = info[4][i + 1:]
         info[1] = head
+        self.free_blocks.name(node, blocks[i + 1])  # (its first block now)
         self.nodes[head][2] += 1
         self.clock += 1
         info[3] = self.clock
@@ -409,6 +412,7 @@ class RadixCache(Stamps, PrefixCache):
             # __delitem__, a slot wrapper, costs about a third more a key.)
             free.take_node(info)
             del nodes[node]
+            self.ends_only.pop(node, None)
             if info[1] is not None:
                 nodes[info[1]][2] -= 1
                 self._offer(info[1])
@@ -418,7 +422,7 @@ class RadixCache(Stamps, PrefixCache):
 
     def _detach(self, block: int) -> None:
         """Take `block` out of its node and forget its key (when no whole node could
-        go: a node part of which is held)."""
+        go: a node part of which is held; `pop_oldest` named every node whole)."""
         node = self.node_at[block]
         self.node_at[block] = None
         self.detached += 1

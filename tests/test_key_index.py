@@ -176,3 +176,21 @@ def test_vllms_index_spans_several_entries_unless_compact():
         widths.append(a.cache.index.width)
         a.audit()
     assert widths == [2 * VllmCache.ENTRIES_PER_BUCKET, 2 * VllmCache.COMPACT_ENTRIES_PER_BUCKET]
+
+
+def test_a_look_up_of_keys_known_already_finds_what_the_growing_slices_find():
+    """Blocks of 2 tokens, hash entries of 8 (4 blocks each): request a's first 30
+    blocks are cached. A fresh request b with the same hash ids, looked up as
+    far as 39 blocks, finds them in growing slices (16, then the rest, its keys
+    computed as far as looked up); looked up again, its 39 keys are known and one
+    walk finds the same 30 blocks; a limit inside the cached run stops there."""
+    hashes = list(range(1000, 1010))
+    cache = VllmCache()
+    table = list(range(100, 140))
+    cache.register("a", BlockKeys(0, 80, 2, 8, hashes=hashes), 30, table)
+    b = BlockKeys(1, 80, 2, 8, hashes=hashes)
+    assert cache.find(b, 39) == table[:30]
+    assert len(b.keys) == 39  # (computed only as far as the look-up went)
+    assert cache.find(b, 39) == table[:30]
+    assert cache.find(b, 25) == table[:25]
+    assert cache.find(b, 0) == []

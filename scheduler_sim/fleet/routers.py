@@ -223,9 +223,11 @@ class PrefixAffinity(Router):
         if may_hold is None:
             visit = range(len(replicas))
         else:
-            visit = _bits_of(may_hold(keys, 0), len(replicas))
-            if first:
-                visit = _first(visit, first, loads)
+            holders = may_hold(keys, 0)
+            if first and holders & first:
+                visit = _first(holders, first, loads, len(replicas))
+            else:
+                visit = _bits_of(holders, len(replicas))
         maybe = EVERY  # the replicas that may hold the best hit's last key
         ahead = None   # those that may hold the key after it, once that key is known
         for i in visit:
@@ -261,15 +263,16 @@ class PrefixAffinity(Router):
         return hit, best
 
 
-def _first(visit, first: int, loads: list[int]) -> list[int]:
-    """`visit` (replicas, increasing) with those whose bit is set in `first` moved
-    ahead, lightest first (`loads`; in index order on a tie), the others after
-    them in their order."""
-    ahead = [i for i in visit if (first >> i) & 1]
-    if not ahead:
-        return visit
-    ahead.sort(key=loads.__getitem__)
-    return ahead + [i for i in visit if not (first >> i) & 1]
+def _first(mask: int, first: int, loads: list[int], count: int) -> list[int]:
+    """The replicas (of `count`) whose bit is set in `mask`: those also set in `first`
+    ahead, lightest first (`loads`; in index order on a tie), then the others in
+    index order."""
+    ahead = _bits_of(mask & first, count)
+    if len(ahead) > 1:
+        ahead.sort(key=loads.__getitem__)
+    if mask == EVERY:
+        return ahead + [i for i in range(count) if not (first >> i) & 1]
+    return ahead + _bits_of(mask & ~first, count)
 
 
 def _bits_of(mask: int, count: int):

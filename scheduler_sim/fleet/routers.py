@@ -215,8 +215,10 @@ class PrefixAffinity(Router):
         replicas, looked up in index order, the first look-up was the best one for
         869 of 12,031 arrivals, and 13,315 of the 25,336 look-ups were of
         replicas that lost (433,140 blocks found, one hash entry each on average:
-        the conversations' shared opening); first the replicas sent the deepest hash
-        id, 11,978 of 12,031 were (measured with this step)."""
+        the conversations' shared opening). The replicas sent the deepest hash id
+        first, lightest first: 14,864 look-ups, the first one the best for 10,214
+        arrivals; the first 2,000 requests took 0.997x the instructions
+        (8.4761e9 -> 8.4508e9, callgrind)."""
         hit, best = 0, 0
         ensure = keys.ensure
         key_list = ensure(1)

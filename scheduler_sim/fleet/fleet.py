@@ -349,7 +349,8 @@ class Fleet:
             engine.take_outside_events()
             # (the watch is asked only once tripped, as a lone engine's loop does:
             # a call per replica step, 49,796 on 64 prefix-affinity replicas
-            # replaying Mooncake, about 0.7% of the samples)
+            # replaying Mooncake; 1.2 million instructions of 8.48 billion on the
+            # first 2,000 requests)
             if engine.livelock.tripped and engine.stall_if_livelocked():
                 stalled = True
                 agenda.set(i, INF)

@@ -225,11 +225,11 @@ class PrefixAffinity(Router):
         if may_hold is None:
             visit = range(len(replicas))
         else:
-            holders = may_hold(keys, 0)
-            if first and holders & first:
-                visit = _first(holders, first, loads, len(replicas))
+            openers = may_hold(keys, 0)  # the replicas that may hold the first key
+            if first and openers & first:
+                visit = _first(openers, first, loads, len(replicas))
             else:
-                visit = _bits_of(holders, len(replicas))
+                visit = _bits_of(openers, len(replicas))
         maybe = EVERY  # the replicas that may hold the best hit's last key
         ahead = None   # those that may hold the key after it, once that key is known
         for i in visit:

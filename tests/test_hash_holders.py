@@ -97,26 +97,26 @@ def test_longest_hit_asks_only_replicas_that_were_sent_the_hash_ids():
         holders.sent([7], i)
     assert PrefixAffinity.longest_hit(keys, 5, replicas, loads, holders.may_hold) == (4, 4)
     # Replica 0: key 0 (yes), looked up: hit 2. Replica 2: key 1, key 2 (yes), looked
-    # up: hit 4. Replica 4: key 3, key 4 (no) but lighter: looked up, best. Replica 6:
-    # key 3, key 4 (yes): looked up, finds 1.
-    assert [r.asked for r in replicas] == [1, 0, 2, 0, 2, 0, 2]
+    # up: hit 4. Replica 4: key 3 (yes), lighter (it wins a tie: not asked key 4),
+    # looked up, best. Replica 6: key 3 (yes), lighter: looked up, finds 1.
+    assert [r.asked for r in replicas] == [1, 0, 2, 0, 1, 0, 1]
     assert [r.looked for r in replicas] == [1, 0, 1, 0, 1, 0, 1]
     # Without the index, the same answer, every replica asked.
     again = [_Holder(i, held[i], found[i]) for i in range(7)]
     assert PrefixAffinity.longest_hit(keys, 5, again, loads) == (4, 4)
-    assert [r.asked for r in again] == [1, 1, 2, 1, 2, 2, 2]
+    assert [r.asked for r in again] == [1, 1, 2, 1, 1, 2, 1]
     # Nobody was sent hash id 9: nobody is asked.
     other = BlockKeys(1, 24, 4, 24, hashes=[9])
     assert PrefixAffinity.longest_hit(other, 5, again, loads, holders.may_hold) == (0, 0)
-    assert [r.asked for r in again] == [1, 1, 2, 1, 2, 2, 2]
+    assert [r.asked for r in again] == [1, 1, 2, 1, 1, 2, 1]
 
 
 def test_longest_hit_skips_replicas_no_lighter_that_were_not_sent_the_next_hash_id():
     # Entries of 8 tokens, blocks of 4: blocks 0-1 hash id 7, 2-3 id 8, 4-5 id 9.
     # Replica 0 (load 2) finds 4; replica 1 was not sent id 8 (not asked); replica 2
     # (load 3) holds 4 blocks too, but is no lighter and was not sent id 9: it could
-    # only tie, and lose (not asked); replica 3 (load 1) is lighter: asked, looked up,
-    # the best.
+    # only tie, and lose (not asked); replica 3 (load 1) is lighter: asked key 3,
+    # looked up, the best.
     keys = BlockKeys(0, 24, 4, 8, hashes=[7, 8, 9])
     first = keys.ensure(6)[0]
     held = [range(first, first + 4), [first, first + 1], range(first, first + 4),
@@ -127,11 +127,11 @@ def test_longest_hit_skips_replicas_no_lighter_that_were_not_sent_the_next_hash_
         holders.sent(hashes, i)
     replicas = [_Holder(i, held[i], found[i]) for i in range(4)]
     assert PrefixAffinity.longest_hit(keys, 5, replicas, loads, holders.may_hold) == (4, 3)
-    assert [r.asked for r in replicas] == [1, 0, 0, 2]
+    assert [r.asked for r in replicas] == [1, 0, 0, 1]
     assert [r.looked for r in replicas] == [1, 0, 0, 1]
     again = [_Holder(i, held[i], found[i]) for i in range(4)]
     assert PrefixAffinity.longest_hit(keys, 5, again, loads) == (4, 3)
-    assert [r.asked for r in again] == [1, 1, 2, 2]
+    assert [r.asked for r in again] == [1, 1, 2, 1]
     assert [r.looked for r in again] == [1, 0, 0, 1]
 
 
@@ -149,7 +149,7 @@ class _AskEveryone(PrefixAffinity):
         assert loads is None
         return super().choose(spec, replicas)
 
-    def longest_hit(self, keys, most, replicas, loads, may_hold=None):
+    def longest_hit(self, keys, most, replicas, loads, may_hold=None, first=0):
         _AskEveryone.longest_hits += 1
         return PrefixAffinity.longest_hit(keys, most, replicas, loads)
 
@@ -225,3 +225,52 @@ def test_prefix_affinity_routes_as_if_it_asked_every_replica(seed, monkeypatch):
     holders = fleet.router.holders
     assert {h for h, mask in enumerate(holders.dense) if mask} | set(holders.sparse) == {
         h for r in records if r.get("type") == "request" for h in r["block_hashes"]}
+
+
+def test_the_deepest_hash_id_sent_names_the_replicas_to_look_up_first():
+    # Replica 0 was sent ids 7, 8; replica 2 ids 7, 8, 9; replica 3 id 7 and "s".
+    # A request with 7, 8, 9, 10: 10 was sent nowhere, 9 to replica 2 alone.
+    holders = HashHolders()
+    holders.sent([7, 8], 0)
+    holders.sent([7, 8, 9], 2)
+    holders.sent([7, "s"], 3)
+    assert [holders.deepest(h) for h in ([7, 8, 9, 10], [7, 8], [7, "s", 11], [7], [12],
+                                         [], None)] == [0b100, 0b101, 0b1000, 0b1101, 0, 0, 0]
+
+
+def test_longest_hit_looks_up_the_replicas_named_first_lightest_first_same_answer():
+    # Entries of 8 tokens, blocks of 4: blocks 0-1 hash id 7, 2-3 id 8, 4-5 id 9.
+    # Replicas 0, 1 and 4 were sent id 7 and hold the opening (2 blocks); replicas 2
+    # and 3, both load 1, were sent ids 7 and 8 (the deepest sent) and hold 4 blocks.
+    keys = BlockKeys(0, 24, 4, 8, hashes=[7, 8, 9])
+    first = keys.ensure(6)[0]
+    held = [range(first, first + 2)] * 2 + [range(first, first + 4)] * 2 + [
+        range(first, first + 2)]
+    found, loads = [2, 2, 4, 4, 2], [0, 0, 1, 1, 5]
+    holders = HashHolders()
+    for i, hashes in enumerate([[7], [7], [7, 8], [7, 8], [7]]):
+        holders.sent(hashes, i)
+    deepest = holders.deepest(keys.hashes)
+    assert deepest == 0b01100
+    # In index order: 0 (finds 2); 1 (as light, a higher index: it needs more
+    # blocks, and was not sent id 8: skipped); 2 (finds 4); 3 (it would tie and lose,
+    # and was not sent id 9: skipped); 4 (not sent id 8: finds fewer).
+    plain = [_Holder(i, held[i], found[i]) for i in range(5)]
+    assert PrefixAffinity.longest_hit(keys, 5, plain, loads, holders.may_hold) == (4, 2)
+    assert [r.looked for r in plain] == [1, 0, 1, 0, 0]
+    # Replicas 2 and 3 first (as light: 2 first), then 0, 1, 4: one look-up.
+    ordered = [_Holder(i, held[i], found[i]) for i in range(5)]
+    assert PrefixAffinity.longest_hit(keys, 5, ordered, loads, holders.may_hold,
+                                      deepest) == (4, 2)
+    assert [r.looked for r in ordered] == [0, 0, 1, 0, 0]
+    # Replica 3 lighter than 2: 3 is looked up first and wins; 2 would only tie.
+    light = [_Holder(i, held[i], found[i]) for i in range(5)]
+    assert PrefixAffinity.longest_hit(keys, 5, light, [0, 0, 1, 0, 5], holders.may_hold,
+                                      deepest) == (4, 3)
+    assert [r.looked for r in light] == [0, 0, 0, 1, 0]
+    # Replica 3 named first alone, as light as 2: 3 is looked up first, then 2 (a lower
+    # index, it would win a tie) is looked up too, and wins.
+    tie = [_Holder(i, held[i], found[i]) for i in range(5)]
+    assert PrefixAffinity.longest_hit(keys, 5, tie, loads, holders.may_hold,
+                                      0b01000) == (4, 2)
+    assert [r.looked for r in tie] == [0, 0, 1, 1, 0]

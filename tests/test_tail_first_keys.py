@@ -83,3 +83,24 @@ def test_a_rebuild_drops_stale_entries_and_keeps_a_freed_tables_own_keys():
                                 ([69], TailFirstKeys, [169], 0), ([0], list, [100], 0)], {}, 0)
     c.free_blocks.check(*c.queue_items())
     assert c.queue_items() == ([91, 92, 69, 0], [b"y", b"z", 169, 100])
+
+
+def test_a_compact_cache_sets_a_freed_tables_flags_as_a_lone_engines_does():
+    """A fleet's replica's cache (compact: its runs' keys packed), given a freed
+    table's own keys with no duplicate cached: blocks 3, 2, 1, 0 (keys 103 down to
+    100; buckets of 32: bucket 3, offsets 7 down to 4) are flagged there, nothing
+    loose, the run packed. With duplicates cached (blocks 8, 9 also keyed 100, 101,
+    whose index names 0 and 1) a freed run is compared with the index: 9, 8 are
+    loose, their keys' flags not set."""
+    c = VllmCache(compact=True)
+    c.index.add([100, 101, 102, 103], 0, 4, [0, 1, 2, 3])
+    c.give_back([], [3, 2, 1, 0], TailFirstKeys([103, 102, 101, 100]))
+    assert (c.free_blocks.flags[3][4:8], c.free_blocks.loose, len(c.free_blocks),
+            type(c.runs[0][1]).__name__) == (bytearray([1, 1, 1, 1]), set(), 4, "array")
+    c.free_blocks.check(*c.queue_items())
+    d = VllmCache(compact=True)
+    d.index.add([100, 101], 0, 2, [0, 1])
+    d.others.update({100: [8], 101: [9]})
+    d.give_back([], [9, 8], TailFirstKeys([101, 100]))
+    assert (d.free_blocks.flags.get(3, bytearray(32))[4:6], d.free_blocks.loose) == (
+        bytearray([0, 0]), {8, 9})

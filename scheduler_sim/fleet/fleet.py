@@ -347,7 +347,11 @@ class Fleet:
         for i in sorted(active):
             engine = engines[i]
             engine.take_outside_events()
-            if engine.stall_if_livelocked():
+            # (the watch is asked only once tripped, as a lone engine's loop does:
+            # a call per replica step, 49,796 on 64 prefix-affinity replicas
+            # replaying Mooncake; 1.2 million instructions of 8.48 billion on the
+            # first 2,000 requests)
+            if engine.livelock.tripped and engine.stall_if_livelocked():
                 stalled = True
                 agenda.set(i, INF)
                 continue

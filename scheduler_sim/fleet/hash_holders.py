@@ -93,6 +93,23 @@ class HashHolders:
             return self.dense[value]
         return self.sparse.get(value, 0)
 
+    def deepest(self, hashes) -> int:
+        """The replicas sent the last of `hashes` (a request's hash ids, None: none)
+        that any replica was sent; 0 if none was. A conversation's earlier turns
+        carried its hash ids up to there, and were sent where its history is
+        likely cached: the replicas to look up first (`PrefixAffinity.longest_hit`)."""
+        if not hashes:
+            return 0
+        dense = self.dense
+        size = len(dense)
+        sparse = self.sparse
+        for value in reversed(hashes):
+            mask = (dense[value] if type(value) is int and 0 <= value < size
+                    else sparse.get(value, 0))
+            if mask:
+                return mask
+        return 0
+
     def may_hold(self, keys: BlockKeys, block: int) -> int:
         """The mask of the replicas that may hold the key of `block` (already computed
         in `keys`): those sent the hash id of the entry its last token is in, if

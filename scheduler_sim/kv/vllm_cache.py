@@ -279,10 +279,10 @@ class VllmCache(RunQueue, PrefixCache):
         """`keyed` join the queue's tail as one run with their `keys`; `blocks`
         are plain."""
         if keyed:
-            if self.compact:  # (each run compared with the index, as measured at
-                self._enqueue(keyed, keys)  # the merge of the fleets' and pc7's steps)
-            else:  # (with no duplicate cached, each block is its key's in the index)
-                self.free_blocks.add(keyed, keys, not self.others)
+            # With no duplicate cached, each block is its key's in the index: a
+            # freed table's own keys set a run's flags without comparing
+            # (`QueueMembers.add`), in a compact cache (a fleet's replica) too.
+            self._enqueue(keyed, keys, not self.others)
             self.append_run(keyed, keys)
         return blocks
 

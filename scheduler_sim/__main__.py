@@ -16,4 +16,4 @@ if _terminable:
 
 from .cli.entry import main_entry  # noqa: E402  (after the signals are held)
 
-raise SystemExit(main_entry((_held, _interruptible, _terminable)))
+raise SystemExit(main_entry((_held, _interruptible, _terminable), own_process=True))

@@ -52,3 +52,21 @@ def test_methods_are_those_of_a_frozen_dataclass():
     assert pickle.loads(pickle.dumps(p)) == p
     assert dataclasses.replace(p, y=7) == Point(1, 7, "a")
     assert not hasattr(p, "__dict__")  # slots
+
+
+def test_the_event_base_is_a_record_too():
+    """`Event(3)` is a record of tick 3, as the frozen dataclass was (equal to another,
+    assignment refused), and a record class of one's own derives from it under
+    `record_class`: Ping(4, "a") has tick 4 and id "a"."""
+    from scheduler_sim.records.events import Event
+
+    assert Event(3) == Event(tick=3) and repr(Event(3)) == "Event(tick=3)"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Event(3).tick = 4
+
+    @record_class
+    class Ping(Event):
+        id: str
+
+    make_inits([Ping])
+    assert (Ping(4, "a").tick, Ping(4, "a").id) == (4, "a")

@@ -96,11 +96,14 @@ class _Collector:
       left to the end of the process (Python does not promise to finalize
       objects alive at exit; every output is committed or removed before).
 
-    A program that had imported the simulator before (a test calling
-    `main_entry`) keeps its collector as it was."""
+    Only the command's own process is touched: the console script (`command`) and
+    `python -m scheduler_sim` say so (`own_process`), and then only if the
+    simulator was not loaded before. A program that calls `main_entry` itself (a
+    test, a script that goes on after it) keeps its collector as it was, its own
+    objects included."""
 
-    def __init__(self) -> None:
-        self.owned = "scheduler_sim.cli.main" not in sys.modules
+    def __init__(self, own_process: bool = False) -> None:
+        self.owned = own_process and "scheduler_sim.cli.main" not in sys.modules
         self.enabled = gc.isenabled()
 
     def loading(self) -> None:
@@ -132,14 +135,21 @@ def hold_early() -> tuple[list[int], bool, bool]:
     return held, interruptible, terminable
 
 
-def main_entry(early: tuple[list[int], bool, bool] | None = None) -> int:
-    """The console script (and `python -m scheduler_sim`): set the process up, load and
-    run `main`, and return its status (the script's wrapper exits with it). `early` is
-    what `hold_early` returned when the caller held the signals already."""
+def command() -> int:
+    """The console script `scheduler-sim`: `main_entry` in a process of its own."""
+    return main_entry(own_process=True)
+
+
+def main_entry(early: tuple[list[int], bool, bool] | None = None, *,
+               own_process: bool = False) -> int:
+    """The console script (`command`) and `python -m scheduler_sim`: set the process up,
+    load and run `main`, and return its status (the script's wrapper exits with it).
+    `early` is what `hold_early` returned when the caller held the signals already;
+    `own_process`: the process is the command's, to end with it (`_Collector`)."""
     pending, interruptible, terminable = early if early is not None else hold_early()
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    collector = _Collector()
+    collector = _Collector(own_process)
     collector.loading()
     try:
         from .main import main  # the whole simulator; a signal meanwhile only waits

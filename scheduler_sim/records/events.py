@@ -40,8 +40,8 @@ def reads(listener: Any, kind: str) -> bool:
 
 @record_class
 class Event(Frozen):
-    """Base of all records: the tick at which it happened. Records are frozen
-    (`frozen.Frozen`)."""
+    """Base of all records: the tick at which it happened. Frozen by `frozen.Frozen`
+    (a record class of one's own: `record_class`, not `dataclass(frozen=True)`)."""
 
     kind: ClassVar[str] = ""
     times: ClassVar[tuple[str, ...]] = ()  # fields other than `tick` that hold a time
@@ -433,7 +433,7 @@ class SwapRefused(Event):
     host_free: int
 
 
-make_inits(_MADE)  # (one exec for all: frozen.py)
+make_inits([Event, *_MADE])  # (one exec for all: frozen.py; the base too, as a dataclass had it)
 
 
 # (Every record class, by its kind, in the order of the classes above.)

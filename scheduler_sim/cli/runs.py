@@ -21,7 +21,6 @@ were not handed over yet.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable
@@ -35,6 +34,7 @@ from ..io.progress import Progress
 from ..io.request_rows import csv_row
 from ..records import interrupts
 from ..records.clock import Clock
+from ..records.frozen import Record, record
 
 if TYPE_CHECKING:  # (each loaded only when asked for: see `run_policy`)
     from ..io.perfetto import PerfettoFile
@@ -70,8 +70,8 @@ class RequestRows:
             self._next = next(self._order, None)
 
 
-@dataclasses.dataclass
-class Sinks:
+@record  # a dataclass, its methods written once (records/frozen.py)
+class Sinks(Record):
     """Where one policy's run writes (None: not asked for)."""
 
     events: EventFile | None = None
@@ -79,8 +79,8 @@ class Sinks:
     perfetto: Any = None  # a perfetto.Part
 
 
-@dataclasses.dataclass
-class Finished:
+@record  # a dataclass, its methods written once (records/frozen.py)
+class Finished(Record):
     """One policy's finished run: its summary row (with `replicas` in a fleet), its
     per-request records (kept for `--requests`) and whether it stalled."""
 
@@ -92,8 +92,8 @@ class Finished:
     series: RunSeries | None = None  # what --report draws
 
 
-@dataclasses.dataclass
-class Plan:
+@record  # a dataclass, its methods written once (records/frozen.py)
+class Plan(Record):
     """What every policy's run needs, the same for each (sent once to each child)."""
 
     trace: Any

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from ..records.errors import ConfigError, UsageError
+from ..records.frozen import Frozen, record
 from . import coefficients as coeffs
 from .coefficients import DEFAULTS, Coefficients
 from .fit import log_error, minimize
@@ -46,8 +47,8 @@ FORMAT_KEY = "scheduler_sim_calibration"
 MAX_BYTES = 16 * 2 ** 20
 
 
-@dataclasses.dataclass(frozen=True)
-class Calibration:
+@record  # a frozen dataclass, its methods written once (records/frozen.py)
+class Calibration(Frozen):
     """A set of coefficients, where they came from, and the residuals of the fit."""
 
     name: str

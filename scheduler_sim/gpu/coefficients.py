@@ -34,11 +34,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ..records.frozen import Frozen, record
+
 __all__ = ["Coefficients", "DEFAULTS", "SOURCES", "FIELDS", "LIMITS"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Coefficients:
+@record  # a frozen dataclass, its methods written once (records/frozen.py)
+class Coefficients(Frozen):
     """Every free coefficient of the cost model (see the module's table)."""
 
     gemm_efficiency: float = 0.75

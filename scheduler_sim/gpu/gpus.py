@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any
 
 from ..records.errors import ConfigError
+from ..records.frozen import Frozen, record
 from ..records.option_values import show
 
 __all__ = ["GpuSpec", "GPUS", "INTERCONNECTS"]
@@ -33,8 +34,8 @@ L40S_SHEET = "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413"
 B200_SHEET = "https://www.nvidia.com/en-us/data-center/hgx/"
 
 
-@dataclasses.dataclass(frozen=True)
-class GpuSpec:
+@record  # a frozen dataclass, its methods written once (records/frozen.py)
+class GpuSpec(Frozen):
     """A GPU's peak figures: dense bf16 and fp8 FLOP/s (fp8 None without FP8 tensor
     cores), HBM bandwidth, memory as the CUDA runtime reports it, the host link and the
     GPU-to-GPU link (bytes/s, one direction), and where every figure comes from."""

@@ -10,6 +10,7 @@ import dataclasses
 import math
 
 from ..records.errors import UsageError
+from ..records.frozen import Frozen, record
 from ..records.option_table import OPTIONS
 from .catalogue import cost_specs
 from .gpus import GpuSpec
@@ -28,8 +29,8 @@ GIB = 2 ** 30
 DEFAULT_ACTIVATION_RESERVE = OPTIONS["activation_reserve"].default
 
 
-@dataclasses.dataclass(frozen=True)
-class PoolSizing:
+@record  # a frozen dataclass, its methods written once (records/frozen.py)
+class PoolSizing(Frozen):
     """How the KV pool follows from the GPU, every term in bytes per GPU."""
 
     model: ModelSpec

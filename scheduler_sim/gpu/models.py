@@ -21,8 +21,9 @@ every other weight (vLLM's default; expert parallelism is not modelled).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
+
+from ..records.frozen import Frozen, record
 
 __all__ = ["ModelSpec", "MlaSpec", "ACTIVATION_BYTES"]
 
@@ -31,8 +32,8 @@ __all__ = ["ModelSpec", "MlaSpec", "ACTIVATION_BYTES"]
 ACTIVATION_BYTES = 2
 
 
-@dataclasses.dataclass(frozen=True)
-class MlaSpec:
+@record  # a frozen dataclass, its methods written once (records/frozen.py)
+class MlaSpec(Frozen):
     """Multi-head latent attention (DeepSeek-V2/V3, GLM-5): queries and keys/values go
     through low-rank projections and the cache keeps one latent per token.
 
@@ -51,8 +52,8 @@ class MlaSpec:
     index_topk: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
+@record  # a frozen dataclass, its methods written once (records/frozen.py)
+class ModelSpec(Frozen):
     """A decoder's architecture numbers, as its config.json gives them (see the module
     docstring for what is counted). Every derived member is exact integer arithmetic
     on these fields; its docstring gives the formula (d = d_model, hd = head_dim)."""

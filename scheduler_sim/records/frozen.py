@@ -1,43 +1,94 @@
-"""Frozen record classes made cheaply: what the event records (`events.py`) share.
+"""Record classes made cheaply: dataclasses whose methods `dataclasses` does not write.
 
-A record class is a dataclass for its fields, slots and `__match_args__`
-(`record_class`), but `dataclasses` writes none of its methods: the base
-`Frozen` has the methods a frozen dataclass would have, written once for every
-record (field assignment and deletion refused, equality, hash, repr, pickling),
-and `make_inits` compiles every record's `__init__` in one `exec`.
+A record class is a dataclass for its fields, `__match_args__` and (under
+`record_class`) slots, but `dataclasses` writes none of its methods: the bases
+have the methods a dataclass would have, written once for every record, and
+`make_inits` compiles the records' `__init__`s, several in one `exec`, from a
+short source. `Record` is the base of a mutable record (equality, repr, no
+hash, as `@dataclass`), `Frozen` of a frozen one (also a hash, field assignment
+and deletion refused, pickling and copying field by field, as
+`@dataclass(frozen=True)`). `record` makes a class (without slots) a record
+class in one step; the event records (`events.py`) use `record_class` and
+`make_inits`, to compile their 25 `__init__`s in one `exec`.
 
-Speed (the start-up of every replay, events or not): as frozen dataclasses,
-the 25 event records had six methods each compiled by its own `exec`, 21-25 ms
-of the 43-51 ms a plain replay spent making dataclasses (benchmarks/README.md,
-"eleventh steps", helper az7); importing `events.py` now takes about half the
-time (benchmarks/README.md, "twelfth steps", helper ev8).
+What a record's methods do, as a dataclass's: `__eq__` compares the fields
+whose `compare` is true, of two records of the same class; `__hash__` hashes
+the tuple of those whose `hash` is true (or, left None, `compare`); `__repr__`
+shows those whose `repr` is true; `__init__` takes the fields whose `init` is
+true, in order, positionally or by keyword, with their defaults and default
+factories, sets every field (by `object.__setattr__` when frozen) and calls
+`__post_init__` when the class has one. `dataclasses.fields`, `replace` and
+`asdict` work as on a dataclass (a record has no `InitVar` and no keyword-only
+field: `make_inits` refuses the latter). What differs: `__dataclass_params__` says
+`init`, `repr` and `eq` false and not frozen, the `__init__` carries no
+annotations, and a repr that reaches its own record again recurses (a
+dataclass's prints `...`): no record here holds itself.
+
+Speed (the start-up of every process): `dataclasses` writes each method's
+source and compiles it by an `exec` of its own, with a type and a default
+named per field (18,300 characters for the 60 fields of `Options` alone);
+parsing and compiling those sources was about 0.1 billion instructions of a
+six-request replay's 0.46 billion (callgrind; benchmarks/README.md,
+"thirteenth steps: a process's fixed cost", helper st9; and "twelfth steps",
+helper ev8, for the event records).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Iterable
 
-__all__ = ["Frozen", "record_class", "make_inits", "field_names"]
+__all__ = ["Record", "Frozen", "record", "record_class", "make_inits", "field_names"]
 
-# A record class: fields and slots from `dataclasses`, its methods from `Frozen`.
+# A record class with slots: fields and slots from `dataclasses`, its methods from
+# `Record` or `Frozen`, its `__init__` from `make_inits`.
 record_class = dataclasses.dataclass(slots=True, init=False, repr=False, eq=False)
 
-_NAMES: dict[type, tuple[str, ...]] = {}
+# Per class: the names of (every field, the compared, the hashed, the shown).
+_LAYOUTS: dict[type, tuple[tuple[str, ...], ...]] = {}
+
+
+def _layout(cls: type) -> tuple[tuple[str, ...], ...]:
+    """The names of `cls`'s fields, its compared, hashed and shown ones, computed once."""
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        fields = dataclasses.fields(cls)
+        layout = _LAYOUTS[cls] = (
+            tuple(f.name for f in fields),
+            tuple(f.name for f in fields if f.compare),
+            tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)),
+            tuple(f.name for f in fields if f.repr))
+    return layout
 
 
 def field_names(cls: type) -> tuple[str, ...]:
     """The names of a record class's fields, in order, computed once per class."""
-    names = _NAMES.get(cls)
-    if names is None:
-        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
+    return _layout(cls)[0]
 
 
-class Frozen:
+class Record:
+    """Base of mutable records: two records are equal when of the same class with
+    equal compared fields; unhashable; shown as a dataclass is."""
+
+    __slots__ = ()
+    __hash__ = None  # type: ignore[assignment]  (as a dataclass with eq, not frozen)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            names = _layout(self.__class__)[1]
+            return (tuple([getattr(self, name) for name in names])
+                    == tuple([getattr(other, name) for name in names]))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}"
+                           for name in _layout(self.__class__)[3])
+        return f"{self.__class__.__qualname__}({values})"
+
+
+class Frozen(Record):
     """Base of frozen records: assigning or deleting a field raises
-    `dataclasses.FrozenInstanceError`; two records are equal when of the same
-    class with equal fields, hashed by their fields, shown as a dataclass is,
-    and pickled and copied field by field."""
+    `dataclasses.FrozenInstanceError`; hashed by the hashed fields' tuple; pickled and
+    copied field by field."""
 
     __slots__ = ()
 
@@ -47,52 +98,92 @@ class Frozen:
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
-    def _values(self) -> tuple:
-        """The record's field values, in order."""
-        return tuple([getattr(self, name) for name in field_names(type(self))])
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._values() == other._values()  # type: ignore[attr-defined]
-        return NotImplemented
-
     def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        values = ", ".join(f"{name}={getattr(self, name)!r}"
-                           for name in field_names(type(self)))
-        return f"{type(self).__qualname__}({values})"
+        return hash(tuple([getattr(self, name) for name in _layout(self.__class__)[2]]))
 
     def __getstate__(self) -> list:
-        return list(self._values())
+        return [getattr(self, name) for name in field_names(type(self))]
 
     def __setstate__(self, state: list) -> None:
         for name, value in zip(field_names(type(self)), state):
             object.__setattr__(self, name, value)
 
 
+class _Factory:
+    """The default of a field made by a factory: the factory is called when the
+    argument is left at it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+
+
+def record(cls: type) -> type:
+    """Make `cls` (a subclass of `Record` or `Frozen`, with a docstring) a record class
+    without slots: its fields by `dataclasses`, its `__init__` by `make_inits`."""
+    if not issubclass(cls, Record) or cls.__doc__ is None:
+        raise TypeError(f"{cls.__qualname__}: a record class derives from Record or "
+                        "Frozen and has a docstring")
+    cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False)
+    make_inits([cls])
+    return cls
+
+
+def _init_source(cls: type, scope: dict[str, Any]) -> tuple[str, tuple]:
+    """The source of `cls`'s `__init__`, named `_` + the class's name, and its
+    parameters' defaults; each factory is put in `scope`."""
+    frozen = issubclass(cls, Frozen)
+    slotted = "__slots__" in cls.__dict__
+    params, body, defaults = ["self"], [], []
+    for f in dataclasses.fields(cls):
+        if f.kw_only:
+            raise TypeError(f"{cls.__qualname__}: a record class has no kw_only field")
+        tag = f"_{cls.__name__}_{f.name}"
+        if f.default_factory is not dataclasses.MISSING:
+            scope[tag] = f.default_factory
+            value = f"{tag}() if {f.name} is _FACTORY else {f.name}" if f.init else f"{tag}()"
+            default: Any = _FACTORY
+        elif f.init:
+            value, default = f.name, f.default
+        elif slotted and f.default is not dataclasses.MISSING:
+            scope[tag] = f.default
+            value = tag
+        else:
+            continue  # not set by __init__: the class attribute holds its default
+        if f.init:
+            if default is not dataclasses.MISSING:
+                defaults.append(default)
+            elif defaults:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+            params.append(f.name)
+        body.append(f"    _set(self, {f.name!r}, {value})\n" if frozen
+                    else f"    self.{f.name} = {value}\n")
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()\n")
+    source = f"def _{cls.__name__}({', '.join(params)}):\n{''.join(body) or '    pass'}\n"
+    return source, tuple(defaults)
+
+
 def make_inits(classes: Iterable[type]) -> None:
-    """Give each of `classes` (made by `record_class`) its `__init__`, all compiled
-    by one `exec`: the fields in order as parameters, with their defaults, each
-    set by `object.__setattr__` (the records are frozen), as the `__init__` of a
-    frozen dataclass does."""
+    """Give each of `classes` (record classes: `record_class`, or dataclasses made with
+    `init=False, repr=False, eq=False`, deriving from `Record` or `Frozen`) its
+    `__init__`, all compiled by one `exec`: the fields in order as parameters, with
+    their defaults (kept as the function's `__defaults__`, not in its source), each
+    set by `object.__setattr__` when frozen, as a dataclass's `__init__` does."""
     classes = list(classes)
-    source = []
-    scope: dict[str, Any] = {"_set": object.__setattr__}
+    scope: dict[str, Any] = {"_set": object.__setattr__, "_FACTORY": _FACTORY}
+    sources, defaults = [], []
     for cls in classes:
-        params = ["self"]
-        body = []
-        for f in dataclasses.fields(cls):
-            if f.default is dataclasses.MISSING:
-                params.append(f.name)
-            else:
-                scope[f"_{cls.__name__}_{f.name}"] = f.default
-                params.append(f"{f.name}=_{cls.__name__}_{f.name}")
-            body.append(f"    _set(self, {f.name!r}, {f.name})\n")
-        source.append(f"def _{cls.__name__}({', '.join(params)}):\n{''.join(body) or '    pass'}\n")
-    exec("".join(source), scope)
-    for cls in classes:
+        source, given = _init_source(cls, scope)
+        sources.append(source)
+        defaults.append(given)
+    exec("".join(sources), scope)
+    for cls, given in zip(classes, defaults):
         init = scope[f"_{cls.__name__}"]
         init.__name__, init.__qualname__ = "__init__", f"{cls.__qualname__}.__init__"
+        init.__module__, init.__defaults__ = cls.__module__, given or None
         cls.__init__ = init

@@ -8,9 +8,10 @@ one layer up, where their registries live.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
+
+from .frozen import Frozen, record
 
 __all__ = ["OptionSpec", "OPTIONS", "DEFAULT_POLICIES", "SLO_METRICS", "parse_slo",
            "format_slo"]
@@ -63,8 +64,8 @@ def format_slo(slo: tuple[tuple[str, float], ...]) -> str:
     return ",".join(f"{name}={value:g}" for name, value in slo)
 
 
-@dataclasses.dataclass(frozen=True)
-class OptionSpec:
+@record  # a frozen dataclass, its methods written once (records/frozen.py)
+class OptionSpec(Frozen):
     """One option: `kind` is int, float, bool, str or policies; `minimum` bounds numbers."""
 
     name: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .frozen import Frozen, record
 from .option_table import OPTIONS, parse_slo
 from .option_values import show
 
@@ -31,8 +32,8 @@ DURATION_OPTIONS = tuple(name for name, spec in OPTIONS.items() if spec.kind == 
 _DEFAULTS = {name: spec.default for name, spec in OPTIONS.items()}
 
 
-@dataclasses.dataclass(frozen=True)
-class Options:
+@record  # a frozen dataclass, its methods written once (frozen.py)
+class Options(Frozen):
     """The resolved options of one run: defaults, then the trace config, then flags.
 
     `origin` says where each option that was not left at its default came

@@ -7,7 +7,8 @@ import pickle
 
 import pytest
 
-from scheduler_sim.records.frozen import Frozen, field_names, make_inits, record_class
+from scheduler_sim.records.frozen import (Frozen, Record, field_names, make_inits, record,
+                                          record_class)
 
 
 @record_class
@@ -70,3 +71,91 @@ def test_the_event_base_is_a_record_too():
 
     make_inits([Ping])
     assert (Ping(4, "a").tick, Ping(4, "a").id) == (4, "a")
+
+
+# --- `record`: classes without slots, as @dataclass and @dataclass(frozen=True) --------
+
+@record
+class Box(Frozen):
+    """A frozen record: `notes` is neither compared nor shown, `size` set after."""
+
+    name: str
+    width: int = 2
+    notes: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    size: int = dataclasses.field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", self.width * 10)
+
+
+@record
+class Tally(Record):
+    """A mutable record."""
+
+    count: int
+    seen: list = dataclasses.field(default_factory=list)
+
+
+def test_a_frozen_record_is_a_frozen_dataclass():
+    """Box("a") has width 2, a new empty notes dict, size 20 (its __post_init__); equal
+    and hashed by name, width and size, notes left out; shown without notes."""
+    box = Box("a")
+    assert (box.name, box.width, box.notes, box.size) == ("a", 2, {}, 20)
+    assert box.notes is not Box("a").notes
+    assert Box("a", 3, {"x": 1}) == Box("a", 3) and Box("a", 3) != Box("a", 4)
+    assert hash(Box("a", 3, {"x": 1})) == hash(("a", 3, 30))
+    assert repr(Box("a", 3)) == "Box(name='a', width=3, size=30)"
+    assert dataclasses.replace(box, width=5).size == 50
+    assert dataclasses.asdict(Box("b", 1)) == {"name": "b", "width": 1, "notes": {}, "size": 10}
+    assert [f.name for f in dataclasses.fields(Box)] == ["name", "width", "notes", "size"]
+    assert Box.__match_args__ == ("name", "width", "notes")
+    assert Box.__init__.__defaults__[0] == 2 and repr(Box.__init__.__defaults__[1]) == "<factory>"
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'name'"):
+        box.name = "b"
+    assert pickle.loads(pickle.dumps(Box("c", 4, {"k": 2}))).notes == {"k": 2}
+    with pytest.raises(TypeError, match=r"Box.__init__\(\) got an unexpected keyword argument 'size'"):
+        Box("a", size=3)
+
+
+def test_a_mutable_record_is_a_dataclass():
+    """Tally(1) has count 1 and a new empty list; fields assignable; equal by fields;
+    unhashable, as a dataclass with eq."""
+    tally = Tally(1)
+    tally.count += 1
+    tally.seen.append("x")
+    assert tally == Tally(2, ["x"]) and tally != Tally(2)
+    assert repr(tally) == "Tally(count=2, seen=['x'])"
+    assert Tally.__hash__ is None
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(tally)
+
+
+def test_record_refuses_what_it_does_not_make():
+    """A class with no Record base or no docstring, a field without a default after
+    one with, and a keyword-only field are refused when the class is made."""
+    with pytest.raises(TypeError, match="derives from Record or Frozen"):
+        record(type("Plain", (), {"__doc__": "plain"}))
+    with pytest.raises(TypeError, match="has a docstring"):
+        record(type("Bare", (Record,), {"__annotations__": {"a": "int"}}))
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+        record(type("Late", (Record,), {"__doc__": "x", "__annotations__": {"a": "int", "b": "int"},
+                                        "a": 1}))
+    with pytest.raises(TypeError, match="no kw_only field"):
+        record(type("Kw", (Record,), {"__doc__": "x", "__annotations__": {"a": "int"},
+                                      "a": dataclasses.field(kw_only=True)}))
+
+
+def test_options_keep_their_dataclass_methods():
+    """Options made by `record`: its defaults, prefill_chunk from token_budget, equal
+    and hashed without `origin`, a repr without it, `replace` and `fields` as before."""
+    from scheduler_sim.records.options import Options
+
+    options = Options(token_budget=64)
+    assert options.prefill_chunk == 64 and options.hash_block_size == 16
+    assert options == Options.resolve({"token_budget": 64}) and options != Options()
+    assert hash(options) == hash(Options.resolve({"token_budget": 64}))
+    assert "origin" not in repr(options) and repr(options).startswith("Options(block_size=16, ")
+    assert dataclasses.replace(options, block_size=4).block_size == 4
+    assert len(dataclasses.fields(Options)) == 60
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.block_size = 4

@@ -31,7 +31,6 @@ import importlib
 import importlib.util
 import os
 import sys
-import traceback
 
 from ..records.errors import PolicyError
 from ..records.interrupts import from_signal
@@ -150,6 +149,10 @@ def _load_file(path: str):
 # --- telling a plugin's failures apart -------------------------------------------------
 
 def _frames(exc: BaseException) -> list:
+    # Imported here, when a plugin failed: traceback (and textwrap and five regular
+    # expressions behind it) is about 1 ms of every process's start-up otherwise
+    # (-X importtime; benchmarks/README.md, "thirteenth steps", helper st9).
+    import traceback
     try:
         return traceback.extract_tb(exc.__traceback__)
     except Exception:  # a traceback that cannot be read (a broken loader, say)

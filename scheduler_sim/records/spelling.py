@@ -3,7 +3,6 @@ option, a record type, a request id. Every layer that refuses a name words the
 hint this way (io/problems re-exports it for the file readers)."""
 from __future__ import annotations
 
-import difflib
 from typing import Iterable
 
 __all__ = ["closest", "did_you_mean"]
@@ -22,6 +21,10 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
     for choice in choices:
         if len(low) >= 3 and choice.lower().startswith(low):
             return choice
+    # Imported here, when a name was not found as given: difflib (and heapq behind
+    # it) is about 1 ms of every process's start-up otherwise (-X importtime;
+    # benchmarks/README.md, "thirteenth steps", helper st9).
+    import difflib
     lowered = {choice.lower(): choice for choice in reversed(choices)}  # the first wins
     close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
     return lowered[close[0]] if close else None

@@ -36,8 +36,9 @@ from ..records.interrupts import Terminated
 from ..records.option_table import OPTIONS
 from ..records.spelling import did_you_mean
 from ..requests.queues import QUEUE_ORDERS
+from .asked_command import Subcommands, asked_command
 from .calibrate_parser import add_calibrate_parser
-from .commands import command
+from .commands import COMMANDS, command
 from .entry import EXIT_INTERRUPTED, EXIT_TERMINATED, PROG, main_entry
 
 __all__ = ["main", "main_entry", "build_parser", "Terminated", "EXIT_INTERRUPTED",
@@ -98,14 +99,17 @@ def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
     return Parser
 
 
-def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argparse.ArgumentParser:
-    """The argument parser of every command (printing to `out` and `err`)."""
+def build_parser(out: TextIO | None = None, err: TextIO | None = None,
+                 asked: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of every command (printing to `out` and `err`); given the
+    command `asked`, the others' arguments left out (cli/asked_command.py)."""
     parser = _parser_class(out or sys.stdout, err or sys.stderr)(
         prog=PROG,
         description="Replay a JSONL trace of LLM-serving requests through a simulated "
                     "scheduler and report what happened and why.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = Subcommands(parser.add_subparsers(dest="command", metavar="COMMAND", required=True),
+                      asked)
 
     p = sub.add_parser("replay", help="replay a trace under one or more policies",
                        description="Replay TRACE under each policy and print a side-by-side "
@@ -390,7 +394,7 @@ def _command(argv: list[str], out: GuardedStream, err: GuardedStream) -> tuple[i
     """`_run` for the parsed command line."""
     try:
         try:
-            args = _parse(build_parser(out, err), argv)
+            args = _parse(build_parser(out, err, asked_command(argv, COMMANDS)), argv)
         except SystemExit as exc:  # argparse has printed usage or help
             status = int(exc.code or 0)
         else:

@@ -159,3 +159,28 @@ def test_options_keep_their_dataclass_methods():
     assert len(dataclasses.fields(Options)) == 60
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.block_size = 4
+
+
+@record(compact=False)
+class Crate(Frozen):
+    """Box's fields, its __init__ a statement a field (not compact)."""
+
+    name: str
+    width: int = 2
+    notes: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    size: int = dataclasses.field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", self.width * 10)
+
+
+def test_both_forms_of_init_make_the_same_record():
+    """Crate (each field a statement) and Box (one `_fill` call) take the same
+    arguments and set the same fields: ("a"), ("a", 3, {"x": 1}), (name="b", width=0)."""
+    for args, kwargs in ((("a",), {}), (("a", 3, {"x": 1}), {}), ((), {"name": "b", "width": 0})):
+        box, crate = Box(*args, **kwargs), Crate(*args, **kwargs)
+        assert vars(box) == vars(crate)
+    assert "_fill" in Box.__init__.__code__.co_names
+    assert "_fill" not in Crate.__init__.__code__.co_names
+    with pytest.raises(TypeError, match=r"Crate.__init__\(\) missing 1 required"):
+        Crate()

@@ -122,63 +122,112 @@ class _Factory:
 _FACTORY = _Factory()
 
 
-def record(cls: type) -> type:
+def record(cls: type | None = None, *, compact: bool = True) -> Any:
     """Make `cls` (a subclass of `Record` or `Frozen`, with a docstring) a record class
-    without slots: its fields by `dataclasses`, its `__init__` by `make_inits`."""
+    without slots: its fields by `dataclasses`, its `__init__` by `make_inits`, short
+    (`compact`, for a class made a few times a process) unless asked otherwise.
+    `@record` and `@record(compact=False)` both decorate."""
+    if cls is None:
+        return lambda cls: record(cls, compact=compact)
     if not issubclass(cls, Record) or cls.__doc__ is None:
         raise TypeError(f"{cls.__qualname__}: a record class derives from Record or "
                         "Frozen and has a docstring")
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False)
-    make_inits([cls])
+    make_inits([cls], compact=compact)
     return cls
 
 
-def _init_source(cls: type, scope: dict[str, Any]) -> tuple[str, tuple]:
-    """The source of `cls`'s `__init__`, named `_` + the class's name, and its
-    parameters' defaults; each factory is put in `scope`."""
-    frozen = issubclass(cls, Frozen)
+def _steps(cls: type) -> tuple[list[str], tuple, list[tuple]]:
+    """What `cls`'s `__init__` takes and does: its parameters (the fields whose `init`
+    is true, in order), their defaults, and one step per field it sets, in order:
+    (name, taken as an argument, its factory or None, its default)."""
     slotted = "__slots__" in cls.__dict__
-    params, body, defaults = ["self"], [], []
+    params, defaults, steps = [], [], []
     for f in dataclasses.fields(cls):
         if f.kw_only:
             raise TypeError(f"{cls.__qualname__}: a record class has no kw_only field")
-        tag = f"_{cls.__name__}_{f.name}"
-        if f.default_factory is not dataclasses.MISSING:
-            scope[tag] = f.default_factory
-            value = f"{tag}() if {f.name} is _FACTORY else {f.name}" if f.init else f"{tag}()"
-            default: Any = _FACTORY
-        elif f.init:
-            value, default = f.name, f.default
-        elif slotted and f.default is not dataclasses.MISSING:
-            scope[tag] = f.default
-            value = tag
-        else:
-            continue  # not set by __init__: the class attribute holds its default
+        if f.name in ("self", "locals") or f.name.startswith("_"):
+            raise TypeError(f"{cls.__qualname__}: a record's field is not named "
+                            f"{f.name!r} (its __init__ uses the name)")
+        factory = None if f.default_factory is dataclasses.MISSING else f.default_factory
         if f.init:
+            default = _FACTORY if factory is not None else f.default
             if default is not dataclasses.MISSING:
                 defaults.append(default)
             elif defaults:
                 raise TypeError(f"non-default argument {f.name!r} follows default argument")
             params.append(f.name)
-        body.append(f"    _set(self, {f.name!r}, {value})\n" if frozen
-                    else f"    self.{f.name} = {value}\n")
+        elif factory is None and not (slotted and f.default is not dataclasses.MISSING):
+            continue  # not set by __init__: the class attribute holds its default
+        steps.append((f.name, f.init, factory, f.default))
+    return params, tuple(defaults), steps
+
+
+def _fill(self: Any, plan: tuple, values: dict[str, Any]) -> None:
+    """Set `self`'s fields as a compact `__init__`'s `plan` says ((frozen, steps), see
+    `_steps`), from its arguments (`values`: its locals)."""
+    frozen, steps = plan
+    for name, given, factory, default in steps:
+        if given:
+            value = values[name]
+            if factory is not None and value is _FACTORY:
+                value = factory()
+        else:
+            value = factory() if factory is not None else default
+        if frozen:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self, name, value)
+
+
+def _init_source(cls: type, scope: dict[str, Any], compact: bool) -> tuple[str, tuple]:
+    """The source of `cls`'s `__init__`, named `_` + the class's name, and its
+    parameters' defaults; what its body reads is put in `scope`."""
+    frozen = issubclass(cls, Frozen)
+    params, defaults, steps = _steps(cls)
+    tag = f"_{cls.__name__}"
+    if compact:
+        scope[f"{tag}_plan"] = (frozen, tuple(steps))
+        body = [f"    _fill(self, {tag}_plan, locals())\n"]
+    else:
+        body = []
+        for name, given, factory, default in steps:
+            if factory is not None:
+                scope[f"{tag}_{name}"] = factory
+                value = f"{tag}_{name}() if {name} is _FACTORY else {name}" if given else f"{tag}_{name}()"
+            elif given:
+                value = name
+            else:
+                scope[f"{tag}_{name}"] = default
+                value = f"{tag}_{name}"
+            body.append(f"    _set(self, {name!r}, {value})\n" if frozen
+                        else f"    self.{name} = {value}\n")
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()\n")
-    source = f"def _{cls.__name__}({', '.join(params)}):\n{''.join(body) or '    pass'}\n"
-    return source, tuple(defaults)
+    source = f"def {tag}({', '.join(['self', *params])}):\n{''.join(body) or '    pass'}\n"
+    return source, defaults
 
 
-def make_inits(classes: Iterable[type]) -> None:
+def make_inits(classes: Iterable[type], compact: bool = False) -> None:
     """Give each of `classes` (record classes: `record_class`, or dataclasses made with
     `init=False, repr=False, eq=False`, deriving from `Record` or `Frozen`) its
     `__init__`, all compiled by one `exec`: the fields in order as parameters, with
     their defaults (kept as the function's `__defaults__`, not in its source), each
-    set by `object.__setattr__` when frozen, as a dataclass's `__init__` does."""
+    set by `object.__setattr__` when frozen, as a dataclass's `__init__` does.
+
+    The body sets each field by a statement of its own; `compact`, by one call that
+    reads the arguments from `locals()` (`_fill`). Speed: a statement a field is
+    about 4.5 us of compiling, and `_fill` about 0.45 us more a field at every call
+    (timeit, `Options`: 60 fields); so the first pays for a class made more than
+    about ten times a process (the event records, made by the thousand, and
+    `OptionSpec`, 60 times), the second for the others. The 12 `__init__`s a replay
+    made this way: 26.6 million instructions of compiling, 10.5 million with every
+    body compact (callgrind, benchmarks/README.md, "thirteenth steps", helper st9)."""
     classes = list(classes)
-    scope: dict[str, Any] = {"_set": object.__setattr__, "_FACTORY": _FACTORY}
+    scope: dict[str, Any] = {"_set": object.__setattr__, "_FACTORY": _FACTORY, "_fill": _fill}
     sources, defaults = [], []
     for cls in classes:
-        source, given = _init_source(cls, scope)
+        source, given = _init_source(cls, scope, compact)
         sources.append(source)
         defaults.append(given)
     exec("".join(sources), scope)

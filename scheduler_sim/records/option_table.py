@@ -64,7 +64,9 @@ def format_slo(slo: tuple[tuple[str, float], ...]) -> str:
     return ",".join(f"{name}={value:g}" for name, value in slo)
 
 
-@record  # a frozen dataclass, its methods written once (records/frozen.py)
+# A frozen dataclass, its methods written once (frozen.py); its __init__ not compact:
+# made 60 times at import, it sets each field by a statement (frozen.make_inits).
+@record(compact=False)
 class OptionSpec(Frozen):
     """One option: `kind` is int, float, bool, str or policies; `minimum` bounds numbers."""
 

@@ -22,11 +22,11 @@ def test_the_asked_command_is_the_first_word_without_a_dash():
 
 def test_a_parser_built_for_one_command_names_all_and_fills_that_one():
     """Built for `replay`: every command is a choice, replay's parser has its flags, the
-    others have only -h, and a replay line parses as with every command built."""
+    others are stand-ins, and a replay line parses as with every command built."""
     argv = ["replay", "t.jsonl", "--block-size", "4", "--policy", "vllm", "--quiet"]
     full = build_parser(io.StringIO(), io.StringIO())
     one = build_parser(io.StringIO(), io.StringIO(), "replay")
     assert list(one.commands) == list(full.commands) and set(one.commands) == set(COMMANDS)
     assert len(one.commands["replay"]._actions) == len(full.commands["replay"]._actions) > 60
-    assert [a.dest for a in one.commands["cost"]._actions] == ["help"]
+    assert not hasattr(one.commands["cost"], "parse_args")  # (a stand-in, never parsing)
     assert one.parse_args(argv) == full.parse_args(argv)

@@ -33,8 +33,9 @@ def asked_command(argv: list[str], commands: Collection[str]) -> str | None:
 
 
 class _Unbuilt:
-    """The parser of a command that was not asked for, as its builder sees it: what
-    would add arguments to it adds nothing."""
+    """The parser of a command that was not asked for: it is never used to parse (the
+    command argparse takes is the asked one, or no command at all), and what would
+    add arguments to it adds nothing."""
 
     def add_argument(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -50,21 +51,27 @@ class _Unbuilt:
 
 
 class Subcommands:
-    """An `add_subparsers` action as the commands' builders see it: `add_parser` adds
-    every command's parser, and returns it to be filled only for `asked` (every
-    command when `asked` is None); a stand-in otherwise."""
+    """The commands of `parser` (its `add_subparsers`, given `kwargs`), as their builders
+    see them: `add_parser` names every command (its help, the choices a wrong name is
+    told), and makes a parser to fill only for `asked` (every command when `asked` is
+    None), an `_Unbuilt` stand-in for the others (made by the `parser_class` it hands
+    argparse: an `ArgumentParser` is a few translated texts and a help formatter to
+    make, each a few hundred thousand instructions)."""
 
-    def __init__(self, action: Any, asked: str | None) -> None:
-        self.action = action
+    def __init__(self, parser: Any, asked: str | None, **kwargs: Any) -> None:
         self.asked = asked
+        self.parser_class = type(parser)
+        self.filled = True  # whether the parser being added is filled
+        self.action = parser.add_subparsers(parser_class=self._make, **kwargs)
+
+    def _make(self, **kwargs: Any) -> Any:
+        return self.parser_class(**kwargs) if self.filled else _Unbuilt()
 
     @property
     def choices(self) -> dict[str, Any]:
-        """Command name -> its parser."""
+        """Command name -> its parser (an `_Unbuilt` when not asked for)."""
         return self.action.choices
 
     def add_parser(self, name: str, **kwargs: Any) -> Any:
-        parser = self.action.add_parser(name, **kwargs)
-        if self.asked is None or self.asked in (name, *kwargs.get("aliases", ())):
-            return parser
-        return _Unbuilt()
+        self.filled = self.asked is None or self.asked in (name, *kwargs.get("aliases", ()))
+        return self.action.add_parser(name, **kwargs)

@@ -108,8 +108,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
         description="Replay a JSONL trace of LLM-serving requests through a simulated "
                     "scheduler and report what happened and why.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = Subcommands(parser.add_subparsers(dest="command", metavar="COMMAND", required=True),
-                      asked)
+    sub = Subcommands(parser, asked, dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("replay", help="replay a trace under one or more policies",
                        description="Replay TRACE under each policy and print a side-by-side "

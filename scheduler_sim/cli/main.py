@@ -55,6 +55,8 @@ CONVERT_FORMATS = ["mooncake", "azure", "vidur", "burstgpt", "blis-run"]
 # --- options from flags ------------------------------------------------------------
 
 def _add_option_flags(parser: argparse.ArgumentParser) -> None:
+    if not isinstance(parser, argparse.ArgumentParser):
+        return  # a command not asked for (cli/asked_command.py): its 60 flags unmade
     group = parser.add_argument_group("simulation options (override the trace's config)")
     for spec in OPTIONS.values():
         default = "null" if spec.default is None else spec.default

@@ -124,8 +124,11 @@ def _file_mode() -> int:
     return 0o666 & ~mask
 
 
-# The name of an open descriptor: written in place whatever it leads to.
-_DESCRIPTOR = re.compile(r"/proc/[^/]+/fd/[0-9]+|/dev/fd/[0-9]+")
+# The name of an open descriptor: written in place whatever it leads to. A pattern
+# `re` compiles (and caches) when a file output is first opened, not at import: about
+# 50 us of every process's start-up otherwise (timeit; benchmarks/README.md,
+# "thirteenth steps", helper st9).
+_DESCRIPTOR = r"/proc/[^/]+/fd/[0-9]+|/dev/fd/[0-9]+"
 
 
 def _real(path: str) -> str:
@@ -139,7 +142,7 @@ def _follow(target: str) -> tuple[str, bool]:
     of an open descriptor (`/dev/stdout` leads to `/proc/<pid>/fd/1`: stop there)."""
     path = _real(os.path.join(os.getcwd(), target))
     for _ in range(40):
-        if _DESCRIPTOR.fullmatch(path):
+        if re.fullmatch(_DESCRIPTOR, path):
             return path, True
         try:
             link = os.readlink(path)

@@ -75,17 +75,21 @@ def test_the_event_base_is_a_record_too():
 
 # --- `record`: classes without slots, as @dataclass and @dataclass(frozen=True) --------
 
-@record
-class Box(Frozen):
-    """A frozen record: `notes` is neither compared nor shown, `size` set after."""
-
-    name: str
-    width: int = 2
-    notes: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    size: int = dataclasses.field(default=0, init=False)
-
-    def __post_init__(self) -> None:
+def _box_class(name: str, compact: bool) -> type:
+    """A frozen record of `name`: `notes` neither compared nor shown, `size` set after
+    (its __post_init__); its __init__ compact or a statement a field."""
+    def post_init(self) -> None:
         object.__setattr__(self, "size", self.width * 10)
+
+    return record(type(name, (Frozen,), {
+        "__doc__": "A box.", "__post_init__": post_init,
+        "__annotations__": {"name": "str", "width": "int", "notes": "dict", "size": "int"},
+        "width": 2, "notes": dataclasses.field(default_factory=dict, compare=False, repr=False),
+        "size": dataclasses.field(default=0, init=False)}), compact=compact)
+
+
+Box = _box_class("Box", compact=True)
+Crate = _box_class("Crate", compact=False)
 
 
 @record
@@ -159,19 +163,6 @@ def test_options_keep_their_dataclass_methods():
     assert len(dataclasses.fields(Options)) == 60
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.block_size = 4
-
-
-@record(compact=False)
-class Crate(Frozen):
-    """Box's fields, its __init__ a statement a field (not compact)."""
-
-    name: str
-    width: int = 2
-    notes: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    size: int = dataclasses.field(default=0, init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "size", self.width * 10)
 
 
 def test_both_forms_of_init_make_the_same_record():

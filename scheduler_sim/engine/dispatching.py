@@ -127,7 +127,10 @@ class Dispatching:
                                 else req.token_ids(r, r + 1)))
                 if not r % size:
                     open_block(req.rid, r + 1)
-                if keys_decoded and req.block_keys is not None and not (r + 1) % size:
+                if (keys_decoded and not (r + 1) % size and req.block_keys is not None
+                        and (r + 1) // size > req.block_keys.registered):
+                    # (Not when the policy keyed the block as it scheduled it, as vllm
+                    # does: the allocator's own first test, asked before the call.)
                     allocator.register_decoded(req.rid, req.block_keys, r + 1)
                 if add_row is not None:
                     add_row((req, True))

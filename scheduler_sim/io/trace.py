@@ -32,18 +32,20 @@ from ..records.errors import UsageError
 from ..records.workload import RequestSpec, Workload
 from .json_lines import decode_line
 from .problems import Problems
-from .trace_fast_path import block_specs, common_block, common_request
+from .trace_fast_path import block_specs, common_request
 from .trace_records import Expectation, RecordChecker, checked_spec, parse_request
 from .trace_validator import Validator
+from .validated_copy import ValidatedCopy
 
 __all__ = ["Trace", "parse_trace", "read_trace"]
 
 # Trace files larger than this are validated and replayed as they are read
 # (`read_trace`); smaller ones are read whole, which is faster.
 STREAM_ABOVE = 4 * 2 ** 20
-# Lines are validated and read again in blocks of about this many bytes (whole lines:
-# about 1,500 generated requests), each offered whole to `common_block` first. A
-# streamed replay holds one block's specs at a time (about 0.3 MB).
+# Lines are validated in blocks of about this many bytes (whole lines: about 1,500
+# generated requests), each offered whole to `common_block` first, and kept so for
+# the replays (`ValidatedCopy`). A streamed replay holds one block's specs at a time
+# (about 0.3 MB).
 BLOCK = 2 ** 17
 
 
@@ -138,8 +140,8 @@ def _raw_lines(path: str) -> Iterator[tuple[int, bytes]]:
 
 def _file_blocks(path: str) -> Iterator[tuple[int, bytes]]:
     """(number of its first line, block) of a file read as it goes, as `_blocks` gives
-    them: the two reads of a long trace (validation, then each replay) take it a block
-    at a time, each offered whole to `common_block`."""
+    them: the validation of a long trace takes it a block at a time, each offered
+    whole to `common_block`."""
     try:
         handle = open(path, "rb")
     except OSError as exc:
@@ -165,22 +167,24 @@ def _file_blocks(path: str) -> Iterator[tuple[int, bytes]]:
             yield number, rest
 
 
-def _stream_requests(path: str, config: dict[str, Any]) -> Iterator[RequestSpec]:
-    """The requests of a validated trace file, read again in file order: a block at a
-    time, whose specs are handed out by `chain` (in C: no Python frame a request)."""
-    return chain.from_iterable(_block_requests(path, config))
+def _stream_requests(path: str, config: dict[str, Any], copy: ValidatedCopy
+                     ) -> Iterator[RequestSpec]:
+    """The requests of a validated trace file in file order, read back from what its
+    validation kept (`copy`): a block at a time, whose specs are handed out by `chain`
+    (in C: no Python frame a request)."""
+    return chain.from_iterable(_block_requests(path, config, copy))
 
 
-def _block_requests(path: str, config: dict[str, Any]) -> Iterator[Iterable[RequestSpec]]:
+def _block_requests(path: str, config: dict[str, Any], copy: ValidatedCopy
+                    ) -> Iterator[Iterable[RequestSpec]]:
     """The requests of each block of a validated trace file, in file order."""
     hbs = config.get("hash_block_size") or config.get("block_size") or 16
     unit = config.get("time_unit", "tick")
-    for first, block in _file_blocks(path):
-        columns = common_block(block, unit) if block.endswith(b"\n") else None
-        if columns is not None:  # every line of the block written by `generate` or `convert`
-            yield block_specs(columns, first)
-        else:
-            yield _line_requests(path, first, block, unit, hbs)
+    for first, kept in copy.blocks():
+        if type(kept) is bytes:
+            yield _line_requests(path, first, kept, unit, hbs)
+        else:  # every line of the block written by `generate` or `convert`, converted
+            yield block_specs(kept, first)
 
 
 def _line_requests(path: str, first: int, block: bytes, unit: str, hbs: int
@@ -217,10 +221,12 @@ def _line_requests(path: str, first: int, block: bytes, unit: str, hbs: int
 def read_trace(path: str) -> Trace:
     """Read and validate a trace file (`-` is standard input, read whole).
 
-    A file larger than STREAM_ABOVE bytes is read twice: once to validate
-    it, and again at each replay, so a replay holds only the requests that
-    are live. Its requests out of arrival order in the file are sorted in
-    memory instead (about 1 KB each). A smaller file is read whole.
+    A file larger than STREAM_ABOVE bytes is read once, a block at a time, to
+    validate it; each block, as validation converted it, goes to a temporary
+    file (`ValidatedCopy`) that each replay reads back a block at a time, so a
+    replay holds only the requests that are live. Its requests out of arrival
+    order in the file are sorted in memory instead (about 1 KB each). A
+    smaller file is read whole.
     """
     if path == "-":
         data = sys.stdin.buffer.read()
@@ -233,11 +239,16 @@ def read_trace(path: str) -> Trace:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
         return dataclasses.replace(parse_trace(data, path), directory=_folder(path))
     checker = Validator(path, streamed=True)
-    for number, block in _file_blocks(path):
-        checker.feed_block(number, block)
-    checker.finish(lambda: _file_lines(path))
+    copy = ValidatedCopy()  # (each block as validation read it, for the replays)
+    try:
+        for number, block in _file_blocks(path):
+            copy.add(number, block, checker.feed_block(number, block))
+        checker.finish(lambda: _file_lines(path))
+    except BaseException:
+        copy.close()
+        raise
     config = checker.config
-    source = partial(_stream_requests, path, config)
+    source = partial(_stream_requests, path, config, copy)
     cancels, preempts = checker.cancels_and_preempts()
     if checker.in_order:
         workload = Workload.streamed(source, checker.count, checker.span, cancels, preempts,

@@ -138,16 +138,16 @@ def _raw_lines(path: str) -> Iterator[tuple[int, bytes]]:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
 
 
-def _file_blocks(path: str) -> Iterator[tuple[int, bytes]]:
-    """(number of its first line, block) of a file read as it goes, as `_blocks` gives
-    them: the validation of a long trace takes it a block at a time, each offered
-    whole to `common_block`."""
+def _file_blocks(path: str) -> Iterator[bytes]:
+    """The blocks of a file read as it goes, as `_blocks` gives them (without their
+    lines' numbers: the reader counts them): the validation of a long trace takes it
+    a block at a time, each offered whole to `common_block`."""
     try:
         handle = open(path, "rb")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     with handle:
-        number, rest = 1, b""
+        rest = b""
         while True:
             try:
                 data = handle.read(BLOCK)
@@ -159,12 +159,10 @@ def _file_blocks(path: str) -> Iterator[tuple[int, bytes]]:
             if not whole:  # (a line longer than a block: read on)
                 rest += data
                 continue
-            block = rest + data[:whole]
+            yield rest + data[:whole]
             rest = data[whole:]
-            yield number, block
-            number += block.count(b"\n")
         if rest:
-            yield number, rest
+            yield rest
 
 
 def _stream_requests(path: str, config: dict[str, Any], copy: ValidatedCopy
@@ -241,8 +239,12 @@ def read_trace(path: str) -> Trace:
     checker = Validator(path, streamed=True)
     copy = ValidatedCopy()  # (each block as validation read it, for the replays)
     try:
-        for number, block in _file_blocks(path):
-            copy.add(number, block, checker.feed_block(number, block))
+        number = 1  # (the block's first line)
+        for block in _file_blocks(path):
+            columns = checker.feed_block(number, block)
+            copy.add(number, block, columns)
+            # (a block of columns has a line a request: its newlines need no count)
+            number += len(columns.ids) if columns is not None else block.count(b"\n")
         checker.finish(lambda: _file_lines(path))
     except BaseException:
         copy.close()

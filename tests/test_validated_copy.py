@@ -80,3 +80,20 @@ def test_a_trace_that_fails_gives_its_copy_back(tmp_path, streamed, monkeypatch)
     assert error.value.problems == [
         f"{path}:2: request 'r0': duplicate request id 'r0' (first on line 1)"]
     assert len(closed) == 1 and len(closed[0]) == 2  # (both blocks had been kept)
+
+
+def test_a_streamed_trace_sent_to_another_process_reads_its_file_again(tmp_path, streamed):
+    """Pickled (as a sweep sends a trace to its worker), the copy keeps nothing and the
+    file is read again there: the same requests, lines numbered as the file's, and a
+    cancel's block read a line at a time."""
+    import pickle
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(W % (b"r0", b"0", b"4", b"2") + W % (b"r1", b"1", b"5", b"3")
+                     + b'{"type":"cancel","id":"r0","at":1}\n'
+                     + W % (b"r2", b"2", b"6", b"1"))
+    trace = read_trace(str(path))
+    travelled = pickle.loads(pickle.dumps(trace))
+    assert travelled.workload._source.args[2].kept is False
+    assert travelled.workload.requests == trace.workload.requests == (
+        RequestSpec("r0", 1, 0, 4, 2, 2), RequestSpec("r1", 2, 1, 5, 3, 3),
+        RequestSpec("r2", 4, 2, 6, 1, 1))

@@ -32,7 +32,7 @@ from ..records.errors import UsageError
 from ..records.workload import RequestSpec, Workload
 from .json_lines import decode_line
 from .problems import Problems
-from .trace_fast_path import block_specs, common_request
+from .trace_fast_path import Columns, block_specs, common_block, common_request
 from .trace_records import Expectation, RecordChecker, checked_spec, parse_request
 from .trace_validator import Validator
 from .validated_copy import ValidatedCopy
@@ -178,11 +178,23 @@ def _block_requests(path: str, config: dict[str, Any], copy: ValidatedCopy
     """The requests of each block of a validated trace file, in file order."""
     hbs = config.get("hash_block_size") or config.get("block_size") or 16
     unit = config.get("time_unit", "tick")
-    for first, kept in copy.blocks():
+    blocks = copy.blocks() if copy.kept else _converted_blocks(path, unit)
+    for first, kept in blocks:
         if type(kept) is bytes:
             yield _line_requests(path, first, kept, unit, hbs)
         else:  # every line of the block written by `generate` or `convert`, converted
             yield block_specs(kept, first)
+
+
+def _converted_blocks(path: str, unit: str) -> Iterator[tuple[int, bytes | Columns]]:
+    """(first line's number, columns or bytes) of each block of a validated trace file
+    read again, as its validation converted them (`ValidatedCopy.blocks`): for a copy
+    that kept nothing (it was sent to another process)."""
+    number = 1
+    for block in _file_blocks(path):
+        columns = common_block(block, unit) if block.endswith(b"\n") else None
+        yield number, block if columns is None else columns
+        number += len(columns.ids) if columns is not None else block.count(b"\n")
 
 
 def _line_requests(path: str, first: int, block: bytes, unit: str, hbs: int

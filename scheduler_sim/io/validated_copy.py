@@ -11,11 +11,14 @@ as before. Each block is written, in file order, to one anonymous temporary file
 does not grow with the trace; the replay reads one block back at a time. The
 replay so reads exactly what was validated, even if the file changes after.
 
-Speed: the replay's read of the 100,000 generated requests' lines took about
-14,500 instructions a line (the block's regular expression, `int` of three
-columns, the `RequestSpec`s); read back from here about 4,500, of which the
+A copy sent to another process (pickled with a streamed trace, to a sweep's
+worker) keeps nothing there: its reader reads the trace file again.
+
+Speed: the replay's read of 50,000 generated requests' lines took about
+14,540 instructions a line (the block's regular expression, `int` of three
+columns, the `RequestSpec`s); read back from here about 5,100, of which the
 `RequestSpec`s 3,850 (callgrind, benchmarks/README.md, "Issue 26, thirteenth
-steps: a million generated requests").
+steps: a million generated requests, the trace converted once").
 """
 from __future__ import annotations
 
@@ -32,11 +35,18 @@ class ValidatedCopy:
     its columns (`Columns`) or its bytes; `blocks()` reads them back, as often as
     asked."""
 
-    __slots__ = ("file", "places")
+    __slots__ = ("file", "places", "kept")
 
-    def __init__(self) -> None:
+    def __init__(self, kept: bool = True) -> None:
         self.file: IO[bytes] | None = None
         self.places: list[tuple[int, int]] = []  # (offset, length) of each block written
+        # False: a copy sent to another process (a sweep's worker): an open temporary
+        # file does not travel, so it keeps nothing and its reader reads the trace
+        # file again there, as validation converted it (`trace._converted_blocks`).
+        self.kept = kept
+
+    def __reduce__(self):
+        return ValidatedCopy, (False,)
 
     def add(self, first: int, block: bytes, columns: Columns | None) -> None:
         """Keep block `block` (whole lines), whose first line is line `first`: as its

@@ -52,7 +52,7 @@ class ValidatedCopy:
         """Keep block `block` (whole lines), whose first line is line `first`: as its
         columns if validation converted it (`columns`), else as its bytes."""
         if self.file is None:
-            import tempfile  # (a plain replay of a short trace never needs it)
+            import tempfile  # (only for a long trace: a short one is read whole)
             self.file = tempfile.TemporaryFile()
         data = marshal.dumps((first, block) if columns is None else (first, *columns))
         file = self.file

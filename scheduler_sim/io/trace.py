@@ -32,18 +32,20 @@ from ..records.errors import UsageError
 from ..records.workload import RequestSpec, Workload
 from .json_lines import decode_line
 from .problems import Problems
-from .trace_fast_path import block_specs, common_block, common_request
+from .trace_fast_path import Columns, block_specs, common_block, common_request
 from .trace_records import Expectation, RecordChecker, checked_spec, parse_request
 from .trace_validator import Validator
+from .validated_copy import ValidatedCopy
 
 __all__ = ["Trace", "parse_trace", "read_trace"]
 
 # Trace files larger than this are validated and replayed as they are read
 # (`read_trace`); smaller ones are read whole, which is faster.
 STREAM_ABOVE = 4 * 2 ** 20
-# Lines are validated and read again in blocks of about this many bytes (whole lines:
-# about 1,500 generated requests), each offered whole to `common_block` first. A
-# streamed replay holds one block's specs at a time (about 0.3 MB).
+# Lines are validated in blocks of about this many bytes (whole lines: about 1,500
+# generated requests), each offered whole to `common_block` first, and kept so for
+# the replays (`ValidatedCopy`). A streamed replay holds one block's specs at a time
+# (about 0.3 MB).
 BLOCK = 2 ** 17
 
 
@@ -136,16 +138,16 @@ def _raw_lines(path: str) -> Iterator[tuple[int, bytes]]:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
 
 
-def _file_blocks(path: str) -> Iterator[tuple[int, bytes]]:
-    """(number of its first line, block) of a file read as it goes, as `_blocks` gives
-    them: the two reads of a long trace (validation, then each replay) take it a block
-    at a time, each offered whole to `common_block`."""
+def _file_blocks(path: str) -> Iterator[bytes]:
+    """The blocks of a file read as it goes, as `_blocks` gives them (without their
+    lines' numbers: the reader counts them): the validation of a long trace takes it
+    a block at a time, each offered whole to `common_block`."""
     try:
         handle = open(path, "rb")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     with handle:
-        number, rest = 1, b""
+        rest = b""
         while True:
             try:
                 data = handle.read(BLOCK)
@@ -157,30 +159,42 @@ def _file_blocks(path: str) -> Iterator[tuple[int, bytes]]:
             if not whole:  # (a line longer than a block: read on)
                 rest += data
                 continue
-            block = rest + data[:whole]
+            yield rest + data[:whole]
             rest = data[whole:]
-            yield number, block
-            number += block.count(b"\n")
         if rest:
-            yield number, rest
+            yield rest
 
 
-def _stream_requests(path: str, config: dict[str, Any]) -> Iterator[RequestSpec]:
-    """The requests of a validated trace file, read again in file order: a block at a
-    time, whose specs are handed out by `chain` (in C: no Python frame a request)."""
-    return chain.from_iterable(_block_requests(path, config))
+def _stream_requests(path: str, config: dict[str, Any], copy: ValidatedCopy
+                     ) -> Iterator[RequestSpec]:
+    """The requests of a validated trace file in file order, read back from what its
+    validation kept (`copy`): a block at a time, whose specs are handed out by `chain`
+    (in C: no Python frame a request)."""
+    return chain.from_iterable(_block_requests(path, config, copy))
 
 
-def _block_requests(path: str, config: dict[str, Any]) -> Iterator[Iterable[RequestSpec]]:
+def _block_requests(path: str, config: dict[str, Any], copy: ValidatedCopy
+                    ) -> Iterator[Iterable[RequestSpec]]:
     """The requests of each block of a validated trace file, in file order."""
     hbs = config.get("hash_block_size") or config.get("block_size") or 16
     unit = config.get("time_unit", "tick")
-    for first, block in _file_blocks(path):
+    blocks = copy.blocks() if copy.kept else _converted_blocks(path, unit)
+    for first, kept in blocks:
+        if type(kept) is bytes:
+            yield _line_requests(path, first, kept, unit, hbs)
+        else:  # every line of the block written by `generate` or `convert`, converted
+            yield block_specs(kept, first)
+
+
+def _converted_blocks(path: str, unit: str) -> Iterator[tuple[int, bytes | Columns]]:
+    """(first line's number, columns or bytes) of each block of a validated trace file
+    read again, as its validation converted them (`ValidatedCopy.blocks`): for a copy
+    that kept nothing (it was sent to another process)."""
+    number = 1
+    for block in _file_blocks(path):
         columns = common_block(block, unit) if block.endswith(b"\n") else None
-        if columns is not None:  # every line of the block written by `generate` or `convert`
-            yield block_specs(columns, first)
-        else:
-            yield _line_requests(path, first, block, unit, hbs)
+        yield number, block if columns is None else columns
+        number += len(columns.ids) if columns is not None else block.count(b"\n")
 
 
 def _line_requests(path: str, first: int, block: bytes, unit: str, hbs: int
@@ -217,10 +231,12 @@ def _line_requests(path: str, first: int, block: bytes, unit: str, hbs: int
 def read_trace(path: str) -> Trace:
     """Read and validate a trace file (`-` is standard input, read whole).
 
-    A file larger than STREAM_ABOVE bytes is read twice: once to validate
-    it, and again at each replay, so a replay holds only the requests that
-    are live. Its requests out of arrival order in the file are sorted in
-    memory instead (about 1 KB each). A smaller file is read whole.
+    A file larger than STREAM_ABOVE bytes is read once, a block at a time, to
+    validate it; each block, as validation converted it, goes to a temporary
+    file (`ValidatedCopy`) that each replay reads back a block at a time, so a
+    replay holds only the requests that are live. Its requests out of arrival
+    order in the file are sorted in memory instead (about 1 KB each). A
+    smaller file is read whole.
     """
     if path == "-":
         data = sys.stdin.buffer.read()
@@ -233,11 +249,20 @@ def read_trace(path: str) -> Trace:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
         return dataclasses.replace(parse_trace(data, path), directory=_folder(path))
     checker = Validator(path, streamed=True)
-    for number, block in _file_blocks(path):
-        checker.feed_block(number, block)
-    checker.finish(lambda: _file_lines(path))
+    copy = ValidatedCopy()  # (each block as validation read it, for the replays)
+    try:
+        number = 1  # (the block's first line)
+        for block in _file_blocks(path):
+            columns = checker.feed_block(number, block)
+            copy.add(number, block, columns)
+            # (a block of columns has a line a request: its newlines need no count)
+            number += len(columns.ids) if columns is not None else block.count(b"\n")
+        checker.finish(lambda: _file_lines(path))
+    except BaseException:
+        copy.close()
+        raise
     config = checker.config
-    source = partial(_stream_requests, path, config)
+    source = partial(_stream_requests, path, config, copy)
     cancels, preempts = checker.cancels_and_preempts()
     if checker.in_order:
         workload = Workload.streamed(source, checker.count, checker.span, cancels, preempts,

@@ -170,14 +170,24 @@ def common_block(block: bytes, unit: str) -> Columns | None:
     rows = _LINES[tick](text)
     if not rows or len(rows) != text.count("\n"):
         return None
-    ids, arrivals, prompts, outputs = map(list, zip(*rows))
+    ids, arrivals, prompts, outputs = zip(*rows)
     if tick:
-        arrivals = list(map(int, arrivals))
+        arrivals = _integers(arrivals)
     else:  # (a fraction by `float` of its digits, as `common_request`)
         arrivals = [float(a) if "." in a else int(a) for a in arrivals]
     if max(arrivals) > MAX_TIME:
         return None
-    return Columns(ids, arrivals, list(map(int, prompts)), list(map(int, outputs)))
+    return Columns(list(ids), arrivals, _integers(prompts), _integers(outputs))
+
+
+def _integers(digits: tuple[str, ...]) -> list[int]:
+    """The integers that the strings of decimal digits `digits` spell (`_LINES`' groups:
+    no sign, no leading zero, at most 18 digits), as `int` makes each.
+
+    Speed (issue 26): read as one JSON array by the scanner, which converts each in C
+    without a call of `int` (a class call) a string: 373 against 542 ns a line for the
+    three columns of the 20,000 generated requests (timeit, the loaded machine)."""
+    return _SCAN("[" + ",".join(digits) + "]", 0)[0]
 
 
 def block_specs(columns: Columns, first_line: int) -> list[RequestSpec]:

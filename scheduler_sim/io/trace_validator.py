@@ -90,16 +90,19 @@ class Validator:
         if spec is None or not self._take(spec, number):
             self._check(number, raw)
 
-    def feed_block(self, number: int, block: bytes) -> None:
+    def feed_block(self, number: int, block: bytes) -> Columns | None:
         """Check a block of lines, the first being line `number`: whole lines, each
-        ending in a newline, or one last line without it."""
+        ending in a newline, or one last line without it. Return its columns if every
+        line of it is a request as `generate` and `convert` write it (`common_block`),
+        else None."""
         columns = common_block(block, self.unit) if block.endswith(b"\n") else None
         if columns is None or not self._take_block(columns, number):
             lines = block.split(b"\n")
             if block.endswith(b"\n"):
                 lines.pop()  # (what follows the last newline: no line)
-            for number, raw in enumerate(lines, number):
-                self.feed(number, raw)
+            for line, raw in enumerate(lines, number):
+                self.feed(line, raw)
+        return columns
 
     def _take_block(self, columns: Columns, number: int) -> bool:
         """Keep a block of well-formed requests (`common_block`) as `_take` keeps each

@@ -1,0 +1,99 @@
+"""A streamed trace's blocks kept as validation read them (`ValidatedCopy`): each
+replay reads them back, exactly, as often as asked, whatever the file becomes."""
+from __future__ import annotations
+
+import pytest
+
+from scheduler_sim.io import trace as trace_module
+from scheduler_sim.io.trace import read_trace
+from scheduler_sim.io.trace_fast_path import Columns
+from scheduler_sim.io.validated_copy import ValidatedCopy
+from scheduler_sim.records.errors import TraceError
+from scheduler_sim.records.workload import RequestSpec
+
+W = b'{"type":"request","id":"%s","arrival":%s,"prompt_tokens":%s,"output_tokens":%s}\n'
+
+
+def test_blocks_come_back_in_order_with_their_types():
+    """A block of columns (an arrival 2 and one 2.5: an int and a float), then a
+    block of bytes, then columns again: read back twice, the same values and types."""
+    copy = ValidatedCopy()
+    copy.add(1, b"(the block's text)", Columns(["a", "b"], [2, 2.5], [7, 1], [3, 9]))
+    copy.add(3, b'{"type":"cancel","id":"a","at":4}\n', None)
+    copy.add(4, b"(text)", Columns(["c"], [6], [2], [2]))
+    for _ in range(2):
+        kept = list(copy.blocks())
+        assert kept == [(1, Columns(["a", "b"], [2, 2.5], [7, 1], [3, 9])),
+                        (3, b'{"type":"cancel","id":"a","at":4}\n'),
+                        (4, Columns(["c"], [6], [2], [2]))]
+        assert [type(a) for a in kept[0][1].arrivals] == [int, float]
+        assert type(kept[0][1]) is Columns
+    copy.close()
+    assert list(copy.blocks()) == [] and copy.file is None
+
+
+def test_two_readers_at_once_read_the_same_blocks():
+    """Two replays reading in turn, a block each, each get every block in order."""
+    copy = ValidatedCopy()
+    for first in (1, 2, 3):
+        copy.add(first, b"", Columns([f"r{first}"], [first], [1], [1]))
+    one, two = copy.blocks(), copy.blocks()
+    got = [(next(one)[0], next(two)[0]) for _ in range(3)]
+    assert got == [(1, 1), (2, 2), (3, 3)]
+    assert next(one, None) is None and next(two, None) is None
+
+
+def test_an_empty_copy_has_no_blocks():
+    assert list(ValidatedCopy().blocks()) == []
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    monkeypatch.setattr(trace_module, "STREAM_ABOVE", 0)
+    monkeypatch.setattr(trace_module, "BLOCK", 100)  # a block of one or two lines
+
+
+def test_a_replay_reads_what_was_validated(tmp_path, streamed):
+    """Three written lines (blocks of about 100 bytes: columns) and a cancel (bytes):
+    the requests are those validated, read again after the file was emptied."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(W % (b"r0", b"0", b"4", b"2") + W % (b"r1", b"1", b"5", b"3")
+                     + b'{"type":"cancel","id":"r0","at":1}\n'
+                     + W % (b"r2", b"2", b"6", b"1"))
+    trace = read_trace(str(path))
+    path.write_bytes(b"")
+    expected = (RequestSpec("r0", 1, 0, 4, 2, 2), RequestSpec("r1", 2, 1, 5, 3, 3),
+                RequestSpec("r2", 4, 2, 6, 1, 1))
+    assert trace.workload.requests == expected
+    assert trace.workload.requests == expected  # (read back again)
+    assert [(a.id, a.at) for a in trace.workload.cancels] == [("r0", 1)]
+
+
+def test_a_trace_that_fails_gives_its_copy_back(tmp_path, streamed, monkeypatch):
+    """A duplicate id: the problem as before, and the temporary file closed."""
+    closed = []
+    monkeypatch.setattr(ValidatedCopy, "close", lambda self: closed.append(self.places))
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(W % (b"r0", b"0", b"4", b"2") + W % (b"r0", b"1", b"5", b"3"))
+    with pytest.raises(TraceError) as error:
+        read_trace(str(path))
+    assert error.value.problems == [
+        f"{path}:2: request 'r0': duplicate request id 'r0' (first on line 1)"]
+    assert len(closed) == 1 and len(closed[0]) == 2  # (both blocks had been kept)
+
+
+def test_a_streamed_trace_sent_to_another_process_reads_its_file_again(tmp_path, streamed):
+    """Pickled (as a sweep sends a trace to its worker), the copy keeps nothing and the
+    file is read again there: the same requests, lines numbered as the file's, and a
+    cancel's block read a line at a time."""
+    import pickle
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(W % (b"r0", b"0", b"4", b"2") + W % (b"r1", b"1", b"5", b"3")
+                     + b'{"type":"cancel","id":"r0","at":1}\n'
+                     + W % (b"r2", b"2", b"6", b"1"))
+    trace = read_trace(str(path))
+    travelled = pickle.loads(pickle.dumps(trace))
+    assert travelled.workload._source.args[2].kept is False
+    assert travelled.workload.requests == trace.workload.requests == (
+        RequestSpec("r0", 1, 0, 4, 2, 2), RequestSpec("r1", 2, 1, 5, 3, 3),
+        RequestSpec("r2", 4, 2, 6, 1, 1))

@@ -264,7 +264,7 @@ class Clock:
         each its own from a table by second (`_SecondFormats`). Speed: was one
         `%.6f` format of the times as floats (`steps / 10^d`), whose
         float-to-decimal conversion cost more than the integers' digits: about
-        390 -> 290 ns a time over 5,000 stretches of the Azure trace in one
+        360 -> 290 ns a time over 5,000 stretches of the Azure trace in one
         process (benchmarks/README.md, "thirteenth steps", helper ev9); before
         that, four passes of `map` (`divmod`, a `%d.%06d` format, two `rstrip`)."""
         fast = self._fast

@@ -273,3 +273,30 @@ def test_texts_remember_the_last_time_for_text():
     assert us.texts([12_345, 20_000, 31_000]) == ["0.012345", "0.02", "0.031"]
     assert us._texts == {31_000: "0.031"}
     assert us.text(31_000) == "0.031"
+
+
+def test_texts_of_a_rising_stretch_by_its_whole_seconds():
+    """Times the caller knows in rising order (`rising=True`, a folded stretch's):
+    within one whole second they share one format (3.0001, 3.0002); across whole
+    seconds each takes its second's (0.999998, then 1 and 1.00025, then 2.000001);
+    a first time under 100 steps (5e-05 s) sends them all to `text`. Unsorted
+    times read the same without the flag."""
+    us = Clock("s", 1.0, 1e-6, True)
+    assert us.texts([3_000_100, 3_000_200], True) == ["3.0001", "3.0002"]
+    assert us.texts([999_998, 1_000_000, 1_000_250, 2_000_001], True) == [
+        "0.999998", "1", "1.00025", "2.000001"]
+    assert us.texts([2_000_001, 999_998, 1_000_250]) == ["2.000001", "0.999998", "1.00025"]
+    assert us.texts([50, 1_000], True) == ["5e-05", "0.001"]
+    ms = Clock("s", 1.0, 1e-3, True)
+    assert ms.texts([1_999, 2_000, 2_010], True) == ["1.999", "2", "2.01"]
+
+
+def test_texts_keep_at_most_4096_formats_by_second():
+    """The formats by whole second are made when first asked and cleared past 4,096:
+    5,000 seconds of one time each (1 to 5,000) leave 5,000 - 4,096 of them, and
+    still read right."""
+    us = Clock("s", 1.0, 1e-6, True)
+    times = [s * 1_000_000 + 7 for s in range(1, 5_001)]
+    assert us.texts(times, True)[-2:] == ["4999.000007", "5000.000007"]
+    assert len(us._fast[2]) == 5_000 - 4_096
+    assert us._fast[2][5_000] == "5000.%06d\n"

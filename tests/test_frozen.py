@@ -175,3 +175,15 @@ def test_both_forms_of_init_make_the_same_record():
     assert "_fill" not in Crate.__init__.__code__.co_names
     with pytest.raises(TypeError, match=r"Crate.__init__\(\) missing 1 required"):
         Crate()
+
+
+def test_record_inits_set_each_field_through_its_slot():
+    """`make_inits` sets each field through its slot's own descriptor: a record of
+    three fields (one defaulted) holds what it was given, keyword or not, and its
+    class's `__init__` names no `object.__setattr__`."""
+    from scheduler_sim.records.events import Arrival
+    a = Arrival(3, "x")
+    b = Arrival(tick=4, id="y", client_wait=2)
+    assert (a.tick, a.id, a.client_wait) == (3, "x", None)
+    assert (b.tick, b.id, b.client_wait) == (4, "y", 2)
+    assert "_set" not in Arrival.__init__.__code__.co_names

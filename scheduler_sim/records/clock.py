@@ -43,7 +43,7 @@ import dataclasses
 import functools
 import math
 from itertools import repeat
-from operator import mul, sub, truediv
+from operator import floordiv, mod, mul, sub
 from typing import Any
 
 __all__ = ["Clock", "TIME_UNITS", "DEFAULT_RESOLUTION", "DEFAULT_TICK_SECONDS", "CEIL_SLACK"]
@@ -220,60 +220,74 @@ class Clock:
             return str(steps)
         if len(memo) >= 64:
             memo.clear()
-        digits, scale = self._point
+        decimals, scale = self._point
         if scale and scale // 10_000 <= steps < 10 ** 15:
-            # A step of 10^-d s: the decimal digits of the integer, which is what
-            # repr gives for 1e-4 <= value with at most 15 significant digits, the
-            # point put d digits from the end (under 1 s: "0." and those of
-            # steps + 10^d but its leading 1). Speed: `str` and slices rather than
-            # a format of a divmod with its width given, the constants read once:
-            # 16% fewer instructions a time made (callgrind), on the lines the
-            # engine writes one at a time (about 130,000 times on the Azure trace
-            # with `--events`, a bit over half of them made, not remembered).
-            if not digits:
+            # A step of 10^-d s: the float nearest steps / 10^d, formatted with d
+            # decimals (exact below 10^15 steps), its trailing zeros and point
+            # dropped: what repr gives for 1e-4 <= value with at most 15
+            # significant digits. Speed: one `%` format of a float, the zeros
+            # stripped only when there are some (one time in ten): 540 -> 450 ns
+            # a time made, in one process (benchmarks/README.md, "thirteenth
+            # steps"), on the lines the engine writes one at a time (about
+            # 167,000 times on the Azure trace with `--events`, 74,000 of them
+            # made, the others remembered). (`texts` makes its digits from integers: the
+            # two are tested against each other.) Was `str` of the integer and
+            # slices, before that a format of a divmod with its width given.
+            if scale == 1:
                 text = str(steps)  # (a step of 1 s)
             else:
-                if steps >= scale:
-                    text = str(steps)
-                    text = text[:-digits] + "." + text[-digits:]
-                else:
-                    text = "0." + str(steps + scale)[1:]
-                text = text.rstrip("0").rstrip(".")
+                text = decimals % (steps / scale)
+                if text[-1] == "0":
+                    text = text.rstrip("0").rstrip(".")
         else:
-            value = round(steps * self.step_seconds, digits)
+            value = round(steps * self.step_seconds, self.digits)
             text = repr(int(value) if value.is_integer() else value)
         memo[steps] = text
         return text
 
-    def texts(self, steps: list[int]) -> list[str]:
-        """`text` of each of `steps`, in order. Speed: with a step of exactly
+    def texts(self, steps: list[int], rising: bool = False) -> list[str]:
+        """`text` of each of `steps`, in order (`rising`: the caller knows them in
+        non-decreasing order, as a folded stretch's times are). Speed: with a step of exactly
         10^-d s (the usual 1 us clock) and every time in `text`'s range of
         plain digits, the texts are made together in C: a folded stretch's
-        event lines are one time each, about 630,000 of them on the Azure
+        event lines are one time each, about 417,000 of them on the Azure
         trace with `--events`, where a call of `text` each was 9% of the
         profile.
 
-        All of them are one `%` format of the seconds as floats, each with d
-        decimals and a newline after it (`steps / 10^d` is the float nearest
-        the exact value, and below 10^15 steps its d decimals are exact), its
-        trailing zeros and point then dropped for all at once by `replace`
-        (a run of zeros ends in a newline only after the point), and the text
-        split at the newlines. Speed: was four passes of `map` (`divmod`, a
-        `%d.%06d` format, two `rstrip`), about 4,500 instructions a time
-        (callgrind, in batches of ten); this is about 3,300."""
-        if not self.in_seconds:
-            return list(map(str, steps))
-        scale = self._scale
-        if (not steps or not scale or not scale // 10_000 <= min(steps)
-                or max(steps) >= 10 ** 15):
+        All of them are one `%` format of integers: each time's whole second
+        S written into the format (`S.%0dd` and a newline), its steps past S
+        formatted with d digits, zeros in front; the trailing zeros and the
+        point of every time are then dropped at once by `replace` (a run of
+        zeros ends in a newline only after the point), and the text split at
+        the newlines. Times within one whole second (nine stretches in ten on
+        the Azure trace) share one format, repeated; times over several take
+        each its own from a table by second (`_SecondFormats`). Speed: was one
+        `%.6f` format of the times as floats (`steps / 10^d`), whose
+        float-to-decimal conversion cost more than the integers' digits: about
+        360 -> 290 ns a time over 5,000 stretches of the Azure trace in one
+        process (benchmarks/README.md, "thirteenth steps", helper ev9); before
+        that, four passes of `map` (`divmod`, a `%d.%06d` format, two `rstrip`)."""
+        fast = self._fast
+        if fast is None or not steps:
+            if not self.in_seconds or (self._scale == 1 and max(steps, default=0) < 10 ** 15):
+                return list(map(str, steps))  # (ticks, or a step of 1 s: no decimals)
             return list(map(self.text, steps))
-        if scale == 1:
-            return list(map(str, steps))  # (a step of 1 s: no decimals)
-        text = (self._decimals * len(steps)) % tuple(map(truediv, steps, repeat(scale)))
-        while "0\n" in text:
+        scale, least, formats = fast
+        low, high = (steps[0], steps[-1]) if rising else (min(steps), max(steps))
+        if low < least or high >= 10 ** 15:
+            return list(map(self.text, steps))
+        second = low // scale
+        if high // scale == second:
+            text = formats[second] * len(steps) % tuple(map(sub, steps, repeat(second * scale)))
+        else:
+            text = ("".join(map(formats.__getitem__, map(floordiv, steps, repeat(scale))))
+                    % tuple(map(mod, steps, repeat(scale))))
+        if "0\n" in text:
             text = text.replace("0\n", "\n")
-        if ".\n" in text:
-            text = text.replace(".\n", "\n")
+            while "0\n" in text:
+                text = text.replace("0\n", "\n")
+            if ".\n" in text:
+                text = text.replace(".\n", "\n")
         texts = text.split("\n")
         texts.pop()  # (the empty text after the last newline)
         # The last time is remembered for `text`: a folded stretch's last dispatch
@@ -287,18 +301,23 @@ class Clock:
         return texts
 
     @functools.cached_property
-    def _decimals(self) -> str:
-        """The `%` format of one time of `texts`: seconds with `digits` decimals, a newline."""
-        return f"%.{self.digits}f\n"
+    def _fast(self) -> tuple[int, int, "_SecondFormats"] | None:
+        """For `texts`, on a clock in seconds whose step is exactly 10^-d s, d > 0:
+        10^d, the least time it formats itself (`text`'s range of plain digits)
+        and its formats by second; None on any other clock (its attributes read
+        once a stretch, not each time)."""
+        if not self.in_seconds or self._scale <= 1:
+            return None
+        return self._scale, self._scale // 10_000, _SecondFormats(self.digits)
 
     @functools.cached_property
     def _texts(self) -> dict[int, str]:
         return {}
 
     @functools.cached_property
-    def _point(self) -> tuple[int, int]:
-        """(`digits`, `_scale`), for `text`."""
-        return self.digits, self._scale
+    def _point(self) -> tuple[str, int]:
+        """(the `%` format of a time in seconds with `digits` decimals, `_scale`), for `text`."""
+        return f"%.{self.digits}f", self._scale
 
     @functools.cached_property
     def _scale(self) -> int:
@@ -320,6 +339,22 @@ class Clock:
                 f"the first clock step at or after its end (resolution "
                 f"{_seconds_text(self.step_seconds)}); "
                 f"{trace}")
+
+
+class _SecondFormats(dict):
+    """`Clock.texts`' format of one time by its whole second S: `S.%0dd` and a
+    newline (d the clock's digits), made when first asked; at most 4,096 kept (a
+    stretch asks one or two, a run one per second of simulated time or fewer)."""
+
+    def __init__(self, digits: int) -> None:
+        super().__init__()
+        self.fraction = f".%0{digits}d\n"
+
+    def __missing__(self, second: int) -> str:
+        if len(self) >= 4096:
+            self.clear()  # (a bound on memory: each format is made again when asked)
+        text = self[second] = f"{second}{self.fraction}"
+        return text
 
 
 def _seconds_text(seconds: float) -> str:

@@ -104,15 +104,16 @@ def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int
         head = f'{{"time":{clock.text(tick)},"event":"'
         done = clock.text(done)
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
-    line = f'{head}dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}'
     if state is None:
-        return line
+        return f'{head}dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}'
     cached = state.get("cached")
     cached = "" if cached is None else f',"cached":{cached}'
+    # (Both lines in one format: the rows' text, most of the bytes, copied once.)
     return (f'{head}snapshot",{tag}"waiting":{state["waiting"]},'
             f'"running":{state["running"]},"reserved":{state["reserved"]},'
             f'"allocated":{state["allocated"]},"draining":{state["draining"]},'
-            f'"free":{state["free"]}{cached}}}\n{line}')
+            f'"free":{state["free"]}{cached}}}\n'
+            f'{head}dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}')
 
 
 def _dispatch(tick: int, rows: str, tokens: int, done: int, policy: str | None,
@@ -204,22 +205,24 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     key = '{"time":' if seconds else '{"tick":'
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
     times = starts + [last_done]
-    texts = clock.texts(times) if seconds else list(map(str, times))
-    snapshot = (f',"event":"snapshot",{tag}"waiting":{waiting},"running":{running},'
-                f'"reserved":{reserved},"allocated":')
-    between = "}\n" + key
+    texts = clock.texts(times, True) if seconds else list(map(str, times))
     if rows is None:
         rows = decode_rows_text(ids)
-    dispatch = (f',"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
-                '"done":')
-    # Step i's pieces: its start and snapshot, its block counts and the next line's
-    # key, its start and dispatch, its end.
-    parts: list[Any] = [None, snapshot, None, None, dispatch, None, between] * k
-    parts[0::7] = parts[3::7] = texts[:-1]  # the step's start
-    parts[0] = key + parts[0]  # (the others follow a `between`)
-    parts[2::7] = map(_block_counts(draining, total, key).__getitem__, held)
-    parts[5::7] = texts[1:]  # its end
-    parts[-1] = "}"
+    # Step i's pieces: the end of the step before (its start) and the next line's
+    # key, its start and snapshot, its block counts and the next line's key, its
+    # start and dispatch; after the last, its end. So every time but the last
+    # fills three places, laid out by one slice and two of the same list.
+    parts: list[Any] = [None, "}\n" + key, None,
+                        (f',"event":"snapshot",{tag}"waiting":{waiting},"running":{running},'
+                         f'"reserved":{reserved},"allocated":'),
+                        None, None,
+                        f',"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":'
+                        ] * k + [None, "}"]
+    parts[0::7] = texts  # (k + 1 places: each step's start, then the last end)
+    texts.pop()
+    parts[2::7] = parts[5::7] = texts
+    parts[0], parts[1] = "", key  # (the first line ends nothing before it)
+    parts[4::7] = map(_block_counts(draining, total, key).__getitem__, held)
     return "".join(parts)
 
 

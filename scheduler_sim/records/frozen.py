@@ -35,6 +35,7 @@ helper ev8, for the event records).
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any, Iterable
 
 __all__ = ["Record", "Frozen", "record", "record_class", "make_inits", "field_names"]
@@ -184,6 +185,7 @@ def _init_source(cls: type, scope: dict[str, Any], compact: bool) -> tuple[str, 
     """The source of `cls`'s `__init__`, named `_` + the class's name, and its
     parameters' defaults; what its body reads is put in `scope`."""
     frozen = issubclass(cls, Frozen)
+    slotted = "__slots__" in cls.__dict__
     params, defaults, steps = _steps(cls)
     tag = f"_{cls.__name__}"
     if compact:
@@ -200,8 +202,20 @@ def _init_source(cls: type, scope: dict[str, Any], compact: bool) -> tuple[str, 
             else:
                 scope[f"{tag}_{name}"] = default
                 value = f"{tag}_{name}"
-            body.append(f"    _set(self, {name!r}, {value})\n" if frozen
-                        else f"    self.{name} = {value}\n")
+            if frozen and slotted:
+                # Set through the slot's own descriptor: a slot's `__set__` skips the
+                # look-up by name that `object.__setattr__` makes, about 0.7x the time
+                # of a three-field event record (an arrival), of which the Azure trace
+                # with `--events` builds 58,000 (benchmarks/README.md, "thirteenth
+                # steps", helper ev9).
+                slot = getattr(cls, name)  # (the slot's member descriptor)
+                if not isinstance(slot, types.MemberDescriptorType):
+                    raise TypeError(f"{cls.__name__}.{name} is not a slot")
+                scope[f"{tag}_{name}_set"] = slot.__set__
+                body.append(f"    {tag}_{name}_set(self, {value})\n")
+            else:
+                body.append(f"    _set(self, {name!r}, {value})\n" if frozen
+                            else f"    self.{name} = {value}\n")
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()\n")
     source = f"def {tag}({', '.join(['self', *params])}):\n{''.join(body) or '    pass'}\n"
@@ -213,7 +227,8 @@ def make_inits(classes: Iterable[type], compact: bool = False) -> None:
     `init=False, repr=False, eq=False`, deriving from `Record` or `Frozen`) its
     `__init__`, all compiled by one `exec`: the fields in order as parameters, with
     their defaults (kept as the function's `__defaults__`, not in its source), each
-    set by `object.__setattr__` when frozen, as a dataclass's `__init__` does.
+    set by `object.__setattr__` when frozen, as a dataclass's `__init__` does (by
+    the slot's own descriptor when the class has slots and the body is not compact).
 
     The body sets each field by a statement of its own; `compact`, by one call that
     reads the arguments from `locals()` (`_fill`). Speed: a statement a field is

@@ -597,7 +597,7 @@ def test_the_replica_agenda_gives_each_due_replica_once_and_skips_moved_boundari
     """Replicas 0-2: 0 at 5, 2 at 3, then 0 moved to 4 (its entry at 5 is stale) and 1
     at 4 twice: peek is 3; due(3) is [2]; peek 4; due(4) is [0, 1] once each; the
     stale 5 is skipped, so nothing is left (infinity); a replica set to infinity is
-    never due."""
+    never due; 1 set twice at 7, alone: due(7) is [1]."""
     from scheduler_sim.fleet.replica_agenda import ReplicaAgenda
     INF = float("inf")
 
@@ -612,6 +612,10 @@ def test_the_replica_agenda_gives_each_due_replica_once_and_skips_moved_boundari
     assert (agenda.peek(), agenda.due(10), agenda.at) == (INF, [], [4, 4, 3])
     agenda.set(2, INF)
     assert (agenda.peek(), agenda.due(INF)) == (INF, [])
+    # One replica due alone, set twice at that time: due once.
+    agenda.set(1, 7)
+    agenda.set(1, 7)
+    assert (agenda.peek(), agenda.due(7), agenda.peek()) == (7, [1], INF)
 
 
 class _Holder:

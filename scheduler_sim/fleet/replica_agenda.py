@@ -38,12 +38,14 @@ class ReplicaAgenda:
         (taken off the agenda until `set` again)."""
         heap = self._heap
         at = self.at
-        out = set()
+        out = []
         while heap and heap[0][0] <= t:
             when, i = heapq.heappop(heap)
             if at[i] == when:
-                out.add(i)
-        return sorted(out)
+                out.append(i)
+        # (most often one replica: a set and a sort only for more; a replica set
+        # twice at one time has two entries)
+        return sorted(set(out)) if len(out) > 1 else out
 
     def peek(self) -> float:
         """The earliest pending boundary of any replica (infinity: none)."""

@@ -222,21 +222,46 @@ class PrefixAffinity(Router):
         hit, best = 0, 0
         ensure = keys.ensure
         key_list = ensure(1)
-        if may_hold is None:
-            visit = range(len(replicas))
-        else:
-            openers = may_hold(keys, 0)  # the replicas that may hold the first key
-            if first and openers & first:
-                visit = _first(openers, first, loads, len(replicas))
-            else:
-                visit = _bits_of(openers, len(replicas))
+        count = len(replicas)
+        # The replicas that may hold the first key (a bit each; every one without
+        # hints): those also in `first` ahead, lightest first (index order on a tie),
+        # then the others (`rest`) in index order.
+        openers = (1 << count) - 1
+        if may_hold is not None:
+            openers &= may_hold(keys, 0)
+        lead: list[int] = []
+        rest = openers
+        if may_hold is not None and first and openers & first:
+            lead = _bits_of(openers & first, count)
+            if len(lead) > 1:
+                lead.sort(key=loads.__getitem__)
+            rest = openers & ~first
+        led = 0        # how many of `lead` were visited
         maybe = EVERY  # the replicas that may hold the best hit's last key
         ahead = None   # those that may hold the key after it, once that key is known
-        for i in visit:
+        while True:
+            if led < len(lead):
+                i = lead[led]
+                led += 1
+                if hit and not (maybe >> i) & 1:
+                    continue  # finds fewer
+            else:
+                # The next of `rest` in index order that may hold the best hit's last
+                # key (the others find fewer); those passed are dropped.
+                # Speed: the masks' bits were listed (`_bits_of`, about 25 replicas an
+                # arrival on the Mooncake trace over 64) and each passed one by one;
+                # after the first hit only a few remain in `maybe`. With the fleet
+                # loop's step (`Fleet._step`), 64 prefix-affinity replicas on the
+                # first 2,000 Mooncake requests took 0.996x the instructions
+                # (8.2642e9 -> 8.2301e9, callgrind).
+                pending = rest & maybe
+                if not pending:
+                    break
+                low = pending & -pending
+                i = low.bit_length() - 1
+                rest &= ~((low << 1) - 1)
             replica = replicas[i]
             if hit:
-                if not (maybe >> i) & 1:
-                    continue  # finds fewer
                 # (it loses a tie with the best so far: no lighter, and a higher
                 # index if as light)
                 loses = loads[i] > loads[best] or (loads[i] == loads[best] and i > best)
@@ -263,18 +288,6 @@ class PrefixAffinity(Router):
                     ahead = None
                 hit, best = found, i
         return hit, best
-
-
-def _first(mask: int, first: int, loads: list[int], count: int) -> list[int]:
-    """The replicas (of `count`) whose bit is set in `mask`: those also set in `first`
-    ahead, lightest first (`loads`; in index order on a tie), then the others in
-    index order."""
-    ahead = _bits_of(mask & first, count)
-    if len(ahead) > 1:
-        ahead.sort(key=loads.__getitem__)
-    if mask == EVERY:
-        return ahead + [i for i in range(count) if not (first >> i) & 1]
-    return ahead + _bits_of(mask & ~first, count)
 
 
 def _bits_of(mask: int, count: int):

@@ -31,14 +31,14 @@ def test_a_requests_keys_are_runs_and_a_list_only_when_asked():
     B: 9100001 then 9100003 (e, then e + 2) and 8 prompt tokens past its hash ids:
     runs 2e, 2e + 1 and 2e + 4, 2e + 5, then its own keys b"r7:4", b"r7:5"."""
     a = BlockKeys(6, 16, 4, 8, hashes=[9100001, 9100002])
-    a.extend_to(4)
+    a.ensure(4, False)
     e2 = a.run_key[0]
     assert (a.known, a.ints, a.run_pos, a.tail, a._list) == (4, 4, [0], [], None)
     assert a.keys == [e2, e2 + 1, e2 + 2, e2 + 3]
     b = BlockKeys(7, 24, 4, 8, hashes=[9100001, 9100003])
-    b.extend_to(3)
+    b.ensure(3, False)
     listed = b.keys  # (made now: kept up to date from now on)
-    b.extend_to(6)
+    b.ensure(6, False)
     assert (b.run_pos, b.run_key, b.tail) == ([0, 2], [e2, e2 + 4], [b"r7:4", b"r7:5"])
     assert listed is b.keys
     assert listed == [e2, e2 + 1, e2 + 4, e2 + 5, b"r7:4", b"r7:5"]
@@ -90,16 +90,17 @@ def test_a_table_freed_at_once_joins_the_queue_a_run_of_keys_at_a_time():
     interns e, e + 1; B (9200001, 9200003, and 4 prompt tokens more) has keys 2e,
     2e + 1, 2e + 4, 2e + 5 and its own b"r1:4" on blocks 0 to 4. Freed at once, its
     table joins the queue as three runs, tail first: block 4 (its own key), blocks
-    3, 2 (a range going down), blocks 1, 0; the flags agree (the audit), and taking
-    4 evicts 4, 3, 2, 1."""
+    3, 2 (a range going down), blocks 1, 0 (the table's own list, cut: the release
+    still counts 5 blocks sent); the flags agree (the audit), and taking 4 evicts
+    4, 3, 2, 1."""
     a = BlockAllocator(8, 4, cache=VllmCache())
     first = BlockKeys(0, 16, 4, 8, hashes=[9200001, 9200002])
-    first.extend_to(4)  # (interns e and e + 1)
+    first.ensure(4, False)  # (interns e and e + 1)
     e2 = first.run_key[0]
     keys = BlockKeys(1, 20, 4, 8, hashes=[9200001, 9200003])
     a.grow("B", 20)
     a.register_full_blocks("B", keys, 20)
-    a.free_request("B", 0, 0)
+    assert a.free_request("B", 0, 0) == 5
     queue = [(r[0], r[1]) for r in a.cache.runs]
     assert queue == [([4], [b"r1:4"]), ([3, 2], range(e2 + 5, e2 + 3, -1)),
                      ([1, 0], range(e2 + 1, e2 - 1, -1))]

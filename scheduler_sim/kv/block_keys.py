@@ -179,12 +179,6 @@ class BlockKeys:
             self._list = keys
         return keys
 
-    def ensure(self, count: int) -> list:
-        """Compute the keys of the first `count` full blocks; return the key list."""
-        if self.known < count:
-            self.extend_to(count)
-        return self.keys
-
     def key_at(self, i: int):
         """The key of block `i` (computed already: `i < known`)."""
         ints = self.ints
@@ -194,33 +188,24 @@ class BlockKeys:
         r = bisect_right(pos, i) - 1
         return self.run_key[r] + i - pos[r]
 
-    def _add_run(self, first: int, count: int) -> None:
-        """Integer keys first, first + 1, ... for the next `count` blocks: they
-        lengthen the last run when they go on from it."""
-        ints = self.ints
-        pos = self.run_pos
-        if not pos or self.run_key[-1] + ints - pos[-1] != first:
-            pos.append(ints)
-            self.run_key.append(first)
-        self.ints = ints + count
-        self.known = ints + count
-        if self._list is not None:
-            self._list += range(first, first + count)
-
-    def extend_to(self, count: int) -> None:
-        """Compute the keys of the first `count` full blocks (as runs and `tail`,
-        no list made).
+    def ensure(self, count: int, listed: bool = True) -> list | None:
+        """Compute the keys of the first `count` full blocks; return the key list
+        (`keys`). With `listed` false, no list is made for them: they are kept as
+        runs and `tail` only (and the list returned only if one was made before:
+        else None).
 
         Speed: a trace's hash ids give runs of consecutive integer keys, which
         vLLM's cache reads as runs (first key, count) only; made as a list they
         were an int object per block (made, copied reversed into the freed run,
         freed at eviction), 5.6% of the instructions replaying the first 2,000
         Mooncake requests under vllm (helper pc8's callgrind)."""
+        if listed and self._list is None:
+            self.keys  # (made now, from what is known: kept up to date below)
         i = self.known
         if i >= count:
-            return
+            return self._list
         tail = self.tail
-        listed = self._list
+        made = self._list
         if 0 <= self.own_from <= i:  # keys of its own (a decode filled a block)
             if count == i + 1:
                 # One key (a decode filled one block): appended without a list
@@ -228,17 +213,17 @@ class BlockKeys:
                 # replaying the Mooncake trace under vllm.
                 key = b"r%d:%d" % (self.index, i)
                 tail.append(key)
-                if listed is not None:
-                    listed.append(key)
+                if made is not None:
+                    made.append(key)
                 self.known = count
-                return
+                return made
             index = self.index
             fresh = [b"r%d:%d" % (index, k) for k in range(i, count)]
             tail += fresh
-            if listed is not None:
-                listed += fresh
+            if made is not None:
+                made += fresh
             self.known = count
-            return
+            return made
         size = self.block_size
         hashes = self.hashes
         if self.prompt_ids is None and hashes is not None:
@@ -254,7 +239,8 @@ class BlockKeys:
                 if i:  # resume after the keys computed before (integers all)
                     entry = (i * size - 1) // hbs
                     node = (self.run_key[-1] + i - 1 - self.run_pos[-1]) // slots
-                add_run = self._add_run
+                runs: list[tuple[int, int]] = []  # (first key, count) found here
+                add_run = runs.append
                 if hbs == slots * size:
                     # Entries of whole blocks (Mooncake's 512 tokens, blocks of 16):
                     # block b is offset b % slots of entry b // slots, so the keys
@@ -280,7 +266,7 @@ class BlockKeys:
                         # means one step each), as a request's new entries are:
                         # their keys are one run.
                         first = nodes[0] * slots + head
-                        add_run(first, (nodes[-1] + 1) * slots - tail_skip - first)
+                        add_run((first, (nodes[-1] + 1) * slots - tail_skip - first))
                     else:
                         # Runs of consecutive ids (a conversation's entries of its
                         # earlier turns, then its new ones), each run's keys one run.
@@ -288,10 +274,10 @@ class BlockKeys:
                         last = nodes[0]
                         for node in nodes[1:]:
                             if node != last + 1:
-                                add_run(low, (last + 1) * slots - low)
+                                add_run((low, (last + 1) * slots - low))
                                 low = node * slots
                             last = node
-                        add_run(low, (last + 1) * slots - tail_skip - low)
+                        add_run((low, (last + 1) * slots - tail_skip - low))
                     i = stop
                 while i < stop:
                     # Blocks whose last token falls in entry j: one id, and as keys
@@ -310,10 +296,22 @@ class BlockKeys:
                         if node is None:
                             node = entries[link] = len(entries)
                     end = min(stop, (j + 1) * hbs // size)
-                    add_run(node * slots + ((i + 1) * size - 1 - j * hbs) // size, end - i)
+                    add_run((node * slots + ((i + 1) * size - 1 - j * hbs) // size, end - i))
                     i = end
+                # The runs noted, each lengthening the last one when it goes on
+                # from it (and the list, if made, extended).
+                ints = self.ints
+                run_pos, run_key = self.run_pos, self.run_key
+                for first, n in runs:
+                    if not run_pos or run_key[-1] + ints - run_pos[-1] != first:
+                        run_pos.append(ints)
+                        run_key.append(first)
+                    ints += n
+                    if made is not None:
+                        made += range(first, first + n)
+                self.ints = self.known = ints
             if i >= count:
-                return  # (all from the hash ids: no chained key, no parent made)
+                return made  # (all from the hash ids: no chained key, no parent made)
         parent = self.key_at(i - 1) if i else _ROOT
         if type(parent) is int:  # a hash-id key, chained from as bytes
             parent = b"h" + parent.to_bytes((parent.bit_length() + 7) // 8, "big")
@@ -321,10 +319,11 @@ class BlockKeys:
         while i < count:
             parent = key(i, parent)
             tail.append(parent)
-            if listed is not None:
-                listed.append(parent)
+            if made is not None:
+                made.append(parent)
             i += 1
         self.known = count
+        return made
 
 
 def interning_table() -> _Entries:

@@ -142,8 +142,9 @@ class Freeing:
             if pinned:
                 self._orphans.update(pinned)
                 table = list(filterfalse(pinned.__contains__, table))
+        sent = len(table) + len(keyed)  # (counted first: the cache may cut `keyed`)
         self._drain_blocks(table, now, delay, keyed, keys)
-        return len(table) + len(keyed)
+        return sent
 
     def _give(self, blocks: list[int], keyed=(), keys=()) -> None:
         """Return blocks to the free pools, in the order they were freed.

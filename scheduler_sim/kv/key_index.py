@@ -299,7 +299,7 @@ def _pieces(keys, start: int, end: int, width: int) -> tuple[list, int, list]:
     the keys from block q on (of other kinds), a list. `keys`: a list whose
     integer keys are a leading run, increasing, or a request's `BlockKeys`,
     whose integer keys are read as its runs (first key, count): no int object
-    per key (`block_keys.BlockKeys.extend_to`)."""
+    per key (`block_keys.BlockKeys.ensure`)."""
     pieces = []
     p = start
     if type(keys) is list:

@@ -100,8 +100,8 @@ class VllmCache(RunQueue, PrefixCache):
         if full <= start:
             self._registered(keys, start, start)
             return None
-        if keys.known < full:  # (computes the keys not known yet, as runs)
-            keys.extend_to(full)
+        if keys.known < full:  # (the keys not known yet, as runs: no list)
+            keys.ensure(full, False)
         index = self.index
         if keys.hashes is not None and not index.buckets:
             # Buckets of integer keys as wide as several hash entries' blocks
@@ -157,7 +157,7 @@ class VllmCache(RunQueue, PrefixCache):
         while start < max_blocks:
             end = start + step if start + step < max_blocks else max_blocks
             if keys.known < end:
-                keys.extend_to(end)
+                keys.ensure(end, False)
             found, whole = find(keys, start, end)
             hits += found
             if not whole:
@@ -173,7 +173,7 @@ class VllmCache(RunQueue, PrefixCache):
             raise InvariantError(
                 f"request {rid!r} shares cached blocks without their keys, or "
                 "after blocks of its own (vLLM's cache keys a table's leading blocks)")
-        keys.extend_to(len(blocks))
+        keys.ensure(len(blocks), False)
         keys.registered = len(blocks)
         self.request_keys[rid] = keys
 
@@ -298,10 +298,17 @@ class VllmCache(RunQueue, PrefixCache):
             # A freed table's keys as runs (`tail_first`): each run of keys going
             # down (a `range`) and the tail's keys join the queue as runs of
             # their own, in the same order.
+            pieces = keys.pieces
+            last = len(pieces) - 1
             p = 0
-            for piece in keys.pieces:
+            for i, piece in enumerate(pieces):
                 n = len(piece)
-                part = keyed if n == len(keyed) else keyed[p:p + n]
+                if i < last:
+                    part = keyed[p:p + n]
+                else:  # (the last piece: the list itself, the others cut off)
+                    if p:
+                        del keyed[:p]
+                    part = keyed
                 self._enqueue(part, piece, indexed)
                 self.append_run(part, piece)
                 p += n

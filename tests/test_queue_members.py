@@ -137,8 +137,8 @@ def test_a_hit_asked_partly_by_block_leaves_no_stale_set_of_members():
     k = ka.keys[0]  # (entries are interned process-wide: k depends on earlier tests)
     assert ka.keys == [k, k + 1, k + 2]
 
-    class Keys:
-        keys = [k, k + 1, k + 1000]
+    class Keys:  # (keys k, k + 1, k + 1000, as a `BlockKeys` holds them: runs)
+        ints, run_pos, run_key, tail = 3, [0, 2], [k, k + 1000], []
     members = a.cache.free_blocks
     assert a.cache.hits_found([0, 1, 7], Keys) == {0, 1}
     assert (0 in members, 2 in members, len(members), list(members)) == (False, True, 1, [2])

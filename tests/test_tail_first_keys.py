@@ -39,7 +39,7 @@ def test_tail_first_keys_of_indexed_blocks_set_and_clear_the_same_flags():
 def test_a_table_freed_at_once_carries_its_own_keys_and_one_that_drains_does_not():
     """Pool of 8, blocks of 4, hash entries of 8 tokens. A's 12 rows key blocks 0, 1,
     2; freed with no delay, they join the queue as one run 2, 1, 0 whose keys are A's
-    own, tail first. B's 12 rows (other hash ids) take blocks 3, 4, 5 and drain for a
+    own, tail first: one run of consecutive keys going down, a `range`. B's 12 rows (other hash ids) take blocks 3, 4, 5 and drain for a
     step: their run's keys are a plain list (the drain queue may merge tables). The
     flags agree with the queue either way (the audit); taking 4 evicts 2, 1, 0 and 5,
     leaving 4 and 3 (B's first two keys)."""
@@ -54,8 +54,8 @@ def test_a_table_freed_at_once_carries_its_own_keys_and_one_that_drains_does_not
     a.free_request("B", 0, 1)
     a.release_expired(1)
     runs = a.cache.runs
-    assert [(r[0], type(r[1])) for r in runs] == [([2, 1, 0], TailFirstKeys), ([5, 4, 3], list)]
-    assert (runs[0][1], runs[1][1]) == (ka[::-1], kb[::-1])
+    assert [(r[0], type(r[1])) for r in runs] == [([2, 1, 0], range), ([5, 4, 3], list)]
+    assert (list(runs[0][1]), runs[1][1]) == (ka[::-1], kb[::-1])
     a.cache.free_blocks.check(*a.cache.queue_items())
     assert a.cache.take("C", [], 4) == (4, ())  # A's three and B's 5: tail first, in order
     assert (a.cache.queue_items(), a.cache.index.get(kb[0])) == (([4, 3], [kb[1], kb[0]]), 3)

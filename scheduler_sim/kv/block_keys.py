@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import weakref
 from array import array
+from bisect import bisect_right
 from hashlib import blake2b
 
 __all__ = ["BlockKeys", "interning_table"]
@@ -94,11 +95,16 @@ class BlockKeys:
     unique to the request: bytes `r`, its trace position and the block
     number, which no other request can produce; from `own_from` on every key
     is of that kind.
+
+    Integer keys come first and run on consecutive integers (an entry's, and
+    a request's new entries', interned one after the other), so they are kept
+    as runs (first key, count), the other keys after them as a list (`tail`);
+    `keys` makes them one list when asked.
     """
 
     __slots__ = ("index", "prompt_ids", "output_ids", "hashes", "prompt_tokens",
-                 "block_size", "hash_block_size", "keys", "registered", "entries", "own_from",
-                 "written", "found")
+                 "block_size", "hash_block_size", "registered", "entries", "own_from",
+                 "written", "found", "known", "ints", "run_pos", "run_key", "tail", "_list")
 
     def __init__(self, index: int, prompt_tokens: int, block_size: int, hash_block_size: int,
                  prompt_ids=None, output_ids=None, hashes=None) -> None:
@@ -115,7 +121,17 @@ class BlockKeys:
         self.own_from = (-1 if prompt_ids is not None or output_ids is not None
                          else 0 if hashes is None
                          else min(prompt_tokens, len(hashes) * hash_block_size) // block_size)
-        self.keys: list[bytes | int] = []
+        # The keys computed so far, the first `known` blocks': the leading `ints`
+        # are integers kept as runs of consecutive keys (run i starts at block
+        # `run_pos[i]` with key `run_key[i]` and lasts to the next run's start, or
+        # to `ints`), the rest (keys of other kinds, never followed by an integer
+        # key) in the list `tail`. As a list (`keys`) only when someone asks.
+        self.known = 0
+        self.ints = 0
+        self.run_pos: list[int] = []
+        self.run_key: list[int] = []
+        self.tail: list[bytes] = []
+        self._list: list | None = None  # `keys`, once made (then kept up to date)
         self.registered = 0  # leading blocks whose keys the cache already knows
         self.written = 0     # leading blocks handed to host memory's write-through
         # The last answer of a radix tree's `find`, kept by that tree to give again
@@ -147,22 +163,67 @@ class BlockKeys:
                 return _chain(parent, _tokens(tuple(prompt[start:]) + tuple(outputs[:end - p])))
         return b"r%d:%d" % (self.index, i)
 
-    def ensure(self, count: int) -> list:
-        """Compute the keys of the first `count` full blocks; return the key list."""
-        keys = self.keys
-        i = len(keys)
+    @property
+    def keys(self) -> list:
+        """The keys computed so far as one list (position for position), made when
+        first asked and kept up to date from then on (the radix tree, the
+        router's hash holders and host memory read keys one by one; vLLM's cache
+        reads the runs and `tail` instead, and never asks)."""
+        keys = self._list
+        if keys is None:
+            keys = []
+            ends = self.run_pos[1:] + [self.ints]
+            for pos, key, end in zip(self.run_pos, self.run_key, ends):
+                keys += range(key, key + end - pos)
+            keys += self.tail
+            self._list = keys
+        return keys
+
+    def key_at(self, i: int):
+        """The key of block `i` (computed already: `i < known`)."""
+        ints = self.ints
+        if i >= ints:
+            return self.tail[i - ints]
+        pos = self.run_pos
+        r = bisect_right(pos, i) - 1
+        return self.run_key[r] + i - pos[r]
+
+    def ensure(self, count: int, listed: bool = True) -> list | None:
+        """Compute the keys of the first `count` full blocks; return the key list
+        (`keys`). With `listed` false, no list is made for them: they are kept as
+        runs and `tail` only (and the list returned only if one was made before:
+        else None).
+
+        Speed: a trace's hash ids give runs of consecutive integer keys, which
+        vLLM's cache reads as runs (first key, count) only; made as a list they
+        were an int object per block (made, copied reversed into the freed run,
+        freed at eviction), 5.6% of the instructions replaying the first 2,000
+        Mooncake requests under vllm (helper pc8's callgrind)."""
+        if listed and self._list is None:
+            self.keys  # (made now, from what is known: kept up to date below)
+        i = self.known
         if i >= count:
-            return keys
+            return self._list
+        tail = self.tail
+        made = self._list
         if 0 <= self.own_from <= i:  # keys of its own (a decode filled a block)
             if count == i + 1:
                 # One key (a decode filled one block): appended without a list
                 # made for it, as for 150,432 of the 192,543 calls that come here
                 # replaying the Mooncake trace under vllm.
-                keys.append(b"r%d:%d" % (self.index, i))
-                return keys
+                key = b"r%d:%d" % (self.index, i)
+                tail.append(key)
+                if made is not None:
+                    made.append(key)
+                self.known = count
+                return made
             index = self.index
-            keys += [b"r%d:%d" % (index, k) for k in range(i, count)]
-            return keys
+            fresh = [b"r%d:%d" % (index, k) for k in range(i, count)]
+            tail += fresh
+            if made is not None:
+                made += fresh
+            self.known = count
+            return made
         size = self.block_size
         hashes = self.hashes
         if self.prompt_ids is None and hashes is not None:
@@ -175,15 +236,17 @@ class BlockKeys:
                 entries = self.entries
                 slots = -(-hbs // size)  # keys per entry id at most
                 entry, node = -1, -1  # the entry of block i - 1's last token, its id
-                if i:  # resume after the keys computed before
+                if i:  # resume after the keys computed before (integers all)
                     entry = (i * size - 1) // hbs
-                    node = keys[-1] // slots
+                    node = (self.run_key[-1] + i - 1 - self.run_pos[-1]) // slots
+                runs: list[tuple[int, int]] = []  # (first key, count) found here
+                add_run = runs.append
                 if hbs == slots * size:
                     # Entries of whole blocks (Mooncake's 512 tokens, blocks of 16):
                     # block b is offset b % slots of entry b // slots, so the keys
-                    # are one range per entry, made in C from the entries' ids. Was
-                    # the loop below, one pass per entry: ensure took 11% of the
-                    # Mooncake replay under vllm (sampled), this path 7.6%.
+                    # are one run per run of consecutive entry ids. Was the loop
+                    # below, one pass per entry: ensure took 11% of the Mooncake
+                    # replay under vllm (sampled), this path 7.6%.
                     first_entry = i // slots
                     last_entry = (stop - 1) // slots
                     nodes = [node] if first_entry == entry else []
@@ -196,36 +259,31 @@ class BlockKeys:
                             node = entries[link] = len(entries)
                         nodes.append(node)
                     head = i - first_entry * slots  # keys of the first entry skipped
-                    tail = (last_entry + 1) * slots - stop  # of the last entry not full
+                    tail_skip = (last_entry + 1) * slots - stop  # of the last entry not full
                     if nodes[-1] - nodes[0] == len(nodes) - 1:
                         # Consecutive ids (a child is interned after its parent, so
                         # a chain's ids increase: first to last apart by the count
                         # means one step each), as a request's new entries are:
-                        # their keys are one range. Speed: 14 against 28 ns a key
-                        # for the ranges chained (timeit, 24 entries of 32 keys).
-                        keys += range(nodes[0] * slots + head,
-                                      (nodes[-1] + 1) * slots - tail)
+                        # their keys are one run.
+                        first = nodes[0] * slots + head
+                        add_run((first, (nodes[-1] + 1) * slots - tail_skip - first))
                     else:
                         # Runs of consecutive ids (a conversation's entries of its
-                        # earlier turns, then its new ones), each run's keys one
-                        # range. Was one range per entry, chained (`list.extend`
-                        # of a chain: no length, each key through two iterators):
-                        # that line was 3% of the samples replaying the Mooncake
-                        # trace under sglang, the single range's 0.2%.
+                        # earlier turns, then its new ones), each run's keys one run.
                         low = nodes[0] * slots + head
                         last = nodes[0]
                         for node in nodes[1:]:
                             if node != last + 1:
-                                keys += range(low, (last + 1) * slots)
+                                add_run((low, (last + 1) * slots - low))
                                 low = node * slots
                             last = node
-                        keys += range(low, (last + 1) * slots - tail)
+                        add_run((low, (last + 1) * slots - tail_skip - low))
                     i = stop
                 while i < stop:
                     # Blocks whose last token falls in entry j: one id, and as keys
                     # the integers id * slots + (offset of their last token in the
-                    # entry) // size, consecutive (a range, made in C; and dense,
-                    # so that they spread evenly over a dict's table).
+                    # entry) // size, consecutive (one run; and dense, so that they
+                    # spread evenly over a dict's table).
                     j = ((i + 1) * size - 1) // hbs
                     while entry < j:
                         entry += 1
@@ -238,20 +296,34 @@ class BlockKeys:
                         if node is None:
                             node = entries[link] = len(entries)
                     end = min(stop, (j + 1) * hbs // size)
-                    first = node * slots + ((i + 1) * size - 1 - j * hbs) // size
-                    keys.extend(range(first, first + end - i))
+                    add_run((node * slots + ((i + 1) * size - 1 - j * hbs) // size, end - i))
                     i = end
+                # The runs noted, each lengthening the last one when it goes on
+                # from it (and the list, if made, extended).
+                ints = self.ints
+                run_pos, run_key = self.run_pos, self.run_key
+                for first, n in runs:
+                    if not run_pos or run_key[-1] + ints - run_pos[-1] != first:
+                        run_pos.append(ints)
+                        run_key.append(first)
+                    ints += n
+                    if made is not None:
+                        made += range(first, first + n)
+                self.ints = self.known = ints
             if i >= count:
-                return keys  # (all from the hash ids: no chained key, no parent made)
-        parent = keys[-1] if keys else _ROOT
+                return made  # (all from the hash ids: no chained key, no parent made)
+        parent = self.key_at(i - 1) if i else _ROOT
         if type(parent) is int:  # a hash-id key, chained from as bytes
             parent = b"h" + parent.to_bytes((parent.bit_length() + 7) // 8, "big")
         key = self._key
         while i < count:
             parent = key(i, parent)
-            keys.append(parent)
+            tail.append(parent)
+            if made is not None:
+                made.append(parent)
             i += 1
-        return keys
+        self.known = count
+        return made
 
 
 def interning_table() -> _Entries:

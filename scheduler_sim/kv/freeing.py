@@ -16,8 +16,8 @@ from itertools import compress, filterfalse
 from operator import not_
 
 from ..records.errors import InvariantError
-from .key_index import TailFirstKeys
 from .sharing import drop_one
+from .tail_first import tail_first
 
 __all__ = ["Freeing", "leading_shared"]
 
@@ -79,13 +79,14 @@ class Freeing:
                 del keyed[:split]
             else:  # every block carries its key (the common case): no copy
                 keyed, table = table, []
-            keys = carried[count - 1::-1]
             if not delay:
                 # Straight back to the free pools, not merged with other tables in
-                # the drain queue: the table's own keys, in runs found exactly
-                # (`TailFirstKeys`: the cache sets and clears their flags without
-                # comparing the blocks).
-                keys = TailFirstKeys(keys)
+                # the drain queue: the table's own keys as runs going down (no
+                # int object per key: `tail_first`), each found exactly (the
+                # cache sets and clears their flags without comparing the blocks).
+                keys = tail_first(carried, count)
+            else:
+                keys = carried.keys[count - 1::-1]
         else:
             keyed = keys = ()
         extra = self._extra
@@ -120,7 +121,7 @@ class Freeing:
                 # the Mooncake replay under vllm, sampled.)
                 cut = len(keyed) - len(shared)
                 if shared.issuperset(keyed[cut:]):
-                    del keyed[cut:]  # (both lists are this call's own)
+                    del keyed[cut:]  # (both are this call's own)
                     del keys[cut:]
                 else:
                     keep = list(map(not_, map(shared.__contains__, keyed)))
@@ -141,8 +142,9 @@ class Freeing:
             if pinned:
                 self._orphans.update(pinned)
                 table = list(filterfalse(pinned.__contains__, table))
+        sent = len(table) + len(keyed)  # (counted first: the cache may cut `keyed`)
         self._drain_blocks(table, now, delay, keyed, keys)
-        return len(table) + len(keyed)
+        return sent
 
     def _give(self, blocks: list[int], keyed=(), keys=()) -> None:
         """Return blocks to the free pools, in the order they were freed.

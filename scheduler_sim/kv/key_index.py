@@ -23,9 +23,15 @@ run of consecutive keys within a bucket is one slice (its end found by a
 binary search, `_run_up`, `_run_down`, when it stops inside the bucket).
 `KeyIndex` answers as a dict would (`in`, `get`, `[]`, `len`, `items`, `==`
 with a dict) for the per-key paths and the audit.
+
+A request's keys come as a list (the radix tree's) or as the request's
+`BlockKeys` itself, whose integer keys are kept as runs (first key, count):
+vLLM's cache hands those, and a run is cut at the buckets without an int
+object made per key (`_pieces`).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from typing import Hashable, Iterator
 
@@ -156,51 +162,40 @@ class KeyIndex:
 
     # --- in runs --------------------------------------------------------------------
 
-    def add(self, keys: list, start: int, end: int,
+    def add(self, keys, start: int, end: int,
             blocks: list[int]) -> list[tuple[Hashable, int]]:
-        """Index each of `blocks[start:end]` to its key, `keys[start:end]` (the
-        same places: a request's table and its keys, neither copied), unless
-        the key has a block already; return those (key, block) pairs, the
-        duplicates. The integer keys must be a leading run of the keys,
-        increasing (a request's keys: its hash entries' come first)."""
+        """Index each of `blocks[start:end]` to its key, the key of the same place
+        in `keys` (a request's table and its keys, neither copied), unless the
+        key has a block already; return those (key, block) pairs, the
+        duplicates. `keys`: a list whose integer keys are a leading run,
+        increasing (a request's keys: its hash entries' come first), or a
+        request's `BlockKeys`, read as its runs of keys (`_pieces`)."""
         dupes: list[tuple[Hashable, int]] = []
-        p = start
-        if p < end and type(keys[p]) is int:
-            width = self.width
+        width = self.width
+        pieces, p, rest_keys = _pieces(keys, start, end, width)
+        if pieces:
             buckets = self.buckets
             nones = self._nones
-            while p < end:
-                key = keys[p]
-                if type(key) is not int:
-                    break
-                node, off = divmod(key, width)
-                n = width - off
-                if n > end - p:
-                    n = end - p
-                # Increasing keys whose first and last are n - 1 apart are
-                # consecutive: one bucket's slice.
-                if n > 1 and keys[p + n - 1] != key + n - 1:
-                    n = _run_up(keys, p, n, key)
+            for q, node, off, n in pieces:
                 bucket = buckets.get(node)
                 if bucket is None:
                     if n == width:  # (a whole entry: its blocks are the bucket)
-                        buckets[node] = blocks[p:p + n]
+                        buckets[node] = blocks[q:q + n]
                     else:
                         bucket = buckets[node] = nones[:]
-                        bucket[off:off + n] = blocks[p:p + n]
+                        bucket[off:off + n] = blocks[q:q + n]
                 elif bucket[off:off + n] == nones[:n]:
-                    bucket[off:off + n] = blocks[p:p + n]
+                    bucket[off:off + n] = blocks[q:q + n]
                 else:
-                    for q in range(n):
-                        block = blocks[p + q]
-                        found = bucket[off + q]
+                    key = node * width + off
+                    for k in range(n):
+                        block = blocks[q + k]
+                        found = bucket[off + k]
                         if found is None:
-                            bucket[off + q] = block
+                            bucket[off + k] = block
                         elif found != block:
-                            dupes.append((key + q, block))
-                p += n
-        if p < end:
-            rest_keys = keys[p:end]
+                            dupes.append((key + k, block))
+        if rest_keys:
             rest_blocks = blocks[p:end]
             found = list(map(self.plain.setdefault, rest_keys, rest_blocks))
             if found != rest_blocks:
@@ -222,7 +217,9 @@ class KeyIndex:
         same slices as the buckets (one walk over the runs; `members.size` is
         the caller's)."""
         flags = members.flags if members is not None else None
-        exact = type(keys) is TailFirstKeys  # (runs of keys found exactly: no compare)
+        # (runs of keys found exactly, no compare: a freed table's own keys, or a
+        # run of them going down as a `range`, `RunQueue.append_run`)
+        exact = type(keys) is TailFirstKeys or type(keys) is range
         buckets = self.buckets
         width = self.width
         nones = self._nones
@@ -270,24 +267,14 @@ class KeyIndex:
                 flags[node][lo:off + 1] = bytes(n)
             p += n
 
-    def find(self, keys: list, start: int, end: int) -> tuple[list[int], bool]:
+    def find(self, keys, start: int, end: int) -> tuple[list[int], bool]:
         """The blocks of `keys[start:end]` up to the first key not indexed, and
-        whether every key was (a request's keys: integer keys first, increasing)."""
+        whether every key was (`keys` as for `add`)."""
         hits: list[int] = []
-        p = start
-        if p < end and type(keys[p]) is int:
-            width = self.width
+        pieces, p, rest_keys = _pieces(keys, start, end, self.width)
+        if pieces:
             buckets = self.buckets
-            while p < end:
-                key = keys[p]
-                if type(key) is not int:
-                    break
-                node, off = divmod(key, width)
-                n = width - off
-                if n > end - p:
-                    n = end - p
-                if n > 1 and keys[p + n - 1] != key + n - 1:
-                    n = _run_up(keys, p, n, key)
+            for _, node, off, n in pieces:
                 bucket = buckets.get(node)
                 if bucket is None:
                     return hits, False
@@ -296,14 +283,63 @@ class KeyIndex:
                     hits += part[:part.index(None)]
                     return hits, False
                 hits += part
-                p += n
-        if p < end:
-            found = list(map(self.plain.get, keys[p:end]))
+        if rest_keys:
+            found = list(map(self.plain.get, rest_keys))
             if None in found:
                 hits += found[:found.index(None)]
                 return hits, False
             hits += found
         return hits, True
+
+
+def _pieces(keys, start: int, end: int, width: int) -> tuple[list, int, list]:
+    """The keys of blocks `start` to `end` cut where a bucket of `width` keys
+    ends: ([(p, node, off, n), ...], q, rest), each piece n consecutive integer
+    keys of blocks p to p + n, the first at offset `off` of bucket `node`; then
+    the keys from block q on (of other kinds), a list. `keys`: a list whose
+    integer keys are a leading run, increasing, or a request's `BlockKeys`,
+    whose integer keys are read as its runs (first key, count): no int object
+    per key (`block_keys.BlockKeys.ensure`)."""
+    pieces = []
+    p = start
+    if type(keys) is list:
+        while p < end:
+            key = keys[p]
+            if type(key) is not int:
+                break
+            node, off = divmod(key, width)
+            n = width - off
+            if n > end - p:
+                n = end - p
+            # Increasing keys whose first and last are n - 1 apart are
+            # consecutive: one bucket's slice.
+            if n > 1 and keys[p + n - 1] != key + n - 1:
+                n = _run_up(keys, p, n, key)
+            pieces.append((p, node, off, n))
+            p += n
+        return pieces, p, keys[p:end] if p < end else []
+    ints = keys.ints
+    stop = end if end < ints else ints
+    if p < stop:
+        run_pos = keys.run_pos
+        run_key = keys.run_key
+        last = len(run_pos) - 1
+        r = bisect_right(run_pos, p) - 1
+        while p < stop:
+            run_end = run_pos[r + 1] if r < last else ints
+            if run_end > stop:
+                run_end = stop
+            key = run_key[r] + p - run_pos[r]
+            while p < run_end:
+                node, off = divmod(key, width)
+                n = width - off
+                if n > run_end - p:
+                    n = run_end - p
+                pieces.append((p, node, off, n))
+                p += n
+                key += n
+            r += 1
+    return pieces, p, keys.tail[p - ints:end - ints] if p < end else []
 
 
 def _run_up(keys, p: int, n: int, key: int) -> int:

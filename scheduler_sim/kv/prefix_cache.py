@@ -207,9 +207,10 @@ class PrefixCache:
         that have a key; return the plain ones, in order."""
         raise NotImplementedError
 
-    def release(self, rid: str) -> tuple[int, list]:
+    def release(self, rid: str) -> tuple[int, object]:
         """`rid` lets go of its table: how many of its leading blocks carry their
-        keys along, and a list whose first that many items are those keys."""
+        keys along, and (if any do) the request's `BlockKeys`, which knows
+        those keys (the allocator reads them tail first: `tail_first`)."""
         return _NOTHING_CARRIED
 
     def owned_elsewhere(self, keyed: list[int], extra: dict[int, int]) -> set[int]:

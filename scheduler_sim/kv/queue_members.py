@@ -35,7 +35,7 @@ from __future__ import annotations
 from itertools import compress
 from typing import Callable, Iterator
 
-from .key_index import KeyIndex, TailFirstKeys, _run_down, _run_up
+from .key_index import KeyIndex, TailFirstKeys, _pieces, _run_down
 
 __all__ = ["QueueMembers"]
 
@@ -114,7 +114,8 @@ class QueueMembers:
             self._width = width
             self._ones, self._zeros = b"\x01" * width, bytes(width)
         ones = self._ones
-        exact = indexed and type(keys) is TailFirstKeys
+        # (a run of keys going down as a `range` is found exactly too)
+        exact = indexed and (type(keys) is TailFirstKeys or type(keys) is range)
         buckets = index.buckets
         flags = self.flags
         loose = self.loose
@@ -197,30 +198,23 @@ class QueueMembers:
 
     # --- a look-up's hits ----------------------------------------------------------
 
-    def _runs_found(self, blocks: list[int], keys: list) -> Iterator[tuple]:
-        """For `blocks` that a look-up found for the leading `keys` (integer keys
-        first, increasing): (node, offset, p, n) for each run of integer keys
-        `keys[p:p + n]` within a bucket that names exactly `blocks[p:p + n]`, and
-        (None, 0, p, n) for blocks to ask about by block alone (the rest)."""
-        width = self.index.width
-        buckets = self.index.buckets
+    def _runs_found(self, blocks: list[int], keys) -> Iterator[tuple]:
+        """For `blocks` that a look-up found for the leading `keys` (a list, integer
+        keys first, increasing; or a request's `BlockKeys`, read as runs):
+        (node, offset, p, n) for each run of integer keys of blocks p to p + n
+        within a bucket that names exactly `blocks[p:p + n]`, and (None, 0, p, n)
+        for blocks to ask about by block alone (the rest)."""
         end = len(blocks)
-        p = 0
-        while p < end:
-            key = keys[p]
-            if type(key) is not int:
-                yield None, 0, p, end - p
-                return
-            node, off = divmod(key, width)
-            n = width - off if width - off < end - p else end - p
-            if n > 1 and keys[p + n - 1] != key + n - 1:
-                n = _run_up(keys, p, n, key)
+        pieces, p, _ = _pieces(keys, 0, end, self.index.width)
+        buckets = self.index.buckets
+        for q, node, off, n in pieces:
             bucket = buckets.get(node)
-            if bucket is not None and bucket[off:off + n] == blocks[p:p + n]:
-                yield node, off, p, n
+            if bucket is not None and bucket[off:off + n] == blocks[q:q + n]:
+                yield node, off, q, n
             else:
-                yield None, 0, p, n
-            p += n
+                yield None, 0, q, n
+        if p < end:
+            yield None, 0, p, end - p
 
     def count_found(self, blocks: list[int], keys: list) -> int:
         """How many of `blocks` are in the queue, `blocks` being what a look-up

@@ -32,7 +32,8 @@ def _same_kind(keys, kept):
     kind = type(keys)
     if kind is array:
         return array("q", kept)
-    return TailFirstKeys(kept) if kind is TailFirstKeys else list(kept)
+    # (a run of keys going down, a `range`, keeps them going down)
+    return TailFirstKeys(kept) if kind is TailFirstKeys or kind is range else list(kept)
 
 
 class RunQueue:
@@ -52,7 +53,9 @@ class RunQueue:
         key on this loaded machine, against 183 for `array('q', keys)` and 12
         for copying the list), and only in a compact cache, where memory is what
         grows with the replicas."""
-        if not self.compact:
+        if not self.compact or type(keys) is range:
+            # (a `range`: a run of integer keys going down, 48 bytes whatever its
+            # length, less than packed)
             self.runs.append([blocks, keys, 0])
             return
         runs = self.runs
@@ -156,8 +159,8 @@ class RunQueue:
             end = pos + need
             part = blocks[pos:end]
             part_keys = keys[pos:end]
-            if type(part_keys) is not list:  # (packed keys: ints again)
-                part_keys = part_keys.tolist()
+            if type(part_keys) is not list:  # (packed keys or a range: a list)
+                part_keys = list(part_keys)
             if end >= len(blocks):
                 runs.popleft()
             else:
@@ -204,7 +207,8 @@ class RunQueue:
                 live = []
                 # (a subsequence of a freed table's own keys is in runs found
                 # exactly too: `TailFirstKeys`)
-                live_keys = TailFirstKeys() if type(keys) is TailFirstKeys else []
+                live_keys = (TailFirstKeys() if type(keys) is TailFirstKeys
+                             or type(keys) is range else [])
                 for block, key in zip(part, keys[pos:end]):
                     if not self._skip_stale(block):
                         live.append(block)

@@ -7,9 +7,11 @@ takes its place.
 
 Keys are not named per block. A request's keyed blocks are always the
 leading ones of its table, the first `registered` of its `BlockKeys`, so the
-cache remembers that object per request (`request_keys`); a freed keyed
+cache remembers that object per request (`request_keys`), and reads its
+integer keys as runs (first key, count), never as a list; a freed keyed
 block carries its key along (`release`), through the allocator's drain
-queue or as a pinned orphan (`orphan_keys`), into the queue.
+queue or as a pinned orphan (`orphan_keys`), into the queue, where a freed
+table's runs of keys stay runs (`tail_first`: a `range` going down each).
 
 Blocks join the queue a request at a time and leave it, but for hits, from
 its front, many at once. So the queue is kept as `runs`, one entry
@@ -35,6 +37,7 @@ from .key_index import KeyIndex
 from .prefix_cache import PrefixCache
 from .queue_members import QueueMembers
 from .run_queue import RunQueue
+from .tail_first import TailFirstRuns
 
 __all__ = ["VllmCache"]
 
@@ -97,9 +100,8 @@ class VllmCache(RunQueue, PrefixCache):
         if full <= start:
             self._registered(keys, start, start)
             return None
-        key_list = keys.keys
-        if len(key_list) < full:  # (`ensure` computes the keys not known yet)
-            key_list = keys.ensure(full)
+        if keys.known < full:  # (the keys not known yet, as runs: no list)
+            keys.ensure(full, False)
         index = self.index
         if keys.hashes is not None and not index.buckets:
             # Buckets of integer keys as wide as several hash entries' blocks
@@ -115,15 +117,17 @@ class VllmCache(RunQueue, PrefixCache):
             # Mooncake trace under vllm. Measured with `take`'s inline: without
             # both that replay took 0.99x the time (medians of 5, within noise);
             # kept as the allocator had it before the protocol.
-            key = key_list[start]
+            ints = keys.ints  # (a decode's block: a key of its own, in `tail`)
+            key = keys.tail[start - ints] if start >= ints else keys.key_at(start)
             block = table[start]
             if (index.plain.setdefault(key, block) if type(key) is not int
                     else index.setdefault(key, block)) != block:
                 self.others.setdefault(key, []).append(block)
             keys.registered = full
             return None
-        # A few slices per hash entry (`KeyIndex.add`).
-        duplicates = index.add(key_list, start, full, table)
+        # A slice per run of keys within a bucket (`KeyIndex.add`, the keys read
+        # as runs).
+        duplicates = index.add(keys, start, full, table)
         if duplicates:
             others = self.others
             for key, block in duplicates:
@@ -141,19 +145,20 @@ class VllmCache(RunQueue, PrefixCache):
         in growing slices, keys computed only as far as looked up, each hash
         entry's keys one slice of the index (`KeyIndex.find`)."""
         find = self.index.find
-        known = keys.keys
-        if len(known) >= max_blocks:
+        if keys.known >= max_blocks:
             # Every key to look up is known (a waiting head looked up again, step
             # after step, or a request whose prompt was looked up before): one walk
             # over them, the same blocks as the growing slices below. Speed:
             # replaying the Mooncake trace under vllm, 15,640 of the 27,812
             # look-ups repeat one with the same keys and limit.
-            return find(known, 0, max_blocks)[0]
+            return find(keys, 0, max_blocks)[0]
         hits: list[int] = []
         start, step = 0, 16
         while start < max_blocks:
             end = start + step if start + step < max_blocks else max_blocks
-            found, whole = find(keys.ensure(end), start, end)
+            if keys.known < end:
+                keys.ensure(end, False)
+            found, whole = find(keys, start, end)
             hits += found
             if not whole:
                 break
@@ -168,7 +173,7 @@ class VllmCache(RunQueue, PrefixCache):
             raise InvariantError(
                 f"request {rid!r} shares cached blocks without their keys, or "
                 "after blocks of its own (vLLM's cache keys a table's leading blocks)")
-        keys.ensure(len(blocks))
+        keys.ensure(len(blocks), False)
         keys.registered = len(blocks)
         self.request_keys[rid] = keys
 
@@ -198,7 +203,7 @@ class VllmCache(RunQueue, PrefixCache):
         """`hits` for `blocks`, which a look-up found for `keys` (a `BlockKeys`): a
         slice of the queue's flags per run of keys (`QueueMembers.hit_found`)."""
         free = self.free_blocks
-        found = self._hit_stale(free.hit_found(blocks, keys.keys))
+        found = self._hit_stale(free.hit_found(blocks, keys))
         free.changed()
         return found
 
@@ -224,7 +229,7 @@ class VllmCache(RunQueue, PrefixCache):
     def count_free_found(self, blocks, keys):
         """`count_free` for `blocks`, which a look-up found for `keys` (a
         `BlockKeys`): a count of a slice of the queue's flags per run of keys."""
-        return self.free_blocks.count_found(blocks, keys.keys)
+        return self.free_blocks.count_found(blocks, keys)
 
     def take(self, rid, table, count):
         """Evict the `count` least recently freed blocks into `table`: one eviction
@@ -285,16 +290,37 @@ class VllmCache(RunQueue, PrefixCache):
             # Speed: 64 replicas on the first 2,000 Mooncake requests took 0.987x
             # (prefix-affinity) and 0.983x (round-robin) the instructions of
             # comparing (benchmarks/README.md, "twelfth steps", helper flt8).
-            self._enqueue(keyed, keys, not self.others)
-            self.append_run(keyed, keys)
+            indexed = not self.others
+            if type(keys) is not TailFirstRuns:
+                self._enqueue(keyed, keys, indexed)
+                self.append_run(keyed, keys)
+                return blocks
+            # A freed table's keys as runs (`tail_first`): each run of keys going
+            # down (a `range`) and the tail's keys join the queue as runs of
+            # their own, in the same order.
+            pieces = keys.pieces
+            last = len(pieces) - 1
+            p = 0
+            for i, piece in enumerate(pieces):
+                n = len(piece)
+                if i < last:
+                    part = keyed[p:p + n]
+                else:  # (the last piece: the list itself, the others cut off)
+                    if p:
+                        del keyed[:p]
+                    part = keyed
+                self._enqueue(part, piece, indexed)
+                self.append_run(part, piece)
+                p += n
         return blocks
 
     def release(self, rid):
-        """The request's registered leading blocks carry their keys."""
+        """The request's registered leading blocks carry their keys: its
+        `BlockKeys`, read as runs by the allocator (`tail_first`)."""
         keys = self.request_keys.pop(rid, None) if self.request_keys else None
         if keys is None:
             return 0, ()
-        return keys.registered, keys.keys
+        return keys.registered, keys
 
     def owned_elsewhere(self, keyed, extra):
         """Which of `keyed` (a released table's leading blocks, last first) others

@@ -1,0 +1,110 @@
+"""A request's keys as runs (kv/block_keys.py: `run_pos`, `run_key`, `tail`; the
+list `keys` made only when asked), read as runs by vLLM's index
+(kv/key_index.py `_pieces`) and handed to its queue tail first as runs
+(kv/tail_first.py)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.kv.block_keys import BlockKeys
+from scheduler_sim.kv.key_index import KeyIndex, _pieces
+from scheduler_sim.kv.tail_first import TailFirstRuns, tail_first
+from scheduler_sim.kv.vllm_cache import VllmCache
+
+
+def runs(ints, run_pos, run_key, tail):
+    """Keys as a `BlockKeys` holds them (what the readers of runs read)."""
+    return SimpleNamespace(ints=ints, run_pos=run_pos, run_key=run_key, tail=tail)
+
+
+# Keys 10, 11, 12, 20, 21, b"x" (blocks 0 to 5): two runs and a key of another kind.
+KEYS = runs(5, [0, 3], [10, 20], [b"x"])
+LISTED = [10, 11, 12, 20, 21, b"x"]
+
+
+def test_a_requests_keys_are_runs_and_a_list_only_when_asked():
+    """Entries of 8 tokens, blocks of 4 (2 keys an entry). A: hash ids 9100001 and
+    9100002, new, interned e and e + 1: 4 blocks, one run 2e .. 2e + 3, no list made.
+    B: 9100001 then 9100003 (e, then e + 2) and 8 prompt tokens past its hash ids:
+    runs 2e, 2e + 1 and 2e + 4, 2e + 5, then its own keys b"r7:4", b"r7:5"."""
+    a = BlockKeys(6, 16, 4, 8, hashes=[9100001, 9100002])
+    a.ensure(4, False)
+    e2 = a.run_key[0]
+    assert (a.known, a.ints, a.run_pos, a.tail, a._list) == (4, 4, [0], [], None)
+    assert a.keys == [e2, e2 + 1, e2 + 2, e2 + 3]
+    b = BlockKeys(7, 24, 4, 8, hashes=[9100001, 9100003])
+    b.ensure(3, False)
+    listed = b.keys  # (made now: kept up to date from now on)
+    b.ensure(6, False)
+    assert (b.run_pos, b.run_key, b.tail) == ([0, 2], [e2, e2 + 4], [b"r7:4", b"r7:5"])
+    assert listed is b.keys
+    assert listed == [e2, e2 + 1, e2 + 4, e2 + 5, b"r7:4", b"r7:5"]
+    assert [b.key_at(i) for i in range(6)] == listed
+    assert b.ensure(2) is listed and b.known == 6
+
+
+def test_the_index_reads_runs_as_it_reads_the_list():
+    """Buckets of 4: keys 10, 11 | 12 | 20, 21 of blocks 1 to 4 are three pieces
+    (bucket 2 at 2, bucket 3 at 0, bucket 5 at 0), then b"x" of block 5; adding and
+    finding with the runs or the list leave and find the same."""
+    assert _pieces(KEYS, 1, 6, 4) == ([(1, 2, 3, 1), (2, 3, 0, 1), (3, 5, 0, 2)], 5, [b"x"])
+    assert _pieces(KEYS, 0, 4, 4) == ([(0, 2, 2, 2), (2, 3, 0, 1), (3, 5, 0, 1)], 4, [])
+    assert _pieces(LISTED, 1, 6, 4) == _pieces(KEYS, 1, 6, 4)
+    blocks = [30, 31, 32, 33, 34, 35]
+    found = []
+    for keys in (KEYS, LISTED):
+        index = KeyIndex(4)
+        index.add([11], 0, 1, [99])  # (key 11 cached already: block 31 a duplicate)
+        dupes = index.add(keys, 0, 6, blocks)
+        found.append((dupes, dict(index.items()), index.find(keys, 0, 6),
+                      index.find(keys, 2, 4)))
+    assert found[0] == found[1] == (
+        [(11, 31)], {10: 30, 11: 99, 12: 32, 20: 33, 21: 34, b"x": 35},
+        ([30, 99, 32, 33, 34, 35], True), ([32, 33], True))
+
+
+def test_a_freed_tables_keys_tail_first_as_runs():
+    """The keys of KEYS's first 6, 4 and 2 blocks, tail first: the tail's reversed,
+    then each run going down, the last run first; `del keys[n:]` keeps n."""
+    assert tail_first(KEYS, 6).pieces == [[b"x"], range(21, 19, -1), range(12, 9, -1)]
+    assert tail_first(KEYS, 4).pieces == [range(20, 19, -1), range(12, 9, -1)]
+    assert tail_first(KEYS, 2).pieces == [range(11, 9, -1)]
+    assert tail_first(KEYS, 0).pieces == []
+    keys = tail_first(KEYS, 6)
+    assert (len(keys), list(keys)) == (6, LISTED[::-1])
+    del keys[4:]
+    assert (len(keys), keys.pieces) == (4, [[b"x"], range(21, 19, -1), range(12, 11, -1)])
+    del keys[3:]
+    assert (len(keys), keys.pieces) == (3, [[b"x"], range(21, 19, -1)])
+    del keys[0:]
+    assert (len(keys), keys.pieces) == (0, [])
+    with pytest.raises(TypeError):
+        del TailFirstRuns([[b"x"]], 1)[0:1]
+
+
+def test_a_table_freed_at_once_joins_the_queue_a_run_of_keys_at_a_time():
+    """Pool of 8, blocks of 4, entries of 8 tokens. A (hash ids 9200001, 9200002)
+    interns e, e + 1; B (9200001, 9200003, and 4 prompt tokens more) has keys 2e,
+    2e + 1, 2e + 4, 2e + 5 and its own b"r1:4" on blocks 0 to 4. Freed at once, its
+    table joins the queue as three runs, tail first: block 4 (its own key), blocks
+    3, 2 (a range going down), blocks 1, 0 (the table's own list, cut: the release
+    still counts 5 blocks sent); the flags agree (the audit), and taking 4 evicts
+    4, 3, 2, 1."""
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    first = BlockKeys(0, 16, 4, 8, hashes=[9200001, 9200002])
+    first.ensure(4, False)  # (interns e and e + 1)
+    e2 = first.run_key[0]
+    keys = BlockKeys(1, 20, 4, 8, hashes=[9200001, 9200003])
+    a.grow("B", 20)
+    a.register_full_blocks("B", keys, 20)
+    assert a.free_request("B", 0, 0) == 5
+    queue = [(r[0], r[1]) for r in a.cache.runs]
+    assert queue == [([4], [b"r1:4"]), ([3, 2], range(e2 + 5, e2 + 3, -1)),
+                     ([1, 0], range(e2 + 1, e2 - 1, -1))]
+    assert keys._list is None  # (never made: the cache read the runs)
+    a.cache.free_blocks.check(*a.cache.queue_items())
+    assert a.cache.take("C", [], 4) == (4, ())
+    assert a.cache.queue_items() == ([0], [e2])

@@ -267,7 +267,8 @@ def _collector_after(code: str, call: str) -> str:
     `call` (`main_entry()` or `command()`, its output into a StringIO): the status,
     whether the output was the expected line, the objects frozen before, whether more
     than 20,000 are frozen after, whether the collector is on, and whether an object
-    in a reference cycle dropped after the call is collected."""
+    in a reference cycle dropped after the call is collected, and the young
+    generation's threshold then."""
     probe = ("import gc, io, sys, weakref\n"
              f"{code}\n"
              "before = gc.get_freeze_count()\n"
@@ -280,7 +281,8 @@ def _collector_after(code: str, call: str) -> str:
              "said, sys.stdout = sys.stdout.getvalue(), real\n"
              "del loop; gc.collect()\n"
              "print(status, said == " + repr(VALIDATED) + ", before, "
-             "gc.get_freeze_count() > 20000, gc.isenabled(), gone() is None)\n")
+             "gc.get_freeze_count() > 20000, gc.isenabled(), gone() is None, "
+             "gc.get_threshold()[0])\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                           text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return done.stdout
@@ -290,9 +292,10 @@ def test_the_commands_process_freezes_what_lives_to_its_exit():
     """In the command's own process (`command`, the console script), every object
     alive when the command has ended is out of the collector's sight (more than the
     20,000 the imports alone make; a cycle alive then is never collected), and the
-    collector runs again as before; one that the program had turned off stays off."""
-    assert _collector_after("", "command()") == "0 True 0 True True False\n"
-    assert _collector_after("gc.disable()", "command()") == "0 True 0 True False False\n"
+    collector runs again as before, its young pass after 10,000 objects instead of
+    700; one that the program had turned off stays off."""
+    assert _collector_after("", "command()") == "0 True 0 True True False 10000\n"
+    assert _collector_after("gc.disable()", "command()") == "0 True 0 True False False 10000\n"
 
 
 def test_a_program_that_calls_main_entry_keeps_its_collector():
@@ -301,8 +304,8 @@ def test_a_program_that_calls_main_entry_keeps_its_collector():
     dropped after the call, is collected (a review found it frozen for good when only
     `scheduler_sim.cli.main` being unloaded was asked)."""
     assert _collector_after("import scheduler_sim.api", "main_entry()") == (
-        "0 True 0 False True True\n")
-    assert _collector_after("", "main_entry()") == "0 True 0 False True True\n"
+        "0 True 0 False True True 700\n")
+    assert _collector_after("", "main_entry()") == "0 True 0 False True True 700\n"
 
 
 def test_a_program_that_had_loaded_the_simulator_keeps_its_collector(monkeypatch):
@@ -314,7 +317,7 @@ def test_a_program_that_had_loaded_the_simulator_keeps_its_collector(monkeypatch
     import importlib
     from scheduler_sim.cli import entry
     importlib.import_module("scheduler_sim.cli.main")  # loaded before, as in a test run
-    frozen = gc.get_freeze_count()
+    frozen, threshold = gc.get_freeze_count(), gc.get_threshold()
     assert frozen == 0  # (nothing in a test process freezes: unfreeze below restores it)
     collector = entry._Collector(own_process=True)
     assert not collector.owned
@@ -322,7 +325,7 @@ def test_a_program_that_had_loaded_the_simulator_keeps_its_collector(monkeypatch
     assert gc.isenabled()
     collector.loaded()
     collector.exiting()
-    assert (gc.isenabled(), gc.get_freeze_count()) == (True, frozen)
+    assert (gc.isenabled(), gc.get_freeze_count(), gc.get_threshold()) == (True, frozen, threshold)
     monkeypatch.delitem(sys.modules, "scheduler_sim.cli.main")
     assert not entry._Collector().owned
     collector = entry._Collector(own_process=True)
@@ -332,6 +335,8 @@ def test_a_program_that_had_loaded_the_simulator_keeps_its_collector(monkeypatch
         assert not gc.isenabled()
         collector.loaded()
         assert gc.isenabled() and gc.get_freeze_count() > frozen
+        assert gc.get_threshold() == (10_000, *threshold[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
         gc.enable()

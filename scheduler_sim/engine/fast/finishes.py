@@ -41,6 +41,7 @@ stepped replays.
 from __future__ import annotations
 
 from .arrivals import AGAIN, COUNTED, STARTED, admit_through, after_admission
+from .counted_fold import start_and_fold
 from .folding import FOLD_AFTER, fold
 
 __all__ = ["BACK", "ENDED", "AGAIN", "carry_counted"]
@@ -145,16 +146,18 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
                 steady.repeated(ended, changes)
             return ENDED, until
         # The survivors' decodes, started by count (`_start_counted`), in the same flight.
-        engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
         if emit is None:
-            done, exact = ledger.decodes(t, n, cohort.start())
-        else:
-            if rows is None:  # (a fold's lines name the survivors: the flight's rows)
-                flight.requests = cohort.survivors(alive)
-            allocator.step_growth.clear()  # (as the start clears it: a fold reads it)
-            state = engine._state()  # (before the decodes open their blocks)
-            done, exact = ledger.decodes(t, n, cohort.start())
-            rows = engine._write_counted(flight.requests, n, done, state, rows)
+            # (and folded: counted_fold.py)
+            start_and_fold(engine, flight, t, n, until)
+            changes = steady.changes
+            continue
+        engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
+        if rows is None:  # (a fold's lines name the survivors: the flight's rows)
+            flight.requests = cohort.survivors(alive)
+        allocator.step_growth.clear()  # (as the start clears it: a fold reads it)
+        state = engine._state()  # (before the decodes open their blocks)
+        done, exact = ledger.decodes(t, n, cohort.start())
+        rows = engine._write_counted(flight.requests, n, done, state, rows)
         flight.start, flight.done, flight.exact = t, done, exact
         flight.members = flight.outputs = n
         changes = steady.changes

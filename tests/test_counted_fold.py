@@ -102,3 +102,37 @@ def test_the_same_as_apart_on_many_shapes():
                                        (10, 9.75))
                         assert (got, _fields(stats)) == apart
 
+
+
+def test_replays_with_a_cost_model_take_this_path_and_match_the_stepped_ones():
+    """Requests arriving into and finishing inside counted stretches under a cost
+    model: `start_and_fold` starts and folds them (counted below), and the results
+    are those of the stepped replay (no fast-forward), request for request."""
+    from conftest import trace_bytes
+    from scheduler_sim.engine.core import Engine
+    from scheduler_sim.engine.fast import counted_fold
+    from scheduler_sim.engine.summary import request_record
+    from scheduler_sim.io.trace import parse_trace
+    from scheduler_sim.records.options import Options
+
+    records = [{"type": "config", "time_unit": "s"}] + [
+        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
+         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]
+    trace = parse_trace(trace_bytes(records), "counted.jsonl")
+    for policy in ("continuous", "vllm"):
+        outcomes = []
+        for fast in (True, False):
+            options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
+                                                     "block_size": 16, "num_blocks": 512})
+            engine = Engine(trace.workload, options, policy, fast_forward=fast)
+            calls = []
+            start = counted_fold.start_and_fold
+            counted_fold.start_and_fold = lambda *a, start=start: calls.append(1) or start(*a)
+            try:
+                result = engine.run()
+            finally:
+                counted_fold.start_and_fold = start
+            outcomes.append((result.summary, [request_record(r) for r in result.requests]))
+            if fast:
+                assert calls and engine.steadiness.folded > 0
+        assert outcomes[0] == outcomes[1]

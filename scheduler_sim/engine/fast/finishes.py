@@ -87,6 +87,7 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
     # rows' text made again only after a finish), then the fold's lines.
     emit = engine.listener
     rows = None
+    fused = emit is None and ledger.cost is not None  # (counted_fold.py's callers' test)
     while True:
         t = flight.done
         if t >= until:
@@ -146,18 +147,20 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
                 steady.repeated(ended, changes)
             return ENDED, until
         # The survivors' decodes, started by count (`_start_counted`), in the same flight.
-        if emit is None:
-            # (and folded: counted_fold.py)
+        if fused:  # (and folded: counted_fold.py)
             start_and_fold(engine, flight, t, n, until)
             changes = steady.changes
             continue
         engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
-        if rows is None:  # (a fold's lines name the survivors: the flight's rows)
-            flight.requests = cohort.survivors(alive)
-        allocator.step_growth.clear()  # (as the start clears it: a fold reads it)
-        state = engine._state()  # (before the decodes open their blocks)
-        done, exact = ledger.decodes(t, n, cohort.start())
-        rows = engine._write_counted(flight.requests, n, done, state, rows)
+        if emit is None:
+            done, exact = ledger.decodes(t, n, cohort.start())
+        else:
+            if rows is None:  # (a fold's lines name the survivors: the flight's rows)
+                flight.requests = cohort.survivors(alive)
+            allocator.step_growth.clear()  # (as the start clears it: a fold reads it)
+            state = engine._state()  # (before the decodes open their blocks)
+            done, exact = ledger.decodes(t, n, cohort.start())
+            rows = engine._write_counted(flight.requests, n, done, state, rows)
         flight.start, flight.done, flight.exact = t, done, exact
         flight.members = flight.outputs = n
         changes = steady.changes

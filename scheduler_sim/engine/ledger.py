@@ -30,21 +30,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from itertools import islice
 
 from ..gpu.costmodel import CostModel
 from ..gpu.utilisation import DispatchWork
 from ..records.clock import CEIL_SLACK, Clock
+from .folded_ledger import FoldedStretches
 from .run_stats import RunStats
-from .stretch_timing import time_stretch
 from .work_series import WorkSeries
 
 __all__ = ["DispatchLedger"]
 
 
 
-class DispatchLedger:
-    """The statistics, timing and output gaps of one engine's dispatches."""
+class DispatchLedger(FoldedStretches):
+    """The statistics, timing and output gaps of one engine's dispatches (a folded
+    stretch's: `FoldedStretches`, folded_ledger.py)."""
 
     __slots__ = ("stats", "cost", "clock", "exact_end", "end_step", "work_series")
 
@@ -225,52 +225,3 @@ class DispatchLedger:
         gaps = self.stats.itl
         for length in lengths:
             gaps[length] = gaps.get(length, 0) + 1
-
-    # --- folded stretches (fast/folding.py) --------------------------------------------
-
-    def fold(self, exact: float, done: int, rows: int, contexts: int, most: int,
-             until: float, starts: list[int] | None) -> tuple[int, int, float, int]:
-        """Time and record the decode dispatches that follow one completing at step
-        `done` (exact end `exact`), each of the same `rows` decode rows, whose
-        contexts sum to `contexts` before the first and grow by `rows` a dispatch:
-        at most `most` of them (at least one), each starting before `until` (which
-        `done` is before; the starts are appended to `starts` when given).
-
-        The statistics count every one of them as started. Completed are the
-        dispatch in flight now, at `done` (its outputs; the gaps they end depend
-        on when each of its rows last emitted, which the caller knows), and every
-        folded one but the last, whose `rows` outputs each come one dispatch after
-        the previous ones; the last stays in flight, and records its own outputs
-        when it completes. Returns (dispatches, the last one's completion step,
-        its exact end, its start step)."""
-        if self.cost is None:  # every dispatch lasts one step
-            folded = most if until - done >= most else math.ceil(until - done)
-            if starts is not None:
-                starts += range(done, done + folded)
-            if folded > 1:
-                gaps = self.stats.itl
-                gaps[1] = gaps.get(1, 0) + rows * (folded - 1)
-            last = 1
-            end = exact = done + folded
-            busy = 0.0
-        else:
-            start = exact
-            # (The folded dispatches' output gaps, but the last one's, go to the
-            # run's ITL counts as they are timed.)
-            folded, end, exact, last, busy = time_stretch(
-                self.cost, self.clock, exact, done, rows, contexts, most, until, starts,
-                self.stats.itl)
-            self.stats.work.add_decodes(folded, rows, contexts)
-            if self.work_series is not None:
-                self.work_series.decodes(
-                    start, list(islice(self.cost.decode_series(rows, contexts), folded)),
-                    rows, contexts)
-        written = rows * folded
-        stats = self.stats
-        stats.iterations += folded
-        stats.rows += written
-        stats.tokens += written
-        stats.decode_tokens += written
-        stats.output_tokens += written
-        stats.busy_seconds += busy
-        return folded, end, exact, end - last

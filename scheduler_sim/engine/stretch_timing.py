@@ -46,11 +46,13 @@ RUN_COST = 4
 
 def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: int,
                  contexts: int, most: int, until: float, starts: list[int] | None,
-                 gaps: dict[int, int]) -> tuple[int, int, float, int, float]:
+                 gaps: dict[int, int], terms: tuple[float, float] | None = None
+                 ) -> tuple[int, int, float, int, float]:
     """The folded dispatches timed by the cost model (`DispatchLedger.fold`): returns
     (dispatches, the last one's completion step, its exact end, its length in
     steps, their busy seconds). Each dispatch but the last adds `rows` output
-    gaps of its length to `gaps` (the run's, by length in steps).
+    gaps of its length to `gaps` (the run's, by length in steps). `terms`:
+    `cost.decode_terms(rows)`, if the caller has them.
 
     Speed: the dispatches are timed a slice at a time in C (`map`,
     `accumulate`), with exactly the floats and roundings of one dispatch at a
@@ -68,7 +70,7 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     lengths: list[int] = []       # lengths of the others timed in slices
     last = 0
     size = 32  # dispatches timed at once, then as many as may start before `until`
-    base, kv = cost.decode_terms(rows)
+    base, kv = terms if terms is not None else cost.decode_terms(rows)
     # A short stretch (a lone engine's, ended by its next finish or arrival: a
     # dozen dispatches on the Azure trace) is timed one at a time below: slicing
     # costs more than it saves there (Ir +2.4% on the first 2,000 Azure

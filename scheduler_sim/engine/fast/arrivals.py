@@ -40,6 +40,7 @@ from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
 from .admission import AdmissionFlight, complete_admission, start_admission
+from .counted_fold import start_counted_run
 from .folding import FOLD_AFTER, fold
 
 __all__ = ["NO", "AGAIN", "STARTED", "COUNTED", "admit_after_prompts", "admit_through",
@@ -47,11 +48,10 @@ __all__ = ["NO", "AGAIN", "STARTED", "COUNTED", "admit_after_prompts", "admit_th
 
 RUNNING = RequestStatus.RUNNING
 
-# What a path below did: nothing (the engine's loop takes the next boundary as
-# it would have), took a boundary whose step the policy must plan (the step
-# runs again), or took it and started the next dispatch itself (COUNTED:
-# `after_admission` started every running request's decode as a counted member
-# of the cohort, the policy at its fixed point: what `carry_counted` goes on with).
+# What a path below did: nothing (the engine's loop takes the next boundary),
+# took a boundary whose step the policy must plan (the step runs again), or took
+# it and started the next dispatch itself (COUNTED: every running request's
+# decode, a counted member, the policy at its fixed point: `carry_counted`'s).
 NO, AGAIN, STARTED, COUNTED = 0, 1, 2, 3
 
 
@@ -211,10 +211,9 @@ def decoding_next(engine, flight, policy, cohort) -> tuple:
     if everyone and everyone == policy.running_count:
         # Every running request a counted member (the newcomers joined as their
         # prompts' last chunks completed): their decodes open the blocks of one
-        # residue group. Speed: no pass over the rows here (two per arrival in
-        # Python before), and the decodes started counted (`after_admission`):
-        # 4.8% fewer instructions on 20,000 generated requests (the
-        # random-workload tests of test_fold_arrivals.py count this path).
+        # residue group. Speed: no pass over the rows (two an arrival before), the
+        # decodes started counted (`after_admission`): 4.8% fewer instructions on
+        # 20,000 generated requests (test_fold_arrivals.py counts this path).
         return True, everyone, cohort.opening()
     requests = (flight.requests if flight.requests is not None
                 else [r for r, _ in flight.rows])
@@ -267,6 +266,10 @@ def after_admission(engine, until: float) -> tuple[int, float]:
                 # The policy's decodes are every member (the running requests, as
                 # many): started counted, as `_start` finds them (`_start_members`).
                 engine.steadiness.arrivals_counted += 1
+                if (engine._emit is None and engine.ledger.cost is not None
+                        and not engine.agenda.wakes and everyone <= engine.options.token_budget):
+                    start_counted_run(engine, t, order, until)  # (counted_fold.py)
+                    return COUNTED, until
                 # (a listener's snapshot: written with the dispatch, as one text)
                 state = engine._state() if engine._emit is not None else None
                 flight = engine.flight = engine._start_counted(order, everyone,
@@ -285,16 +288,13 @@ def after_admission(engine, until: float) -> tuple[int, float]:
             engine.steadiness.repeated(order)
             if engine.agenda.wakes:
                 until = engine._until()
-            # Else the same as at the flight's start: nothing outside has happened
-            # since, and without a policy's wakeups (nor host memory, timeouts or
-            # a drain, which a stretch carried on never has) the next outside event
-            # does not depend on the time. Speed: one `_until` (and `peek`) fewer
-            # per arrival (18,000 on the Azure trace).
+            # Else as at the flight's start: nothing outside happened since, and
+            # without wakeups (host memory, timeouts, a drain: never here) the next
+            # outside event does not depend on the time. Speed: one `_until` fewer an
+            # arrival (18,000 on the Azure trace).
             if not (flight.members
                     and until - flight.done < FOLD_AFTER * (flight.done - flight.start)):
-                # (with a listener: the rows' text `_start_counted` just wrote, not
-                # made again: 15,334 such starts on the Azure trace)
-                fold(engine, flight, until, 0, rows)
+                fold(engine, flight, until, 0, rows)  # (rows: the text just written)
             return started, until
     engine.take_outside_events()  # (nothing is due before the next outside event)
     return AGAIN, 0

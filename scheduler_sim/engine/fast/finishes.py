@@ -41,6 +41,7 @@ stepped replays.
 from __future__ import annotations
 
 from .arrivals import AGAIN, COUNTED, STARTED, admit_through, after_admission
+from .counted_fold import start_and_fold
 from .folding import FOLD_AFTER, fold
 
 __all__ = ["BACK", "ENDED", "AGAIN", "carry_counted"]
@@ -86,6 +87,7 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
     # rows' text made again only after a finish), then the fold's lines.
     emit = engine.listener
     rows = None
+    fused = emit is None and ledger.cost is not None  # (counted_fold.py's callers' test)
     while True:
         t = flight.done
         if t >= until:
@@ -145,6 +147,10 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
                 steady.repeated(ended, changes)
             return ENDED, until
         # The survivors' decodes, started by count (`_start_counted`), in the same flight.
+        if fused:  # (and folded: counted_fold.py)
+            start_and_fold(engine, flight, t, n, until)
+            changes = steady.changes
+            continue
         engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
         if emit is None:
             done, exact = ledger.decodes(t, n, cohort.start())

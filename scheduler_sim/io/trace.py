@@ -258,6 +258,7 @@ def read_trace(path: str) -> Trace:
             # (a block of columns has a line a request: its newlines need no count)
             number += len(columns.ids) if columns is not None else block.count(b"\n")
         checker.finish(lambda: _file_lines(path))
+        copy.seal()  # (before any replay, or a worker process inheriting it)
     except BaseException:
         copy.close()
         raise

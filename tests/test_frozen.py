@@ -187,3 +187,19 @@ def test_record_inits_set_each_field_through_its_slot():
     assert (a.tick, a.id, a.client_wait) == (3, "x", None)
     assert (b.tick, b.id, b.client_wait) == (4, "y", 2)
     assert "_set" not in Arrival.__init__.__code__.co_names
+
+
+def test_a_field_named_after_another_fields_setter_keeps_its_own_value():
+    """Fields `x` and `x_set` (not set by __init__, default 7) of a frozen record with
+    slots: K(1) has x 1 and x_set 7 (the setter of `x` and the default of `x_set`
+    once shared a name in the compiled __init__)."""
+    from scheduler_sim.records.events import Event
+
+    @record_class
+    class K(Event):
+        x: int
+        x_set: int = dataclasses.field(default=7, init=False)
+
+    make_inits([K])
+    k = K(3, 1)
+    assert (k.tick, k.x, k.x_set) == (3, 1, 7)

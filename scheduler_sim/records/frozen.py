@@ -16,7 +16,8 @@ whose `compare` is true, of two records of the same class; `__hash__` hashes
 the tuple of those whose `hash` is true (or, left None, `compare`); `__repr__`
 shows those whose `repr` is true; `__init__` takes the fields whose `init` is
 true, in order, positionally or by keyword, with their defaults and default
-factories, sets every field (by `object.__setattr__` when frozen) and calls
+factories, sets every field (when frozen, by `object.__setattr__`, or by
+the slot's own descriptor for a class with slots) and calls
 `__post_init__` when the class has one. `dataclasses.fields`, `replace` and
 `asdict` work as on a dataclass (a record has no `InitVar` and no keyword-only
 field: `make_inits` refuses the latter). What differs: `__dataclass_params__` says
@@ -211,8 +212,10 @@ def _init_source(cls: type, scope: dict[str, Any], compact: bool) -> tuple[str, 
                 slot = getattr(cls, name)  # (the slot's member descriptor)
                 if not isinstance(slot, types.MemberDescriptorType):
                     raise TypeError(f"{cls.__name__}.{name} is not a slot")
-                scope[f"{tag}_{name}_set"] = slot.__set__
-                body.append(f"    {tag}_{name}_set(self, {value})\n")
+                # (Named `{tag}__set_` + the field: fields never start with `_`,
+                # so no field's factory or default, `{tag}_` + its name, can be it.)
+                scope[f"{tag}__set_{name}"] = slot.__set__
+                body.append(f"    {tag}__set_{name}(self, {value})\n")
             else:
                 body.append(f"    _set(self, {name!r}, {value})\n" if frozen
                             else f"    self.{name} = {value}\n")

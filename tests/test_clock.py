@@ -247,7 +247,8 @@ def test_texts_of_many_times_are_text_of_each():
 def test_texts_drop_trailing_zeros_and_point_of_each_time():
     """`texts` drops each time's own trailing zeros (one of 6, one of none, a whole
     second, a whole 10 s whose integer zeros stay) and agrees with `text`, whose
-    digits are made another way, on edge values of several steps."""
+    digits are made another way, on edge values of several steps; both agree with
+    repr of the time rounded to the step's digits."""
     us = Clock("s", 1.0, 1e-6, True)
     assert us.texts([10_000_000, 1_234_500, 1_234_567, 20_000_010]) == [
         "10", "1.2345", "1.234567", "20.00001"]
@@ -264,6 +265,11 @@ def test_texts_drop_trailing_zeros_and_point_of_each_time():
         fresh = Clock("s", 1.0, step, True)  # (its `text` memo empty)
         within = [v for v in values if clock._scale // 10_000 <= v < 10 ** 15]
         assert clock.texts(within) == [fresh.text(v) for v in within], step
+        # ...and both are the slow rule's: repr of the time rounded to the step's
+        # digits, an integer when whole (the path `text` takes outside the range).
+        slow = [round(v * step, fresh.digits) for v in within]
+        assert [fresh.text(v) for v in within] == [
+            repr(int(x) if x.is_integer() else x) for x in slow], step
 
 
 def test_texts_remember_the_last_time_for_text():

@@ -43,12 +43,6 @@ class _Unbuilt:
     def add_argument_group(self, *args: Any, **kwargs: Any) -> "_Unbuilt":
         return self
 
-    def add_mutually_exclusive_group(self, *args: Any, **kwargs: Any) -> "_Unbuilt":
-        return self
-
-    def set_defaults(self, **kwargs: Any) -> None:
-        return None
-
 
 class Subcommands:
     """The commands of `parser` (its `add_subparsers`, given `kwargs`), as their builders
@@ -73,5 +67,5 @@ class Subcommands:
         return self.action.choices
 
     def add_parser(self, name: str, **kwargs: Any) -> Any:
-        self.filled = self.asked is None or self.asked in (name, *kwargs.get("aliases", ()))
+        self.filled = self.asked is None or self.asked == name
         return self.action.add_parser(name, **kwargs)

@@ -13,8 +13,8 @@ Messages are printed through `terminal_text.printable`, one line each whatever
 text they carry. Together with `commands` and `outputs` this is the only
 layer that touches argv, stdout, stderr and files.
 
-`main_entry`, the console script and `python -m scheduler_sim`, lives in
-`cli.entry`, which sets the process up (signals, standard output) before it
+`main_entry` (behind the console script, `command`, and `python -m
+scheduler_sim`) lives in `cli.entry`, which sets the process up (signals, standard output) before it
 imports this module and the simulator behind it; it is also importable from
 here.
 """

@@ -110,7 +110,7 @@ def test_replays_with_a_cost_model_take_this_path_and_match_the_stepped_ones():
     are those of the stepped replay (no fast-forward), request for request."""
     from conftest import trace_bytes
     from scheduler_sim.engine.core import Engine
-    from scheduler_sim.engine.fast import counted_fold
+    from scheduler_sim.engine.fast import counted_fold, finishes
     from scheduler_sim.engine.summary import request_record
     from scheduler_sim.io.trace import parse_trace
     from scheduler_sim.records.options import Options
@@ -125,14 +125,25 @@ def test_replays_with_a_cost_model_take_this_path_and_match_the_stepped_ones():
             options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
                                                      "block_size": 16, "num_blocks": 512})
             engine = Engine(trace.workload, options, policy, fast_forward=fast)
-            calls = []
+            # Calls from each caller: after an admission (through counted_fold's
+            # own name) and at carry_counted's boundaries (finishes' import of it).
+            calls = {counted_fold: 0, finishes: 0}
             start = counted_fold.start_and_fold
-            counted_fold.start_and_fold = lambda *a, start=start: calls.append(1) or start(*a)
+
+            def counting(module):
+                def call(*args):
+                    calls[module] += 1
+                    return start(*args)
+                return call
+
+            for module in calls:
+                module.start_and_fold = counting(module)
             try:
                 result = engine.run()
             finally:
-                counted_fold.start_and_fold = start
+                for module in calls:
+                    module.start_and_fold = start
             outcomes.append((result.summary, [request_record(r) for r in result.requests]))
             if fast:
-                assert calls and engine.steadiness.folded > 0
+                assert min(calls.values()) > 0 and engine.steadiness.folded > 0
         assert outcomes[0] == outcomes[1]

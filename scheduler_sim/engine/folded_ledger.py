@@ -19,7 +19,7 @@ __all__ = ["FoldedStretches"]
 
 class FoldedStretches:
     """`DispatchLedger`'s folded stretches (mixed into it: its `stats`, `cost`,
-    `clock`, `work_series`, `decodes`, `timed` and `gap`)."""
+    `clock`, `work_series`, `decodes` and `timed`)."""
 
     __slots__ = ()
 

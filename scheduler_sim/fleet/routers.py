@@ -232,7 +232,7 @@ class PrefixAffinity(Router):
         lead: list[int] = []
         rest = openers
         if may_hold is not None and first and openers & first:
-            lead = _bits_of(openers & first, count)
+            lead = _bits_of(openers & first)
             if len(lead) > 1:
                 lead.sort(key=loads.__getitem__)
             rest = openers & ~first
@@ -290,10 +290,8 @@ class PrefixAffinity(Router):
         return hit, best
 
 
-def _bits_of(mask: int, count: int):
-    """The replicas (of `count`) whose bit is set in `mask`, in increasing order."""
-    if mask == EVERY:
-        return range(count)
+def _bits_of(mask: int) -> list[int]:
+    """The replicas whose bit is set in `mask` (a finite mask), in increasing order."""
     out = []
     while mask:
         low = mask & -mask

@@ -661,3 +661,24 @@ def test_round_robin_reaches_a_replica_at_the_next_arrival_whose_turn_it_is():
     router.turn = 5
     upcoming = deque(RequestSpec(f"r{t}", t, t, 4, 2, 2) for t in (10, 11, 12))
     assert [router.reaches(i, upcoming, 4) for i in range(4)] == [float("inf"), 10, 11, 12]
+
+
+def test_prefix_affinity_reads_keys_as_runs_for_vllm_replicas(monkeypatch):
+    """The router asks for a request's keys as runs, as vLLM's cache does: replaying
+    the previous test's requests (one resending 3 of 3 blocks) on 4 vllm replicas
+    under prefix-affinity makes no request's key list (`BlockKeys.keys`), where the
+    router once made one for every request, and the cache then kept it up to date
+    (an int object per key)."""
+    made = []
+    listed = BlockKeys.keys.fget
+    monkeypatch.setattr(BlockKeys, "keys", property(lambda self: made.append(1) or listed(self)))
+    records = [{"type": "config", "block_size": 4, "hash_block_size": 4}]
+    records += [req(f"r{i}", 0 if i == 0 else 4 + i, 16, 50,
+                    block_hashes=[0, 100 + i, 200 + i, 300 + i]) for i in range(8)]
+    records.append(req("again", 20, 16, 2, block_hashes=[0, 105, 205, 305]))
+    result, events = _fleet(records, "vllm", audit=False, prefix_caching=True, replicas=4,
+                            router="prefix-affinity", num_blocks=64, affinity_threshold=0)
+    assert made == []  # (an audit reads the list: not asked here)
+    assert result.summary["completed"] == 9
+    again = [e for _, e in events if e["event"] == "admitted" and e["id"] == "again"]
+    assert [e["cached_tokens"] for e in again] == [12]  # (r5's 3 blocks, found)

@@ -114,7 +114,7 @@ class HashHolders:
         """The mask of the replicas that may hold the key of `block` (already computed
         in `keys`): those sent the hash id of the entry its last token is in, if
         the key is one made from hash ids; else every replica (`EVERY`)."""
-        if type(keys.keys[block]) is not int:
+        if block >= keys.ints:  # (a key of another kind: the integer keys lead)
             return EVERY
         value = keys.hashes[((block + 1) * keys.block_size - 1) // keys.hash_block_size]
         if type(value) is int and 0 <= value < len(self.dense):

@@ -221,7 +221,13 @@ class PrefixAffinity(Router):
         (8.4761e9 -> 8.4508e9, callgrind)."""
         hit, best = 0, 0
         ensure = keys.ensure
-        key_list = ensure(1)
+        # The keys as runs, read by `key_at`: a list made here was kept up to date by
+        # the replica's vLLM cache from then on, an int object per key (the runs
+        # are what that cache reads). Speed: 64 replicas on the first 1,999 Mooncake
+        # requests, 7.5772e9 -> 7.2619e9 instructions (0.958x, callgrind; a final
+        # read of the thirteenth steps).
+        ensure(1, False)
+        key_at = keys.key_at
         count = len(replicas)
         # The replicas that may hold the first key (a bit each; every one without
         # hints): those also in `first` ahead, lightest first (index order on a tie),
@@ -268,17 +274,21 @@ class PrefixAffinity(Router):
                 if loses:  # it needs more blocks to win
                     if hit == most:
                         continue
-                    if ahead is None and may_hold is not None and len(key_list) > hit:
+                    if ahead is None and may_hold is not None and keys.known > hit:
                         ahead = may_hold(keys, hit)
                     if ahead is not None and not (ahead >> i) & 1:
                         # Finds at most as many, and loses the tie (the key after
                         # the hit is known: asked, its `ensure` would add nothing).
                         continue
-                if not replica.holds(key_list[hit - 1]):
+                if not replica.holds(key_at(hit - 1)):
                     continue  # finds fewer
-                if loses and (hit == most or not replica.holds(ensure(hit + 1)[hit])):
-                    continue  # finds at most as many, and loses the tie
-            elif not replica.holds(key_list[0]):
+                if loses:
+                    if hit == most:
+                        continue  # finds at most as many, and loses the tie
+                    ensure(hit + 1, False)
+                    if not replica.holds(key_at(hit)):
+                        continue  # finds at most as many, and loses the tie
+            elif not replica.holds(key_at(0)):
                 continue  # finds none
             found = replica.cached_blocks(keys, most)
             # (a tie needs a hit: then `loses` was set for this replica above)

@@ -46,17 +46,18 @@ class TailFirstKeys(list):
     as `_run_down` finds, and a run whose blocks are known to be the ones
     indexed (no duplicate cached) need not be compared with the bucket to be
     set or cleared (`KeyIndex.forget`, `QueueMembers.add`). Any slice or copy
-    of it is a plain list, and proves nothing: only the freed table's own list
-    (made by the allocator when the table goes straight back to the free
-    pools, not merged with others in the drain queue) and a subsequence of it
-    made as such keep the type.
+    of it is a plain list, and proves nothing. Since a freed table's keys go to
+    the queue as runs (`tail_first.TailFirstRuns`: a `range` going down per run
+    of integer keys, which proves the same), this type is made only as part of
+    such a run kept when others are cut off it (`run_queue._same_kind`).
 
     Speed: spares the comparisons of a run's blocks with the bucket's slice (a
     copy of the blocks, reversed, and a compare, both when a freed table joins
     vLLM's queue and when it is evicted): replaying the first 2,000 Mooncake
     requests under vllm, 82.6 million instructions of slices and compares
-    saved and 0.979x the instructions in all (this list's copy of the keys and
-    its slower indexing, as a subclass, cost back about 35 million)."""
+    saved and 0.979x the instructions in all, when the freed table's own list
+    was of this type (before its keys went as runs, benchmarks/README.md,
+    "thirteenth steps", helper keys9)."""
 
     __slots__ = ()
 

@@ -10,8 +10,9 @@ request's keys run on consecutive integers, and its table is freed and
 evicted tail first, so its blocks join and leave the queue as a few runs of
 keys going down: each run is a compare of the bucket's slice with the blocks
 (are they the indexed blocks?) and one slice of flags written; not even the
-compare when the keys are the freed table's own list (`TailFirstKeys`: runs
-found exactly) and no duplicate is cached (every block is indexed). Every other
+compare when the keys go down by one (a `range` of a freed table's run of
+keys, or `TailFirstKeys`: runs found exactly) and no duplicate is cached
+(every block is indexed). Every other
 free block (a key of another kind: a request's own content, its decodes'; or
 a duplicate, a block whose key indexes another block) is a member of the set
 `loose`.
@@ -100,9 +101,9 @@ class QueueMembers:
         """`blocks`, carrying `keys` (position for position), join the queue: a
         freed table's keyed blocks, tail first, so its integer keys go down.
         `indexed`: each of `blocks` is the block the index names for its key (no
-        duplicate is cached); with keys that are a freed table's own
-        (`TailFirstKeys`, found in runs exactly) a run's flags are then set
-        without comparing its blocks with the bucket's slice."""
+        duplicate is cached); with keys that go down by one (a freed table's run,
+        a `range`, or `TailFirstKeys`: found in runs exactly) a run's flags are
+        then set without comparing its blocks with the bucket's slice."""
         count = len(blocks)
         if not count:
             return

@@ -140,7 +140,7 @@ def test_printable_escapes_what_a_terminal_would_obey():
 def test_error_messages_are_escaped_whatever_built_them(monkeypatch, error, expected):
     """A message that carries raw text (not quoted by repr where it was built) still prints
     as one escaped line per problem; text already escaped by repr is left as it is."""
-    def fail(path):
+    def fail(path, keep=True):
         raise error
 
     monkeypatch.setattr(scheduler_sim.cli.replay, "read_trace", fail)

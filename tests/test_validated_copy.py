@@ -155,3 +155,24 @@ def test_forked_workers_replay_a_long_trace_as_one_process(tmp_path, streamed):
     two = run([*asked, "-j", "2"])
     assert one[0] == two[0] == 0 and one[2] == two[2] == ""
     assert two[1] == one[1]
+
+
+def test_validate_keeps_no_copy(tmp_path, streamed, monkeypatch):
+    """`validate` replays nothing: no temporary file is made (one made would fail
+    here), and it prints the trace's summary; `read_trace(keep=False)` still gives
+    the requests, read from the file again."""
+    import tempfile
+    from test_cli import run
+
+    def no_file(*args, **kwargs):
+        raise OSError("no temporary file expected")
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(W % (b"r0", b"0", b"4", b"2") + W % (b"r1", b"1", b"5", b"3"))
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_file)
+    status, out, err = run(["validate", str(path)])
+    assert (status, err) == (0, "")
+    assert out == f"{path}: ok, 2 requests, arrivals 0..1 ticks, 0 cancels, 0 preempts, 0 expects\n"
+    trace = read_trace(str(path), keep=False)
+    assert trace.workload.requests == (RequestSpec("r0", 1, 0, 4, 2, 2),
+                                       RequestSpec("r1", 2, 1, 5, 3, 3))

@@ -228,13 +228,15 @@ def _line_requests(path: str, first: int, block: bytes, unit: str, hbs: int
             raise
 
 
-def read_trace(path: str) -> Trace:
+def read_trace(path: str, keep: bool = True) -> Trace:
     """Read and validate a trace file (`-` is standard input, read whole).
 
     A file larger than STREAM_ABOVE bytes is read once, a block at a time, to
     validate it; each block, as validation converted it, goes to a temporary
     file (`ValidatedCopy`) that each replay reads back a block at a time, so a
-    replay holds only the requests that are live. Its requests out of arrival
+    replay holds only the requests that are live. `keep` false (`validate`,
+    which replays nothing): no copy is written, and a replay would read the
+    file again. Its requests out of arrival
     order in the file are sorted in memory instead (about 1 KB each). A
     smaller file is read whole.
     """
@@ -249,7 +251,7 @@ def read_trace(path: str) -> Trace:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
         return dataclasses.replace(parse_trace(data, path), directory=_folder(path))
     checker = Validator(path, streamed=True)
-    copy = ValidatedCopy()  # (each block as validation read it, for the replays)
+    copy = ValidatedCopy(keep)  # (each block as validation read it, for the replays)
     try:
         number = 1  # (the block's first line)
         for block in _file_blocks(path):

@@ -55,9 +55,10 @@ class ValidatedCopy:
         self.end = 0  # bytes written
         self.sealed = False  # flushed, and written no more
         self.lock = threading.Lock()  # (only where os.pread is missing)
-        # False: a copy sent to another process (a sweep's worker): an open temporary
-        # file does not travel, so it keeps nothing and its reader reads the trace
-        # file again there, as validation converted it (`trace._converted_blocks`).
+        # False: a copy sent to another process (a sweep's worker: an open temporary
+        # file does not travel) or of a trace nothing replays (`validate`): it keeps
+        # nothing, and a reader reads the trace file again, as validation converted
+        # it (`trace._converted_blocks`).
         self.kept = kept
 
     def __reduce__(self):
@@ -66,6 +67,8 @@ class ValidatedCopy:
     def add(self, first: int, block: bytes, columns: Columns | None) -> None:
         """Keep block `block` (whole lines), whose first line is line `first`: as its
         columns if validation converted it (`columns`), else as its bytes."""
+        if not self.kept:
+            return  # (a copy that keeps nothing: its reader reads the file again)
         if self.sealed:
             raise ValueError("a sealed copy takes no more blocks")
         if self.file is None:

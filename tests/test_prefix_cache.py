@@ -1072,16 +1072,23 @@ def test_tree_mode_heap_of_candidates_stays_bounded_and_keeps_the_order():
 
 
 class _Keys:
-    """A request's keys given outright; `ensure` notes how far it was asked."""
+    """A request's keys given outright, all of other kinds than integers (so `tail`,
+    as a `BlockKeys` holds them); `ensure` notes how far it was asked."""
 
     found = None  # (`BlockKeys.found`: the radix tree's kept answer)
+    ints = 0
+    run_pos: list = []
+    run_key: list = []
 
     def __init__(self, keys: list) -> None:
-        self.keys, self.asked = keys, []
+        self.keys, self.tail, self.asked = keys, keys, []
 
-    def ensure(self, count: int) -> list:
+    def ensure(self, count: int, listed: bool = True) -> list:
         self.asked.append(count)
         return self.keys
+
+    def span(self, start: int, stop: int) -> list:
+        return self.keys[start:stop]
 
 
 class _CountedIndex(RadixIndex):

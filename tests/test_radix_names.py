@@ -127,3 +127,69 @@ def test_the_audit_names_a_wrong_entry_and_a_node_held_in_part():
     c.audit({}, [], set())
     with pytest.raises(InvariantError, match="hold 2 of its 4 blocks"):
         c.audit({"B": hits[:2]}, [], set())
+
+
+def _held_in_part(pool: int) -> tuple[BlockAllocator, RadixCache]:
+    """A's node 0 = [0..5] (its keys one run: a `range`) free; B shares [0, 1],
+    part of it (every node named whole first: node 0 loose, [5, 4, 3, 2] free), and
+    writes 10 rows ([0, 1, 6], nothing new keyed); C (entries 5, 6) writes 12 rows
+    into [7, 8, 9], node 1 (its keys a `range` too), named at 7 and 9 only, in
+    `ends_only`."""
+    a = BlockAllocator(pool, 4, cache=RadixCache())
+    c = a.cache
+    a.grow("A", 26)
+    a.register_full_blocks("A", _hashed(0, [1, 2, 3]), 26)
+    a.free_request("A", 0, 0)
+    a.share("B", [0, 1], BlockKeys(1, 32, 4, 8, hashes=[1, 7, 8, 9]))
+    a.grow("B", 10)
+    a.grow("C", 12)
+    a.register_full_blocks("C", _hashed(2, [5, 6]), 12)
+    assert (a.table("B"), a.table("C"), list(c.free_blocks)) == ([0, 1, 6], [7, 8, 9],
+                                                                 [5, 4, 3, 2])
+    assert (c.node_at, list(c.ends_only), c.nodes[0][7]) == (
+        [0, 0, 0, 0, 0, 0, None, 1, None, 1], [1], True)
+    assert [(type(c.nodes[n][4]), len(c.nodes[n][4])) for n in (0, 1)] == [(range, 6),
+                                                                          (range, 3)]
+    a.audit()
+    return a, c
+
+
+def test_a_block_evicted_alone_names_every_node_first():
+    """Pool of 10 (`_held_in_part`, no plain block free): C grows to 20 rows, two
+    blocks more; no whole node can go (node 0 is held in part, node 1 whole), so
+    the least recently freed blocks go alone, 5 then 4 (`pop_oldest`, which names
+    node 1 whole first), taken out of node 0 (its keys a list now, the first 4)."""
+    a, c = _held_in_part(10)
+    keys = c.nodes[0][4]
+    a.grow("C", 20)
+    assert (a.table("C"), list(c.free_blocks), c.ends_only) == ([7, 8, 9, 5, 4], [3, 2], {})
+    assert (c.node_at[4:], c.nodes[0][0], c.nodes[0][4]) == (
+        [None, None, None, 1, 1, 1], [0, 1, 2, 3], list(keys[:4]))
+    a.audit()
+
+
+def test_a_table_freed_part_way_through_a_node_names_every_node_first():
+    """Pool of 16 (`_held_in_part`): B's table [0, 1, 6], freed tail first, is plain 6
+    and then [1, 0], part of node 0: not whole nodes, so every node is named whole
+    first (node 1 at 8 too) and each block's entry read (`give`); node 0 is free
+    whole again, [1, 0] at the tail."""
+    a, c = _held_in_part(16)
+    a.free_request("B", 0, 0)
+    assert (c.node_at, c.ends_only, list(c.free_blocks), a.free) == (
+        [0, 0, 0, 0, 0, 0, None, 1, 1, 1], {}, [5, 4, 3, 2, 1, 0], 13)
+    a.audit()
+
+
+def test_the_free_queues_compaction_names_every_node_first():
+    """`_compact` (the free queue's, when stale entries pile up) reads each live
+    block's entry: node 0 (`_freed_a`, batch 1) is named whole first, and its
+    blocks become batch 2, in the same order."""
+    a, c = _freed_a()
+    queue = c.free_blocks
+    assert (queue.batches, c.node_at, list(c.ends_only)) == (
+        {1: [[5, 4, 3, 2, 1, 0], 6, 0]}, [0, None, None, None, None, 0], [0])
+    queue._compact()
+    assert (queue.batches, queue.entries, c.node_at, c.ends_only, c.nodes[0][6]) == (
+        {2: [[5, 4, 3, 2, 1, 0], 6, 0]}, 6, [0, 0, 0, 0, 0, 0], {}, 2)
+    assert list(queue) == [5, 4, 3, 2, 1, 0]
+    a.audit()

@@ -188,6 +188,32 @@ class BlockKeys:
         r = bisect_right(pos, i) - 1
         return self.run_key[r] + i - pos[r]
 
+    def span(self, start: int, stop: int) -> range | list:
+        """The keys of blocks `start` to `stop` (computed already): a `range` when
+        they are one run of consecutive integer keys (the radix tree keeps a
+        node's keys so), else a list."""
+        ints = self.ints
+        keys: list = []
+        if start < ints and start < stop:
+            pos, first = self.run_pos, self.run_key
+            last = len(pos) - 1
+            r = bisect_right(pos, start) - 1
+            i = start
+            while i < stop and i < ints:
+                end = pos[r + 1] if r < last else ints
+                if end > stop:
+                    end = stop
+                key = first[r] + i - pos[r]
+                if i == start and end == stop:
+                    return range(key, key + stop - start)
+                keys += range(key, key + end - i)
+                i = end
+                r += 1
+            start = i
+        if start < stop:
+            keys += self.tail[start - ints:stop - ints]
+        return keys
+
     def ensure(self, count: int, listed: bool = True) -> list | None:
         """Compute the keys of the first `count` full blocks; return the key list
         (`keys`). With `listed` false, no list is made for them: they are kept as

@@ -40,6 +40,7 @@ from .free_queue import FreeQueue, entries_at
 from .radix_audit import audit_tree
 from .radix_index import RadixIndex
 from .radix_stamps import Stamps
+from .radix_walk import walk
 from .prefix_cache import PrefixCache
 
 __all__ = ["RadixCache"]
@@ -57,7 +58,8 @@ class RadixCache(Stamps, PrefixCache):
         # node's blocks are not cleared: `_node`).
         self.node_at: list[int | None] = []
         # node -> [blocks, parent, children, stamp, keys, free, batch, loose]:
-        # `keys[i]` is the key of `blocks[i]`; the last three are the free queue's
+        # `keys[i]` is the key of `blocks[i]` (`keys` a `range` when they are one run of
+        # consecutive integer keys: `radix_walk`); the last three are the free queue's
         # (`free_queue`: how many blocks are free, since which batch, or each its own).
         self.nodes: dict[int, list] = {}
         # node -> its entry, for the nodes named at their ends only (`node_names`).
@@ -90,18 +92,20 @@ class RadixCache(Stamps, PrefixCache):
         if full <= start:
             # Nothing new (e.g. a request ends without filling another block):
             # SGLang's insert still walks the path it holds and stamps it.
-            last = self.index.get(keys.ensure(full)[full - 1]) if full else None
+            if full:
+                keys.ensure(full, False)
+            last = self.index.get(keys.key_at(full - 1)) if full else None
             if last is not None:
                 self.stamp_path(self.split_after(last))
             self._registered(keys, start, start)
             return None
-        key_list = keys.ensure(full)
+        keys.ensure(full, False)  # (as runs: no list of the keys made, `span`)
         index = self.index
         if keys.hashes is not None and not index.buckets:
             # Buckets of integer keys as wide as a hash entry's blocks.
             index.set_width(-(-keys.hash_block_size // keys.block_size))
         writers = self.writers
-        new_keys = key_list[start:full]
+        new_keys = keys.span(start, full)  # (a `range` when one run: a node's keys)
         new_blocks = table[start:full]
         node = self._node
         first = new_blocks[0]
@@ -114,7 +118,7 @@ class RadixCache(Stamps, PrefixCache):
             # already with another block (was one `dict.setdefault` per key, in C).
             # Blocks keyed already can only lead the run (a look-up's hits, when the
             # caller did not count them registered): its first is not.
-            cached = index.add(key_list, start, full, table)
+            cached = index.add(keys, start, full, table)
             if cached:
                 cached = list(map(index.get, new_keys))
         else:
@@ -150,14 +154,14 @@ class RadixCache(Stamps, PrefixCache):
         if new_blocks:
             # One leaf for the run, cut where the prompt ends: SGLang splits a
             # request's insert there so that its outputs go first.
-            parent = index.get(key_list[first_new - 1]) if first_new else None
+            parent = index.get(keys.key_at(first_new - 1)) if first_new else None
             cut = keys.prompt_tokens // keys.block_size - first_new
             if 0 < cut < len(new_blocks):
                 self.add_run(new_blocks[:cut], new_keys[:cut], parent)
                 parent = new_blocks[cut - 1]
                 new_blocks, new_keys = new_blocks[cut:], new_keys[cut:]
             self.add_run(new_blocks, new_keys, parent)
-        last = index.get(key_list[full - 1])
+        last = index.get(keys.key_at(full - 1))
         if last is not None:
             # (The run may end inside a cached node: split there.)
             self.stamp_path(self.split_after(last))
@@ -197,62 +201,8 @@ class RadixCache(Stamps, PrefixCache):
         keys.found = (self, max_blocks, hits[:], path, missing, self.detached)
         return hits
 
-    def _walk(self, keys, max_blocks):
-        """`PrefixCache.find`'s walk (the same blocks, keys computed in the same
-        growing slices), a node at a time: every key of a node is indexed to the
-        node's block at its position, so the request's keys that equal a node's
-        from the block the index names on are found by one list comparison, not a
-        dictionary look-up each (a hit spans a few nodes of up to hundreds of
-        blocks). A key that differs is looked up in the index afresh; a node that
-        a slice's end cut through goes on in the next slice where its next key is
-        the request's (the index would name that block: no look-up). Returns the
-        blocks, the nodes entered and the key not cached that ended the walk
-        (None: it ended at `max_blocks`)."""
-        index = self.index
-        get, buckets, width = index.get, index.buckets, index.width
-        node_at, nodes = self.node_at, self.nodes
-        hits: list[int] = []
-        path: list[int] = []  # the nodes entered, in order
-        i = 0  # keys found so far
-        start, step = 0, 16
-        blocks, node_keys, at = (), (), 0  # the node the walk is in, its next place
-        while start < max_blocks:
-            end = start + step if start + step < max_blocks else max_blocks
-            key_list = keys.ensure(end)
-            while i < end:
-                key = key_list[i]
-                if at >= len(blocks) or key != node_keys[at]:
-                    if type(key) is int:  # (`RadixIndex.get` inline: once a node)
-                        bucket = buckets.get(key // width)
-                        block = None if bucket is None else bucket[key % width]
-                    else:
-                        block = get(key)
-                    if block is None:
-                        return hits, path, key
-                    # (A node's first block, always named, but after a `_detach`.)
-                    node = node_at[block] if block < len(node_at) else None
-                    if node not in nodes:
-                        node = self._node(block)
-                    path.append(node)
-                    info = nodes[node]
-                    blocks, node_keys = info[0], info[4]
-                    at = 0 if blocks[0] == block else blocks.index(block)
-                n = len(blocks) - at
-                if n > end - i:
-                    n = end - i
-                if n > 1 and key_list[i:i + n] != node_keys[at:at + n]:
-                    n = 1  # (the first key is the node's: the index named its block)
-                    while key_list[i + n] == node_keys[at + n]:
-                        n += 1
-                    hits += blocks[at:at + n]
-                    i += n
-                    blocks = ()  # (the next key differs from the node's: look it up)
-                    continue
-                hits += blocks[at:at + n]
-                i += n
-                at += n
-            start, step = end, step * 4
-        return hits, path, None
+    # A look-up's walk, reading the request's keys as runs (`radix_walk`).
+    _walk = walk
 
     def touch(self, block):
         """A look-up's run ends at `block`: split its node there, stamp its path."""
@@ -331,8 +281,8 @@ class RadixCache(Stamps, PrefixCache):
 
     def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int,
                   ends: bool = True) -> int:
-        """A node of `blocks` and their `keys` (lists it takes as its own: every
-        caller passes slices made for it) under `parent`, named at its first and
+        """A node of `blocks` and their `keys` (a list it takes as its own, or a
+        `range`: every caller passes slices made for it) under `parent`, named at its first and
         last blocks only if `ends` (`node_names`), else at every block."""
         node = self.next_node
         self.next_node += 1
@@ -429,6 +379,8 @@ class RadixCache(Stamps, PrefixCache):
         info = self.nodes[node]
         i = info[0].index(block)
         del info[0][i]
+        if type(info[4]) is range:  # (a node's keys as one run: a list now)
+            info[4] = list(info[4])
         del self.index[info[4].pop(i)]
         if not info[0]:
             del self.nodes[node]

@@ -64,21 +64,31 @@ class Stamps:
 
     def stamp_path(self, node: int | None) -> None:
         """Stamp the nodes from the root down to `node` (None: none)."""
-        path = []
+        if node is None:
+            return
+        # (`_offer`, inline: a conversation's path is dozens of nodes, and this ran
+        # for every look-up: 7% of a replay.) Every node above `node` has a child
+        # (the one below it on the path: the children's counts are audited), so
+        # only `node` itself may be a candidate. The stamps count up from the
+        # root, given here from `node` up, counting down: each node's entry read
+        # once. (Was two passes, the path's numbers then their entries, a
+        # candidate's test at each node: 0.46 s of cProfile's 23.4 s on the
+        # Mooncake replay under `sglang`, 165,014 calls.)
         nodes = self.nodes
-        while node is not None:
-            path.append(node)
-            node = nodes[node][1]
-        # (`_offer`, inline: a conversation's path is dozens of nodes, all but the
-        # last with children, and this ran for every look-up: 7% of a replay.)
-        clock = self.clock
+        leaf = nodes[node]
+        path = [leaf]
+        up = leaf[1]
+        while up is not None:
+            info = nodes[up]
+            path.append(info)
+            up = info[1]
+        clock = self.clock + len(path)
+        self.clock = stamp = clock
+        for info in path:
+            info[3] = stamp
+            stamp -= 1
         heap = self.candidates
-        for node in reversed(path):
-            clock += 1
-            info = nodes[node]
-            info[3] = clock
-            if not info[2]:
-                heapq.heappush(heap, (clock, node))
-        self.clock = clock
+        if not leaf[2]:
+            heapq.heappush(heap, (clock, node))
         if len(heap) > 2 * len(nodes) + SLACK:
             self._compact()

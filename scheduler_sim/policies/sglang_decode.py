@@ -25,6 +25,7 @@ the paged allocator's eviction ahead of a decode batch.
 """
 from __future__ import annotations
 
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from ..kv.allocator import blocks_for
@@ -101,4 +102,4 @@ def decode_batch(policy: SglangPolicy, now: int) -> Plan:
         # SGLang's paged allocator evicts from the tree until every row could
         # open a page, whether it needs one or not.
         allocator.evict_until(len(rows))
-    return [(r, 1) for r in rows]
+    return list(zip(rows, repeat(1)))  # (the plan's (request, 1) pairs, made in C)

@@ -279,11 +279,12 @@ class RadixCache(Stamps, PrefixCache):
 
     # --- the tree -----------------------------------------------------------------
 
-    def _new_node(self, blocks: list[int], keys: list, parent: int | None, stamp: int,
+    def _new_node(self, blocks: list[int], keys: list | range, parent: int | None, stamp: int,
                   ends: bool = True) -> int:
         """A node of `blocks` and their `keys` (a list it takes as its own, or a
-        `range`: every caller passes slices made for it) under `parent`, named at its first and
-        last blocks only if `ends` (`node_names`), else at every block."""
+        `range`: every caller passes slices made for it) under `parent`, named at
+        its first and last blocks only if `ends` (`node_names`), else at every
+        block."""
         node = self.next_node
         self.next_node += 1
         info = self.nodes[node] = [blocks, parent, 0, stamp, keys, 0, 0, False]
@@ -335,8 +336,8 @@ class RadixCache(Stamps, PrefixCache):
         self._offer(node)
         return head
 
-    def add_run(self, blocks: list[int], keys: list, parent_block: int | None) -> None:
-        """Blocks registered together, with their keys (lists the node takes): a
+    def add_run(self, blocks: list[int], keys: list | range, parent_block: int | None) -> None:
+        """Blocks registered together, with their keys (the node takes both): a
         new leaf node under the node of `parent_block`, split after it (SGLang's
         insert of a run of new tokens)."""
         parent = self.split_after(parent_block) if parent_block is not None else None

@@ -5,8 +5,9 @@ ledger.py, records what they add to the run; this module only times them).
 Each dispatch starts where the previous one ended exactly and completes at the
 first clock step at or after its own exact end (at least one step later), with
 exactly the floats and roundings of timing them one at a time
-(`Clock.end_step`): a long stretch is timed a slice at a time in C, a short one
-in a plain loop. What the ledger needs of the lengths (in steps) is how many
+(`Clock.end_step`): a long stretch whose lengths grow slowly enough to be
+counted in runs (below) is timed a slice at a time in C, any other in a plain
+loop. What the ledger needs of the lengths (in steps) is how many
 dispatches lasted each length (their output gaps), and the last one's.
 
 Lengths counted a run at a time (a slice of a long stretch, without event

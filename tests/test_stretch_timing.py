@@ -11,7 +11,7 @@ from itertools import accumulate
 import pytest
 
 from scheduler_sim.engine import stretch_timing
-from scheduler_sim.engine.stretch_timing import _count_runs, _time_each, time_stretch
+from scheduler_sim.engine.stretch_timing import _count_runs, _runs_may_count, _time_each, time_stretch
 from scheduler_sim.gpu.catalogue import gpu_named, model_named
 from scheduler_sim.gpu.coefficients import Coefficients
 from scheduler_sim.gpu.costmodel import CostModel
@@ -154,6 +154,43 @@ def test_a_stretch_ended_soon_by_until_is_not_sliced(monkeypatch):
         got = time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, 1001 + away, None, gaps)
         assert taken == slices and got[0] == n
         assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, 2, 8000, 100, 1001 + away)
+
+
+def test_runs_may_count_a_first_slice_growing_by_under_six_31sts_of_a_step():
+    """A first slice of 32 dispatches growing by g steps each is counted in runs
+    when (31 g + 2) x 4 <= 32, that is g <= 6/31 (about 0.1935)."""
+    assert _runs_may_count(0.0) and _runs_may_count(0.19) and _runs_may_count(6 / 31)
+    assert not _runs_may_count(0.2) and not _runs_may_count(0.48)
+
+
+def test_a_stretch_growing_too_fast_for_runs_is_timed_one_at_a_time(monkeypatch):
+    """100 dispatches of 9 rows of 0.0065 + 5e-8 x context s on 1 us steps: each
+    0.45 steps longer than the one before, too fast for runs of a slice
+    (`_runs_may_count`), so none is sliced, with or without event records; the
+    same results as the one-at-a-time loop, and a start each."""
+    taken = _slices_counted(monkeypatch)
+    passes: list[int] = []
+    real = stretch_timing._time_each
+
+    def timing(*args):
+        passes.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(stretch_timing, "_time_each", timing)
+    cost = Series(0.0065, 5e-8)
+    expected = one_at_a_time(cost, US, 1000.25, 1001, 9, 8000, 100, INF)
+    for starts in (None, []):
+        gaps: dict[int, int] = {}
+        assert (time_stretch(cost, US, 1000.25, 1001, 9, 8000, 100, INF, starts, gaps),
+                gaps) == expected
+        assert taken == [] and passes == []
+    (n, end, _, last, _), _ = expected
+    assert len(starts) == n == 100 and starts[0] == 1001 and starts[-1] == end - last
+    assert all(a < b for a, b in zip(starts, starts[1:]))
+    # Growing by 0.018 steps (2 rows of 9e-9 s a token): sliced, counted in runs.
+    cost = Series(0.0065, 9e-9)
+    assert time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, None, {})[0] == 100
+    assert taken == [True, True]
 
 
 def test_a_short_stretch_timed_one_at_a_time_by_hand():

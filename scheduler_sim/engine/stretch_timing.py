@@ -5,8 +5,9 @@ ledger.py, records what they add to the run; this module only times them).
 Each dispatch starts where the previous one ended exactly and completes at the
 first clock step at or after its own exact end (at least one step later), with
 exactly the floats and roundings of timing them one at a time
-(`Clock.end_step`): a long stretch is timed a slice at a time in C, a short one
-in a plain loop. What the ledger needs of the lengths (in steps) is how many
+(`Clock.end_step`): a long stretch whose lengths grow slowly enough to be
+counted in runs (below) is timed a slice at a time in C, any other in a plain
+loop. What the ledger needs of the lengths (in steps) is how many
 dispatches lasted each length (their output gaps), and the last one's.
 
 Lengths counted a run at a time (a slice of a long stretch, without event
@@ -80,7 +81,10 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     # length (in steps) fit before it, and one more. Speed: of the 7,223 folds
     # allowed SLICED or more on the Azure trace under continuous, about 4,300
     # are ended sooner by `until`; they timed a first slice of 32 dispatches.
-    sliced = most >= SLICED and (
+    # Only a stretch whose first slice may be counted in runs is sliced
+    # (`_runs_may_count`): a slice timed by `_time_each`'s C passes costs more
+    # than the loop below (see the function).
+    sliced = most >= SLICED and starts is None and _runs_may_count(rows * kv / step_seconds) and (
         until == INF
         or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows)))
     if sliced:
@@ -160,6 +164,23 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     else:
         del gaps[last]
     return folded, done, exact, last, busy
+
+
+def _runs_may_count(growth: float) -> bool:
+    """Whether `_count_runs` may count a first slice (SLICED dispatches) whose
+    lengths grow by `growth` steps a dispatch (`rows * kv` seconds over the
+    step): its own test, `(steps[-1] - steps[0] + 2) * RUN_COST > len(steps)`,
+    with the slice's growth taken as (SLICED - 1) * growth.
+
+    Speed: otherwise the slice is timed by `_time_each`'s C passes, which cost
+    more than timing each dispatch in `time_stretch`'s loop: on the Azure
+    conversation trace (rows of 9 grow by about 0.48 steps a dispatch) its
+    27,747 stretches took 0.85 of the instructions without those slices (a
+    harness replaying the trace's calls, callgrind: 1.512e9 against 1.786e9),
+    and 60 stretches of 3,000 dispatches of 9 to 200 rows with no end about
+    3,290 instructions a dispatch against 5,030 in slices
+    (benchmarks/README.md, "fourteenth steps ... az10")."""
+    return ((SLICED - 1) * growth + 2) * RUN_COST <= SLICED
 
 
 def _end_step(exact: float) -> int:

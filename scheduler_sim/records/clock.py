@@ -278,7 +278,16 @@ class Clock:
             return list(map(self.text, steps))
         second = low // scale
         if high // scale == second:
-            text = formats[second] * len(steps) % tuple(map(sub, steps, repeat(second * scale)))
+            if second:
+                # Every time's digits are those of its whole second S, then six
+                # more: each written whole (`%d`, no new integers, no widths), the
+                # point put in after S by one `replace` of the newline and S in
+                # front of each. Speed: see `_IN_ONE_SECOND`.
+                head = formats.heads[second]
+                text = _IN_ONE_SECOND[len(steps)] % tuple(steps)
+                text = text.replace(head[0], head[1])
+            else:
+                text = formats[0] * len(steps) % tuple(steps)
         else:
             text = ("".join(map(formats.__getitem__, map(floordiv, steps, repeat(scale))))
                     % tuple(map(mod, steps, repeat(scale))))
@@ -290,6 +299,8 @@ class Clock:
                 text = text.replace(".\n", "\n")
         texts = text.split("\n")
         texts.pop()  # (the empty text after the last newline)
+        if not texts[0]:
+            del texts[0]  # (the one before the first newline, in one whole second S > 0)
         # The last time is remembered for `text`: a folded stretch's last dispatch
         # ends where the next records are (its finishes, the admissions after it).
         # Speed: 27,000 of the 47,000 times `text` made for the request lines on
@@ -349,12 +360,42 @@ class _SecondFormats(dict):
     def __init__(self, digits: int) -> None:
         super().__init__()
         self.fraction = f".%0{digits}d\n"
+        self.heads = _Heads()
 
     def __missing__(self, second: int) -> str:
         if len(self) >= 4096:
             self.clear()  # (a bound on memory: each format is made again when asked)
         text = self[second] = f"{second}{self.fraction}"
         return text
+
+
+class _Heads(dict):
+    """For `Clock.texts`, by whole second S > 0: a newline and S's digits, and the
+    same with the point after them, made when first asked; at most 4,096 kept."""
+
+    def __missing__(self, second: int) -> tuple[str, str]:
+        if len(self) >= 4096:
+            self.clear()  # (a bound on memory: each pair is made again when asked)
+        pair = self[second] = (f"\n{second}", f"\n{second}.")
+        return pair
+
+
+class _Formats(dict):
+    """For `Clock.texts`, by a count n of times: `\n%d` n times, then a newline."""
+
+    def __missing__(self, n: int) -> str:
+        if len(self) >= 256:
+            self.clear()  # (a bound on memory: each format is made again when asked)
+        text = self[n] = "\n%d" * n + "\n"
+        return text
+
+
+# `Clock.texts`' format of n times within one whole second, by n. Speed: a folded
+# stretch's times (nine in ten within one second on the Azure trace) written by
+# `%d` of the times themselves, the point put in by one `replace`, where each
+# time's steps past S were new integers, each written `%06d`: see
+# benchmarks/README.md, "fourteenth steps", helper ev10.
+_IN_ONE_SECOND = _Formats()
 
 
 def _seconds_text(seconds: float) -> str:

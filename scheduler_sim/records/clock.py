@@ -44,7 +44,7 @@ import functools
 import math
 from itertools import repeat
 from operator import floordiv, mod, mul, sub
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["Clock", "TIME_UNITS", "DEFAULT_RESOLUTION", "DEFAULT_TICK_SECONDS", "CEIL_SLACK"]
 
@@ -261,7 +261,7 @@ class Clock:
         zeros ends in a newline only after the point), and the text split at
         the newlines. Times within one whole second (nine stretches in ten on
         the Azure trace) share one format, repeated; times over several take
-        each its own from a table by second (`_SecondFormats`). Speed: was one
+        each its own from a table by second (`_fast`). Speed: was one
         `%.6f` format of the times as floats (`steps / 10^d`), whose
         float-to-decimal conversion cost more than the integers' digits: about
         360 -> 290 ns a time over 5,000 stretches of the Azure trace in one
@@ -272,7 +272,7 @@ class Clock:
             if not self.in_seconds or (self._scale == 1 and max(steps, default=0) < 10 ** 15):
                 return list(map(str, steps))  # (ticks, or a step of 1 s: no decimals)
             return list(map(self.text, steps))
-        scale, least, formats = fast
+        scale, least, formats, heads = fast
         low, high = (steps[0], steps[-1]) if rising else (min(steps), max(steps))
         if low < least or high >= 10 ** 15:
             return list(map(self.text, steps))
@@ -283,7 +283,7 @@ class Clock:
                 # more: each written whole (`%d`, no new integers, no widths), the
                 # point put in after S by one `replace` of the newline and S in
                 # front of each. Speed: see `_IN_ONE_SECOND`.
-                head = formats.heads[second]
+                head = heads[second]
                 text = _IN_ONE_SECOND[len(steps)] % tuple(steps)
                 text = text.replace(head[0], head[1])
             else:
@@ -312,14 +312,20 @@ class Clock:
         return texts
 
     @functools.cached_property
-    def _fast(self) -> tuple[int, int, "_SecondFormats"] | None:
+    def _fast(self) -> tuple[int, int, "_Made", "_Made"] | None:
         """For `texts`, on a clock in seconds whose step is exactly 10^-d s, d > 0:
-        10^d, the least time it formats itself (`text`'s range of plain digits)
-        and its formats by second; None on any other clock (its attributes read
+        10^d, the least time it formats itself (`text`'s range of plain digits),
+        its formats by second and its heads by second; None on any other clock (its attributes read
         once a stretch, not each time)."""
         if not self.in_seconds or self._scale <= 1:
             return None
-        return self._scale, self._scale // 10_000, _SecondFormats(self.digits)
+        fraction = f".%0{self.digits}d\n"
+        # By whole second S: `S.%0dd` and a newline (d the clock's digits); and a
+        # newline and S's digits, without and with the point. A stretch asks one
+        # or two of each, a run one per second of simulated time or fewer.
+        return (self._scale, self._scale // 10_000,
+                _Made(lambda second: f"{second}{fraction}", 4096),
+                _Made(lambda second: (f"\n{second}", f"\n{second}."), 4096))
 
     @functools.cached_property
     def _texts(self) -> dict[int, str]:
@@ -352,50 +358,32 @@ class Clock:
                 f"{trace}")
 
 
-class _SecondFormats(dict):
-    """`Clock.texts`' format of one time by its whole second S: `S.%0dd` and a
-    newline (d the clock's digits), made when first asked; at most 4,096 kept (a
-    stretch asks one or two, a run one per second of simulated time or fewer)."""
+class _Made(dict):
+    """A table for `Clock.texts` whose entries `make` makes from their keys when first
+    asked; at most `bound` kept (past it the table is cleared, a bound on memory:
+    each entry is made again when asked). One class for the three tables: a class
+    made at start-up costs every replay about 0.7e6 instructions (two more cost
+    the summary-only Azure replay 1.35e6 more; benchmarks/README.md, "fourteenth
+    steps", helper ev10)."""
 
-    def __init__(self, digits: int) -> None:
+    def __init__(self, make: Callable[[int], Any], bound: int) -> None:
         super().__init__()
-        self.fraction = f".%0{digits}d\n"
-        self.heads = _Heads()
+        self.make = make
+        self.bound = bound
 
-    def __missing__(self, second: int) -> str:
-        if len(self) >= 4096:
-            self.clear()  # (a bound on memory: each format is made again when asked)
-        text = self[second] = f"{second}{self.fraction}"
-        return text
-
-
-class _Heads(dict):
-    """For `Clock.texts`, by whole second S > 0: a newline and S's digits, and the
-    same with the point after them, made when first asked; at most 4,096 kept."""
-
-    def __missing__(self, second: int) -> tuple[str, str]:
-        if len(self) >= 4096:
-            self.clear()  # (a bound on memory: each pair is made again when asked)
-        pair = self[second] = (f"\n{second}", f"\n{second}.")
-        return pair
+    def __missing__(self, key: int) -> Any:
+        if len(self) >= self.bound:
+            self.clear()
+        value = self[key] = self.make(key)
+        return value
 
 
-class _Formats(dict):
-    """For `Clock.texts`, by a count n of times: `\n%d` n times, then a newline."""
-
-    def __missing__(self, n: int) -> str:
-        if len(self) >= 256:
-            self.clear()  # (a bound on memory: each format is made again when asked)
-        text = self[n] = "\n%d" * n + "\n"
-        return text
-
-
-# `Clock.texts`' format of n times within one whole second, by n. Speed: a folded
-# stretch's times (nine in ten within one second on the Azure trace) written by
-# `%d` of the times themselves, the point put in by one `replace`, where each
-# time's steps past S were new integers, each written `%06d`: see
-# benchmarks/README.md, "fourteenth steps", helper ev10.
-_IN_ONE_SECOND = _Formats()
+# `Clock.texts`' format of n times within one whole second, by n: `\n%d` n times,
+# then a newline. Speed: a folded stretch's times (nine in ten within one second
+# on the Azure trace) written by `%d` of the times themselves, the point put in
+# by one `replace`, where each time's steps past S were new integers, each
+# written `%06d`: see benchmarks/README.md, "fourteenth steps", helper ev10.
+_IN_ONE_SECOND = _Made(lambda n: "\n%d" * n + "\n", 256)
 
 
 def _seconds_text(seconds: float) -> str:

@@ -361,10 +361,8 @@ class Clock:
 class _Made(dict):
     """A table for `Clock.texts` whose entries `make` makes from their keys when first
     asked; at most `bound` kept (past it the table is cleared, a bound on memory:
-    each entry is made again when asked). One class for the three tables: a class
-    made at start-up costs every replay about 0.7e6 instructions (two more cost
-    the summary-only Azure replay 1.35e6 more; benchmarks/README.md, "fourteenth
-    steps", helper ev10)."""
+    each entry is made again when asked). One class for the three tables, made
+    once at start-up by every process."""
 
     def __init__(self, make: Callable[[int], Any], bound: int) -> None:
         super().__init__()

@@ -306,3 +306,51 @@ def test_texts_keep_at_most_4096_formats_by_second():
     assert us.texts(times, True)[-2:] == ["4999.000007", "5000.000007"]
     assert len(us._fast[2]) == 5_000 - 4_096
     assert us._fast[2][5_000] == "5000.%06d\n"
+
+
+def test_texts_within_one_whole_second_from_the_times_digits():
+    """A rising stretch within one whole second S > 0 is written from the times'
+    own digits, the point put in after S's: a whole second (7, and 10, whose own
+    zeros stay), trailing zeros dropped (7.00001, 7.12), a second of three digits,
+    a 1 ms clock; the first whole second (S = 0) keeps its format. Random
+    stretches within one second read as `text` does, on three clocks."""
+    us = Clock("s", 1.0, 1e-6, True)
+    assert us.texts([7_000_000, 7_000_010, 7_120_000, 7_999_999], True) == [
+        "7", "7.00001", "7.12", "7.999999"]
+    assert us.texts([10_000_000, 10_500_000], True) == ["10", "10.5"]
+    assert us.texts([123_000_500, 123_000_501], True) == ["123.0005", "123.000501"]
+    assert us.texts([999_000, 999_999], True) == ["0.999", "0.999999"]
+    assert Clock("s", 1.0, 1e-3, True).texts([5_000, 5_100, 5_123], True) == [
+        "5", "5.1", "5.123"]
+    rng = random.Random(11)
+    for step in (1e-6, 1e-3, 1e-9):
+        clock = Clock("s", 1.0, step, True)
+        fresh = Clock("s", 1.0, step, True)
+        scale = clock._scale
+        for _ in range(300):
+            second = rng.choice([1, 9, 10, 99, 100, 3_600, 10 ** 5])
+            times = sorted(second * scale + rng.randrange(scale) // 10 ** rng.randrange(4)
+                           * 10 ** rng.randrange(4) % scale for _ in range(rng.randint(1, 9)))
+            assert clock.texts(times, True) == [fresh.text(t) for t in times], times
+
+
+def test_texts_keep_at_most_4096_heads_and_256_formats(monkeypatch):
+    """The pieces of the one-second path are made when first asked and cleared past
+    their bounds: 5,000 one-time stretches, one a second, leave 5,000 - 4,096 heads
+    (a newline and the second's digits, without and with the point); stretches of
+    1 to 300 times leave 300 - 256 formats (`\\n%d` n times and a newline)."""
+    from scheduler_sim.records import clock as clock_module
+    monkeypatch.setattr(clock_module, "_IN_ONE_SECOND",
+                        clock_module._Made(clock_module._IN_ONE_SECOND.make, 256))
+    us = Clock("s", 1.0, 1e-6, True)
+    for s in range(1, 5_001):
+        assert us.texts([s * 1_000_000 + 70], True) == [f"{s}.00007"]
+    heads = us._fast[3]
+    assert len(heads) == 5_000 - 4_096
+    assert heads[5_000] == ("\n5000", "\n5000.")
+    for n in range(1, 301):
+        last = f"2.{n - 1:06d}".rstrip("0").rstrip(".")
+        assert us.texts(list(range(2_000_000, 2_000_000 + n)), True)[-1] == last
+    formats = clock_module._IN_ONE_SECOND
+    assert len(formats) == 300 - 256
+    assert formats[2] == "\n%d\n%d\n"

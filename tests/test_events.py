@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from scheduler_sim.records.events import EVENT_TYPES, Arrival, Dispatch, Event, Released, event_from_dict
+from scheduler_sim.records.events import (EVENT_TYPES, Arrival, Dispatch, Event, Finished, Released,
+                                          event_from_dict)
 
 TICK = 7
 
@@ -368,6 +369,27 @@ def test_the_events_file_writes_a_text_of_lines_as_its_lines(tmp_path):
         '{"tick":1,"event":"x"}\n{"tick":2,"event":"y"}\n{"tick":3,"event":"z"}\n'
         '{"tick":4,"event":"w"}\n{"tick":5,"event":"y","replica":2,"a":1}\n'
         '{"tick":6,"event":"z","replica":2}\n')
+
+
+def test_the_events_file_writes_a_record_handed_to_it_as_its_line(tmp_path):
+    """A record handed to a policy's listener (its `__call__`, the lines written
+    without a call of `write`) is the record's `to_json` with the policy's tag and
+    the file's clock, in order with the lines written."""
+    import io
+
+    from scheduler_sim.io.event_file import EventFile
+    from scheduler_sim.records.clock import Clock
+    target = tmp_path / "events.jsonl"
+    events = EventFile(str(target), io.StringIO(), True, Clock("s", 1.0, 1e-6, True))
+    lines = events.listener("vllm")
+    lines(Arrival(1_500_000, "a"))
+    lines.write('{"time":2,"event":"x"}')
+    lines(Finished(2_000_250, "a", "finished"))
+    events.commit()
+    assert target.read_text() == (
+        '{"time":1.5,"event":"arrival","policy":"vllm","id":"a"}\n'
+        '{"time":2,"event":"x"}\n'
+        '{"time":2.00025,"event":"finished","policy":"vllm","id":"a","status":"finished"}\n')
 
 
 def test_records_compare_hash_repr_and_pickle_by_their_fields():

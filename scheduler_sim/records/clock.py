@@ -44,7 +44,7 @@ import functools
 import math
 from itertools import repeat
 from operator import floordiv, mod, mul, sub
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["Clock", "TIME_UNITS", "DEFAULT_RESOLUTION", "DEFAULT_TICK_SECONDS", "CEIL_SLACK"]
 
@@ -261,7 +261,7 @@ class Clock:
         zeros ends in a newline only after the point), and the text split at
         the newlines. Times within one whole second (nine stretches in ten on
         the Azure trace) share one format, repeated; times over several take
-        each its own from a table by second (`_SecondFormats`). Speed: was one
+        each its own from a table by second (`_fast`). Speed: was one
         `%.6f` format of the times as floats (`steps / 10^d`), whose
         float-to-decimal conversion cost more than the integers' digits: about
         360 -> 290 ns a time over 5,000 stretches of the Azure trace in one
@@ -272,13 +272,22 @@ class Clock:
             if not self.in_seconds or (self._scale == 1 and max(steps, default=0) < 10 ** 15):
                 return list(map(str, steps))  # (ticks, or a step of 1 s: no decimals)
             return list(map(self.text, steps))
-        scale, least, formats = fast
+        scale, least, formats, heads = fast
         low, high = (steps[0], steps[-1]) if rising else (min(steps), max(steps))
         if low < least or high >= 10 ** 15:
             return list(map(self.text, steps))
         second = low // scale
         if high // scale == second:
-            text = formats[second] * len(steps) % tuple(map(sub, steps, repeat(second * scale)))
+            if second:
+                # Every time's digits are those of its whole second S, then six
+                # more: each written whole (`%d`, no new integers, no widths), the
+                # point put in after S by one `replace` of the newline and S in
+                # front of each. Speed: see `_IN_ONE_SECOND`.
+                head = heads[second]
+                text = _IN_ONE_SECOND[len(steps)] % tuple(steps)
+                text = text.replace(head[0], head[1])
+            else:
+                text = formats[0] * len(steps) % tuple(steps)
         else:
             text = ("".join(map(formats.__getitem__, map(floordiv, steps, repeat(scale))))
                     % tuple(map(mod, steps, repeat(scale))))
@@ -290,6 +299,8 @@ class Clock:
                 text = text.replace(".\n", "\n")
         texts = text.split("\n")
         texts.pop()  # (the empty text after the last newline)
+        if not texts[0]:
+            del texts[0]  # (the one before the first newline, in one whole second S > 0)
         # The last time is remembered for `text`: a folded stretch's last dispatch
         # ends where the next records are (its finishes, the admissions after it).
         # Speed: 27,000 of the 47,000 times `text` made for the request lines on
@@ -301,14 +312,20 @@ class Clock:
         return texts
 
     @functools.cached_property
-    def _fast(self) -> tuple[int, int, "_SecondFormats"] | None:
+    def _fast(self) -> tuple[int, int, "_Made", "_Made"] | None:
         """For `texts`, on a clock in seconds whose step is exactly 10^-d s, d > 0:
-        10^d, the least time it formats itself (`text`'s range of plain digits)
-        and its formats by second; None on any other clock (its attributes read
+        10^d, the least time it formats itself (`text`'s range of plain digits),
+        its formats by second and its heads by second; None on any other clock (its attributes read
         once a stretch, not each time)."""
         if not self.in_seconds or self._scale <= 1:
             return None
-        return self._scale, self._scale // 10_000, _SecondFormats(self.digits)
+        fraction = f".%0{self.digits}d\n"
+        # By whole second S: `S.%0dd` and a newline (d the clock's digits); and a
+        # newline and S's digits, without and with the point. A stretch asks one
+        # or two of each, a run one per second of simulated time or fewer.
+        return (self._scale, self._scale // 10_000,
+                _Made(lambda second: f"{second}{fraction}", 4096),
+                _Made(lambda second: (f"\n{second}", f"\n{second}."), 4096))
 
     @functools.cached_property
     def _texts(self) -> dict[int, str]:
@@ -341,20 +358,30 @@ class Clock:
                 f"{trace}")
 
 
-class _SecondFormats(dict):
-    """`Clock.texts`' format of one time by its whole second S: `S.%0dd` and a
-    newline (d the clock's digits), made when first asked; at most 4,096 kept (a
-    stretch asks one or two, a run one per second of simulated time or fewer)."""
+class _Made(dict):
+    """A table for `Clock.texts` whose entries `make` makes from their keys when first
+    asked; at most `bound` kept (past it the table is cleared, a bound on memory:
+    each entry is made again when asked). One class for the three tables, made
+    once at start-up by every process."""
 
-    def __init__(self, digits: int) -> None:
+    def __init__(self, make: Callable[[int], Any], bound: int) -> None:
         super().__init__()
-        self.fraction = f".%0{digits}d\n"
+        self.make = make
+        self.bound = bound
 
-    def __missing__(self, second: int) -> str:
-        if len(self) >= 4096:
-            self.clear()  # (a bound on memory: each format is made again when asked)
-        text = self[second] = f"{second}{self.fraction}"
-        return text
+    def __missing__(self, key: int) -> Any:
+        if len(self) >= self.bound:
+            self.clear()
+        value = self[key] = self.make(key)
+        return value
+
+
+# `Clock.texts`' format of n times within one whole second, by n: `\n%d` n times,
+# then a newline. Speed: a folded stretch's times (nine in ten within one second
+# on the Azure trace) written by `%d` of the times themselves, the point put in
+# by one `replace`, where each time's steps past S were new integers, each
+# written `%06d`: see benchmarks/README.md, "fourteenth steps", helper ev10.
+_IN_ONE_SECOND = _Made(lambda n: "\n%d" * n + "\n", 256)
 
 
 def _seconds_text(seconds: float) -> str:

@@ -12,7 +12,8 @@ from scheduler_sim.engine.summary import request_record
 from scheduler_sim.fleet import Fleet
 from scheduler_sim.fleet.fleet import ReplicaView
 from scheduler_sim.fleet.hash_holders import EVERY, HashHolders
-from scheduler_sim.fleet.routers import PrefixAffinity
+from scheduler_sim.fleet import routers
+from scheduler_sim.fleet.routers import PrefixAffinity, _bits_of, _lightest_of
 from scheduler_sim.io.trace import parse_trace
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.records.options import Options
@@ -274,3 +275,40 @@ def test_longest_hit_looks_up_the_replicas_named_first_lightest_first_same_answe
     assert PrefixAffinity.longest_hit(keys, 5, tie, loads, holders.may_hold,
                                       0b01000) == (4, 2)
     assert [r.looked for r in tie] == [0, 0, 1, 1, 0]
+
+
+def test_lightest_of_a_mask_is_the_least_loaded_then_the_lowest_index():
+    loads = [3, 1, 2, 1, 0, 1]  # (replica 4 the lightest of all)
+    assert [_lightest_of(mask, loads) for mask in (0b1, 0b110, 0b1110, 0b111111, 0b100100)] == [
+        0, 1, 1, 4, 5]
+
+
+def test_longest_hit_passes_the_rest_of_the_lead_unlisted_when_none_may_find_more(monkeypatch):
+    # Entries of 8 tokens, blocks of 4: blocks 0-1 hash id 7, 2-3 id 8, 4-5 id 9.
+    keys = BlockKeys(0, 24, 4, 8, hashes=[7, 8, 9])
+    first = keys.ensure(6)[0]
+    listed = []
+    monkeypatch.setattr(routers, "_bits_of", lambda mask: listed.append(mask) or _bits_of(mask))
+    # Replicas 0-3 were sent id 7 alone (the deepest sent) and hold the opening: the
+    # lightest (1, as light as 2 with a lower index) is looked up first and wins; the
+    # others could only tie and lose (none was sent id 8): neither listed nor asked.
+    opening = [_Holder(i, range(first, first + 2), 2) for i in range(4)]
+    holders = HashHolders()
+    for i in range(4):
+        holders.sent([7], i)
+    assert PrefixAffinity.longest_hit(keys, 5, opening, [2, 1, 1, 3], holders.may_hold,
+                                      holders.deepest(keys.hashes)) == (2, 1)
+    assert ([r.asked for r in opening], [r.looked for r in opening], listed) == (
+        [0, 1, 0, 0], [0, 1, 0, 0], [])
+    # Replicas 1-3 were sent ids 7 and 8 (the deepest sent), replica 0 id 7; replica 3
+    # (load 3) holds 4 blocks. The lightest of 1-3 (1) finds 2; 2 and 3 may find more:
+    # listed (2 first), 2 is asked keys 1 and 2 (it lacks 2), 3 is looked up and wins.
+    held = [range(first, first + 2)] * 3 + [range(first, first + 4)]
+    deeper = [_Holder(i, held[i], 4 if i == 3 else 2) for i in range(4)]
+    holders = HashHolders()
+    for i, hashes in enumerate([[7], [7, 8], [7, 8], [7, 8]]):
+        holders.sent(hashes, i)
+    assert PrefixAffinity.longest_hit(keys, 5, deeper, [0, 1, 1, 3], holders.may_hold,
+                                      holders.deepest(keys.hashes)) == (4, 3)
+    assert ([r.asked for r in deeper], [r.looked for r in deeper], listed) == (
+        [0, 1, 2, 2], [0, 1, 0, 1], [0b1100])

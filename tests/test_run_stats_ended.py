@@ -111,3 +111,21 @@ def test_with_an_slo_the_latencies_are_made_once_and_checked():
     assert with_slo.slo_met == 1 and without.slo_met == 0
     assert counts(with_slo) == counts(without)
     assert isinstance(with_slo.samples["tpot"], LatencySample)
+
+
+def test_values_pending_until_counted():
+    """Without an SLO a request's values wait in lists until `PENDING_AT` requests
+    have ended; reading `samples` counts those waiting first."""
+    from scheduler_sim.engine import run_stats
+    stats = RunStats(Clock(request_overhead=0))
+    for i in range(run_stats.PENDING_AT - 1):
+        stats.request_ended(ended(f"r{i}", S.FINISHED_STOPPED, 0, 1, 3, 5, 9))
+    assert len(stats._pending[0]) == run_stats.PENDING_AT - 1
+    assert not stats._samples["ttft"].counts  # nothing counted yet
+    stats.request_ended(ended("last", S.FINISHED_STOPPED, 0, 1, 3, 5, 9))
+    assert not any(stats._pending)  # the last one counted them all
+    assert stats._samples["ttft"].counts == {4: run_stats.PENDING_AT}
+    stats.request_ended(ended("more", S.FINISHED_STOPPED, 0, 2, 3, 5, 9))
+    assert stats._samples["client_wait"].counts == {1: run_stats.PENDING_AT}
+    assert stats.samples["client_wait"].counts == {1: run_stats.PENDING_AT, 2: 1}
+    assert not any(stats._pending)

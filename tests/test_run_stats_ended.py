@@ -129,3 +129,15 @@ def test_values_pending_until_counted():
     assert stats._samples["client_wait"].counts == {1: run_stats.PENDING_AT}
     assert stats.samples["client_wait"].counts == {1: run_stats.PENDING_AT, 2: 1}
     assert not any(stats._pending)
+
+
+def test_samples_set_whole_drop_the_values_pending():
+    """A disaggregated fleet sets one statistics' samples as another's: what was
+    pending in the first is dropped with its counts, what was pending in the other
+    is counted when read."""
+    a, b = RunStats(Clock(request_overhead=0)), RunStats(Clock(request_overhead=0))
+    a.request_ended(ended("a", S.FINISHED_STOPPED, 0, 1, 3, 5, 9))
+    b.request_ended(ended("b", S.FINISHED_STOPPED, 0, 2, 3, 5, 9))
+    a.samples = b.samples
+    assert not any(a._pending)
+    assert a.samples["client_wait"].counts == {2: 1}

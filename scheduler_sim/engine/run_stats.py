@@ -99,6 +99,14 @@ class RunStats:
             self._count_pending()
         return self._samples
 
+    @samples.setter
+    def samples(self, samples: dict[str, LatencySample]) -> None:
+        """These samples instead of every value so far (a disaggregated fleet's
+        statistics take its requests' ends from one `RunStats`, disagg_result.py)."""
+        for values in self._pending:
+            values.clear()
+        self._samples = samples
+
     def _count_pending(self) -> None:
         """Count the values pending into their samples, in the order the requests ended
         (so each sample's counts and array are those of counting them one by one)."""

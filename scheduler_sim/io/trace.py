@@ -29,6 +29,7 @@ from itertools import chain
 from typing import Any, Callable, Iterable, Iterator
 
 from ..records.errors import UsageError
+from ..records.frozen import Frozen, record
 from ..records.workload import RequestSpec, Workload
 from .json_lines import decode_line
 from .problems import Problems
@@ -49,8 +50,8 @@ STREAM_ABOVE = 4 * 2 ** 20
 BLOCK = 2 ** 17
 
 
-@dataclasses.dataclass(frozen=True)
-class Trace:
+@record  # (frozen.py: no methods generated at start-up, as a frozen dataclass's)
+class Trace(Frozen):
     """A validated trace."""
 
     name: str

@@ -78,3 +78,25 @@ def test_counted_rank():
     pairs = [(1, 2), (4, 1), (6, 3)]  # 1 1 4 6 6 6
     assert [counted_rank(pairs, 6, p) for p in (1, 50, 51, 100)] == [1, 4, 6, 6]
     assert counted_rank([], 0, 50) is None
+
+
+def test_add_all_by_hand():
+    sample = LatencySample()
+    sample.add(3)
+    sample.add_all([1, 3, 3, 7])
+    assert sample.counts == {3: 3, 1: 1, 7: 1} and not sample.rest
+    assert list(sample.counts) == [3, 1, 7]  # first seen first, as `add` keeps them
+
+
+def test_add_all_past_the_bound_is_add_one_by_one(monkeypatch):
+    """DISTINCT 3: a list that would pass the bound goes value by value, so the dict
+    holds the first three distinct values and the array the rest, in order."""
+    monkeypatch.setattr(latency_sample, "DISTINCT", 3)
+    values = [5, 2, 5, 9, 1, 2, 8, 1]
+    one_by_one, at_once = LatencySample(), LatencySample()
+    for value in values:
+        one_by_one.add(value)
+    at_once.add_all(values[:2])  # (room for both: counted in C)
+    at_once.add_all(values[2:])  # (5 + 2 values > 3: one by one)
+    assert at_once.counts == one_by_one.counts == {5: 2, 2: 2, 9: 1}
+    assert list(at_once.rest) == list(one_by_one.rest) == [1, 8, 1]

@@ -111,3 +111,33 @@ def test_with_an_slo_the_latencies_are_made_once_and_checked():
     assert with_slo.slo_met == 1 and without.slo_met == 0
     assert counts(with_slo) == counts(without)
     assert isinstance(with_slo.samples["tpot"], LatencySample)
+
+
+def test_values_pending_until_counted():
+    """Without an SLO a request's values wait in lists until `PENDING_AT` requests
+    have ended; reading `samples` counts those waiting first."""
+    from scheduler_sim.engine import run_stats
+    stats = RunStats(Clock(request_overhead=0))
+    for i in range(run_stats.PENDING_AT - 1):
+        stats.request_ended(ended(f"r{i}", S.FINISHED_STOPPED, 0, 1, 3, 5, 9))
+    assert len(stats._pending[0]) == run_stats.PENDING_AT - 1
+    assert not stats._samples["ttft"].counts  # nothing counted yet
+    stats.request_ended(ended("last", S.FINISHED_STOPPED, 0, 1, 3, 5, 9))
+    assert not any(stats._pending)  # the last one counted them all
+    assert stats._samples["ttft"].counts == {4: run_stats.PENDING_AT}
+    stats.request_ended(ended("more", S.FINISHED_STOPPED, 0, 2, 3, 5, 9))
+    assert stats._samples["client_wait"].counts == {1: run_stats.PENDING_AT}
+    assert stats.samples["client_wait"].counts == {1: run_stats.PENDING_AT, 2: 1}
+    assert not any(stats._pending)
+
+
+def test_samples_set_whole_drop_the_values_pending():
+    """A disaggregated fleet sets one statistics' samples as another's: what was
+    pending in the first is dropped with its counts, what was pending in the other
+    is counted when read."""
+    a, b = RunStats(Clock(request_overhead=0)), RunStats(Clock(request_overhead=0))
+    a.request_ended(ended("a", S.FINISHED_STOPPED, 0, 1, 3, 5, 9))
+    b.request_ended(ended("b", S.FINISHED_STOPPED, 0, 2, 3, 5, 9))
+    a.samples = b.samples
+    assert not any(a._pending)
+    assert a.samples["client_wait"].counts == {2: 1}

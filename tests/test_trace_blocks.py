@@ -62,6 +62,14 @@ def test_an_empty_block_is_refused():
     assert common_block(b"", "tick") is None
 
 
+def test_a_last_line_without_its_newline_is_refused():
+    """The file's last line without a newline: its block is refused, whether the line
+    is written well (read alone) or cut short (which a match of the lines before it
+    would drop)."""
+    assert common_block(GOOD_LINE + GOOD_LINE[:-1], "tick") is None
+    assert common_block(GOOD_LINE + b'{"type":"req', "tick") is None
+
+
 def written_trace(rng: random.Random, n: int, seconds: bool) -> list[bytes]:
     """`n` written request lines, arrivals mostly in order, in ticks or seconds."""
     lines, at = [], 0

@@ -26,9 +26,10 @@ import os
 import sys
 from functools import partial
 from itertools import chain
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ..records.errors import UsageError
+from ..records.frozen import Frozen, record
 from ..records.workload import RequestSpec, Workload
 from .json_lines import decode_line
 from .problems import Problems
@@ -49,8 +50,8 @@ STREAM_ABOVE = 4 * 2 ** 20
 BLOCK = 2 ** 17
 
 
-@dataclasses.dataclass(frozen=True)
-class Trace:
+@record  # (frozen.py: no methods generated at start-up, as a frozen dataclass's)
+class Trace(Frozen):
     """A validated trace."""
 
     name: str
@@ -186,15 +187,27 @@ def _block_requests(path: str, config: dict[str, Any], copy: ValidatedCopy
             yield block_specs(kept, first)
 
 
+def _numbered_blocks(path: str, convert: Callable[[int, bytes], Columns | None]
+                     ) -> Iterator[tuple[int, bytes, Columns | None]]:
+    """(first line's number, block, its columns or None) of each block of a trace file
+    (`_file_blocks`), `convert(number, block)` giving a block's columns: validation's
+    (`read_trace`) and a replay's reading the file again (`_converted_blocks`) number
+    the lines here alike."""
+    number = 1
+    for block in _file_blocks(path):
+        columns = convert(number, block)
+        yield number, block, columns
+        # (a block of columns has a line a request: its newlines need no count)
+        number += len(columns.ids) if columns is not None else block.count(b"\n")
+
+
 def _converted_blocks(path: str, unit: str) -> Iterator[tuple[int, bytes | Columns]]:
     """(first line's number, columns or bytes) of each block of a validated trace file
     read again, as its validation converted them (`ValidatedCopy.blocks`): for a copy
     that kept nothing (it was sent to another process)."""
-    number = 1
-    for block in _file_blocks(path):
-        columns = common_block(block, unit) if block.endswith(b"\n") else None
+    for number, block, columns in _numbered_blocks(
+            path, lambda _number, block: common_block(block, unit)):
         yield number, block if columns is None else columns
-        number += len(columns.ids) if columns is not None else block.count(b"\n")
 
 
 def _line_requests(path: str, first: int, block: bytes, unit: str, hbs: int
@@ -253,12 +266,8 @@ def read_trace(path: str, keep: bool = True) -> Trace:
     checker = Validator(path, streamed=True)
     copy = ValidatedCopy(keep)  # (each block as validation read it, for the replays)
     try:
-        number = 1  # (the block's first line)
-        for block in _file_blocks(path):
-            columns = checker.feed_block(number, block)
+        for number, block, columns in _numbered_blocks(path, checker.feed_block):
             copy.add(number, block, columns)
-            # (a block of columns has a line a request: its newlines need no count)
-            number += len(columns.ids) if columns is not None else block.count(b"\n")
         checker.finish(lambda: _file_lines(path))
         copy.seal()  # (before any replay, or a worker process inheriting it)
     except BaseException:

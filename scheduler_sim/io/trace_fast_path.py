@@ -154,14 +154,16 @@ class Columns(NamedTuple):
 
 
 def common_block(block: bytes, unit: str) -> Columns | None:
-    """The columns of `block` (whole lines, each ending in a newline) if every line of
-    it is a request in the written spelling that `common_request` accepts, in a trace
-    whose time unit is `unit`; else None (its lines are then read one at a time).
+    """The columns of `block` (lines of a trace) if every line of it is a request in
+    the written spelling that `common_request` accepts, each ending in a newline, in a
+    trace whose time unit is `unit`; else None (its lines are then read one at a time).
 
     Speed (issue 26): a block of them is matched, split and converted in C; a line's
     validation took 21,400 instructions through `common_request` and `_take`, 12,800
     a block at a time, and the replay's read 14,200 and 12,700 (callgrind, the
     100,000 generated requests; benchmarks/README.md, "Issue 26, tenth steps")."""
+    if not block.endswith(b"\n"):  # (a last line without its newline: read alone)
+        return None
     try:
         text = block.decode("utf-8")
     except UnicodeDecodeError:

@@ -8,7 +8,6 @@ unknown request) is `trace_validator`'s.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Iterable
 
@@ -16,6 +15,7 @@ from ..engine.host_summary import HOST_RUN_FIELDS
 from ..engine.summary import FLEET_REQUEST_FIELDS, FLEET_RUN_FIELDS, REQUEST_FIELDS, RUN_FIELDS
 from ..kv.allocator import blocks_for
 from ..policies import POLICIES, is_plugin
+from ..records.frozen import Frozen, record
 from ..records.option_values import show
 from ..records.states import RequestStatus
 from ..records.workload import RequestSpec
@@ -38,8 +38,8 @@ STATUS_LABELS = tuple(s.label for s in RequestStatus)
 BOOL_FIELDS = ("deadline_missed", "slo_met")
 
 
-@dataclasses.dataclass(frozen=True)
-class Expectation:
+@record  # (frozen.py: no methods generated at start-up, as a frozen dataclass's)
+class Expectation(Frozen):
     """One `expect` record: where it is, what it is about, what it asserts."""
 
     line: int

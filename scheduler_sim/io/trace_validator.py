@@ -95,7 +95,7 @@ class Validator:
         ending in a newline, or one last line without it. Return its columns if every
         line of it is a request as `generate` and `convert` write it (`common_block`),
         else None."""
-        columns = common_block(block, self.unit) if block.endswith(b"\n") else None
+        columns = common_block(block, self.unit)
         if columns is None or not self._take_block(columns, number):
             lines = block.split(b"\n")
             if block.endswith(b"\n"):

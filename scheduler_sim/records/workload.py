@@ -12,16 +12,21 @@ import dataclasses
 from typing import Callable, Iterator
 
 from .clock import Clock
+from .frozen import Frozen, Record, field_names, make_inits, record_class
 
 __all__ = ["RequestSpec", "Action", "Workload"]
 
 
-# Not frozen, though never changed once made (hashed by its fields as a frozen one is):
-# a frozen dataclass sets each of its 11 fields through object.__setattr__, 12.9k
-# instructions a spec against 2.4k (callgrind, CPython 3.11), paid for every request
-# when a trace is validated and again at each replay on a clock (`arrivals`).
-@dataclasses.dataclass(slots=True, unsafe_hash=True)
-class RequestSpec:
+# Record classes (frozen.py: fields and slots from `dataclasses`, methods from the
+# bases, both `__init__`s compiled by one `exec` at import), not dataclasses, whose
+# four and three generated methods each were compiled by an `exec` of their own at
+# every start-up. A `RequestSpec` is not frozen, though never changed once made
+# (hashed by its fields as a frozen one is): its `__init__` sets each field by a
+# plain slot store, which a frozen record sets through the slot's descriptor, and a
+# spec is made for every request when a trace is read and again at each replay on
+# a clock (`arrivals`).
+@record_class
+class RequestSpec(Record):
     """What the trace says about one request (validated); never changed once made."""
 
     id: str
@@ -36,15 +41,21 @@ class RequestSpec:
     output_token_ids: tuple[int, ...] | None = None
     block_hashes: tuple | None = None
 
+    def __hash__(self) -> int:
+        return hash(tuple([getattr(self, name) for name in field_names(RequestSpec)]))
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Action:
+
+@record_class
+class Action(Frozen):
     """A client cancellation or a forced preemption of request `id` at tick `at`."""
 
     kind: str  # "cancel" or "preempt"
     id: str
     at: float  # trace units; clock steps once on a clock
     index: int
+
+
+make_inits([RequestSpec, Action])
 
 
 class Workload:

@@ -100,8 +100,17 @@ class VllmCache(RunQueue, PrefixCache):
         if full <= start:
             self._registered(keys, start, start)
             return None
-        if keys.known < full:  # (the keys not known yet, as runs: no list)
-            keys.ensure(full, False)
+        known = keys.known
+        if known < full:  # (the keys not known yet, as runs: no list)
+            if full == known + 1 and 0 <= keys.own_from <= known and keys._list is None:
+                # One key of the request's own (a decode filled a block):
+                # `BlockKeys.ensure`'s first case, inlined. Speed: 216,979 of the
+                # 253,424 `ensure` calls replaying the Mooncake trace under vllm
+                # came from here, most of them this case.
+                keys.tail.append(b"r%d:%d" % (keys.index, known))
+                keys.known = full
+            else:
+                keys.ensure(full, False)
         index = self.index
         if keys.hashes is not None and not index.buckets:
             # Buckets of integer keys as wide as several hash entries' blocks

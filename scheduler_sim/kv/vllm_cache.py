@@ -96,9 +96,10 @@ class VllmCache(RunQueue, PrefixCache):
         request's `keys.registered`. A key not cached yet is indexed to this
         block (the common case, all of them); a key cached already keeps its
         block, and this one is a duplicate."""
+        # (`PrefixCache._registered` inlined here and below: it sets
+        # `keys.registered`, and vLLM's cache has nothing more to note.)
         start = keys.registered
         if full <= start:
-            self._registered(keys, start, start)
             return None
         known = keys.known
         if known < full:  # (the keys not known yet, as runs: no list)
@@ -144,7 +145,7 @@ class VllmCache(RunQueue, PrefixCache):
         if writers is not None:
             for i in range(start, full):
                 writers[table[i]] = (rid, i)
-        self._registered(keys, start, full)
+        keys.registered = full
         return None
 
     register_decoded = register

@@ -281,19 +281,24 @@ class VllmPolicy(QueueAndListPolicy):
                 waiting.pop()
                 self.view.load(head, cached, rows)
                 continue
-            prefill = hit < self._sequence_rows(head) - 1  # more than its last token
+            # (`_sequence_rows`, inlined and read twice; the free blocks read once
+            # below. With `_registered` inlined in `VllmCache.register`: 0.9952x
+            # the instructions on the first 2,000 Mooncake requests.)
+            sequence = head.restore if head.restore > head.prompt_tokens else head.prompt_tokens
+            prefill = hit < sequence - 1  # more than its last token
             if defer and prefill:
                 self.view.report_blocked(head, "prefill_interval", self._gate_blocks(head))
                 break
             tokens = self._chunk_after(head, hit, cap, budget)
-            rows = self._sequence_rows(head) if options.full_prompt_gate else hit + tokens
+            rows = sequence if options.full_prompt_gate else hit + tokens
             # Blocks it must take from the free pool: the new ones, plus cached
             # hits that sit free in the LRU queue.
             needed = (blocks_for(rows, options.block_size) - len(cached)
                       + allocator.evictable(cached))
             watermark = self.watermark_blocks if running else 0
-            if needed + watermark > allocator.free:
-                reason = "watermark" if needed <= allocator.free else "blocks"
+            free = allocator.free  # (a property: read once)
+            if needed + watermark > free:
+                reason = "watermark" if needed <= free else "blocks"
                 self.view.report_blocked(head, reason, needed)
                 break
             waiting.pop()

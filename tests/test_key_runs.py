@@ -108,3 +108,29 @@ def test_a_table_freed_at_once_joins_the_queue_a_run_of_keys_at_a_time():
     a.cache.free_blocks.check(*a.cache.queue_items())
     assert a.cache.take("C", [], 4) == (4, ())
     assert a.cache.queue_items() == ([0], [e2])
+
+
+def test_a_decode_filled_block_is_keyed_in_register_as_ensure_keys_it():
+    """Pool of 8, blocks of 4, entries of 8 tokens. A (hash id 9300001, 12 prompt
+    tokens) has key 2e, 2e + 1 on blocks 0, 1 and its own b"r3:2" on block 2 (the
+    prompt's last 4 tokens, past its hash ids). Its decodes fill block 3, then
+    block 4, one at a time: each key made in `register` (no list), b"r3:3" and
+    b"r3:4", indexed to the block; with the list made first, `ensure` keys it and
+    the list follows."""
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys = BlockKeys(3, 12, 4, 8, hashes=[9300001])
+    a.grow("A", 12)
+    a.register_full_blocks("A", keys, 12)
+    assert (keys.known, keys.ints, keys.tail) == (3, 2, [b"r3:2"])
+    for rows in (16, 20):
+        a.grow("A", rows)
+        a.register_decoded("A", keys, rows)
+    assert (keys.known, keys.registered, keys.tail, keys._list) == (
+        5, 5, [b"r3:2", b"r3:3", b"r3:4"], None)
+    index = a.cache.index
+    assert [index.plain[b"r3:%d" % i] for i in (2, 3, 4)] == a.table("A")[2:5]
+    listed = keys.keys
+    a.grow("A", 24)
+    a.register_decoded("A", keys, 24)
+    assert listed is keys.keys and listed[2:] == [b"r3:2", b"r3:3", b"r3:4", b"r3:5"]
+    assert index.plain[b"r3:5"] == a.table("A")[5]

@@ -96,12 +96,22 @@ class VllmCache(RunQueue, PrefixCache):
         request's `keys.registered`. A key not cached yet is indexed to this
         block (the common case, all of them); a key cached already keeps its
         block, and this one is a duplicate."""
+        # (`PrefixCache._registered` inlined here and below: it sets
+        # `keys.registered`, and vLLM's cache has nothing more to note.)
         start = keys.registered
         if full <= start:
-            self._registered(keys, start, start)
             return None
-        if keys.known < full:  # (the keys not known yet, as runs: no list)
-            keys.ensure(full, False)
+        known = keys.known
+        if known < full:  # (the keys not known yet, as runs: no list)
+            if full == known + 1 and 0 <= keys.own_from <= known and keys._list is None:
+                # One key of the request's own (a decode filled a block):
+                # `BlockKeys.ensure`'s first case, inlined. Speed: 216,979 of the
+                # 253,424 `ensure` calls replaying the Mooncake trace under vllm
+                # came from here, most of them this case.
+                keys.tail.append(b"r%d:%d" % (keys.index, known))
+                keys.known = full
+            else:
+                keys.ensure(full, False)
         index = self.index
         if keys.hashes is not None and not index.buckets:
             # Buckets of integer keys as wide as several hash entries' blocks
@@ -135,7 +145,7 @@ class VllmCache(RunQueue, PrefixCache):
         if writers is not None:
             for i in range(start, full):
                 writers[table[i]] = (rid, i)
-        self._registered(keys, start, full)
+        keys.registered = full
         return None
 
     register_decoded = register

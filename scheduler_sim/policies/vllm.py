@@ -182,11 +182,14 @@ class VllmPolicy(QueueAndListPolicy):
         # queue (the capacity escape).
         # Under data-parallel lockstep the ranks' shared step counter sets the
         # cadence instead: prefill only on steps that are multiples of the interval.
-        shared = self.view.lockstep_step
-        defer = (interval > 1 and not self.capacity_bound
-                 and (self.executed_steps + 1 - self.last_prefill_step < interval
+        defer = False
+        if interval > 1 and not self.capacity_bound:
+            # (A property, read only with a cadence: a call each step before,
+            # 0.999x the instructions on the first 2,000 Mooncake requests.)
+            shared = self.view.lockstep_step
+            defer = ((self.executed_steps + 1 - self.last_prefill_step < interval
                       if shared is None else shared % interval != 0)
-                 and any(r.plain_decode for r in running))
+                     and any(r.plain_decode for r in running))
         prefill_ran = False
 
         # 1. Running requests, in running order. (`n`: the running list's length,
@@ -281,19 +284,24 @@ class VllmPolicy(QueueAndListPolicy):
                 waiting.pop()
                 self.view.load(head, cached, rows)
                 continue
-            prefill = hit < self._sequence_rows(head) - 1  # more than its last token
+            # (`_sequence_rows`, inlined and read twice; the free blocks read once
+            # below. With `_registered` inlined in `VllmCache.register`: 0.9952x
+            # the instructions on the first 2,000 Mooncake requests.)
+            sequence = head.restore if head.restore > head.prompt_tokens else head.prompt_tokens
+            prefill = hit < sequence - 1  # more than its last token
             if defer and prefill:
                 self.view.report_blocked(head, "prefill_interval", self._gate_blocks(head))
                 break
             tokens = self._chunk_after(head, hit, cap, budget)
-            rows = self._sequence_rows(head) if options.full_prompt_gate else hit + tokens
+            rows = sequence if options.full_prompt_gate else hit + tokens
             # Blocks it must take from the free pool: the new ones, plus cached
             # hits that sit free in the LRU queue.
             needed = (blocks_for(rows, options.block_size) - len(cached)
                       + allocator.evictable(cached))
             watermark = self.watermark_blocks if running else 0
-            if needed + watermark > allocator.free:
-                reason = "watermark" if needed <= allocator.free else "blocks"
+            free = allocator.free  # (a property: read once)
+            if needed + watermark > free:
+                reason = "watermark" if needed <= free else "blocks"
                 self.view.report_blocked(head, reason, needed)
                 break
             waiting.pop()

@@ -9,7 +9,8 @@ hash, as `@dataclass`), `Frozen` of a frozen one (also a hash, field assignment
 and deletion refused, pickling and copying field by field, as
 `@dataclass(frozen=True)`). `record` makes a class (without slots) a record
 class in one step; the event records (`events.py`) use `record_class` and
-`make_inits`, to compile their 25 `__init__`s in one `exec`.
+`make_inits`, to compile their 25 `__init__`s in one `exec`, and so do a
+trace's request specs and actions (`workload.py`).
 
 What a record's methods do, as a dataclass's: `__eq__` compares the fields
 whose `compare` is true, of two records of the same class; `__hash__` hashes

@@ -3,6 +3,8 @@ kv/free_queue.py `ends_only`, `holder`, `runs`), on tiny hand-computed cases:
 pool of 10, blocks of 4 tokens, hash entries of 8 (2 blocks each)."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from scheduler_sim.kv.allocator import BlockAllocator
@@ -129,6 +131,9 @@ def test_the_audit_names_a_wrong_entry_and_a_node_held_in_part():
         c.audit({"B": hits[:2]}, [], set())
 
 
+_UNUSED_HASH_IDS = itertools.count(1 << 30, 16)
+
+
 def _held_in_part(pool: int) -> tuple[BlockAllocator, RadixCache]:
     """A's node 0 = [0..5] (its keys one run: a `range`) free; B shares [0, 1],
     part of it (every node named whole first: node 0 loose, [5, 4, 3, 2] free), and
@@ -137,13 +142,17 @@ def _held_in_part(pool: int) -> tuple[BlockAllocator, RadixCache]:
     `ends_only`."""
     a = BlockAllocator(pool, 4, cache=RadixCache())
     c = a.cache
+    # Hash ids no other test uses: the interning table is shared by every key chain
+    # alive in the process, and a chain some earlier test interned (and something
+    # still holds) keeps its old ids, which need not be one run with the new ones.
+    h = next(_UNUSED_HASH_IDS)
     a.grow("A", 26)
-    a.register_full_blocks("A", _hashed(0, [1, 2, 3]), 26)
+    a.register_full_blocks("A", _hashed(0, [h + 1, h + 2, h + 3]), 26)
     a.free_request("A", 0, 0)
-    a.share("B", [0, 1], BlockKeys(1, 32, 4, 8, hashes=[1, 7, 8, 9]))
+    a.share("B", [0, 1], BlockKeys(1, 32, 4, 8, hashes=[h + 1, h + 7, h + 8, h + 9]))
     a.grow("B", 10)
     a.grow("C", 12)
-    a.register_full_blocks("C", _hashed(2, [5, 6]), 12)
+    a.register_full_blocks("C", _hashed(2, [h + 5, h + 6]), 12)
     assert (a.table("B"), a.table("C"), list(c.free_blocks)) == ([0, 1, 6], [7, 8, 9],
                                                                  [5, 4, 3, 2])
     assert (c.node_at, list(c.ends_only), c.nodes[0][7]) == (

@@ -340,8 +340,10 @@ def test_texts_keep_at_most_4096_heads_and_256_formats(monkeypatch):
     (a newline and the second's digits, without and with the point); stretches of
     1 to 300 times leave 300 - 256 formats (`\\n%d` n times and a newline)."""
     from scheduler_sim.records import clock as clock_module
+    assert clock_module._IN_ONE_SECOND.bound == 256
     monkeypatch.setattr(clock_module, "_IN_ONE_SECOND",
-                        clock_module._Made(clock_module._IN_ONE_SECOND.make, 256))
+                        clock_module._Made(clock_module._IN_ONE_SECOND.make,
+                                           clock_module._IN_ONE_SECOND.bound))
     us = Clock("s", 1.0, 1e-6, True)
     for s in range(1, 5_001):
         assert us.texts([s * 1_000_000 + 70], True) == [f"{s}.00007"]

@@ -392,6 +392,23 @@ def test_the_events_file_writes_a_record_handed_to_it_as_its_line(tmp_path):
         '{"time":2.00025,"event":"finished","policy":"vllm","id":"a","status":"finished"}\n')
 
 
+def test_the_events_file_writes_records_out_a_batch_at_a_time(tmp_path):
+    """`BATCH` records handed to a listener (its `__call__`) are written to the handle
+    at once, the buffer emptied; one fewer stays buffered."""
+    import io
+
+    from scheduler_sim.io.event_file import BATCH, EventFile
+    events = EventFile("-", io.StringIO(), False)
+    lines = events.listener("continuous")
+    for tick in range(BATCH - 1):
+        lines(Arrival(tick, "a"))
+    assert (len(events._lines), events.handle.getvalue()) == (BATCH - 1, "")
+    lines(Arrival(BATCH - 1, "a"))
+    written = events.handle.getvalue().splitlines()
+    assert (len(events._lines), len(written), written[-1]) == (
+        0, BATCH, '{"tick":4095,"event":"arrival","id":"a"}')
+
+
 def test_records_compare_hash_repr_and_pickle_by_their_fields():
     """The base's methods, which every record uses (no per-class methods are generated):
     equal when of the same class with the same fields, a hash of the field values, a

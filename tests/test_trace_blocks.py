@@ -150,3 +150,20 @@ def test_written_blocks_never_reach_a_line_at_a_time(tmp_path, monkeypatch, stre
     requests = fast[1] if streamed else fast.workload.requests
     assert requests == (RequestSpec("r0", 1, 0, 4, 2, 2), RequestSpec("r1", 2, 1, 4, 2, 2),
                         RequestSpec("r2", 3, 2, 4, 2, 2))
+
+
+def test_a_request_spec_is_equal_and_hashed_by_every_field():
+    """`RequestSpec` is a record class (records/frozen.py), hashed by its fields as a
+    frozen one is: equal specs hash alike and are one in a set; a spec differing in
+    any one field is another."""
+    import dataclasses
+
+    a = RequestSpec("a", 0, 1.5, 10, 4, 4, block_hashes=(1, 2))
+    same = RequestSpec("a", 0, 1.5, 10, 4, 4, block_hashes=(1, 2))
+    assert (a == same, hash(a) == hash(same), len({a, same})) == (True, True, 1)
+    assert hash(a) == hash(("a", 0, 1.5, 10, 4, 4, 0, None, None, None, (1, 2)))
+    others = [dataclasses.replace(a, **{name: value}) for name, value in (
+        ("id", "b"), ("index", 1), ("arrival", 2.0), ("prompt_tokens", 11), ("output_tokens", 5),
+        ("max_tokens", 5), ("priority", 1), ("deadline", 9.0),
+        ("prompt_token_ids", (7,)), ("output_token_ids", (8,)), ("block_hashes", (1,)))]
+    assert len({a, *others}) == 12 and all(o != a for o in others)

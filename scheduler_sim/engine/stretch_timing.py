@@ -175,7 +175,7 @@ def _runs_may_count(growth: float) -> bool:
     Speed: otherwise the slice is timed by `_time_each`'s C passes, which cost
     more than timing each dispatch in `time_stretch`'s loop: on the Azure
     conversation trace (rows of 9 grow by about 0.48 steps a dispatch) its
-    27,747 stretches took 0.85 of the instructions without those slices (a
+    27,747 stretches took 0.847 of the instructions without those slices (a
     harness replaying the trace's calls, callgrind: 1.512e9 against 1.786e9),
     and 60 stretches of 3,000 dispatches of 9 to 200 rows with no end about
     3,290 instructions a dispatch against 5,030 in slices

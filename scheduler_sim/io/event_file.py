@@ -14,7 +14,10 @@ from ..records.event_lines import LineListener
 from ..records.events import Event
 from .outputs import Output
 
-__all__ = ["EventFile", "ReplicaLines"]
+__all__ = ["EventFile", "ReplicaLines", "BATCH"]
+
+# Event lines kept before the buffer is written out (every way a line comes in).
+BATCH = 4096
 
 
 class _FileLines(LineListener):
@@ -34,18 +37,18 @@ class _FileLines(LineListener):
         # steps", helper ev10.)
         lines = self.lines
         lines.append(event.to_json(self.policy, self.clock))
-        if len(lines) >= 4096:
+        if len(lines) >= BATCH:
             self._flush()
 
     def write(self, line: str) -> None:
         lines = self.lines
         lines.append(line)
-        if len(lines) >= 4096:
+        if len(lines) >= BATCH:
             self._flush()
 
     def write_all(self, lines: list[str]) -> None:
         self.lines += lines
-        if len(self.lines) >= 4096:
+        if len(self.lines) >= BATCH:
             self._flush()
 
     def write_text(self, text: str) -> None:
@@ -53,7 +56,7 @@ class _FileLines(LineListener):
         joined by newlines, so the bytes are the same)."""
         self.lines.append(text)
         self.text_size += len(text)
-        if self.text_size >= 1 << 20 or len(self.lines) >= 4096:
+        if self.text_size >= 1 << 20 or len(self.lines) >= BATCH:
             self._flush()
 
     def _flush(self) -> None:

@@ -260,8 +260,10 @@ class Clock:
         point of every time are then dropped at once by `replace` (a run of
         zeros ends in a newline only after the point), and the text split at
         the newlines. Times within one whole second (nine stretches in ten on
-        the Azure trace) share one format, repeated; times over several take
-        each its own from a table by second (`_fast`). Speed: was one
+        the Azure trace) are written differently: in second 0 by one format,
+        repeated; in a second S > 0 each whole by `%d` (`_IN_ONE_SECOND`), the
+        point put in after S by one `replace`. Times over several seconds take
+        each its own format from a table by second (`_fast`). Speed: was one
         `%.6f` format of the times as floats (`steps / 10^d`), whose
         float-to-decimal conversion cost more than the integers' digits: about
         360 -> 290 ns a time over 5,000 stretches of the Azure trace in one

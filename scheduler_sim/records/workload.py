@@ -12,7 +12,7 @@ import dataclasses
 from typing import Callable, Iterator
 
 from .clock import Clock
-from .frozen import Frozen, Record, field_names, make_inits, record_class
+from .frozen import Frozen, Record, make_inits, record_class
 
 __all__ = ["RequestSpec", "Action", "Workload"]
 
@@ -43,8 +43,7 @@ class RequestSpec(Record):
     output_token_ids: tuple[int, ...] | None = None
     block_hashes: tuple | None = None
 
-    def __hash__(self) -> int:
-        return hash(tuple([getattr(self, name) for name in field_names(RequestSpec)]))
+    __hash__ = Frozen.__hash__  # (by every field, as a frozen record's)
 
 
 @record_class

@@ -110,7 +110,7 @@ def test_a_table_freed_at_once_joins_the_queue_a_run_of_keys_at_a_time():
     assert a.cache.queue_items() == ([0], [e2])
 
 
-def test_a_decode_filled_block_is_keyed_in_register_as_ensure_keys_it():
+def test_a_decode_filled_block_is_keyed_in_register_as_ensure_keys_it(monkeypatch):
     """Pool of 8, blocks of 4, entries of 8 tokens. A (hash id 9300001, 12 prompt
     tokens) has key 2e, 2e + 1 on blocks 0, 1 and its own b"r3:2" on block 2 (the
     prompt's last 4 tokens, past its hash ids). Its decodes fill block 3, then
@@ -122,9 +122,14 @@ def test_a_decode_filled_block_is_keyed_in_register_as_ensure_keys_it():
     a.grow("A", 12)
     a.register_full_blocks("A", keys, 12)
     assert (keys.known, keys.ints, keys.tail) == (3, 2, [b"r3:2"])
+    ensure = BlockKeys.ensure
+    asked = []
+    monkeypatch.setattr(BlockKeys, "ensure", lambda self, count, listed=True: (
+        asked.append(count) or ensure(self, count, listed)))
     for rows in (16, 20):
         a.grow("A", rows)
         a.register_decoded("A", keys, rows)
+    assert asked == []  # (each key made in `register` itself)
     assert (keys.known, keys.registered, keys.tail, keys._list) == (
         5, 5, [b"r3:2", b"r3:3", b"r3:4"], None)
     index = a.cache.index
@@ -132,5 +137,6 @@ def test_a_decode_filled_block_is_keyed_in_register_as_ensure_keys_it():
     listed = keys.keys
     a.grow("A", 24)
     a.register_decoded("A", keys, 24)
+    assert asked == [6]
     assert listed is keys.keys and listed[2:] == [b"r3:2", b"r3:3", b"r3:4", b"r3:5"]
     assert index.plain[b"r3:5"] == a.table("A")[5]

@@ -44,14 +44,18 @@ def _tree() -> tuple[RadixCache, int, int]:
     return c, a, b
 
 
-def test_a_walk_matches_a_run_against_a_range_node_by_lengths():
+def test_a_walk_matches_a_run_against_a_range_node_by_lengths(monkeypatch):
     """Keys 100..105, 300, 301, b"x": node a matched as far as both runs go (5 blocks,
     the node's end), then 105 looked up: node b, compared as a list (3 blocks); b"x"
     is not cached. The index walk of `PrefixCache.find` finds the same blocks."""
     c, a, b = _tree()
     keys = _runs([(100, 6), (300, 2)], [b"x"])
+    spans = []
+    span = BlockKeys.span
+    monkeypatch.setattr(BlockKeys, "span", lambda self, start, stop: (
+        spans.append((start, stop)) or span(self, start, stop)))
     assert c._walk(keys, 9) == ([10, 11, 12, 13, 14, 20, 21, 22], [a, b], b"x")
-    assert keys._list is None
+    assert (keys._list, spans) == (None, [(5, 8)])  # (node a: no key of it made)
     assert c.find(_runs([(100, 6), (300, 2)], [b"x"]), 9) == super(RadixCache, c).find(
         _runs([(100, 6), (300, 2)], [b"x"]), 9)
 

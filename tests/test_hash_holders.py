@@ -312,3 +312,14 @@ def test_longest_hit_passes_the_rest_of_the_lead_unlisted_when_none_may_find_mor
                                       holders.deepest(keys.hashes)) == (4, 3)
     assert ([r.asked for r in deeper], [r.looked for r in deeper], listed) == (
         [0, 1, 2, 2], [0, 1, 0, 1], [0b1100])
+
+
+def test_a_list_of_new_hash_ids_grows_the_dense_list_once_a_bound_is_passed():
+    """`sent` of ids 0..99 to a new table: the dense list grows when an id passes its
+    end, to the larger of id + 1 and a quarter more (1, 2, 3, 4, 5, ..., 78, 97,
+    121), its length read again after each growth: 121 long, not grown again for
+    every id past the first growth (which ran away: 718,235 long for 60 ids)."""
+    holders = HashHolders()
+    holders.sent(list(range(100)), 0)
+    assert (len(holders.dense), holders.dense[:100], set(holders.dense[100:])) == (
+        121, [1] * 100, {0})

@@ -141,3 +141,14 @@ def test_samples_set_whole_drop_the_values_pending():
     a.samples = b.samples
     assert not any(a._pending)
     assert a.samples["client_wait"].counts == {2: 1}
+
+
+def test_samples_count_the_waits_of_requests_never_admitted():
+    """Only requests sent and aborted before admission ended (waits 1 and 3, nothing
+    else): reading `samples` counts them (`_pending`'s client waits are the list
+    every other one is no longer than)."""
+    stats = RunStats(Clock(request_overhead=0))
+    stats.request_ended(ended("a", S.FINISHED_ABORTED, 0, 1, finished=5))
+    stats.request_ended(ended("b", S.FINISHED_ABORTED, 2, 5, finished=6))
+    assert counts(stats) == {"client_wait": {1: 1, 3: 1}, "queue_delay": {}, "ttft": {},
+                             "e2el": {}, "tpot": {}}

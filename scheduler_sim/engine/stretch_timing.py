@@ -6,12 +6,11 @@ Each dispatch starts where the previous one ended exactly and completes at the
 first clock step at or after its own exact end (at least one step later), with
 exactly the floats and roundings of timing them one at a time
 (`Clock.end_step`): a long stretch whose lengths grow slowly enough to be
-counted in runs (below) is timed a slice at a time in C, any other in a plain
-loop. What the ledger needs of the lengths (in steps) is how many
+counted in runs (below), and whose starts nobody asks for (event records), is
+timed a slice at a time in C, any other in a plain loop. What the ledger needs of the lengths (in steps) is how many
 dispatches lasted each length (their output gaps), and the last one's.
 
-Lengths counted a run at a time (a slice of a long stretch, without event
-records): a dispatch of x steps (its seconds over the step) that starts
+Lengths counted a run at a time (a slice of a long stretch): a dispatch of x steps (its seconds over the step) that starts
 where the previous ended exactly lasts ceil(end) - ceil(previous end) steps,
 which is floor(D) or floor(D) + 1 for D the difference of the two rounded
 ends; D is x within a few units in the last place of the ends (`_slack`).
@@ -35,7 +34,8 @@ from ..records.clock import CEIL_SLACK, Clock
 
 __all__ = ["time_stretch", "SLICED"]
 
-# Folded stretches of at least this many dispatches are timed in slices.
+# Folded stretches of at least this many dispatches may be timed in slices (when
+# their lengths may be counted in runs and nobody asks for their starts).
 SLICED = 32
 
 INF = float("inf")

@@ -54,9 +54,11 @@ class LineListener:
 
 def line_head(tick: int, kind: str, policy: str | None, clock: Any) -> str:
     """How a record's line starts: its time, its kind and the policy, each followed
-    by a comma (for the lines of common kinds written by hand). Speed: one format
-    a line, not three (the time's, the policy's and theirs: 58,098 request lines
-    on the Azure trace, benchmarks/README.md, "fourteenth steps", helper ev10)."""
+    by a comma (for the lines of common kinds written by hand). Speed: in seconds
+    without a policy's tag (one policy's run under a cost model, the common case)
+    one format a line, not three (the time's, the policy's and theirs: 58,098
+    request lines on the Azure trace, benchmarks/README.md, "fourteenth steps",
+    helper ev10); in ticks two, with a tag three, as before."""
     if clock is None or not clock.in_seconds:
         when = f'"tick":{tick}'
     elif policy is None:

@@ -65,12 +65,6 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     shorter than the rest of its first step (its exact end at or before its
     start: a coarse clock) is timed one at a time from there, as before."""
     step_seconds = clock.step_seconds
-    folded = 0
-    busy = 0.0
-    counts: dict[int, int] = {}  # lengths of the dispatches counted in runs
-    lengths: list[int] = []       # lengths of the others timed in slices
-    last = 0
-    size = 32  # dispatches timed at once, then as many as may start before `until`
     base, kv = terms if terms is not None else cost.decode_terms(rows)
     # A short stretch (a lone engine's, ended by its next finish or arrival: a
     # dozen dispatches on the Azure trace) is timed one at a time below: slicing
@@ -84,33 +78,18 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     # Only a stretch whose first slice may be counted in runs is sliced
     # (`_runs_may_count`): a slice timed by `_time_each`'s C passes costs more
     # than the loop below (see the function).
-    sliced = most >= SLICED and starts is None and _runs_may_count(rows * kv / step_seconds) and (
-        until == INF
-        or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows)))
-    if sliced:
-        cost_series = cost.decode_series(rows, contexts)
-    while sliced and folded < most and done < until:
-        seconds = list(islice(cost_series, min(size, most - folded)))
-        steps = list(map(truediv, seconds, repeat(step_seconds)))
-        exacts = list(accumulate(steps, initial=exact))
-        del exacts[0]
-        timed = None
-        if starts is None:
-            timed = _count_runs(steps, exacts, done, until, counts)
-        if timed is None:
-            timed = _time_each(clock, exacts, done, until, starts, lengths)
-        if timed is None:  # one ends at or before its start: timed below from it
-            break
-        n, end, last = timed
-        if n < len(exacts):
-            del seconds[n:]
-        busy = reduce(add, seconds, busy)
-        folded += n
-        exact = exacts[n - 1]
-        done = end
-        # Dispatches only grow longer (their contexts do), give or take a step.
-        shortest = max(last - 1, 1)
-        size = int((until - done) // shortest) + 1 if until < INF else most
+    if most >= SLICED and starts is None and _runs_may_count(rows * kv / step_seconds) and (
+            until == INF
+            or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows))):
+        folded, done, exact, last, busy = _time_slices(
+            cost, clock, exact, done, rows, contexts, most, until, gaps)
+    else:
+        # (Speed: the slices' own state and merge kept in `_time_slices`, out of
+        # the 27,000 short stretches of the Azure trace: benchmarks/README.md,
+        # "fifteenth steps ... az11".)
+        folded = 0
+        busy = 0.0
+        last = 0
     # From a dispatch that would end before it starts (if any), one at a time:
     # `timed`, with `Clock.steps` and `Clock.end_step` inlined (the same floats
     # and roundings). Speed: this loop times most of a lone engine's folded
@@ -123,12 +102,6 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     # Azure trace under continuous are timed only here, and building the
     # series and a `next` per dispatch cost more than the arithmetic.
     get = gaps.get
-    for length, count in counts.items():
-        if count:
-            gaps[length] = get(length, 0) + rows * count
-    if lengths:
-        for length, count in Counter(lengths).items():
-            gaps[length] = get(length, 0) + rows * count
     ceil = math.ceil
     slack, rel = CEIL_SLACK
     add_start = starts.append if starts is not None else None
@@ -163,6 +136,52 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
         gaps[last] = left
     else:
         del gaps[last]
+    return folded, done, exact, last, busy
+
+
+def _time_slices(cost: CostModel, clock: Clock, exact: float, done: int, rows: int,
+                 contexts: int, most: int, until: float, gaps: dict[int, int]
+                 ) -> tuple[int, int, float, int, float]:
+    """`time_stretch`'s long stretch, nobody asking for its starts: its dispatches
+    timed a slice at a time in C, up to `most`, `until` or one that ends at or
+    before its start (timed by `time_stretch`'s loop from there). Returns, and
+    adds to `gaps`, what `time_stretch` does for the dispatches timed here (the
+    last one's outputs included: `time_stretch` takes them out)."""
+    step_seconds = clock.step_seconds
+    folded = 0
+    busy = 0.0
+    counts: dict[int, int] = {}  # lengths of the dispatches counted in runs
+    lengths: list[int] = []       # lengths of the others timed in slices
+    last = 0
+    size = 32  # dispatches timed at once, then as many as may start before `until`
+    cost_series = cost.decode_series(rows, contexts)
+    while folded < most and done < until:
+        seconds = list(islice(cost_series, min(size, most - folded)))
+        steps = list(map(truediv, seconds, repeat(step_seconds)))
+        exacts = list(accumulate(steps, initial=exact))
+        del exacts[0]
+        timed = _count_runs(steps, exacts, done, until, counts)
+        if timed is None:
+            timed = _time_each(clock, exacts, done, until, None, lengths)
+        if timed is None:  # one ends at or before its start: timed by the loop from it
+            break
+        n, end, last = timed
+        if n < len(exacts):
+            del seconds[n:]
+        busy = reduce(add, seconds, busy)
+        folded += n
+        exact = exacts[n - 1]
+        done = end
+        # Dispatches only grow longer (their contexts do), give or take a step.
+        shortest = max(last - 1, 1)
+        size = int((until - done) // shortest) + 1 if until < INF else most
+    get = gaps.get
+    for length, count in counts.items():
+        if count:
+            gaps[length] = get(length, 0) + rows * count
+    if lengths:
+        for length, count in Counter(lengths).items():
+            gaps[length] = get(length, 0) + rows * count
     return folded, done, exact, last, busy
 
 

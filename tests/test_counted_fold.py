@@ -147,3 +147,31 @@ def test_replays_with_a_cost_model_take_this_path_and_match_the_stepped_ones():
             if fast:
                 assert min(calls.values()) > 0 and engine.steadiness.folded > 0
         assert outcomes[0] == outcomes[1]
+
+
+def test_the_decode_terms_are_asked_once_a_row_count_and_forgotten_with_the_cost():
+    """The ledger keeps `decode_terms` by rows for its counted starts (at most
+    TERMS_KEPT row counts), and forgets them when priced by another model."""
+    asked = []
+
+    class Counting(Linear):
+        def decode_terms(self, rows):
+            asked.append(rows)
+            return super().decode_terms(rows)
+
+    from scheduler_sim.engine import folded_ledger
+    ledger = DispatchLedger(RunStats(MS), Counting(), MS)
+    first = ledger.decodes_folded(10, 2, 150, 0, INF, 2)
+    again = ledger.decodes_folded(first[0], 2, 152, 0, INF, 2)
+    ledger.decodes_folded(again[0], 3, 154, 0, INF, 2)
+    assert asked == [2, 3]
+    assert ledger.terms == {2: Linear().decode_terms(2), 3: Linear().decode_terms(3)}
+    ledger.priced_by(Counting())
+    assert ledger.terms == {}
+    ledger.decodes_folded(20, 2, 150, 0, INF, 2)
+    assert asked == [2, 3, 2]
+    full = DispatchLedger(RunStats(MS), Counting(), MS)
+    full.terms.update((rows, (1.0, 0.5)) for rows in range(100, 100 + folded_ledger.TERMS_KEPT))
+    full.decodes_folded(10, 2, 150, 0, INF, 2)
+    full.decodes_folded(20, 2, 150, 0, INF, 2)
+    assert asked == [2, 3, 2, 2, 2] and 2 not in full.terms

@@ -14,7 +14,11 @@ from itertools import islice
 
 from .stretch_timing import time_stretch
 
-__all__ = ["FoldedStretches"]
+__all__ = ["FoldedStretches", "TERMS_KEPT"]
+
+# The most row counts whose decode terms a ledger keeps (as the cost model keeps
+# its decode bases: `CostModel._decode_base`).
+TERMS_KEPT = 4096
 
 
 class FoldedStretches:
@@ -94,7 +98,12 @@ class FoldedStretches:
             # `decodes`, its seconds from the terms the fold prices with (the same
             # float as `decode_seconds`), its work counted with the fold's below.
             stats = self.stats
-            terms = cost.decode_terms(rows)
+            # (The terms kept by rows: a dict look-up where a call was, for the
+            # 36,007 counted starts of the Azure conversation trace;
+            # benchmarks/README.md, "fifteenth steps ... az11".)
+            terms = self.terms.get(rows)
+            if terms is None:
+                terms = self._terms_of(rows)
             seconds = terms[0] + terms[1] * (contexts + rows)
             stats.busy_seconds += seconds
             done, exact = self.timed(now, seconds)
@@ -119,3 +128,11 @@ class FoldedStretches:
         gaps = self.stats.itl  # (`gap`: this dispatch's outputs, at its completion)
         gaps[done - now] = gaps.get(done - now, 0) + rows
         return done, exact, folded, end, last_exact, start
+
+    def _terms_of(self, rows: int) -> tuple[float, float]:
+        """`cost.decode_terms(rows)`, kept in `terms` (for at most TERMS_KEPT row
+        counts: a decode batch has at most `max_rows` rows)."""
+        terms = self.cost.decode_terms(rows)
+        if len(self.terms) < TERMS_KEPT:
+            self.terms[rows] = terms
+        return terms

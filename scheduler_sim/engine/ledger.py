@@ -46,7 +46,7 @@ class DispatchLedger(FoldedStretches):
     """The statistics, timing and output gaps of one engine's dispatches (a folded
     stretch's: `FoldedStretches`, folded_ledger.py)."""
 
-    __slots__ = ("stats", "cost", "clock", "exact_end", "end_step", "work_series")
+    __slots__ = ("stats", "cost", "clock", "exact_end", "end_step", "work_series", "terms")
 
     def __init__(self, stats: RunStats, cost: CostModel | None, clock: Clock) -> None:
         self.stats = stats
@@ -63,6 +63,9 @@ class DispatchLedger(FoldedStretches):
         FLOPs and bytes are then `cost`'s model's on its GPUs (`RunStats.dispatch_work`;
         none for a stand-in without a model, as tests use)."""
         self.cost = cost
+        # `cost.decode_terms(rows)` by rows, as a counted start asks them
+        # (`FoldedStretches.decodes_folded`).
+        self.terms: dict[int, tuple[float, float]] = {}
         self.stats.dispatch_work = (DispatchWork.of(cost) if getattr(cost, "model", None)
                                     is not None else None)
 

@@ -55,63 +55,47 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     gaps of its length to `gaps` (the run's, by length in steps). `terms`:
     `cost.decode_terms(rows)`, if the caller has them.
 
-    Speed: the dispatches are timed a slice at a time in C (`map`,
-    `accumulate`), with exactly the floats and roundings of one dispatch at a
-    time (`Clock.end_step`). A fleet's replicas run small batches, so the
-    Mooncake trace on 64 replicas folds 4.1 million dispatches (one engine:
-    170,000): timed one by one in C passes (ends, start-before-end check,
-    lengths, their `Counter`) this was about 20% of that replay; a slice's
-    lengths are now counted a run at a time (`_count_runs`). A dispatch
-    shorter than the rest of its first step (its exact end at or before its
-    start: a coarse clock) is timed one at a time from there, as before."""
+    Speed: a long stretch whose lengths may be counted in runs is timed a slice
+    at a time in C (`_time_slices`), any other one dispatch at a time below."""
     step_seconds = clock.step_seconds
     base, kv = terms if terms is not None else cost.decode_terms(rows)
-    # A short stretch (a lone engine's, ended by its next finish or arrival: a
-    # dozen dispatches on the Azure trace) is timed one at a time below: slicing
-    # costs more than it saves there (Ir +2.4% on the first 2,000 Azure
-    # requests under continuous, callgrind). Short is fewer than SLICED
-    # dispatches allowed (`most`), or fewer that may start before `until`: the
-    # dispatches only grow longer, so no more than one per first dispatch's
-    # length (in steps) fit before it, and one more. Speed: of the 7,223 folds
-    # allowed SLICED or more on the Azure trace under continuous, about 4,300
-    # are ended sooner by `until`; they timed a first slice of 32 dispatches.
+    # A short stretch (a dozen dispatches on the Azure trace) is timed one at a
+    # time below: slicing costs more there (Ir +2.4% on its first 2,000 requests
+    # under continuous). Short is fewer than SLICED allowed (`most`), or fewer
+    # that may start before `until` (the dispatches only grow longer: of the
+    # 7,223 folds allowed SLICED or more on that trace, about 4,300 end sooner).
     # Only a stretch whose first slice may be counted in runs is sliced
-    # (`_runs_may_count`): a slice timed by `_time_each`'s C passes costs more
-    # than the loop below (see the function).
+    # (`_runs_may_count`: C passes cost more than the loop below).
     if most >= SLICED and starts is None and _runs_may_count(rows * kv / step_seconds) and (
             until == INF
             or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows))):
         folded, done, exact, last, busy = _time_slices(
             cost, clock, exact, done, rows, contexts, most, until, gaps)
     else:
-        # (Speed: the slices' own state and merge kept in `_time_slices`, out of
-        # the 27,000 short stretches of the Azure trace: benchmarks/README.md,
-        # "fifteenth steps ... az11".)
-        folded = 0
+        folded = 0  # (the slices' state kept apart: fifteenth steps, az11)
         busy = 0.0
         last = 0
     # From a dispatch that would end before it starts (if any), one at a time:
     # `timed`, with `Clock.steps` and `Clock.end_step` inlined (the same floats
-    # and roundings). Speed: this loop times most of a lone engine's folded
-    # dispatches (about 250,000 on the Azure conversation trace, against 61,000
-    # timed by `timed`); the two calls a dispatch were a fifth of the stretch's
-    # timing (see benchmarks/README.md, "Issue 26, fourth steps"). Each one's
-    # seconds are priced inline, `base + kv * c` for c its rows' contexts and
-    # rows (`CostModel.decode_terms`: the floats of `decode_series`, whose
-    # k-th is dispatch `folded` + k's): 20,524 of the 27,747 folds on the
-    # Azure trace under continuous are timed only here, and building the
-    # series and a `next` per dispatch cost more than the arithmetic.
+    # and roundings; two calls a dispatch were a fifth of the stretch's timing:
+    # benchmarks/README.md, "fourth steps"). Each one's seconds are priced
+    # inline, `base + kv * c` for c its rows' contexts and rows (the floats of
+    # `decode_series`): cheaper than a series and a `next` a dispatch.
     get = gaps.get
     ceil = math.ceil
     slack, rel = CEIL_SLACK
     add_start = starts.append if starts is not None else None
-    # (The count of dispatches timed here is taken from the last context priced,
-    # `c`, after the loop, and `until` tested after each dispatch, not before:
-    # fewer operations a dispatch. Speed: benchmarks/README.md, "eleventh
-    # steps", helper az7.)
+    # (The count timed here is taken from the last context priced, `c`, and
+    # `until` tested after each dispatch: fewer operations; "eleventh steps", az7.)
     first = contexts + rows * (folded + 1)
     c = None
     if done < until:
+        # The lengths go to `gaps` a run of equal ones at a time (`same` of `last`
+        # steps). Speed: a length is an int past the cached ones (20,000 steps of
+        # 1 us), so a dict update compares int objects; 41% of the loop's Azure
+        # dispatches last as long as the one before: 827.9e6 -> 818.8e6 Ir on its
+        # first 6,000 requests' calls ("fifteenth steps", az11).
+        same = 0
         for c in range(first, contexts + rows * (most + 1), rows):
             if add_start is not None:
                 add_start(done)
@@ -123,14 +107,23 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
                 end = done + 1
                 if exact <= done:
                     exact = end  # ... and shorter than the rest of its first step: one
-            last = end - done
-            gaps[last] = get(last, 0) + rows
+            if end - done == last:
+                same += 1
+            else:
+                if same:
+                    gaps[last] = get(last, 0) + rows * same
+                last = end - done
+                same = 1
             done = end
             if done >= until:
                 break
         if c is not None:
             folded += (c - first) // rows + 1
-    # The last dispatch is still in flight: its outputs end no gaps yet.
+            # The last dispatch is still in flight: its outputs end no gaps yet.
+            if same > 1:
+                gaps[last] = get(last, 0) + rows * (same - 1)
+            return folded, done, exact, last, busy
+    # The last dispatch (of a slice) is still in flight: its outputs end no gaps yet.
     left = gaps[last] - rows
     if left:
         gaps[last] = left
@@ -146,7 +139,12 @@ def _time_slices(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     timed a slice at a time in C, up to `most`, `until` or one that ends at or
     before its start (timed by `time_stretch`'s loop from there). Returns, and
     adds to `gaps`, what `time_stretch` does for the dispatches timed here (the
-    last one's outputs included: `time_stretch` takes them out)."""
+    last one's outputs included: `time_stretch` takes them out).
+
+    Speed: a fleet's replicas run small batches (the Mooncake trace on 64
+    replicas folds 4.1 million dispatches); timed one by one in C passes this
+    was about 20% of that replay, and a slice's lengths are counted a run at a
+    time (`_count_runs`)."""
     step_seconds = clock.step_seconds
     folded = 0
     busy = 0.0

@@ -91,8 +91,8 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     c = None
     if done < until:
         # The lengths go to `gaps` a run of equal ones at a time (`same` of `last`
-        # steps). Speed: a length is an int past the cached ones (20,000 steps of
-        # 1 us), so a dict update compares int objects; 41% of the loop's Azure
+        # steps). Speed: a length is an int past the cached ones (about 7,000 steps
+        # of 1 us), so a dict update compares int objects; 41% of the loop's Azure
         # dispatches last as long as the one before: 827.9e6 -> 818.8e6 Ir on its
         # first 6,000 requests' calls ("fifteenth steps", az11).
         same = 0

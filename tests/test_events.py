@@ -327,7 +327,7 @@ def test_a_folded_snapshot_s_block_counts_are_one_text_by_blocks_held():
 
 def test_a_counted_dispatch_s_snapshot_and_dispatch_are_one_text():
     """A counted dispatch of a and b at tick 10 (done 12): its snapshot (3 held, 7
-    free of 10) and its dispatch, two lines joined by a newline, each what
+    free of 10, its counts a tuple in `Snapshot`'s order) and its dispatch, two lines joined by a newline, each what
     `snapshot_line` and `decodes_line` write; without a snapshot the dispatch
     alone; with a prefix cache's count, and in seconds with a policy tag (the
     start's time, 1.5, written in both)."""
@@ -335,17 +335,17 @@ def test_a_counted_dispatch_s_snapshot_and_dispatch_are_one_text():
     from scheduler_sim.records.event_lines import (counted_text, decode_rows_text,
                                                    decodes_line, snapshot_line)
     rows = decode_rows_text(["a", "b"])
-    state = {"waiting": 1, "running": 2, "reserved": 5, "allocated": 3, "draining": 0,
-             "free": 7}
-    assert counted_text(10, state, rows, 2, 12, None, None) == (
+    counts = (1, 2, 5, 3, 0, 7, None)  # (waiting, running, reserved, allocated, draining,
+    # free, cached: `Snapshot`'s order)
+    assert counted_text(10, counts, rows, 2, 12, None, None) == (
         '{"tick":10,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":3,'
         '"draining":0,"free":7}\n'
         '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":12}')
     assert counted_text(10, None, rows, 2, 12, None, None) == (
         '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":12}')
     clock = Clock("s", 1.0, 1e-6, True)
-    state["cached"] = 4
-    assert counted_text(1_500_000, state, rows, 2, 1_506_250, 'p"', clock).split("\n") == [
+    counts = counts[:6] + (4,)
+    assert counted_text(1_500_000, counts, rows, 2, 1_506_250, 'p"', clock).split("\n") == [
         snapshot_line(1_500_000, 1, 2, 5, 3, 0, 7, 4, 'p"', clock),
         decodes_line(1_500_000, ["a", "b"], 2, 1_506_250, 'p"', clock)]
 
@@ -434,3 +434,16 @@ def test_records_compare_hash_repr_and_pickle_by_their_fields():
         del a.id
     with pytest.raises(TypeError):
         Arrival(1)
+
+
+def test_a_fresh_prompt_s_row_is_the_rows_text_of_its_tuple():
+    """An admission's newcomer's row from its parts: `rows_text` of the row tuple
+    (rid, "prefill", tokens, True, ids), with and without token ids, and an id that
+    JSON must escape."""
+    from scheduler_sim.records.event_lines import prompt_row_text, rows_text
+    assert prompt_row_text("r1", 7, None) == (
+        '{"id":"r1","phase":"prefill","tokens":7,"emits":true}')
+    assert prompt_row_text('q"2', 3, [5, 0, 11]) == (
+        '{"id":"q\\"2","phase":"prefill","tokens":3,"emits":true,"token_ids":[5,0,11]}')
+    for row in (("r1", "prefill", 7, True, None), ('q"2', "prefill", 3, True, [5, 0, 11])):
+        assert prompt_row_text(row[0], row[2], row[4]) == rows_text((row,))

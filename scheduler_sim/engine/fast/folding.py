@@ -232,7 +232,7 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     s + 1 writes row r + s - 1 of a request with r resident rows now, and
     needs a new block when that row starts one.
     """
-    emit = engine.listener
+    emit = engine._emit  # (the engine's attributes, not its properties: as in `fold`)
     a = engine.allocator
     size = a.block_size
     n = len(reqs)
@@ -245,7 +245,7 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     held = a.held
     draining = a.draining
     total = a.num_blocks
-    report = engine.step_block
+    report = engine.steadiness.blocked
     reserved = a.reserved
     write = policy = clock = None
     if isinstance(emit, LineListener):

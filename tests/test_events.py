@@ -402,7 +402,8 @@ def test_the_events_file_writes_records_out_a_batch_at_a_time(tmp_path):
     lines = events.listener("continuous")
     for tick in range(BATCH - 1):
         lines(Arrival(tick, "a"))
-    assert (len(events._lines), events.handle.getvalue()) == (BATCH - 1, "")
+    # (each line two pieces of the buffer: its text and a newline)
+    assert (len(events._lines), events.handle.getvalue()) == (2 * BATCH - 2, "")
     lines(Arrival(BATCH - 1, "a"))
     written = events.handle.getvalue().splitlines()
     assert (len(events._lines), len(written), written[-1]) == (

@@ -3,7 +3,8 @@ a listener that takes lines (`LineListener`), a snapshot's and a dispatch's line
 without building the record (`snapshot_line`, `dispatch_line`, the same bytes
 as the record's own `to_json`), a dispatch's rows as text (`rows_text`, and
 `decode_rows_text` for plain decodes from their ids), and a folded stretch's
-snapshot and dispatch lines at once, as one text (`steady_text`).
+snapshot and dispatch lines at once, as the pieces of one text (`steady_parts`;
+`steady_text` joins them).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:  # only named in annotations; events.py imports this module
 
 __all__ = ["LineListener", "line_head", "snapshot_line", "dispatch_line", "rows_text",
            "decodes_line", "counted_text", "prompt_row_text", "decode_rows_text", "steady_text",
+           "steady_parts",
            "json_string", "encode_json"]
 
 encode_json = json.JSONEncoder(separators=(",", ":")).encode
@@ -46,10 +48,16 @@ class LineListener:
 
     def write_text(self, text: str) -> None:
         """Write several lines given as one text, joined by newlines (no newline
-        after the last): a folded stretch's (`steady_text`). A listener that
+        after the last): a counted start's (`counted_text`). A listener that
         writes lines one after another, each followed by a newline, may write
         the text as it is, as if one line (the events file does)."""
         self.write_all(text.split("\n"))
+
+    def write_parts(self, parts: list[str]) -> None:
+        """Write several lines given as the pieces of one text (`write_text`'s, joined
+        by nothing): a folded stretch's (`steady_parts`). A listener that buffers
+        pieces may keep them unjoined (the events file does)."""
+        self.write_text("".join(parts))
 
 
 
@@ -210,18 +218,28 @@ def decode_rows_text(ids: Iterable[str]) -> str:
 def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
                 waiting: int, running: int, reserved: int, draining: int, total: int,
                 tokens: int, policy: str | None, clock: Any, rows: str | None = None) -> str:
-    """The snapshot and dispatch lines of a folded stretch, as one text (the lines
-    joined by newlines, no newline after the last): for the dispatch starting at
+    """`steady_parts` joined: a folded stretch's lines as one text."""
+    return "".join(steady_parts(starts, last_done, held, ids, waiting, running, reserved,
+                                draining, total, tokens, policy, clock, rows))
+
+
+def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
+                 waiting: int, running: int, reserved: int, draining: int, total: int,
+                 tokens: int, policy: str | None, clock: Any, rows: str | None = None
+                 ) -> list[str]:
+    """The snapshot and dispatch lines of a folded stretch, as the pieces of one text
+    (joined by nothing they are the lines joined by newlines, no newline after
+    the last; none when `starts` is empty): for the dispatch starting at
     each of `starts`, each ending where the next starts and the last at
     `last_done`, its snapshot (`held` blocks allocated, the rest of the `total`
     less `draining` free) and its dispatch of a plain decode for each of the
     requests `ids` (`rows`: their rows' text, `decode_rows_text(ids)`, if the
     caller has it), what `snapshot_line` and `dispatch_line` write.
 
-    Speed: the text is one `str.join` over a list of its pieces, the parts that
-    do not change (the rows' text among them) one shared string each, laid out
-    by slice assignments in C, and each time written once (a dispatch's end is
-    the next one's start). On the Azure trace with `--events` 29,973 folded
+    Speed: the text is a list of its pieces, the parts that do not change (the
+    rows' text among them) one shared string each, laid out by slice
+    assignments in C, and each time written once (a dispatch's end is the next
+    one's start); the events file joins them with its batch (io/event_file.py). On the Azure trace with `--events` 29,973 folded
     stretches write 784,862 lines: this is about a third of the CPU of making
     them a line at a time with `str.format` (1.36-1.73 s against 0.54-0.59 s
     in one process, three runs each) and leaves one string to buffer, not 26.
@@ -229,7 +247,7 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     (`_BlockCounts`), not two numbers formatted each time."""
     k = len(starts)
     if not k:
-        return ""
+        return []
     seconds = clock is not None and clock.in_seconds
     key = '{"time":' if seconds else '{"tick":'
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
@@ -252,7 +270,7 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     parts[2::7] = parts[5::7] = texts
     parts[0], parts[1] = "", key  # (the first line ends nothing before it)
     parts[4::7] = map(_block_counts(draining, total, key).__getitem__, held)
-    return "".join(parts)
+    return parts
 
 
 class _BlockCounts(dict):

@@ -448,3 +448,28 @@ def test_a_fresh_prompt_s_row_is_the_rows_text_of_its_tuple():
         '{"id":"q\\"2","phase":"prefill","tokens":3,"emits":true,"token_ids":[5,0,11]}')
     for row in (("r1", "prefill", 7, True, None), ('q"2', "prefill", 3, True, [5, 0, 11])):
         assert prompt_row_text(row[0], row[2], row[4]) == rows_text((row,))
+
+
+def test_the_events_file_writes_a_text_s_pieces_as_its_lines(tmp_path):
+    """A folded stretch's pieces (`write_parts`) reach the file as the lines of their
+    joined text, in order with a line before and after and a batch written out
+    between; a fleet replica's listener tags each line of the joined text."""
+    import io
+
+    from scheduler_sim.io.event_file import BATCH, EventFile
+    target = tmp_path / "events.jsonl"
+    events = EventFile(str(target), io.StringIO(), False)
+    lines = events.listener("continuous")
+    lines.write('{"tick":1,"event":"x"}')
+    lines.write_parts(['{"tick":2', ',"event":"y"}\n{"tick":', "3", ',"event":"z"}'])
+    assert len(events._lines) == 2 + 4 + 1  # (the pieces kept unjoined, then a newline)
+    for tick in range(4, 4 + BATCH):  # (a batch's worth of lines: written out)
+        lines.write(f'{{"tick":{tick},"event":"w"}}')
+    lines.write_parts([])  # (no lines: nothing, not an empty line)
+    replica = events.listener("continuous", replica=2)
+    replica.write_parts(['{"tick":5,"event":"y",', '"a":1}\n{"tick":6,"event":"z"}'])
+    events.commit()
+    assert target.read_text().splitlines() == (
+        ['{"tick":1,"event":"x"}', '{"tick":2,"event":"y"}', '{"tick":3,"event":"z"}']
+        + [f'{{"tick":{tick},"event":"w"}}' for tick in range(4, 4 + BATCH)]
+        + ['{"tick":5,"event":"y","replica":2,"a":1}', '{"tick":6,"event":"z","replica":2}'])

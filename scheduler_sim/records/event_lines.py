@@ -56,8 +56,9 @@ class LineListener:
     def write_parts(self, parts: list[str]) -> None:
         """Write several lines given as the pieces of one text (`write_text`'s, joined
         by nothing): a folded stretch's (`steady_parts`). A listener that buffers
-        pieces may keep them unjoined (the events file does)."""
-        self.write_text("".join(parts))
+        pieces may keep them unjoined (the events file does). None: nothing."""
+        if parts:
+            self.write_text("".join(parts))
 
 
 

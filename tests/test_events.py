@@ -473,3 +473,37 @@ def test_the_events_file_writes_a_text_s_pieces_as_its_lines(tmp_path):
         ['{"tick":1,"event":"x"}', '{"tick":2,"event":"y"}', '{"tick":3,"event":"z"}']
         + [f'{{"tick":{tick},"event":"w"}}' for tick in range(4, 4 + BATCH)]
         + ['{"tick":5,"event":"y","replica":2,"a":1}', '{"tick":6,"event":"z","replica":2}'])
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_a_counted_start_s_snapshot_counts_are_those_of_the_state(caching):
+    """`Counting._counts` is `_state`'s counts in `Snapshot`'s order (cached None
+    without a prefix cache, else 0 here): on an engine with nothing run (nothing
+    arrived, 16 blocks free); with 3 blocks of a's grown this step,
+    `_state(plan)`'s counts from before them (the plan's blocks still free), and
+    without a plan as they are (3 allocated, 13 free)."""
+    from conftest import trace_bytes
+    from scheduler_sim.engine.core import Engine
+    from scheduler_sim.io.trace import parse_trace
+    from scheduler_sim.records.events import Snapshot
+    from scheduler_sim.records.options import Options
+    trace = parse_trace(trace_bytes([
+        {"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4, "output_tokens": 3},
+        {"type": "request", "id": "b", "arrival": 0, "prompt_tokens": 4, "output_tokens": 2}]),
+        "counts.jsonl")
+    opts = Options.resolve(trace.config, {"block_size": 4, "num_blocks": 16,
+                                          "prefix_caching": caching})
+    engine = Engine(trace.workload, opts, "vllm")
+
+    def expected(plan=()):
+        state = engine._state(plan)
+        return tuple(getattr(Snapshot(0, **state), name) for name in
+                     ("waiting", "running", "reserved", "allocated", "draining", "free",
+                      "cached"))
+    cached = 0 if caching else None
+    assert engine._counts() == expected() == (0, 0, 0, 0, 0, 16, cached)
+    allocator = engine.allocator
+    allocator.grow("a", 12)  # (3 blocks of a's, grown in this step)
+    assert allocator.step_growth == {"a": 3}
+    assert engine._counts(["a"]) == expected(["a"]) == (0, 0, 0, 0, 0, 16, cached)
+    assert engine._counts() == expected() == (0, 0, 0, 3, 0, 13, cached)

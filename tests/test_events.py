@@ -327,7 +327,7 @@ def test_a_folded_snapshot_s_block_counts_are_one_text_by_blocks_held():
 
 def test_a_counted_dispatch_s_snapshot_and_dispatch_are_one_text():
     """A counted dispatch of a and b at tick 10 (done 12): its snapshot (3 held, 7
-    free of 10) and its dispatch, two lines joined by a newline, each what
+    free of 10, its counts a tuple in `Snapshot`'s order) and its dispatch, two lines joined by a newline, each what
     `snapshot_line` and `decodes_line` write; without a snapshot the dispatch
     alone; with a prefix cache's count, and in seconds with a policy tag (the
     start's time, 1.5, written in both)."""
@@ -335,17 +335,17 @@ def test_a_counted_dispatch_s_snapshot_and_dispatch_are_one_text():
     from scheduler_sim.records.event_lines import (counted_text, decode_rows_text,
                                                    decodes_line, snapshot_line)
     rows = decode_rows_text(["a", "b"])
-    state = {"waiting": 1, "running": 2, "reserved": 5, "allocated": 3, "draining": 0,
-             "free": 7}
-    assert counted_text(10, state, rows, 2, 12, None, None) == (
+    counts = (1, 2, 5, 3, 0, 7, None)  # (waiting, running, reserved, allocated, draining,
+    # free, cached: `Snapshot`'s order)
+    assert counted_text(10, counts, rows, 2, 12, None, None) == (
         '{"tick":10,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":3,'
         '"draining":0,"free":7}\n'
         '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":12}')
     assert counted_text(10, None, rows, 2, 12, None, None) == (
         '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":12}')
     clock = Clock("s", 1.0, 1e-6, True)
-    state["cached"] = 4
-    assert counted_text(1_500_000, state, rows, 2, 1_506_250, 'p"', clock).split("\n") == [
+    counts = counts[:6] + (4,)
+    assert counted_text(1_500_000, counts, rows, 2, 1_506_250, 'p"', clock).split("\n") == [
         snapshot_line(1_500_000, 1, 2, 5, 3, 0, 7, 4, 'p"', clock),
         decodes_line(1_500_000, ["a", "b"], 2, 1_506_250, 'p"', clock)]
 
@@ -402,7 +402,8 @@ def test_the_events_file_writes_records_out_a_batch_at_a_time(tmp_path):
     lines = events.listener("continuous")
     for tick in range(BATCH - 1):
         lines(Arrival(tick, "a"))
-    assert (len(events._lines), events.handle.getvalue()) == (BATCH - 1, "")
+    # (each line two pieces of the buffer: its text and a newline)
+    assert (len(events._lines), events.handle.getvalue()) == (2 * BATCH - 2, "")
     lines(Arrival(BATCH - 1, "a"))
     written = events.handle.getvalue().splitlines()
     assert (len(events._lines), len(written), written[-1]) == (
@@ -434,3 +435,75 @@ def test_records_compare_hash_repr_and_pickle_by_their_fields():
         del a.id
     with pytest.raises(TypeError):
         Arrival(1)
+
+
+def test_a_fresh_prompt_s_row_is_the_rows_text_of_its_tuple():
+    """An admission's newcomer's row from its parts: `rows_text` of the row tuple
+    (rid, "prefill", tokens, True, ids), with and without token ids, and an id that
+    JSON must escape."""
+    from scheduler_sim.records.event_lines import prompt_row_text, rows_text
+    assert prompt_row_text("r1", 7, None) == (
+        '{"id":"r1","phase":"prefill","tokens":7,"emits":true}')
+    assert prompt_row_text('q"2', 3, [5, 0, 11]) == (
+        '{"id":"q\\"2","phase":"prefill","tokens":3,"emits":true,"token_ids":[5,0,11]}')
+    for row in (("r1", "prefill", 7, True, None), ('q"2', "prefill", 3, True, [5, 0, 11])):
+        assert prompt_row_text(row[0], row[2], row[4]) == rows_text((row,))
+
+
+def test_the_events_file_writes_a_text_s_pieces_as_its_lines(tmp_path):
+    """A folded stretch's pieces (`write_parts`) reach the file as the lines of their
+    joined text, in order with a line before and after and a batch written out
+    between; a fleet replica's listener tags each line of the joined text."""
+    import io
+
+    from scheduler_sim.io.event_file import BATCH, EventFile
+    target = tmp_path / "events.jsonl"
+    events = EventFile(str(target), io.StringIO(), False)
+    lines = events.listener("continuous")
+    lines.write('{"tick":1,"event":"x"}')
+    lines.write_parts(['{"tick":2', ',"event":"y"}\n{"tick":', "3", ',"event":"z"}'])
+    assert len(events._lines) == 2 + 4 + 1  # (the pieces kept unjoined, then a newline)
+    for tick in range(4, 4 + BATCH):  # (a batch's worth of lines: written out)
+        lines.write(f'{{"tick":{tick},"event":"w"}}')
+    lines.write_parts([])  # (no lines: nothing, not an empty line)
+    replica = events.listener("continuous", replica=2)
+    replica.write_parts(['{"tick":5,"event":"y",', '"a":1}\n{"tick":6,"event":"z"}'])
+    events.commit()
+    assert target.read_text().splitlines() == (
+        ['{"tick":1,"event":"x"}', '{"tick":2,"event":"y"}', '{"tick":3,"event":"z"}']
+        + [f'{{"tick":{tick},"event":"w"}}' for tick in range(4, 4 + BATCH)]
+        + ['{"tick":5,"event":"y","replica":2,"a":1}', '{"tick":6,"event":"z","replica":2}'])
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_a_counted_start_s_snapshot_counts_are_those_of_the_state(caching):
+    """`Counting._counts` is `_state`'s counts in `Snapshot`'s order (cached None
+    without a prefix cache, else 0 here): on an engine with nothing run (nothing
+    arrived, 16 blocks free); with 3 blocks of a's grown this step,
+    `_state(plan)`'s counts from before them (the plan's blocks still free), and
+    without a plan as they are (3 allocated, 13 free)."""
+    from conftest import trace_bytes
+    from scheduler_sim.engine.core import Engine
+    from scheduler_sim.io.trace import parse_trace
+    from scheduler_sim.records.events import Snapshot
+    from scheduler_sim.records.options import Options
+    trace = parse_trace(trace_bytes([
+        {"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 4, "output_tokens": 3},
+        {"type": "request", "id": "b", "arrival": 0, "prompt_tokens": 4, "output_tokens": 2}]),
+        "counts.jsonl")
+    opts = Options.resolve(trace.config, {"block_size": 4, "num_blocks": 16,
+                                          "prefix_caching": caching})
+    engine = Engine(trace.workload, opts, "vllm")
+
+    def expected(plan=()):
+        state = engine._state(plan)
+        return tuple(getattr(Snapshot(0, **state), name) for name in
+                     ("waiting", "running", "reserved", "allocated", "draining", "free",
+                      "cached"))
+    cached = 0 if caching else None
+    assert engine._counts() == expected() == (0, 0, 0, 0, 0, 16, cached)
+    allocator = engine.allocator
+    allocator.grow("a", 12)  # (3 blocks of a's, grown in this step)
+    assert allocator.step_growth == {"a": 3}
+    assert engine._counts(["a"]) == expected(["a"]) == (0, 0, 0, 0, 0, 16, cached)
+    assert engine._counts() == expected() == (0, 0, 0, 3, 0, 13, cached)

@@ -206,12 +206,12 @@ def test_a_listener_s_lines_of_a_counted_stretch_come_from_its_loop(monkeypatch)
     from scheduler_sim.engine.fast import folding
     from scheduler_sim.records.clock import Clock
     folds = []
-    steady_text = folding.steady_text
+    steady_parts = folding.steady_parts
 
     def spy(starts, *args):
         folds.append((starts, args[11] if len(args) > 11 else None))
-        return steady_text(starts, *args)
-    monkeypatch.setattr(folding, "steady_text", spy)
+        return steady_parts(starts, *args)
+    monkeypatch.setattr(folding, "steady_parts", spy)
     trace = parse_trace(trace_bytes(TWO), "through.jsonl")
     opts = Options.resolve(trace.config, {"block_size": 4, "num_blocks": 16})
     sink = _Lines(Clock.of(opts))

@@ -3,7 +3,8 @@ a listener that takes lines (`LineListener`), a snapshot's and a dispatch's line
 without building the record (`snapshot_line`, `dispatch_line`, the same bytes
 as the record's own `to_json`), a dispatch's rows as text (`rows_text`, and
 `decode_rows_text` for plain decodes from their ids), and a folded stretch's
-snapshot and dispatch lines at once, as one text (`steady_text`).
+snapshot and dispatch lines at once, as the pieces of one text (`steady_parts`;
+`steady_text` joins them).
 """
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ if TYPE_CHECKING:  # only named in annotations; events.py imports this module
     from .events import Event
 
 __all__ = ["LineListener", "line_head", "snapshot_line", "dispatch_line", "rows_text",
-           "decodes_line", "counted_text", "decode_rows_text", "steady_text", "json_string", "encode_json"]
+           "decodes_line", "counted_text", "prompt_row_text", "decode_rows_text", "steady_text",
+           "steady_parts",
+           "json_string", "encode_json"]
 
 encode_json = json.JSONEncoder(separators=(",", ":")).encode
 json_string = json.encoder.encode_basestring_ascii  # a JSON string literal, C-accelerated
@@ -45,10 +48,17 @@ class LineListener:
 
     def write_text(self, text: str) -> None:
         """Write several lines given as one text, joined by newlines (no newline
-        after the last): a folded stretch's (`steady_text`). A listener that
+        after the last): a counted start's (`counted_text`). A listener that
         writes lines one after another, each followed by a newline, may write
         the text as it is, as if one line (the events file does)."""
         self.write_all(text.split("\n"))
+
+    def write_parts(self, parts: list[str]) -> None:
+        """Write several lines given as the pieces of one text (`write_text`'s, joined
+        by nothing): a folded stretch's (`steady_parts`). A listener that buffers
+        pieces may keep them unjoined (the events file does). None: nothing."""
+        if parts:
+            self.write_text("".join(parts))
 
 
 
@@ -99,13 +109,16 @@ def decodes_line(tick: int, ids: Iterable[str], tokens: int, done: int, policy: 
     return _dispatch(tick, decode_rows_text(ids), tokens, done, policy, clock)
 
 
-def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int, done: int,
+def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: int,
                  policy: str | None, clock: Any) -> str:
     """A dispatch, its rows given as text (`decode_rows_text` for plain decodes), after
-    its snapshot if `state` gives one (`snapshot_line`'s counts by name): the lines
-    `snapshot_line` and `dispatch_line` write, joined by a newline into one text
-    for `LineListener.write_text`, the start's time made once for both (the
-    counted dispatches' and admissions' starts, engine/fast/counted.py)."""
+    its snapshot if `counts` gives one (`Snapshot`'s counts in its field order:
+    waiting, running, reserved, allocated, draining, free, cached or None): the
+    lines `snapshot_line` and `dispatch_line` write, joined by a newline into one
+    text for `LineListener.write_text`, the start's time made once for both (the
+    counted dispatches' and admissions' starts, engine/fast/counted.py). Speed:
+    the counts a tuple, not a dictionary read by name (54,306 snapshots on the
+    Azure trace; benchmarks/README.md, "fifteenth steps", helper ev11)."""
     if clock is None or not clock.in_seconds:
         key = '{"tick":'
     else:
@@ -113,20 +126,31 @@ def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int
         tick = clock.text(tick)
         done = clock.text(done)
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
-    if state is None:
+    if counts is None:
         return f'{key}{tick},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}'
-    cached = state.get("cached")
+    waiting, running, reserved, allocated, draining, free, cached = counts
     cached = "" if cached is None else f',"cached":{cached}'
     # (Both lines in one format: the rows' text, most of the bytes, copied once.
     # Speed: the first 2,000 Azure requests under continuous with --events,
     # 2.2152e9 -> 2.2106e9 instructions, callgrind; benchmarks/README.md,
     # "thirteenth steps", helper ev9. The time's text put in twice rather than a
     # head made first and copied in: see "fourteenth steps", helper ev10.)
-    return (f'{key}{tick},"event":"snapshot",{tag}"waiting":{state["waiting"]},'
-            f'"running":{state["running"]},"reserved":{state["reserved"]},'
-            f'"allocated":{state["allocated"]},"draining":{state["draining"]},'
-            f'"free":{state["free"]}{cached}}}\n'
+    return (f'{key}{tick},"event":"snapshot",{tag}"waiting":{waiting},'
+            f'"running":{running},"reserved":{reserved},'
+            f'"allocated":{allocated},"draining":{draining},'
+            f'"free":{free}{cached}}}\n'
             f'{key}{tick},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}')
+
+
+def prompt_row_text(rid: str, tokens: int, ids: list[int] | None) -> str:
+    """`rows_text` of one row of a fresh prompt (`tokens` of prefill that emits, its
+    token ids if given), from its parts: an admission's newcomer
+    (engine/fast/counted.py). Speed: no rows tuple built and read again (18,253
+    admissions on the Azure trace; see `counted_text`)."""
+    row = f'{{"id":{_QUOTED[rid]},"phase":"prefill","tokens":{tokens},"emits":true'
+    if ids is not None:
+        return f'{row},"token_ids":[{",".join(map(str, ids))}]}}'
+    return row + "}"
 
 
 def _dispatch(tick: int, rows: str, tokens: int, done: int, policy: str | None,
@@ -195,18 +219,28 @@ def decode_rows_text(ids: Iterable[str]) -> str:
 def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
                 waiting: int, running: int, reserved: int, draining: int, total: int,
                 tokens: int, policy: str | None, clock: Any, rows: str | None = None) -> str:
-    """The snapshot and dispatch lines of a folded stretch, as one text (the lines
-    joined by newlines, no newline after the last): for the dispatch starting at
+    """`steady_parts` joined: a folded stretch's lines as one text."""
+    return "".join(steady_parts(starts, last_done, held, ids, waiting, running, reserved,
+                                draining, total, tokens, policy, clock, rows))
+
+
+def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
+                 waiting: int, running: int, reserved: int, draining: int, total: int,
+                 tokens: int, policy: str | None, clock: Any, rows: str | None = None
+                 ) -> list[str]:
+    """The snapshot and dispatch lines of a folded stretch, as the pieces of one text
+    (joined by nothing they are the lines joined by newlines, no newline after
+    the last; none when `starts` is empty): for the dispatch starting at
     each of `starts`, each ending where the next starts and the last at
     `last_done`, its snapshot (`held` blocks allocated, the rest of the `total`
     less `draining` free) and its dispatch of a plain decode for each of the
     requests `ids` (`rows`: their rows' text, `decode_rows_text(ids)`, if the
     caller has it), what `snapshot_line` and `dispatch_line` write.
 
-    Speed: the text is one `str.join` over a list of its pieces, the parts that
-    do not change (the rows' text among them) one shared string each, laid out
-    by slice assignments in C, and each time written once (a dispatch's end is
-    the next one's start). On the Azure trace with `--events` 29,973 folded
+    Speed: the text is a list of its pieces, the parts that do not change (the
+    rows' text among them) one shared string each, laid out by slice
+    assignments in C, and each time written once (a dispatch's end is the next
+    one's start); the events file joins them with its batch (io/event_file.py). On the Azure trace with `--events` 29,973 folded
     stretches write 784,862 lines: this is about a third of the CPU of making
     them a line at a time with `str.format` (1.36-1.73 s against 0.54-0.59 s
     in one process, three runs each) and leaves one string to buffer, not 26.
@@ -214,7 +248,7 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     (`_BlockCounts`), not two numbers formatted each time."""
     k = len(starts)
     if not k:
-        return ""
+        return []
     seconds = clock is not None and clock.in_seconds
     key = '{"time":' if seconds else '{"tick":'
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
@@ -237,7 +271,7 @@ def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Ite
     parts[2::7] = parts[5::7] = texts
     parts[0], parts[1] = "", key  # (the first line ends nothing before it)
     parts[4::7] = map(_block_counts(draining, total, key).__getitem__, held)
-    return "".join(parts)
+    return parts
 
 
 class _BlockCounts(dict):

@@ -96,7 +96,7 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
     # about 10% on 20,000 generated ones with the steps after it:
     # benchmarks/README.md, "seventh steps").
     # (a listener's snapshot: the counts before the dispatch's blocks, as the step's)
-    state = engine._state(decodes) if listening else None
+    counts = engine._counts(decodes) if listening else None
     contexts = cohort.start()  # the members' blocks opened, by count (as `_start`)
     grow = allocator.grow
     costed = []  # (tokens, context before): each prompt's, for the cost model
@@ -114,7 +114,7 @@ def start_admission(engine, decodes: list, chunks: list, cohort,
     done, exact = engine.ledger.dispatch(now, n + len(rows), total, prompt, n, 0, 0,
                                          costed, contexts)
     if listening:
-        engine._write_admission(state, decodes, chunks, total, done)
+        engine._write_admission(counts, decodes, chunks, total, done)
     return AdmissionFlight(rows, now, done, exact, False, len(rows) + n, None, n, requests)
 
 

@@ -271,10 +271,10 @@ def after_admission(engine, until: float) -> tuple[int, float]:
                     start_counted_run(engine, t, order, until)  # (counted_fold.py)
                     return COUNTED, until
                 # (a listener's snapshot: written with the dispatch, as one text)
-                state = engine._state() if engine._emit is not None else None
+                counts = engine._counts() if engine._emit is not None else None
                 flight = engine.flight = engine._start_counted(order, everyone,
-                                                               cohort.start(), state)
-                rows = engine.started_rows if state is not None else None
+                                                               cohort.start(), counts)
+                rows = engine.started_rows if counts is not None else None
                 started = COUNTED
             else:
                 plan = (DecodesFirst(order, []) if cohort is not None

@@ -27,7 +27,7 @@ from typing import Any
 from ...policies import Plan
 from ...policies.base import DecodesFirst
 from ...records.errors import InvariantError
-from ...records.event_lines import LineListener, counted_text, decode_rows_text, rows_text
+from ...records.event_lines import LineListener, counted_text, decode_rows_text, prompt_row_text
 from ...records.events import Dispatch, Snapshot
 from ...requests.request import DECODE, PREFILL, Request
 from ..dispatching import InFlight
@@ -64,11 +64,26 @@ class Counting:
         self._cohort.settle_all()
         flight.decoders, flight.members = flight.requests, 0
 
+    def _counts(self, plan: tuple | list = ()) -> tuple:
+        """`_state(plan)`'s counts as a tuple in `Snapshot`'s field order (cached None
+        without prefix caching), for a counted start's snapshot. Speed: built
+        directly, not as a dictionary read back by name, where nothing of this
+        step is pending and nothing is cached (54,306 snapshots on the Azure trace
+        with `--events`; benchmarks/README.md, "fifteenth steps", helper ev11)."""
+        a = self.allocator
+        if a.cache is None and not (plan and a.step_growth):
+            policy = self.policy
+            return (policy.waiting_count, policy.running_count, a.reserved, a.held,
+                    a.draining, a.free, None)
+        state = self._state(plan)
+        return (state["waiting"], state["running"], state["reserved"], state["allocated"],
+                state["draining"], state["free"], state.get("cached"))
+
     def _start_counted(self, requests: list[Request], members: int, contexts: int,
-                       state: dict[str, int] | None = None) -> InFlight:
+                       counts: tuple | None = None) -> InFlight:
         """`_start` for a dispatch of counted decodes only (the cohort opened their
         blocks): the same statistics, duration and flight, without a row loop.
-        `state`: the snapshot's counts (`_state`, taken before the cohort opened
+        `counts`: the snapshot's counts (`_counts`, taken before the cohort opened
         the blocks), written before the dispatch (a listener's)."""
         now = self.now
         if members > self.options.token_budget:
@@ -77,54 +92,56 @@ class Counting:
         self.livelock.idle = 0  # (LivelockWatch.reset, inline)
         done, exact = self.ledger.decodes(now, members, contexts)
         if self._emit is not None:
-            self.started_rows = self._write_counted(requests, members, done, state)
+            self.started_rows = self._write_counted(requests, members, done, counts)
         return InFlight(None, now, done, exact, True, members, [], members, requests)
 
     def _write_counted(self, requests: list[Request], members: int, done: int,
-                       state: dict[str, int] | None, rows: str | None = None) -> str | None:
+                       counts: tuple | None, rows: str | None = None) -> str | None:
         """What a dispatch of counted decodes starting now writes to the listener:
-        its snapshot (`state`, if given) and its dispatch of a plain decode for each
-        of `requests`, in order. A line listener gets both lines as one text, made
-        from the ids (`rows`: their rows' text, if known), no record; the text of
-        the rows is returned for the next dispatch of the same requests."""
+        its snapshot (`counts`, if given: `_counts`) and its dispatch of a plain
+        decode for each of `requests`, in order. A line listener gets both lines as
+        one text, made from the ids (`rows`: their rows' text, if known), no record;
+        the text of the rows is returned for the next dispatch of the same requests."""
         emit = self._emit
         now = self.now
         if isinstance(emit, LineListener):
             if rows is None:
                 rows = decode_rows_text(map(_rid, requests))
-            emit.write_text(counted_text(now, state, rows, members, done, emit.policy,
+            emit.write_text(counted_text(now, counts, rows, members, done, emit.policy,
                                          emit.clock))
             return rows
-        if state is not None:
-            emit(Snapshot(now, **state))
+        if counts is not None:
+            emit(Snapshot(now, *counts))
         emit(Dispatch(now, tuple([(req.rid, DECODE, 1, True, None) for req in requests]),
                       members, done))
         return None
 
-    def _write_admission(self, state: dict[str, int], decodes: list[Request], chunks: list,
+    def _write_admission(self, counts: tuple, decodes: list[Request], chunks: list,
                          tokens: int, done: int) -> None:
         """What an admission's dispatch (fast/admission.py: the members' decodes, then
         each newcomer's whole fresh prompt, `chunks` of (request, tokens)) starting
         now writes to the listener, as the stepped start would: its snapshot
-        (`state`) and its dispatch, the rows in plan order. A line listener gets
-        both lines as one text (`counted_text`), the members' rows made from their
-        ids. Speed: these 18,253 dispatches of the Azure trace with `--events` went
+        (`counts`: `_counts`) and its dispatch, the rows in plan order. A line
+        listener gets both lines as one text (`counted_text`), the members' rows
+        made from their ids, each prompt's row from its parts (`prompt_row_text`).
+        Speed: these 18,253 dispatches of the Azure trace with `--events` went
         to the stepped `_start` and `_complete` (a record a row, then the line):
         5.2% fewer instructions on its first 2,000 requests, 0.906x the CPU on
         the full trace (benchmarks/README.md, "ninth steps")."""
         emit = self._emit
         now = self.now
-        prompts = tuple([(req.rid, PREFILL, n, True, req.token_ids(0, n)) for req, n in chunks])
         if isinstance(emit, LineListener):
             rows = decode_rows_text(map(_rid, decodes))
-            if prompts:
-                rows = f"{rows},{rows_text(prompts)}" if rows else rows_text(prompts)
-            emit.write_text(counted_text(now, state, rows, tokens, done, emit.policy,
+            for req, n in chunks:
+                row = prompt_row_text(req.rid, n, req.token_ids(0, n))
+                rows = f"{rows},{row}" if rows else row
+            emit.write_text(counted_text(now, counts, rows, tokens, done, emit.policy,
                                          emit.clock))
             return
-        emit(Snapshot(now, **state))
-        emit(Dispatch(now, tuple([(req.rid, DECODE, 1, True, None) for req in decodes])
-                      + prompts, tokens, done))
+        emit(Snapshot(now, *counts))
+        emit(Dispatch(now, tuple([(req.rid, DECODE, 1, True, None) for req in decodes]
+                                 + [(req.rid, PREFILL, n, True, req.token_ids(0, n))
+                                    for req, n in chunks]), tokens, done))
 
     def decodes_opening(self, decodes: list[Request]) -> tuple[int, list[Request]]:
         """For a policy's `admit_arrivals` (vllm): the blocks the next decode of each

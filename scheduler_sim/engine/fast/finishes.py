@@ -158,9 +158,9 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
             if rows is None:  # (a fold's lines name the survivors: the flight's rows)
                 flight.requests = cohort.survivors(alive)
             allocator.step_growth.clear()  # (as the start clears it: a fold reads it)
-            state = engine._state()  # (before the decodes open their blocks)
+            counts = engine._counts()  # (before the decodes open their blocks)
             done, exact = ledger.decodes(t, n, cohort.start())
-            rows = engine._write_counted(flight.requests, n, done, state, rows)
+            rows = engine._write_counted(flight.requests, n, done, counts, rows)
         flight.start, flight.done, flight.exact = t, done, exact
         flight.members = flight.outputs = n
         changes = steady.changes

@@ -26,7 +26,7 @@ from __future__ import annotations
 from itertools import accumulate, cycle, islice
 from operator import attrgetter, lt, sub
 
-from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_text
+from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_parts
 from ...records.events import AdmissionBlocked, Dispatch, Snapshot
 from ...requests.request import DECODE, Request
 
@@ -232,7 +232,7 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     s + 1 writes row r + s - 1 of a request with r resident rows now, and
     needs a new block when that row starts one.
     """
-    emit = engine.listener
+    emit = engine._emit  # (the engine's attributes, not its properties: as in `fold`)
     a = engine.allocator
     size = a.block_size
     n = len(reqs)
@@ -245,7 +245,7 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
     held = a.held
     draining = a.draining
     total = a.num_blocks
-    report = engine.step_block
+    report = engine.steadiness.blocked
     reserved = a.reserved
     write = policy = clock = None
     if isinstance(emit, LineListener):
@@ -265,9 +265,9 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
             # fewer a folded dispatch.)
             helds = accumulate(opened[:k] if k <= size else islice(cycle(opened), k),
                                initial=held)
-            emit.write_text(steady_text(starts, last_done, helds, map(_rid, reqs), waiting,
-                                        running, reserved, draining, total, n, policy, clock,
-                                        rows))
+            emit.write_parts(steady_parts(starts, last_done, helds, map(_rid, reqs), waiting,
+                                          running, reserved, draining, total, n, policy,
+                                          clock, rows))
         return
     rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     ends = starts[1:] + [last_done]

@@ -183,9 +183,9 @@ def common_block(block: bytes, unit: str) -> Columns | None:
     # distinct lines, and a line not matched adds at least its newline to the text.
     # A match is `_LINE_CHARS` characters with its newline, and its four fields; a
     # joined column is its fields and a comma between each two. Speed (issue 26):
-    # counting the text's newlines cost about 450 instructions a line, these lengths
-    # about 50 (callgrind, 100,000 generated requests; benchmarks/README.md,
-    # "fifteenth steps", helper mil11).
+    # counting the text's newlines cost 453 instructions a line (`unicode_count`);
+    # with these lengths instead, validation took 213 a line fewer (callgrind, 100,000
+    # generated requests; benchmarks/README.md, "fifteenth steps", helper mil11).
     lines = len(rows)
     if len(text) != (lines * _LINE_CHARS + sum(map(len, ids)) + sum(map(len, numbers))
                      - 3 * (lines - 1)):

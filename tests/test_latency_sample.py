@@ -100,3 +100,45 @@ def test_add_all_past_the_bound_is_add_one_by_one(monkeypatch):
     at_once.add_all(values[2:])  # (5 + 2 values > 3: one by one)
     assert at_once.counts == one_by_one.counts == {5: 2, 2: 2, 9: 1}
     assert list(at_once.rest) == list(one_by_one.rest) == [1, 8, 1]
+
+
+def test_add_all_once_full_counts_keys_and_appends_the_rest(monkeypatch):
+    """DISTINCT 2, the dict full before the list: 4 is a key (counted), 6 and 7 are
+    not (to the array, in the list's order)."""
+    monkeypatch.setattr(latency_sample, "DISTINCT", 2)
+    sample = LatencySample()
+    sample.add_all([4, 5])
+    sample.add_all([6, 4, 7, 6, 5])
+    assert sample.counts == {4: 2, 5: 2} and list(sample.counts) == [4, 5]
+    assert list(sample.rest) == [6, 7, 6]
+
+
+def test_add_all_past_64_bits_is_add_one_by_one(monkeypatch):
+    """An integer past 64 bits in the values that go to the array: the array becomes a
+    list holding every value past the dict, in order, as `add` one by one makes it."""
+    monkeypatch.setattr(latency_sample, "DISTINCT", 1)
+    values = [1, 2, 1, 2 ** 70, 3, 1]
+    one_by_one, at_once = LatencySample(), LatencySample()
+    for value in values:
+        one_by_one.add(value)
+    at_once.add_all(values)
+    assert at_once.counts == one_by_one.counts == {1: 3}
+    assert type(at_once.rest) is list and at_once.rest == one_by_one.rest == [2, 2 ** 70, 3]
+
+
+def test_add_all_random_lists_as_add(monkeypatch):
+    """Lists of every length across the bound, integers and floats: the same dict (keys
+    in the same order), the same array, as `add` of each value."""
+    monkeypatch.setattr(latency_sample, "DISTINCT", 5)
+    rng = random.Random(11)
+    for floats in (False, True):
+        one_by_one, at_once = LatencySample(floats), LatencySample(floats)
+        for _ in range(60):
+            values = [rng.randrange(12) / 3 if floats else rng.randrange(12)
+                      for _ in range(rng.randrange(6))]
+            for value in values:
+                one_by_one.add(value)
+            at_once.add_all(values)
+            assert list(at_once.counts.items()) == list(one_by_one.counts.items())
+            assert list(at_once.rest) == list(one_by_one.rest)
+            assert type(at_once.rest) is type(one_by_one.rest)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from itertools import chain, repeat
+from itertools import chain, filterfalse, repeat
 from typing import Any
 
 from .summary import nearest_rank
@@ -70,17 +70,44 @@ class LatencySample:
 
         Speed (issue 26): while the dict has room for every value given (a run in
         ticks, nearly always), they are counted by `Counter.update`'s loop in C; they
-        cannot pass the bound in between. Else each value goes through `add`. A
-        request's five latencies appended to lists and counted so took 1.3 us, five
-        Python calls counting each 3.0 (timeit; benchmarks/README.md, "fourteenth
-        steps", helper mil10)."""
+        cannot pass the bound in between. A request's five latencies appended to
+        lists and counted so took 1.3 us, five Python calls counting each 3.0
+        (timeit; benchmarks/README.md, "fourteenth steps", helper mil10). Else the
+        values go through `add` only until the dict is full; from then on no key is
+        added, so those already keys are counted in C and the others extend the
+        array in order, as `add` appends each (`_add_full`)."""
         counts = self.counts
         if len(counts) + len(values) <= DISTINCT:
             counts.update(values)
-        else:
-            add = self.add
-            for value in values:
-                add(value)
+            return
+        add = self.add
+        for at, value in enumerate(values):
+            if len(counts) >= DISTINCT:
+                self._add_full(values[at:] if at else values)
+                return
+            add(value)
+
+    def _add_full(self, values: list) -> None:
+        """`add_all` once the dict holds DISTINCT keys: a value among them is counted,
+        any other goes to the array, in order (an integer past 64 bits turns the
+        array into a list, as `add` does).
+
+        Speed (issue 26): with a cost model four of the Azure trace's five samples
+        pass the bound, where `add` cost a Python call a value: its `continuous`
+        replay 8.1411e9 -> 8.0808e9 instructions (callgrind; benchmarks/README.md,
+        "fifteenth steps", helper mil11)."""
+        counts = self.counts
+        known = counts.__contains__
+        counts.update(filter(known, values))
+        others = list(filterfalse(known, values))
+        rest = self.rest
+        held = len(rest)
+        try:
+            rest.extend(others)
+        except OverflowError:  # (what went in before the integer past 64 bits stays)
+            del rest[held:]
+            self.rest = list(rest)
+            self.rest.extend(others)
 
     def update(self, other: "LatencySample") -> None:
         """Add every value of `other` (a fleet pools its replicas' samples)."""

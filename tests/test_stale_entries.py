@@ -1,0 +1,104 @@
+"""vLLM's queue entries that hits left behind (kv/run_queue.py): counted off a
+slice of a run at a time when evictions reach them (`RunQueue._take_stale`)."""
+from __future__ import annotations
+
+import pytest
+
+from scheduler_sim.kv.vllm_cache import VllmCache
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_slice_partly_stale_gives_a_flag_per_entry_and_counts_its_blocks_off(compact):
+    """One run [0, 1, 2, 3], block b keyed 100 + b. hits([1, 2]) leaves 1 and 2
+    stale; 1 comes back as the run [1] and is hit again: stale {1: 2, 2: 1}. The
+    slice [0, 1, 2, 3] of the first run: 0 and 3 live, 1 and 2 stale, one entry
+    each counted off (1 keeps one, in the run [1])."""
+    c = VllmCache(compact)
+    c.give_back([], [0, 1, 2, 3], list(range(100, 104)))
+    assert c.hits([1, 2]) == {1, 2}
+    c.give_back([], [1], [101])
+    assert c.hits([1]) == {1}
+    assert (c.stale, c.stale_total) == ({1: 2, 2: 1}, 3)
+    assert c._take_stale([0, 1, 2, 3]) == [True, False, False, True]
+    assert (c.stale, c.stale_total) == ({1: 1}, 1)
+    assert c._take_stale([1]) == ()
+    assert (c.stale, c.stale_total) == ({}, 0)
+
+
+def test_a_slice_with_nothing_stale_is_none_and_counts_nothing_off():
+    """Stale {5: 1}: the slice [0, 1] holds no stale entry (None); [5, 6] is stale
+    at 5 only."""
+    c = VllmCache()
+    c.stale, c.stale_total = {5: 1}, 1
+    assert c._take_stale([0, 1]) is None
+    assert (c.stale, c.stale_total) == ({5: 1}, 1)
+    assert c._take_stale([5, 6]) == [False, True]
+    assert (c.stale, c.stale_total) == ({}, 0)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_pop_oldest_skips_a_run_stale_throughout_and_a_block_stale_twice(compact):
+    """Runs [0, 1, 2, 3], [1] (after hits on 1 and 2, then on 1 again, as above)
+    and [5, 6]. pop_oldest(3): 0 and 3 from the first run, the run [1] stale
+    throughout, 5 from the last: ([0, 3, 5], [100, 103, 105]); nothing stale is
+    left and the queue is [6]."""
+    c = VllmCache(compact)
+    c.give_back([], [0, 1, 2, 3], list(range(100, 104)))
+    c.hits([1, 2])
+    c.give_back([], [1], [101])
+    c.hits([1])
+    c.give_back([], [5, 6], [105, 106])
+    assert c.pop_oldest(3) == ([0, 3, 5], [100, 103, 105])
+    assert (c.stale, c.stale_total, c.queue_items()) == ({}, 0, ([6], [106]))
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_an_eviction_forgetting_keys_passes_a_run_a_hit_took_whole(compact):
+    """Keys 100..105 index blocks 0..5. A table [0, 1, 2] freed tail first (the run
+    [2, 1, 0], keys going down) and then [3, 4, 5] ([5, 4, 3]); a hit takes 0, 1 and
+    2 back. Evicting two blocks passes the first run, stale throughout, and takes 5
+    and 4, whose keys leave the index; 0..2 keep theirs (held), 3 is still queued."""
+    c = VllmCache(compact)
+    assert c.index.add(list(range(100, 106)), 0, 6, [0, 1, 2, 3, 4, 5]) == []
+    c.give_back([], [2, 1, 0], range(102, 99, -1))
+    c.give_back([], [5, 4, 3], range(105, 102, -1))
+    assert c.hits([0, 1, 2]) == {0, 1, 2}
+    table: list[int] = []
+    assert c.take("X", table, 2) == (2, ())
+    assert (table, c.stale, c.stale_total) == ([5, 4], {}, 0)
+    assert c.index == {100: 0, 101: 1, 102: 2, 103: 3}
+    assert c.queue_items() == ([3], [103])
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_an_eviction_forgetting_keys_takes_the_live_entries_of_a_slice_partly_stale(compact):
+    """Keys 100..103 index blocks 0..3, freed as the run [3, 2, 1, 0] (keys going
+    down); a hit takes 2 back. Evicting three blocks takes 3, 1 and 0 (2's entry
+    skipped): their keys leave the index, 2 keeps its key, and the queue is empty."""
+    c = VllmCache(compact)
+    assert c.index.add(list(range(100, 104)), 0, 4, [0, 1, 2, 3]) == []
+    c.give_back([], [3, 2, 1, 0], range(103, 99, -1))
+    c.give_back([], [7], [b"r0:0"])
+    assert c.index.add([b"r0:0"], 0, 1, [7]) == []
+    assert c.hits([2]) == {2}
+    table: list[int] = []
+    assert c.take("X", table, 3) == (3, ())
+    assert (table, c.stale, c.stale_total) == ([3, 1, 0], {}, 0)
+    assert c.index == {102: 2, b"r0:0": 7}
+    assert c.queue_items() == ([7], [b"r0:0"])
+
+
+def test_a_rebuild_keeps_a_run_with_nothing_stale_as_it_is():
+    """Runs [0..69] (keys 100 + b) and [70, 71] (keys a range going down, 201 and
+    200). Hits on 0..68 make 69 stale entries for a queue of 3 (69 > 3 + 64): the
+    rebuild leaves [69] and [70, 71], whose keys stay a range."""
+    c = VllmCache()
+    c.give_back([], list(range(70)), list(range(100, 170)))
+    c.give_back([], [70, 71], range(201, 199, -1))
+    for b in range(68):
+        c.hit(b)
+    assert (len(c.runs), c.stale_total) == (2, 68)
+    c.hit(68)
+    assert ([(r[0], r[1], r[2]) for r in c.runs], c.stale, c.stale_total) == (
+        [([69], [169], 0), ([70, 71], range(201, 199, -1), 0)], {}, 0)
+    assert c.pop_oldest(3) == ([69, 70, 71], [169, 201, 200])

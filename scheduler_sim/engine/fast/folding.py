@@ -135,7 +135,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     start = flight.start
     if cohort is not None:
         steady = n  # every member's previous output came when the flight started
-        cohort.advance(folded, last_output)
+        cohort.advance(folded, last_output, flight.requests)
     else:
         # Each request in one pass (speed: three passes before, 32,726 folds of
         # about 9 requests under vllm on the Azure trace): the gap its output at

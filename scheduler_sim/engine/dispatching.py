@@ -11,6 +11,8 @@ fast/counted.py's, folded stretches fast/folding.py's.
 """
 from __future__ import annotations
 
+from itertools import compress
+from operator import itemgetter, not_
 
 from ..policies import PADDING, Plan
 from ..policies.base import DecodesFirst
@@ -22,6 +24,8 @@ from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs,
 __all__ = ["Dispatching", "InFlight"]
 
 RUNNING = RequestStatus.RUNNING
+_first = itemgetter(0)
+_second = itemgetter(1)
 
 
 class InFlight:
@@ -103,7 +107,10 @@ class Dispatching:
         rest = plan
         cohort = self._cohort
         if cohort is not None and cohort.members:
-            requests, rest, members, contexts = self._start_members(plan, cohort)
+            counted = (_planned_members(plan, cohort)
+                       if cohort.keyed and type(plan) is list and cohort.last_done == now
+                       else None)
+            requests, rest, members, contexts = counted or self._start_members(plan, cohort)
             if not rest and members:
                 return self._start_counted(requests, members, contexts)
         for req, tokens in rest:
@@ -257,6 +264,20 @@ class Dispatching:
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))
+
+
+def _planned_members(plan: list[tuple[Request, int]], cohort) -> tuple | None:
+    """A keyed cohort's part of a dispatch start (`_start_members`) when the plan
+    runs every member as one decode, as vllm plans them (policies/vllm_counted.py):
+    every row's request, the rows left to write, the members, their summed
+    context; None otherwise. Speed: the rows sorted by C passes (`compress`),
+    not the two Python passes over every row the general case makes."""
+    requests = list(map(_first, plan))
+    inside = list(map(cohort.members.__contains__, requests))
+    members = inside.count(True)
+    if members != len(cohort.members) or sum(map(_second, compress(plan, inside))) != members:
+        return None
+    return requests, list(compress(plan, map(not_, inside))), members, cohort.start()
 
 
 def _in_plan_order(records: list[tuple], requests: list[Request]) -> list[tuple]:

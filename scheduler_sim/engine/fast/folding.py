@@ -73,7 +73,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
         return  # records whose content changes each step: not folded
     cohort = engine._cohort if flight.members else None
     if cohort is not None and (flight.decoders or flight.rows):
-        engine.settle_members(flight)  # counted and written rows: all written first
+        engine.write_members(flight)  # counted and written rows: all written first
         cohort = None
     if cohort is not None:
         # Every row a counted decode: the cohort answers for all of them at once.

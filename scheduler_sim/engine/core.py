@@ -58,7 +58,7 @@ from ..requests.clients import ClientSlots
 from ..requests.request import Request
 from .agenda import Agenda
 from .dispatching import Dispatching, InFlight
-from .fast.cohort import decode_cohort
+from .fast.cohort import Cohort
 from .fast.counted import Counting
 from .fast.through import may_carry_on
 from .fleet_link import FleetLink
@@ -171,10 +171,12 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
             fast_forward = on_state is None and not audit
         if options.host:  # host memory below the pool (host_moves.py)
             fast_forward = self.attach_host(cost, fast_forward)
-        # Steady decoders counted, not written, if at all (fast/cohort.py).
-        self._cohort = decode_cohort(self.allocator, self.policy, options,
-                                     fast_forward and on_state is None and not self._plugin,
-                                     on_event is not None, routed)
+        # Steady decoders counted, not written (fast/cohort.py), when nobody watches
+        # blocks and the policy does not read their progress (a listener has records).
+        self._cohort = (Cohort(self.allocator, self.policy.reserves)
+                        if fast_forward and (on_event is None or not routed) and on_state is None
+                        and not options.prefix_caching and not self._plugin
+                        and self.policy.lazy_decoders else None)
         self.flight: InFlight | None = None  # the dispatch being executed
         # What is pending outside the dispatches (arrivals, cancellations, forced
         # preemptions, timeouts, drains, the policy's wakeup) and when (agenda.py).

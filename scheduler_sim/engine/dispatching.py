@@ -11,8 +11,6 @@ fast/counted.py's, folded stretches fast/folding.py's.
 """
 from __future__ import annotations
 
-from itertools import compress
-from operator import itemgetter, not_
 
 from ..policies import PADDING, Plan
 from ..policies.base import DecodesFirst
@@ -24,8 +22,6 @@ from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs,
 __all__ = ["Dispatching", "InFlight"]
 
 RUNNING = RequestStatus.RUNNING
-_first = itemgetter(0)
-_second = itemgetter(1)
 
 
 class InFlight:
@@ -107,8 +103,7 @@ class Dispatching:
         rest = plan
         cohort = self._cohort
         if cohort is not None and cohort.members:
-            counted = _planned_members(plan, cohort, now)
-            requests, rest, members, contexts = counted or self._start_members(plan, cohort)
+            requests, rest, members, contexts = self._start_members(plan, cohort)
             if not rest and members:
                 return self._start_counted(requests, members, contexts)
         for req, tokens in rest:
@@ -212,16 +207,6 @@ class Dispatching:
                 flight.unsent = (tuple(records), total)
         return flight
 
-    def write_members(self, flight: InFlight) -> None:
-        """Settle every counted member while `flight` runs (before a fold): their rows
-        become written plain decodes in plan order, among `flight.rows` if any."""
-        if flight.rows is None:
-            return self.settle_members(flight)
-        members, written = self._cohort.members, iter(flight.rows)
-        flight.rows = [(req, True) if req in members else next(written) for req in flight.requests]
-        self._cohort.settle_all()
-        flight.members = 0
-
     def end_dispatch_at(self, done: int, exact: float) -> None:
         """Data-parallel lockstep (fleet/lockstep.py): the dispatch just started
         completes with the step of every rank, at step `done` (exact: `exact`)."""
@@ -272,23 +257,6 @@ class Dispatching:
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))
-
-
-def _planned_members(plan: Plan, cohort, now: int) -> tuple | None:
-    """A keyed cohort's part of a dispatch start (`_start_members`) when the plan, a
-    list, runs every member as one decode (as vllm_counted.py plans): every row's
-    request, the rows to write, the members, their summed context; else None.
-    Speed: C passes (`compress`), not two Python passes over every row: 0.989x the
-    instructions of the first 2,000 Mooncake requests under vllm with prefix
-    caching (benchmarks/README.md, "fifteenth steps ... pc11")."""
-    if not cohort.keyed or type(plan) is not list or cohort.last_done != now:
-        return None
-    requests = list(map(_first, plan))
-    inside = list(map(cohort.members.__contains__, requests))
-    members = inside.count(True)
-    if members != len(cohort.members) or sum(map(_second, compress(plan, inside))) != members:
-        return None
-    return requests, list(compress(plan, map(not_, inside))), members, cohort.start()
 
 
 def _in_plan_order(records: list[tuple], requests: list[Request]) -> list[tuple]:

@@ -174,7 +174,7 @@ class Stepping:
             if fast:
                 before = steady.before_call()
             if self._cohort is not None and policy.schedule_reads_decoders:
-                self._cohort.before_schedule()  # (vllm reads the running requests' rows)
+                self._cohort.settle_all()  # (vllm reads every running request's rows)
             plan = policy.schedule(t)
             if self._plugin:
                 check_plan(plan, self.roster.requests, t)
@@ -192,7 +192,7 @@ class Stepping:
                 if fast:
                     until = None
                     looked = False  # whether this dispatch was looked at for folding
-                    if not flight.members or self._cohort.keyed:  # (keyed: as written)
+                    if not flight.members:
                         if steady.repeats(flight, before):
                             until = self._until()
                             fold(self, flight, until, policy_blocks)

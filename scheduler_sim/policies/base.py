@@ -16,7 +16,7 @@ The engine tells the policy about requests it did not choose to move:
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from itertools import chain, repeat
 
@@ -67,9 +67,6 @@ class SchedulerView(Protocol):
     now: int
     # Under data-parallel lockstep, the step counter every rank shares; else None.
     lockstep_step: int | None
-    # The steady decoders the engine counts rather than writes (engine/fast/cohort.py),
-    # or None: what a policy with `plans_counted_decoders` plans.
-    cohort: Any
 
     def admit(self, req: Request, credit: int, cached: list[int] = (),
               loaded: int = 0) -> None:
@@ -142,12 +139,6 @@ class Policy:
     # `admit_arrivals`, `next_decodes`) still read none of it (`admit_arrivals`
     # asks the engine which decodes open a block: `decodes_opening`).
     schedule_reads_decoders: ClassVar[bool] = False
-    # True (with `schedule_reads_decoders`): under prefix caching `schedule` plans
-    # the engine's counted decoders itself (`view.cohort`, a keyed cohort: it
-    # grows and keys the blocks of the members at a block's edge, in running
-    # order, and counts the rest), or settles them all (`settle_all`) and reads
-    # every row. Built-in policies only.
-    plans_counted_decoders: ClassVar[bool] = False
     # How the policy meets KV in host memory (README "Host memory"): None, it does
     # not ask (`host_rows`), and the engine loads what it finds at admission while
     # the request waits off the batch; "wait": it asks and sends a hit to `load`

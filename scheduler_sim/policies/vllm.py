@@ -61,7 +61,6 @@ from ..records.options import Options
 from ..requests.queues import FcfsQueue
 from ..requests.request import Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
-from .vllm_counted import plan_counted
 
 __all__ = ["VllmPolicy", "VICTIM_RULES"]
 
@@ -109,7 +108,6 @@ class VllmPolicy(QueueAndListPolicy):
     # written in before each call: it reads their rows.
     lazy_decoders = True
     schedule_reads_decoders = True
-    plans_counted_decoders = True  # (under prefix caching: vllm_counted.py)
     recompute_includes_pending = True
     caches_duplicate_blocks = True
 
@@ -199,15 +197,6 @@ class VllmPolicy(QueueAndListPolicy):
         # the common case, takes the first branch and changes nothing else.)
         i = 0
         n = len(running)
-        cohort = self.view.cohort if keyed else None  # (a keyed one: vllm_counted.py)
-        if cohort is not None and cohort.members:
-            planned = (plan_counted(self, cohort, budget, cap)
-                       if interval <= 1 and not key_openings else None)
-            if planned is None:
-                cohort.settle_all()  # (every row walked: a step that may preempt)
-            else:
-                scheduled, budget = planned
-                n = 0  # (the loop below has nothing left to walk)
         while i < n and budget > 0:
             req = running[i]
             r = req.resident

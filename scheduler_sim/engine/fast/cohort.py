@@ -17,21 +17,13 @@ schedules replace the per-row work:
 
 So a dispatch costs its other rows, its block openings and its finishes, not
 its steady decodes. The engine keeps a cohort only when nobody watches the
-blocks (no state callback, no fleet's event listener: a lone engine's
-listener is handed the members' records all the same, each counted
-dispatch's rows, a fold's lines and finishes in row order) and the policy
-never reads a decoding request's progress between dispatches
+blocks (no state callback, no prefix caching, no fleet's event listener: a
+lone engine's listener is handed the members' records all the same, each
+counted dispatch's rows, a fold's lines and finishes in row order) and the
+policy never reads a decoding request's progress between dispatches
 (`Policy.lazy_decoders`), or reads it only in `schedule`
 (`Policy.schedule_reads_decoders`, vllm: every member is settled before each
-call). Under prefix caching block ids are seen (a freed table's order in the
-LRU queue, keys, evictions), so counted blocks cannot be: the cohort is then
-*keyed* (`decode_cohort`), kept only for a policy that plans the members
-itself (`Policy.plans_counted_decoders`, vllm), with no listener, no host
-memory and no fleet. Members are not settled before `schedule`: the policy
-asks `edges` for the members whose next decode opens or fills a block, with
-their next row, grows and keys those itself in running order, and counts the
-rest; a dispatch's `start` takes no block, and a fold settles every member
-first. A member leaves, settled, when a dispatch does not
+call). A member leaves, settled, when a dispatch does not
 run it as a plain decode, when it finishes, and before anything else touches
 it (a preemption, a cancellation, a stall, a fold over counted and written
 rows together, vllm's `schedule`). A fold over members only advances the counters (`advance`,
@@ -55,21 +47,17 @@ from ...kv.allocator import BlockAllocator
 from ...records.errors import InvariantError
 from ...requests.request import Request, catch_up
 
-__all__ = ["Cohort", "decode_cohort"]
+__all__ = ["Cohort"]
 
 
 class Cohort:
     """Members, the two counters and the schedules of block openings and finishes."""
 
-    __slots__ = ("members", "started", "completed", "last_done", "keyed", "_groups",
-                 "_finishing", "_counts", "_context", "_size", "_allocator")
+    __slots__ = ("members", "started", "completed", "last_done", "_groups", "_finishing",
+                 "_counts", "_context", "_size", "_allocator")
 
-    def __init__(self, allocator: BlockAllocator, credited: bool = True,
-                 keyed: bool = False) -> None:
+    def __init__(self, allocator: BlockAllocator, credited: bool = True) -> None:
         block_size = allocator.block_size
-        # Under prefix caching: members' blocks are the policy's, with their ids
-        # (`edges`), never counted.
-        self.keyed = keyed
         # Members' new blocks are granted from their credits where the policy
         # reserves them (credited); under vllm they are plain blocks, by count.
         allocator.counted_credited = credited
@@ -152,21 +140,13 @@ class Cohort:
         for req in list(self.members):
             self.settle(req)
 
-    def before_schedule(self) -> None:
-        """A policy that reads its decoders' rows in `schedule` is about to be
-        called: every member is settled, unless keyed (the policy plans them)."""
-        if not self.keyed:
-            self.settle_all()
-
     def start(self) -> int:
         """A dispatch runs every member once more: open a block for those whose
         row starts one (counted); return the members' summed context before
         their rows."""
         started = self.started
         opening = len(self._groups[-started % self._size])
-        # (No call for none: 31,000 of 82,000 on the Azure trace. Keyed, the policy
-        # grew them.)
-        if opening and not self.keyed:
+        if opening:  # (no call for none: 31,000 of 82,000 on the Azure trace)
             self._allocator.take_counted(opening)
         self.started = started + 1
         return self._context + len(self.members) * started
@@ -178,20 +158,6 @@ class Cohort:
         counts = list(map(len, self._groups))
         shift = self.started % self._size  # count i is that of group i - shift
         return counts[-shift:] + counts[:-shift] if shift else counts
-
-    def edges(self) -> tuple[list[tuple[Request, int]], list[tuple[Request, int]]]:
-        """The members whose next decode opens a block (its row a block's first),
-        and those whose next decode fills one (its row a block's last), each with
-        that row: what a policy planning the members (keyed) does per member."""
-        size = self._size
-        started = self.started
-        groups = self._groups
-        members = self.members
-        opening = [(req, req.resident + started - members[req][0])
-                   for req in groups[-started % size]]
-        filling = [(req, req.resident + started - members[req][0])
-                   for req in groups[(-1 - started) % size]] if size > 1 else []
-        return opening, filling
 
     def opening(self) -> int:
         """Blocks the next dispatch of every member opens (`start`)."""
@@ -236,41 +202,15 @@ class Cohort:
                 total += sum(map(len, groups[:last - size]))
         return total
 
-    def advance(self, dispatches: int, last_done: int,
-                order: list[Request] | None = None) -> None:
+    def advance(self, dispatches: int, last_done: int) -> None:
         """`dispatches` more dispatches ran every member and completed, the last
-        at `last_done` (folding): the blocks they open are taken, counted; keyed,
-        with their ids, and the blocks they fill keyed, as a fold of written rows
-        does it (fast/folding.py), the members in `order` (the flight's)."""
-        if self.keyed:
-            self._advance_keyed(dispatches, order)
-        else:
-            opening = self.blocks_within(dispatches)
-            if opening:
-                self._allocator.take_counted(opening)
+        at `last_done` (folding): the blocks they open are taken, counted."""
+        opening = self.blocks_within(dispatches)
+        if opening:
+            self._allocator.take_counted(opening)
         self.started += dispatches
         self.completed += dispatches
         self.last_done = last_done
-
-    def _advance_keyed(self, dispatches: int, order: list[Request]) -> None:
-        """The blocks of a keyed cohort's folded rows: those the rows open taken in
-        one call, in the order their `grow` calls would take them, then the blocks
-        they fill keyed, request by request (what `fold` does for written rows)."""
-        allocator = self._allocator
-        size = self._size
-        started = self.started
-        members = self.members
-        rows = [req.resident + started - members[req][0] for req in order]
-        openings = [(req.rid, r + dispatches) for req, r in zip(order, rows)
-                    if (r + dispatches - 1) // size != (r - 1) // size]
-        if openings:
-            allocator.grow_each(openings)
-        if allocator.keys_decoded:
-            register = allocator.register_decoded
-            for req, r in zip(order, rows):
-                keys = req.block_keys
-                if keys is not None and (r + dispatches) // size > keys.registered:
-                    register(req.rid, keys, r + dispatches)
 
     def fewest_left(self) -> int | None:
         """The fewest outputs any member has to go (None without members)."""
@@ -281,17 +221,3 @@ class Cohort:
         while counts[0] not in finishing:  # (its members left, settled)
             heappop(counts)
         return counts[0] - self.completed
-
-
-def decode_cohort(allocator: BlockAllocator, policy, options, fast: bool, listened: bool,
-                  routed: bool) -> Cohort | None:
-    """The engine's cohort, if it keeps one (see the module): `fast`, folding is on
-    with no state callback and a built-in policy; `listened`, an event listener;
-    `routed`, a fleet's replica."""
-    if not fast or not policy.lazy_decoders or (listened and routed):
-        return None
-    if not options.prefix_caching:
-        return Cohort(allocator, policy.reserves)
-    if policy.plans_counted_decoders and not listened and not routed and not options.host:
-        return Cohort(allocator, policy.reserves, keyed=True)
-    return None

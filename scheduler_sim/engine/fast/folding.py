@@ -73,7 +73,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
         return  # records whose content changes each step: not folded
     cohort = engine._cohort if flight.members else None
     if cohort is not None and (flight.decoders or flight.rows):
-        engine.write_members(flight)  # counted and written rows: all written first
+        engine.settle_members(flight)  # counted and written rows: all written first
         cohort = None
     if cohort is not None:
         # Every row a counted decode: the cohort answers for all of them at once.
@@ -135,7 +135,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     start = flight.start
     if cohort is not None:
         steady = n  # every member's previous output came when the flight started
-        cohort.advance(folded, last_output, flight.requests)
+        cohort.advance(folded, last_output)
     else:
         # Each request in one pass (speed: three passes before, 32,726 folds of
         # about 9 requests under vllm on the Azure trace): the gap its output at

@@ -97,7 +97,6 @@ class RadixCache(Stamps, PrefixCache):
             last = self.index.get(keys.key_at(full - 1)) if full else None
             if last is not None:
                 self.stamp_path(self.split_after(last))
-            self._registered(keys, start, start)
             return None
         keys.ensure(full, False)  # (as runs: no list of the keys made, `span`)
         index = self.index
@@ -165,7 +164,7 @@ class RadixCache(Stamps, PrefixCache):
         if last is not None:
             # (The run may end inside a cached node: split there.)
             self.stamp_path(self.split_after(last))
-        self._registered(keys, start, full)
+        keys.registered = full
         return swaps
 
     # Nothing for `register_decoded` to do: the engine skips its calls (289,049

@@ -96,8 +96,6 @@ class VllmCache(RunQueue, PrefixCache):
         request's `keys.registered`. A key not cached yet is indexed to this
         block (the common case, all of them); a key cached already keeps its
         block, and this one is a duplicate."""
-        # (`PrefixCache._registered` inlined here and below: it sets
-        # `keys.registered`, and vLLM's cache has nothing more to note.)
         start = keys.registered
         if full <= start:
             return None
@@ -122,8 +120,8 @@ class VllmCache(RunQueue, PrefixCache):
         writers = self.writers
         self.request_keys[rid] = keys
         if full == start + 1 and writers is None:
-            # One block (a decode filled it), inlined from the lines below and
-            # `_registered`: 150,432 of the 305,464 registrations replaying the
+            # One block (a decode filled it), inlined from the lines below:
+            # 150,432 of the 305,464 registrations replaying the
             # Mooncake trace under vllm. Measured with `take`'s inline: without
             # both that replay took 0.99x the time (medians of 5, within noise);
             # kept as the allocator had it before the protocol.

@@ -91,9 +91,10 @@ class RadixCache(Stamps, PrefixCache):
         start = keys.registered
         if full <= start:
             # Nothing new (e.g. a request ends without filling another block):
-            # SGLang's insert still walks the path it holds and stamps it.
-            if full:
-                keys.ensure(full, False)
+            # SGLang's insert still walks the path it holds and stamps it. (The
+            # keys of registered blocks are computed already: a look-up's hits
+            # were compared by key, a registration computed what it keyed;
+            # test_register_keys.)
             last = self.index.get(keys.key_at(full - 1)) if full else None
             if last is not None:
                 self.stamp_path(self.split_after(last))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from conftest import simulate
+from scheduler_sim.kv.block_keys import OWN_KEY, BlockKeys
 from scheduler_sim.kv.radix_cache import RadixCache
 
 
@@ -55,3 +56,25 @@ def test_registered_blocks_have_their_keys_computed(monkeypatch):
         cached.append(s.summary["cached_tokens"])
     assert nothing_new == [6, 5, 4, 4, 3, 8, 7, 5, 7, 8, 5, 10]
     assert cached == [68, 12, 48, 8, 20, 40, 40, 16, 40, 16, 56, 56]
+
+
+def test_add_own_key_appends_the_next_key_of_the_requests_own():
+    """Request 7: 8 prompt tokens in blocks of 4, one hash id over its first 4
+    (own keys from block 1). Nothing known: block 0's key comes from the hash
+    id, so False and nothing done. After `ensure(1)`: True, b"r7:1" appended,
+    then b"r7:2" (a decode's block). Once the list is made: False, nothing done
+    (`ensure` keeps the list up to date); a request of token ids: False."""
+    keys = BlockKeys(7, 8, 4, 4, hashes=[5])
+    assert (keys.own_from, keys.add_own_key(), keys.known) == (1, False, 0)
+    keys.ensure(1, False)
+    assert (keys.add_own_key(), keys.add_own_key()) == (True, True)
+    assert (keys.known, keys.ints, keys.tail) == (3, 1, [b"r7:1", b"r7:2"])
+    assert keys.key_at(2) == OWN_KEY % (7, 2) == b"r7:2"
+    listed = keys.keys
+    assert (keys.add_own_key(), keys.known) == (False, 3)
+    keys.ensure(4)
+    assert listed[1:] == keys.tail == [b"r7:1", b"r7:2", b"r7:3"]
+    ids = BlockKeys(8, 8, 4, 4, prompt_ids=list(range(8)))
+    ids.ensure(2, False)
+    assert (ids.add_own_key(), ids.known) == (False, 2)
+

@@ -25,9 +25,14 @@ from array import array
 from bisect import bisect_right
 from hashlib import blake2b
 
-__all__ = ["BlockKeys", "interning_table"]
+__all__ = ["BlockKeys", "OWN_KEY", "interning_table"]
 
 _ROOT = bytes(16)  # the parent key of a request's first block
+
+# The key of block i of content unique to the request at trace position
+# `index`: `OWN_KEY % (index, i)`, bytes no other request can produce (and
+# never equal to an integer hash-id key).
+OWN_KEY = b"r%d:%d"
 
 
 def _chain(parent: bytes, content: bytes) -> bytes:
@@ -161,7 +166,19 @@ class BlockKeys:
                 return _chain(parent, _tokens(outputs[start - p:end - p]))
             if prompt is not None:
                 return _chain(parent, _tokens(tuple(prompt[start:]) + tuple(outputs[:end - p])))
-        return b"r%d:%d" % (self.index, i)
+        return OWN_KEY % (self.index, i)
+
+    def add_own_key(self) -> bool:
+        """Compute the next block's key if it is of the request's own content and
+        no key list was made (a decode filled a block: vLLM's `register` asks
+        first): True, one key appended to `tail`. Else nothing done, False
+        (`ensure` computes it)."""
+        i = self.known
+        if 0 <= self.own_from <= i and self._list is None:
+            self.tail.append(OWN_KEY % (self.index, i))
+            self.known = i + 1
+            return True
+        return False
 
     @property
     def keys(self) -> list:
@@ -237,15 +254,15 @@ class BlockKeys:
                 # One key (a decode filled one block): appended without a list
                 # made for it. (Replaying the Mooncake trace under vllm, 150,432 of
                 # the 192,543 calls that came here were this case; most are now
-                # made by `VllmCache.register` itself, inline.)
-                key = b"r%d:%d" % (self.index, i)
+                # made by `add_own_key`, which `VllmCache.register` calls first.)
+                key = OWN_KEY % (self.index, i)
                 tail.append(key)
                 if made is not None:
                     made.append(key)
                 self.known = count
                 return made
             index = self.index
-            fresh = [b"r%d:%d" % (index, k) for k in range(i, count)]
+            fresh = [OWN_KEY % (index, k) for k in range(i, count)]
             tail += fresh
             if made is not None:
                 made += fresh

@@ -101,14 +101,11 @@ class VllmCache(RunQueue, PrefixCache):
             return None
         known = keys.known
         if known < full:  # (the keys not known yet, as runs: no list)
-            if full == known + 1 and 0 <= keys.own_from <= known and keys._list is None:
-                # One key of the request's own (a decode filled a block):
-                # `BlockKeys.ensure`'s first case, inlined. Speed: 216,979 of the
-                # 253,424 `ensure` calls replaying the Mooncake trace under vllm
-                # came from here, most of them this case.
-                keys.tail.append(b"r%d:%d" % (keys.index, known))
-                keys.known = full
-            else:
+            # One key of the request's own (a decode filled a block) by
+            # `BlockKeys.add_own_key`, without `ensure`'s checks. Speed: 216,979
+            # of the 253,424 `ensure` calls replaying the Mooncake trace under
+            # vllm came from here, most of them this case.
+            if full != known + 1 or not keys.add_own_key():
                 keys.ensure(full, False)
         index = self.index
         if keys.hashes is not None and not index.buckets:

@@ -78,3 +78,19 @@ def test_add_own_key_appends_the_next_key_of_the_requests_own():
     ids.ensure(2, False)
     assert (ids.add_own_key(), ids.known) == (False, 2)
 
+
+def test_a_block_leaving_a_run_nodes_end_keeps_its_keys_a_range():
+    """A node of blocks 1-5 keyed 10-14 (one run, a `range`): block 1 leaves
+    alone (`_detach`), keys range(11, 15); block 5, range(11, 14); block 3 from
+    the middle, [11, 13] (a list: two runs). Each key left is still indexed to
+    its block, and each gone key is forgotten."""
+    c = RadixCache()
+    c.index.update(zip(range(10, 15), [1, 2, 3, 4, 5]))
+    node = c._new_node([1, 2, 3, 4, 5], range(10, 15), None, 0, ends=False)
+    c._detach(1)
+    assert (c.nodes[node][0], c.nodes[node][4]) == ([2, 3, 4, 5], range(11, 15))
+    c._detach(5)
+    assert (c.nodes[node][0], c.nodes[node][4]) == ([2, 3, 4], range(11, 14))
+    c._detach(3)
+    assert (c.nodes[node][0], c.nodes[node][4], c.detached) == ([2, 4], [11, 13], 3)
+    assert [c.index.get(k) for k in range(10, 15)] == [None, 2, None, 4, None]

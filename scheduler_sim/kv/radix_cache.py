@@ -380,9 +380,16 @@ class RadixCache(Stamps, PrefixCache):
         info = self.nodes[node]
         i = info[0].index(block)
         del info[0][i]
-        if type(info[4]) is range:  # (a node's keys as one run: a list now)
-            info[4] = list(info[4])
-        del self.index[info[4].pop(i)]
+        keys = info[4]
+        if type(keys) is not range:
+            key = keys.pop(i)
+        elif i == 0 or i == len(keys) - 1:  # (a run's end leaves: still one run)
+            key = keys[i]
+            info[4] = keys[1:] if i == 0 else keys[:-1]
+        else:  # (a run cut in two: a list now)
+            info[4] = keys = list(keys)
+            key = keys.pop(i)
+        del self.index[key]
         if not info[0]:
             del self.nodes[node]
             parent = info[1]

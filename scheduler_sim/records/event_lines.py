@@ -107,14 +107,13 @@ def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int
     for `LineListener.write_text`, the start's time made once for both (the
     counted dispatches' and admissions' starts, engine/fast/counted.py)."""
     if clock is None or not clock.in_seconds:
-        key = '{"tick":'
+        key, start, end = '{"tick":', tick, done
     else:
-        key = '{"time":'
-        tick = clock.text(tick)
-        done = clock.text(done)
+        key, start, end = '{"time":', clock.text(tick), clock.text(done)
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
     if state is None:
-        return f'{key}{tick},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}'
+        return (f'{key}{start},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
+                f'"done":{end}}}')
     cached = state.get("cached")
     cached = "" if cached is None else f',"cached":{cached}'
     # (Both lines in one format: the rows' text, most of the bytes, copied once.
@@ -122,11 +121,12 @@ def counted_text(tick: int, state: dict[str, int] | None, rows: str, tokens: int
     # 2.2152e9 -> 2.2106e9 instructions, callgrind; benchmarks/README.md,
     # "thirteenth steps", helper ev9. The time's text put in twice rather than a
     # head made first and copied in: see "fourteenth steps", helper ev10.)
-    return (f'{key}{tick},"event":"snapshot",{tag}"waiting":{state["waiting"]},'
+    return (f'{key}{start},"event":"snapshot",{tag}"waiting":{state["waiting"]},'
             f'"running":{state["running"]},"reserved":{state["reserved"]},'
             f'"allocated":{state["allocated"]},"draining":{state["draining"]},'
             f'"free":{state["free"]}{cached}}}\n'
-            f'{key}{tick},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}')
+            f'{key}{start},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
+            f'"done":{end}}}')
 
 
 def _dispatch(tick: int, rows: str, tokens: int, done: int, policy: str | None,

@@ -58,25 +58,18 @@ def test_registered_blocks_have_their_keys_computed(monkeypatch):
     assert cached == [68, 12, 48, 8, 20, 40, 40, 16, 40, 16, 56, 56]
 
 
-def test_add_own_key_appends_the_next_key_of_the_requests_own():
+def test_a_requests_own_keys_are_one_format_made_as_runs_or_listed():
     """Request 7: 8 prompt tokens in blocks of 4, one hash id over its first 4
-    (own keys from block 1). Nothing known: block 0's key comes from the hash
-    id, so False and nothing done. After `ensure(1)`: True, b"r7:1" appended,
-    then b"r7:2" (a decode's block). Once the list is made: False, nothing done
-    (`ensure` keeps the list up to date); a request of token ids: False."""
+    (own keys from block 1): block 1's key is OWN_KEY of (7, 1), b"r7:1", kept
+    in `tail` with no list made (`key_list` None); once the list is made, the
+    keys computed after it go to both (block 2, b"r7:2")."""
     keys = BlockKeys(7, 8, 4, 4, hashes=[5])
-    assert (keys.own_from, keys.add_own_key(), keys.known) == (1, False, 0)
-    keys.ensure(1, False)
-    assert (keys.add_own_key(), keys.add_own_key()) == (True, True)
-    assert (keys.known, keys.ints, keys.tail) == (3, 1, [b"r7:1", b"r7:2"])
-    assert keys.key_at(2) == OWN_KEY % (7, 2) == b"r7:2"
+    assert keys.ensure(2, False) is None
+    assert (keys.own_from, keys.ints, keys.tail, keys.key_list) == (1, 1, [b"r7:1"], None)
+    assert keys.key_at(1) == OWN_KEY % (7, 1) == b"r7:1"
     listed = keys.keys
-    assert (keys.add_own_key(), keys.known) == (False, 3)
-    keys.ensure(4)
-    assert listed[1:] == keys.tail == [b"r7:1", b"r7:2", b"r7:3"]
-    ids = BlockKeys(8, 8, 4, 4, prompt_ids=list(range(8)))
-    ids.ensure(2, False)
-    assert (ids.add_own_key(), ids.known) == (False, 2)
+    assert keys.ensure(3) is listed is keys.key_list
+    assert (listed[1:], keys.tail) == ([b"r7:1", b"r7:2"], [b"r7:1", b"r7:2"])
 
 
 def test_a_block_leaving_a_run_nodes_end_keeps_its_keys_a_range():

@@ -50,8 +50,11 @@ class RotatingSet(list):
     __hash__ = object.__hash__
 
     # The list's changes, for `add` and `discard` alone; the list's methods that
-    # change it are closed to others (they would leave `_seqs` behind).
-    _append, _insert, _delete = list.append, list.insert, list.__delitem__
+    # change it are closed to others (they would leave `_seqs` behind). (`pop`
+    # to delete: `list.__delitem__` called so is a slot wrapper, which packs its
+    # arguments in a tuple: 1.2255e9 -> 1.2241e9 instructions with `pop` on the
+    # first 2,000 Azure requests under continuous, 2,010 discards; callgrind.)
+    _append, _insert, _pop = list.append, list.insert, list.pop
 
     def _closed(self, *args, **kwargs):
         raise TypeError("a RotatingSet changes only through add and discard")
@@ -77,7 +80,7 @@ class RotatingSet(list):
         i = bisect_left(self._seqs, req.admit_seq)
         if i < len(self._seqs) and self[i] is req:
             del self._seqs[i]
-            self._delete(i)
+            self._pop(i)
             return True
         return False
 

@@ -323,3 +323,27 @@ def test_a_list_of_new_hash_ids_grows_the_dense_list_once_a_bound_is_passed():
     holders.sent(list(range(100)), 0)
     assert (len(holders.dense), holders.dense[:100], set(holders.dense[100:])) == (
         121, [1] * 100, {0})
+
+
+def test_longest_hit_asks_nobody_who_loses_once_a_hit_is_the_most():
+    # Entries of 8 tokens, blocks of 4: blocks 0-1 hash id 7, 2-3 id 8, 4-5 id 9; at
+    # most 4 blocks hit. Every replica holds all 6 and finds 4; loads 1, 2, 2, 0.
+    # In index order: 0 finds 4 (the most); 1 and 2 could only tie and lose: never
+    # asked; 3 is lighter (it wins a tie): asked key 3, looked up, the best.
+    keys = BlockKeys(0, 24, 4, 8, hashes=[7, 8, 9])
+    first = keys.ensure(6)[0]
+    loads = [1, 2, 2, 0]
+    plain = [_Holder(i, range(first, first + 6), 4) for i in range(4)]
+    assert PrefixAffinity.longest_hit(keys, 4, plain, loads) == (4, 3)
+    assert ([r.asked for r in plain], [r.looked for r in plain]) == (
+        [1, 0, 0, 1], [1, 0, 0, 1])
+    # All four sent every hash id, named first: 3, the lightest, found 4, and the
+    # rest of the lead is passed at once (none may find more).
+    holders = HashHolders()
+    for i in range(4):
+        holders.sent([7, 8, 9], i)
+    lead = [_Holder(i, range(first, first + 6), 4) for i in range(4)]
+    assert PrefixAffinity.longest_hit(keys, 4, lead, loads, holders.may_hold,
+                                      holders.deepest(keys.hashes)) == (4, 3)
+    assert ([r.asked for r in lead], [r.looked for r in lead]) == (
+        [0, 0, 0, 1], [0, 0, 0, 1])

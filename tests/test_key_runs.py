@@ -33,7 +33,7 @@ def test_a_requests_keys_are_runs_and_a_list_only_when_asked():
     a = BlockKeys(6, 16, 4, 8, hashes=[9100001, 9100002])
     a.ensure(4, False)
     e2 = a.run_key[0]
-    assert (a.known, a.ints, a.run_pos, a.tail, a._list) == (4, 4, [0], [], None)
+    assert (a.known, a.ints, a.run_pos, a.tail, a.key_list) == (4, 4, [0], [], None)
     assert a.keys == [e2, e2 + 1, e2 + 2, e2 + 3]
     b = BlockKeys(7, 24, 4, 8, hashes=[9100001, 9100003])
     b.ensure(3, False)
@@ -104,7 +104,7 @@ def test_a_table_freed_at_once_joins_the_queue_a_run_of_keys_at_a_time():
     queue = [(r[0], r[1]) for r in a.cache.runs]
     assert queue == [([4], [b"r1:4"]), ([3, 2], range(e2 + 5, e2 + 3, -1)),
                      ([1, 0], range(e2 + 1, e2 - 1, -1))]
-    assert keys._list is None  # (never made: the cache read the runs)
+    assert keys.key_list is None  # (never made: the cache read the runs)
     a.cache.free_blocks.check(*a.cache.queue_items())
     assert a.cache.take("C", [], 4) == (4, ())
     assert a.cache.queue_items() == ([0], [e2])
@@ -130,7 +130,7 @@ def test_a_decode_filled_block_is_keyed_in_register_as_ensure_keys_it(monkeypatc
         a.grow("A", rows)
         a.register_decoded("A", keys, rows)
     assert asked == []  # (each key made in `register` itself)
-    assert (keys.known, keys.registered, keys.tail, keys._list) == (
+    assert (keys.known, keys.registered, keys.tail, keys.key_list) == (
         5, 5, [b"r3:2", b"r3:3", b"r3:4"], None)
     index = a.cache.index
     assert [index.plain[b"r3:%d" % i] for i in (2, 3, 4)] == a.table("A")[2:5]

@@ -167,13 +167,15 @@ def test_a_block_evicted_alone_names_every_node_first():
     """Pool of 10 (`_held_in_part`, no plain block free): C grows to 20 rows, two
     blocks more; no whole node can go (node 0 is held in part, node 1 whole), so
     the least recently freed blocks go alone, 5 then 4 (`pop_oldest`, which names
-    node 1 whole first), taken out of node 0 (its keys a list now, the first 4)."""
+    node 1 whole first), taken out of node 0 from its end (its keys still a
+    range, the first 4)."""
     a, c = _held_in_part(10)
     keys = c.nodes[0][4]
     a.grow("C", 20)
     assert (a.table("C"), list(c.free_blocks), c.ends_only) == ([7, 8, 9, 5, 4], [3, 2], {})
     assert (c.node_at[4:], c.nodes[0][0], c.nodes[0][4]) == (
-        [None, None, None, 1, 1, 1], [0, 1, 2, 3], list(keys[:4]))
+        [None, None, None, 1, 1, 1], [0, 1, 2, 3], keys[:4])
+    assert type(c.nodes[0][4]) is range
     a.audit()
 
 

@@ -29,7 +29,7 @@ def test_span_is_a_range_for_one_run_else_a_list():
         range(100, 106), range(102, 105), range(300, 302))
     assert (keys.span(4, 8), keys.span(6, 9), keys.span(8, 9), keys.span(3, 3)) == (
         [104, 105, 300, 301], [300, 301, b"x"], [b"x"], [])
-    assert keys._list is None  # (no list of every key made)
+    assert keys.key_list is None  # (no list of every key made)
 
 
 def _tree() -> tuple[RadixCache, int, int]:
@@ -55,7 +55,7 @@ def test_a_walk_matches_a_run_against_a_range_node_by_lengths(monkeypatch):
     monkeypatch.setattr(BlockKeys, "span", lambda self, start, stop: (
         spans.append((start, stop)) or span(self, start, stop)))
     assert c._walk(keys, 9) == ([10, 11, 12, 13, 14, 20, 21, 22], [a, b], b"x")
-    assert (keys._list, spans) == (None, [(5, 8)])  # (node a: no key of it made)
+    assert (keys.key_list, spans) == (None, [(5, 8)])  # (node a: no key of it made)
     assert c.find(_runs([(100, 6), (300, 2)], [b"x"]), 9) == super(RadixCache, c).find(
         _runs([(100, 6), (300, 2)], [b"x"]), 9)
 

@@ -187,3 +187,33 @@ def test_the_set_is_a_list_of_its_members_by_identity():
     assert t != u and t == t and not t != t and len({t, u}) == 2
     v = RotatingSet()
     assert v != RotatingSet() and not v == []  # (equal as lists, not as sets)
+
+
+def test_the_list_methods_that_would_change_the_set_are_closed():
+    """r1, r3, r5 held: each way the list has to change itself raises TypeError and
+    leaves the members and their admission numbers as they were (they change only
+    through `add` and `discard`); reading as a list still works."""
+    s, r1, r3, r5 = three()
+    attempts = [lambda: s.append(r1), lambda: s.insert(0, r1), lambda: s.extend([r1]),
+                lambda: s.pop(), lambda: s.remove(r1), lambda: s.clear(), lambda: s.sort(),
+                lambda: s.reverse()]
+
+    def assign():
+        s[0] = r5
+
+    def delete():
+        del s[0]
+
+    def add_in_place():
+        t = s
+        t += [r1]
+
+    def multiply_in_place():
+        t = s
+        t *= 2
+
+    for attempt in attempts + [assign, delete, add_in_place, multiply_in_place]:
+        with pytest.raises(TypeError, match="only through add and discard"):
+            attempt()
+    assert (list(s), s._seqs, s.index(r3), s.copy()) == ([r1, r3, r5], [1, 3, 5], 1, [r1, r3, r5])
+    assert s.discard(r3) and list(s) == [r1, r5]

@@ -155,6 +155,19 @@ def test_id_digests_write_out_past_their_limit_and_find_repeats_exactly():
     assert nothing.repeated() == set() and nothing.chunks[1] == []
 
 
+def test_id_digests_added_a_block_at_a_time_pass_their_limit_by_a_block():
+    """Limit 3: a block of 7, -3 stays in memory; a block of 7, 7, 5 passes the limit
+    (5 held) and all go out, bucket by bucket in order: bucket 5 (one digest, at
+    byte 0), 7 (three, at 8), 253 (one, at 32). Repeated: 7."""
+    digests = id_digests.IdDigests(limit=3)
+    digests.add_all([7, -3])
+    assert (digests.held, digests.file) == (2, None)
+    digests.add_all([7, 7, 5])
+    assert (digests.held, digests.chunks[5], digests.chunks[7], digests.chunks[253]) == (
+        0, [(0, 1)], [(8, 3)], [(32, 1)])
+    assert digests.repeated() == {7}
+
+
 def test_references_streamed_give_the_whole_file_messages(tmp_path):
     """A cancel of an unknown id (with a hint), a preempt before its request's arrival
     and an expect about an unknown id: the same messages streamed or not."""

@@ -61,8 +61,8 @@ def check_request_sizes(workload: Workload, options: Options) -> None:
             f"request {spec.id!r} may need {blocks:,} blocks of {size} tokens (prompt "
             f"{spec.prompt_tokens:,} + max_tokens {spec.max_tokens:,}), more than the "
             f"{MAX_REQUEST_BLOCKS:,} the simulator tracks per request (about {BLOCK_BYTES} "
-            f"bytes each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size of "
-            f"at least {blocks_for(rows, MAX_REQUEST_BLOCKS):,}")
+            f"bytes each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size "
+            f"of at least {blocks_for(rows, MAX_REQUEST_BLOCKS):,}")
 
 
 def request_of(spec) -> Request:

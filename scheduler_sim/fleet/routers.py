@@ -235,18 +235,21 @@ class PrefixAffinity(Router):
         openers = (1 << count) - 1
         if may_hold is not None:
             openers &= may_hold(keys, 0)
-        # `lead` is listed (in that order) only once its lightest was visited and
-        # another of it may still count: its lightest is found by a walk of its
-        # bits that stops at a replica as light as any (`_lightest_of`).
-        lead: list[int] | None = None
+        # The lead's lightest is found by a walk of its bits that stops at a
+        # replica as light as any (`_lightest_of`); the others are listed (in
+        # that order) only at the second visit, when another may still count.
         rest = openers
-        left = 0       # the replicas of `lead` not visited yet
+        left = 0       # the replicas of the lead not visited yet
         if may_hold is not None and first and openers & first:
             left = openers & first
             rest = openers & ~first
-        led = 0        # how many of the listed `lead` were visited
+        led = 0        # how many of the lead were visited
+        lead: list[int] = []  # the lead after its lightest, listed at the second visit
         maybe = EVERY  # the replicas that may hold the best hit's last key
-        ahead = None   # those that may hold the key after it, once that key is known
+        # Those that may find more than the best hit: that may hold the key after
+        # it, once that key is known (None: not known yet); none (0) once the hit
+        # is `most`.
+        ahead = None
         while True:
             if left:
                 if hit:
@@ -262,19 +265,18 @@ class PrefixAffinity(Router):
                     # only when needed (7.1525e9); the same look-ups and questions.
                     if ahead is None and keys.known > hit:
                         ahead = may_hold(keys, hit)
-                    if hit == most or (ahead is not None and not left & maybe & ahead):
+                    if ahead is not None and not left & maybe & ahead:
                         left = 0
                         continue
-                if lead is None:
+                if not led:
                     i = _lightest_of(left, loads)
-                    lead = []  # (listed from what is left when next needed)
                 else:
-                    if not lead:
+                    if led == 1:
                         lead = _bits_of(left)
                         if len(lead) > 1:
                             lead.sort(key=loads.__getitem__)
-                    i = lead[led]
-                    led += 1
+                    i = lead[led - 1]
+                led += 1
                 left ^= 1 << i
                 if hit and not (maybe >> i) & 1:
                     continue  # finds fewer
@@ -299,8 +301,6 @@ class PrefixAffinity(Router):
                 # index if as light)
                 loses = loads[i] > loads[best] or (loads[i] == loads[best] and i > best)
                 if loses:  # it needs more blocks to win
-                    if hit == most:
-                        continue
                     if ahead is None and may_hold is not None and keys.known > hit:
                         ahead = may_hold(keys, hit)
                     if ahead is not None and not (ahead >> i) & 1:
@@ -310,8 +310,6 @@ class PrefixAffinity(Router):
                 if not replica.holds(key_at(hit - 1)):
                     continue  # finds fewer
                 if loses:
-                    if hit == most:
-                        continue  # finds at most as many, and loses the tie
                     ensure(hit + 1, False)
                     if not replica.holds(key_at(hit)):
                         continue  # finds at most as many, and loses the tie
@@ -320,9 +318,10 @@ class PrefixAffinity(Router):
             found = replica.cached_blocks(keys, most)
             # (a tie needs a hit: then `loses` was set for this replica above)
             if found > hit or (found and found == hit and not loses):
-                if found != hit and may_hold is not None:
-                    maybe = may_hold(keys, found - 1)
-                    ahead = None
+                if found != hit:
+                    if may_hold is not None:
+                        maybe = may_hold(keys, found - 1)
+                    ahead = 0 if found == most else None
                 hit, best = found, i
         return hit, best
 

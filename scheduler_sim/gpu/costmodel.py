@@ -165,15 +165,12 @@ class CostModel:
             # same floats, six calls fewer. Speed: every dispatch with prompt rows
             # is priced here, once per arrival on the Azure trace (18,000).
             tile = self._tile
-            t0 = self._t0
-            padded = tokens + t0
+            padded, padded_sampled = tokens + self._t0, sampled + self._t0
             if tile > 1.0:
                 padded = math.ceil(padded / tile) * tile
+                padded_sampled = math.ceil(padded_sampled / tile) * tile
             linear = (self._lin_m_fixed ** p + (self._lin_c * padded) ** p) ** (1.0 / p)
-            padded = sampled + t0
-            if tile > 1.0:
-                padded = math.ceil(padded / tile) * tile
-            head = (self._head_m ** p + (self._head_c * padded) ** p) ** (1.0 / p)
+            head = (self._head_m ** p + (self._head_c * padded_sampled) ** p) ** (1.0 / p)
         else:
             linear = self._linear(tokens)
             head = self._head(sampled)

@@ -109,7 +109,8 @@ def describe_expected(expected: Any) -> str:
         parts.append(f"<= {show(expected['max'])}")
     if "approx" in expected:
         tolerances = [f"{k} {show(expected[k])}" for k in ("rel", "abs") if k in expected]
-        parts.append(f"{show(expected['approx'])} ({', '.join(tolerances) or f'rel {DEFAULT_REL:g}'})")
+        tolerance = ", ".join(tolerances) or f"rel {DEFAULT_REL:g}"
+        parts.append(f"{show(expected['approx'])} ({tolerance})")
     return " and ".join(parts)
 
 

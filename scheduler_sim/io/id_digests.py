@@ -45,16 +45,13 @@ class IdDigests:
         self.chunks: list[list[tuple[int, int]]] = [[] for _ in range(BUCKETS)]  # (offset, count)
 
     def add(self, digest: int) -> None:
-        """One more digest."""
-        self.buckets[digest % BUCKETS].append(digest)
-        self.held += 1
-        if self.held >= self.limit:
-            self._write_out()
+        """One more digest (`add_all` of one: a request checked alone)."""
+        self.add_all((digest,))
 
-    def add_all(self, digests: list[int]) -> None:
-        """Digests added in turn, as `add` adds each, in one loop without a call a
-        digest (a block of a trace's ids at a time: those held may pass `limit` by
-        a block)."""
+    def add_all(self, digests) -> None:
+        """Digests (a sequence) added in turn, in one loop without a call a digest
+        (a block of a trace's ids at a time: those held may pass `limit` by a
+        block; then they are written out)."""
         buckets = self.buckets
         for digest in digests:
             buckets[digest % BUCKETS].append(digest)

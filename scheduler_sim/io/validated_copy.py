@@ -108,7 +108,8 @@ class ValidatedCopy:
             while len(data) < length:  # (a regular file gives all at once; to be sure)
                 more = os.pread(file.fileno(), length - len(data), offset + len(data))
                 if not more:
-                    raise EOFError(f"temporary copy of the trace ended at byte {offset + len(data)}")
+                    raise EOFError("temporary copy of the trace ended at byte "
+                                   f"{offset + len(data)}")
                 data += more
             return data
         with self.lock:

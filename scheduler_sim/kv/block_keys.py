@@ -25,9 +25,14 @@ from array import array
 from bisect import bisect_right
 from hashlib import blake2b
 
-__all__ = ["BlockKeys", "interning_table"]
+__all__ = ["BlockKeys", "OWN_KEY", "interning_table"]
 
 _ROOT = bytes(16)  # the parent key of a request's first block
+
+# The key of block i of content unique to the request at trace position
+# `index`: `OWN_KEY % (index, i)`, bytes no other request can produce (and
+# never equal to an integer hash-id key).
+OWN_KEY = b"r%d:%d"
 
 
 def _chain(parent: bytes, content: bytes) -> bytes:
@@ -104,7 +109,7 @@ class BlockKeys:
 
     __slots__ = ("index", "prompt_ids", "output_ids", "hashes", "prompt_tokens",
                  "block_size", "hash_block_size", "registered", "entries", "own_from",
-                 "written", "found", "known", "ints", "run_pos", "run_key", "tail", "_list")
+                 "written", "found", "known", "ints", "run_pos", "run_key", "tail", "key_list")
 
     def __init__(self, index: int, prompt_tokens: int, block_size: int, hash_block_size: int,
                  prompt_ids=None, output_ids=None, hashes=None) -> None:
@@ -131,7 +136,9 @@ class BlockKeys:
         self.run_pos: list[int] = []
         self.run_key: list[int] = []
         self.tail: list[bytes] = []
-        self._list: list | None = None  # `keys`, once made (then kept up to date)
+        # `keys`, once made (then kept up to date); None: not made (vLLM's cache
+        # reads it to key a decode's block of the request's own without `ensure`).
+        self.key_list: list | None = None
         self.registered = 0  # leading blocks whose keys the cache already knows
         self.written = 0     # leading blocks handed to host memory's write-through
         # The last answer of a radix tree's `find`, kept by that tree to give again
@@ -161,7 +168,7 @@ class BlockKeys:
                 return _chain(parent, _tokens(outputs[start - p:end - p]))
             if prompt is not None:
                 return _chain(parent, _tokens(tuple(prompt[start:]) + tuple(outputs[:end - p])))
-        return b"r%d:%d" % (self.index, i)
+        return OWN_KEY % (self.index, i)
 
     @property
     def keys(self) -> list:
@@ -169,14 +176,14 @@ class BlockKeys:
         first asked and kept up to date from then on (the radix tree, the
         router's hash holders and host memory read keys one by one; vLLM's cache
         reads the runs and `tail` instead, and never asks)."""
-        keys = self._list
+        keys = self.key_list
         if keys is None:
             keys = []
             ends = self.run_pos[1:] + [self.ints]
             for pos, key, end in zip(self.run_pos, self.run_key, ends):
                 keys += range(key, key + end - pos)
             keys += self.tail
-            self._list = keys
+            self.key_list = keys
         return keys
 
     def key_at(self, i: int):
@@ -225,27 +232,27 @@ class BlockKeys:
         were an int object per block (made, copied reversed into the freed run,
         freed at eviction), 5.6% of the instructions replaying the first 2,000
         Mooncake requests under vllm (helper pc8's callgrind)."""
-        if listed and self._list is None:
+        if listed and self.key_list is None:
             self.keys  # (made now, from what is known: kept up to date below)
         i = self.known
         if i >= count:
-            return self._list
+            return self.key_list
         tail = self.tail
-        made = self._list
+        made = self.key_list
         if 0 <= self.own_from <= i:  # keys of its own (a decode filled a block)
             if count == i + 1:
                 # One key (a decode filled one block): appended without a list
                 # made for it. (Replaying the Mooncake trace under vllm, 150,432 of
                 # the 192,543 calls that came here were this case; most are now
                 # made by `VllmCache.register` itself, inline.)
-                key = b"r%d:%d" % (self.index, i)
+                key = OWN_KEY % (self.index, i)
                 tail.append(key)
                 if made is not None:
                     made.append(key)
                 self.known = count
                 return made
             index = self.index
-            fresh = [b"r%d:%d" % (index, k) for k in range(i, count)]
+            fresh = [OWN_KEY % (index, k) for k in range(i, count)]
             tail += fresh
             if made is not None:
                 made += fresh

@@ -38,7 +38,6 @@ class LruCache(PrefixCache):
         plain."""
         start = keys.registered
         if full <= start:
-            self._registered(keys, start, start)
             return None
         key_list = keys.ensure(full)
         index = self.index
@@ -65,7 +64,7 @@ class LruCache(PrefixCache):
                     index[key] = block
                     key_of[block] = key
                     writers[block] = (rid, i)
-        self._registered(keys, start, full)
+        keys.registered = full
         return None
 
     register_decoded = register

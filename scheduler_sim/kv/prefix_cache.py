@@ -102,8 +102,8 @@ class PrefixCache:
     def register(self, rid: str, keys: BlockKeys, full: int,
                  table: list[int]) -> list[tuple[int, int]] | None:
         """Give keys to `table[keys.registered:full]`, blocks of `rid` that written
-        rows filled (`keys` computes their keys), and set `keys.registered` to
-        `full`. Returns None, or (position, cached block) pairs: the request's
+        rows filled (`keys` computes their keys), and raise `keys.registered`
+        to `full`. Returns None, or (position, cached block) pairs: the request's
         own copy at that position is to be swapped for the cached block."""
         raise NotImplementedError
 
@@ -234,10 +234,6 @@ class PrefixCache:
         raise NotImplementedError
 
     # --- shared by the kinds ----------------------------------------------------
-
-    def _registered(self, keys: BlockKeys, start: int, full: int) -> None:
-        """`keys.registered` becomes `full` (the keys from `start` on were added)."""
-        keys.registered = full
 
     def _report_writers(self, rid: str, blocks: list[int]) -> None:
         """Report the writer of each of `blocks` handed to `rid` (tracking on)."""

@@ -91,13 +91,13 @@ class RadixCache(Stamps, PrefixCache):
         start = keys.registered
         if full <= start:
             # Nothing new (e.g. a request ends without filling another block):
-            # SGLang's insert still walks the path it holds and stamps it.
-            if full:
-                keys.ensure(full, False)
+            # SGLang's insert still walks the path it holds and stamps it. (The
+            # keys of registered blocks are computed already: a look-up's hits
+            # were compared by key, a registration computed what it keyed;
+            # test_register_keys.)
             last = self.index.get(keys.key_at(full - 1)) if full else None
             if last is not None:
                 self.stamp_path(self.split_after(last))
-            self._registered(keys, start, start)
             return None
         keys.ensure(full, False)  # (as runs: no list of the keys made, `span`)
         index = self.index
@@ -165,7 +165,7 @@ class RadixCache(Stamps, PrefixCache):
         if last is not None:
             # (The run may end inside a cached node: split there.)
             self.stamp_path(self.split_after(last))
-        self._registered(keys, start, full)
+        keys.registered = full
         return swaps
 
     # Nothing for `register_decoded` to do: the engine skips its calls (289,049
@@ -380,9 +380,16 @@ class RadixCache(Stamps, PrefixCache):
         info = self.nodes[node]
         i = info[0].index(block)
         del info[0][i]
-        if type(info[4]) is range:  # (a node's keys as one run: a list now)
-            info[4] = list(info[4])
-        del self.index[info[4].pop(i)]
+        keys = info[4]
+        if type(keys) is not range:
+            key = keys.pop(i)
+        elif i == 0 or i == len(keys) - 1:  # (a run's end leaves: still one run)
+            key = keys[i]
+            info[4] = keys[1:] if i == 0 else keys[:-1]
+        else:  # (a run cut in two: a list now)
+            info[4] = keys = list(keys)
+            key = keys.pop(i)
+        del self.index[key]
         if not info[0]:
             del self.nodes[node]
             parent = info[1]

@@ -33,6 +33,7 @@ from collections import deque
 from typing import Hashable
 
 from ..records.errors import InvariantError
+from .block_keys import OWN_KEY
 from .key_index import KeyIndex
 from .prefix_cache import PrefixCache
 from .queue_members import QueueMembers
@@ -96,19 +97,20 @@ class VllmCache(RunQueue, PrefixCache):
         request's `keys.registered`. A key not cached yet is indexed to this
         block (the common case, all of them); a key cached already keeps its
         block, and this one is a duplicate."""
-        # (`PrefixCache._registered` inlined here and below: it sets
-        # `keys.registered`, and vLLM's cache has nothing more to note.)
         start = keys.registered
         if full <= start:
             return None
         known = keys.known
         if known < full:  # (the keys not known yet, as runs: no list)
-            if full == known + 1 and 0 <= keys.own_from <= known and keys._list is None:
+            if full == known + 1 and 0 <= keys.own_from <= known and keys.key_list is None:
                 # One key of the request's own (a decode filled a block):
                 # `BlockKeys.ensure`'s first case, inlined. Speed: 216,979 of the
                 # 253,424 `ensure` calls replaying the Mooncake trace under vllm
-                # came from here, most of them this case.
-                keys.tail.append(b"r%d:%d" % (keys.index, known))
+                # came from here, most of them this case; a method of `BlockKeys`
+                # doing this instead took 1.0028x the instructions replaying the
+                # first 2,000 Mooncake requests (22,009 calls; benchmarks/README.md,
+                # "fifteenth steps", helper tidy11).
+                keys.tail.append(OWN_KEY % (keys.index, known))
                 keys.known = full
             else:
                 keys.ensure(full, False)
@@ -122,8 +124,8 @@ class VllmCache(RunQueue, PrefixCache):
         writers = self.writers
         self.request_keys[rid] = keys
         if full == start + 1 and writers is None:
-            # One block (a decode filled it), inlined from the lines below and
-            # `_registered`: 150,432 of the 305,464 registrations replaying the
+            # One block (a decode filled it), inlined from the lines below:
+            # 150,432 of the 305,464 registrations replaying the
             # Mooncake trace under vllm. Measured with `take`'s inline: without
             # both that replay took 0.99x the time (medians of 5, within noise);
             # kept as the allocator had it before the protocol.

@@ -279,6 +279,7 @@ class Clock:
         if low < least or high >= 10 ** 15:
             return list(map(self.text, steps))
         second = low // scale
+        lead = False  # whether the text starts with a newline (then an empty text first)
         if high // scale == second:
             if second:
                 # Every time's digits are those of its whole second S, then six
@@ -288,6 +289,7 @@ class Clock:
                 head = heads[second]
                 text = _IN_ONE_SECOND[len(steps)] % tuple(steps)
                 text = text.replace(head[0], head[1])
+                lead = True
             else:
                 text = formats[0] * len(steps) % tuple(steps)
         else:
@@ -301,7 +303,7 @@ class Clock:
                 text = text.replace(".\n", "\n")
         texts = text.split("\n")
         texts.pop()  # (the empty text after the last newline)
-        if not texts[0]:
+        if lead:
             del texts[0]  # (the one before the first newline, in one whole second S > 0)
         # The last time is remembered for `text`: a folded stretch's last dispatch
         # ends where the next records are (its finishes, the admissions after it).

@@ -120,14 +120,13 @@ def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: 
     the counts a tuple, not a dictionary read by name (54,306 snapshots on the
     Azure trace; benchmarks/README.md, "fifteenth steps", helper ev11)."""
     if clock is None or not clock.in_seconds:
-        key = '{"tick":'
+        key, start, end = '{"tick":', tick, done
     else:
-        key = '{"time":'
-        tick = clock.text(tick)
-        done = clock.text(done)
+        key, start, end = '{"time":', clock.text(tick), clock.text(done)
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
     if counts is None:
-        return f'{key}{tick},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}'
+        return (f'{key}{start},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
+                f'"done":{end}}}')
     waiting, running, reserved, allocated, draining, free, cached = counts
     cached = "" if cached is None else f',"cached":{cached}'
     # (Both lines in one format: the rows' text, most of the bytes, copied once.
@@ -135,11 +134,12 @@ def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: 
     # 2.2152e9 -> 2.2106e9 instructions, callgrind; benchmarks/README.md,
     # "thirteenth steps", helper ev9. The time's text put in twice rather than a
     # head made first and copied in: see "fourteenth steps", helper ev10.)
-    return (f'{key}{tick},"event":"snapshot",{tag}"waiting":{waiting},'
+    return (f'{key}{start},"event":"snapshot",{tag}"waiting":{waiting},'
             f'"running":{running},"reserved":{reserved},'
             f'"allocated":{allocated},"draining":{draining},'
             f'"free":{free}{cached}}}\n'
-            f'{key}{tick},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":{done}}}')
+            f'{key}{start},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
+            f'"done":{end}}}')
 
 
 def prompt_row_text(rid: str, tokens: int, ids: list[int] | None) -> str:

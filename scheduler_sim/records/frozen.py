@@ -198,7 +198,8 @@ def _init_source(cls: type, scope: dict[str, Any], compact: bool) -> tuple[str, 
         for name, given, factory, default in steps:
             if factory is not None:
                 scope[f"{tag}_{name}"] = factory
-                value = f"{tag}_{name}() if {name} is _FACTORY else {name}" if given else f"{tag}_{name}()"
+                value = (f"{tag}_{name}() if {name} is _FACTORY else {name}" if given
+                         else f"{tag}_{name}()")
             elif given:
                 value = name
             else:

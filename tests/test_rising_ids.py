@@ -33,23 +33,59 @@ def test_rising_ids_keep_no_digest():
     assert checker.digests.held == 0 and checker.count == 4
 
 
-@pytest.mark.parametrize("second", [
-    line(b"a3", 1) + line(b"a2", 2),   # falls within the block
-    line(b"a1", 1) + line(b"a5", 2),   # its first not above the run's last
-    line(b"a3", 1) + line(b"a3", 2),   # the same id twice (a repeat: not rising)
-], ids=["falls", "below the run", "repeat"])
-def test_an_id_not_rising_ends_the_run_and_finish_digests_it(second):
+@pytest.mark.parametrize("second, least, again", [
+    (line(b"a3", 1) + line(b"a2", 2), "a2", True),   # falls to the run's last
+    (line(b"a1", 1) + line(b"a5", 2), "a1", True),   # its first not above the run's last
+    (line(b"a3", 1) + line(b"a3", 2), "a3", False),  # the same id twice, above the run
+], ids=["falls", "below the run", "repeat above"])
+def test_an_id_not_rising_ends_the_run_and_finish_digests_it_if_it_may_repeat(
+        second, least, again):
+    """`finish` digests the run's ids only when an id after it is not above its last."""
     checker = Validator("t", streamed=True)
     first = line(b"a1", 0) + line(b"a2", 1)
     checker.feed_block(1, first)
     checker.feed_block(3, second)
     assert checker.run == [(1, 2)] and not checker.run_open
-    assert checker.digests.held == 2  # (the second block's)
+    assert checker.after_least == least and checker.digests.held == 2  # (the second block's)
     try:
         checker.finish(lines_of(first + second))
-    except TraceError:  # (the repeat: its wording is tested below)
+    except TraceError:  # (the repeats: their wording is tested below)
         pass
-    assert checker.digests.held == 4  # (the run's two digested by `finish` too)
+    assert checker.digests.held == (4 if again else 2)
+
+
+def test_requests_read_alone_stretch_the_run_over_other_records():
+    """A block of requests with a cancel among them is read a line at a time; rising
+    ids stretch the run's last pair to their lines (over the cancel's), and a last
+    line without its newline too: nothing is digested, nothing read again."""
+    checker = Validator("t", streamed=True)
+    first = line(b"a1", 0) + line(b"a2", 1)
+    cancel = b'{"type": "cancel", "id": "a1", "at": 1}\n'
+    mixed = line(b"a3", 2) + cancel + line(b"a4", 3)
+    checker.feed_block(1, first)
+    assert checker.feed_block(3, mixed) is None  # (not all requests: read alone)
+    assert checker.run == [(1, 5)] and checker.run_last == "a4"
+    checker.feed(6, line(b"a5", 4)[:-1])
+    assert checker.run == [(1, 6)] and checker.run_open and checker.digests.held == 0
+    checker.finish(lines_of(first + mixed + line(b"a5", 4)))  # (read for the cancel's id)
+    assert checker.digests.held == 0 and checker.count == 5
+
+
+def test_an_id_read_alone_below_the_run_ends_it_and_finish_digests_the_run():
+    """The run a1, a2 (a block), a3 (alone); then a2 again, alone: digested, the least
+    after the run, so `finish` digests the run's three ids and finds the repeat. The
+    cancel naming a1 is a request's id in the run's lines that is not digested."""
+    checker = Validator("t", streamed=True)
+    cancel = b'{"type": "cancel", "id": "a1", "at": 1}\n'
+    data = line(b"a1", 0) + line(b"a2", 1) + line(b"a3", 2) + cancel + line(b"a2", 3)
+    checker.feed_block(1, line(b"a1", 0) + line(b"a2", 1))
+    checker.feed_block(3, line(b"a3", 2) + cancel + line(b"a2", 3))
+    assert checker.run == [(1, 3)] and not checker.run_open
+    assert checker.after_least == "a2" and checker.digests.held == 1
+    with pytest.raises(TraceError) as caught:
+        checker.finish(lines_of(data))
+    assert checker.digests.held == 4  # (a1, a2, a3 of the run; the cancel's line skipped)
+    assert "duplicate request id 'a2' (first on line 2)" in str(caught.value)
 
 
 def test_finish_after_the_run_ended_needs_the_lines():
@@ -86,3 +122,23 @@ def test_rising_ids_read_as_the_full_checks(tmp_path, monkeypatch):
     data = b"".join(line(b"g%03d" % i, i) for i in range(20)) + line(b"a", 30)
     fast, full = both_ways(data, tmp_path, monkeypatch, streamed=True)
     assert fast == full and len(fast[1]) == 21
+
+
+@pytest.mark.parametrize("tail, problems", [
+    (line(b"g008", 10)[:-1], []),
+    (line(b"g008", 10) + line(b"g002", 11)[:-1],
+     ["DIR/t.jsonl:11: request 'g002': duplicate request id 'g002' (first on line 3)"]),
+], ids=["rising to the end", "a repeat at the end"])
+def test_cancels_and_a_last_line_without_newline_read_as_the_full_checks(
+        tmp_path, monkeypatch, tail, problems):
+    """Rising ids in blocks of 150 bytes, a cancel (its block read a line at a time),
+    then the tail, its last line without a newline: the same as the full checks."""
+    monkeypatch.setattr(trace_module, "BLOCK", 150)
+    data = (b"".join(line(b"g%03d" % i, i) for i in range(8))
+            + b'{"type": "cancel", "id": "g003", "at": 9}\n' + tail)
+    fast, full = both_ways(data, tmp_path, monkeypatch, streamed=True)
+    assert fast == full
+    if problems:
+        assert fast == problems
+    else:
+        assert len(fast[1]) == 9

@@ -77,11 +77,14 @@ class Validator:
         # Streamed: each request's id digest, in bounded memory (id_digests.py), but for
         # the leading run of blocks whose ids rise (`run`).
         self.digests = IdDigests()
-        # Streamed: the file's first blocks of written requests (`_take_block`) whose ids
-        # rise strictly, each above every id before it, are kept without digests: no id
-        # among them can repeat another. `run` lists their (first line, lines); the first
-        # id digested after them ends the run (`run_open` false), and `finish` then reads
-        # their lines again to digest their ids (`_digest_run`). Speed (issue 26): the
+        # Streamed: the file's first requests, while their ids rise strictly, each above
+        # every id before it, are kept without digests: no id among them can repeat
+        # another. `run` lists the (first line, lines) of their blocks (`_take_block`); a
+        # request read alone (`_take_alone`: a file's last line without its newline, a
+        # block shared with cancels) stretches the last pair to its line. The first id
+        # digested after them ends the run (`run_open` false); `finish` reads the run's
+        # lines again to digest their ids (`_digest_run`) only if an id digested after
+        # it is not above the run's last (`after_least`). Speed (issue 26): the
         # validation of 100,000 generated requests, whose ids rise from the first to the
         # last, 13,107 -> 10,770 instructions a line (a digest put in its bucket 1,515,
         # looked for among its bucket's 661; callgrind, benchmarks/README.md,
@@ -89,6 +92,7 @@ class Validator:
         self.run: list[tuple[int, int]] = []
         self.run_open = streamed
         self.run_last: str | None = None  # the run's highest id
+        self.after_least: str | None = None  # the least id digested after the run
         # Streamed only (in memory, `Workload.build` finds them from the requests):
         self.count = 0
         self.span: tuple[float, float] | None = None
@@ -139,6 +143,9 @@ class Validator:
                 self.run_last = ids[-1]
             else:
                 self.run_open = False
+                least = min(ids)
+                if self.after_least is None or least < self.after_least:
+                    self.after_least = least
                 self.digests.add_all(list(map(_digest, ids)))
             self.count += len(ids)
             self.span = (arrivals[0] if span is None else span[0], arrivals[-1])
@@ -167,8 +174,7 @@ class Validator:
         False, keeping nothing, if its id is not new (the full checks word that)."""
         rid = spec.id
         if self.streamed:
-            self.run_open = False
-            self.digests.add(_digest(rid))
+            self._take_alone(rid, number)
             self._note_arrival(spec)
         elif rid in self.first_line:
             return False
@@ -179,6 +185,25 @@ class Validator:
             self.some_ids.append(rid)
         self.seen_record = True
         return True
+
+    def _take_alone(self, rid: str, number: int) -> None:
+        """Streamed: the id of a request read alone, on line `number`: in the run if
+        the run is open and the id is above its last (the last pair stretched to this
+        line, over any lines of other records between), else digested."""
+        last = self.run_last
+        if self.run_open and (last is None or rid > last):
+            run = self.run
+            if run:
+                start = run[-1][0]
+                run[-1] = (start, number - start + 1)
+            else:
+                run.append((number, 1))
+            self.run_last = rid
+            return
+        self.run_open = False
+        if self.after_least is None or rid < self.after_least:
+            self.after_least = rid
+        self.digests.add(_digest(rid))
 
     def _check(self, number: int, raw: bytes) -> None:
         """Check one line with every check, reporting each problem."""
@@ -231,8 +256,7 @@ class Validator:
             if self.streamed:
                 spec = parse_request(c, hbs, unit)
                 if isinstance(label, str) and label:
-                    self.run_open = False
-                    self.digests.add(_digest(label))
+                    self._take_alone(label, number)
                     if spec is not None:
                         self._note_arrival(spec)
                 return
@@ -318,7 +342,8 @@ class Validator:
         """Streamed: report duplicate ids; return the arrival as the trace wrote it
         (None if the request was invalid) of every id that a cancel, preempt or
         expect names and a request has (reading the lines again if any is named)."""
-        if self.run and not self.run_open:  # (ended: an id after it may repeat one of it)
+        least = self.after_least  # (set when the run ended: an id after it may repeat one of it)
+        if self.run and least is not None and least <= self.run_last:
             self._digest_run(again)
         shared = self.digests.repeated()
         if shared and again is not None:
@@ -345,9 +370,11 @@ class Validator:
             if number < first:
                 continue
             spec = common_request(raw, number, self.unit, self.hash_block_size)
-            if spec is None:  # (the file changed since: its id as the full checks read it)
+            if spec is None:  # (a line the full checks read, or another record: as they read it)
                 value, _ = decode_line(raw.rstrip(b"\r"))
-                label = value.get("id") if isinstance(value, dict) else None
+                if not isinstance(value, dict) or value.get("type") != "request":
+                    continue
+                label = value.get("id")
                 if not isinstance(label, str) or not label:
                     continue
             else:

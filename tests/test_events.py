@@ -270,7 +270,10 @@ def test_a_folded_stretch_is_one_text_of_the_lines_written_one_by_one():
     written once each (1.5, 1.50625, 1.5125)."""
     from scheduler_sim.records.clock import Clock
     from scheduler_sim.records.event_lines import (decode_rows_text, decodes_line,
-                                                   dispatch_line, snapshot_line, steady_text)
+                                                   dispatch_line, snapshot_line, steady_parts)
+
+    def steady_text(*args):
+        return "".join(steady_parts(*args))
     rows_ab = ('{"id":"a","phase":"decode","tokens":1,"emits":true},'
                '{"id":"b","phase":"decode","tokens":1,"emits":true}')
     assert decode_rows_text(["a", "b"]) == rows_ab
@@ -473,6 +476,27 @@ def test_the_events_file_writes_a_text_s_pieces_as_its_lines(tmp_path):
         ['{"tick":1,"event":"x"}', '{"tick":2,"event":"y"}', '{"tick":3,"event":"z"}']
         + [f'{{"tick":{tick},"event":"w"}}' for tick in range(4, 4 + BATCH)]
         + ['{"tick":5,"event":"y","replica":2,"a":1}', '{"tick":6,"event":"z","replica":2}'])
+
+
+def test_folded_stretches_with_long_rows_are_written_out_by_the_megabyte(tmp_path):
+    """A folded stretch's rows' text counts toward the events file's megabyte: stretches
+    of two dispatches whose rows' text is 100,000 characters (200,000 a stretch) stay
+    in the batch for five writes (1,000,000 < 2**20) and go out at the sixth, long
+    before 8,192 pieces (16 a stretch)."""
+    import io
+
+    from scheduler_sim.io.event_file import EventFile
+    from scheduler_sim.records.event_lines import steady_parts
+    events = EventFile(str(tmp_path / "events.jsonl"), io.StringIO(), False)
+    lines = events.listener("continuous")
+    rows = "x" * 100_000
+    for n in range(1, 7):
+        parts = steady_parts([10 * n, 10 * n + 2], 10 * n + 4, [1, 1], ["a"], 0, 1, 0, 0,
+                             10, 1, None, None, rows)
+        assert len(parts) == 16
+        lines.write_parts(parts)
+        assert len(events._lines) == (17 * n if n < 6 else 0)
+    assert lines.text_size == 0
 
 
 @pytest.mark.parametrize("caching", [False, True])

@@ -217,3 +217,20 @@ def test_the_list_methods_that_would_change_the_set_are_closed():
             attempt()
     assert (list(s), s._seqs, s.index(r3), s.copy()) == ([r1, r3, r5], [1, 3, 5], 1, [r1, r3, r5])
     assert s.discard(r3) and list(s) == [r1, r5]
+
+
+def test_a_copy_a_deep_copy_and_a_pickle_are_sets_of_the_same_members():
+    """r1, r3, r5 held: `copy.copy` gives a new set of the same requests (its own
+    admission numbers), `deepcopy` and a pickle round trip sets of copies of them in
+    the same order; each goes on changing through `add` and `discard` alone."""
+    import copy
+    import pickle
+    s, r1, r3, r5 = three()
+    shallow = copy.copy(s)
+    assert shallow is not s and list(shallow) == [r1, r3, r5] and shallow._seqs == [1, 3, 5]
+    assert shallow.discard(r3) and list(s) == [r1, r3, r5] and shallow._seqs == [1, 5]
+    for other in (copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
+        assert [r.rid for r in other] == ["r1", "r3", "r5"] and other._seqs == [1, 3, 5]
+        assert all(a is not b for a, b in zip(other, s))
+        with pytest.raises(TypeError, match="only through add and discard"):
+            other.append(r1)

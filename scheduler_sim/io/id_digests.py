@@ -16,7 +16,7 @@ plus one bucket (a 256th of the requests) while it is sorted.
 from __future__ import annotations
 
 from array import array
-from typing import IO
+from typing import IO, Sequence
 
 __all__ = ["IdDigests", "BUCKETS", "IN_MEMORY"]
 
@@ -48,7 +48,7 @@ class IdDigests:
         """One more digest (`add_all` of one: a request checked alone)."""
         self.add_all((digest,))
 
-    def add_all(self, digests) -> None:
+    def add_all(self, digests: Sequence[int]) -> None:
         """Digests (a sequence) added in turn, in one loop without a call a digest
         (a block of a trace's ids at a time: those held may pass `limit` by a
         block; then they are written out)."""

@@ -131,8 +131,9 @@ def common_request(raw: bytes, line: int, unit: str, hash_block_size: int
 
 # `_WRITTEN`'s line on a block decoded to text, one line a match (`(?m)`: `^` and `$`
 # at each line's ends; nothing in it matches a newline, so a line is matched whole
-# or not at all, and a block whose matches are as many as its newlines is made of
-# these lines only). In ticks a fraction is not matched (the full checks word it).
+# or not at all, and a block whose matched lines are as long as its text is made of
+# these lines only: `common_block`). In ticks a fraction is not matched (the full
+# checks word it).
 _ID = r'"id":"([^"\\\x00-\x1f]+)"'
 _COUNTS = r'"prompt_tokens":([1-9][0-9]{0,17}),"output_tokens":([1-9][0-9]{0,17})\}$'
 _LINES = {

@@ -3,8 +3,7 @@ a listener that takes lines (`LineListener`), a snapshot's and a dispatch's line
 without building the record (`snapshot_line`, `dispatch_line`, the same bytes
 as the record's own `to_json`), a dispatch's rows as text (`rows_text`, and
 `decode_rows_text` for plain decodes from their ids), and a folded stretch's
-snapshot and dispatch lines at once, as the pieces of one text (`steady_parts`;
-`steady_text` joins them).
+snapshot and dispatch lines at once, as the pieces of one text (`steady_parts`).
 """
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ if TYPE_CHECKING:  # only named in annotations; events.py imports this module
     from .events import Event
 
 __all__ = ["LineListener", "line_head", "snapshot_line", "dispatch_line", "rows_text",
-           "decodes_line", "counted_text", "prompt_row_text", "decode_rows_text", "steady_text",
-           "steady_parts",
+           "decodes_line", "counted_text", "prompt_row_text", "decode_rows_text",
+           "steady_parts", "STEADY_STEP", "STEADY_ROWS",
            "json_string", "encode_json"]
 
 encode_json = json.JSONEncoder(separators=(",", ":")).encode
@@ -216,12 +215,10 @@ def decode_rows_text(ids: Iterable[str]) -> str:
     return f"{_DECODE_ROW[0]}{text}{_DECODE_ROW[1]}" if text else ""
 
 
-def steady_text(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
-                waiting: int, running: int, reserved: int, draining: int, total: int,
-                tokens: int, policy: str | None, clock: Any, rows: str | None = None) -> str:
-    """`steady_parts` joined: a folded stretch's lines as one text."""
-    return "".join(steady_parts(starts, last_done, held, ids, waiting, running, reserved,
-                                draining, total, tokens, policy, clock, rows))
+# A folded stretch's pieces as `steady_parts` lays them out: STEADY_STEP pieces a
+# dispatch, the piece at STEADY_ROWS among them its dispatch line's middle, the rows'
+# text (the bulk of the stretch's characters; the events file counts them by it).
+STEADY_STEP, STEADY_ROWS = 7, 6
 
 
 def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
@@ -266,11 +263,11 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
                         None, None,
                         f',"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},"done":'
                         ] * k + [None, "}"]
-    parts[0::7] = texts  # (k + 1 places: each step's start, then the last end)
+    parts[0::STEADY_STEP] = texts  # (k + 1 places: each step's start, then the last end)
     texts.pop()
-    parts[2::7] = parts[5::7] = texts
+    parts[2::STEADY_STEP] = parts[5::STEADY_STEP] = texts
     parts[0], parts[1] = "", key  # (the first line ends nothing before it)
-    parts[4::7] = map(_block_counts(draining, total, key).__getitem__, held)
+    parts[4::STEADY_STEP] = map(_block_counts(draining, total, key).__getitem__, held)
     return parts
 
 
@@ -280,7 +277,7 @@ class _BlockCounts(dict):
     - H, made when first asked. Speed: a folded stretch's snapshots take their
     counts from here (the held counts of a run repeat: on the Azure trace under
     `continuous` the 392,000 folded snapshots hold one of a few thousand), where
-    formatting the two numbers of each was a fifth of `steady_text`'s
+    formatting the two numbers of each was a fifth of `steady_parts`'s
     instructions."""
 
     def __init__(self, draining: int, total: int, key: str) -> None:

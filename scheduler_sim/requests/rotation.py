@@ -62,6 +62,11 @@ class RotatingSet(list):
     append = insert = extend = pop = remove = clear = sort = reverse = _closed
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _closed
 
+    def __reduce__(self):
+        # (copy, deepcopy and pickle rebuild a list subclass through `extend` or
+        # `append`, closed here: they rebuild it through `add`.)
+        return _rebuilt, (list(self),)
+
     def add(self, req: Request) -> None:
         """Insert by admission order (appending is the common, O(1) case)."""
         seq = req.admit_seq
@@ -107,3 +112,11 @@ class RotatingSet(list):
             yield reqs[i]
         for i in range(0, min(start, n)):
             yield reqs[i]
+
+
+def _rebuilt(members: list[Request]) -> RotatingSet:
+    """A `RotatingSet` of `members` (a copy's or a pickle's)."""
+    rebuilt = RotatingSet()
+    for req in members:
+        rebuilt.add(req)
+    return rebuilt

@@ -392,6 +392,16 @@ class Validator:
         unit, hbs = self.unit, self.hash_block_size
         quiet = Problems(self.problems.name)
         for number, raw in again():
+            # (A request as `generate` and `convert` write it is read by the fast path:
+            # valid, its arrival as written. Speed: 100,000 generated requests and a
+            # cancel after them, 4.6674e9 -> 3.0724e9 instructions to validate; callgrind.)
+            spec = common_request(raw, number, unit, hbs)
+            if spec is not None:
+                if spec.id in ids and spec.id not in found:
+                    found[spec.id] = spec.arrival
+                    if len(found) == len(ids):
+                        break
+                continue
             value, problem = decode_line(raw.rstrip(b"\r")) if raw.strip() else (None, "-")
             if (not problem and isinstance(value, dict) and value.get("type") == "request"
                     and isinstance(value.get("id"), str) and value["id"] in ids
@@ -400,6 +410,8 @@ class Validator:
                 spec = parse_request(RecordChecker(quiet, number, "request", value, label),
                                      hbs, unit)
                 found[label] = None if spec is None else value.get("arrival")
+                if len(found) == len(ids):
+                    break
         return found
 
     def _report_duplicates(self, shared: set[int], again) -> None:

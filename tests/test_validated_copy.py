@@ -176,3 +176,28 @@ def test_validate_keeps_no_copy(tmp_path, streamed, monkeypatch):
     trace = read_trace(str(path), keep=False)
     assert trace.workload.requests == (RequestSpec("r0", 1, 0, 4, 2, 2),
                                        RequestSpec("r1", 2, 1, 5, 3, 3))
+
+
+def test_a_full_disk_under_the_copy_is_named(tmp_path, streamed, monkeypatch, capsys):
+    """The temporary file refuses a write (no space left): `replay` says where the
+    copy was kept, in one line, exit status 2, no traceback."""
+    import errno
+    import tempfile
+
+    from scheduler_sim.cli.main import main
+
+    class Full:
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", Full)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: "/scratch")
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(W % (b"r0", b"0", b"4", b"2") + W % (b"r1", b"1", b"5", b"3"))
+    assert main(["replay", str(path), "--policy", "continuous", "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        "scheduler-sim: error: /scratch: cannot keep the trace's validated copy in the "
+        "temporary folder: No space left on device (TMPDIR chooses the folder)\n")

@@ -76,7 +76,10 @@ class ValidatedCopy:
             self.file = tempfile.TemporaryFile()
         data = marshal.dumps((first, block) if columns is None else (first, *columns))
         self.places.append((self.end, len(data)))
-        self.file.write(data)
+        try:
+            self.file.write(data)
+        except OSError as exc:
+            raise _named(exc) from None
         self.end += len(data)
 
     def seal(self) -> None:
@@ -86,7 +89,10 @@ class ValidatedCopy:
         if not self.sealed:
             self.sealed = True
             if self.file is not None:
-                self.file.flush()
+                try:
+                    self.file.flush()
+                except OSError as exc:
+                    raise _named(exc) from None
 
     def blocks(self) -> Iterator[tuple[int, bytes] | tuple[int, Columns]]:
         """(first line's number, bytes) or (first line's number, columns) of each
@@ -122,3 +128,12 @@ class ValidatedCopy:
             self.file.close()
             self.file = None
         self.places = []
+
+
+def _named(exc: OSError) -> OSError:
+    """A failure to write the copy (a full disk, most likely), naming where it is: an
+    anonymous file has no name of its own, so the error names the temporary folder."""
+    import tempfile
+    return OSError(exc.errno, f"cannot keep the trace's validated copy in the temporary "
+                   f"folder: {exc.strerror or exc} (TMPDIR chooses the folder)",
+                   tempfile.gettempdir())

@@ -30,8 +30,9 @@ The set (TRACES_DIR holds `azure_llm_2023/AzureLLMInferenceTrace_conv.csv` and
   `serial` and `continuous`, the policies that count them, with the
   summary and the per-request CSV.
 
-`--quick` keeps the first 2,000 requests of each public trace (about a
-tenth of the time). Event streams are hashed as they are written and then
+`--quick` keeps the first 2,000 lines of each converted public trace: its
+config line and 1,999 requests (about a tenth of the time; the benchmarks'
+"first 2,000 requests" are these). Event streams are hashed as they are written and then
 deleted (the Azure ones are about 330 MB each).
 """
 from __future__ import annotations

@@ -324,12 +324,12 @@ def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of(compa
 
 
 @pytest.mark.parametrize("compact", [False, True])
-def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind(compact):
+def test_vllm_cache_queue_in_runs_takes_a_hits_entries_off_its_runs_end(compact):
     """vLLM's cache, pool of 3: A's blocks [0,1,2] freed make the run [2,1,0]. B hits
-    [0,1] (their entries in that run go stale: 0 and 1 once each) and frees them as the
-    run [1,0]; the queue is [2,1,0] in order. C's 8 rows evict 2, skip the stale 1 and
-    0, then evict 1 from B's run: C holds [2,1], the queue is [0] (B's run at position
-    1), nothing is stale, and keys 1 and 2 of A left the index."""
+    [0,1], the end of that run: their entries are taken off it (the run [2]), none
+    left stale; B frees them as the run [1,0]; the queue is [2,1,0] in order. C's 8
+    rows evict 2 (A's run is consumed), then 1 from B's run: C holds [2,1], the queue
+    is [0] (B's run at position 1), and keys 1 and 2 of A left the index."""
     a = BlockAllocator(3, B, cache=VllmCache(compact))
     assert type(a.cache.free_blocks) is QueueMembers  # (a compact cache's too)
     ka = plain_keys(0, 12)
@@ -342,10 +342,11 @@ def test_vllm_cache_queue_in_runs_skips_the_entries_hits_left_behind(compact):
     assert hits == [0, 1]
     a.share("B", hits, kb)
     ok(a)
-    assert (a.cache.stale, a.cache.stale_total, a.cache.queue_items()[0]) == ({0: 1, 1: 1}, 2, [2])
+    assert (a.cache.stale, a.cache.stale_total, a.cache.queue_items()[0]) == ({}, 0, [2])
+    assert [[list(r[0]), list(r[1]), r[2]] for r in a.cache.runs] == [[[2], [key(ka, 2)], 0]]
     a.free_request("B", 0, 0)
     ok(a)
-    assert [[list(r[0]), r[2]] for r in a.cache.runs] == [[[2, 1, 0], 0], [[1, 0], 0]]
+    assert [[list(r[0]), r[2]] for r in a.cache.runs] == [[[2], 0], [[1, 0], 0]]
     assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 2)), (1, key(ka, 1)), (0, key(ka, 0))]
     assert a.cached_free == 3
     a.grow("C", 8)
@@ -899,9 +900,9 @@ def test_the_interning_table_lives_as_long_as_a_cache_that_holds_its_keys(fresh_
 @pytest.mark.parametrize("compact", [False, True])
 def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs(compact):
     """vLLM's cache, pool of 4, block size 4. A's [0,1,2] freed: the run [2,1,0]. B
-    finds [0] (its entry goes stale). X writes 4 rows into 3 and frees it (run [3]),
-    then B frees 0 (run [0]): the queue is 2, 1, 3, 0. One-block growths (decodes
-    opening a block) take 2, 1, then skip the stale 0 and take 3, then 0; each key
+    finds [0] (its entry is taken off the run's end: [2,1]). X writes 4 rows into 3
+    and frees it (run [3]), then B frees 0 (run [0]): the queue is 2, 1, 3, 0.
+    One-block growths (decodes opening a block) take 2, 1, 3, then 0; each key
     leaves the index, and no run is left."""
     a = BlockAllocator(4, B, cache=VllmCache(compact))
     ka = plain_keys(0, 12)
@@ -914,7 +915,7 @@ def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs(co
     a.free_request("X", 0, 0)
     a.free_request("B", 0, 0)
     ok(a)
-    assert a.cache.stale == {0: 1}
+    assert (a.cache.stale, [list(r[0]) for r in a.cache.runs]) == ({}, [[2, 1], [3], [0]])
     for rows, table in ((1, [2]), (5, [2, 1]), (9, [2, 1, 3]), (13, [2, 1, 3, 0])):
         assert a.grow("C", rows) == 1
         ok(a)
@@ -926,8 +927,9 @@ def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs(co
 @pytest.mark.parametrize("compact", [False, True])
 def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entries(compact):
     """vLLM's cache, pool of 3: A's [0,1,2] freed (run [2,1,0]); B finds [0] and keeps
-    it. Two one-block growths take 2 and 1: the queue is empty, and the stale entry of
-    0 left in A's run is dropped with it (as taking the whole queue at once does)."""
+    it (taken off the run's end). Two one-block growths take 2 and 1: the queue is
+    empty, and so are the runs and their ends (as taking the whole queue at once
+    leaves them; a stale entry left is dropped too: tests/test_stale_entries.py)."""
     a = BlockAllocator(3, B, cache=VllmCache(compact))
     ka = plain_keys(0, 12)
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
@@ -937,7 +939,7 @@ def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entr
     assert (a.grow("C", 1), a.grow("C", 5)) == (1, 1)
     ok(a)
     assert (a.table("C"), len(a.cache.free_blocks), list(a.cache.runs), a.cache.stale,
-            a.cache.stale_total) == ([2, 1], 0, [], {}, 0)
+            a.cache.stale_total, a.cache.ends) == ([2, 1], 0, [], {}, 0, {})
 
 
 @pytest.mark.parametrize("compact", [False, True])

@@ -1,5 +1,7 @@
 """vLLM's queue entries that hits left behind (kv/run_queue.py): counted off a
-slice of a run at a time when evictions reach them (`RunQueue._take_stale`)."""
+slice of a run at a time when evictions reach them (`RunQueue._take_stale`), or
+never made, a hit's entries taken off the ends of the runs holding them
+(`RunQueue._take_ends`)."""
 from __future__ import annotations
 
 import pytest
@@ -102,3 +104,113 @@ def test_a_rebuild_keeps_a_run_with_nothing_stale_as_it_is():
     assert ([(r[0], r[1], r[2]) for r in c.runs], c.stale, c.stale_total) == (
         [([69], [169], 0), ([70, 71], range(201, 199, -1), 0)], {}, 0)
     assert c.pop_oldest(3) == ([69, 70, 71], [169, 201, 200])
+
+
+def runs_of(c: VllmCache) -> list:
+    """The runs as [blocks, keys as a list, position]."""
+    return [[list(r[0]), list(r[1]), r[2]] for r in c.runs]
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_hit_takes_its_blocks_off_the_runs_ends_a_slice_per_run(compact):
+    """Keys 100..105 index blocks 0..5, 109 block 9. Runs [5] and [9, 4, 3] (keys
+    listed, as freed). A hit on [3, 4, 5]: 3 ends the second run, whose end read
+    backwards is [3, 4, 9], so 3 and 4 are taken off it (the run [9], which 9 now
+    ends); 5 ends the first, taken whole (an empty run). Nothing is left stale, the
+    queue is [9]."""
+    c = VllmCache(compact)
+    assert c.index.add([100, 101, 102, 103, 104, 105], 0, 6, [0, 1, 2, 3, 4, 5]) == []
+    assert c.index.add([109], 0, 1, [9]) == []
+    c.give_back([], [5], [105])
+    c.give_back([], [9, 4, 3], [109, 104, 103])
+    assert c.ends == {5: c.runs[0], 3: c.runs[1]}
+    assert c.hits_found([3, 4, 5], [103, 104, 105]) == {3, 4, 5}
+    assert (runs_of(c), c.stale, c.stale_total) == ([[[], [], 0], [[9], [109], 0]], {}, 0)
+    assert c.ends == {9: c.runs[1]}
+    assert c.queue_items() == ([9], [109])
+
+
+def test_a_hit_stops_at_a_block_with_a_stale_entry_and_leaves_the_rest_stale():
+    """The run [2, 1, 0] (keys 102..100); a hit by block alone leaves 1 stale (the
+    queue [2, 0]). A hit on [0, 1, 2] finds 0 and 2 free: 0 ends the run and is taken
+    off, 1 stops it (its entry there is the stale one), and 2 is left stale: stale
+    {1: 1, 2: 1}, the run [2, 1], which no entry of `ends` names, and an empty
+    queue."""
+    c = VllmCache()
+    c.give_back([], [2, 1, 0], [102, 101, 100])
+    assert c.hits([1]) == {1}
+    assert c.hits_found([0, 1, 2], [100, 101, 102]) == {0, 2}
+    assert (runs_of(c), c.stale, c.stale_total, c.ends) == (
+        [[[2, 1], [102, 101], 0]], {1: 1, 2: 1}, 2, {})
+    assert c.queue_items() == ([], [])
+
+
+def test_a_hit_past_blocks_held_starts_at_the_first_free_one():
+    """Keys 100..102 index blocks 0..2, freed as the run [2, 1, 0] (keys a range
+    going down); a hit on [0] takes 0 off its end (the run [2, 1], keys range(102,
+    100, -1)). A hit on [0, 1, 2] (0 held) finds 1 and 2 free and takes them off
+    from 1 on: the run is empty, nothing stale, no end named."""
+    c = VllmCache()
+    assert c.index.add([100, 101, 102], 0, 3, [0, 1, 2]) == []
+    c.give_back([], [2, 1, 0], range(102, 99, -1))
+    assert c.hits_found([0], [100]) == {0}
+    assert ([(r[0], r[1], r[2]) for r in c.runs], c.ends) == ([([2, 1], range(102, 100, -1), 0)],
+                                                             {1: c.runs[0]})
+    assert c.hits_found([0, 1, 2], [100, 101, 102]) == {1, 2}
+    assert (runs_of(c), c.stale, c.ends, c.queue_items()) == ([[[], [], 0]], {}, {}, ([], []))
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_runs_a_hit_emptied_are_passed_by_evictions(compact):
+    """Keys 100..105 index blocks 0..5, freed as the runs [2, 1, 0] and [5, 4, 3]
+    (keys going down); a hit on [0, 1, 2] empties the first. Evicting two blocks
+    forgetting their keys passes it and takes 5 and 4; one more eviction takes 3,
+    emptying the queue, the runs and their ends. Then, the same runs without an
+    index: `pop_one` passes the empty run and takes 5, `pop_oldest(2)` after
+    another empty run takes 4 and 3."""
+    c = VllmCache(compact)
+    assert c.index.add(list(range(100, 106)), 0, 6, [0, 1, 2, 3, 4, 5]) == []
+    c.give_back([], [2, 1, 0], range(102, 99, -1))
+    c.give_back([], [5, 4, 3], range(105, 102, -1))
+    assert c.hits_found([0, 1, 2], [100, 101, 102]) == {0, 1, 2}
+    table: list[int] = []
+    assert c.take("X", table, 2) == (2, ())
+    assert (table, c.stale, c.queue_items(), c.ends) == ([5, 4], {}, ([3], [103]), {3: c.runs[0]})
+    assert c.index == {100: 0, 101: 1, 102: 2, 103: 3}
+    assert c.pop_one() == (3, 103)
+    assert (list(c.runs), c.ends, len(c.free_blocks)) == ([], {}, 0)
+    c = VllmCache(compact)
+    c.give_back([], [2, 1, 0], [102, 101, 100])
+    c.give_back([], [5], [105])
+    c.give_back([], [7, 6], [107, 106])
+    c.give_back([], [4, 3], [104, 103])
+    assert c.hits_found([0, 1, 2], [100, 101, 102]) == {0, 1, 2}
+    assert c.pop_one() == (5, 105)
+    assert c.hits_found([6, 7], [106, 107]) == {6, 7}
+    assert c.pop_oldest(2) == ([4, 3], [104, 103])
+    assert (list(c.runs), c.ends, c.stale) == ([], {}, {})
+
+
+def test_a_rebuild_drops_the_runs_hits_emptied_and_names_the_ends_again():
+    """Runs [1, 0] (keys 101, 100) and [2..71] (keys 102..171, listed). A hit on
+    [0, 1] empties the first; hits by block alone on 2..69 make 68 stale entries for
+    a queue of 2 (68 > 2 + 64): the rebuild leaves the one run [70, 71], which ends
+    at 71."""
+    c = VllmCache()
+    c.give_back([], [1, 0], [101, 100])
+    c.give_back([], list(range(2, 72)), list(range(102, 172)))
+    assert c.hits_found([0, 1], [100, 101]) == {0, 1}
+    assert c.hits(list(range(2, 70))) == set(range(2, 70))
+    assert (runs_of(c), c.stale, c.stale_total) == ([[[70, 71], [170, 171], 0]], {}, 0)
+    assert c.ends == {71: c.runs[0]}
+
+
+def test_an_eviction_emptying_the_queue_drops_its_stale_entries_and_ends():
+    """The run [1, 0]; a hit by block alone leaves 0 stale. `pop_one` takes 1: the
+    queue is empty, and the runs, the stale entry and the run's end go with it."""
+    c = VllmCache()
+    c.give_back([], [1, 0], [101, 100])
+    assert c.hits([0]) == {0}
+    assert (c.stale, c.ends) == ({0: 1}, {0: c.runs[0]})
+    assert c.pop_one() == (1, 101)
+    assert (list(c.runs), c.stale, c.stale_total, c.ends) == ([], {}, 0, {})

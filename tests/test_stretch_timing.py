@@ -141,6 +141,29 @@ def test_counted_slices_are_taken_once_per_slice(monkeypatch):
     assert taken == [] and len(starts) == 100
 
 
+def test_a_cost_models_rising_steps_are_not_tested_again(monkeypatch):
+    """100 dispatches of about 6.5 ms on 1 us steps, as above: with kv >= 0 the
+    slices' steps only grow, so `_count_runs` is told so (`rising`, no test of
+    its own: both slices counted); with kv < 0 (1e-8 less a dispatch's step
+    each) it tests them, declines, and the slices are timed one by one. Either
+    way the stretch is timed as one dispatch at a time would be."""
+    risings: list[bool] = []
+    real = stretch_timing._count_runs
+
+    def counting(*args):
+        risings.append(args[5])
+        return real(*args)
+
+    monkeypatch.setattr(stretch_timing, "_count_runs", counting)
+    for per, flags in ((1e-8, [True, True]), (-1e-8, [False, False])):
+        risings.clear()
+        gaps: dict[int, int] = {}
+        cost = Series(0.0065, per)
+        got = time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, None, gaps)
+        assert risings == flags
+        assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, 2, 8000, 100, INF)
+
+
 def test_a_stretch_ended_soon_by_until_is_not_sliced(monkeypatch):
     """100 dispatches allowed, the first of 0.0065 + 1e-8 x 8,002 s: 6,580.02 steps
     on 1 us steps, and longer after. Before `until` 203,980 steps away no more

@@ -27,7 +27,7 @@ from bisect import bisect_left
 from collections import Counter
 from functools import reduce
 from itertools import accumulate, islice, repeat
-from operator import add, le, lt, sub, truediv
+from operator import add, le, lt, mul, sub, truediv
 
 from ..gpu.costmodel import CostModel
 from ..records.clock import CEIL_SLACK, Clock
@@ -70,19 +70,16 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
             until == INF
             or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows))):
         folded, done, exact, last, busy = _time_slices(
-            cost, clock, exact, done, rows, contexts, most, until, gaps)
+            base, kv, clock, exact, done, rows, contexts, most, until, gaps)
     else:
-        folded = 0  # (the slices' state kept apart: fifteenth steps, az11)
-        busy = 0.0
-        last = 0
+        folded, busy, last = 0, 0.0, 0  # (the slices' state kept apart: fifteenth steps, az11)
     # From a dispatch that would end before it starts (if any), one at a time:
     # `timed`, with `Clock.steps` and `Clock.end_step` inlined (the same floats
     # and roundings; two calls a dispatch were a fifth of the stretch's timing:
     # benchmarks/README.md, "fourth steps"). Each one's seconds are priced
     # inline, `base + kv * c` for c its rows' contexts and rows (the floats of
     # `decode_series`): cheaper than a series and a `next` a dispatch.
-    get = gaps.get
-    ceil = math.ceil
+    get, ceil = gaps.get, math.ceil
     slack, rel = CEIL_SLACK
     add_start = starts.append if starts is not None else None
     # (The count timed here is taken from the last context priced, `c`, and
@@ -132,33 +129,38 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     return folded, done, exact, last, busy
 
 
-def _time_slices(cost: CostModel, clock: Clock, exact: float, done: int, rows: int,
+def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, rows: int,
                  contexts: int, most: int, until: float, gaps: dict[int, int]
                  ) -> tuple[int, int, float, int, float]:
     """`time_stretch`'s long stretch, nobody asking for its starts: its dispatches
     timed a slice at a time in C, up to `most`, `until` or one that ends at or
     before its start (timed by `time_stretch`'s loop from there). Returns, and
     adds to `gaps`, what `time_stretch` does for the dispatches timed here (the
-    last one's outputs included: `time_stretch` takes them out).
+    last one's outputs included: `time_stretch` takes them out). `base`, `kv`:
+    `cost.decode_terms(rows)`.
 
     Speed: a fleet's replicas run small batches (the Mooncake trace on 64
     replicas folds 4.1 million dispatches); timed one by one in C passes this
-    was about 20% of that replay, and a slice's lengths are counted a run at a
-    time (`_count_runs`)."""
+    was about 20% of that replay; a slice's lengths are counted a run at a time
+    (`_count_runs`), its seconds (`decode_series`'s floats) priced over a `range`
+    of contexts (an `islice` of the series was 28% of what 64 replicas add to
+    one engine), and with kv >= 0 they only grow (roundings are monotone:
+    `rising`, no `all` test; benchmarks/README.md, "sixteenth steps", flt12)."""
     step_seconds = clock.step_seconds
-    folded = 0
-    busy = 0.0
+    folded, busy = 0, 0.0
     counts: dict[int, int] = {}  # lengths of the dispatches counted in runs
     lengths: list[int] = []       # lengths of the others timed in slices
     last = 0
     size = 32  # dispatches timed at once, then as many as may start before `until`
-    cost_series = cost.decode_series(rows, contexts)
+    rising = kv >= 0
     while folded < most and done < until:
-        seconds = list(islice(cost_series, min(size, most - folded)))
+        k = min(size, most - folded)
+        c = contexts + rows * (folded + 1)
+        seconds = list(map(add, repeat(base), map(mul, repeat(kv), range(c, c + rows * k, rows))))
         steps = list(map(truediv, seconds, repeat(step_seconds)))
         exacts = list(accumulate(steps, initial=exact))
         del exacts[0]
-        timed = _count_runs(steps, exacts, done, until, counts)
+        timed = _count_runs(steps, exacts, done, until, counts, rising)
         if timed is None:
             timed = _time_each(clock, exacts, done, until, None, lengths)
         if timed is None:  # one ends at or before its start: timed by the loop from it
@@ -249,20 +251,21 @@ def _slack(steps: list[float], exacts: list[float]) -> float:
 
 
 def _count_runs(steps: list[float], exacts: list[float], done: int, until: float,
-                counts: dict[int, int]) -> tuple[int, int, int] | None:
+                counts: dict[int, int], rising: bool = False) -> tuple[int, int, int] | None:
     """`_time_each` without event records, counting the lengths a run at a time
     (see the module docstring): the completion step is computed only for the
     first and last dispatch of each run of lengths a or a + 1, and for a
     dispatch near a whole number of steps. None, counting nothing, where that
     does not apply: steps that do not grow, or a dispatch that may last under
-    one step (then `_time_each` decides)."""
+    one step (then `_time_each` decides). `rising`: the steps are known not to
+    shrink (not tested again)."""
     # About one run per whole step the lengths grow by: counted a run at a time
     # only when runs are long (speed: a run costs about four dispatches' worth
     # of C passes; a lone engine's larger batches grow a step every dispatch or
     # two, a fleet replica's single row one every twenty or so).
     if (steps[-1] - steps[0] + 2) * RUN_COST > len(steps):
         return None
-    if not all(map(le, steps, islice(steps, 1, None))):
+    if not rising and not all(map(le, steps, islice(steps, 1, None))):
         return None
     slack = _slack(steps, exacts)
     first = _end_step(exacts[0])
@@ -272,8 +275,7 @@ def _count_runs(steps: list[float], exacts: list[float], done: int, until: float
     n = _cut(exacts, until)
     get = counts.get
     counts[first - done] = get(first - done, 0) + 1
-    floor = math.floor
-    ceil = math.ceil
+    floor, ceil = math.floor, math.ceil
     abs_slack, rel = CEIL_SLACK  # (`_end_step`, inlined below: one call per run saved)
     previous = first  # the completion step of dispatch i - 1
     i = 1

@@ -83,6 +83,7 @@ class VllmCache(RunQueue, PrefixCache):
         self._evict_run = members.evict
         self.runs: deque[list] = deque()
         self.stale: dict[int, int] = {}
+        self.ends: dict[int, list] = {}  # a run's last block -> the run (`_take_ends`)
         self.stale_total = 0
         # The BlockKeys of each request whose table starts with keyed blocks; the
         # keys of pinned orphans that carry one.
@@ -215,7 +216,9 @@ class VllmCache(RunQueue, PrefixCache):
         """`hits` for `blocks`, which a look-up found for `keys` (a `BlockKeys`): a
         slice of the queue's flags per run of keys (`QueueMembers.hit_found`)."""
         free = self.free_blocks
-        found = self._hit_stale(free.hit_found(blocks, keys))
+        found = free.hit_found(blocks, keys)
+        if found:  # (those not taken off the runs' ends are left behind, stale)
+            self._hit_stale(self._take_ends(blocks, found))
         free.changed()
         return found
 

@@ -898,7 +898,7 @@ def test_the_interning_table_lives_as_long_as_a_cache_that_holds_its_keys(fresh_
 
 
 @pytest.mark.parametrize("compact", [False, True])
-def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs(compact):
+def test_vllm_cache_one_block_evictions_take_the_queue_s_order_and_empty_the_runs(compact):
     """vLLM's cache, pool of 4, block size 4. A's [0,1,2] freed: the run [2,1,0]. B
     finds [0] (its entry is taken off the run's end: [2,1]). X writes 4 rows into 3
     and frees it (run [3]), then B frees 0 (run [0]): the queue is 2, 1, 3, 0.
@@ -925,7 +925,7 @@ def test_vllm_cache_one_block_evictions_skip_stale_entries_and_empty_the_runs(co
 
 
 @pytest.mark.parametrize("compact", [False, True])
-def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_stale_entries(compact):
+def test_vllm_cache_a_one_block_eviction_that_empties_the_queue_drops_the_runs(compact):
     """vLLM's cache, pool of 3: A's [0,1,2] freed (run [2,1,0]); B finds [0] and keeps
     it (taken off the run's end). Two one-block growths take 2 and 1: the queue is
     empty, and so are the runs and their ends (as taking the whole queue at once

@@ -214,3 +214,35 @@ def test_an_eviction_emptying_the_queue_drops_its_stale_entries_and_ends():
     assert (c.stale, c.ends) == ({0: 1}, {0: c.runs[0]})
     assert c.pop_one() == (1, 101)
     assert (list(c.runs), c.stale, c.stale_total, c.ends) == ([], {}, 0, {})
+
+
+def test_runs_hits_emptied_count_toward_a_rebuild():
+    """67 runs of one block, [b] keyed 100 + b for b = 0..66, then the run [201, 200]:
+    a queue of 69. Hits on [0], [1], ... each empty a run, left in the deque: after
+    66 of them the deque holds all 68 runs (66 emptied, 66 > 3 + 64 is false); the
+    67th makes 67 emptied > 2 + 64 and the rebuild leaves the one live run."""
+    c = VllmCache()
+    for b in range(67):
+        c.give_back([], [b], [100 + b])
+    c.give_back([], [201, 200], [301, 300])
+    for b in range(66):
+        assert c.hits_found([b], [100 + b]) == {b}
+    assert (len(c.runs), c.emptied, len(c.free_blocks), c.stale) == (68, 66, 3, {})
+    assert c.hits_found([66], [166]) == {66}
+    assert (runs_of(c), c.emptied, c.ends) == ([[[201, 200], [301, 300], 0]], 0, {200: c.runs[0]})
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_one_block_evictions_pass_a_stale_entry_in_a_run_s_middle(compact):
+    """The run [0, 1, 2, 3] keyed 100..103; a hit by block alone on 1 (not a run's
+    end) leaves its entry stale. `pop_one` takes 0, then passes 1's entry (counted
+    off) and takes 2, then 3: the queue's order less the block hit."""
+    c = VllmCache(compact)
+    c.give_back([], [0, 1, 2, 3], list(range(100, 104)))
+    assert c.hits([1]) == {1}
+    assert (c.stale, c.stale_total, c.ends) == ({1: 1}, 1, {3: c.runs[0]})
+    assert c.pop_one() == (0, 100)
+    assert c.pop_one() == (2, 102)
+    assert (c.stale, c.stale_total) == ({}, 0)
+    assert c.pop_one() == (3, 103)
+    assert (list(c.runs), c.ends, len(c.free_blocks)) == ([], {}, 0)

@@ -82,7 +82,7 @@ class QueueMembers:
         return f"QueueMembers({self.queue()[0]})"
 
     def changed(self) -> None:
-        """The queue changed (a hit's entries became stale): the set made from it
+        """The queue changed (a hit took its blocks out): the set made from it
         is out of date. (A hit takes its blocks out here before the cache marks
         their entries stale, so a set made in between still names them.)"""
         self._snapshot = None

@@ -87,10 +87,11 @@ class RunQueue:
         ends[blocks[-1]] = run
 
     def _rebuild_if_stale(self) -> None:
-        """Once stale entries outnumber the queue, rebuild `runs` without them (run
-        by run, each keeping its kind of keys), so that it never holds more than
-        twice the queue."""
-        if self.stale_total > len(self.free_blocks) + 64:
+        """Once stale entries and the runs hits emptied since the last rebuild
+        (`emptied`, some maybe consumed since) outnumber the queue, rebuild `runs`
+        without them (run by run, each keeping its kind of keys), so that it never
+        holds more than about twice the queue's entries and runs."""
+        if self.stale_total + self.emptied > len(self.free_blocks) + 64:
             runs: deque[list] = deque()
             for blocks, keys, pos in self.runs:
                 part = blocks[pos:]
@@ -105,7 +106,7 @@ class RunQueue:
                                  _same_kind(keys, compress(keys[pos:], live)), 0])
             self.runs = runs
             self.stale.clear()
-            self.stale_total = 0
+            self.stale_total = self.emptied = 0
             # (every entry live now: each run's last block ends it)
             self.ends = {run[0][-1]: run for run in runs}
 
@@ -208,11 +209,14 @@ class RunQueue:
                 del keys[cut:]
             else:  # (a `range`, or a list maybe not the queue's own)
                 run[1] = keys[:cut]
-            if cut > pos and part[-1] not in stale:
+            if cut == pos:  # (emptied, left in the deque: counted toward a rebuild)
+                self.emptied += 1
+            elif part[-1] not in stale:
                 ends[part[-1]] = run
             i += len(tail)
         if i == start:
             return found
+        self._rebuild_if_stale()  # (a review: emptied runs grew the deque with the requests)
         if len(found) == i - start:
             return set()
         return found.difference(blocks[start:i])
@@ -256,7 +260,7 @@ class RunQueue:
                 runs.clear()
                 self.ends.clear()
                 stale.clear()
-                self.stale_total = 0
+                self.stale_total = self.emptied = 0
             return block, keys[pos]
 
     def pop_oldest(self, count: int) -> tuple[list[int], list]:
@@ -270,7 +274,7 @@ class RunQueue:
             self.runs.clear()
             self.ends.clear()
             self.stale.clear()
-            self.stale_total = 0
+            self.stale_total = self.emptied = 0
             return taken, keys
         runs = self.runs
         stale = self.stale

@@ -22,10 +22,10 @@ compact cache's runs pack their integer keys: `RunQueue.append_run`); and
 slice of flags per run of keys (`QueueMembers`); a look-up's hits are
 counted and taken by the keys they were found for (`count_free_found`,
 `hits_found`); a compact cache (a fleet's replica) too, in narrower buckets
-(`COMPACT_ENTRIES_PER_BUCKET`). A hit leaves its block's entry in
-its run behind, stale: `stale[block]` counts such entries of a block, all of
-them ahead of its live entry (if it is free again), so eviction skips
-exactly that many before it takes the block.
+(`COMPACT_ENTRIES_PER_BUCKET`). A hit takes its blocks off the runs' ends
+where they end runs (`RunQueue._take_ends`); any other leaves its entry
+behind, stale: `stale[block]` counts a block's, all ahead of its live entry
+(if free again), so eviction skips exactly that many before it takes it.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class VllmCache(RunQueue, PrefixCache):
         self.runs: deque[list] = deque()
         self.stale: dict[int, int] = {}
         self.ends: dict[int, list] = {}  # a run's last block -> the run (`_take_ends`)
-        self.stale_total = 0
+        self.stale_total = self.emptied = 0  # (emptied: runs hits emptied, `_take_ends`)
         # The BlockKeys of each request whose table starts with keyed blocks; the
         # keys of pinned orphans that carry one.
         self.request_keys: dict[str, object] = {}
@@ -192,8 +192,8 @@ class VllmCache(RunQueue, PrefixCache):
 
     def hit(self, block: int) -> None:
         """Take free cached `block` out of the queue (a hit): its entry in `runs`
-        becomes stale. Once stale entries outnumber the queue, `runs` is rebuilt
-        from the queue's order, so it never holds more than twice the queue."""
+        becomes stale. Once stale entries and emptied runs outnumber the queue,
+        `runs` is rebuilt (`RunQueue._rebuild_if_stale`)."""
         free = self.free_blocks
         free.remove(block)  # (by block alone: read from the queue)
         stale = self.stale

@@ -50,6 +50,29 @@ def test_ratio_memory_flat_and_growth_verdicts():
     assert not bench.growth_target("fleet", 10.0, 13.0, 1.3).met
 
 
+def test_a_growth_is_judged_on_the_pairs_run_in_turn(monkeypatch):
+    """One replica's runs of 2.0, 4.0 and 3.0 s, each followed by 64 replicas' of 2.4,
+    4.4 and 3.6 s: ratios 1.2, 1.1 and 1.2, median 1.2; the medians 3.0 and 3.6 s. The
+    verdict judges the paired ratio: 1.2 met under 1.3, where 2.0 / 1.5 would not be."""
+    cpus = iter([2.0, 2.4, 4.0, 4.4, 3.0, 3.6])
+    argvs = []
+
+    def child(argv):
+        argvs.append(argv[-1])
+        return bench.Run(1.0, next(cpus), 10.0)
+    monkeypatch.setattr(bench, "child", child)
+    runs = bench.Bench(repeat=3)
+    one, many, paired = runs.measure_pair("1", ["-m", "1"], "64", ["-m", "64"])
+    assert argvs == ["1", "64", "1", "64", "1", "64"]
+    assert (one.cpu, many.cpu, paired) == (3.0, 3.6, 1.2)
+    assert runs.done["64"] is many and runs.rows[-2:] == ["| 1 | 1.0 | 3.00 | 10 |",
+                                                          "| 64 | 1.0 | 3.60 | 10 |"]
+    growth = bench.growth_target("fleet", 1.5, 2.0, 1.3, paired)
+    assert growth.met and growth.figure == (
+        "2.00 / 1.50 s (medians); 1.20x, the median of the pairs run in turn")
+    assert not bench.growth_target("fleet", 1.5, 2.0, 1.3, 1.3).met
+
+
 def test_only_selects_groups_in_order():
     assert bench.selected(None) == list(bench.GROUPS)
     assert bench.selected("fleets, azure") == ["azure", "fleets"]

@@ -328,6 +328,8 @@ def test_random_workloads_end_each_request_once(seed, policy):
     (dict(prefill_replicas=1), "both >= 1 or both 0"),
     (dict(prefill_replicas=1, decode_replicas=1, replicas=2), "replicas must stay 1"),
     (dict(prefill_replicas=1, decode_replicas=1, max_concurrency=2), "max_concurrency"),
+    (dict(prefill_replicas=1, decode_replicas=1, full_prompt_gate=False),
+     "full_prompt_gate false is not modelled with disaggregated replicas"),
 ])
 def test_bad_combinations_are_refused(tmp_path, given, message):
     path = write_trace(tmp_path, [dict({"type": "config"}, **given), req("a", 0, 4, 2)])

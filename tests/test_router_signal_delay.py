@@ -83,6 +83,17 @@ def test_not_modelled_with(tmp_path, flags, message):
     assert message in err.getvalue()
 
 
+def test_lockstep_with_a_delay_and_no_full_prompt_gate_names_only_the_delay(tmp_path):
+    """Lockstep ranks (not disaggregated) with a delay and `full_prompt_gate false`:
+    the delay is refused alone, nothing said of disaggregation."""
+    err = io.StringIO()
+    assert main(["replay", write(tmp_path, TRACE), "--policy", "vllm", "--dp-lockstep",
+                 "--router-signal-delay", "1", "--no-full-prompt-gate"],
+                out=io.StringIO(), err=err) == 2
+    assert "router_signal_delay is not modelled with dp_lockstep" in err.getvalue()
+    assert "disaggregated" not in err.getvalue()
+
+
 def test_one_replica_notes_it_changes_nothing(tmp_path):
     out = io.StringIO()
     assert main(["replay", write(tmp_path, TRACE), "--replicas", "1",

@@ -182,13 +182,13 @@ class Options(Frozen):
                 out.append("dp_lockstep is not modelled with disaggregated replicas")
             if self.router_signal_delay:
                 out.append("router_signal_delay is not modelled with disaggregated replicas")
-        elif self.dp_lockstep and self.router_signal_delay:
-            out.append("router_signal_delay is not modelled with dp_lockstep (its ranks "
-                       "step together: route by the state of the step)")
             if not self.full_prompt_gate:
                 out.append("full_prompt_gate false is not modelled with disaggregated "
                            "replicas (a decode replica takes blocks for the whole prompt "
                            "when it admits a request)")
+        elif self.dp_lockstep and self.router_signal_delay:
+            out.append("router_signal_delay is not modelled with dp_lockstep (its ranks "
+                       "step together: route by the state of the step)")
         if self.preemption_mode == "swap" and not self.host_kv_gib:
             out.append("preemption_mode 'swap' needs host_kv_gib above 0 (the host memory "
                        "a victim's KV is copied to)")

@@ -261,12 +261,23 @@ def test_dash_in_and_dash_out_are_no_paths(trace, tmp_path, monkeypatch):
     assert trace.read_bytes() == before
 
 
-def test_a_trace_from_standard_input_clashes_with_no_file(trace):
-    """`replay - --events q.jsonl < q.jsonl` (a real process and redirection): `-` is not
-    a path, so q.jsonl is written, after the trace was read whole from standard input."""
+def test_a_trace_redirected_from_a_file_is_that_file(trace, tmp_path):
+    """`replay - --events q.jsonl < q.jsonl` (a real process and redirection): standard
+    input redirected from a regular file counts as that file, so the output is refused
+    and q.jsonl left as it was; the same trace through a pipe clashes with no file."""
+    before = trace.read_bytes()
     with open(trace, "rb") as stdin:
         proc = subprocess.run([sys.executable, "-m", "scheduler_sim", "replay", "-",
                                "--events", str(trace)], cwd=ROOT, stdin=stdin,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+    assert (proc.returncode, proc.stderr.decode()) == (
+        2, f"scheduler-sim: error: --events {trace} is the trace (standard input): an output "
+        "never replaces an input\n")
+    assert trace.read_bytes() == before
+    piped = tmp_path / "piped.jsonl"
+    piped.write_bytes(before)
+    proc = subprocess.run([sys.executable, "-m", "scheduler_sim", "replay", "-",
+                           "--events", str(piped)], cwd=ROOT, input=before,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
     assert (proc.returncode, proc.stderr) == (0, b"")
-    assert trace.read_text().startswith('{"tick":0,"event":"arrival","id":"a"}\n')
+    assert piped.read_text().startswith('{"tick":0,"event":"arrival","id":"a"}\n')

@@ -9,7 +9,8 @@ replace). A device, a FIFO, a socket or a terminal is written in place and
 never replaced, so several outputs may name it (`/dev/null` twice); the
 name of an open descriptor (`/dev/stdout`, `/dev/fd/N`) counts as the file
 it leads to. `-` is not a path: standard output for an output, standard
-input for an input.
+input for an input; standard input redirected from a regular file counts as
+that file (`replay - --events q.jsonl < q.jsonl` is refused).
 """
 from __future__ import annotations
 
@@ -39,6 +40,16 @@ def _holder(path: str) -> tuple[str, tuple[int, int] | None] | None:
     return real, (st.st_dev, st.st_ino)
 
 
+def _stdin_holder() -> tuple[None, tuple[int, int]] | None:
+    """Standard input as an input is compared by its file when it is a regular file
+    (a redirection from one), by device and inode; else (a pipe, a terminal) None."""
+    try:
+        st = os.fstat(0)
+    except (OSError, ValueError):
+        return None
+    return (None, (st.st_dev, st.st_ino)) if stat.S_ISREG(st.st_mode) else None
+
+
 def _same(one: tuple[str, tuple[int, int] | None],
           other: tuple[str, tuple[int, int] | None]) -> bool:
     return one[0] == other[0] or (one[1] is not None and one[1] == other[1])
@@ -52,13 +63,16 @@ def check_output_paths(outputs: Iterable[tuple[str, str | None]],
 
     `outputs` are (flag, path) pairs (`("--events", "q.jsonl")`, path None when the
     flag was not given); `inputs` are (what, path) pairs, `what` saying what the
-    file is to the command (`"the trace"`); `-` and None are skipped in both."""
+    file is to the command (`"the trace"`); None is skipped in both, and `-` too
+    but for an input redirected from a regular file (`_stdin_holder`)."""
     given = [(flag, path) for flag, path in outputs if path is not None]
     for flag, path in given:
         if not path:
             raise UsageError(f"{flag} needs a file name, or - for standard output; "
                              "got an empty one")
-    sources = [(what, path, _holder(path)) for what, path in inputs if path and path != "-"]
+    sources = [(what, "standard input" if path == "-" else path,
+                _stdin_holder() if path == "-" else _holder(path))
+               for what, path in inputs if path]
     written: list[tuple[str, str, tuple[str, tuple[int, int] | None]]] = []
     for flag, path in given:
         holder = _holder(path) if path != "-" else None

@@ -632,11 +632,11 @@ def test_convert_of_the_wrong_format_stops_after_five_lines(tmp_path):
                             str(tmp_path / "out.jsonl")])
     assert (status, out) == (2, "")
     assert err.splitlines() == [
-        f"{path}:1: invalid JSON: Expecting value at column 1",
-        f"{path}:2: invalid JSON: Extra data at column 5",
-        f"{path}:3: invalid JSON: Extra data at column 5",
-        f"{path}:4: invalid JSON: Extra data at column 5",
-        f"{path}:5: invalid JSON: Extra data at column 5",
+        f"{path}:1: invalid JSON: Expecting value at column 1, got 'TIMESTAMP,ContextTok'...",
+        f"{path}:2: invalid JSON: Extra data at column 5, got '-11-16 18:17:00.0,4,'...",
+        f"{path}:3: invalid JSON: Extra data at column 5, got '-11-16 18:17:01.0,4,'...",
+        f"{path}:4: invalid JSON: Extra data at column 5, got '-11-16 18:17:02.0,4,'...",
+        f"{path}:5: invalid JSON: Extra data at column 5, got '-11-16 18:17:03.0,4,'...",
         f"{path}: stopped at line 5: none of the first 5 lines is a mooncake row; it looks "
         "like an azure file (--from azure); no file written"]
     assert not (tmp_path / "out.jsonl").exists()

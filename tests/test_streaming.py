@@ -189,7 +189,8 @@ def test_only_the_first_50_problems_are_kept_and_the_rest_counted(tmp_path, stre
     path = write_trace(tmp_path, ["{"] * 120)
     messages = errors(path, stream=True)
     assert len(messages) == 51
-    assert messages[0] == f"{path}:1: invalid JSON: Expecting property name enclosed in double quotes at column 2"
+    assert messages[0] == (f"{path}:1: invalid JSON: Expecting property name enclosed in "
+                           "double quotes at column 2, got the end of the line")
     assert messages[49].startswith(f"{path}:50: ")
     assert messages[50] == f"{path}: ... and 70 more errors"
 

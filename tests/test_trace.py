@@ -50,7 +50,18 @@ def test_truncated_json_names_line_and_column():
     """A line cut off after `"r1"` (27 characters) fails at column 28 of line 1."""
     (msg,) = problems(b'{"type":"request","id":"r1"')
     assert msg.startswith("t.jsonl:1: invalid JSON: ")
-    assert msg.endswith("at column 28")
+    assert msg.endswith("at column 28, got the end of the line")
+
+
+def test_invalid_json_quotes_what_it_found():
+    """Where the text stops being JSON: what follows, whole when up to 20 characters
+    (`x}` at column 7), cut with `...` when longer, the line's end when nothing."""
+    assert problems(b'{"a": x}') == ["t.jsonl:1: invalid JSON: Expecting value at column 7, "
+                                     "got 'x}'"]
+    assert problems(b'{"a": 1} and then some more words') == [
+        "t.jsonl:1: invalid JSON: Extra data at column 10, got 'and then some more w'..."]
+    assert problems(b'{"a": ') == ["t.jsonl:1: invalid JSON: Expecting value at column 7, "
+                                   "got the end of the line"]
 
 
 @pytest.mark.parametrize("line, kind", [

@@ -97,6 +97,15 @@ def json_value(decode: Callable[[str], Any], text: str) -> tuple[Any, str | None
     except RecursionError:
         return None, "JSON nested too deeply"
     except json.JSONDecodeError as exc:
-        return None, f"invalid JSON: {exc.msg} at column {exc.colno}"
+        return None, f"invalid JSON: {exc.msg} at column {exc.colno}, {_near(exc.doc, exc.pos)}"
     except ValueError as exc:
         return None, f"invalid JSON: {exc}"
+
+
+def _near(doc: str, pos: int) -> str:
+    """What the reader found where the text stops being JSON: up to 20 characters of
+    the line from there, or the line's end."""
+    rest = doc[pos:doc.find("\n", pos) if "\n" in doc[pos:] else len(doc)]
+    if not rest.strip():
+        return "got the end of the line"
+    return f"got {rest[:20]!r}" + ("..." if len(rest) > 20 else "")

@@ -150,8 +150,6 @@ def _check_header(problems: Problems, line: tuple[int, bytes] | None
     value, problem = _decode(raw)
     if problem is not None or not isinstance(value, dict) or "sweep" not in value:
         why = f", got {show(value)}" if problem is None else f": {problem}"
-        if problem is not None and problem.startswith("invalid JSON"):
-            why += f", got {show(raw.decode('utf-8', 'replace'))}"
         problems.add(number, "not the JSONL output of a sweep (its first line must be the "
                      f"sweep's header){why}")
         return None

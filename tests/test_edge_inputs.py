@@ -609,3 +609,15 @@ def test_the_readme_states_the_limits_the_code_has():
                    "at most 1e12 ticks", "`--seq` 1 to 1,000,000,000; `--mfu` 1e-6 to 1",
                    "none of the first 5 lines is a JSON object with its three fields"):
         assert phrase in words, phrase
+
+
+def test_a_misspelt_choice_is_named_with_its_nearest():
+    """An option of a few choices, misspelt: the message lists them, quotes the value
+    and names the nearest; a value near none gets no guess."""
+    from scheduler_sim.records.option_values import check_value
+    choices = "'round-robin', 'least-loaded', 'prefix-affinity', 'power-of-two'"
+    assert check_value("router", "prefix-afinity") == (None, (
+        f"router must be one of {choices}, got 'prefix-afinity' "
+        "(did you mean 'prefix-affinity'?)"))
+    assert check_value("router", "zzz") == (None, f"router must be one of {choices}, got 'zzz'")
+    assert check_value("router", "least-loaded") == ("least-loaded", None)

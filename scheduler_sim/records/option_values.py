@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from .option_table import OPTIONS, SLO_METRICS, OptionSpec, parse_slo
+from .spelling import did_you_mean
 
 __all__ = ["check_value", "show"]
 
@@ -133,6 +134,8 @@ def check_value(name: str, value: Any) -> tuple[Any, str | None]:
                 or not all(isinstance(n, str) and n for n in names)):
             return None, bad
         return list(names), None
-    if not isinstance(value, str) or not value or (spec.choices and value not in spec.choices):
+    if not isinstance(value, str) or not value:
         return None, bad
+    if spec.choices and value not in spec.choices:
+        return None, bad + did_you_mean(value, spec.choices)
     return value, None

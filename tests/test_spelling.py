@@ -85,6 +85,17 @@ def test_an_unknown_flag_gets_the_commands_usage_and_the_flag_meant():
                          "--prefix-cache (did you mean '--prefix-caching'?)")
 
 
+def test_an_unknown_flag_is_compared_without_its_dashes():
+    """`--bogus` shares only the dashes with `--gpu`: no guess; `--polciy` is
+    `--policy` misspelt."""
+    status, _, err = run(["replay", QUICKSTART, "--bogus"])
+    assert (status, err.splitlines()[-1]) == (
+        2, "scheduler-sim replay: error: unrecognized arguments: --bogus")
+    status, _, err = run(["replay", QUICKSTART, "--polciy"])
+    assert err.splitlines()[-1] == ("scheduler-sim replay: error: unrecognized arguments: "
+                                    "--polciy (did you mean '--policy'?)")
+
+
 def test_an_unknown_flag_of_sweep_merge_names_sweep_merge():
     status, _, err = run(["sweep", "merge", "a.jsonl", "--frobnicate"])
     assert status == 2

@@ -34,7 +34,7 @@ from ..records.errors import (InvariantError, PolicyError, SimError, TraceError,
                               WorkerDied)
 from ..records.interrupts import Terminated
 from ..records.option_table import OPTIONS
-from ..records.spelling import did_you_mean
+from ..records.spelling import closest
 from ..requests.queues import QUEUE_ORDERS
 from .asked_command import Subcommands, asked_command
 from .calibrate_parser import add_calibrate_parser
@@ -265,9 +265,13 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = parser.commands[args.command]
-        flags = [flag for action in command._actions for flag in action.option_strings]
+        # (Compared without the leading dashes, which every long flag shares: with
+        # them `--bogus` was close enough to `--gpu`.)
+        flags = {flag[2:]: flag for action in command._actions
+                 for flag in action.option_strings if flag.startswith("--")}
         first = next((word for word in unknown if word.startswith("--")), None)
-        hint = did_you_mean(first.partition("=")[0], flags) if first else ""
+        near = closest(first.partition("=")[0][2:], flags) if first else None
+        hint = f" (did you mean {flags[near]!r}?)" if near else ""
         command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     return args
 

@@ -195,10 +195,7 @@ class Bench:
     def measure(self, label: str, argv: list[str], repeat: int | None = None) -> Run:
         """The medians of `repeat` runs of `python3 ARGV` (measured once per label)."""
         if label not in self.done:
-            run = median_of([child(argv) for _ in range(repeat or self.repeat)])
-            self.done[label] = run
-            self.rows.append(f"| {label} | {run.wall:.1f} | {run.cpu:.2f} | {run.rss:.0f} |")
-            print(self.rows[-1], flush=True)
+            self._keep(label, median_of([child(argv) for _ in range(repeat or self.repeat)]))
         return self.done[label]
 
     def measure_scaled(self, label: str, argv: list[str], repeat: int | None = None
@@ -218,9 +215,7 @@ class Bench:
             ratios = [run.cpu / ((before.cpu + after.cpu) / 2)
                       for run, before, after in zip(runs, loops, loops[1:])]
             self.scale[label] = statistics.median(ratios)
-            run = self.done[label] = median_of(runs)
-            self.rows.append(f"| {label} | {run.wall:.1f} | {run.cpu:.2f} | {run.rss:.0f} |")
-            print(self.rows[-1], flush=True)
+            self._keep(label, median_of(runs))
         return self.done[label], self.scale[label]
 
     def measure_pair(self, label_a: str, argv_a: list[str], label_b: str, argv_b: list[str],
@@ -232,11 +227,15 @@ class Bench:
         "sixteenth steps", flt12); a pair sees one moment."""
         pairs = [(child(argv_a), child(argv_b)) for _ in range(repeat or self.repeat)]
         ratio = statistics.median(b.cpu / a.cpu for a, b in pairs)
-        for label, runs in ((label_a, [a for a, _ in pairs]), (label_b, [b for _, b in pairs])):
-            run = self.done[label] = median_of(runs)
-            self.rows.append(f"| {label} | {run.wall:.1f} | {run.cpu:.2f} | {run.rss:.0f} |")
-            print(self.rows[-1], flush=True)
+        self._keep(label_a, median_of([a for a, _ in pairs]))
+        self._keep(label_b, median_of([b for _, b in pairs]))
         return self.done[label_a], self.done[label_b], ratio
+
+    def _keep(self, label: str, run: Run) -> None:
+        """`run` is `label`'s figures: kept, and its table row printed."""
+        self.done[label] = run
+        self.rows.append(f"| {label} | {run.wall:.1f} | {run.cpu:.2f} | {run.rss:.0f} |")
+        print(self.rows[-1], flush=True)
 
     def judge(self, verdict: Verdict) -> None:
         self.verdicts.append(verdict)

@@ -105,7 +105,8 @@ def json_value(decode: Callable[[str], Any], text: str) -> tuple[Any, str | None
 def _near(doc: str, pos: int) -> str:
     """What the reader found where the text stops being JSON: up to 20 characters of
     the line from there, or the line's end."""
-    rest = doc[pos:doc.find("\n", pos) if "\n" in doc[pos:] else len(doc)]
+    end = doc.find("\n", pos)
+    rest = doc[pos:end] if end >= 0 else doc[pos:]
     if not rest.strip():
         return "got the end of the line"
     return f"got {rest[:20]!r}" + ("..." if len(rest) > 20 else "")

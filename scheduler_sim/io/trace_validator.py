@@ -142,10 +142,7 @@ class Validator:
                 self.run.append((number, len(ids)))
                 self.run_last = ids[-1]
             else:
-                self.run_open = False
-                least = min(ids)
-                if self.after_least is None or least < self.after_least:
-                    self.after_least = least
+                self._past_run(min(ids))
                 self.digests.add_all(list(map(_digest, ids)))
             self.count += len(ids)
             self.span = (arrivals[0] if span is None else span[0], arrivals[-1])
@@ -200,10 +197,15 @@ class Validator:
                 run.append((number, 1))
             self.run_last = rid
             return
-        self.run_open = False
-        if self.after_least is None or rid < self.after_least:
-            self.after_least = rid
+        self._past_run(rid)
         self.digests.add(_digest(rid))
+
+    def _past_run(self, least: str) -> None:
+        """Ids are digested from here on (the run, if open, ends); `least` the least
+        of those about to be (`after_least` keeps the least of all)."""
+        self.run_open = False
+        if self.after_least is None or least < self.after_least:
+            self.after_least = least
 
     def _check(self, number: int, raw: bytes) -> None:
         """Check one line with every check, reporting each problem."""

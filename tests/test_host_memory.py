@@ -522,3 +522,18 @@ def test_a_fleets_host_fields_add_up_its_replicas(tmp_path):
         2, 2, 32, 2)
     assert run["link_out_busy"] == round(sum(p["link_out_busy"] for p in parts), 6)
     assert run["rebuilt_from_host"] == sum(p["rebuilt_from_host"] for p in parts) == 12 + 16
+
+
+def test_a_finishing_request_s_stored_outputs_come_just_before_its_finished():
+    """The order at one time with host memory (spec: order at one time): a (16
+    prompt tokens, 6 outputs) ends at 6 with rows 16-19 of its outputs filling block
+    4, written to host memory as it finishes (kv_stored of 1 block, 6 -> 8) just
+    before its `finished`; then b arrives and is admitted, and the snapshot, b's
+    prompt block written through, and the dispatch follow."""
+    sim = simulate([req("a", 0, 16, 6, prompt_token_ids=A),
+                    req("b", 6, 4, 1, prompt_token_ids=B[:4])], "vllm", num_blocks=8,
+                   prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
+    assert [(e["event"], e.get("id"), e.get("blocks"), e.get("done")) for e in sim.at(6)] == [
+        ("kv_stored", None, 1, 8), ("finished", "a", None, None), ("arrival", "b", None, None),
+        ("admitted", "b", None, None), ("snapshot", None, None, None),
+        ("kv_stored", None, 1, 10), ("dispatch", None, None, 7)]

@@ -140,6 +140,36 @@ def test_a_fold_counts_the_members_blocks_and_each_takes_its_own_as_it_leaves():
     allocator.audit()
 
 
+def test_a_start_owing_its_blocks_takes_them_with_the_folds_in_one_take(monkeypatch):
+    """Blocks of 4; a, b, c have written 4, 6 and 7 rows (ids [0], [1, 2], [3, 4]) and
+    join. A start opens a's block of row 4 (1 block; contexts 4 + 6 + 7 = 17); a fold
+    of 5 dispatches after it opens the blocks of row 8 for a (rows 5..9), b (7..11)
+    and c (8..12), and c's of row 12: 4. `start_owing` and `advance` with the 1 owed
+    take the 5 in one take, the same ids in the same order, [5, 6, 7, 8, 9], as
+    `start` and `advance` in two (held 10, granted 10)."""
+    results = []
+    for owing in (False, True):
+        allocator = _pool(4, {"a": 4, "b": 6, "c": 7})
+        takes = []
+        take = allocator.take_counted
+        monkeypatch.setattr(allocator, "take_counted", lambda blocks: (takes.append(blocks),
+                                                                       take(blocks)))
+        cohort = Cohort(allocator)
+        for rid, rows in (("a", 4), ("b", 6), ("c", 7)):
+            cohort.join(_decoding(rid, rows, 1, 20))
+        if owing:
+            owed, contexts = cohort.start_owing()
+            assert (owed, contexts, takes) == (1, 17, [])
+            cohort.advance(5, 9, owed)
+        else:
+            assert cohort.start() == 17
+            cohort.advance(5, 9)
+        results.append((allocator._counted, allocator.held, allocator.granted,
+                        allocator.peak_held, cohort.started, cohort.completed, cohort.last_done))
+        assert takes == ([5] if owing else [1, 4])
+    assert results[0] == results[1] == ([5, 6, 7, 8, 9], 10, 10, 10, 6, 5, 9)
+
+
 def test_counted_blocks_are_in_the_audit():
     """Blocks of 4, 10 blocks: r holds 1 block and a credit of 10. Three blocks taken
     by count are held (held 4, free 6) and granted; the audit counts them. Taking 7

@@ -151,6 +151,14 @@ class Cohort:
         self.started = started + 1
         return self._context + len(self.members) * started
 
+    def start_owing(self) -> tuple[int, int]:
+        """`start`, the blocks it opens left to the caller (`advance`'s `owed`, or
+        `take_counted`): returns (those blocks, the members' summed context)."""
+        started = self.started
+        self.started = started + 1
+        return (len(self._groups[-started % self._size]),
+                self._context + len(self.members) * started)
+
     def by_residue(self) -> list[int]:
         """How many members have written rows of each residue modulo the block size
         (a member's rows are its group plus the dispatches started): what a
@@ -202,10 +210,11 @@ class Cohort:
                 total += sum(map(len, groups[:last - size]))
         return total
 
-    def advance(self, dispatches: int, last_done: int) -> None:
+    def advance(self, dispatches: int, last_done: int, owed: int = 0) -> None:
         """`dispatches` more dispatches ran every member and completed, the last
-        at `last_done` (folding): the blocks they open are taken, counted."""
-        opening = self.blocks_within(dispatches)
+        at `last_done` (folding): the blocks they open are taken, counted, with
+        `owed` more (those of a start before them: `start_owing`) in the same take."""
+        opening = owed + self.blocks_within(dispatches)
         if opening:
             self._allocator.take_counted(opening)
         self.started += dispatches

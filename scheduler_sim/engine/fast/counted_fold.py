@@ -50,17 +50,26 @@ def start_and_fold(engine, flight, t: int, n: int, until: float) -> None:
     `until`, the next outside event, as `fold` would (see the module)."""
     engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
     cohort = engine._cohort
-    contexts = cohort.start()  # (the members' blocks opened, by count)
+    # The members' blocks this start opens, by count: taken with the fold's after
+    # it (`advance`), or alone (`take_counted`) if nothing folds. Two consecutive
+    # takes give the ids one take of their sum gives, in the same order, and
+    # nothing between them reads the pool but the fit below, which counts them.
+    # Speed: one take where there were two at about 12,000 of the Azure
+    # trace's 27,747 folds (benchmarks/README.md, "seventeenth steps", az13).
+    owed, contexts = cohort.start_owing()
     ledger = engine.ledger
     steady = engine.steadiness
+    allocator = engine.allocator
     most = 0  # the most dispatches the fold may take (0: none)
     plain = steady.blocked is None  # (no listener: the callers' own test)
     if plain and engine.policy.may_fold(None):
         most = cohort.fewest_left() - 1
-        allocator = engine.allocator
         # Every member's new blocks fit (else `fold` finds how many do).
-        plain = most <= 0 or allocator.fits_counted(n * (most // allocator.block_size + 1))
+        plain = most <= 0 or allocator.fits_counted(
+            owed + n * (most // allocator.block_size + 1))
     if not plain:
+        if owed:
+            allocator.take_counted(owed)
         done, exact = ledger.decodes(t, n, contexts)
         flight.start, flight.done, flight.exact = t, done, exact
         flight.members = flight.outputs = n
@@ -71,8 +80,10 @@ def start_and_fold(engine, flight, t: int, n: int, until: float) -> None:
         t, n, contexts, most, until, FOLD_AFTER)
     flight.members = flight.outputs = n
     if folded:
-        cohort.advance(folded, start)
+        cohort.advance(folded, start, owed)
         steady.folded += folded
         flight.start, flight.done, flight.exact = start, end, last_exact
     else:
+        if owed:
+            allocator.take_counted(owed)
         flight.start, flight.done, flight.exact = t, done, exact

@@ -385,16 +385,19 @@ def test_blocks_within_counts_each_members_new_blocks_by_its_residue():
     One more row each: only a's row 4 starts a block (1). Five more: a rows 4..8 (2
     blocks), b rows 6..10 (1), c rows 7..11 (1): 4. After one dispatch (5, 7 and 8
     rows, the first opening a's block) one more row: only c's row 8 starts one (1).
-    Contexts: 17 rows, then 20."""
+    Contexts: 17 rows, then 20. Three more rows each (more than half a block: the
+    members less those of the other residues) open a's row 4, b's 8 and c's 8 (3),
+    two more a's 4 and c's 8 (2); after the dispatch three more b's 8 and c's 8 (2)."""
     allocator = _pool(4, {"a": 4, "b": 6, "c": 7})
     cohort = Cohort(allocator)
     members = [_decoding("a", 4, 1, 9), _decoding("b", 6, 1, 9), _decoding("c", 7, 1, 9)]
     for req in members:
         cohort.join(req)
     assert (cohort.blocks_within(1), cohort.blocks_within(5), cohort.contexts()) == (1, 4, 17)
+    assert (cohort.blocks_within(3), cohort.blocks_within(2)) == (3, 2)
     cohort.start()
     assert allocator.counted == 1  # a's
-    assert (cohort.blocks_within(1), cohort.contexts()) == (1, 20)
+    assert (cohort.blocks_within(1), cohort.blocks_within(3), cohort.contexts()) == (1, 2, 20)
 
 
 @pytest.mark.parametrize("seed", slow_beyond(range(20), 8))

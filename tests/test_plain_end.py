@@ -1,7 +1,8 @@
-"""A request's end where nothing is shared, drained or listened to, in fewer calls:
-`free_request`'s plain path (kv/freeing.py's `_free_plain`), the engine's plain
-loop of finished requests (`Dispatching._finish_ended`) and the counted blocks
-taken inline (`take_counted`). Each gives what the general path gives."""
+"""A request's arrival and end where nothing is shared, drained or listened to, in
+fewer calls: `free_request`'s plain path (kv/freeing.py's `_free_plain`), the
+engine's plain loop of finished requests (`Dispatching._finish_ended`), the plain
+arrival (engine/fast/plain_arrival.py) and the counted blocks taken inline
+(`take_counted`). Each gives what the general path gives."""
 from __future__ import annotations
 
 import random
@@ -81,13 +82,14 @@ def _workload(seed: int) -> bytes:
     return trace_bytes(records)
 
 
-def _run(data: bytes, policy: str, listened: bool, **options):
+def _run(data: bytes, policy: str, listened: bool, keep: bool = True, **options):
     trace = parse_trace(data, "plain.jsonl")
     opts = Options.resolve(trace.config, options)
     ends = []
     engine = Engine(trace.workload, opts, policy,
-                    on_event=(lambda e: None) if listened else None,
+                    on_event=(lambda e: None) if listened else None, keep_requests=keep,
                     on_request_end=lambda r: ends.append(r.rid))
+    assert (engine.roster.arrive.__name__ == "arrive") is (not listened)  # (plain_arrival's)
     result = engine.run()
     a = engine.allocator
     return (result.summary, [request_record(r) for r in result.requests], ends,
@@ -106,3 +108,21 @@ def test_the_plain_end_gives_what_the_listened_end_gives(seed, policy):
     plain = _run(data, policy, False, **options)
     assert plain == _run(data, policy, True, **options)
     assert plain[3] == 0 and plain[4] == (0, 0, 0, options["num_blocks"])
+
+
+def test_the_plain_arrival_spills_and_rejects_as_registration_does():
+    """5,000 requests at tick 0 (more than the 4,096 a queue holds before its tail
+    is spilled), every seventh too big for the pool of 12 blocks of 4 (prompt 60:
+    15 blocks, rejected), the rest a prompt of 1 and 2 outputs (one block each): the
+    same summary and order of ends with the plain arrival as with registration
+    (listened), 715 rejected (1 + 4,999 // 7) and 4,285 completed."""
+    records = [{"type": "request", "id": f"r{i}", "arrival": 0,
+                "prompt_tokens": 60 if i % 7 == 0 else 1, "output_tokens": 2}
+               for i in range(5000)]
+    data = trace_bytes(records)
+    options = {"num_blocks": 12, "block_size": B}
+    plain = _run(data, "continuous", False, keep=False, **options)
+    assert plain == _run(data, "continuous", True, keep=False, **options)
+    summary = plain[0]
+    assert (summary["completed"], summary["finished_ignored"]) == (4285, 715)
+    assert plain[1] == [] and len(plain[2]) == 5000

@@ -77,10 +77,11 @@ class CountedBlocks:
                 f"the decode cohort needs {blocks} new blocks but free({free}) < {blocks}: "
                 f"held({self.held}) + draining({self.draining}) + free({free}) "
                 f"== num_blocks({self.num_blocks})")
-        # `_take_plain(blocks)`, inline (the blocks appended to `_counted` in its
-        # order): a call fewer at every dispatch or fold that opens a block, about
-        # 1.9 a generated request (benchmarks/README.md, "seventeenth steps ...
-        # mil13").
+        # The blocks, in the order `grow` takes them (plain ones from the top of the
+        # stack, then never-used ids, lowest first), appended to `_counted` here.
+        # Speed: a helper's call (`_take_plain`) fewer at every dispatch or fold that
+        # opens a block, about 1.9 a generated request (benchmarks/README.md,
+        # "seventeenth steps ... mil13").
         plain = self._free
         counted = self._counted
         reuse = blocks if blocks <= len(plain) else len(plain)

@@ -57,7 +57,7 @@ class Agenda:
         return spec.arrival if spec is not None else 0
 
     def take_arrivals(self, now: int, arrive) -> None:
-        """Hand `arrive` (`Engine._arrive`) each arrival of the trace at `now`, the
+        """Hand `arrive` (`Roster.arrive`) each arrival of the trace at `now`, the
         next one's time, in the trace's order; the one after them is held next."""
         spec = self.next_arrival
         specs = self.arrivals

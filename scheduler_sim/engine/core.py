@@ -60,6 +60,7 @@ from .agenda import Agenda
 from .dispatching import Dispatching, InFlight
 from .fast.cohort import Cohort
 from .fast.counted import Counting
+from .fast.plain_arrival import plain_arrival
 from .fast.through import may_carry_on
 from .fleet_link import FleetLink
 from .host_loads import HostLoads
@@ -195,9 +196,9 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
             if queue is not None:
                 roster.spill = Spill(queue, max(SPILL_AFTER, 2 * options.max_rows),
                                     self.workload.arrivals)
-        # The change log and the judgement of repeats folding rests on.
-        self.steadiness = Steadiness(self.policy, fast_forward)
+        self.steadiness = Steadiness(self.policy, fast_forward)  # the change log, repeats
         self.steadiness.through = not routed and may_carry_on(self)  # (fast/through.py)
+        roster.arrive = not routed and plain_arrival(self) or self._arrive  # (its module)
         # A schedule going in circles is stopped as a stall (livelock.py).
         self.livelock = LivelockWatch(options.num_blocks * options.block_size)
 
@@ -265,8 +266,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
         try:
             return self._run()
         except BaseException as exc:
-            failure = policy_failure(exc, self.policy_name, self._plugin, self.clock,
-                                     self.now)
+            failure = policy_failure(exc, self.policy_name, self._plugin, self.clock, self.now)
             if failure is None:
                 raise
             raise failure from None

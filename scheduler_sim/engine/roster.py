@@ -7,6 +7,8 @@ names (`named`) stay, so that a long trace replays in memory bounded by
 what is live. `on_end` hears of each request as it reaches its end.
 `admitted` numbers admissions in order (a request's `admit_seq`). `spill`,
 when the engine spills the tail of a long FCFS queue (spill.py), holds it.
+`arrive` registers an arrival with the engine (`Engine._arrive`, or for a
+plain lone engine fast/plain_arrival.py's; the engine sets it).
 `check_request_sizes` refuses, before the replay, a request whose blocks could
 outgrow what the simulator tracks per request.
 """
@@ -26,7 +28,7 @@ __all__ = ["Roster", "check_request_sizes", "request_of"]
 class Roster:
     """The run's requests by id, the live count, and what happens at an end."""
 
-    __slots__ = ("requests", "keep", "named", "on_end", "live", "admitted", "spill")
+    __slots__ = ("requests", "keep", "named", "on_end", "live", "admitted", "spill", "arrive")
 
     def __init__(self, keep: bool, named: frozenset | set,
                  on_end: Callable[[Any], None] | None) -> None:
@@ -37,6 +39,7 @@ class Roster:
         self.live = 0       # registered requests not yet ended
         self.admitted = 0   # admissions so far (the last admit_seq given)
         self.spill: Any = None  # the spilled FCFS tail (spill.py), if any
+        self.arrive: Callable[[Any], None] | None = None  # a trace record's arrival
 
     def ended(self, req: Any) -> None:
         """`req` reached its terminal state: tell the listener, and forget it unless

@@ -102,7 +102,7 @@ class Stepping:
         if spec is not None and spec.arrival == t:
             specs = agenda.arrivals
             while spec is not None and spec.arrival == t:
-                self._arrive(spec)
+                self.roster.arrive(spec)
                 spec = next(specs, None)
             agenda.next_arrival = spec
             outside = True

@@ -77,7 +77,29 @@ class CountedBlocks:
                 f"the decode cohort needs {blocks} new blocks but free({free}) < {blocks}: "
                 f"held({self.held}) + draining({self.draining}) + free({free}) "
                 f"== num_blocks({self.num_blocks})")
-        self._counted += self._take_plain(blocks)
+        # The blocks, in the order `grow` takes them (plain ones from the top of the
+        # stack, then never-used ids, lowest first), appended to `_counted` here.
+        # Speed: a helper's call (`_take_plain`) fewer at every dispatch or fold that
+        # opens a block, about 1.9 a generated request (benchmarks/README.md,
+        # "seventeenth steps ... mil13").
+        plain = self._free
+        counted = self._counted
+        reuse = blocks if blocks <= len(plain) else len(plain)
+        if reuse:
+            left = len(plain) - reuse
+            if left < self._plain_mark:
+                self._plain_cut(left, plain[left:self._plain_mark])
+            taken = plain[left:]
+            del plain[left:]
+            taken.reverse()
+            counted += taken
+        if reuse < blocks:
+            start = self._fresh
+            end = self._fresh = start + blocks - reuse
+            ids = self._ids
+            if end > len(ids):
+                grow_ids(ids, end)
+            counted += ids[start:end]
         if self.counted_credited:
             self.granted += blocks
         held = self.held = self.held + blocks
@@ -108,27 +130,3 @@ class CountedBlocks:
             self._grown[rid] = grown
         table += counted[-need:]
         del counted[-need:]
-
-    def _take_plain(self, count: int) -> list[int]:
-        """Take `count` blocks from the free pools, without cached ones (there are
-        that many), in the order `grow` takes them: plain blocks from the top of
-        the stack, then never-used ids, lowest first."""
-        plain = self._free
-        reuse = count if count <= len(plain) else len(plain)
-        if reuse:
-            left = len(plain) - reuse
-            if left < self._plain_mark:
-                self._plain_cut(left, plain[left:self._plain_mark])
-            taken = plain[left:]
-            del plain[left:]
-            taken.reverse()
-        else:
-            taken = []
-        if reuse < count:
-            start = self._fresh
-            end = self._fresh = start + count - reuse
-            ids = self._ids
-            if end > len(ids):
-                grow_ids(ids, end)
-            taken += ids[start:end]
-        return taken

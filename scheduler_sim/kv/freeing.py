@@ -59,6 +59,8 @@ class Freeing:
         Blocks are dereferenced tail first; a block nobody references or pins
         any more drains until `now + delay` (A4).
         """
+        if not self._shared and not delay:
+            return self._free_plain(rid)
         self.release_credit(rid)
         self.step_evictions.pop(rid, None)
         self.step_growth.pop(rid, None)
@@ -144,6 +146,27 @@ class Freeing:
                 table = list(filterfalse(pinned.__contains__, table))
         sent = len(table) + len(keyed)  # (counted first: the cache may cut `keyed`)
         self._drain_blocks(table, now, delay, keyed, keys)
+        return sent
+
+    def _free_plain(self, rid: str) -> int:
+        """`free_request` where nothing is shared or pinned and nothing drains (no
+        prefix cache, no release delay): the credit dropped, and the table's blocks
+        straight onto the free stack. What the general path does there, in one
+        call: `release_credit`, the cache's `release` (nothing carried), the table
+        reversed (tail first), `_drain_blocks`, `_give` and the cache's `give_back`
+        (every block plain), whose stack takes the reversed table reversed again,
+        that is the table in row order. Speed: five calls fewer for every request
+        that ends (see benchmarks/README.md, "seventeenth steps ... mil13")."""
+        self.reserved -= self._credits.pop(rid, 0)
+        self.granted -= self._grown.pop(rid, 0)
+        self.step_evictions.pop(rid, None)
+        self.step_growth.pop(rid, None)
+        table = self._tables.pop(rid, None)
+        if not table:
+            return 0
+        sent = len(table)
+        self.held -= sent
+        self._free.extend(table)
         return sent
 
     def _give(self, blocks: list[int], keyed=(), keys=()) -> None:

@@ -91,7 +91,7 @@ def take_boundaries(engine, t: int, counted: bool = False) -> list | None:
         # its tests fewer per arrival (about 18,000 on the Azure trace).
         livelock = engine.livelock
         check = engine.allocator.check
-        arrive = engine._arrive
+        arrive = engine.roster.arrive
         while spec is not None and spec.arrival < t:
             now = engine.now = spec.arrival
             agenda.take_arrivals(now, arrive)
@@ -110,7 +110,7 @@ def take_boundaries(engine, t: int, counted: bool = False) -> list | None:
         # preemption due by `t`). Speed: without a cost model a dispatch lasts a
         # tick, so an arrival cuts one at its completion: 70,733 calls fewer on
         # 100,000 generated requests (benchmarks/README.md, "twelfth steps ... mil8").
-        agenda.take_arrivals(t, engine._arrive)
+        agenda.take_arrivals(t, engine.roster.arrive)
         engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
     # Else E2 at `t` has nothing to take (and no call: about 18,000 on the Azure
     # conversation trace, where an arrival nearly always falls inside the dispatch).

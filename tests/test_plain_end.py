@@ -1,0 +1,128 @@
+"""A request's arrival and end where nothing is shared, drained or listened to, in
+fewer calls: `free_request`'s plain path (kv/freeing.py's `_free_plain`), the
+engine's plain loop of finished requests (`Dispatching._finish_ended`), the plain
+arrival (engine/fast/plain_arrival.py) and the counted blocks taken inline
+(`take_counted`). Each gives what the general path gives."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import trace_bytes
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.summary import request_record
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.records.options import Options
+
+B = 4
+
+
+def _freed(shared: bool) -> tuple:
+    """8 blocks of 4. 'a' holds a credit of 5 and 11 rows (blocks 0, 1, 2: 3 of its
+    credit granted), 'b' 4 rows (block 3), both grown in this step (`step_growth`)."""
+    a = BlockAllocator(8, B)
+    a._shared = shared  # (True: the general path, block by block)
+    a.reserve("a", 5)
+    a.grow("a", 11)
+    a.grow("b", 4)
+    sent = a.free_request("a", now=3, delay=0)
+    state = (sent, a.held, a.draining, a.free, a.reserved, a.granted,
+             dict(a.step_growth), a.table("a"), a.credit("a"))
+    a.grow("c", 20)  # 5 blocks: the top of the stack first, tail first, then fresh ids
+    return state, a.table("c")
+
+
+def test_a_plain_free_drops_the_credit_and_stacks_the_table_tail_first():
+    """'a' freed: 3 blocks sent, held 1 ('b'), none draining, 7 free, no credit
+    reserved or granted, its step growth gone ('b''s 1 left), no table. 'c' then takes 2, 1, 0 ('a''s
+    tail first), then the never-used 4 and 5: the same as the general path."""
+    plain = _freed(False)
+    assert plain == ((3, 1, 0, 7, 0, 0, {"b": 1}, [], 0), [2, 1, 0, 4, 5])
+    assert plain == _freed(True)
+
+
+def test_a_plain_free_of_no_table_releases_the_credit_only():
+    """A credit of 2 and no block: 0 sent, nothing reserved after."""
+    a = BlockAllocator(4, B)
+    a.reserve("a", 2)
+    assert a.free_request("a", now=0, delay=0) == 0
+    assert (a.reserved, a.granted, a.held, a.free) == (0, 0, 0, 4)
+
+
+def test_counted_blocks_are_the_top_of_the_stack_then_fresh_ids():
+    """10 blocks of 4: 'a' holds 12 rows (0, 1, 2) and 'b' 4 (3); 'a' freed leaves 2
+    on top, and 'r' (a credit of 6) takes it for 4 rows. Five blocks taken by count:
+    1, 0 (the rest of the stack, top first), then the never-used 4, 5 and 6 (as `grow`
+    takes them): held 7 ('b', 'r' and the five), granted 6 of 'r''s credit. 'r' takes
+    the last two of them for 12 rows: [2, 5, 6], and 1, 0 and 4 are still counted."""
+    a = BlockAllocator(10, B)
+    a.grow("a", 12)
+    a.grow("b", 4)
+    a.free_request("a", now=0, delay=0)
+    a.reserve("r", 6)
+    a.grow("r", 4)
+    assert a.table("r") == [2]
+    a.take_counted(5)
+    assert a._counted == [1, 0, 4, 5, 6]
+    assert (a.held, a.free, a.granted) == (7, 3, 6)
+    a.give_counted("r", 12)
+    assert (a.table("r"), a._counted) == ([2, 5, 6], [1, 0, 4])
+
+
+def _workload(seed: int) -> bytes:
+    rng = random.Random(seed)
+    records, t = [], 0
+    for i in range(rng.randint(5, 40)):
+        t += rng.choice([0, 1, 1, 2, 3, 10])
+        records.append({"type": "request", "id": f"r{i}", "arrival": t,
+                        "prompt_tokens": rng.randint(1, 40),
+                        "output_tokens": rng.randint(1, 30)})
+    return trace_bytes(records)
+
+
+def _run(data: bytes, policy: str, listened: bool, keep: bool = True, **options):
+    trace = parse_trace(data, "plain.jsonl")
+    opts = Options.resolve(trace.config, options)
+    ends = []
+    engine = Engine(trace.workload, opts, policy,
+                    on_event=(lambda e: None) if listened else None, keep_requests=keep,
+                    on_request_end=lambda r: ends.append(r.rid))
+    assert (engine.roster.arrive.__name__ == "arrive") is (not listened)  # (plain_arrival's)
+    result = engine.run()
+    a = engine.allocator
+    return (result.summary, [request_record(r) for r in result.requests], ends,
+            engine.roster.live, (a.held, a.reserved, a.granted, a.free))
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("policy", ["continuous", "vllm", "sglang"])
+def test_the_plain_end_gives_what_the_listened_end_gives(seed, policy):
+    """Random workloads in small pools (preemptions) and large: every summary field,
+    request record, the order requests end in, the live count (0) and the pool at the
+    end (all free) are the same without a listener (the plain end) as with one (the
+    general loop, which writes the records)."""
+    data = _workload(seed)
+    options = {"num_blocks": 12 if seed % 2 else 400, "block_size": B}
+    plain = _run(data, policy, False, **options)
+    assert plain == _run(data, policy, True, **options)
+    assert plain[3] == 0 and plain[4] == (0, 0, 0, options["num_blocks"])
+
+
+def test_the_plain_arrival_spills_and_rejects_as_registration_does():
+    """5,000 requests at tick 0 (more than the 4,096 a queue holds before its tail
+    is spilled), every seventh too big for the pool of 12 blocks of 4 (prompt 60:
+    15 blocks, rejected), the rest a prompt of 1 and 2 outputs (one block each): the
+    same summary and order of ends with the plain arrival as with registration
+    (listened), 715 rejected (1 + 4,999 // 7) and 4,285 completed."""
+    records = [{"type": "request", "id": f"r{i}", "arrival": 0,
+                "prompt_tokens": 60 if i % 7 == 0 else 1, "output_tokens": 2}
+               for i in range(5000)]
+    data = trace_bytes(records)
+    options = {"num_blocks": 12, "block_size": B}
+    plain = _run(data, "continuous", False, keep=False, **options)
+    assert plain == _run(data, "continuous", True, keep=False, **options)
+    summary = plain[0]
+    assert (summary["completed"], summary["finished_ignored"]) == (4285, 715)
+    assert plain[1] == [] and len(plain[2]) == 5000

@@ -17,7 +17,7 @@ from ..policies.base import DecodesFirst
 from ..records.errors import InvariantError
 from ..records.events import Dispatch, Finished
 from ..records.states import RequestStatus
-from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs, write_decodes
+from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs
 
 __all__ = ["Dispatching", "InFlight"]
 
@@ -84,6 +84,7 @@ class Dispatching:
         open_block = allocator.open_block
         keys_decoded = allocator.keys_decoded  # (False: SGLang's tree keys them at the end)
         size = allocator.block_size  # from here on, the block size
+        edge = size - 1
         # (request, emits) in plan order, built only once a row is not a plain
         # decode: a dispatch of decodes is its list of requests (`decoders`).
         rows: list[tuple[Request, bool]] | None = None
@@ -125,13 +126,26 @@ class Dispatching:
                 if add_record is not None:
                     add_record((req.rid, DECODE, 1, True, None if req.output_token_ids is None
                                 else req.token_ids(r, r + 1)))
-                if not r % size:
+                m = r % size  # (its offset in its block, read once: `edge` fills it)
+                if not m:
                     open_block(req.rid, r + 1)
-                if (keys_decoded and not (r + 1) % size and req.block_keys is not None
+                if (keys_decoded and m == edge and req.block_keys is not None
                         and (r + 1) // size > req.block_keys.registered):
                     # (Not when the policy keyed the block as it scheduled it, as vllm
                     # does: the allocator's own first test, asked before the call.)
                     allocator.register_decoded(req.rid, req.block_keys, r + 1)
+                # The row written (`write_decodes`, inlined: nothing reads the row
+                # before the dispatch's statistics). Speed: a second pass over the
+                # decoders each dispatch; see benchmarks/README.md, "seventeenth
+                # steps", helper pc13.
+                r += 1
+                req.resident = r
+                if r > req.high_water:
+                    req.high_water = r
+                    req.useful_rows += 1
+                    useful += 1
+                else:
+                    req.replay_rows += 1
                 if add_row is not None:
                     add_row((req, True))
                 add_decoder(req)
@@ -167,7 +181,6 @@ class Dispatching:
                 else:
                     recompute += tokens
         if decoders:
-            useful += write_decodes(decoders)
             decode += len(decoders)
         if members:
             useful += members

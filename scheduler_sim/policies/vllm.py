@@ -160,33 +160,29 @@ class VllmPolicy(QueueAndListPolicy):
         options = self.options
         allocator = self.view.allocator
         budget = options.token_budget
-        cap = (options.prefill_chunk
-               if len(self.running) + len(self.waiting) > 1 else None)
+        cap = options.prefill_chunk if len(self.running) + len(self.waiting) > 1 else None
         scheduled: dict[Request, int] = {}
         preempted = False
         keyed = allocator.cache is not None  # prefix caching: blocks keyed at allocation
         size = options.block_size
-        # A decode that opens a block (its row the block's first) fills none: all
-        # its full blocks were keyed as they filled, and keying them again does
-        # nothing in vLLM's cache. Unless blocks are of one row (that decode fills
-        # one), a radix tree stamps its path even then, or host memory's
-        # write-through queues the keys of blocks shared since. Speed: 46,736 of
-        # the 73,805 calls of `_cache_blocks` replaying the Mooncake trace (three
-        # Python calls each); instructions on its first 2,000 requests 0.994x.
+        # A decode that opens a block (its row the block's first) fills none: all its
+        # full blocks were keyed as they filled, and keying them again does nothing in
+        # vLLM's cache. Unless blocks are of one row (that decode fills one), a radix
+        # tree stamps its path even then, or host memory's write-through queues the
+        # keys of blocks shared since. Speed: 46,736 of the 73,805 calls of
+        # `_cache_blocks` replaying the Mooncake trace; on its first 2,000 requests 0.994x.
         key_openings = keyed and (size == 1 or self.radix_eviction
                                   or allocator.host is not None)
         running = self.running
         interval = options.prefill_interval
         # Hold prefill (running chunks and admissions that need prefill) until the
-        # interval since the last step that carried prefill has passed, while
-        # something decodes, unless the last releasing step could not empty the
-        # queue (the capacity escape).
-        # Under data-parallel lockstep the ranks' shared step counter sets the
+        # interval since the last step that carried prefill has passed, while something
+        # decodes, unless the last releasing step could not empty the queue (the capacity
+        # escape). Under data-parallel lockstep the ranks' shared step counter sets the
         # cadence instead: prefill only on steps that are multiples of the interval.
         defer = False
         if interval > 1 and not self.capacity_bound:
-            # (A property, read only with a cadence: a call each step before,
-            # 0.999x the instructions on the first 2,000 Mooncake requests.)
+            # (A property, read only with a cadence: 0.999x the instructions, Mooncake 2,000.)
             shared = self.view.lockstep_step
             defer = ((self.executed_steps + 1 - self.last_prefill_step < interval
                       if shared is None else shared % interval != 0)
@@ -198,18 +194,22 @@ class VllmPolicy(QueueAndListPolicy):
         i, n, edge = 0, len(running), size - 1  # (edge: a decode there fills its block)
         while i < n and budget > 0:
             if budget > n - i:  # (the budget covers every row left)
-                # The decodes inside a block from row i on, one token each, with no
-                # index or budget kept. Speed: 21.2 of 24.7 rows a step replaying the
-                # Mooncake trace (benchmarks/README.md, "seventeenth steps", pc13).
+                # The decodes from row i on, one token each, with no index or budget
+                # kept, up to a chunk or an opening that may preempt or is keyed. Speed:
+                # 24.2 of 24.7 rows a step replaying the Mooncake trace, 1.5 of them
+                # opening a block (benchmarks/README.md, "seventeenth steps", pc13).
                 k = len(scheduled)
                 for req in islice(running, i, None):
                     r = req.resident
-                    m = r % size
-                    if not m or r < req.prompt_tokens or r < req.restore:
+                    if r < req.prompt_tokens or r < req.restore:
                         break
-                    scheduled[req] = 1
-                    if m == edge and keyed and req.block_keys is not None:
+                    m = r % size
+                    if not m:  # (a failed `try_grow` changes nothing: walked below)
+                        if key_openings or not allocator.try_grow(req.rid, r + 1):
+                            break
+                    elif m == edge and keyed and req.block_keys is not None:
                         allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
+                    scheduled[req] = 1
                 k = len(scheduled) - k
                 i, budget = i + k, budget - k
                 if i == n:

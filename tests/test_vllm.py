@@ -856,14 +856,14 @@ def test_a_decode_opening_a_block_keys_nothing(monkeypatch, block_size, calls, k
     assert s.summary["completed"] == 1
 
 
-def test_the_decodes_inside_a_block_are_walked_as_a_run_in_running_order(monkeypatch):
+def test_the_decodes_are_walked_as_a_run_in_running_order(monkeypatch):
     """Blocks of 4, budget 4, prefix caching. a (P=2, N=5) and b (P=3, N=4) at 0, c
     (P=6, N=2) at 1. t0: a 2 (out 1), b 2 of 3. t1: a decodes row 2 (inside block 0),
     the run stops at b's chunk: b 1 (out 1), c admitted with the budget's 2. t2: a and
     b decode row 3 in the run, each filling block 0 and keying it as scheduled, before
-    c's chunk (2 more) fills c's block 0. t3: a and b open block 1 (each ends a run), c
-    2 (out 1). t4: all three decode inside block 1 in one run, and finish. Keyed, in
-    order: a's, b's and c's block 0 (rows 4)."""
+    c's chunk (2 more) fills c's block 0. t3: a and b open block 1 in the run, which
+    stops at c's chunk: c 2 (out 1). t4: all three decode inside block 1 in one run, and
+    finish. Keyed, in order: a's, b's and c's block 0 (rows 4)."""
     from scheduler_sim.kv.allocator import BlockAllocator
     keyed = []
     register = BlockAllocator.register_full_blocks

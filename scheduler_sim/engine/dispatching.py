@@ -17,7 +17,7 @@ from ..policies.base import DecodesFirst
 from ..records.errors import InvariantError
 from ..records.events import Dispatch, Finished
 from ..records.states import RequestStatus
-from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs
+from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs, write_decodes
 
 __all__ = ["Dispatching", "InFlight"]
 
@@ -121,7 +121,10 @@ class Dispatching:
             r = req.resident
             if tokens == 1 and r >= req.prompt_tokens and r >= req.restore:
                 # The hot path (Request.plain_decode, inlined): a decode writes one
-                # row and emits one output.
+                # row and emits one output. (Keep it short: past 255 code units its
+                # `if`'s jumps take an EXTENDED_ARG, and CPython 3.11 no longer
+                # specialises the three comparisons above: `write_decodes` inlined
+                # here cost the Mooncake replay under sglang 1.004x the instructions.)
                 contexts += r
                 if add_record is not None:
                     add_record((req.rid, DECODE, 1, True, None if req.output_token_ids is None
@@ -134,18 +137,6 @@ class Dispatching:
                     # (Not when the policy keyed the block as it scheduled it, as vllm
                     # does: the allocator's own first test, asked before the call.)
                     allocator.register_decoded(req.rid, req.block_keys, r + 1)
-                # The row written (`write_decodes`, inlined: nothing reads the row
-                # before the dispatch's statistics). Speed: a second pass over the
-                # decoders each dispatch; see benchmarks/README.md, "seventeenth
-                # steps", helper pc13.
-                r += 1
-                req.resident = r
-                if r > req.high_water:
-                    req.high_water = r
-                    req.useful_rows += 1
-                    useful += 1
-                else:
-                    req.replay_rows += 1
                 if add_row is not None:
                     add_row((req, True))
                 add_decoder(req)
@@ -181,6 +172,7 @@ class Dispatching:
                 else:
                     recompute += tokens
         if decoders:
+            useful += write_decodes(decoders)
             decode += len(decoders)
         if members:
             useful += members

@@ -21,7 +21,7 @@ from enum import IntEnum
 from ..records.errors import InvariantError
 from ..records.states import RequestStatus
 
-__all__ = ["Request", "SealedRequest", "seal", "set_outputs", "PREFILL", "DECODE", "RECOMPUTE", "emit_outputs",
+__all__ = ["Request", "SealedRequest", "seal", "set_outputs", "PREFILL", "DECODE", "RECOMPUTE", "write_decodes", "emit_outputs",
            "catch_up", "RemoteKv", "PRODUCER", "HANDED_OFF", "REMOTE", "PARKING",
            "LOADING", "LOADED"]
 
@@ -387,10 +387,25 @@ def set_outputs(req: Request, output_tokens: int, max_tokens: int) -> None:
 
 
 # --- progress, a dispatch at a time --------------------------------------------
-# The engine writes a request's progress only through these functions, the
-# methods above (record_rows, record_cached) and, for a plain decode's row, the
-# dispatch's own loop (engine/dispatching.py, `_start`): one loop per dispatch is
+# The engine writes a request's progress only through these functions and
+# the methods above (record_rows, record_cached): one loop per dispatch here is
 # cheaper than a method call per row.
+
+def write_decodes(reqs: list[Request]) -> int:
+    """Account the one row each request's decode writes at its `resident`; return how
+    many were never written before (useful); the others are replayed."""
+    useful = 0
+    for req in reqs:
+        r = req.resident + 1
+        req.resident = r
+        if r > req.high_water:
+            req.high_water = r
+            req.useful_rows += 1
+            useful += 1
+        else:
+            req.replay_rows += 1
+    return useful
+
 
 def emit_outputs(reqs: list[Request], now: int, start: int,
                  since: dict[int, int]) -> list[Request]:

@@ -854,3 +854,50 @@ def test_a_decode_opening_a_block_keys_nothing(monkeypatch, block_size, calls, k
                  prefix_caching=True)
     assert (seen["call"], seen["new"], seen["none"]) == (calls, keyed, 2)
     assert s.summary["completed"] == 1
+
+
+def test_the_decodes_are_walked_as_a_run_in_running_order(monkeypatch):
+    """Blocks of 4, budget 4, prefix caching. a (P=2, N=5) and b (P=3, N=4) at 0, c
+    (P=6, N=2) at 1. t0: a 2 (out 1), b 2 of 3. t1: a decodes row 2 (inside block 0),
+    the run stops at b's chunk: b 1 (out 1), c admitted with the budget's 2. t2: a and
+    b decode row 3 in the run, each filling block 0 and keying it as scheduled, before
+    c's chunk (2 more) fills c's block 0. t3: a and b open block 1 in the run, which
+    stops at c's chunk: c 2 (out 1). t4: all three decode inside block 1 in one run, and
+    finish. Keyed, in order: a's, b's and c's block 0 (rows 4)."""
+    from scheduler_sim.kv.allocator import BlockAllocator
+    keyed = []
+    register = BlockAllocator.register_full_blocks
+
+    def counted(self, rid, keys, rows):
+        if rows // self.block_size > keys.registered:
+            keyed.append((rid, rows))
+        register(self, rid, keys, rows)
+    monkeypatch.setattr(BlockAllocator, "register_full_blocks", counted)
+    s = simulate([req("a", 0, 2, 5, prompt_token_ids=[1, 2]),
+                  req("b", 0, 3, 4, prompt_token_ids=[1, 2, 3]),
+                  req("c", 1, 6, 2, prompt_token_ids=[1, 2, 3, 4, 5, 6])],
+                 policy="vllm", block_size=B, num_blocks=16, token_budget=4,
+                 prefix_caching=True)
+    assert s.dispatches() == [
+        (0, [("a", "prefill", 2, True), ("b", "prefill", 2, False)]),
+        (1, [("a", "decode", 1, True), ("b", "prefill", 1, True), ("c", "prefill", 2, False)]),
+        (2, [("a", "decode", 1, True), ("b", "decode", 1, True), ("c", "prefill", 2, False)]),
+        (3, [("a", "decode", 1, True), ("b", "decode", 1, True), ("c", "prefill", 2, True)]),
+        (4, [("a", "decode", 1, True), ("b", "decode", 1, True), ("c", "decode", 1, True)]),
+    ]
+    assert keyed == [("a", 4), ("b", 4), ("c", 4)]
+    assert s.summary["completed"] == 3
+
+
+def test_decodes_the_budget_does_not_cover_at_once_are_walked_one_by_one():
+    """Blocks of 4, budget 4, chunks of 2: x (P=8, N=1), a and b (P=1, N=3) at 0. t0:
+    x 2, a 1 (out 1), b 1 (out 1). t1 and t2: x's chunk leaves 2 for the 2 rows after
+    it (not more than the rows: walked one by one), a and b decode. t3: x's last 2."""
+    s = run([req("x", 0, 8, 1), req("a", 0, 1, 3), req("b", 0, 1, 3)],
+            num_blocks=16, token_budget=4, prefill_chunk=2)
+    assert s.dispatches() == [
+        (0, [("x", "prefill", 2, False), ("a", "prefill", 1, True), ("b", "prefill", 1, True)]),
+        (1, [("x", "prefill", 2, False), ("a", "decode", 1, True), ("b", "decode", 1, True)]),
+        (2, [("x", "prefill", 2, False), ("a", "decode", 1, True), ("b", "decode", 1, True)]),
+        (3, [("x", "prefill", 2, True)]),
+    ]

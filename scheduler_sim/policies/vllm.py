@@ -55,6 +55,7 @@ Beyond vLLM, for experiments: `victim` picks another victim rule and
 """
 from __future__ import annotations
 
+from itertools import islice
 from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.options import Options
@@ -159,45 +160,60 @@ class VllmPolicy(QueueAndListPolicy):
         options = self.options
         allocator = self.view.allocator
         budget = options.token_budget
-        cap = (options.prefill_chunk
-               if len(self.running) + len(self.waiting) > 1 else None)
+        cap = options.prefill_chunk if len(self.running) + len(self.waiting) > 1 else None
         scheduled: dict[Request, int] = {}
         preempted = False
         keyed = allocator.cache is not None  # prefix caching: blocks keyed at allocation
         size = options.block_size
-        # A decode that opens a block (its row the block's first) fills none: all
-        # its full blocks were keyed as they filled, and keying them again does
-        # nothing in vLLM's cache. Unless blocks are of one row (that decode fills
-        # one), a radix tree stamps its path even then, or host memory's
-        # write-through queues the keys of blocks shared since. Speed: 46,736 of
-        # the 73,805 calls of `_cache_blocks` replaying the Mooncake trace (three
-        # Python calls each); instructions on its first 2,000 requests 0.994x.
+        # A decode that opens a block (its row the block's first) fills none: all its
+        # full blocks were keyed as they filled, and keying them again does nothing in
+        # vLLM's cache. Unless blocks are of one row (that decode fills one), a radix
+        # tree stamps its path even then, or host memory's write-through queues the
+        # keys of blocks shared since. Speed: 46,736 of the 73,805 calls of
+        # `_cache_blocks` replaying the Mooncake trace; on its first 2,000 requests 0.994x.
         key_openings = keyed and (size == 1 or self.radix_eviction
                                   or allocator.host is not None)
         running = self.running
         interval = options.prefill_interval
         # Hold prefill (running chunks and admissions that need prefill) until the
-        # interval since the last step that carried prefill has passed, while
-        # something decodes, unless the last releasing step could not empty the
-        # queue (the capacity escape).
-        # Under data-parallel lockstep the ranks' shared step counter sets the
+        # interval since the last step that carried prefill has passed, while something
+        # decodes, unless the last releasing step could not empty the queue (the capacity
+        # escape). Under data-parallel lockstep the ranks' shared step counter sets the
         # cadence instead: prefill only on steps that are multiples of the interval.
         defer = False
         if interval > 1 and not self.capacity_bound:
-            # (A property, read only with a cadence: a call each step before,
-            # 0.999x the instructions on the first 2,000 Mooncake requests.)
+            # (A property, read only with a cadence: 0.999x the instructions, Mooncake 2,000.)
             shared = self.view.lockstep_step
             defer = ((self.executed_steps + 1 - self.last_prefill_step < interval
                       if shared is None else shared % interval != 0)
                      and any(r.plain_decode for r in running))
         prefill_ran = False
 
-        # 1. Running requests, in running order. (`n`: the running list's length,
-        # read again after each request that may preempt; a decode inside a block,
-        # the common case, takes the first branch and changes nothing else.)
-        i = 0
-        n = len(running)
+        # 1. Running requests, in running order. (`n`: the running list's length, read
+        # again after each request that may preempt; a decode inside a block goes first.)
+        i, n, edge = 0, len(running), size - 1  # (edge: a decode there fills its block)
         while i < n and budget > 0:
+            if budget > n - i:  # (the budget covers every row left)
+                # The decodes from row i on, one token each, with no index or budget
+                # kept, up to a chunk or an opening that may preempt or is keyed. Speed:
+                # 24.2 of 24.7 rows a step replaying the Mooncake trace, 1.5 of them
+                # opening a block (benchmarks/README.md, "seventeenth steps", pc13).
+                k = len(scheduled)
+                for req in islice(running, i, None):
+                    r = req.resident
+                    if r < req.prompt_tokens or r < req.restore:
+                        break
+                    m = r % size
+                    if not m:  # (a failed `try_grow` changes nothing: walked below)
+                        if key_openings or not allocator.try_grow(req.rid, r + 1):
+                            break
+                    elif m == edge and keyed and req.block_keys is not None:
+                        allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
+                    scheduled[req] = 1
+                k = len(scheduled) - k
+                i, budget = i + k, budget - k
+                if i == n:
+                    break
             req = running[i]
             r = req.resident
             if r >= req.prompt_tokens and r >= req.restore:  # plain_decode, inlined
@@ -325,9 +341,8 @@ class VllmPolicy(QueueAndListPolicy):
         return list(scheduled.items())
 
     def _cache_blocks(self, req: Request, rows: int) -> None:
-        """Key the blocks `rows` rows will fill, as soon as they are allocated: a
-        request scheduled later in the same step already finds them (vLLM caches
-        full blocks in allocate_slots, before the step runs)."""
+        """Key the blocks `rows` rows will fill, as soon as they are allocated: a request
+        scheduled later in the step finds them (vLLM's allocate_slots, before the step)."""
         if req.block_keys is not None:
             self.view.allocator.register_full_blocks(req.rid, req.block_keys, rows)
 
@@ -427,8 +442,7 @@ class VllmPolicy(QueueAndListPolicy):
 
     @staticmethod
     def _sequence_rows(req: Request) -> int:
-        """Rows of the request's whole current sequence: the prompt, or on resume
-        the prompt and every output (the folded recompute)."""
+        """Rows of the whole current sequence: the prompt, or on resume with every output."""
         return req.restore if req.restore > req.prompt_tokens else req.prompt_tokens
 
     def _gate_blocks(self, req: Request) -> int:

@@ -1,5 +1,5 @@
 """A request's arrival and end where nothing is shared, drained or listened to, in
-fewer calls: `free_request`'s plain path (kv/freeing.py's `_free_plain`), the
+fewer calls: `free_request`'s plain path (kv/freeing.py's `free_plain`), the
 engine's plain loop of finished requests (`Dispatching._finish_ended`), the plain
 arrival (engine/fast/plain_arrival.py) and the counted blocks taken inline
 (`take_counted`). Each gives what the general path gives."""
@@ -14,7 +14,9 @@ from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace
 from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.engine.spill import Spill
 from scheduler_sim.records.options import Options
+from scheduler_sim.requests.request import Request
 
 B = 4
 
@@ -24,6 +26,7 @@ def _freed(shared: bool) -> tuple:
     credit granted), 'b' 4 rows (block 3), both grown in this step (`step_growth`)."""
     a = BlockAllocator(8, B)
     a._shared = shared  # (True: the general path, block by block)
+    assert a.frees_plainly is (not shared)
     a.reserve("a", 5)
     a.grow("a", 11)
     a.grow("b", 4)
@@ -93,7 +96,8 @@ def _run(data: bytes, policy: str, listened: bool, keep: bool = True, **options)
     result = engine.run()
     a = engine.allocator
     return (result.summary, [request_record(r) for r in result.requests], ends,
-            engine.roster.live, (a.held, a.reserved, a.granted, a.free))
+            engine.roster.live, (a.held, a.reserved, a.granted, a.free),
+            engine.steadiness.changes)  # (the change log: folding rests on it)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -110,12 +114,17 @@ def test_the_plain_end_gives_what_the_listened_end_gives(seed, policy):
     assert plain[3] == 0 and plain[4] == (0, 0, 0, options["num_blocks"])
 
 
-def test_the_plain_arrival_spills_and_rejects_as_registration_does():
+def test_the_plain_arrival_spills_and_rejects_as_registration_does(monkeypatch):
     """5,000 requests at tick 0 (more than the 4,096 a queue holds before its tail
     is spilled), every seventh too big for the pool of 12 blocks of 4 (prompt 60:
     15 blocks, rejected), the rest a prompt of 1 and 2 outputs (one block each): the
     same summary and order of ends with the plain arrival as with registration
-    (listened), 715 rejected (1 + 4,999 // 7) and 4,285 completed."""
+    (listened), 715 rejected (1 + 4,999 // 7) and 4,285 completed; the 4,285 - 4,096
+    = 189 accepted after the queue is full are spilled, in both runs."""
+    spilled = []
+    add = Spill.add
+    monkeypatch.setattr(Spill, "add", lambda spill, number, make: (
+        spilled.append(number), add(spill, number, make))[1])
     records = [{"type": "request", "id": f"r{i}", "arrival": 0,
                 "prompt_tokens": 60 if i % 7 == 0 else 1, "output_tokens": 2}
                for i in range(5000)]
@@ -126,3 +135,33 @@ def test_the_plain_arrival_spills_and_rejects_as_registration_does():
     summary = plain[0]
     assert (summary["completed"], summary["finished_ignored"]) == (4285, 715)
     assert plain[1] == [] and len(plain[2]) == 5000
+    assert len(spilled) == 2 * 189 and spilled[:189] == spilled[189:]
+
+
+def _arrived(listened: bool) -> dict:
+    """Every slot of the requests two arrivals at tick 0 build (the plain arrival's
+    own `Request(...)`, or `request_of` through `_register` when listened)."""
+    records = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 40,
+                "output_tokens": 5, "max_tokens": 9, "priority": 2, "deadline": 50,
+                "prompt_token_ids": list(range(40)), "output_token_ids": [1, 2, 3, 4, 5]},
+               {"type": "request", "id": "b", "arrival": 0, "prompt_tokens": 33,
+                "output_tokens": 5, "block_hashes": [1, 2]}]
+    trace = parse_trace(trace_bytes(records), "slots.jsonl")
+    opts = Options.resolve(trace.config, {"block_size": 16})
+    engine = Engine(trace.workload, opts, "continuous",
+                    on_event=(lambda e: None) if listened else None)
+    assert (engine.roster.arrive.__name__ == "arrive") is (not listened)
+    engine.agenda.begin()
+    engine.agenda.take_arrivals(0, engine.roster.arrive)
+    return {rid: {name: getattr(req, name, "unset") for name in Request.__slots__}
+            for rid, req in engine.roster.requests.items()}
+
+
+def test_the_plain_arrival_builds_the_request_registration_builds():
+    """Every field of the request, from its trace record (token ids, hashes, limits,
+    priority, deadline) to its send and wait times, is the same as `request_of` and
+    `_register` give it: a field added to one and not the other fails here."""
+    plain = _arrived(False)
+    assert list(plain) == ["a", "b"]
+    assert plain["a"]["max_tokens"] == 9 and plain["b"]["sent"] == 0
+    assert plain == _arrived(True)

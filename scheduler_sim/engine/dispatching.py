@@ -248,14 +248,14 @@ class Dispatching:
         allocator = self.allocator
         host = allocator.host
         if (not keeps and host is None and self._emit is None and self.link.hooks is None
-                and self.clients is None and not self.release_delay and not allocator._shared):
+                and self.clients is None and not self.release_delay and allocator.frees_plainly):
             # Nothing keyed, shared or pinned, nothing drains, nobody listens: each
             # request's end as the loop below does it, with `_end`, `_record_end` and
-            # `free_request` inline (kv/freeing.py's `_free_plain`). Speed: three
+            # `free_request` inline (kv/freeing.py's `free_plain`). Speed: three
             # calls fewer a request that ends (benchmarks/README.md, "seventeenth
             # steps ... mil13").
             remove = self.policy.remove
-            free = allocator._free_plain
+            free = allocator.free_plain
             roster = self.roster
             steady = self.steadiness
             request_ended = self.ledger.stats.request_ended

@@ -79,8 +79,8 @@ class CountedBlocks:
                 f"== num_blocks({self.num_blocks})")
         # The blocks, in the order `grow` takes them (plain ones from the top of the
         # stack, then never-used ids, lowest first), appended to `_counted` here.
-        # Speed: a helper's call (`_take_plain`) fewer at every dispatch or fold that
-        # opens a block, about 1.9 a generated request (benchmarks/README.md,
+        # Speed: taken here, not by a helper a call away, at every dispatch or fold
+        # that opens a block, about 1.9 a generated request (benchmarks/README.md,
         # "seventeenth steps ... mil13").
         plain = self._free
         counted = self._counted

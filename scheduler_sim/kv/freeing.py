@@ -60,7 +60,7 @@ class Freeing:
         any more drains until `now + delay` (A4).
         """
         if not self._shared and not delay:
-            return self._free_plain(rid)
+            return self.free_plain(rid)
         self.release_credit(rid)
         self.step_evictions.pop(rid, None)
         self.step_growth.pop(rid, None)
@@ -148,7 +148,14 @@ class Freeing:
         self._drain_blocks(table, now, delay, keyed, keys)
         return sent
 
-    def _free_plain(self, rid: str) -> int:
+    @property
+    def frees_plainly(self) -> bool:
+        """Whether no block was ever shared or pinned (no prefix cache, `share` or
+        `pin`): with no release delay, a table freed goes straight back to the free
+        stack (`free_plain`), as `free_request` itself decides."""
+        return not self._shared
+
+    def free_plain(self, rid: str) -> int:
         """`free_request` where nothing is shared or pinned and nothing drains (no
         prefix cache, no release delay): the credit dropped, and the table's blocks
         straight onto the free stack. What the general path does there, in one

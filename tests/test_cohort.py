@@ -65,6 +65,48 @@ def test_a_member_is_counted_then_settled_with_its_rows_blocks_and_outputs():
     allocator.audit()
 
 
+def test_members_finishing_together_are_each_caught_up_from_their_own_joining():
+    """Blocks of 4. a (4 rows, 2 of 5 outputs; ids [0]) joins after completion 2
+    with none started: group 0, finishing at count 2 + 3 = 5. The first dispatch
+    opens its block (counted: id 3) and completes at 3; b (6 rows, 3 of 5 outputs;
+    ids [1, 2]) joins then: 1 started, group (6 - 1) % 4 = 1, finishing at 3 + 2 =
+    5 too. Two more dispatches, completing at 4 and 7: count 5 ends [a, b], in the
+    order they joined, each from its own joining: a 3 rows (7, all useful) and 3
+    outputs (5), b 2 rows (8) and 2 outputs (5), both last at 7; a's table takes the
+    counted block ([0, 3]), b's rows stay in its two blocks."""
+    allocator = _pool(4, {"a": 4, "b": 6})
+    cohort = Cohort(allocator)
+    cohort.completed, cohort.last_done = 2, 2
+    a, b = _decoding("a", 4, 2, 5), _decoding("b", 6, 3, 5)
+    cohort.join(a)
+    cohort.start()
+    assert cohort.complete(3) == []
+    cohort.join(b)
+    ended = []
+    for tick in (4, 7):
+        cohort.start()
+        ended.append(cohort.complete(tick))
+    assert ended == [[], [a, b]]
+    assert [(r.resident, r.high_water, r.useful_rows, r.outputs, r.last_output_at)
+            for r in (a, b)] == [(7, 7, 7, 5, 7), (8, 8, 8, 5, 7)]
+    assert (allocator.table("a"), allocator.table("b")) == ([0, 3], [1, 2])
+    assert (len(cohort), allocator.held, allocator.counted) == (0, 4, 0)
+    allocator.audit()
+
+
+def test_the_last_member_finishing_with_counted_blocks_left_is_an_invariant_error():
+    """a (4 rows, 1 output to go, blocks of 4) joins; its dispatch opens a block,
+    counted, and one more counted block is taken by hand: a's completion leaves
+    the cohort empty with 1 counted block nobody holds."""
+    allocator = _pool(4, {"a": 4})
+    cohort = Cohort(allocator)
+    cohort.join(_decoding("a", 4, 2, 3))
+    cohort.start()
+    allocator.take_counted(1)
+    with pytest.raises(InvariantError, match=r"left 1 counted blocks"):
+        cohort.complete(1)
+
+
 def test_the_survivors_of_a_completion_in_order():
     """Blocks of 4. a (3 outputs to go) and b (2 to go) join; the rows' order is
     [b, a]. The first completion ends nobody: [b, a], a new list; the second ends

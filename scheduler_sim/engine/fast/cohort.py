@@ -113,8 +113,7 @@ class Cohort:
         allocator = self._allocator
         allocator.give_counted(req.rid, req.resident)
         if not self.members and allocator.counted:
-            raise InvariantError(f"the last member left {allocator.counted} counted blocks: "
-                                 "counted(0) when the cohort is empty is false")
+            _counted_left(allocator)
 
     def survivors(self, requests: list[Request], ended: list[Request] | None = None
                   ) -> list[Request]:
@@ -182,8 +181,31 @@ class Cohort:
         done = self._finishing.pop(completed, None)
         if not done:
             return []
+        # `settle` of each, inline: their finishing list is the one just taken, and
+        # `catch_up` by the counters. Speed: two calls and a look-up fewer a request
+        # that ends counted (benchmarks/README.md, "seventeenth steps ... az14").
+        members = self.members
+        groups = self._groups
+        started = self.started
+        allocator = self._allocator
+        give = allocator.give_counted
         for req in done:
-            self.settle(req)
+            joined, joined_done, group, _ = members.pop(req)
+            del groups[group][req]
+            resident = req.resident
+            self._context -= resident - joined
+            rows = started - joined
+            if rows:
+                resident += rows
+                req.resident = req.high_water = resident
+                req.useful_rows += rows
+            outputs = completed - joined_done
+            if outputs:
+                req.outputs += outputs
+                req.last_output_at = now
+            give(req.rid, resident)
+        if not members and allocator.counted:
+            _counted_left(allocator)
         return done
 
     def contexts(self) -> int:
@@ -238,3 +260,8 @@ class Cohort:
         while counts[0] not in finishing:  # (its members left, settled)
             heappop(counts)
         return counts[0] - self.completed
+
+
+def _counted_left(allocator: BlockAllocator) -> None:
+    raise InvariantError(f"the last member left {allocator.counted} counted blocks: "
+                         "counted(0) when the cohort is empty is false")

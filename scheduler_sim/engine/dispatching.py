@@ -259,10 +259,6 @@ class Dispatching:
             roster = self.roster
             steady = self.steadiness
             request_ended = self.ledger.stats.request_ended
-            # (`Roster.ended`, inline where nobody hears of an end and nothing is kept:
-            # a call fewer a request, benchmarks/README.md, "seventeenth steps ... az14")
-            kept = roster.on_end is not None or roster.keep
-            requests, named = roster.requests, roster.named
             for req in ended:
                 req.finish(now)
                 remove(req)
@@ -270,10 +266,7 @@ class Dispatching:
                 roster.live -= 1  # (`_end`)
                 steady.changes += 1  # (`Steadiness.changed`)
                 request_ended(req)  # (`_record_end`: no host memory)
-                if kept:
-                    roster.ended(req)
-                elif req.rid not in named:
-                    del requests[req.rid]
+                roster.ended(req)
             return
         for req in ended:  # their last output
             if req.block_keys is not None and not keeps:

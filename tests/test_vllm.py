@@ -901,3 +901,27 @@ def test_decodes_the_budget_does_not_cover_at_once_are_walked_one_by_one():
         (2, [("x", "prefill", 2, False), ("a", "decode", 1, True), ("b", "decode", 1, True)]),
         (3, [("x", "prefill", 2, True)]),
     ]
+
+
+def test_decodes_past_the_budget_a_chunk_leaves_wait_for_the_next_step():
+    """Blocks of 4, budget 4, chunks of 2, prefill every 2nd step, prefix caching. r0
+    (ids 1..9, N=2) fills two blocks, keyed; r1 (11 ids of its own, N=7) chunks from t2;
+    r2, r3 (at 4) and r4 (at 5) share r0's ids: hits of 8 tokens, each prefills 1 and
+    then decodes. At t6 r1's chunk takes 2 of the budget and leaves 2 for the three
+    decodes after it: r2 and r3 decode, r4 waits for t7 (the run over the decodes is
+    taken only while the budget covers every row left). t8 again: r4 waits."""
+    ids = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    s = run([req("r0", 0, 9, 2, prompt_token_ids=ids),
+             req("r1", 2, 11, 7, prompt_token_ids=list(range(110, 121))),
+             req("r2", 4, 9, 5, prompt_token_ids=ids), req("r3", 4, 9, 6, prompt_token_ids=ids),
+             req("r4", 5, 9, 5, prompt_token_ids=ids)],
+            num_blocks=64, token_budget=4, prefill_chunk=2, prefill_interval=2,
+            prefix_caching=True)
+    decode = ("decode", 1, True)
+    assert [d for d in s.dispatches() if 5 <= d[0] <= 9] == [
+        (5, [("r2", *decode), ("r3", *decode), ("r4", "prefill", 1, True)]),
+        (6, [("r1", "prefill", 2, False), ("r2", *decode), ("r3", *decode)]),
+        (7, [("r2", *decode), ("r3", *decode), ("r4", *decode)]),
+        (8, [("r1", "prefill", 2, False), ("r2", *decode), ("r3", *decode)]),
+        (9, [("r3", *decode), ("r4", *decode)]),
+    ]

@@ -56,6 +56,7 @@ Beyond vLLM, for experiments: `victim` picks another victim rule and
 from __future__ import annotations
 
 from itertools import islice
+
 from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.options import Options
@@ -189,15 +190,14 @@ class VllmPolicy(QueueAndListPolicy):
                      and any(r.plain_decode for r in running))
         prefill_ran = False
 
-        # 1. Running requests, in running order. (`n`: the running list's length, read
-        # again after each request that may preempt; a decode inside a block goes first.)
-        i, n, edge = 0, len(running), size - 1  # (edge: a decode there fills its block)
+        # 1. Running requests, in running order (`n`: their count, read again after each
+        # that may preempt; `edge`: the offset in a block at which a decode fills it).
+        i, n, edge = 0, len(running), size - 1
         while i < n and budget > 0:
             if budget > n - i:  # (the budget covers every row left)
-                # The decodes from row i on, one token each, with no index or budget
-                # kept, up to a chunk or an opening that may preempt or is keyed. Speed:
-                # 24.2 of 24.7 rows a step replaying the Mooncake trace, 1.5 of them
-                # opening a block (benchmarks/README.md, "seventeenth steps", pc13).
+                # The decodes from row i on, one token each, no index or budget kept, up to
+                # a chunk or an opening that may preempt or is keyed. Speed: 24.2 of 24.7 rows
+                # a step on the Mooncake trace (benchmarks/README.md, "seventeenth steps", pc13).
                 k = len(scheduled)
                 for req in islice(running, i, None):
                     r = req.resident

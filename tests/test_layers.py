@@ -158,7 +158,7 @@ def test_import_resolution_on_known_cases():
     policies package, policies.base reaches the queues (two dots), policies.continuous
     its sibling base (one dot), cli reaches __init__."""
     engine = {t for _, t in internal_imports("engine.core")}
-    assert {"kv.allocator", "policies", "requests.request", "records.events",
+    assert {"kv.block_counts", "policies", "requests.request", "records.events",
             "engine.fast.cohort"} <= engine
     counted = {t for _, t in internal_imports("engine.fast.counted")}  # three dots, two
     assert {"policies", "records.errors", "engine.dispatching", "engine.fast.cohort"} <= counted

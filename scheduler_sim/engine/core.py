@@ -46,7 +46,7 @@ from typing import Any, Callable
 from ..gpu.costmodel import CostModel
 from ..gpu.kv_pool import fit_pool
 from ..gpu.run_cost import clock_for, cost_model_for
-from ..kv.allocator import BlockAllocator
+from ..kv.block_counts import allocator_for
 from ..kv.caches import cache_kind, make_cache
 from ..policies import PluginError, is_builtin, is_builtin_name, make_policy
 from ..records.clock import Clock
@@ -138,10 +138,10 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
         if routed:
             self.workload = Workload()
             self.workload.cancels, self.workload.preempts = [], []
-        self.allocator = BlockAllocator(options.num_blocks, options.block_size)
+        self.allocator = allocator_for(options, self.release_delay, on_state is None and not (
+            audit or routed or not is_builtin_name(policy)))  # (ids or counts: kv/block_counts.py)
         if on_event is not None and options.prefix_caching and reads(on_event, "evicted"):
-            # Report whose cached blocks are handed out again (evicted).
-            self.allocator.track_evictions(
+            self.allocator.track_evictions(  # whose cached blocks are handed out again (evicted)
                 lambda rid, writer, block: on_event(Evicted(self.now, rid, writer, block)))
         cost = cost_model_for(options) if options.has_cost_model else None
         # Every dispatch's statistics, timing and output gaps, into the run's (ledger.py).

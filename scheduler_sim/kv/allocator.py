@@ -283,39 +283,53 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
             if len(plain) < self._plain_mark:  # (it was in the plain set: `_plain_cut`)
                 self._plain_cut(len(plain), table[-1:])
         else:
-            # Plain blocks from the top of the stack, then never-used ids (lowest
-            # first), then cached blocks, evicted.
-            reuse = need if need <= len(plain) else len(plain)
-            if reuse:
-                left = len(plain) - reuse
-                if left < self._plain_mark:
-                    self._plain_cut(left, plain[left:self._plain_mark])
-                taken = plain[left:]
-                del plain[left:]
-                taken.reverse()
-                table.extend(taken)
-            rest = need - reuse
-            if rest:
-                fresh = self.num_blocks - self._fresh
-                if fresh > rest:
-                    fresh = rest
-                if fresh:
-                    start = self._fresh
-                    end = self._fresh = start + fresh
-                    ids = self._ids
-                    if end > len(ids):
-                        grow_ids(ids, end)
-                    table.extend(ids[start:end])
-                if rest > fresh:
-                    evicted, spare = self._take(rid, table, rest - fresh)
-                    if spare:  # blocks an eviction freed beyond the need: plain now
-                        plain.extend(reversed(spare))
-                    self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
+            # Plain or never-used blocks first (`_take_new`: no call when there are
+            # none, as when the cache holds every free block), then cached ones.
+            rest = need
+            if plain or self._fresh < self.num_blocks:
+                taken = self._take_new(need)
+                table += taken
+                rest -= len(taken)
+            if rest:  # the rest from the cached blocks, evicted
+                evicted, spare = self._take(rid, table, rest)
+                if spare:  # blocks an eviction freed beyond the need: plain now
+                    plain.extend(reversed(spare))
+                self.step_evictions[rid] = self.step_evictions.get(rid, 0) + evicted
         self.held += need
         if self.held > self.peak_held:
             self.peak_held = self.held
         self.step_growth[rid] = self.step_growth.get(rid, 0) + need
         return need
+
+    def _take_new(self, count: int) -> list[int]:
+        """Up to `count` blocks that carry no key, as growth hands them out: plain
+        ones off the top of the free stack (the top first), then never-used ids
+        (lowest first); fewer only when cached blocks must be evicted for the
+        rest. (`grow`, `take_counted` and `grow_each` all take their blocks here.)"""
+        plain = self._free
+        reuse = count if count <= len(plain) else len(plain)
+        if reuse:
+            left = len(plain) - reuse
+            if left < self._plain_mark:
+                self._plain_cut(left, plain[left:self._plain_mark])
+            taken = plain[left:]
+            del plain[left:]
+            taken.reverse()
+        else:
+            taken = []
+        rest = count - reuse
+        if rest:
+            fresh = self.num_blocks - self._fresh
+            if fresh > rest:
+                fresh = rest
+            if fresh:
+                start = self._fresh
+                end = self._fresh = start + fresh
+                ids = self._ids
+                if end > len(ids):
+                    grow_ids(ids, end)
+                taken += ids[start:end]
+        return taken
 
     def open_block(self, rid: str, rows: int) -> int:
         """`grow(rid, rows)` for a decode whose row `rows - 1` starts a block: the

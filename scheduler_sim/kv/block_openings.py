@@ -19,7 +19,6 @@ use the attributes its `__init__` sets.
 """
 from __future__ import annotations
 
-from .block_ids import grow_ids
 
 __all__ = ["BlockOpenings"]
 
@@ -60,30 +59,10 @@ class BlockOpenings:
                 grow(rid, rows)
             return
         # The blocks in the order the `grow` calls would take them.
-        reuse = total if total <= len(plain) else len(plain)
-        if reuse:
-            left = len(plain) - reuse
-            if left < self._plain_mark:
-                self._plain_cut(left, plain[left:self._plain_mark])
-            taken = plain[left:]
-            del plain[left:]
-            taken.reverse()
-        else:
-            taken = []
-        rest = total - reuse
-        fresh = self.num_blocks - self._fresh
-        if fresh > rest:
-            fresh = rest
-        if fresh:
-            start = self._fresh
-            end = self._fresh = start + fresh
-            ids = self._ids
-            if end > len(ids):
-                grow_ids(ids, end)
-            taken += ids[start:end]
-        first_cached = reuse + fresh  # blocks past this one are evictions
-        if rest > fresh:
-            self._take(None, taken, rest - fresh)  # (no report: no taker named)
+        taken = self._take_new(total)
+        first_cached = len(taken)  # blocks past this one are evictions
+        if total > first_cached:
+            self._take(None, taken, total - first_cached)  # (no report: no taker named)
         growth = self.step_growth
         evictions = self.step_evictions
         at = 0

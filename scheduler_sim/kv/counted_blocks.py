@@ -41,7 +41,6 @@ row opens a block.
 from __future__ import annotations
 
 from ..records.errors import InvariantError
-from .block_ids import grow_ids
 
 __all__ = ["CountedBlocks"]
 
@@ -77,29 +76,7 @@ class CountedBlocks:
                 f"the decode cohort needs {blocks} new blocks but free({free}) < {blocks}: "
                 f"held({self.held}) + draining({self.draining}) + free({free}) "
                 f"== num_blocks({self.num_blocks})")
-        # The blocks, in the order `grow` takes them (plain ones from the top of the
-        # stack, then never-used ids, lowest first), appended to `_counted` here.
-        # Speed: taken here, not by a helper a call away, at every dispatch or fold
-        # that opens a block, about 1.9 a generated request (benchmarks/README.md,
-        # "seventeenth steps ... mil13").
-        plain = self._free
-        counted = self._counted
-        reuse = blocks if blocks <= len(plain) else len(plain)
-        if reuse:
-            left = len(plain) - reuse
-            if left < self._plain_mark:
-                self._plain_cut(left, plain[left:self._plain_mark])
-            taken = plain[left:]
-            del plain[left:]
-            taken.reverse()
-            counted += taken
-        if reuse < blocks:
-            start = self._fresh
-            end = self._fresh = start + blocks - reuse
-            ids = self._ids
-            if end > len(ids):
-                grow_ids(ids, end)
-            counted += ids[start:end]
+        self._counted += self._take_new(blocks)  # (the order `grow` takes them in)
         if self.counted_credited:
             self.granted += blocks
         held = self.held = self.held + blocks

@@ -42,7 +42,9 @@ look-ups and registrations a policy asks of the cache), `counted_blocks`
 tables grown at once, as a fold opens blocks), `sharing`
 (extra owners, pins, orphans), `freeing` (released tables, the drain queue,
 the free pools) and `allocator_audit` (the full check); `block_ids` holds
-the block numbers every allocator shares.
+the block numbers every allocator shares. Where no block id is ever read, the
+engine's allocator is `block_counts.BlockCounts`, this one with every block a
+count.
 """
 from __future__ import annotations
 

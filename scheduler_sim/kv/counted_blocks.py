@@ -31,7 +31,8 @@ may read `table`); host memory's loads, a fleet's transfers (`pin`) and
 vLLM's `most-blocks` rule read the tables of requests that are not members.
 The audit counts the blocks in `_counted` as held. So ids stay ids (a
 request's blocks are a list, the pool a stack): only the cohort's members'
-new blocks are a count, until they leave. Every block count, free, held,
+new blocks are a count, until they leave. (Where nothing reads an id at
+all, every block is a count: kv/block_counts.py.) Every block count, free, held,
 draining, granted and credit is the same at every boundary as growing each
 member block by block, except `step_growth`, which counted blocks are not
 in: it says what this step's policy and dispatch took from the pool for the

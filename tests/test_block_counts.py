@@ -83,6 +83,41 @@ def test_the_cohorts_counted_blocks_are_a_count_given_to_members_as_they_leave()
     assert seen[0] == seen[1] == ((2, 2, 1), (3, 3, 2), (9, 3, 3, 0, 3))
 
 
+def test_a_member_that_ends_is_freed_from_its_rows_without_a_give():
+    """Blocks of 4, a pool of 10. a (credit 4, 4 rows in 1 block, 2 of 4 outputs)
+    joins; the first dispatch opens its second block by count (held 2, granted
+    2, counted 1); the second completion is its last output, 6 rows. The
+    general allocator gives it the counted block as it ends (table 2 blocks,
+    counted 0); counting, nothing is given (its count 1, counted 1) and the
+    free takes the block its 6 rows need beyond its count from the counted
+    ones: both free 2 blocks and end with held, granted, reserved and counted
+    0. A free whose rows need more counted blocks than there are raises."""
+    seen = []
+    for pool in (BlockAllocator(10, 4), BlockCounts(10, 4)):
+        pool.reserve("a", 4)
+        pool.grow("a", 4)
+        a = Request("a", 0, 0, 3, 4)
+        a.resident = a.high_water = a.useful_rows = 4
+        a.outputs = 2
+        cohort = Cohort(pool)
+        cohort.join(a)
+        cohort.start()
+        cohort.complete(1)
+        cohort.start()
+        ended = [r.rid for r in cohort.complete(2)]
+        at_end = (ended, a.resident, a.outputs, pool.held, pool.granted, pool.counted,
+                  pool.reclaimable("a"))
+        freed = pool.free_plain("a", a.resident)
+        seen.append((at_end, freed, _counts(pool)))
+    assert seen[0][1:] == seen[1][1:] == (2, (0, 10, 0, 0, 0, 2, {}))
+    assert seen[0][0] == (["a"], 6, 4, 2, 2, 0, 2)
+    assert seen[1][0] == (["a"], 6, 4, 2, 2, 1, 1)
+    pool = BlockCounts(10, 4)
+    pool.grow("b", 4)
+    with pytest.raises(InvariantError, match=r"needs 2 counted blocks: counted\(0\) >= 2"):
+        pool.free_plain("b", 12)
+
+
 def test_running_out_and_over_credit_raise_with_the_general_equations():
     """A pool of 3 blocks of 4: 13 rows need 4 blocks (free 3); a credit of 1 is
     exceeded by a second block; the cohort's 4 counted blocks do not fit; a

@@ -260,9 +260,10 @@ class Dispatching:
             steady = self.steadiness
             request_ended = self.ledger.stats.request_ended
             for req in ended:
+                rows = req.resident  # (for a cohort member's counted blocks; `finish` zeroes it)
                 req.finish(now)
                 remove(req)
-                free(req.rid)
+                free(req.rid, rows)
                 roster.live -= 1  # (`_end`)
                 steady.changes += 1  # (`Steadiness.changed`)
                 request_ended(req)  # (`_record_end`: no host memory)
@@ -274,13 +275,14 @@ class Dispatching:
                 self.allocator.register_full_blocks(req.rid, req.block_keys, req.resident)
             if host is not None and host.write_through and req.block_keys is not None:
                 self._store_decoded(req, flight.exact)  # its blocks to host memory
+            rows = req.resident  # (as above)
             req.finish(now)
             self.policy.remove(req)
             handed = req.remote == PRODUCER and self.link.hooks is not None
             if handed:
                 self.link.hooks.prefilled(self, req)  # pins its blocks for the copy
             if not keeps:  # (`_release_request`, inline: once a request)
-                self.allocator.free_request(req.rid, now, self.release_delay)
+                self.allocator.free_request(req.rid, now, self.release_delay, rows)
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))

@@ -53,11 +53,13 @@ def leading_shared(reversed_table: list[int], extra: dict[int, int]) -> int:
 class Freeing:
     """`BlockAllocator`'s release of tables, drain queue and free pools."""
 
-    def free_request(self, rid: str, now: int, delay: int) -> int:
+    def free_request(self, rid: str, now: int, delay: int, rows: int = 0) -> int:
         """Release `rid`'s credit and block references; return the blocks sent to drain.
 
         Blocks are dereferenced tail first; a block nobody references or pins
-        any more drains until `now + delay` (A4).
+        any more drains until `now + delay` (A4). (`rows`, the request's rows
+        written, is for an allocator that counts blocks, kv/block_counts.py: a
+        table of ids knows its blocks.)
         """
         if not self._shared and not delay:
             return self.free_plain(rid)
@@ -155,7 +157,7 @@ class Freeing:
         stack (`free_plain`), as `free_request` itself decides."""
         return not self._shared
 
-    def free_plain(self, rid: str) -> int:
+    def free_plain(self, rid: str, rows: int = 0) -> int:
         """`free_request` where nothing is shared or pinned and nothing drains (no
         prefix cache, no release delay): the credit dropped, and the table's blocks
         straight onto the free stack. What the general path does there, in one
@@ -163,7 +165,8 @@ class Freeing:
         reversed (tail first), `_drain_blocks`, `_give` and the cache's `give_back`
         (every block plain), whose stack takes the reversed table reversed again,
         that is the table in row order. Speed: five calls fewer for every request
-        that ends (see benchmarks/README.md, "seventeenth steps ... mil13")."""
+        that ends (see benchmarks/README.md, "seventeenth steps ... mil13").
+        (`rows`: as for `free_request`.)"""
         self.reserved -= self._credits.pop(rid, 0)
         self.granted -= self._grown.pop(rid, 0)
         self.step_evictions.pop(rid, None)

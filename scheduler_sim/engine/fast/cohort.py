@@ -44,6 +44,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from ...kv.allocator import BlockAllocator
+from ...kv.block_counts import BlockCounts
 from ...records.errors import InvariantError
 from ...requests.request import Request, catch_up
 
@@ -54,7 +55,7 @@ class Cohort:
     """Members, the two counters and the schedules of block openings and finishes."""
 
     __slots__ = ("members", "started", "completed", "last_done", "_groups", "_finishing",
-                 "_counts", "_context", "_size", "_allocator")
+                 "_counts", "_context", "_size", "_allocator", "_gives")
 
     def __init__(self, allocator: BlockAllocator, credited: bool = True) -> None:
         block_size = allocator.block_size
@@ -68,6 +69,8 @@ class Cohort:
         self.last_done = -1  # when the last of them completed: every member's last output
         self._size = block_size
         self._allocator = allocator  # the members' blocks: counted, given as they leave
+        # (Not as they end, where blocks are counts: freed from the rows: `complete`.)
+        self._gives = not isinstance(allocator, BlockCounts)
         self._groups: list[dict[Request, None]] = [{} for _ in range(block_size)]
         self._finishing: dict[int, list[Request]] = {}
         # The finishing counts, a heap: each pushed when it first gets a member, left
@@ -112,7 +115,7 @@ class Cohort:
         catch_up(req, self.started - started, self.completed - completed, self.last_done)
         allocator = self._allocator
         allocator.give_counted(req.rid, req.resident)
-        if not self.members and allocator.counted:
+        if not self.members and allocator.counted and self._gives:  # (else: `complete`)
             _counted_left(allocator)
 
     def survivors(self, requests: list[Request], ended: list[Request] | None = None
@@ -184,11 +187,16 @@ class Cohort:
         # `settle` of each, inline: their finishing list is the one just taken, and
         # `catch_up` by the counters. Speed: two calls and a look-up fewer a request
         # that ends counted (benchmarks/README.md, "seventeenth steps ... az14").
+        # Where blocks are counts (kv/block_counts.py), no give: each ends next, in
+        # `Dispatching._finish_ended`, whose free takes its counted blocks from its
+        # rows (the only way out of `complete`; a policy that keeps blocks after the
+        # finish keeps no cohort). Speed: a call fewer a member that ends (19,366 on
+        # the Azure trace; benchmarks/README.md, "nineteenth steps", dir20).
         members = self.members
         groups = self._groups
         started = self.started
         allocator = self._allocator
-        give = allocator.give_counted
+        give = allocator.give_counted if self._gives else None
         for req in done:
             joined, joined_done, group, _ = members.pop(req)
             del groups[group][req]
@@ -203,8 +211,9 @@ class Cohort:
             if outputs:
                 req.outputs += outputs
                 req.last_output_at = now
-            give(req.rid, resident)
-        if not members and allocator.counted:
+            if give is not None:
+                give(req.rid, resident)
+        if give is not None and not members and allocator.counted:
             _counted_left(allocator)
         return done
 

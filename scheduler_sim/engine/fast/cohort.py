@@ -35,7 +35,9 @@ a policy with `lazy_decoders` leaves its decoders' blocks to the dispatch,
 and, if it reserves, gives each a credit), so the blocks a dispatch or a fold opens follow
 from the residue groups alone. They are taken from the allocator by count
 (`BlockAllocator.take_counted`, one call) and written into a member's table
-when it leaves, settled (`give_counted`): see kv/counted_blocks.py.
+when it leaves, settled (`give_counted`): see kv/counted_blocks.py. (Where
+blocks are counts, kv/block_counts.py, a member that ends is freed from its
+rows instead, with no give: `complete`.)
 
 The engine owns a `Cohort` and calls it; nothing else does.
 """

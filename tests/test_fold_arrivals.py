@@ -191,18 +191,23 @@ def test_the_random_workloads_take_the_path(policy, monkeypatch):
     """Over the first 12 workloads above, the engine admits arrivals itself this many
     times (and the serial policy, one request at a time, never), of which this
     many at the completion of a dispatch with prompt rows (`admit_after_prompts`:
-    50 and 51 in all before it), and this many several requests at once, and how many
-    times, after a dispatch of whole prompts (admitted so, or planned by the
-    policy with nothing waiting after it), every running request is a counted
-    member whose decodes start at once (`after_admission`'s counted path)."""
-    from scheduler_sim.engine.fast import arrivals, through
+    50 and 51 in all before it; of them, this many inside a counted stretch's own
+    loop, finishes.py, the others by `carry_on`: all of them there before), and
+    this many several requests at once, and how many times, after a dispatch of
+    whole prompts (admitted so, or planned by the policy with nothing waiting
+    after it), every running request is a counted member whose decodes start at
+    once (`after_admission`'s counted path)."""
+    from scheduler_sim.engine.fast import arrivals, finishes, through
     after_prompts = []
 
-    def admit_after_prompts(engine, until):
-        done = arrivals.admit_after_prompts(engine, until)
-        after_prompts.append(done)
-        return done
-    monkeypatch.setattr(through, "admit_after_prompts", admit_after_prompts)
+    def spy(module):
+        def admit_after_prompts(engine, until):
+            done = arrivals.admit_after_prompts(engine, until)
+            after_prompts.append((module, done))
+            return done
+        monkeypatch.setattr(module, "admit_after_prompts", admit_after_prompts)
+    spy(through)
+    spy(finishes)
     taken = {}
     together = {policy: 0, "serial": 0}  # of which several requests at once
     counted = 0  # of which the decodes after were started counted at once
@@ -217,10 +222,12 @@ def test_the_random_workloads_take_the_path(policy, monkeypatch):
             if name == policy:
                 counted += engine.steadiness.arrivals_counted
         if name == policy:
-            started = after_prompts.count(arrivals.STARTED)
+            started = sum(1 for _, done in after_prompts if done == arrivals.STARTED)
+            looped = after_prompts.count((finishes, arrivals.STARTED))
     assert taken == {policy: {"continuous": 66, "vllm": 70}[policy], "serial": 0}
     assert together == {policy: 4, "serial": 0}
     assert started == {"continuous": 12, "vllm": 15}[policy]
+    assert looped == {"continuous": 9, "vllm": 10}[policy]
     assert counted == {"continuous": 110, "vllm": 117}[policy]
 
 

@@ -169,16 +169,21 @@ class Counting:
         return (blocks + cohort.opening() if members else blocks), opening
 
     def complete_now(self) -> None:
-        """E1 of the dispatch in flight, completing now (`complete_due`): by the
+        """E1 of the dispatch in flight, completing now (`complete_due`'s): by the
         counters (`complete_counted`) when it ran cohort members only, from its
-        shape when it admitted fresh prompts beside them (`complete_admission`)."""
+        shape when it admitted fresh prompts beside them (`complete_admission`),
+        else row by row (`_complete`). Speed: the loop's own completions of
+        members only (a step's plan of every member, `_start_counted`'s: the
+        14,720 decode steps behind a blocked head of 100,000 generated requests)
+        went to `_complete` (benchmarks/README.md, "nineteenth steps", arr20)."""
         flight = self.flight
         if flight.rows is None and flight.members and not flight.decoders:
             self.complete_counted(flight)
         elif type(flight) is AdmissionFlight:
             complete_admission(self, flight)  # (members and fresh prompts: admission.py)
         else:
-            self.complete_due()
+            self._complete(flight)
+            self.flight = None
 
     def complete_counted(self, flight: InFlight) -> list[Request]:
         """E1 for a dispatch of counted decodes only (`_start_counted`'s), completing

@@ -312,8 +312,9 @@ class VllmPolicy(QueueAndListPolicy):
                     self.last_prefill_step = self.executed_steps
         if lead and keyed and not preempted:
             # The run's decodes, their blocks opened and keyed above, as the plan's
-            # first rows: the dispatch takes them as one list, no row walked (see
-            # `Dispatching._start`). Speed: 24.2 rows a step on the Mooncake trace.
+            # first rows: the dispatch takes them as one list, no row walked
+            # (`Dispatching._start`; its comment has the measurement). Not after a
+            # preemption: a victim may have left the run.
             return DecodesFirst(running[:lead], list(islice(scheduled.items(), lead, None)),
                                 True)
         return list(scheduled.items())

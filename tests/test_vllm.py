@@ -976,3 +976,27 @@ def test_the_run_from_the_first_row_is_planned_as_the_dispatchs_own_decodes(
     assert (result.summary["completed"], result.summary["useful_rows"]) == (3, 19)
     assert [(r.rid, r.outputs, r.useful_rows) for r in result.requests] == [
         ("a", 5, 6), ("b", 4, 6), ("c", 2, 7)]
+
+
+def test_a_step_that_preempts_after_the_run_plans_a_list_with_the_run_first(monkeypatch):
+    """The preemption above (4 blocks, b P=4 N=6, a P=8 N=2, prefix caching): at t1
+    the run takes b, whose row 4 opens plain block 3, and stops at a, whose row 8
+    finds no block; a is its own victim. The run's row is stored first, and the step,
+    having preempted, plans a list: [(b, 1)]. From t2 b alone is the run:
+    DecodesFirst([b], [], opened)."""
+    from scheduler_sim.policies.vllm import VllmPolicy
+    plans = []
+    schedule = VllmPolicy.schedule
+
+    def planned(self, now):
+        plan = schedule(self, now)
+        first = getattr(plan, "decoders", None)
+        plans.append((now, None if first is None else [r.rid for r in first],
+                      [(r.rid, t) for r, t in getattr(plan, "rest", plan)]))
+        return plan
+    monkeypatch.setattr(VllmPolicy, "schedule", planned)
+    s = run([req("b", 0, 4, 6), req("a", 0, 8, 2)], num_blocks=4, token_budget=16,
+            prefix_caching=True)
+    assert plans[:3] == [(0, None, [("b", 4), ("a", 8)]), (1, None, [("b", 1)]),
+                         (2, ["b"], [])]
+    assert fields(s, "preempted", "id", "outputs", "rows")[0] == (1, "a", 1, 8)

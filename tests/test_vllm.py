@@ -925,3 +925,78 @@ def test_decodes_past_the_budget_a_chunk_leaves_wait_for_the_next_step():
         (8, [("r1", "prefill", 2, False), ("r2", *decode), ("r3", *decode)]),
         (9, [("r3", *decode), ("r4", *decode)]),
     ]
+
+
+@pytest.mark.parametrize("listener", [False, True])
+def test_the_run_from_the_first_row_is_planned_as_the_dispatchs_own_decodes(
+        monkeypatch, listener):
+    """The scenario above (blocks of 4, budget 4, prefix caching): from t1 the run of
+    decodes from the first row is the plan's `DecodesFirst` list, its blocks opened and
+    keyed (t1 a; t2 and t3 a and b, whose blocks 0 fill and 1 open; t4 all three), the
+    rest after it in running order. Without a listener the dispatch takes the list and
+    sums its contexts, resident rows before the step: t1 a's 2; t2 3 + 3; t3 4 + 4;
+    t4 5 + 5 + 6 (with one, each row is written as before): the same contexts. Each
+    request writes P + N - 1 useful rows: 6, 6 and 7."""
+    from scheduler_sim.engine.ledger import DispatchLedger
+    from scheduler_sim.policies.vllm import VllmPolicy
+    plans, contexts = [], []
+    schedule, dispatch = VllmPolicy.schedule, DispatchLedger.dispatch
+
+    def planned(self, now):
+        plan = schedule(self, now)
+        first = getattr(plan, "decoders", None)
+        plans.append((now, None if first is None else [r.rid for r in first],
+                      getattr(plan, "opened", None),
+                      [(r.rid, t) for r, t in getattr(plan, "rest", plan)]))
+        return plan
+
+    def priced(self, now, rows, tokens, prompt, decode, recompute, padding, chunks, ctx):
+        contexts.append(ctx)
+        return dispatch(self, now, rows, tokens, prompt, decode, recompute, padding, chunks,
+                        ctx)
+    monkeypatch.setattr(VllmPolicy, "schedule", planned)
+    monkeypatch.setattr(DispatchLedger, "dispatch", priced)
+    records = [req("a", 0, 2, 5, prompt_token_ids=[1, 2]),
+               req("b", 0, 3, 4, prompt_token_ids=[1, 2, 3]),
+               req("c", 1, 6, 2, prompt_token_ids=[1, 2, 3, 4, 5, 6])]
+    trace = parse_trace(trace_bytes(records), "test.jsonl")
+    options = Options.resolve(trace.config, dict(block_size=B, num_blocks=16, token_budget=4,
+                                                 prefix_caching=True))
+    events = []
+    result = Engine(trace.workload, options, "vllm", audit=True,
+                    on_event=events.append if listener else None).run()
+    assert plans == [
+        (0, None, None, [("a", 2), ("b", 2)]),
+        (1, ["a"], True, [("b", 1), ("c", 2)]),
+        (2, ["a", "b"], True, [("c", 2)]),
+        (3, ["a", "b"], True, [("c", 2)]),
+        (4, ["a", "b", "c"], True, []),
+    ]
+    assert contexts == [0, 2, 6, 8, 16]
+    assert (result.summary["completed"], result.summary["useful_rows"]) == (3, 19)
+    assert [(r.rid, r.outputs, r.useful_rows) for r in result.requests] == [
+        ("a", 5, 6), ("b", 4, 6), ("c", 2, 7)]
+
+
+def test_a_step_that_preempts_after_the_run_plans_a_list_with_the_run_first(monkeypatch):
+    """The preemption above (4 blocks, b P=4 N=6, a P=8 N=2, prefix caching): at t1
+    the run takes b, whose row 4 opens plain block 3, and stops at a, whose row 8
+    finds no block; a is its own victim. The run's row is stored first, and the step,
+    having preempted, plans a list: [(b, 1)]. From t2 b alone is the run:
+    DecodesFirst([b], [], opened)."""
+    from scheduler_sim.policies.vllm import VllmPolicy
+    plans = []
+    schedule = VllmPolicy.schedule
+
+    def planned(self, now):
+        plan = schedule(self, now)
+        first = getattr(plan, "decoders", None)
+        plans.append((now, None if first is None else [r.rid for r in first],
+                      [(r.rid, t) for r, t in getattr(plan, "rest", plan)]))
+        return plan
+    monkeypatch.setattr(VllmPolicy, "schedule", planned)
+    s = run([req("b", 0, 4, 6), req("a", 0, 8, 2)], num_blocks=4, token_budget=16,
+            prefix_caching=True)
+    assert plans[:3] == [(0, None, [("b", 4), ("a", 8)]), (1, None, [("b", 1)]),
+                         (2, ["b"], [])]
+    assert fields(s, "preempted", "id", "outputs", "rows")[0] == (1, "a", 1, 8)

@@ -35,13 +35,16 @@ class DecodesFirst:
     """A plan given as its decodes, then its other rows: iterating it gives one
     (request, 1) pair per request of `decoders`, then the pairs of `rest`. A
     built-in policy may return it instead of a list, so that the engine takes the
-    decodes as the policy's own list, without a pair per row."""
+    decodes as the policy's own list, without a pair per row. `opened`: the policy
+    has opened and keyed the blocks the decoders' rows need (vllm's run of decodes)."""
 
-    __slots__ = ("decoders", "rest")
+    __slots__ = ("decoders", "rest", "opened")
 
-    def __init__(self, decoders: list[Request], rest: list[tuple[Request, int]]) -> None:
+    def __init__(self, decoders: list[Request], rest: list[tuple[Request, int]],
+                 opened: bool = False) -> None:
         self.decoders = decoders
         self.rest = rest
+        self.opened = opened
 
     def __iter__(self):
         return chain(zip(self.decoders, repeat(1)), self.rest)

@@ -178,19 +178,23 @@ def test_vllms_index_spans_several_entries_unless_compact():
     assert widths == [2 * VllmCache.ENTRIES_PER_BUCKET, 2 * VllmCache.COMPACT_ENTRIES_PER_BUCKET]
 
 
-def test_a_look_up_of_keys_known_already_finds_what_the_growing_slices_find():
+def test_a_look_up_computes_every_key_to_its_limit_then_walks_them_once():
     """Blocks of 2 tokens, hash entries of 8 (4 blocks each): request a's first 30
     blocks are cached. A fresh request b with the same hash ids, looked up as
-    far as 39 blocks, finds them in growing slices (16, then the rest, its keys
-    computed as far as looked up); looked up again, its 39 keys are known and one
-    walk finds the same 30 blocks; a limit inside the cached run stops there."""
+    far as 39 blocks, finds them, its 39 keys computed first (one run: entries
+    8 and 9, new, interned after a's 0 to 7); looked up again, the same 30
+    blocks; a limit inside the cached run stops there. A request c with other
+    hash ids misses at its first block, its 39 keys computed all the same."""
     hashes = list(range(1000, 1010))
     cache = VllmCache()
     table = list(range(100, 140))
-    cache.register("a", BlockKeys(0, 80, 2, 8, hashes=hashes), 30, table)
+    ka = BlockKeys(0, 80, 2, 8, hashes=hashes)
+    cache.register("a", ka, 30, table)
     b = BlockKeys(1, 80, 2, 8, hashes=hashes)
     assert cache.find(b, 39) == table[:30]
-    assert len(b.keys) == 39  # (computed only as far as the look-up went)
+    assert (b.known, b.run_pos, b.run_key) == (39, [0], ka.run_key)
+    c = BlockKeys(2, 80, 2, 8, hashes=list(range(2000, 2010)))
+    assert (cache.find(c, 39), c.known, len(c.run_pos)) == ([], 39, 1)
     assert cache.find(b, 39) == table[:30]
     assert cache.find(b, 25) == table[:25]
     assert cache.find(b, 0) == []

@@ -110,18 +110,25 @@ def test_a_table_freed_at_once_joins_the_queue_a_run_of_keys_at_a_time():
     assert a.cache.queue_items() == ([0], [e2])
 
 
-def test_a_decode_filled_block_is_keyed_in_register_as_ensure_keys_it(monkeypatch):
+def test_a_requests_own_keys_are_indexed_when_it_lets_go_of_its_blocks(monkeypatch):
     """Pool of 8, blocks of 4, entries of 8 tokens. A (hash id 9300001, 12 prompt
     tokens) has key 2e, 2e + 1 on blocks 0, 1 and its own b"r3:2" on block 2 (the
-    prompt's last 4 tokens, past its hash ids). Its decodes fill block 3, then
-    block 4, one at a time: each key made in `register` (no list), b"r3:3" and
-    b"r3:4", indexed to the block; with the list made first, `ensure` keys it and
-    the list follows."""
+    prompt's last 4 tokens, past its hash ids): registered with its prompt, all
+    three indexed. Its decodes fill blocks 3 and 4: registered, no key made, not
+    indexed (left from block 3 on, `unindexed`). Freed, they are made and indexed
+    as one run (one `ensure`, to 5), and the queue takes [4, 3, 2] with A's own
+    keys, then [1, 0] with its run. A again (preempted) shares 0 and 1 only and
+    writes 5, 6, 7: left unindexed from block 2. B's block evicts 4 (the oldest),
+    key b"r3:4" with it. A freed: b"r3:2" and b"r3:3" keep 2 and 3 (5 and 6 are
+    duplicates), b"r3:4" indexes 7, as registering them one by one would have
+    ended (4's duplicate 7 its heir)."""
     a = BlockAllocator(8, 4, cache=VllmCache())
+    cache = a.cache
     keys = BlockKeys(3, 12, 4, 8, hashes=[9300001])
     a.grow("A", 12)
     a.register_full_blocks("A", keys, 12)
-    assert (keys.known, keys.ints, keys.tail) == (3, 2, [b"r3:2"])
+    e2 = keys.run_key[0]
+    assert (keys.known, keys.ints, keys.tail, cache.unindexed) == (3, 2, [b"r3:2"], {})
     ensure = BlockKeys.ensure
     asked = []
     monkeypatch.setattr(BlockKeys, "ensure", lambda self, count, listed=True: (
@@ -129,14 +136,28 @@ def test_a_decode_filled_block_is_keyed_in_register_as_ensure_keys_it(monkeypatc
     for rows in (16, 20):
         a.grow("A", rows)
         a.register_decoded("A", keys, rows)
-    assert asked == []  # (each key made in `register` itself)
-    assert (keys.known, keys.registered, keys.tail, keys.key_list) == (
-        5, 5, [b"r3:2", b"r3:3", b"r3:4"], None)
-    index = a.cache.index
-    assert [index.plain[b"r3:%d" % i] for i in (2, 3, 4)] == a.table("A")[2:5]
-    listed = keys.keys
-    a.grow("A", 24)
-    a.register_decoded("A", keys, 24)
-    assert asked == [6]
-    assert listed is keys.keys and listed[2:] == [b"r3:2", b"r3:3", b"r3:4", b"r3:5"]
-    assert index.plain[b"r3:5"] == a.table("A")[5]
+    assert (asked, keys.known, keys.registered, keys.tail) == ([], 3, 5, [b"r3:2"])
+    assert cache.unindexed == {"A": ([0, 1, 2, 3, 4], 3)}
+    assert cache.unindexed["A"][0] is a._tables["A"]
+    assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2}
+    a.audit()
+    assert a.free_request("A", 0, 0) == 5
+    assert (asked, keys.known, keys.tail) == ([5], 5, [b"r3:2", b"r3:3", b"r3:4"])
+    assert (cache.unindexed, cache.others) == ({}, {})
+    assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2, b"r3:3": 3, b"r3:4": 4}
+    assert [(r[0], r[1]) for r in cache.runs] == [
+        ([4, 3, 2], [b"r3:4", b"r3:3", b"r3:2"]), ([1, 0], range(e2 + 1, e2 - 1, -1))]
+    a.audit()
+    a.share("A", a.lookup(keys, 2), keys)
+    a.grow("A", 20)
+    a.register_full_blocks("A", keys, 20)
+    assert (a.table("A"), cache.unindexed["A"][1], keys.registered) == ([0, 1, 5, 6, 7], 2, 5)
+    a.audit()
+    a.grow("B", 4)
+    assert a.table("B") == [4]
+    assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2, b"r3:3": 3}
+    a.audit()
+    assert a.free_request("A", 0, 0) == 5
+    assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2, b"r3:3": 3, b"r3:4": 7}
+    assert cache.others == {b"r3:2": [5], b"r3:3": [6]}
+    a.audit()

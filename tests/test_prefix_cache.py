@@ -290,9 +290,9 @@ def test_vllm_cache_carries_keys_through_the_drain_and_pins_without_key_of(compa
     find all three; after fresh block 3 goes, the next grow evicts 0, key 0
     leaves the index and the lookup misses at once."""
     a = BlockAllocator(4, B, cache=VllmCache(compact))
-    ka = plain_keys(0, 12)
+    ka = keys_of(list(range(12)))
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
-    kb = plain_keys(0, 12)
+    kb = keys_of(list(range(12)), 1)
     hits = a.lookup(kb, 2)
     assert hits == [0, 1]
     a.share("B", hits, kb)
@@ -444,16 +444,16 @@ def test_share_counts_owners_in_bulk_and_refuses_a_block_nobody_holds():
     (held again, no extra owner), 0 and 1 get a third owner. Sharing block 3, never
     allocated, raises; so does sharing block 2 while it drains after D let go."""
     a = BlockAllocator(4, B, cache=VllmCache())
-    ka = plain_keys(0, 12)
+    ka = keys_of(list(range(12)))
     assert prefill(a, "A", ka, 12) == [0, 1, 2]
     for rid in ("B", "C"):
-        kb = plain_keys(0, 12)
+        kb = keys_of(list(range(12)), 1)
         a.share(rid, a.lookup(kb, 2), kb)
     assert a._extra == {0: 2, 1: 2}
     a.free_request("A", 0, 0)
     ok(a)
     assert (a.cached_free, a.held) == (1, 2)
-    kd = plain_keys(0, 12)
+    kd = keys_of(list(range(12)), 3)
     a.share("D", a.lookup(kd, 3), kd)
     ok(a)
     assert (a._extra, a.cached_free, a.held, a.table("D")) == ({0: 2, 1: 2}, 0, 3, [0, 1, 2])

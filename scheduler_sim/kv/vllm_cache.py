@@ -12,6 +12,10 @@ integer keys as runs (first key, count), never as a list; a freed keyed
 block carries its key along (`release`), through the allocator's drain
 queue or as a pinned orphan (`orphan_keys`), into the queue, where a freed
 table's runs of keys stay runs (`tail_first`: a `range` going down each).
+Keys of a request's own content (`block_keys.OWN_KEY`: its decodes'
+blocks, found by nobody else, and by it only once it let go of them) are
+not made or indexed as their blocks fill: `unindexed` names the first such
+block of each request, and `release` indexes them all as one run.
 
 Blocks join the queue a request at a time and leave it, but for hits, from
 its front, many at once. So the queue is kept as `runs`, one entry
@@ -33,12 +37,12 @@ from collections import deque
 from typing import Hashable
 
 from ..records.errors import InvariantError
-from .block_keys import OWN_KEY
 from .key_index import KeyIndex
 from .prefix_cache import PrefixCache
 from .queue_members import QueueMembers
 from .run_queue import RunQueue
 from .tail_first import TailFirstRuns
+from .vllm_audit import audit_vllm
 
 __all__ = ["VllmCache"]
 
@@ -88,6 +92,10 @@ class VllmCache(RunQueue, PrefixCache):
         # The BlockKeys of each request whose table starts with keyed blocks; the
         # keys of pinned orphans that carry one.
         self.request_keys: dict[str, object] = {}
+        # Request id -> (its table, its first block registered but not indexed):
+        # the blocks from there to its `registered` carry keys of its own, indexed
+        # when it lets go of them (`register`, `release`).
+        self.unindexed: dict[str, tuple[list[int], int]] = {}
         self.orphan_keys: dict[int, Hashable] = {}
 
     # --- the protocol -------------------------------------------------------------
@@ -101,20 +109,27 @@ class VllmCache(RunQueue, PrefixCache):
         start = keys.registered
         if full <= start:
             return None
-        known = keys.known
-        if known < full:  # (the keys not known yet, as runs: no list)
-            if full == known + 1 and 0 <= keys.own_from <= known and keys.key_list is None:
-                # One key of the request's own (a decode filled a block):
-                # `BlockKeys.ensure`'s first case, inlined. Speed: 216,979 of the
-                # 253,424 `ensure` calls replaying the Mooncake trace under vllm
-                # came from here, most of them this case; a method of `BlockKeys`
-                # doing this instead took 1.0028x the instructions replaying the
-                # first 2,000 Mooncake requests (22,009 calls; benchmarks/README.md,
-                # "fifteenth steps", helper tidy11).
-                keys.tail.append(OWN_KEY % (keys.index, known))
-                keys.known = full
-            else:
-                keys.ensure(full, False)
+        writers = self.writers
+        if 0 <= keys.own_from <= start:
+            # Keys of the request's own content (its decodes' blocks), which no
+            # other request can look up (`block_keys.OWN_KEY`), and this one only
+            # once it let go of its table: indexed then (`release`), as one run
+            # from the first block left so (`unindexed`). Speed: replaying the
+            # Mooncake trace under vllm, 192,531 of the 219,594 registrations
+            # that key blocks key only such blocks (150,387 of them one block, a
+            # decode's): each was a key made, an index entry and a duplicate
+            # test here (benchmarks/README.md, "nineteenth steps", helper pc20).
+            unindexed = self.unindexed
+            if rid not in unindexed:
+                unindexed[rid] = (table, start)
+                self.request_keys[rid] = keys
+            if writers is not None:
+                for i in range(start, full):
+                    writers[table[i]] = (rid, i)
+            keys.registered = full
+            return None
+        if keys.known < full:  # (the keys not known yet, as runs: no list)
+            keys.ensure(full, False)
         index = self.index
         if keys.hashes is not None and not index.buckets:
             # Buckets of integer keys as wide as several hash entries' blocks
@@ -122,22 +137,7 @@ class VllmCache(RunQueue, PrefixCache):
             slots = -(-keys.hash_block_size // keys.block_size)
             index.set_width(slots * (self.COMPACT_ENTRIES_PER_BUCKET if self.compact
                                      else self.ENTRIES_PER_BUCKET))
-        writers = self.writers
         self.request_keys[rid] = keys
-        if full == start + 1 and writers is None:
-            # One block (a decode filled it), inlined from the lines below:
-            # 150,432 of the 305,464 registrations replaying the
-            # Mooncake trace under vllm. Measured with `take`'s inline: without
-            # both that replay took 0.99x the time (medians of 5, within noise);
-            # kept as the allocator had it before the protocol.
-            ints = keys.ints  # (a decode's block: a key of its own, in `tail`)
-            key = keys.tail[start - ints] if start >= ints else keys.key_at(start)
-            block = table[start]
-            if (index.plain.setdefault(key, block) if type(key) is not int
-                    else index.setdefault(key, block)) != block:
-                self.others.setdefault(key, []).append(block)
-            keys.registered = full
-            return None
         # A slice per run of keys within a bucket (`KeyIndex.add`, the keys read
         # as runs).
         duplicates = index.add(keys, start, full, table)
@@ -155,28 +155,19 @@ class VllmCache(RunQueue, PrefixCache):
 
     def find(self, keys, max_blocks):
         """The blocks of the longest run of leading keys cached (see the protocol):
-        in growing slices, keys computed only as far as looked up, each hash
-        entry's keys one slice of the index (`KeyIndex.find`)."""
-        find = self.index.find
-        if keys.known >= max_blocks:
-            # Every key to look up is known (a waiting head looked up again, step
-            # after step, or a request whose prompt was looked up before): one walk
-            # over them, the same blocks as the growing slices below. Speed:
-            # replaying the Mooncake trace under vllm, 15,640 of the 27,812
-            # look-ups repeat one with the same keys and limit.
-            return find(keys, 0, max_blocks)[0]
-        hits: list[int] = []
-        start, step = 0, 16
-        while start < max_blocks:
-            end = start + step if start + step < max_blocks else max_blocks
-            if keys.known < end:
-                keys.ensure(end, False)
-            found, whole = find(keys, start, end)
-            hits += found
-            if not whole:
-                break
-            start, step = end, step * 4
-        return hits
+        every key up to `max_blocks` computed (a registration would compute them
+        soon: the prompt's), then one walk over them, each hash entry's keys one
+        slice of the index (`KeyIndex.find`).
+
+        Speed: was in growing slices (16 blocks, then 4 times as many), keys
+        computed only as far as looked up: replaying the Mooncake trace under
+        vllm, 24,112 of its 27,812 look-ups computed keys, in 54,804 slices
+        (an `ensure` and a `KeyIndex.find` each); now one of each, at 0.984x
+        the instructions of the first 2,000 requests (benchmarks/README.md,
+        "nineteenth steps", helper pc20)."""
+        if keys.known < max_blocks:
+            keys.ensure(max_blocks, False)
+        return self.index.find(keys, 0, max_blocks)[0]
 
     def on_share(self, rid, blocks, keys, has_blocks):
         """A shared block's key stays known only through its owners: `blocks` must
@@ -335,7 +326,29 @@ class VllmCache(RunQueue, PrefixCache):
         keys = self.request_keys.pop(rid, None) if self.request_keys else None
         if keys is None:
             return 0, ()
+        if self.unindexed:
+            left = self.unindexed.pop(rid, None)
+            if left is not None:
+                self._index_own(keys, *left)
         return keys.registered, keys
+
+    def _index_own(self, keys, table, start) -> None:
+        """Index the keys of `table[start:keys.registered]`, blocks `register` left
+        unindexed (keys of the request's own content, bytes), as `register`
+        would have one by one: a key cached already keeps its block, and this
+        one is a duplicate, after any before it."""
+        end = keys.registered
+        if keys.known < end:
+            keys.ensure(end, False)
+        ints = keys.ints  # (`start` is past every integer key: own keys only)
+        fresh = keys.tail[start - ints:end - ints]
+        blocks = table[start:end]
+        found = list(map(self.index.plain.setdefault, fresh, blocks))
+        if found != blocks:
+            others = self.others
+            for key, block, cached in zip(fresh, blocks, found):
+                if cached != block:
+                    others.setdefault(key, []).append(block)
 
     def owned_elsewhere(self, keyed, extra):
         """Which of `keyed` (a released table's leading blocks, last first) others
@@ -376,25 +389,8 @@ class VllmCache(RunQueue, PrefixCache):
         return self.orphan_keys.pop(block, None)
 
     def audit(self, tables, carried, orphans):
-        """The runs hold the queue; every keyed block (leading blocks of the
-        tables, carried, pinned, queued) has one key; the index and the
-        duplicates name exactly those blocks."""
-        try:
-            in_runs, run_keys = self.queue_items()
-            self.free_blocks.check(in_runs, run_keys)
-        except ValueError as e:
-            raise InvariantError(str(e)) from None
-        key_of = self._keys(tables, carried, orphans)
-        duplicates = sum(map(len, self.others.values()))
-        if len(key_of) != len(self.index) + duplicates:
-            raise InvariantError(
-                f"keyed blocks({len(key_of)}) == indexed blocks and duplicates"
-                f"({len(self.index) + duplicates}) is false")
-        self._check_index(key_of)
-        for key, blocks in self.others.items():
-            if key not in self.index or any(key_of.get(b) != key for b in blocks):
-                raise InvariantError(f"cache duplicates and block keys disagree on key "
-                                     f"{key!r}")
+        """The cache's full check (`vllm_audit.audit_vllm`)."""
+        audit_vllm(self, tables, carried, orphans)
 
     def forget_key(self, block: int, key) -> None:
         """Drop `block`'s `key`; a duplicate of it takes its place in the index."""
@@ -413,37 +409,3 @@ class VllmCache(RunQueue, PrefixCache):
             rest.remove(block)
             if not rest:
                 del others[key]
-
-    def _keys(self, tables, carried, orphans) -> dict:
-        """For `audit`: the key of every keyed block, gathered from the tables'
-        leading blocks, the drain queue, the pinned orphans and the queue, each
-        block with one key wherever it is named."""
-        key_of: dict = {}
-
-        def note(block, key, where):
-            if key_of.setdefault(block, key) != key:
-                raise InvariantError(f"block {block} has two keys ({where})")
-
-        for rid, run in self.request_keys.items():
-            table = tables.get(rid)
-            if table is None or not run.registered <= min(len(table), len(run.keys)):
-                raise InvariantError(f"request {rid!r}: registered({run.registered}) <= "
-                                     f"its blocks and keys is false")
-            for block, key in zip(table, run.keys[:run.registered]):
-                note(block, key, f"in the table of {rid!r}")
-        for rid, table in tables.items():
-            run = self.request_keys.get(rid)
-            if any(b in key_of for b in table[run.registered if run is not None else 0:]):
-                raise InvariantError(f"request {rid!r} holds a keyed block past its keyed "
-                                     "leading blocks")
-        for block, key in carried:
-            note(block, key, "draining")
-        if not self.orphan_keys.keys() <= orphans:
-            raise InvariantError("a pinned orphan's key outlived the orphan")
-        for block, key in self.orphan_keys.items():
-            note(block, key, "pinned")
-        for block, key in zip(*self.queue_items()):
-            if key is None:
-                raise InvariantError(f"free cached block {block} has no key in the LRU queue")
-            note(block, key, "free")
-        return key_of

@@ -500,3 +500,40 @@ def test_a_plugin_built_on_continuous_gets_lists_and_no_counted_decoders(plugin)
     mine = engine.run()
     builtin = Engine(trace.workload, options, "continuous").run()
     assert mine.summary == builtin.summary
+
+
+def test_a_plugin_built_on_vllm_gets_lists_under_prefix_caching(plugin, monkeypatch):
+    """Under prefix caching the built-in `vllm` hands its run of decodes from the
+    first row over as one list (`DecodesFirst`): on this trace in 4 of the 5 steps it
+    plans (the other dispatches are folded). A plugin subclassing it gets a plain
+    list of (request, tokens) pairs from the inherited `schedule` every time (a
+    plugin's plan must be a list), and its results are the built-in policy's."""
+    from scheduler_sim.policies.base import DecodesFirst
+    from scheduler_sim.policies.vllm import VllmPolicy
+
+    spec = plugin('''
+        from scheduler_sim.policies.vllm import VllmPolicy
+
+        class Mine(VllmPolicy):
+            name = "mine"
+            def schedule(self, now):
+                plan = super().schedule(now)
+                assert type(plan) is list
+                return plan
+    ''', "Mine")
+    records = [dict(LONG[0], prefix_caching=True), *LONG[1:]]
+    trace = parse_trace("".join(json.dumps(r) + "\n" for r in records).encode(), "t.jsonl")
+    options = Options.resolve(trace.config)
+    mine = Engine(trace.workload, options, spec).run()
+    kinds = []
+    schedule = VllmPolicy.schedule
+
+    def counted(self, now):
+        plan = schedule(self, now)
+        kinds.append(type(plan) is DecodesFirst)
+        return plan
+
+    monkeypatch.setattr(VllmPolicy, "schedule", counted)
+    builtin = Engine(trace.workload, options, "vllm").run()
+    assert kinds == [False, True, True, True, True]
+    assert mine.summary == builtin.summary

@@ -87,12 +87,13 @@ class Dispatching:
                 requests, rest, members, contexts = self._start_members(plan, cohort)
                 if not rest and members:
                     return self._start_counted(requests, members, contexts)
-        elif type(plan) is DecodesFirst and plan.opened and records is None:
+        elif type(plan) is DecodesFirst and plan.opened and records is None and not self._audit:
             # Plain decodes whose blocks the policy opened and keyed (vllm's run):
             # their contexts summed, no row walked (planned only under prefix caching,
-            # where no cohort counts decoders). Speed: 24.2 rows a step replaying
-            # the Mooncake trace; 0.975x the instructions on its first 2,000 requests
-            # (benchmarks/README.md, "nineteenth steps", hd20).
+            # where no cohort counts decoders; an audited run walks and checks them).
+            # Speed: 24.2 rows a step replaying the Mooncake trace; 0.975x the
+            # instructions on its first 2,000 requests (benchmarks/README.md,
+            # "nineteenth steps", hd20).
             decoders = plan.decoders
             add_decoder = decoders.append
             contexts = sum(map(_resident, decoders))

@@ -82,6 +82,10 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
                      BlockOpenings):
     """Physical blocks (held, draining, free) and reservation credits, by request id."""
 
+    # Whether each request's blocks are a count, not ids (`block_counts.BlockCounts`):
+    # then a counted member that ends keeps its counted blocks until it is freed.
+    counts_blocks = False
+
     def __init__(self, num_blocks: int, block_size: int,
                  cache: PrefixCache | None = None) -> None:
         self.num_blocks = num_blocks

@@ -1,7 +1,8 @@
 """The allocator's full check: the part of `BlockAllocator` that verifies, in
 O(blocks), that its counters agree with its tables, pins, drain queue and free
-pools, and asks the prefix cache to check its own invariants (tests and
-`--audit`; the O(1) check of every boundary is `BlockAllocator.check`).
+pools, and asks the prefix cache to check its own invariants (tests, and an
+engine built with `audit=True`; the O(1) check of every boundary is
+`BlockAllocator.check`).
 """
 from __future__ import annotations
 

@@ -49,6 +49,8 @@ class BlockCounts(BlockAllocator):
     (see the module): `_tables` maps a request to the blocks it holds, `_counted`
     is the cohort's counted blocks, and `_free`, `_fresh` and `_ids` stay unused."""
 
+    counts_blocks = True
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size)
         self._counted = 0  # (an int here: blocks, not ids)

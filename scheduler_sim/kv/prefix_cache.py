@@ -228,9 +228,10 @@ class PrefixCache:
 
     def audit(self, tables: dict[str, list[int]], carried: list[tuple[int, Hashable]],
               orphans: set[int]) -> None:
-        """The full check of the cache's own invariants (tests, `--audit`), given the
-        requests' tables, the (block, key) pairs the allocator carries in its
-        drain queue and its pinned orphans; raises InvariantError."""
+        """The full check of the cache's own invariants (tests, and an engine built
+        with `audit=True`), given the requests' tables, the (block, key) pairs the
+        allocator carries in its drain queue and its pinned orphans; raises
+        InvariantError."""
         raise NotImplementedError
 
     # --- shared by the kinds ----------------------------------------------------

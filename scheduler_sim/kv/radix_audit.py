@@ -1,5 +1,6 @@
 """The full check of a radix tree (`radix_cache.RadixCache.audit`): its index,
-its nodes and their free blocks, for tests and `--audit`."""
+its nodes and their free blocks, for tests and an engine built with
+`audit=True`."""
 from __future__ import annotations
 
 from ..records.errors import InvariantError

@@ -1,6 +1,6 @@
 """The full check of vLLM's prefix cache (`vllm_cache.VllmCache.audit`): its
 queue's runs and members, the index, the duplicates and the blocks left
-unindexed, for tests and `--audit`."""
+unindexed, for tests and an engine built with `audit=True`."""
 from __future__ import annotations
 
 from ..records.errors import InvariantError

@@ -92,6 +92,11 @@ class VllmPolicy(QueueAndListPolicy):
         self.executed_steps = 0  # steps that ran something
         self.last_prefill_step = -interval  # the last of them that carried prefill
         self.capacity_bound = False  # the last releasing step left requests waiting
+        # Whether the plan may hand its run of decodes over as one list (`DecodesFirst`):
+        # only the package's own policy, not a plug-in built on it, whose plans must be
+        # lists (engine/policy_failure.py). Read at the first step: the engine marks a
+        # plug-in after it builds the policy.
+        self._hands_runs: bool | None = None
 
     # --- victims --------------------------------------------------------------
 
@@ -167,6 +172,9 @@ class VllmPolicy(QueueAndListPolicy):
         # stored first if a preemption follows). Speed: a dict store fewer a row, 0.992x
         # the instructions replaying the first 2,000 Mooncake requests.
         lead = 0
+        hands = self._hands_runs
+        if hands is None:
+            hands = self._hands_runs = keyed and bool(getattr(self.view, "builtin_policy", False))
         while i < n and budget > 0:
             if budget > n - i:  # (the budget covers every row left)
                 # The decodes from row i on, one token each, no index or budget kept, up to
@@ -184,7 +192,7 @@ class VllmPolicy(QueueAndListPolicy):
                         allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
                 else:
                     k = n - i
-                if i or not keyed or preempted:
+                if i or preempted or not hands:
                     scheduled.update(zip(islice(running, i, i + k), repeat(1)))
                 else:
                     lead = k

@@ -46,7 +46,6 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from ...kv.allocator import BlockAllocator
-from ...kv.block_counts import BlockCounts
 from ...records.errors import InvariantError
 from ...requests.request import Request, catch_up
 
@@ -72,7 +71,7 @@ class Cohort:
         self._size = block_size
         self._allocator = allocator  # the members' blocks: counted, given as they leave
         # (Not as they end, where blocks are counts: freed from the rows: `complete`.)
-        self._gives = not isinstance(allocator, BlockCounts)
+        self._gives = not allocator.counts_blocks
         self._groups: list[dict[Request, None]] = [{} for _ in range(block_size)]
         self._finishing: dict[int, list[Request]] = {}
         # The finishing counts, a heap: each pushed when it first gets a member, left

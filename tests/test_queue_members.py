@@ -45,20 +45,6 @@ def test_a_look_ups_hits_are_counted_and_taken_by_key():
     assert members.count_found([12, 13], [4, 5]) == 2
 
 
-def test_an_eviction_of_several_runs_forgets_them_in_one_call():
-    """The queue's oldest runs: blocks 15, 14 (keys b"r", 8, a list read from
-    position 1 of ["pad", b"r", 8]) and 13, 12 (keys 7, 6 as a `range` going
-    down): one call clears 15 from `loose`, bucket 2 (its flags with it) and
-    keys 7, 6 of bucket 1, and the queue holds the one block left, 11."""
-    index, members, order = small_queue()
-    members.evict([([15, 14], ["pad", b"r", 8], 1), ([13, 12], range(7, 5, -1), 0)], 4)
-    assert (index.get(b"r"), index.get(8), index.get(7), index.get(6), index.get(5)) == (
-        None, None, None, None, 11)
-    assert (members.loose, members.flags, len(members)) == (
-        set(), {1: bytearray([0, 1, 0, 0])}, 1)
-    assert dict(index.items()) == {4: 10, 5: 11}
-
-
 def test_a_duplicate_is_loose_until_it_takes_its_keys_place():
     """Block 16 also carries key 4 (indexed to 10): loose; evicting blocks 13, 12
     (keys 7, 6) clears their flags and index entries in one walk."""
@@ -68,7 +54,7 @@ def test_a_duplicate_is_loose_until_it_takes_its_keys_place():
     members.promote(4, 16)  # the index now names 16 for key 4
     assert (members.loose, members.flags[1]) == ({15}, bytearray([1, 1, 1, 1]))
     index[4] = 16
-    members.evict([([13, 12], [7, 6], 0)], 2)
+    members.evict([13, 12], [7, 6], 0)
     assert (index.get(7), index.get(6), members.flags[1], len(members)) == (
         None, None, bytearray([1, 1, 0, 0]), 4)
     members.remove_pairs([15, 14], [b"r", 8])

@@ -31,7 +31,7 @@ def test_tail_first_keys_of_indexed_blocks_set_and_clear_the_same_flags():
         flags.append((dict(members.flags), members.loose, len(members)))
     assert flags[0] == flags[1] == (
         {1: bytearray([0, 1, 1, 1]), 2: bytearray([1, 0, 0, 0])}, set(), 4)
-    members.evict([([13, 12], TailFirstKeys([7, 6]), 0)], 2)
+    members.evict([13, 12], TailFirstKeys([7, 6]), 0)
     assert (index.get(7), index.get(6), index.get(5), members.flags[1], len(members)) == (
         None, None, 11, bytearray([0, 1, 0, 0]), 2)
 

@@ -211,73 +211,62 @@ class KeyIndex:
         order has them, is cleared as one slice). Keys given as a freed table's
         own `TailFirstKeys` are found in runs exactly, so a run's blocks are not
         compared with the bucket's slice (they are indexed there, as said).
-        `members`: as for `forget_runs`."""
-        self.forget_runs(((blocks, keys, start),), members)
-
-    def forget_runs(self, runs, members=None) -> None:
-        """`forget(keys, start, blocks)` for each (blocks, keys, start) of `runs`,
-        in order (the runs of the queue one eviction takes: no key twice).
 
         `members`, if given, are the members of vLLM's queue (`QueueMembers`),
-        which the blocks leave: every integer key here flagged (its block free),
+        which `blocks` leave: every integer key here flagged (its block free),
         every other block in `members.loose`. Their flags are cleared by the
         same slices as the buckets (one walk over the runs; `members.size` is
-        the caller's).
-
-        Speed: an eviction takes the queue's oldest runs (a freed table's runs
-        of keys), and was a call here per run: the whole Mooncake trace under
-        vllm evicted 8.84 million blocks in 36,124 evictions of 68,795 runs
-        (1.9 a call, up to 19), one call per eviction now."""
+        the caller's)."""
         flags = members.flags if members is not None else None
+        # (runs of keys found exactly, no compare: a freed table's own keys, or a
+        # run of them going down as a `range`, `RunQueue.append_run`)
+        exact = type(keys) is TailFirstKeys or type(keys) is range
         buckets = self.buckets
         width = self.width
         nones = self._nones
         plain = self.plain
-        for blocks, keys, shift in runs:
-            # (runs of keys found exactly, no compare: a freed table's own keys, or
-            # a run of them going down as a `range`, `RunQueue.append_run`)
-            exact = type(keys) is TailFirstKeys or type(keys) is range
-            end = len(blocks)
-            p = 0
-            while p < end:
-                key = keys[p + shift]
-                if type(key) is not int:
-                    # A run of other keys (a request's own, its decodes'): per key.
-                    q = p + 1
-                    while q < end and type(keys[q + shift]) is not int:
-                        q += 1
-                    deque(map(plain.__delitem__, keys[p + shift:q + shift]), 0)
-                    if members is not None:
-                        members.loose.difference_update(blocks[p:q])
-                    p = q
-                    continue
-                node, off = divmod(key, width)
-                bucket = buckets[node]
-                n = off + 1
-                if n > end - p:
-                    n = end - p
-                # The next n keys are key, key - 1, ... exactly when the bucket holds
-                # their blocks there (a block is indexed under its own key only).
-                if n > 1 and keys[p + shift + n - 1] != key - n + 1:
-                    # Not one decreasing run down to the bucket's start: as far as the
-                    # keys go down one by one (the blocks decide below).
-                    n = _run_down(keys, p + shift, n, key)
-                lo = off - n + 1
-                if n > 1 and not exact:
-                    window = blocks[p:p + n]
-                    window.reverse()
-                    if bucket[lo:off + 1] != window:
-                        n, lo = 1, off
-                if n == 1 and bucket[off] != blocks[p]:
-                    raise KeyError(key)
-                bucket[lo:off + 1] = nones[:n]
-                if bucket == nones:
-                    del buckets[node]
-                    if flags is not None:
-                        del flags[node]
-                elif flags is not None:
-                    flags[node][lo:off + 1] = bytes(n)
-                p += n
+        end = len(blocks)
+        shift = start
+        p = 0
+        while p < end:
+            key = keys[p + shift]
+            if type(key) is not int:
+                # A run of other keys (a request's own, its decodes'): per key.
+                q = p + 1
+                while q < end and type(keys[q + shift]) is not int:
+                    q += 1
+                deque(map(plain.__delitem__, keys[p + shift:q + shift]), 0)
+                if members is not None:
+                    members.loose.difference_update(blocks[p:q])
+                p = q
+                continue
+            node, off = divmod(key, width)
+            bucket = buckets[node]
+            n = off + 1
+            if n > end - p:
+                n = end - p
+            # The next n keys are key, key - 1, ... exactly when the bucket holds
+            # their blocks there (a block is indexed under its own key only).
+            if n > 1 and keys[p + shift + n - 1] != key - n + 1:
+                # Not one decreasing run down to the bucket's start: as far as the
+                # keys go down one by one (the blocks decide below).
+                n = _run_down(keys, p + shift, n, key)
+            lo = off - n + 1
+            if n > 1 and not exact:
+                window = blocks[p:p + n]
+                window.reverse()
+                if bucket[lo:off + 1] != window:
+                    n, lo = 1, off
+            if n == 1 and bucket[off] != blocks[p]:
+                raise KeyError(key)
+            bucket[lo:off + 1] = nones[:n]
+            if bucket == nones:
+                del buckets[node]
+                if flags is not None:
+                    del flags[node]
+            elif flags is not None:
+                flags[node][lo:off + 1] = bytes(n)
+            p += n
 
     def find(self, keys, start: int, end: int) -> tuple[list[int], bool]:
         """The blocks of `keys[start:end]` up to the first key not indexed, and

@@ -182,14 +182,13 @@ class QueueMembers:
         for block, key in zip(blocks, keys[start:start + len(blocks)]):
             self.remove_pair(block, key)
 
-    def evict(self, runs, count: int) -> None:
-        """The `count` blocks of `runs` (each (blocks, keys, start): `blocks[i]`
-        carrying `keys[start + i]`, its key's only block in the index, no
-        duplicate cached) leave the queue and the index forgets their keys,
-        both in one walk over the runs (`KeyIndex.forget_runs`)."""
-        self.size -= count
+    def evict(self, blocks: list[int], keys: list, start: int) -> None:
+        """`blocks` (each its key's only block in the index: no duplicate cached)
+        leave the queue and the index forgets their keys, `keys[start + i]` for
+        `blocks[i]`, both in one walk over the runs (`KeyIndex.forget`)."""
+        self.size -= len(blocks)
         self._snapshot = None
-        self.index.forget_runs(runs, self)
+        self.index.forget(keys, start, blocks, self)
 
     def clear(self) -> None:
         """Every block leaves the queue."""

@@ -84,7 +84,7 @@ class VllmCache(RunQueue, PrefixCache):
         self._enqueue = members.add
         self._dequeue = members.remove_pairs
         self._dequeue_one = members.remove_pair
-        self._evict_runs = members.evict
+        self._evict_run = members.evict
         self.runs: deque[list] = deque()
         self.stale: dict[int, int] = {}
         self.ends: dict[int, list] = {}  # a run's last block -> the run (`_take_ends`)

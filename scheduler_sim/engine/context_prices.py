@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from itertools import repeat
 from operator import add, mul, truediv
+from threading import Lock
 
 __all__ = ["priced", "TOP"]
 
@@ -27,22 +28,29 @@ TOP = 1 << 16  # contexts a table reaches at most: 2 x 65,536 floats, about 4.2 
 KEYS = 4       # tables kept at most (a cost model and clock each)
 
 _TABLES: dict[tuple[float, float, float], tuple[list[float], list[float]]] = {}
+_GROWING = Lock()
 
 
 def priced(base: float, kv: float, step_seconds: float, top: int
            ) -> tuple[list[float], list[float]]:
     """The seconds `base + kv * c` of contexts c = 0, 1, ... (at least up to `top`,
     excluded; `top` at most `TOP`) and their steps, the seconds over
-    `step_seconds`."""
-    key = (base, kv, step_seconds)
-    table = _TABLES.get(key)
-    if table is None:
-        if len(_TABLES) >= KEYS:
-            _TABLES.clear()
-        table = _TABLES[key] = ([], [])
-    seconds, steps = table
-    if len(seconds) < top:
-        more = list(map(add, repeat(base), map(mul, repeat(kv), range(len(seconds), top))))
-        seconds += more
-        steps += map(truediv, more, repeat(step_seconds))
+    `step_seconds`.
+
+    Replays in threads (the API's) share the tables: they only grow, one
+    thread at a time (`_GROWING`), the steps before the seconds, so a table
+    whose seconds reach `top` has its steps there too."""
+    table = _TABLES.get((base, kv, step_seconds))
+    if table is None or len(table[0]) < top:
+        with _GROWING:
+            table = _TABLES.get((base, kv, step_seconds))
+            if table is None:
+                if len(_TABLES) >= KEYS:
+                    _TABLES.clear()
+                table = _TABLES[base, kv, step_seconds] = ([], [])
+            seconds, steps = table
+            if len(seconds) < top:
+                more = list(map(add, repeat(base), map(mul, repeat(kv), range(len(seconds), top))))
+                steps += map(truediv, more, repeat(step_seconds))
+                seconds += more
     return table

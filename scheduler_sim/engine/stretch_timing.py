@@ -1,24 +1,22 @@
-"""Timing a folded stretch: the completion step and exact end of each of a run of
-decode dispatches the cost model prices one after another (`DispatchLedger.fold`,
-ledger.py, records what they add to the run; this module only times them).
+"""Timing a folded stretch: the completion step and exact end of each of a run of decode
+dispatches the cost model prices one after another (`DispatchLedger.fold`, ledger.py,
+records what they add to the run; this module only times them).
 
-Each dispatch starts where the previous one ended exactly and completes at the
-first clock step at or after its own exact end (at least one step later), with
-exactly the floats and roundings of timing them one at a time
-(`Clock.end_step`): a long stretch whose lengths grow slowly enough to be
-counted in runs (below), and whose starts nobody asks for (event records), is
-timed a slice at a time in C, any other in a plain loop. What the ledger needs of the lengths (in steps) is how many
-dispatches lasted each length (their output gaps), and the last one's.
+Each dispatch starts where the previous one ended exactly and completes at the first clock step
+at or after its own exact end (at least one step later), with exactly the floats and roundings
+of timing them one at a time (`Clock.end_step`): a long stretch whose lengths grow slowly enough
+to be counted in runs (below), and whose starts nobody asks for (event records), is timed a
+slice at a time in C, any other in a plain loop. What the ledger needs of the lengths (in steps)
+is how many dispatches lasted each length (their output gaps), and the last one's.
 
-Lengths counted a run at a time (a slice of a long stretch): a dispatch of x steps (its seconds over the step) that starts
-where the previous ended exactly lasts ceil(end) - ceil(previous end) steps,
-which is floor(D) or floor(D) + 1 for D the difference of the two rounded
-ends; D is x within a few units in the last place of the ends (`_slack`).
-The dispatches only grow longer, so those whose x lies inside one interval
-(a + slack, a + 1 - slack) run on one after another, and each lasts a or
-a + 1 steps: how many lasted a + 1 is the run's steps beyond a each, which
-takes only two completion steps, the run's last one and the one before it. A dispatch whose x
-lies within the slack of a whole number is timed exactly, by itself.
+Lengths counted a run at a time (a slice of a long stretch): a dispatch of x steps (its seconds
+over the step) that starts where the previous ended exactly lasts ceil(end) - ceil(previous end)
+steps, which is floor(D) or floor(D) + 1 for D the difference of the two rounded ends; D is x
+within a few units in the last place of the ends (`_slack`). The dispatches only grow longer, so
+those whose x lies inside one interval (a + slack, a + 1 - slack) run on one after another, and
+each lasts a or a + 1 steps: how many lasted a + 1 is the run's steps beyond a each, which takes
+only two completion steps, the run's last one and the one before it. A dispatch whose x lies
+within the slack of a whole number is timed exactly, by itself.
 """
 from __future__ import annotations
 
@@ -31,6 +29,7 @@ from operator import add, le, lt, mul, sub, truediv
 
 from ..gpu.costmodel import CostModel
 from ..records.clock import CEIL_SLACK, Clock
+from .context_prices import TOP as PRICED_TOP, priced
 
 __all__ = ["time_stretch", "SLICED"]
 
@@ -40,8 +39,7 @@ SLICED = 32
 
 INF = float("inf")
 
-# A run of lengths (`_count_runs`) costs about as much as timing this many
-# dispatches in C passes (`_time_each`).
+# A run of lengths (`_count_runs`) costs about as much as timing this many dispatches in C passes.
 RUN_COST = 4
 
 
@@ -49,22 +47,20 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
                  contexts: int, most: int, until: float, starts: list[int] | None,
                  gaps: dict[int, int], terms: tuple[float, float] | None = None
                  ) -> tuple[int, int, float, int, float]:
-    """The folded dispatches timed by the cost model (`DispatchLedger.fold`): returns
-    (dispatches, the last one's completion step, its exact end, its length in
-    steps, their busy seconds). Each dispatch but the last adds `rows` output
-    gaps of its length to `gaps` (the run's, by length in steps). `terms`:
-    `cost.decode_terms(rows)`, if the caller has them.
+    """The folded dispatches timed by the cost model (`DispatchLedger.fold`): returns (dispatches,
+    the last one's completion step, its exact end, its length in steps, their busy seconds).
+    Each dispatch but the last adds `rows` output gaps of its length to `gaps` (the run's, by
+    length in steps). `terms`: `cost.decode_terms(rows)`, if the caller has them.
 
-    Speed: a long stretch whose lengths may be counted in runs is timed a slice
-    at a time in C (`_time_slices`), any other one dispatch at a time below."""
+    Speed: a long stretch whose lengths may be counted in runs is timed a slice at a time in C
+    (`_time_slices`), any other one dispatch at a time below."""
     step_seconds = clock.step_seconds
     base, kv = terms if terms is not None else cost.decode_terms(rows)
-    # A short stretch (a dozen dispatches on the Azure trace) is timed one at a
-    # time below: slicing costs more there (Ir +2.4% on its first 2,000 requests
-    # under continuous). Short is fewer than SLICED allowed (`most`), or fewer
-    # that may start before `until` (the dispatches only grow longer: of the
-    # 7,223 folds allowed SLICED or more on that trace, about 4,300 end sooner).
-    # Only a stretch whose first slice may be counted in runs is sliced
+    # A short stretch (a dozen dispatches on the Azure trace) is timed one at a time below:
+    # slicing costs more there (Ir +2.4% on its first 2,000 requests under continuous). Short is
+    # fewer than SLICED allowed (`most`), or fewer that may start before `until` (the dispatches
+    # only grow longer: of the 7,223 folds allowed SLICED or more on that trace, about 4,300 end
+    # sooner). Only a stretch whose first slice may be counted in runs is sliced
     # (`_runs_may_count`: C passes cost more than the loop below).
     if most >= SLICED and starts is None and _runs_may_count(rows * kv / step_seconds) and (
             until == INF
@@ -73,25 +69,24 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
             base, kv, clock, exact, done, rows, contexts, most, until, gaps)
     else:
         folded, busy, last = 0, 0.0, 0  # (the slices' state kept apart: fifteenth steps, az11)
-    # From a dispatch that would end before it starts (if any), one at a time:
-    # `timed`, with `Clock.steps` and `Clock.end_step` inlined (the same floats
-    # and roundings; two calls a dispatch were a fifth of the stretch's timing:
-    # benchmarks/README.md, "fourth steps"). Each one's seconds are priced
-    # inline, `base + kv * c` for c its rows' contexts and rows (the floats of
-    # `decode_series`): cheaper than a series and a `next` a dispatch.
+    # From a dispatch that would end before it starts (if any), one at a time: `timed`, with
+    # `Clock.steps` and `Clock.end_step` inlined (the same floats and roundings; two calls a
+    # dispatch were a fifth of the stretch's timing: benchmarks/README.md, "fourth steps"). Each
+    # one's seconds are priced inline, `base + kv * c` for c its rows' contexts and rows (the
+    # floats of `decode_series`): cheaper than a series and a `next` a dispatch.
     get, ceil = gaps.get, math.ceil
     slack, rel = CEIL_SLACK
     add_start = starts.append if starts is not None else None
-    # (The count timed here is taken from the last context priced, `c`, and
-    # `until` tested after each dispatch: fewer operations; "eleventh steps", az7.)
+    # (The count timed here is taken from the last context priced, `c`, and `until` tested
+    # after each dispatch: fewer operations; "eleventh steps", az7.)
     first = contexts + rows * (folded + 1)
     c = None
     if done < until:
-        # The lengths go to `gaps` a run of equal ones at a time (`same` of `last`
-        # steps). Speed: a length is an int past the cached ones (about 7,000 steps
-        # of 1 us), so a dict update compares int objects; 41% of the loop's Azure
-        # dispatches last as long as the one before: 827.9e6 -> 818.8e6 Ir on its
-        # first 6,000 requests' calls ("fifteenth steps", az11).
+        # The lengths go to `gaps` a run of equal ones at a time (`same` of `last` steps).
+        # Speed: a length is an int past the cached ones (about 7,000 steps of 1 us), so a dict
+        # update compares int objects; 41% of the loop's Azure dispatches last as long as the
+        # one before: 827.9e6 -> 818.8e6 Ir on its first 6,000 requests' calls ("fifteenth
+        # steps", az11).
         same = 0
         for c in range(first, contexts + rows * (most + 1), rows):
             if add_start is not None:
@@ -139,13 +134,14 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
     last one's outputs included: `time_stretch` takes them out). `base`, `kv`:
     `cost.decode_terms(rows)`.
 
-    Speed: a fleet's replicas run small batches (the Mooncake trace on 64
-    replicas folds 4.1 million dispatches); timed one by one in C passes this
-    was about 20% of that replay; a slice's lengths are counted a run at a time
-    (`_count_runs`), its seconds (`decode_series`'s floats) priced over a `range`
-    of contexts (an `islice` of the series was 28% of what 64 replicas add to
-    one engine), and with kv >= 0 they only grow (roundings are monotone:
-    `rising`, no `all` test; benchmarks/README.md, "sixteenth steps", flt12)."""
+    Speed: a fleet's replicas run small batches (the Mooncake trace on 64 replicas
+    folds 4.1 million dispatches); timed one by one in C passes this was about 20%
+    of that replay; a slice's lengths are counted a run at a time (`_count_runs`),
+    its seconds (`decode_series`'s floats) priced over a `range` of contexts (an
+    `islice` of the series was 28% of what 64 replicas add to one engine; one
+    row's are sliced out of `context_prices`' tables: 36 -> 12 us a slice of 260,
+    "twentieth steps", flt21), and with kv >= 0 they only grow (roundings are
+    monotone: `rising`, no `all` test; benchmarks/README.md, "sixteenth steps")."""
     step_seconds = clock.step_seconds
     folded, busy = 0, 0.0
     counts: dict[int, int] = {}  # lengths of the dispatches counted in runs
@@ -156,8 +152,13 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
     while folded < most and done < until:
         k = min(size, most - folded)
         c = contexts + rows * (folded + 1)
-        seconds = list(map(add, repeat(base), map(mul, repeat(kv), range(c, c + rows * k, rows))))
-        steps = list(map(truediv, seconds, repeat(step_seconds)))
+        top = c + rows * k
+        if rows == 1 and top <= PRICED_TOP:  # one row: sliced out of the prices
+            prices = priced(base, kv, step_seconds, top)
+            seconds, steps = prices[0][c:top], prices[1][c:top]
+        else:
+            seconds = list(map(add, repeat(base), map(mul, repeat(kv), range(c, top, rows))))
+            steps = list(map(truediv, seconds, repeat(step_seconds)))
         exacts = list(accumulate(steps, initial=exact))
         del exacts[0]
         timed = _count_runs(steps, exacts, done, until, counts, rising)
@@ -252,13 +253,12 @@ def _slack(steps: list[float], exacts: list[float]) -> float:
 
 def _count_runs(steps: list[float], exacts: list[float], done: int, until: float,
                 counts: dict[int, int], rising: bool = False) -> tuple[int, int, int] | None:
-    """`_time_each` without event records, counting the lengths a run at a time
-    (see the module docstring): the completion step is computed only for the
-    first and last dispatch of each run of lengths a or a + 1, and for a
-    dispatch near a whole number of steps. None, counting nothing, where that
-    does not apply: steps that do not grow, or a dispatch that may last under
-    one step (then `_time_each` decides). `rising`: the steps are known not to
-    shrink (not tested again)."""
+    """`_time_each` without event records, counting the lengths a run at a time (see the
+    module docstring): the completion step is computed only for the first and last dispatch of
+    each run of lengths a or a + 1, and for a dispatch near a whole number of steps. None,
+    counting nothing, where that does not apply: steps that do not grow, or a dispatch that may
+    last under one step (then `_time_each` decides). `rising`: the steps are known not to shrink
+    (not tested again)."""
     # About one run per whole step the lengths grow by: counted a run at a time
     # only when runs are long (speed: a run costs about four dispatches' worth
     # of C passes; a lone engine's larger batches grow a step every dispatch or

@@ -50,3 +50,30 @@ def test_one_rows_slices_are_taken_from_the_table_up_to_its_top(monkeypatch):
         got = time_stretch(cost, US, 1000.25, 1001, rows, contexts, 200, INF, None, gaps)
         assert tops == expected_tops
         assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, rows, contexts, 200, INF)
+
+
+def test_a_table_past_its_top_is_refused_and_zero_terms_are_priced_directly(monkeypatch):
+    """A table reaches TOP contexts at most: asked for TOP + 1 it raises. A one-row
+    stretch whose per-context term is 0.0 never reads a table (0.0 and -0.0 would
+    share one; 1e-8 s a context does): 200 dispatches of 6.5 ms on 1 us steps, timed
+    as one dispatch at a time would be."""
+    monkeypatch.setattr(context_prices, "_TABLES", {})
+    try:
+        priced(0.5, 0.25, 0.125, TOP + 1)
+    except ValueError as e:
+        assert str(e) == f"top({TOP + 1}) <= TOP({TOP}) is false"
+    else:
+        raise AssertionError("a table past TOP was priced")
+    asked: list[float] = []
+
+    def noted(base, kv, step_seconds, top):
+        asked.append(kv)
+        return priced(base, kv, step_seconds, top)
+
+    monkeypatch.setattr(stretch_timing, "priced", noted)
+    for kv in (0.0, 1e-8):
+        cost = Series(0.0065, kv)
+        gaps: dict[int, int] = {}
+        got = time_stretch(cost, US, 1000.25, 1001, 1, 1000, 200, INF, None, gaps)
+        assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, 1, 1000, 200, INF)
+    assert asked == [1e-8, 1e-8]

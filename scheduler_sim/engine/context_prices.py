@@ -39,7 +39,11 @@ def priced(base: float, kv: float, step_seconds: float, top: int
 
     Replays in threads (the API's) share the tables: they only grow, one
     thread at a time (`_GROWING`), the steps before the seconds, so a table
-    whose seconds reach `top` has its steps there too."""
+    whose seconds reach `top` has its steps there too. The terms are positive
+    floats (`decode_terms`; the caller asks nothing else): a key compares by
+    value, and 0.0 and -0.0, or 1 and 1.0, would share a table."""
+    if top > TOP:
+        raise ValueError(f"top({top}) <= TOP({TOP}) is false")
     table = _TABLES.get((base, kv, step_seconds))
     if table is None or len(table[0]) < top:
         with _GROWING:

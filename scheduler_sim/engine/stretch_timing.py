@@ -153,7 +153,7 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
         k = min(size, most - folded)
         c = contexts + rows * (folded + 1)
         top = c + rows * k
-        if rows == 1 and top <= PRICED_TOP:  # one row: sliced out of the prices
+        if rows == 1 and top <= PRICED_TOP and base > 0.0 < kv:  # one row: the prices' slice
             prices = priced(base, kv, step_seconds, top)
             seconds, steps = prices[0][c:top], prices[1][c:top]
         else:

@@ -272,10 +272,7 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
         # `self.free`, inlined: 356,586 calls replaying the Mooncake trace under vllm.
         free = len(plain) + self.num_blocks - self._fresh + len(self._cached_free)
         if need > free:
-            raise InvariantError(
-                f"request {rid!r} needs {need} new blocks but free({free}) < {need}: "
-                f"held({self.held}) + draining({self.draining}) + free({free}) "
-                f"== num_blocks({self.num_blocks})")
+            raise self._short_of(f"request {rid!r}", need, free)
         credit = self._credits.get(rid)
         if credit is not None:
             grown = self._grown[rid] + need

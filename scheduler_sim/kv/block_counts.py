@@ -122,10 +122,7 @@ class BlockCounts(BlockAllocator):
             return 0
         free = self.num_blocks - self.held
         if need > free:
-            raise InvariantError(
-                f"request {rid!r} needs {need} new blocks but free({free}) < {need}: "
-                f"held({self.held}) + draining(0) + free({free}) "
-                f"== num_blocks({self.num_blocks})")
+            raise self._short_of(f"request {rid!r}", need, free)
         credit = self._credits.get(rid)
         if credit is not None:
             grown = self._grown[rid] + need
@@ -159,11 +156,7 @@ class BlockCounts(BlockAllocator):
             return
         held = self.held + blocks
         if held > self.num_blocks:
-            free = self.num_blocks - self.held
-            raise InvariantError(
-                f"the decode cohort needs {blocks} new blocks but free({free}) < {blocks}: "
-                f"held({self.held}) + draining(0) + free({free}) "
-                f"== num_blocks({self.num_blocks})")
+            raise self._short_of("the decode cohort", blocks, self.num_blocks - self.held)
         self._counted += blocks
         if self.counted_credited:
             self.granted += blocks
@@ -182,14 +175,7 @@ class BlockCounts(BlockAllocator):
             raise InvariantError(f"request {rid!r} needs {need} counted blocks: "
                                  f"counted({self._counted}) >= {need} is false")
         if self.counted_credited:
-            credit = self._credits.get(rid)
-            if credit is None:
-                raise InvariantError(f"request {rid!r} takes counted blocks without a credit")
-            grown = self._grown[rid] + need
-            if grown > credit:
-                raise InvariantError(
-                    f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
-            self._grown[rid] = grown
+            self._charge_counted(rid, need)
         tables[rid] = have + need
         self._counted -= need
 

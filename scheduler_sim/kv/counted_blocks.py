@@ -55,6 +55,27 @@ class CountedBlocks:
         """Blocks the decode cohort's members hold by count, in no table yet."""
         return len(self._counted)
 
+    def _short_of(self, who: str, need: int, free: int) -> InvariantError:
+        """The error of a take of `need` new blocks when `free` are free (a bug of
+        whoever asked: `who`), with the pool's equation and its numbers. (Shared by
+        both allocators' `grow` and `take_counted`.)"""
+        return InvariantError(f"{who} needs {need} new blocks but free({free}) < {need}: "
+                              f"held({self.held}) + draining({self.draining}) + "
+                              f"free({free}) == num_blocks({self.num_blocks})")
+
+    def _charge_counted(self, rid: str, need: int) -> None:
+        """Charge the `need` counted blocks a leaving member takes to its credit,
+        where the policy reserves (`counted_credited`; under vllm nothing is
+        reserved). (Shared by both allocators' `give_counted`.)"""
+        credit = self._credits.get(rid)
+        if credit is None:
+            raise InvariantError(f"request {rid!r} takes counted blocks without a credit")
+        grown = self._grown[rid] + need
+        if grown > credit:
+            raise InvariantError(
+                f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
+        self._grown[rid] = grown
+
     def fits_counted(self, blocks: int) -> bool:
         """Whether `blocks` blocks are free (`blocks <= free`): what the decode cohort's
         next dispatch opens, asked before it starts. Speed: a call where the `free`
@@ -73,10 +94,7 @@ class CountedBlocks:
         # (`self.free`, inlined: about 50,000 calls on the Azure conversation trace.)
         free = len(self._free) + self.num_blocks - self._fresh + len(self._cached_free)
         if blocks > free:
-            raise InvariantError(
-                f"the decode cohort needs {blocks} new blocks but free({free}) < {blocks}: "
-                f"held({self.held}) + draining({self.draining}) + free({free}) "
-                f"== num_blocks({self.num_blocks})")
+            raise self._short_of("the decode cohort", blocks, free)
         self._counted += self._take_new(blocks)  # (the order `grow` takes them in)
         if self.counted_credited:
             self.granted += blocks
@@ -97,14 +115,7 @@ class CountedBlocks:
         if need > len(counted):
             raise InvariantError(f"request {rid!r} needs {need} counted blocks: "
                                  f"counted({len(counted)}) >= {need} is false")
-        if self.counted_credited:  # (else the policy reserves nothing: vllm)
-            credit = self._credits.get(rid)
-            if credit is None:
-                raise InvariantError(f"request {rid!r} takes counted blocks without a credit")
-            grown = self._grown[rid] + need
-            if grown > credit:
-                raise InvariantError(
-                    f"request {rid!r}: allocated({grown}) <= credit({credit}) is false")
-            self._grown[rid] = grown
+        if self.counted_credited:
+            self._charge_counted(rid, need)
         table += counted[-need:]
         del counted[-need:]

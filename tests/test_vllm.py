@@ -963,7 +963,7 @@ def test_the_run_from_the_first_row_is_planned_as_the_dispatchs_own_decodes(
     options = Options.resolve(trace.config, dict(block_size=B, num_blocks=16, token_budget=4,
                                                  prefix_caching=True))
     events = []
-    result = Engine(trace.workload, options, "vllm", audit=True,
+    result = Engine(trace.workload, options, "vllm",
                     on_event=events.append if listener else None).run()
     assert plans == [
         (0, None, None, [("a", 2), ("b", 2)]),
@@ -1000,3 +1000,26 @@ def test_a_step_that_preempts_after_the_run_plans_a_list_with_the_run_first(monk
     assert plans[:3] == [(0, None, [("b", 4), ("a", 8)]), (1, None, [("b", 1)]),
                          (2, ["b"], [])]
     assert fields(s, "preempted", "id", "outputs", "rows")[0] == (1, "a", 1, 8)
+
+
+@pytest.mark.parametrize("audit", [False, True])
+def test_an_audited_dispatch_walks_the_run_it_is_handed(monkeypatch, audit):
+    """The scenario above: the dispatch sums the contexts of the handed-over run
+    without walking it (one sum a step that hands one over: t1 to t4) unless the
+    engine audits, when every row is walked and checked as any plan's; the run's
+    results are the same either way."""
+    from scheduler_sim.engine import dispatching
+    summed = []
+    resident = dispatching._resident
+    monkeypatch.setattr(dispatching, "_resident",
+                        lambda r: summed.append(r.rid) or resident(r))
+    records = [req("a", 0, 2, 5, prompt_token_ids=[1, 2]),
+               req("b", 0, 3, 4, prompt_token_ids=[1, 2, 3]),
+               req("c", 1, 6, 2, prompt_token_ids=[1, 2, 3, 4, 5, 6])]
+    trace = parse_trace(trace_bytes(records), "test.jsonl")
+    options = Options.resolve(trace.config, dict(block_size=B, num_blocks=16, token_budget=4,
+                                                 prefix_caching=True))
+    result = Engine(trace.workload, options, "vllm", audit=audit).run()
+    assert summed == ([] if audit else ["a", "a", "b", "a", "b", "a", "b", "c"])
+    assert [(r.rid, r.outputs, r.useful_rows) for r in result.requests] == [
+        ("a", 5, 6), ("b", 4, 6), ("c", 2, 7)]

@@ -123,8 +123,8 @@ def test_a_plain_end_asks_no_property_and_drops_no_eviction():
     blocks; `frees_plainly` is true (nothing shared: on `BlockCounts` a class
     attribute, no property's call); `can_reserve` counts held 3 + reserved 3 -
     granted 3, so 7 more fit and 8 do not; no block is evicted
-    (`step_evictions` stays empty, which `BlockCounts.free_plain` no longer
-    clears), and the free sends the 3 blocks back: held 0, free 10."""
+    (`step_evictions` stays empty), and the free sends the 3 blocks back: held
+    0, free 10."""
     seen = []
     for pool in (BlockAllocator(10, 4), BlockCounts(10, 4)):
         pool.reserve("a", 3)

@@ -200,8 +200,7 @@ class BlockCounts(BlockAllocator):
         credit = self._credits.pop(rid, 0)
         self.reserved -= credit
         granted = self._grown.pop(rid, 0)
-        # (No `step_evictions` to drop: nothing is evicted without a prefix cache;
-        # a C call fewer a request, az22.)
+        self.step_evictions.pop(rid, None)
         self.step_growth.pop(rid, None)
         sent = self._tables.pop(rid, 0)
         if rows:

@@ -223,7 +223,7 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
     def can_reserve(self, blocks: int) -> bool:
         """True if a credit of `blocks` more still fits in num_blocks (A3)."""
         # (`committed()` written out here and in `reserve`: a call fewer an admission;
-        # benchmarks/README.md, "twenty-second steps ... az22".)
+        # measured in benchmarks/README.md, "twenty-second steps", az22.)
         return self.held + self.draining + self.reserved - self.granted + blocks <= self.num_blocks
 
     def reserve(self, rid: str, blocks: int) -> None:

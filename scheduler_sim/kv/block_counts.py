@@ -51,7 +51,8 @@ class BlockCounts(BlockAllocator):
 
     counts_blocks = True
     # (`Freeing.frees_plainly` is `not self._shared`, and nothing is ever shared
-    # here: a class attribute, not a property's call at each end, az22.)
+    # here: a class attribute, not a property's call at each end; measured in
+    # benchmarks/README.md, "twenty-second steps", az22.)
     frees_plainly = True
 
     def __init__(self, num_blocks: int, block_size: int) -> None:

@@ -84,6 +84,33 @@ def test_the_random_workloads_take_the_path(policy, taken):
                      "vllm": {"started": 70, "declined": 0, "completed": 70}}[policy]
 
 
+def test_a_newcomers_credit_is_read_off_the_request(monkeypatch):
+    """`complete_admission` lets a newcomer join when it holds a credit (under
+    `continuous`, which reserves) and reads it off the request, not the
+    allocator. TWO (blocks of 4): b (P=4, N=3) is admitted at 3 with a credit of
+    2 blocks (its 6 rows) and joins at 4, its credit the same on both sides.
+    Over the 12 random workloads every newcomer's `Request.credit` is its
+    allocator's, and positive (71 newcomers in 66 admissions)."""
+    seen = []
+    complete = admission.complete_admission
+
+    def spy(engine, flight):
+        credits = engine.allocator.credit
+        seen.extend((req.rid, req.credit, credits(req.rid)) for req, _ in flight.rows)
+        complete(engine, flight)
+        assert all(req in engine.cohort.members for req, _ in flight.rows
+                   if req.output_tokens > 1)
+    monkeypatch.setattr(counted, "complete_admission", spy)
+    monkeypatch.setattr(arrivals, "complete_admission", spy)
+    _engine(TWO, "continuous", block_size=4, num_blocks=16).run()
+    assert seen == [("b", 2, 2)]
+    seen.clear()
+    for seed in range(12):
+        _engine(_arrivals_workload(seed), "continuous", **_options(seed)).run()
+    assert all(mine == theirs and mine > 0 for _, mine, theirs in seen)
+    assert len(seen) == 71
+
+
 @pytest.mark.parametrize("policy", ["continuous", "vllm"])
 def test_with_a_listener_the_admission_writes_the_stepped_lines(policy, taken):
     """With an event listener the admission at 3 is started and completed from its

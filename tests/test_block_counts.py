@@ -118,6 +118,26 @@ def test_a_member_that_ends_is_freed_from_its_rows_without_a_give():
         pool.free_plain("b", 12)
 
 
+def test_a_plain_end_asks_no_property_and_drops_no_eviction():
+    """Blocks of 4, a pool of 10, both allocators: a (credit 3) grows 9 rows, 3
+    blocks; `frees_plainly` is true (nothing shared: on `BlockCounts` a class
+    attribute, no property's call); `can_reserve` counts held 3 + reserved 3 -
+    granted 3, so 7 more fit and 8 do not; no block is evicted
+    (`step_evictions` stays empty), and the free sends the 3 blocks back: held
+    0, free 10."""
+    seen = []
+    for pool in (BlockAllocator(10, 4), BlockCounts(10, 4)):
+        pool.reserve("a", 3)
+        pool.grow("a", 9)
+        fits = (pool.can_reserve(7), pool.can_reserve(8))
+        plainly = pool.frees_plainly
+        evictions = dict(pool.step_evictions)
+        freed = pool.free_plain("a", 9)
+        seen.append((plainly, fits, evictions, freed, _counts(pool), dict(pool.step_evictions)))
+    assert "frees_plainly" in vars(BlockCounts)
+    assert seen[0] == seen[1] == (True, (True, False), {}, 3, (0, 10, 0, 0, 0, 3, {}), {})
+
+
 def test_running_out_and_over_credit_raise_with_the_general_equations():
     """A pool of 3 blocks of 4: 13 rows need 4 blocks (free 3); a credit of 1 is
     exceeded by a second block; the cohort's 4 counted blocks do not fit; a

@@ -58,7 +58,13 @@ class VllmCache(RunQueue, PrefixCache):
     # million keys registered come in 36,307 such runs but 290,700 entries, and
     # 8.49 million forgotten in 87,316 runs going down. Registration, look-up and
     # eviction then take a slice per run within a bucket rather than per entry.
-    ENTRIES_PER_BUCKET = 8
+    # Speed: 32 entries (1,024 keys on Mooncake) where it was 8 (chosen when a
+    # bucket's runs cost more around them): the whole trace's runs cut at
+    # buckets 336,365 -> 203,667 pieces, buckets made 42,619 -> 17,422, each
+    # a longer copy of its `None`s; the first 2,000 requests 0.990x the
+    # instructions (16 entries 0.993x, 64 1.000x), the first 4,000 0.994x
+    # (benchmarks/README.md, "twenty-second steps", helper pc22).
+    ENTRIES_PER_BUCKET = 32
     # A compact cache (a fleet's replica, where memory is what grows) keeps fewer:
     # a wide bucket mostly empty costs its width in slots. It kept one entry a
     # bucket, and its queue's members as a byte a block (a Python step per block

@@ -287,6 +287,22 @@ class Policy:
         a call."""
         return False
 
+    def repeats_blocked(self, reason: str) -> bool:
+        """Asked by the engine right after a dispatch of plain decodes started that ran
+        every request this policy runs, when the `schedule` call that planned it
+        reported its queue head blocked for `reason` (and waiting requests keep
+        `repeats_decodes` false): True promises that, as long as nothing happens
+        but decoding progress and arrivals (no finish, cancellation, timeout,
+        preemption, drain or wakeup), every `schedule` call would report the same
+        head blocked, for the same reason and the same need, admit nothing, plan
+        the same requests' decodes in the same order, and leave the policy's
+        attributes as they are but for what `decodes_repeated` sets: arrivals
+        wait behind the head and change none of it. The engine then starts those
+        dispatches itself and sets the report as the call would, until a finish
+        (engine/fast/blocked.py). Asked of built-in policies only; the default,
+        False, never lets the engine skip a call."""
+        return False
+
     def decodes_repeated(self, requests: list[Request]) -> None:
         """The engine started the decodes of `requests`, in that order, in place of
         a `schedule` call it skipped (`repeats_decodes`): set what that call would

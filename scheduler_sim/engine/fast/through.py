@@ -34,6 +34,7 @@ from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
 from .arrivals import AGAIN, NO, STARTED, admit_after_prompts, admit_through, after_admission
+from .blocked import carry_blocked
 from .finishes import BACK, carry_counted
 from .folding import FOLD_AFTER, fold
 
@@ -81,6 +82,13 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size
+    if steady.blocked is not None:
+        # The call reported its queue head blocked: requests wait, so the policy is
+        # not at its fixed point; it may promise the head stays blocked through
+        # arrivals (blocked.py).
+        carried = carry_blocked(engine, until)
+        if carried is not None:
+            return carried
     if not looked and engine.flight.all_decode:
         _fold_fixed_point(engine, until)
     while True:

@@ -35,33 +35,37 @@ def _req(rid, arrival, prompt, output):
             "output_tokens": output}
 
 
-# Blocks of 4, 8 of them. a (P=4, N=10: credit ceil(13/4) = 4) and b (P=4, N=5: credit
-# 2) are admitted at 0; c (P=8, N=10: credit ceil(17/4) = 5) waits: 6 + 5 > 8, and
-# still 4 + 5 > 8 after b ends; d (P=4, N=2: credit 2) arrives at 3 behind it.
-BEHIND = [_req("a", 0, 4, 10), _req("b", 0, 4, 5), _req("c", 0, 8, 10), _req("d", 3, 4, 2)]
-OPTIONS = dict(block_size=4, num_blocks=8)
+# Blocks of 4, 7 of them. a (P=4, N=10: credit ceil(13/4) = 4) and b (P=4, N=5: credit
+# 2) are admitted at 0; c (P=4, N=2: credit 2) waits (6 + 2 > 7); d (P=8, N=10:
+# credit ceil(17/4) = 5) arrives at 3 behind it.
+BEHIND = [_req("a", 0, 4, 10), _req("b", 0, 4, 5), _req("c", 0, 4, 2), _req("d", 3, 8, 10)]
+OPTIONS = dict(block_size=4, num_blocks=7)
 
 
 def test_an_arrival_behind_a_blocked_head_is_carried_without_a_call():
     """Tick clock. At 0 the policy admits a and b (their prompts, 0 to 1) and reports
     c blocked for credits; at 1 it plans a's and b's decodes (every running request,
-    counted members) with c blocked again, and promises the report holds
-    (`repeats_blocked`). The engine then takes the boundaries itself: 2; 3, where d
-    arrives and waits behind c; 4; 5, where b ends (its fifth output) and the
-    policy, asked again, still finds c's 5 blocks beyond the 4 + 5 > 8 credits;
-    6, which starts the stretch's second repeat of a alone, folded over 7 and 8;
-    9. At 10 a ends: its 4 blocks freed, the policy's call admits c (5) and d (2).
-    d ends at 12, c at 20: 20 dispatches. The policy is called at 0, 1 and 10
-    (the stepped replay: every tick but 20), six starts are the engine's own,
-    and every result is the stepped replay's."""
+    counted members) with c blocked again, and promises that report and plan hold
+    (`repeats_blocked`). The engine takes the boundaries itself: 2; 3, where d
+    arrives and waits behind c; 4. At 5 b ends (its fifth output): asked again,
+    the policy finds c's 2 blocks within 4 + 2 <= 7, so its call admits c (its
+    whole prompt beside a's decode, 5 to 6) and reports d blocked (6 + 5 > 7), and
+    promises again. At 6 the engine completes that dispatch (c joins the counted
+    decoders with its first output) and starts c's and a's decodes in the order
+    the policy gives (`next_decodes`); at 7 c ends, and d's 5 blocks still do not
+    fit 4 + 5 > 7: a decodes alone, folded over 8 and 9. At 10 a ends and the
+    call admits d, which ends at 20: 20 dispatches. The policy is called at 0, 1,
+    5 and 10 (the stepped replay: at every tick but 20); the engine started five
+    dispatches in place of a call (2, 3, 4, 6, 7), and every result is the
+    stepped replay's."""
     engine = _engine(BEHIND, **OPTIONS)
     calls = _calls(engine)
     result = engine.run()
-    assert calls == [0, 1, 10]
-    assert engine.steadiness.blocked_counted == 6
+    assert calls == [0, 1, 5, 10]
+    assert engine.steadiness.blocked_counted == 5
     assert result.summary["iterations"] == 20
     assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at) for r in result.requests] == [
-        ("a", 0, 1, 10), ("b", 0, 1, 5), ("c", 10, 11, 20), ("d", 10, 11, 12)]
+        ("a", 0, 1, 10), ("b", 0, 1, 5), ("c", 5, 6, 7), ("d", 10, 11, 20)]
     stepped = _engine(BEHIND, fast=False, **OPTIONS)
     stepped_calls = _calls(stepped)
     assert _outcome(result) == _outcome(stepped.run())
@@ -81,17 +85,17 @@ def test_a_plugin_s_blocked_stretch_is_stepped(tmp_path):
     """The same workload under a plug-in built on `continuous` (it inherits the
     promise, but the engine asks built-in policies only): no stretch is carried;
     the engine's loop calls the policy at each boundary it does not fold over:
-    0, 1, 2, 3 (d arrives; the decodes repeat 2's: folded over 4), 5 (b ends),
-    6 (folded over 7 and 8), 9, 10 (c and d admitted), 11, 12 (d ends) and 13
-    (folded over 14 to 19): 9 dispatches folded. The results are the built-in
+    0, 1, 2, 3 (d arrives; the decodes repeat 2's: folded over 4), 5 (b ends, c
+    admitted), 6, 7 (c ends; folded over 8 and 9), 10 (d admitted), 11 and 12
+    (folded over 13 to 19): 10 dispatches folded. The results are the built-in
     policy's."""
     path = tmp_path / "mine.py"
     path.write_text(PLUGIN)
     engine = _engine(BEHIND, f"{path}:Mine", **OPTIONS)
     calls = _calls(engine)
     result = engine.run()
-    assert calls == [0, 1, 2, 3, 5, 6, 9, 10, 11, 12, 13]
-    assert engine.steadiness.blocked_counted == 0 and engine.steadiness.folded == 9
+    assert calls == [0, 1, 2, 3, 5, 6, 7, 10, 11, 12]
+    assert engine.steadiness.blocked_counted == 0 and engine.steadiness.folded == 10
     builtin = _engine(BEHIND, **OPTIONS).run()
     assert result.summary == builtin.summary
     assert [request_record(r) for r in result.requests] == [
@@ -152,4 +156,4 @@ def test_the_crowded_workloads_carry_blocked_stretches():
             engine = _engine(_crowded_workload(seed), policy, **_crowded_options(seed))
             engine.run()
             counted[policy] += engine.steadiness.blocked_counted
-    assert counted == {"continuous": 449, "serial": 0}
+    assert counted == {"continuous": 675, "serial": 0}

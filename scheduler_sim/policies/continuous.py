@@ -117,7 +117,8 @@ class ContinuousPolicy(Policy):
         # draws its blocks from credits, and without a prefix cache its need does
         # not shrink. Arrivals join the first-come-first-served queue behind it.
         # After a finish, the credits it freed are asked as the call would ask
-        # them (nothing drains: the engine asks only then). Nothing prefills and
+        # them (nothing drains: the engine asks only then). Nothing prefills (a
+        # head just admitted whole is a decoder once its prompt is planned) and
         # every decoder fits one dispatch: each call takes them all from the
         # rotation point, as under `repeats_decodes`.
         options = self.options

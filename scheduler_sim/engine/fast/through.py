@@ -57,14 +57,17 @@ def may_carry_on(engine) -> bool:
             and engine.link.hooks is None)
 
 
-def carries_on(policy, flight) -> bool:
+def carries_on(engine, flight) -> bool:
     """Whether the flight a step just started may be carried on: it is all decodes,
     or it has prompt rows, nothing waits, and the policy is at its fixed point
     (the prompts end in it: the decodes after it start without a call,
     arrivals.py's `after_admission`; on the first 2,000 requests of the Azure
     conversation trace under `vllm`, 4.7% fewer instructions; `schedule` calls
-    on 20,000 generated requests under `continuous` 10,499 instead of 15,232)."""
-    return flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
+    on 20,000 generated requests under `continuous` 10,499 instead of 15,232);
+    or its call reported a blocked head (blocked.py asks the policy)."""
+    policy = engine.policy
+    return (flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
+            or engine.steadiness.blocked is not None)
 
 
 def carry_on(engine, until: float, looked: bool = True) -> bool:

@@ -56,7 +56,8 @@ class Steadiness:
     """The change log, the policy's state before each call, and the last plan seen."""
 
     __slots__ = ("enabled", "through", "changes", "moved", "blocked", "folded",
-                 "through_counted", "arrivals_counted", "_policy", "_slots", "_last")
+                 "through_counted", "arrivals_counted", "blocked_counted",
+                 "_policy", "_slots", "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
         # Whether folding is on at all: it changes nothing a summary or the event
@@ -77,6 +78,8 @@ class Steadiness:
         self.through_counted = 0
         # Decodes started counted after an admission carried on (fast/arrivals.py).
         self.arrivals_counted = 0
+        # Decodes started behind a blocked head in place of a call (fast/blocked.py).
+        self.blocked_counted = 0
         self._policy = policy
         self._slots = _slot_names(type(policy))
         # The requests of the last dispatch planned (None unless all decodes), the

@@ -206,7 +206,7 @@ class Stepping:
                         elif steady.repeats(flight, before):
                             fold(self, flight, until, policy_blocks)
                             looked = True
-                    if steady.through and carries_on(policy, flight):
+                    if steady.through and carries_on(self, flight):
                         # On through the finishes, while the policy repeats itself.
                         again = carry_on(self, self._until() if until is None else until,
                                          looked)

@@ -287,6 +287,25 @@ class Policy:
         a call."""
         return False
 
+    def repeats_blocked(self, reason: str) -> bool:
+        """Asked by the engine when the last `schedule` call reported its queue head
+        blocked for `reason` (requests wait, so `repeats_decodes` is false) and
+        planned a dispatch whose rows are every request this policy runs: their
+        decodes, or decodes and whole prompts that end in it. True promises that,
+        as long as nothing happens but decoding progress and arrivals (no finish,
+        cancellation, timeout, preemption, drain or wakeup), every `schedule`
+        call from the next boundary on would report the same head blocked, for
+        the same reason and the same need, admit nothing, plan the decodes of
+        every request it runs in the same order, and leave the policy's
+        attributes as they are but for what `decodes_repeated` and
+        `next_decodes` set: arrivals wait behind the head and change none of it.
+        Asked again after a finish (its request removed): True then promises the
+        same of the call due now (the credits it freed do not let the head in).
+        The engine then starts those dispatches itself and sets the report as
+        the call would (engine/fast/blocked.py). Asked of built-in policies
+        only; the default, False, never lets the engine skip a call."""
+        return False
+
     def decodes_repeated(self, requests: list[Request]) -> None:
         """The engine started the decodes of `requests`, in that order, in place of
         a `schedule` call it skipped (`repeats_decodes`): set what that call would
@@ -310,8 +329,9 @@ class Policy:
         return None
 
     def next_decodes(self) -> list[Request] | None:
-        """Asked only when `repeats_decodes` holds, after a dispatch that admitted
-        requests completed (engine/fast/arrivals.py): the decodes the `schedule`
+        """Asked only when `repeats_decodes` holds, or `repeats_blocked` did when the
+        dispatch started, after a dispatch that admitted requests completed
+        (engine/fast/arrivals.py, blocked.py): the decodes the `schedule`
         call due now would plan, in its order, having set what that call sets
         (a rotation point, say); None: unknown (the engine calls `schedule`)."""
         return None

@@ -111,6 +111,26 @@ class ContinuousPolicy(Policy):
         return (not self.queue and not self.prefillers and n <= options.max_rows
                 and n <= options.token_budget)
 
+    def repeats_blocked(self, reason: str) -> bool:
+        # A head blocked for credits stays blocked while others decode and requests
+        # arrive: credits change only when a request is admitted or ends, decoding
+        # draws its blocks from credits, and without a prefix cache its need does
+        # not shrink. Arrivals join the first-come-first-served queue behind it.
+        # After a finish, the credits it freed are asked as the call would ask
+        # them (nothing drains: the engine asks only then). Nothing prefills (a
+        # head just admitted whole is a decoder once its prompt is planned) and
+        # every decoder fits one dispatch: each call takes them all from the
+        # rotation point, as under `repeats_decodes`.
+        options = self.options
+        n = len(self.decoders)
+        queue = self.queue
+        if (reason != "reservation" or self.prefillers or n > options.max_rows
+                or n > options.token_budget or type(queue) is not FcfsQueue or not queue
+                or self.view.allocator.cache is not None
+                or (self.running_limit is not None and n >= self.running_limit)):
+            return False
+        return not self.view.allocator.can_reserve(self.reservation_need(queue.peek())[1])
+
     def decodes_repeated(self, requests: list[Request]) -> None:
         self._last_decode = requests[-1].admit_seq  # as `schedule` sets it
 

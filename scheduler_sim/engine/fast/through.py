@@ -34,6 +34,7 @@ from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
 from .arrivals import AGAIN, NO, STARTED, admit_after_prompts, admit_through, after_admission
+from .blocked import carry_blocked
 from .finishes import BACK, carry_counted
 from .folding import FOLD_AFTER, fold
 
@@ -56,14 +57,17 @@ def may_carry_on(engine) -> bool:
             and engine.link.hooks is None)
 
 
-def carries_on(policy, flight) -> bool:
+def carries_on(engine, flight) -> bool:
     """Whether the flight a step just started may be carried on: it is all decodes,
     or it has prompt rows, nothing waits, and the policy is at its fixed point
     (the prompts end in it: the decodes after it start without a call,
     arrivals.py's `after_admission`; on the first 2,000 requests of the Azure
     conversation trace under `vllm`, 4.7% fewer instructions; `schedule` calls
-    on 20,000 generated requests under `continuous` 10,499 instead of 15,232)."""
-    return flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
+    on 20,000 generated requests under `continuous` 10,499 instead of 15,232);
+    or its call reported a blocked head (blocked.py asks the policy)."""
+    policy = engine.policy
+    return (flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
+            or engine.steadiness.blocked is not None)
 
 
 def carry_on(engine, until: float, looked: bool = True) -> bool:
@@ -81,6 +85,13 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size
+    if steady.blocked is not None:
+        # The call reported its queue head blocked: requests wait, so the policy is
+        # not at its fixed point; it may promise the head stays blocked through
+        # arrivals (blocked.py).
+        carried = carry_blocked(engine, until)
+        if carried is not None:
+            return carried
     if not looked and engine.flight.all_decode:
         _fold_fixed_point(engine, until)
     while True:

@@ -1,0 +1,157 @@
+"""Behind a blocked head: a stretch of counted decodes while the queue's head waits for a credit.
+
+When the pool's credits are spoken for, the head of a first-come-first-served
+queue waits until a running request ends, and every `schedule` call between
+reports it blocked (`admission_blocked`) and plans the decodes of every running
+request, in the same order. Such a stretch cannot be carried on by
+through.py's loops: requests wait, so the policy is not at its fixed point
+(`Policy.repeats_decodes`), and in tick mode (no cost model: a dispatch lasts
+a tick) an arrival or a finish comes at most boundaries, too often to fold.
+Each of its boundaries went through the engine's whole pipeline: the loop's
+phases, the policy's `schedule` with its blocked report, `_start`, the
+steadiness and the fold's look.
+
+A built-in policy that knows its head stays blocked through arrivals says so
+(`Policy.repeats_blocked`): until a finish frees a credit, each call would
+report the same head for the same reason and need, admit nothing and plan
+the same decodes. `carry_blocked` then takes the boundaries that follow as
+the loop would: the arrivals (E2, which join the queue behind the head) and
+the completion by the cohort's counters (E1, arrivals.py's
+`take_boundaries`), then in place of the call what it would set (the
+steadiness's blocked report with the free blocks it would see) and the next
+dispatch of every member started by count in the same `InFlight`
+(`_start_counted`'s work), looked at for folding exactly as the step looks
+at it (`Steadiness.repeats`, with the attributes the promise leaves). At a
+finish the policy is asked again: if the credits freed still do not let the
+head in, the survivors' decodes start the same way (the rotation point set
+by `decodes_repeated`). If they do, the policy's call admits the heads that
+fit and plans their whole prompts beside the decodes; when it reports the
+next head blocked and promises again, that dispatch's completion is taken
+too, and once every running request decodes as a counted member their
+decodes start in the order it gives (`next_decodes`). At a boundary
+where the promise fails, or something other than arrivals is due, the
+policy plans: the step runs again at that boundary, or the engine's loop
+takes it. Without an event listener only (a listener's records of each
+boundary are left to the step). tests/test_fold_blocked.py compares the
+results with stepped replays.
+
+Speed: of the 217,354 dispatches of 100,000 generated requests, 14,720 of
+members' decodes and 7,840 with the prompts of heads admitted at a finish
+were planned by the policy behind a blocked head, each about thirty calls
+in the step besides the loop's, against five or six for a counted boundary;
+`schedule` calls there 10,264 instead of 23,961 (benchmarks/README.md,
+"twenty-second steps", mil22).
+"""
+from __future__ import annotations
+
+from .arrivals import only_arrivals, take_boundaries
+from .folding import FOLD_AFTER, fold
+
+__all__ = ["carry_blocked"]
+
+
+def carry_blocked(engine, until: float) -> bool | None:
+    """The flight just started runs every running request as a counted member, or
+    their decodes and the whole prompts of the heads the credits let in, and the
+    call that planned it reported its queue head blocked (the steadiness's
+    `blocked`). If the policy promises the report and the plan hold through
+    arrivals (`Policy.repeats_blocked`), take the boundaries up to the first at
+    which a member finishes or something other than arrivals is due (see the
+    module). Returns None when the promise is not given for a stretch of counted
+    decodes (nothing done), True when it took a boundary whose step the policy
+    plans (the step runs again at the engine's `now`), False when the engine's
+    loop takes the next boundary (nothing done, if the flight has prompt rows and
+    the promise is not given)."""
+    flight = engine.flight
+    policy = engine.policy
+    steady = engine.steadiness
+    report = steady.blocked
+    cohort = engine._cohort
+    # With prompt rows (the heads admitted at a finish, every one whole): their
+    # completion first, and the decodes after it in the order the policy gives.
+    mixed = not flight.all_decode
+    n = flight.members
+    if (engine._emit is not None or not n or engine.allocator.draining or engine.agenda.wakes
+            or (not mixed and (flight.decoders or flight.rows is not None
+                               or n != policy.running_count))
+            or not policy.repeats_blocked(report[1])):
+        return False if mixed else None
+    allocator = engine.allocator
+    ledger = engine.ledger
+    livelock = engine.livelock
+    requests = flight.requests  # every member, in the policy's order (no finish: kept)
+    rid, reason, needed = report[0], report[1], report[2]
+    # What `Steadiness.repeats` compares the call with, where no finish came: the
+    # change count before it (no change during it: it admits nothing) and the
+    # policy's attributes, which the promise leaves as they are (so the live ones
+    # stand for the copy: no copy a boundary).
+    attributes = policy.__dict__
+    while True:
+        t = flight.done
+        if t >= until:
+            # The next outside event comes by the completion: arrivals only, or the
+            # engine's loop takes the boundary.
+            if not only_arrivals(engine, until, t):
+                break
+        elif livelock.tripped:
+            break
+        if mixed:
+            running = policy.running_count
+            take_boundaries(engine, t)  # E1 (`complete_now`: the rows), E2's arrivals
+            # Every running request now a counted member (each newcomer joined as
+            # its prompt completed), the promise asked again if a request ended,
+            # or the step is the policy's; their decodes in the order the call
+            # would give, its rotation point set (`next_decodes`).
+            n = len(cohort.members)
+            if (n != policy.running_count or not allocator.fits_counted(cohort.opening())
+                    or (n != running and not policy.repeats_blocked(reason))):
+                return True
+            before = steady.before_call()
+            requests = policy.next_decodes()
+        else:
+            # The blocks the next decodes open must be free (as carry_counted asks).
+            if not allocator.fits_counted(cohort.opening()):
+                break
+            ended = take_boundaries(engine, t, True)  # E1 by the counters, E2's arrivals
+            if ended:
+                # Credits freed: the call is skipped only if the head still does not
+                # fit them (the policy asked again), with the survivors' decodes.
+                requests = cohort.survivors(requests, ended)
+                if not requests or not policy.repeats_blocked(reason):
+                    return True  # the step is the policy's, at this boundary
+                n = flight.members = flight.outputs = len(requests)
+                flight.requests = requests
+                # The call would set the rotation point (a finished member may hold
+                # it): the attributes before it are copied for the look below, as
+                # the step copies them (`before_call`).
+                before = steady.before_call()
+                policy.decodes_repeated(requests)
+            else:
+                before = (steady.changes, attributes, ())
+        if t >= until:
+            until = engine._until()  # (the arrivals taken: the next outside event)
+        # The call's report, as `report_blocked` sets it: the same head, reason and
+        # need, the free blocks before this step's decodes open theirs, none taken.
+        steady.blocked = (rid, reason, needed, allocator.free, 0)
+        allocator.step_evictions.clear()
+        allocator.step_growth.clear()
+        steady.blocked_counted += 1
+        if mixed:
+            flight = engine.flight = engine._start_counted(requests, n, cohort.start())
+            mixed = False
+        else:
+            # `_start_counted`'s dispatch of every member, in the same flight.
+            livelock.idle = 0  # (LivelockWatch.reset, inline)
+            done, exact = ledger.decodes(t, n, cohort.start())
+            flight.start, flight.done, flight.exact = t, done, exact
+            engine.flight = flight
+        # The step's look for folding (stepping.py's `_step_once`), then its check.
+        done = flight.done
+        if until - done < FOLD_AFTER * (done - t):
+            steady.forget()
+        elif steady.repeats(flight, before):
+            fold(engine, flight, until, 0)
+        allocator.check()
+    # (The rotation point is the last call's, or the last `decodes_repeated`'s: the
+    # starts between finishes run the same requests in the same order.)
+    return False

@@ -1,0 +1,159 @@
+"""Stretches behind a head blocked by credits carried on (engine/fast/blocked.py) change no result."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import slow_beyond, trace_bytes
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.summary import request_record
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.records.options import Options
+
+
+def _engine(records, policy="continuous", fast=True, on_event=None, **options):
+    trace = parse_trace(trace_bytes(records), "blocked.jsonl")
+    return Engine(trace.workload, Options.resolve(trace.config, options), policy,
+                  fast_forward=fast, on_event=on_event)
+
+
+def _calls(engine) -> list[int]:
+    """The ticks of the policy's `schedule` calls, as they come."""
+    calls = []
+    schedule = engine.policy.schedule
+    engine.policy.schedule = lambda now: calls.append(now) or schedule(now)
+    return calls
+
+
+def _outcome(result):
+    return result.summary, [request_record(r) for r in result.requests]
+
+
+def _req(rid, arrival, prompt, output):
+    return {"type": "request", "id": rid, "arrival": arrival, "prompt_tokens": prompt,
+            "output_tokens": output}
+
+
+# Blocks of 4, 7 of them. a (P=4, N=10: credit ceil(13/4) = 4) and b (P=4, N=5: credit
+# 2) are admitted at 0; c (P=4, N=2: credit 2) waits (6 + 2 > 7); d (P=8, N=10:
+# credit ceil(17/4) = 5) arrives at 3 behind it.
+BEHIND = [_req("a", 0, 4, 10), _req("b", 0, 4, 5), _req("c", 0, 4, 2), _req("d", 3, 8, 10)]
+OPTIONS = dict(block_size=4, num_blocks=7)
+
+
+def test_an_arrival_behind_a_blocked_head_is_carried_without_a_call():
+    """Tick clock. At 0 the policy admits a and b (their prompts, 0 to 1) and reports
+    c blocked for credits; at 1 it plans a's and b's decodes (every running request,
+    counted members) with c blocked again, and promises that report and plan hold
+    (`repeats_blocked`). The engine takes the boundaries itself: 2; 3, where d
+    arrives and waits behind c; 4. At 5 b ends (its fifth output): asked again,
+    the policy finds c's 2 blocks within 4 + 2 <= 7, so its call admits c (its
+    whole prompt beside a's decode, 5 to 6) and reports d blocked (6 + 5 > 7), and
+    promises again. At 6 the engine completes that dispatch (c joins the counted
+    decoders with its first output) and starts c's and a's decodes in the order
+    the policy gives (`next_decodes`); at 7 c ends, and d's 5 blocks still do not
+    fit 4 + 5 > 7: a decodes alone, folded over 8 and 9. At 10 a ends and the
+    call admits d, which ends at 20: 20 dispatches. The policy is called at 0, 1,
+    5 and 10 (the stepped replay: at every tick but 20); the engine started five
+    dispatches in place of a call (2, 3, 4, 6, 7), and every result is the
+    stepped replay's."""
+    engine = _engine(BEHIND, **OPTIONS)
+    calls = _calls(engine)
+    result = engine.run()
+    assert calls == [0, 1, 5, 10]
+    assert engine.steadiness.blocked_counted == 5
+    assert result.summary["iterations"] == 20
+    assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at) for r in result.requests] == [
+        ("a", 0, 1, 10), ("b", 0, 1, 5), ("c", 5, 6, 7), ("d", 10, 11, 20)]
+    stepped = _engine(BEHIND, fast=False, **OPTIONS)
+    stepped_calls = _calls(stepped)
+    assert _outcome(result) == _outcome(stepped.run())
+    assert stepped_calls == list(range(20))
+
+
+PLUGIN = '''
+from scheduler_sim.policies.continuous import ContinuousPolicy
+
+
+class Mine(ContinuousPolicy):
+    name = "mine"
+'''
+
+
+def test_a_plugin_s_blocked_stretch_is_stepped(tmp_path):
+    """The same workload under a plug-in built on `continuous` (it inherits the
+    promise, but the engine asks built-in policies only): no stretch is carried;
+    the engine's loop calls the policy at each boundary it does not fold over:
+    0, 1, 2, 3 (d arrives; the decodes repeat 2's: folded over 4), 5 (b ends, c
+    admitted), 6, 7 (c ends; folded over 8 and 9), 10 (d admitted), 11 and 12
+    (folded over 13 to 19): 10 dispatches folded. The results are the built-in
+    policy's."""
+    path = tmp_path / "mine.py"
+    path.write_text(PLUGIN)
+    engine = _engine(BEHIND, f"{path}:Mine", **OPTIONS)
+    calls = _calls(engine)
+    result = engine.run()
+    assert calls == [0, 1, 2, 3, 5, 6, 7, 10, 11, 12]
+    assert engine.steadiness.blocked_counted == 0 and engine.steadiness.folded == 10
+    builtin = _engine(BEHIND, **OPTIONS).run()
+    assert result.summary == builtin.summary
+    assert [request_record(r) for r in result.requests] == [
+        request_record(r) for r in builtin.requests]
+
+
+def test_the_default_policy_promises_nothing():
+    """`Policy.repeats_blocked` is False unless a policy says otherwise."""
+    from scheduler_sim.policies.base import Policy
+    assert Policy.repeats_blocked(Policy.__new__(Policy), "reservation") is False
+
+
+def _crowded_workload(seed: int) -> list[dict]:
+    """Requests arriving about every other tick into a pool whose credits run out."""
+    rng = random.Random(seed)
+    records, t = [], 0
+    for i in range(rng.randint(20, 60)):
+        t += rng.choice((0, 0, 1, 1, 2, 3, 5))
+        records.append(_req(f"r{i}", t, rng.randint(1, 24), rng.randint(1, 40)))
+    return records
+
+
+def _crowded_options(seed: int) -> dict:
+    rng = random.Random(seed)
+    options = dict(block_size=4, num_blocks=rng.randint(16, 60),
+                   token_budget=rng.randint(32, 96), max_rows=rng.randint(4, 24))
+    if seed % 3 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    return options
+
+
+@pytest.mark.parametrize("seed", slow_beyond(range(30), 10))
+@pytest.mark.parametrize("policy", ["serial", "continuous"])
+def test_carried_and_stepped_replays_agree_behind_blocked_heads(seed, policy):
+    """Every summary field and request record equals the stepped replay's, with and
+    without a cost model, and so do the event streams (a listener's boundaries
+    are stepped)."""
+    options = _crowded_options(seed)
+    records = _crowded_workload(seed)
+    result = _engine(records, policy, **options).run()
+    assert _outcome(result) == _outcome(_engine(records, policy, False, **options).run())
+    carried, stepped = [], []
+    _engine(records, policy, on_event=lambda e: carried.append(e.to_json()), **options).run()
+    _engine(records, policy, False, on_event=lambda e: stepped.append(e.to_json()),
+            **options).run()
+    assert carried == stepped
+
+
+def test_the_crowded_workloads_carry_blocked_stretches():
+    """Over the first ten crowded workloads, how many decodes the engine started
+    behind a blocked head in place of a call (`continuous`; `serial` runs one
+    request at a time, never beside a credit-blocked head). A change in when the
+    path applies shows here; the replays agree with the stepped ones, above."""
+    counted = {}
+    for policy in ("continuous", "serial"):
+        counted[policy] = 0
+        for seed in range(10):
+            engine = _engine(_crowded_workload(seed), policy, **_crowded_options(seed))
+            engine.run()
+            counted[policy] += engine.steadiness.blocked_counted
+    assert counted == {"continuous": 675, "serial": 0}

@@ -68,6 +68,25 @@ def test_a_start_and_three_folded_dispatches_by_hand():
     assert (got, _fields(stats)) == _apart(Linear(), MS, 10, 2, 150, 3, INF, 2)
 
 
+def test_the_folded_dispatches_starts_are_handed_back_for_a_listener():
+    """With `starts` given (a listener's fold: fast/counted_fold.py), the folded
+    dispatches' start steps are appended to it, and nothing else changes."""
+    stats = RunStats(MS)
+    starts = []
+    got = DispatchLedger(stats, Linear(), MS).decodes_folded(10, 2, 150, 3, INF, 2, starts)
+    # (As in the test above: the start ends at step 15, the folded ones at 20 and 24,
+    # the last in flight from 24 to 29.)
+    assert starts == [15, 20, 24]
+    assert got[2:4] == (3, 29) and got[5] == 24
+    assert (got, _fields(stats)) == _apart(Linear(), MS, 10, 2, 150, 3, INF, 2)
+    starts = []  # without a cost model: one step each, from the start's end at 8
+    DispatchLedger(RunStats(), None, Clock()).decodes_folded(7, 3, 40, 4, INF, 2, starts)
+    assert starts == [8, 9, 10, 11]
+    starts = []  # nothing folded: none
+    DispatchLedger(RunStats(MS), Linear(), MS).decodes_folded(10, 2, 150, 3, 16, 2, starts)
+    assert starts == []
+
+
 def test_no_fold_when_the_stretch_left_is_short_or_nothing_may_fold():
     for most, until in ((3, 16), (0, INF)):
         stats = RunStats(MS)
@@ -175,3 +194,54 @@ def test_the_decode_terms_are_asked_once_a_row_count_and_forgotten_with_the_cost
     full.decodes_folded(10, 2, 150, 0, INF, 2)
     full.decodes_folded(20, 2, 150, 0, INF, 2)
     assert asked == [2, 3, 2, 2, 2] and 2 not in full.terms
+
+
+def test_listened_replays_take_this_path_and_write_the_stepped_replays_lines():
+    """With an event listener (lines, or records), both callers start and fold
+    through `start_and_fold` too, and the event stream is the stepped replay's
+    (no fast-forward), line for line."""
+    from conftest import trace_bytes
+    from scheduler_sim.engine.core import Engine
+    from scheduler_sim.engine.fast import counted_fold, finishes
+    from scheduler_sim.io.trace import parse_trace
+    from scheduler_sim.records.event_lines import LineListener
+    from scheduler_sim.records.options import Options
+
+    records = [{"type": "config", "time_unit": "s"}] + [
+        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
+         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]
+    trace = parse_trace(trace_bytes(records), "counted.jsonl")
+    options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
+                                             "block_size": 16, "num_blocks": 512})
+    clock = Clock.of(options)
+    stepped: list[str] = []
+    Engine(trace.workload, options, "continuous", fast_forward=False,
+           on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
+    lines: list[str] = []
+
+    class Collect(LineListener):
+        def write(self, line):
+            lines.extend(line.split("\n"))
+
+    as_records: list[str] = []
+    for listener, out in ((Collect("p", clock), lines),
+                          (lambda e: as_records.append(e.to_json("p", clock)), as_records)):
+        calls = {counted_fold: 0, finishes: 0}
+        start = counted_fold.start_and_fold
+
+        def counting(module):
+            def call(*args):
+                calls[module] += 1
+                return start(*args)
+            return call
+
+        for module in calls:
+            module.start_and_fold = counting(module)
+        try:
+            engine = Engine(trace.workload, options, "continuous", on_event=listener)
+            engine.run()
+        finally:
+            for module in calls:
+                module.start_and_fold = start
+        assert min(calls.values()) > 0 and engine.steadiness.folded > 0
+        assert out == stepped

@@ -1,8 +1,9 @@
-"""A request's arrival and end where nothing is shared, drained or listened to, in
-fewer calls: `free_request`'s plain path (kv/freeing.py's `free_plain`), the
-engine's plain loop of finished requests (`Dispatching._finish_ended`), the plain
-arrival (engine/fast/plain_arrival.py) and the counted blocks taken inline
-(`take_counted`). Each gives what the general path gives."""
+"""A request's arrival and end where nothing is shared or drained, in fewer calls:
+`free_request`'s plain path (kv/freeing.py's `free_plain`), the engine's plain
+loop of finished requests (`Dispatching._finish_ended`), the plain arrival
+(engine/fast/plain_arrival.py) and the counted blocks taken inline
+(`take_counted`). Each gives what the general path gives, and with an event
+listener writes the records it writes."""
 from __future__ import annotations
 
 import random
@@ -85,28 +86,41 @@ def _workload(seed: int) -> bytes:
     return trace_bytes(records)
 
 
-def _run(data: bytes, policy: str, listened: bool, keep: bool = True, **options):
+def _engine(trace, opts, policy: str, general: bool, **kwargs) -> Engine:
+    """An engine whose arrivals and ends take the plain paths, or (`general`) the
+    general ones: registration (`_arrive`) and the loop of `_finish_ended` that
+    `frees_plainly` False sends every end to."""
+    engine = Engine(trace.workload, opts, policy, **kwargs)
+    assert engine.roster.arrive.__name__ == "arrive"  # (plain_arrival's)
+    if general:
+        engine.roster.arrive = engine._arrive
+        cls = type(engine.allocator)
+        engine.allocator.__class__ = type("General", (cls,), {"frees_plainly": False})
+    return engine
+
+
+def _run(data: bytes, policy: str, general: bool, keep: bool = True, **options):
+    """A run's results, and its event stream (as dictionaries)."""
     trace = parse_trace(data, "plain.jsonl")
     opts = Options.resolve(trace.config, options)
-    ends = []
-    engine = Engine(trace.workload, opts, policy,
-                    on_event=(lambda e: None) if listened else None, keep_requests=keep,
-                    on_request_end=lambda r: ends.append(r.rid))
-    assert (engine.roster.arrive.__name__ == "arrive") is (not listened)  # (plain_arrival's)
+    ends, events = [], []
+    engine = _engine(trace, opts, policy, general, keep_requests=keep,
+                     on_event=lambda e: events.append(e.to_dict()),
+                     on_request_end=lambda r: ends.append(r.rid))
     result = engine.run()
     a = engine.allocator
     return (result.summary, [request_record(r) for r in result.requests], ends,
             engine.roster.live, (a.held, a.reserved, a.granted, a.free),
-            engine.steadiness.changes)  # (the change log: folding rests on it)
+            engine.steadiness.changes, events)  # (the change log: folding rests on it)
 
 
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("policy", ["continuous", "vllm", "sglang"])
 def test_the_plain_end_gives_what_the_listened_end_gives(seed, policy):
     """Random workloads in small pools (preemptions) and large: every summary field,
-    request record, the order requests end in, the live count (0) and the pool at the
-    end (all free) are the same without a listener (the plain end) as with one (the
-    general loop, which writes the records)."""
+    request record, the order requests end in, the live count (0), the pool at the
+    end (all free) and every event record are the same on the plain paths as on the
+    general ones (registration, and the general loop of finished requests)."""
     data = _workload(seed)
     options = {"num_blocks": 12 if seed % 2 else 400, "block_size": B}
     plain = _run(data, policy, False, **options)
@@ -118,8 +132,8 @@ def test_the_plain_arrival_spills_and_rejects_as_registration_does(monkeypatch):
     """5,000 requests at tick 0 (more than the 4,096 a queue holds before its tail
     is spilled), every seventh too big for the pool of 12 blocks of 4 (prompt 60:
     15 blocks, rejected), the rest a prompt of 1 and 2 outputs (one block each): the
-    same summary and order of ends with the plain arrival as with registration
-    (listened), 715 rejected (1 + 4,999 // 7) and 4,285 completed; the 4,285 - 4,096
+    same summary, order of ends and records with the plain arrival as with
+    registration, 715 rejected (1 + 4,999 // 7) and 4,285 completed; the 4,285 - 4,096
     = 189 accepted after the queue is full are spilled, in both runs."""
     spilled = []
     add = Spill.add
@@ -138,9 +152,9 @@ def test_the_plain_arrival_spills_and_rejects_as_registration_does(monkeypatch):
     assert len(spilled) == 2 * 189 and spilled[:189] == spilled[189:]
 
 
-def _arrived(listened: bool) -> dict:
+def _arrived(general: bool) -> dict:
     """Every slot of the requests two arrivals at tick 0 build (the plain arrival's
-    own `Request(...)`, or `request_of` through `_register` when listened)."""
+    own `Request(...)`, or `request_of` through `_register` when `general`)."""
     records = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 40,
                 "output_tokens": 5, "max_tokens": 9, "priority": 2, "deadline": 50,
                 "prompt_token_ids": list(range(40)), "output_token_ids": [1, 2, 3, 4, 5]},
@@ -148,9 +162,7 @@ def _arrived(listened: bool) -> dict:
                 "output_tokens": 5, "block_hashes": [1, 2]}]
     trace = parse_trace(trace_bytes(records), "slots.jsonl")
     opts = Options.resolve(trace.config, {"block_size": 16})
-    engine = Engine(trace.workload, opts, "continuous",
-                    on_event=(lambda e: None) if listened else None)
-    assert (engine.roster.arrive.__name__ == "arrive") is (not listened)
+    engine = _engine(trace, opts, "continuous", general)
     engine.agenda.begin()
     engine.agenda.take_arrivals(0, engine.roster.arrive)
     return {rid: {name: getattr(req, name, "unset") for name in Request.__slots__}
@@ -165,3 +177,30 @@ def test_the_plain_arrival_builds_the_request_registration_builds():
     assert list(plain) == ["a", "b"]
     assert plain["a"]["max_tokens"] == 9 and plain["b"]["sent"] == 0
     assert plain == _arrived(True)
+
+
+def test_a_listened_plain_arrival_and_end_write_their_records():
+    """With a listener the plain paths are taken too and write what registration and
+    the general loop write. 'a' (a prompt of 3, 2 outputs) arrives at tick 2, 'b' (a
+    prompt of 1, 1 output) at tick 5 (waited since its trace time 5: no
+    `client_wait`); each dispatch lasts one step. 'a''s prompt runs 2-3 (its first
+    output), its decode 3-4 (its last: finished at 4); 'b''s prompt 5-6 (finished at
+    6)."""
+    records = [{"type": "request", "id": "a", "arrival": 2, "prompt_tokens": 3,
+                "output_tokens": 2},
+               {"type": "request", "id": "b", "arrival": 5, "prompt_tokens": 1,
+                "output_tokens": 1}]
+    trace = parse_trace(trace_bytes(records), "listened.jsonl")
+    opts = Options.resolve(trace.config, {"block_size": B})
+    streams = []
+    for general in (False, True):
+        events = []
+        _engine(trace, opts, "continuous", general,
+                on_event=lambda e: events.append(e.to_dict())).run()
+        streams.append([(e["tick"], e["event"], e["id"], e.get("status")) for e in events
+                        if e["event"] in ("arrival", "finished")])
+        assert all("client_wait" not in e for e in events if e["event"] == "arrival")
+    capped = "finished_length_capped"  # (its outputs all produced: vLLM's length stop)
+    assert streams[0] == [(2, "arrival", "a", None), (4, "finished", "a", capped),
+                          (5, "arrival", "b", None), (6, "finished", "b", capped)]
+    assert streams[0] == streams[1]

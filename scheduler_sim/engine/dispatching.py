@@ -238,18 +238,19 @@ class Dispatching:
         keeps = self.policy.keeps_blocks_after_finish
         allocator = self.allocator
         host = allocator.host
-        if (not keeps and host is None and self._emit is None and self.link.hooks is None
+        if (not keeps and host is None and self.link.hooks is None
                 and self.clients is None and not self.release_delay and allocator.frees_plainly):
-            # Nothing keyed, shared or pinned, nothing drains, nobody listens: each
+            # Nothing keyed, shared or pinned, nothing drains (a listener told): each
             # request's end as the loop below does it, with `_end`, `_record_end` and
             # `free_request` inline (kv/freeing.py's `free_plain`). Speed: three
             # calls fewer a request that ends (benchmarks/README.md, "seventeenth
-            # steps ... mil13").
+            # steps ... mil13"; with a listener too, "twenty-second steps", ev23).
             remove = self.policy.remove
             free = allocator.free_plain
             roster = self.roster
             steady = self.steadiness
             request_ended = self.ledger.stats.request_ended
+            emit = self._emit
             for req in ended:
                 rows = req.resident  # (for a cohort member's counted blocks; `finish` zeroes it)
                 req.finish(now)
@@ -259,6 +260,8 @@ class Dispatching:
                 steady.changes += 1  # (`Steadiness.changed`)
                 request_ended(req)  # (`_record_end`: no host memory)
                 roster.ended(req)
+                if emit is not None:
+                    emit(Finished(now, req.rid, req.status.label))
             return
         for req in ended:  # their last output
             if req.block_keys is not None and not keeps:

@@ -75,14 +75,16 @@ class FoldedStretches:
         return folded, end, exact, end - last
 
     def decodes_folded(self, now: int, rows: int, contexts: int, most: int, until: float,
-                       after: int) -> tuple[int, float, int, int, float, int]:
+                       after: int, starts: list[int] | None = None
+                       ) -> tuple[int, float, int, int, float, int]:
         """`decodes(now, rows, contexts)`, then, if `most` > 0 and the time left to
         `until` is at least `after` times that dispatch's length, `fold` of at most
         `most` dispatches after it (contexts + rows before the first) and the gaps
         its completion ends (`rows`, one dispatch long): a counted start and the
         stretch folded after it (fast/counted_fold.py). Returns (completion step,
         exact end) of that dispatch, then the fold's (dispatches, 0 if none, the
-        last one's completion step, exact end and start step).
+        last one's completion step, exact end and start step); the folded
+        dispatches' starts are appended to `starts` when given (`fold`'s).
 
         Speed: one call where the start and the fold made about ten (their
         pricing, timing, work counts and gap each); see benchmarks/README.md,
@@ -93,7 +95,7 @@ class FoldedStretches:
             if most <= 0 or until - done < after * (done - now):
                 return done, exact, 0, done, exact, now
             folded, end, last_exact, start = self.fold(exact, done, rows, contexts + rows,
-                                                       most, until, None)
+                                                       most, until, starts)
         else:
             # `decodes`, its seconds from the terms the fold prices with (the same
             # float as `decode_seconds`), its work counted with the fold's below.
@@ -110,7 +112,7 @@ class FoldedStretches:
             folded = 0
             if most > 0 and until - done >= after * (done - now):
                 folded, end, last_exact, last, busy = time_stretch(
-                    cost, self.clock, exact, done, rows, contexts + rows, most, until, None,
+                    cost, self.clock, exact, done, rows, contexts + rows, most, until, starts,
                     stats.itl, terms)
                 stats.busy_seconds += busy
                 start = end - last

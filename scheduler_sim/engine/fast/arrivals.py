@@ -266,8 +266,8 @@ def after_admission(engine, until: float) -> tuple[int, float]:
                 # The policy's decodes are every member (the running requests, as
                 # many): started counted, as `_start` finds them (`_start_members`).
                 engine.steadiness.arrivals_counted += 1
-                if (engine._emit is None and engine.ledger.cost is not None
-                        and not engine.agenda.wakes and everyone <= engine.options.token_budget):
+                if (engine.ledger.cost is not None and not engine.agenda.wakes
+                        and everyone <= engine.options.token_budget):
                     start_counted_run(engine, t, order, until)  # (counted_fold.py)
                     return COUNTED, until
                 # (a listener's snapshot: written with the dispatch, as one text)

@@ -6,17 +6,25 @@ count (`Counting._start_counted`: the cohort opens their blocks, the ledger
 prices and times the dispatch) and, when the stretch to the next outside
 event is long enough (`FOLD_AFTER`), folds the dispatches after it
 (folding.py's `fold`, whose members-only case asks the policy, the cohort's
-fewest outputs left and the free blocks, then the ledger). Without an event
-listener that is always the same sequence of questions, so `start_and_fold`
+fewest outputs left and the free blocks, then the ledger). That is always
+the same sequence of questions, so `start_and_fold`
 asks them once, in the same order and at the same state (after the cohort
 opened the start's blocks), and has the ledger record the start and the fold
 in one call (`DispatchLedger.decodes_folded`): the same statistics, floats
 and gaps, the same blocks taken (the cohort's `start`, then its `advance`).
 Where the fold would do more than that (a blocked head, blocks that do not
-fit every member's need), the start and `fold` are made as before. (Both
-callers come here only when nothing listens: with a listener the engine starts
-and folds as before, writing each record.) The callers use it under a cost model only: without one a dispatch
-lasts one step, the stretch to the next arrival is mostly too short to fold
+fit every member's need), the start and `fold` are made as before. With an
+event listener the questions are the same (a fold's records add nothing to
+them), so the start and the fold are asked and recorded in the same one call,
+which hands back the folded dispatches' starts; then the start's snapshot and
+dispatch are written (`Counting._write_counted`, the counts taken before the
+start opened its blocks) and the fold's records (folding.py's `_emit_folded`),
+with the start's blocks taken first, as the separate start and `fold` write
+them. Speed (a listener's): 0.9% fewer instructions with `--events` on the
+Azure conversation trace's first 2,000 requests under `continuous` (3,761
+starts), 0.95x the CPU on the whole trace (benchmarks/README.md,
+"twenty-second steps", helper ev23). The callers use it under a cost model
+only: without one a dispatch lasts one step, the stretch to the next arrival is mostly too short to fold
 (`FOLD_AFTER`), and asking the fold's questions first cost 20,000 generated
 requests under `continuous` 1.3% more instructions (0.7% with the questions
 skipped here but the calls kept: benchmarks/README.md, "thirteenth steps ...
@@ -26,7 +34,7 @@ tests/test_counted_fold.py checks it against the separate start and fold.
 from __future__ import annotations
 
 from ..dispatching import InFlight
-from .folding import FOLD_AFTER, fold
+from .folding import FOLD_AFTER, _emit_folded, fold
 
 __all__ = ["start_and_fold", "start_counted_run"]
 
@@ -35,21 +43,27 @@ def start_counted_run(engine, t: int, order: list, until: float) -> None:
     """After an admission's completion at `t` (arrivals.py's `after_admission`), every
     running request a member, `order` their decodes as the policy repeats them:
     start that dispatch by count in a new flight and fold the stretch after it, up
-    to `until` (the next outside event, which nothing moved: no listener, no
-    policy wakeups), as `_start_counted`, the steadiness told, then `fold`."""
+    to `until` (the next outside event, which nothing moved: no policy wakeups),
+    as `_start_counted`, the steadiness told, then `fold`."""
     n = len(order)
     flight = engine.flight = InFlight(None, t, t, 0.0, True, n, [], n, order)
     engine.steadiness.repeated(order)
     start_and_fold(engine, flight, t, n, until)
 
 
-def start_and_fold(engine, flight, t: int, n: int, until: float) -> None:
+def start_and_fold(engine, flight, t: int, n: int, until: float,
+                   rows: str | None = None) -> str | None:
     """Start, at `t` (the engine's `now`), the next dispatch of the cohort's `n`
     members by count in `flight` (a dispatch of members only, completed: its
-    fields become the new dispatch's), then fold the stretch after it up to
-    `until`, the next outside event, as `fold` would (see the module)."""
+    fields become the new dispatch's; its `requests` the members in the rows'
+    order), then fold the stretch after it up to `until`, the next outside
+    event, as `fold` would (see the module). With a listener, returns the text of
+    the rows written for a line listener (`rows`: that text, if known), else None."""
     engine.livelock.idle = 0  # (LivelockWatch.reset, inline)
     cohort = engine._cohort
+    emit = engine._emit
+    # (a listener's snapshot: the counts before the start's blocks, `_start_counted`'s)
+    counts = engine._counts() if emit is not None else None
     # The members' blocks this start opens, by count: taken with the fold's after
     # it (`advance`), or alone (`take_counted`) if nothing folds. Two consecutive
     # takes give the ids one take of their sum gives, in the same order, and
@@ -61,7 +75,7 @@ def start_and_fold(engine, flight, t: int, n: int, until: float) -> None:
     steady = engine.steadiness
     allocator = engine.allocator
     most = 0  # the most dispatches the fold may take (0: none)
-    plain = steady.blocked is None  # (no listener: the callers' own test)
+    plain = steady.blocked is None  # (a blocked head's reports: `fold`'s own)
     if plain and engine.policy.may_fold(None):
         most = cohort.fewest_left() - 1
         # Every member's new blocks fit (else `fold` finds how many do).
@@ -71,14 +85,26 @@ def start_and_fold(engine, flight, t: int, n: int, until: float) -> None:
         if owed:
             allocator.take_counted(owed)
         done, exact = ledger.decodes(t, n, contexts)
+        if emit is not None:
+            rows = engine._write_counted(flight.requests, n, done, counts, rows)
         flight.start, flight.done, flight.exact = t, done, exact
         flight.members = flight.outputs = n
         if until - done >= FOLD_AFTER * (done - t):
-            fold(engine, flight, until, 0)
-        return
+            fold(engine, flight, until, 0, rows)
+        return rows
+    starts = [] if emit is not None else None
     done, exact, folded, end, last_exact, start = ledger.decodes_folded(
-        t, n, contexts, most, until, FOLD_AFTER)
+        t, n, contexts, most, until, FOLD_AFTER, starts)
     flight.members = flight.outputs = n
+    if emit is not None:
+        # The start's records, then the fold's, at the pool the start leaves.
+        if owed:
+            allocator.take_counted(owed)
+            owed = 0
+        rows = engine._write_counted(flight.requests, n, done, counts, rows)
+        if folded:
+            _emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
+                         rows)
     if folded:
         cohort.advance(folded, start, owed)
         steady.folded += folded
@@ -87,3 +113,4 @@ def start_and_fold(engine, flight, t: int, n: int, until: float) -> None:
         if owed:
             allocator.take_counted(owed)
         flight.start, flight.done, flight.exact = t, done, exact
+    return rows

@@ -88,7 +88,7 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
     # rows' text made again only after a finish), then the fold's lines.
     emit = engine.listener
     rows = None
-    fused = emit is None and ledger.cost is not None  # (counted_fold.py's callers' test)
+    fused = ledger.cost is not None  # (counted_fold.py's callers' test)
     while True:
         t = flight.done
         if t >= until:
@@ -159,8 +159,12 @@ def carry_counted(engine, until: float) -> tuple[int, float]:
                 steady.repeated(ended, changes)
             return ENDED, until
         # The survivors' decodes, started by count (`_start_counted`), in the same flight.
-        if fused:  # (and folded: counted_fold.py)
-            start_and_fold(engine, flight, t, n, until)
+        if fused:  # (and folded: counted_fold.py; with a listener, its records too)
+            if emit is not None:
+                if rows is None:  # (its lines name the survivors: the flight's rows)
+                    flight.requests = cohort.survivors(alive)
+                allocator.step_growth.clear()  # (as the start clears it: a fold reads it)
+            rows = start_and_fold(engine, flight, t, n, until, rows)
             changes = steady.changes
             continue
         engine.livelock.idle = 0  # (LivelockWatch.reset, inline)

@@ -11,7 +11,7 @@ import pytest
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.key_index import KeyIndex, _pieces
-from scheduler_sim.kv.tail_first import TailFirstRuns, tail_first
+from scheduler_sim.kv.tail_first import NoKeys, TailFirstRuns, tail_first
 from scheduler_sim.kv.vllm_cache import VllmCache
 
 
@@ -161,3 +161,101 @@ def test_a_requests_own_keys_are_indexed_when_it_lets_go_of_its_blocks(monkeypat
     assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2, b"r3:3": 3, b"r3:4": 7}
     assert cache.others == {b"r3:2": [5], b"r3:3": [6]}
     a.audit()
+
+
+def _a_with_decodes():
+    """Pool of 8, blocks of 4, entries of 8 tokens: A (trace position 3, hash id
+    9300001, 12 prompt tokens) holds blocks 0, 1 (keys e2, e2 + 1), 2 (its own
+    b"r3:2", indexed with the prompt) and its decodes' 3, 4 (registered, left
+    unindexed from block 3)."""
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys = BlockKeys(3, 12, 4, 8, hashes=[9300001])
+    a.grow("A", 12)
+    a.register_full_blocks("A", keys, 12)
+    for rows in (16, 20):
+        a.grow("A", rows)
+        a.register_decoded("A", keys, rows)
+    assert a.cache.unindexed == {"A": ([0, 1, 2, 3, 4], 3)}
+    return a, keys, keys.run_key[0]
+
+
+def test_an_ended_requests_own_blocks_stay_cached_without_keys(monkeypatch):
+    """A ends (`ended`): its decodes' blocks 3 and 4 are never keyed (no `ensure`,
+    nothing indexed) and join the queue first as a run of `NoKeys`, then 2 with
+    b"r3:2" and 1, 0 with their run: 5 cached. B takes the 3 blocks never used
+    (5, 6, 7), then one block (a decode's): 4, the oldest, one eviction and no
+    key forgotten; then two: 3 and 2, b"r3:2" forgotten with 2. Left: 1 and 0,
+    indexed, the audit passing throughout."""
+    a, keys, e2 = _a_with_decodes()
+    cache = a.cache
+    ensure = BlockKeys.ensure
+    asked = []
+    monkeypatch.setattr(BlockKeys, "ensure", lambda self, count, listed=True: (
+        asked.append(count) or ensure(self, count, listed)))
+    assert a.free_request("A", 0, 0, 20, True) == 5
+    assert (asked, keys.known, cache.unindexed, cache.others) == ([], 3, {}, {})
+    assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2}
+    assert [(r[0], r[1]) for r in cache.runs] == [
+        ([4, 3], NoKeys(2)), ([2], [b"r3:2"]), ([1, 0], range(e2 + 1, e2 - 1, -1))]
+    assert (a.cached_free, a.free, cache.free_blocks.loose) == (5, 8, {2, 3, 4})
+    assert cache.queue_items() == ([4, 3, 2, 1, 0], [None, None, b"r3:2", e2 + 1, e2])
+    a.audit()
+    a.grow("B", 12)
+    assert (a.table("B"), a.cached_free, a.step_evictions) == ([5, 6, 7], 5, {})
+    a.grow("B", 16)
+    assert (a.table("B")[3:], a.step_evictions) == ([4], {"B": 1})
+    assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2}
+    a.audit()
+    a.grow("B", 24)
+    assert (a.table("B")[4:], a.step_evictions, a.cached_free) == ([3, 2], {"B": 3}, 2)
+    assert cache.index == {e2: 0, e2 + 1: 1}
+    assert cache.queue_items() == ([1, 0], [e2 + 1, e2])
+    assert cache.free_blocks.loose == set()
+    a.audit()
+
+
+def test_a_preempted_requests_own_keys_are_indexed_and_found_before_it_ends():
+    """A preempted (not `ended`): its own keys b"r3:3", b"r3:4" are made and
+    indexed, and its look-up finds all five blocks again. Shared back, it decodes
+    into block 5 (never used: unindexed from 5) and ends: 5 joins the queue
+    without a key, first, the rest with theirs. B takes 6 and 7, then two
+    evicted: 5 (nothing forgotten) and 4 (b"r3:4" forgotten)."""
+    a, keys, e2 = _a_with_decodes()
+    cache = a.cache
+    assert a.free_request("A", 0, 0) == 5
+    assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2, b"r3:3": 3, b"r3:4": 4}
+    a.audit()
+    hits = a.lookup(keys, 5)
+    assert hits == [0, 1, 2, 3, 4]
+    a.share("A", hits, keys)
+    a.grow("A", 24)
+    a.register_decoded("A", keys, 24)
+    assert (a.table("A"), cache.unindexed["A"][1], a.cached_free) == ([0, 1, 2, 3, 4, 5], 5, 0)
+    a.audit()
+    assert a.free_request("A", 0, 0, 24, True) == 6
+    assert cache.queue_items() == ([5, 4, 3, 2, 1, 0],
+                                   [None, b"r3:4", b"r3:3", b"r3:2", e2 + 1, e2])
+    a.audit()
+    a.grow("B", 8)
+    a.grow("B", 16)
+    assert (a.table("B"), a.step_evictions) == ([6, 7, 5, 4], {"B": 2})
+    assert cache.index == {e2: 0, e2 + 1: 1, b"r3:2": 2, b"r3:3": 3}
+    a.audit()
+
+
+def test_no_keys_are_a_none_per_block_and_tail_first_puts_them_first():
+    e = list(range(5))
+    assert (len(NoKeys(4)), list(NoKeys(2)), NoKeys(4)[1], NoKeys(5)[1:3]) == (
+        4, [None, None], None, NoKeys(2))
+    assert NoKeys(2) == [None, None] and NoKeys(2) != [None, b"r3:2"] and e != NoKeys(5)
+    with pytest.raises(IndexError):
+        NoKeys(2)[2]
+    keys = BlockKeys(3, 12, 4, 8, hashes=[9300001])
+    keys.ensure(3, False)
+    e2 = keys.run_key[0]
+    runs = tail_first(keys, 5, 2)
+    assert (runs.pieces, len(runs)) == ([NoKeys(2), [b"r3:2"], range(e2 + 1, e2 - 1, -1)], 5)
+    assert runs.keys == [e2, e2 + 1, b"r3:2", None, None]
+    assert tail_first(runs, 5) is runs
+    del runs[2:]
+    assert (runs.pieces, len(runs)) == ([NoKeys(2)], 2)

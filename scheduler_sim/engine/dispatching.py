@@ -276,7 +276,7 @@ class Dispatching:
             if handed:
                 self.link.hooks.prefilled(self, req)  # pins its blocks for the copy
             if not keeps:  # (`_release_request`, inline: once a request)
-                self.allocator.free_request(req.rid, now, self.release_delay, rows)
+                self.allocator.free_request(req.rid, now, self.release_delay, rows, ended=True)
             self._end(req)
             if self._emit is not None and not handed:
                 self._emit(Finished(now, req.rid, req.status.label))

@@ -185,7 +185,8 @@ class BlockCounts(BlockAllocator):
 
     # --- letting go --------------------------------------------------------------
 
-    def free_request(self, rid: str, now: int, delay: int, rows: int = 0) -> int:
+    def free_request(self, rid: str, now: int, delay: int, rows: int = 0,
+                     ended: bool = False) -> int:
         if delay:
             raise InvariantError("a release delay drains block ids: the allocator counts blocks")
         return self.free_plain(rid, rows)

@@ -53,13 +53,16 @@ def leading_shared(reversed_table: list[int], extra: dict[int, int]) -> int:
 class Freeing:
     """`BlockAllocator`'s release of tables, drain queue and free pools."""
 
-    def free_request(self, rid: str, now: int, delay: int, rows: int = 0) -> int:
+    def free_request(self, rid: str, now: int, delay: int, rows: int = 0,
+                     ended: bool = False) -> int:
         """Release `rid`'s credit and block references; return the blocks sent to drain.
 
         Blocks are dereferenced tail first; a block nobody references or pins
         any more drains until `now + delay` (A4). (`rows`, the request's rows
         written, is for an allocator that counts blocks, kv/block_counts.py: a
-        table of ids knows its blocks.)
+        table of ids knows its blocks.) `ended`: the request ended (it will not
+        look its keys up again: the cache's `release_ended`, where it has one;
+        not with pins, whose orphans keep a key each).
         """
         if not self._shared and not delay:
             return self.free_plain(rid)
@@ -67,7 +70,8 @@ class Freeing:
         self.step_evictions.pop(rid, None)
         self.step_growth.pop(rid, None)
         table = self._tables.pop(rid, None)
-        count, carried = self._release(rid)
+        count, carried = (self._release_ended(rid) if ended and not self._pins
+                          else self._release(rid))
         if not table:
             return 0
         table.reverse()  # tail first

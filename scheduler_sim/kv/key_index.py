@@ -35,6 +35,8 @@ from bisect import bisect_right
 from collections import deque
 from typing import Hashable, Iterator
 
+from .tail_first import NoKeys
+
 __all__ = ["KeyIndex", "TailFirstKeys"]
 
 
@@ -217,6 +219,10 @@ class KeyIndex:
         every other block in `members.loose`. Their flags are cleared by the
         same slices as the buckets (one walk over the runs; `members.size` is
         the caller's)."""
+        if type(keys) is NoKeys:  # (blocks without a key: `VllmCache.release_ended`)
+            if members is not None:
+                members.loose.difference_update(blocks)
+            return
         flags = members.flags if members is not None else None
         # (runs of keys found exactly, no compare: a freed table's own keys, or a
         # run of them going down as a `range`, `RunQueue.append_run`)
@@ -235,7 +241,8 @@ class KeyIndex:
                 q = p + 1
                 while q < end and type(keys[q + shift]) is not int:
                     q += 1
-                deque(map(plain.__delitem__, keys[p + shift:q + shift]), 0)
+                # (None, a block without a key, `NoKeys` cut up: nothing to forget)
+                deque(map(plain.__delitem__, filter(None, keys[p + shift:q + shift])), 0)
                 if members is not None:
                     members.loose.difference_update(blocks[p:q])
                 p = q

@@ -13,9 +13,9 @@ keys going down: each run is a compare of the bucket's slice with the blocks
 compare when the keys go down by one (a `range` of a freed table's run of
 keys, or `TailFirstKeys`: runs found exactly) and no duplicate is cached
 (every block is indexed). Every other
-free block (a key of another kind: a request's own content, its decodes'; or
-a duplicate, a block whose key indexes another block) is a member of the set
-`loose`.
+free block (a key of another kind: a request's own content, its decodes'; a
+duplicate, a block whose key indexes another block; or no key, None: an ended
+request's own content, `tail_first.NoKeys`) is a member of the set `loose`.
 
 Why: the queue's members were a `set` of blocks, each block inserted when its
 table was freed and deleted when evicted: about 9.1 million inserts and 9.05
@@ -37,6 +37,7 @@ from itertools import compress
 from typing import Callable, Iterator
 
 from .key_index import KeyIndex, TailFirstKeys, _pieces, _run_down
+from .tail_first import NoKeys
 
 __all__ = ["QueueMembers"]
 
@@ -109,6 +110,9 @@ class QueueMembers:
             return
         self.size += count
         self._snapshot = None
+        if type(keys) is NoKeys:  # (blocks without a key: `VllmCache.release_ended`)
+            self.loose.update(blocks)
+            return
         index = self.index
         width = index.width
         if width != self._width:  # (the index's width is set before any integer key)

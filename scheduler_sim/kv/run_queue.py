@@ -25,6 +25,7 @@ from itertools import compress, repeat
 from operator import eq
 
 from .key_index import TailFirstKeys
+from .tail_first import NoKeys
 
 __all__ = ["RunQueue"]
 
@@ -58,9 +59,9 @@ class RunQueue:
         for copying the list), and only in a compact cache, where memory is what
         grows with the replicas."""
         ends = self.ends
-        if not self.compact or type(keys) is range:
+        if not self.compact or type(keys) is range or type(keys) is NoKeys:
             # (a `range`: a run of integer keys going down, 48 bytes whatever its
-            # length, less than packed)
+            # length, less than packed; `NoKeys`: blocks without keys, nothing to pack)
             self.runs.append(run := [blocks, keys, 0])
             ends[blocks[-1]] = run
             return

@@ -7,14 +7,53 @@ freed tail first, so the keys go the other way: the tail's keys reversed,
 then each run going down, last run first. `TailFirstRuns` keeps them so, a
 `range` per run (no int object per key) and a list for the tail's keys, and
 the queue takes each piece as a run of its own (`VllmCache.give_back`).
+
+A request that ended lets go of the blocks of its own content (`block_keys.OWN_KEY`)
+for good: nobody can look them up any more, so their keys are never made and the
+queue holds them under `NoKeys`, a None per block, as blocks cached (in LRU order,
+evicted and counted as any other) that no key names (`VllmCache.release_ended`).
 """
 from __future__ import annotations
 
 from bisect import bisect_right
-from itertools import chain
+from itertools import chain, repeat
 from typing import Iterator
 
-__all__ = ["TailFirstRuns", "tail_first"]
+__all__ = ["NoKeys", "TailFirstRuns", "tail_first"]
+
+
+class NoKeys:
+    """The keys of `length` blocks that have none: None each, as a sequence (a
+    slice of it is one too), without a list made of them."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, where):
+        if type(where) is slice:
+            return NoKeys(len(range(self.length)[where]))
+        range(self.length)[where]  # (IndexError past the end, as a list's)
+        return None
+
+    def __iter__(self) -> Iterator:
+        return repeat(None, self.length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NoKeys):
+            return other.length == self.length
+        if isinstance(other, list):
+            return len(other) == self.length and other.count(None) == self.length
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NoKeys({self.length})"
 
 
 class TailFirstRuns:
@@ -36,6 +75,14 @@ class TailFirstRuns:
 
     def __repr__(self) -> str:
         return f"TailFirstRuns({self.pieces!r})"
+
+    @property
+    def keys(self) -> list:
+        """The keys in row order, as a `BlockKeys`'s `keys` (an ended request's
+        keys, `VllmCache.release_ended`, for a release that drains)."""
+        keys = list(self)
+        keys.reverse()
+        return keys
 
     def __delitem__(self, where: slice) -> None:
         """`del keys[n:]`, as of a list, and only that: keep the first `n` keys
@@ -60,18 +107,25 @@ class TailFirstRuns:
         self.length = min(n, self.length)
 
 
-def tail_first(keys, count: int) -> TailFirstRuns:
+def tail_first(keys, count: int, keyless: int = 0) -> TailFirstRuns:
     """The keys of the first `count` blocks of `keys` (a `BlockKeys` that knows
     them), tail first, as runs: `keys.keys[count - 1::-1]` without an int object
-    made per key.
+    made per key; the last `keyless` of them (keys of the request's own content
+    that nobody can look up, past every integer key) as `NoKeys`, not made.
 
     Speed: a request's integer keys had an int object each, made by `ensure`,
     copied reversed here and again into the freed table's own list, freed at
     eviction; the range iterator and `PyLong_FromLong` alone were 5.6% of the
     instructions replaying the first 2,000 Mooncake requests under vllm (helper
-    pc8's callgrind)."""
+    pc8's callgrind). `keys` tail first already (a `TailFirstRuns`: an ended
+    request's, `VllmCache.release_ended`) are the answer."""
+    if type(keys) is TailFirstRuns:
+        return keys
     ints = keys.ints
     pieces: list = []
+    if keyless:
+        pieces.append(NoKeys(keyless))
+        count -= keyless
     top = count
     if count > ints:
         pieces.append(keys.tail[count - ints - 1::-1])
@@ -85,4 +139,4 @@ def tail_first(keys, count: int) -> TailFirstRuns:
         pieces.append(range(first + top - 1 - pos, first - 1, -1))
         top = pos
         r -= 1
-    return TailFirstRuns(pieces, count)
+    return TailFirstRuns(pieces, count + keyless)

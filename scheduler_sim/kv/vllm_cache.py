@@ -15,7 +15,8 @@ table's runs of keys stay runs (`tail_first`: a `range` going down each).
 Keys of a request's own content (`block_keys.OWN_KEY`: its decodes'
 blocks, found by nobody else, and by it only once it let go of them) are
 not made or indexed as their blocks fill: `unindexed` names the first such
-block of each request, and `release` indexes them all as one run.
+block of each request, and `release` indexes them all as one run (or, once the
+request ended, `release_ended` queues them without keys: found by nobody).
 
 Blocks join the queue a request at a time and leave it, but for hits, from
 its front, many at once. So the queue is kept as `runs`, one entry
@@ -41,7 +42,7 @@ from .key_index import KeyIndex
 from .prefix_cache import PrefixCache
 from .queue_members import QueueMembers
 from .run_queue import RunQueue
-from .tail_first import TailFirstRuns
+from .tail_first import TailFirstRuns, tail_first
 from .vllm_audit import audit_vllm
 
 __all__ = ["VllmCache"]
@@ -254,7 +255,8 @@ class VllmCache(RunQueue, PrefixCache):
             if self.others:
                 self.forget_key(block, key)
             elif type(key) is not int:
-                del self.index.plain[key]
+                if key is not None:  # (None: a block without a key, `release_ended`)
+                    del self.index.plain[key]
             else:
                 del self.index[key]
             table.append(block)
@@ -271,6 +273,8 @@ class VllmCache(RunQueue, PrefixCache):
                 index.forget(keys, 0, taken)
             else:
                 for block, key in zip(taken, keys):
+                    if key is None:  # (a block without a key: `release_ended`)
+                        continue
                     if index[key] == block and key not in others:
                         del index[key]
                     else:
@@ -338,6 +342,28 @@ class VllmCache(RunQueue, PrefixCache):
                 self._index_own(keys, *left)
         return keys.registered, keys
 
+    def release_ended(self, rid):
+        """`release` for a request that ended: the blocks `register` left unindexed
+        (keys of its own content, `block_keys.OWN_KEY`) can be found by nobody
+        now (only the request itself, after a preemption, could look them up),
+        so their keys are neither made nor indexed: they join the queue as
+        blocks cached without a key (`tail_first.NoKeys`), in the same order,
+        evicted and counted as before, and nothing is forgotten for them.
+
+        Speed: replaying the Mooncake trace under vllm, about 255,000 such
+        blocks (3% of those freed) cost about 1 us each in all, made, indexed,
+        held in `QueueMembers.loose` and forgotten key by key: 5-7% of the run
+        (benchmarks/README.md, "twenty-second steps", helpers pc22 and pc23)."""
+        keys = self.request_keys.pop(rid, None) if self.request_keys else None
+        if keys is None:
+            return 0, ()
+        if self.unindexed:
+            left = self.unindexed.pop(rid, None)
+            if left is not None:
+                count = keys.registered
+                return count, tail_first(keys, count, count - left[1])
+        return keys.registered, keys
+
     def _index_own(self, keys, table, start) -> None:
         """Index the keys of `table[start:keys.registered]`, blocks `register` left
         unindexed (keys of the request's own content, bytes), as `register`
@@ -399,7 +425,10 @@ class VllmCache(RunQueue, PrefixCache):
         audit_vllm(self, tables, carried, orphans)
 
     def forget_key(self, block: int, key) -> None:
-        """Drop `block`'s `key`; a duplicate of it takes its place in the index."""
+        """Drop `block`'s `key`; a duplicate of it takes its place in the index
+        (None: a block without a key, `release_ended`, nothing to drop)."""
+        if key is None:
+            return
         others = self.others
         if self.index[key] == block:
             rest = others.get(key)

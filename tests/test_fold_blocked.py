@@ -157,3 +157,52 @@ def test_the_crowded_workloads_carry_blocked_stretches():
             engine.run()
             counted[policy] += engine.steadiness.blocked_counted
     assert counted == {"continuous": 675, "serial": 0}
+
+
+def _stirred_workload(seed: int) -> list[dict]:
+    """A crowded workload with cancellations and forced preemptions at any time, some
+    requests asking for more tokens than they produce (`max_tokens`), and priorities."""
+    rng = random.Random(seed)
+    records = _crowded_workload(seed)
+    for i, request in enumerate(list(records)):
+        request["priority"] = rng.randint(0, 3)
+        if rng.random() < 0.2:
+            request["max_tokens"] = request["output_tokens"] + rng.randint(1, 20)
+        roll = rng.random()
+        at = request["arrival"] + rng.randint(0, 40)
+        if roll < 0.1:
+            records.append({"type": "cancel", "id": f"r{i}", "at": at})
+        elif roll < 0.2:
+            records.append({"type": "preempt", "id": f"r{i}", "at": at})
+    return records
+
+
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 8))
+@pytest.mark.parametrize("order", ["fcfs", "priority", "sjf"])
+def test_cancellations_preemptions_and_orders_behind_blocked_heads(seed, order):
+    """Cancellations and forced preemptions inside the carried stretches (the engine's
+    loop must take them), block sizes down to 1, and queue orders other than
+    first-come-first-served (the promise is not given: the policy's call decides):
+    every summary field and request record equals the stepped replay's."""
+    options = _crowded_options(seed)
+    options.update(order=order, block_size=(1, 2, 4)[seed % 3])
+    records = _stirred_workload(seed)
+    carried = _engine(records, "continuous", **options)
+    result = carried.run()
+    assert _outcome(result) == _outcome(_engine(records, "continuous", False, **options).run())
+
+
+def test_the_stirred_workloads_carry_blocked_stretches_under_fcfs_only():
+    """The stirred workloads above do take the path under `fcfs` and never under the
+    other orders (their queue is not first-come-first-served: no promise)."""
+    counted = {}
+    for order in ("fcfs", "priority", "sjf"):
+        counted[order] = 0
+        for seed in range(8):
+            options = _crowded_options(seed)
+            options.update(order=order, block_size=(1, 2, 4)[seed % 3])
+            engine = _engine(_stirred_workload(seed), "continuous", **options)
+            engine.run()
+            counted[order] += engine.steadiness.blocked_counted
+    assert counted["priority"] == counted["sjf"] == 0
+    assert counted["fcfs"] == 559

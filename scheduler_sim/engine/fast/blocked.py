@@ -55,8 +55,9 @@ def carry_blocked(engine, until: float) -> bool | None:
     their decodes and the whole prompts of the heads the credits let in, and the
     call that planned it reported its queue head blocked (the steadiness's
     `blocked`). If the policy promises the report and the plan hold through
-    arrivals (`Policy.repeats_blocked`), take the boundaries up to the first at
-    which a member finishes or something other than arrivals is due (see the
+    arrivals (`Policy.repeats_blocked`), take the boundaries, through arrivals
+    and through finishes after which the policy promises again, up to the first
+    at which it does not or something other than arrivals is due (see the
     module). Returns None when the promise is not given for a stretch of counted
     decodes (nothing done), True when it took a boundary whose step the policy
     plans (the step runs again at the engine's `now`), False when the engine's

@@ -25,6 +25,11 @@ fleet), no state callback, no client slots, no waiting timeout, no release
 delay, no host memory, a built-in policy. With an event listener, each
 boundary writes what the loop's would: the finished requests' records, then
 the snapshot and the dispatch (or the folded stretch's lines).
+
+Behind a queue head blocked by credits, a policy that promises the head and
+its plan hold through arrivals (`Policy.repeats_blocked`) has its boundaries
+taken the same way, asked again after each finish (blocked.py; not with a
+listener).
 """
 from __future__ import annotations
 
@@ -64,10 +69,13 @@ def carries_on(engine, flight) -> bool:
     arrivals.py's `after_admission`; on the first 2,000 requests of the Azure
     conversation trace under `vllm`, 4.7% fewer instructions; `schedule` calls
     on 20,000 generated requests under `continuous` 10,499 instead of 15,232);
-    or its call reported a blocked head (blocked.py asks the policy)."""
+    or its call reported a blocked head and the flight has counted members
+    (blocked.py asks the policy; without members it would return at once:
+    asked anyway, 0.7% more instructions under `sglang` on the first 2,000
+    Mooncake requests, benchmarks/README.md, "twenty-second steps", review)."""
     policy = engine.policy
     return (flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
-            or engine.steadiness.blocked is not None)
+            or (engine.steadiness.blocked is not None and flight.members))
 
 
 def carry_on(engine, until: float, looked: bool = True) -> bool:
@@ -85,10 +93,10 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size
-    if steady.blocked is not None:
+    if steady.blocked is not None and engine.flight.members:
         # The call reported its queue head blocked: requests wait, so the policy is
         # not at its fixed point; it may promise the head stays blocked through
-        # arrivals (blocked.py).
+        # arrivals (blocked.py; only for counted members: `carries_on`).
         carried = carry_blocked(engine, until)
         if carried is not None:
             return carried

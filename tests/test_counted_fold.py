@@ -8,6 +8,8 @@ clock's step is 1 ms.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from scheduler_sim.engine.ledger import DispatchLedger
@@ -123,48 +125,62 @@ def test_the_same_as_apart_on_many_shapes():
 
 
 
+def _twelve_arrivals() -> list[dict]:
+    """Twelve requests 37 ms apart under a cost model: they arrive into and finish
+    inside counted stretches."""
+    return [{"type": "config", "time_unit": "s"}] + [
+        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
+         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]
+
+
+@contextmanager
+def _counting_start_and_fold():
+    """Count `start_and_fold`'s calls by caller while the block runs: after an
+    admission (through counted_fold's own name) and at carry_counted's
+    boundaries (finishes' import of it)."""
+    from scheduler_sim.engine.fast import counted_fold, finishes
+    calls = {counted_fold: 0, finishes: 0}
+    start = counted_fold.start_and_fold
+
+    def counting(module):
+        def call(*args):
+            calls[module] += 1
+            return start(*args)
+        return call
+
+    for module in calls:
+        module.start_and_fold = counting(module)
+    try:
+        yield calls
+    finally:
+        for module in calls:
+            module.start_and_fold = start
+
+
 def test_replays_with_a_cost_model_take_this_path_and_match_the_stepped_ones():
     """Requests arriving into and finishing inside counted stretches under a cost
     model: `start_and_fold` starts and folds them (counted below), and the results
     are those of the stepped replay (no fast-forward), request for request."""
     from conftest import trace_bytes
     from scheduler_sim.engine.core import Engine
-    from scheduler_sim.engine.fast import counted_fold, finishes
     from scheduler_sim.engine.summary import request_record
     from scheduler_sim.io.trace import parse_trace
     from scheduler_sim.records.options import Options
 
-    records = [{"type": "config", "time_unit": "s"}] + [
-        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
-         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]
-    trace = parse_trace(trace_bytes(records), "counted.jsonl")
+    trace = parse_trace(trace_bytes(_twelve_arrivals()), "counted.jsonl")
     for policy in ("continuous", "vllm"):
         outcomes = []
         for fast in (True, False):
             options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
                                                      "block_size": 16, "num_blocks": 512})
             engine = Engine(trace.workload, options, policy, fast_forward=fast)
-            # Calls from each caller: after an admission (through counted_fold's
-            # own name) and at carry_counted's boundaries (finishes' import of it).
-            calls = {counted_fold: 0, finishes: 0}
-            start = counted_fold.start_and_fold
-
-            def counting(module):
-                def call(*args):
-                    calls[module] += 1
-                    return start(*args)
-                return call
-
-            for module in calls:
-                module.start_and_fold = counting(module)
-            try:
+            with _counting_start_and_fold() as calls:
                 result = engine.run()
-            finally:
-                for module in calls:
-                    module.start_and_fold = start
             outcomes.append((result.summary, [request_record(r) for r in result.requests]))
             if fast:
-                assert min(calls.values()) > 0 and engine.steadiness.folded > 0
+                # 12 starts after an admission, 12 at carry_counted's boundaries,
+                # 39 dispatches folded (a change in when the path applies shows here)
+                assert list(calls.values()) == [12, 12] and engine.steadiness.folded == 39
         assert outcomes[0] == outcomes[1]
 
 
@@ -202,15 +218,11 @@ def test_listened_replays_take_this_path_and_write_the_stepped_replays_lines():
     (no fast-forward), line for line."""
     from conftest import trace_bytes
     from scheduler_sim.engine.core import Engine
-    from scheduler_sim.engine.fast import counted_fold, finishes
     from scheduler_sim.io.trace import parse_trace
     from scheduler_sim.records.event_lines import LineListener
     from scheduler_sim.records.options import Options
 
-    records = [{"type": "config", "time_unit": "s"}] + [
-        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
-         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]
-    trace = parse_trace(trace_bytes(records), "counted.jsonl")
+    trace = parse_trace(trace_bytes(_twelve_arrivals()), "counted.jsonl")
     options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
                                              "block_size": 16, "num_blocks": 512})
     clock = Clock.of(options)
@@ -226,22 +238,8 @@ def test_listened_replays_take_this_path_and_write_the_stepped_replays_lines():
     as_records: list[str] = []
     for listener, out in ((Collect("p", clock), lines),
                           (lambda e: as_records.append(e.to_json("p", clock)), as_records)):
-        calls = {counted_fold: 0, finishes: 0}
-        start = counted_fold.start_and_fold
-
-        def counting(module):
-            def call(*args):
-                calls[module] += 1
-                return start(*args)
-            return call
-
-        for module in calls:
-            module.start_and_fold = counting(module)
-        try:
+        with _counting_start_and_fold() as calls:
             engine = Engine(trace.workload, options, "continuous", on_event=listener)
             engine.run()
-        finally:
-            for module in calls:
-                module.start_and_fold = start
-        assert min(calls.values()) > 0 and engine.steadiness.folded > 0
+        assert list(calls.values()) == [12, 12] and engine.steadiness.folded == 39
         assert out == stepped

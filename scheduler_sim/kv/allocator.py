@@ -171,7 +171,6 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
         self._take = cache.take
         self._give_back = cache.give_back
         self._release = cache.release
-        self._release_ended = getattr(cache, "release_ended", cache.release)  # (`free_request`)
         self._register = cache.register
         self._register_decoded = cache.register_decoded
         # False: `register_decoded` does nothing, and the engine skips it.

@@ -61,8 +61,8 @@ class Freeing:
         any more drains until `now + delay` (A4). (`rows`, the request's rows
         written, is for an allocator that counts blocks, kv/block_counts.py: a
         table of ids knows its blocks.) `ended`: the request ended (it will not
-        look its keys up again: the cache's `release_ended`, where it has one;
-        not with pins, whose orphans keep a key each).
+        look its keys up again: told to the cache's `release`; not with pins,
+        whose orphans keep a key each).
         """
         if not self._shared and not delay:
             return self.free_plain(rid)
@@ -70,8 +70,7 @@ class Freeing:
         self.step_evictions.pop(rid, None)
         self.step_growth.pop(rid, None)
         table = self._tables.pop(rid, None)
-        count, carried = (self._release_ended(rid) if ended and not self._pins
-                          else self._release(rid))
+        count, carried = self._release(rid, ended and not self._pins)
         if not table:
             return 0
         table.reverse()  # tail first

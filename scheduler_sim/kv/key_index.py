@@ -219,7 +219,7 @@ class KeyIndex:
         every other block in `members.loose`. Their flags are cleared by the
         same slices as the buckets (one walk over the runs; `members.size` is
         the caller's)."""
-        if type(keys) is NoKeys:  # (blocks without a key: `VllmCache.release_ended`)
+        if type(keys) is NoKeys:  # (blocks without a key: `VllmCache.release`, ended)
             if members is not None:
                 members.loose.difference_update(blocks)
             return

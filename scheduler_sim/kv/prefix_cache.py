@@ -207,10 +207,12 @@ class PrefixCache:
         that have a key; return the plain ones, in order."""
         raise NotImplementedError
 
-    def release(self, rid: str) -> tuple[int, object]:
+    def release(self, rid: str, ended: bool = False) -> tuple[int, object]:
         """`rid` lets go of its table: how many of its leading blocks carry their
         keys along, and (if any do) the request's `BlockKeys`, which knows
-        those keys (the allocator reads them tail first: `tail_first`)."""
+        those keys (the allocator reads them tail first: `tail_first`).
+        `ended`: the request ended and will never look its keys up again (a
+        cache may then spare keys nobody else can match: `VllmCache.release`)."""
         return _NOTHING_CARRIED
 
     def owned_elsewhere(self, keyed: list[int], extra: dict[int, int]) -> set[int]:

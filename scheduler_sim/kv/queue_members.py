@@ -110,7 +110,7 @@ class QueueMembers:
             return
         self.size += count
         self._snapshot = None
-        if type(keys) is NoKeys:  # (blocks without a key: `VllmCache.release_ended`)
+        if type(keys) is NoKeys:  # (blocks without a key: `VllmCache.release`, ended)
             self.loose.update(blocks)
             return
         index = self.index

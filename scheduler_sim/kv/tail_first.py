@@ -11,7 +11,7 @@ the queue takes each piece as a run of its own (`VllmCache.give_back`).
 A request that ended lets go of the blocks of its own content (`block_keys.OWN_KEY`)
 for good: nobody can look them up any more, so their keys are never made and the
 queue holds them under `NoKeys`, a None per block, as blocks cached (in LRU order,
-evicted and counted as any other) that no key names (`VllmCache.release_ended`).
+evicted and counted as any other) that no key names (`VllmCache.release`, ended).
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ class TailFirstRuns:
     @property
     def keys(self) -> list:
         """The keys in row order, as a `BlockKeys`'s `keys` (an ended request's
-        keys, `VllmCache.release_ended`, for a release that drains)."""
+        keys, `VllmCache.release` of an ended request, for a release that drains)."""
         keys = list(self)
         keys.reverse()
         return keys
@@ -118,7 +118,7 @@ def tail_first(keys, count: int, keyless: int = 0) -> TailFirstRuns:
     eviction; the range iterator and `PyLong_FromLong` alone were 5.6% of the
     instructions replaying the first 2,000 Mooncake requests under vllm (helper
     pc8's callgrind). `keys` tail first already (a `TailFirstRuns`: an ended
-    request's, `VllmCache.release_ended`) are the answer."""
+    request's, `VllmCache.release` of an ended request) are the answer."""
     if type(keys) is TailFirstRuns:
         return keys
     ints = keys.ints

@@ -46,7 +46,7 @@ def _keys(cache, tables, carried, orphans) -> dict:
     key_of: dict = {}
 
     def note(block, key, where):
-        if key is None:  # (an ended request's own block, never keyed: `release_ended`)
+        if key is None:  # (an ended request's own block, never keyed: `VllmCache.release`)
             if where != "free" and where != "draining":
                 raise InvariantError(f"block {block} has no key ({where})")
             if block in key_of:

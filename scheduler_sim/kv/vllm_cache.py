@@ -16,7 +16,7 @@ Keys of a request's own content (`block_keys.OWN_KEY`: its decodes'
 blocks, found by nobody else, and by it only once it let go of them) are
 not made or indexed as their blocks fill: `unindexed` names the first such
 block of each request, and `release` indexes them all as one run (or, once the
-request ended, `release_ended` queues them without keys: found by nobody).
+request ended, queues them without keys: found by nobody).
 
 Blocks join the queue a request at a time and leave it, but for hits, from
 its front, many at once. So the queue is kept as `runs`, one entry
@@ -255,7 +255,7 @@ class VllmCache(RunQueue, PrefixCache):
             if self.others:
                 self.forget_key(block, key)
             elif type(key) is not int:
-                if key is not None:  # (None: a block without a key, `release_ended`)
+                if key is not None:  # (None: a block without a key, `release` of an ended request)
                     del self.index.plain[key]
             else:
                 del self.index[key]
@@ -273,7 +273,7 @@ class VllmCache(RunQueue, PrefixCache):
                 index.forget(keys, 0, taken)
             else:
                 for block, key in zip(taken, keys):
-                    if key is None:  # (a block without a key: `release_ended`)
+                    if key is None:  # (a block without a key: `release` of an ended request)
                         continue
                     if index[key] == block and key not in others:
                         del index[key]
@@ -330,38 +330,31 @@ class VllmCache(RunQueue, PrefixCache):
                 p += n
         return blocks
 
-    def release(self, rid):
+    def release(self, rid, ended=False):
         """The request's registered leading blocks carry their keys: its
-        `BlockKeys`, read as runs by the allocator (`tail_first`)."""
+        `BlockKeys`, read as runs by the allocator (`tail_first`). The blocks
+        `register` left unindexed (keys of its own content, `block_keys.OWN_KEY`)
+        are indexed now, the first moment anyone (the request itself, after a
+        preemption) could look them up; if it `ended`, nobody ever can, so their
+        keys are neither made nor indexed: they join the queue as blocks cached
+        without a key (`tail_first.NoKeys`), in the same order, evicted and
+        counted as before, and nothing is forgotten for them.
+
+        Speed (`ended`): replaying the Mooncake trace under vllm, about 255,000
+        such blocks (3% of those freed) cost about 1 us each in all, made,
+        indexed, held in `QueueMembers.loose` and forgotten key by key: 5-7% of
+        the run (benchmarks/README.md, "twenty-second steps", helpers pc22 and
+        pc23)."""
         keys = self.request_keys.pop(rid, None) if self.request_keys else None
         if keys is None:
             return 0, ()
         if self.unindexed:
             left = self.unindexed.pop(rid, None)
             if left is not None:
+                if ended:
+                    count = keys.registered
+                    return count, tail_first(keys, count, count - left[1])
                 self._index_own(keys, *left)
-        return keys.registered, keys
-
-    def release_ended(self, rid):
-        """`release` for a request that ended: the blocks `register` left unindexed
-        (keys of its own content, `block_keys.OWN_KEY`) can be found by nobody
-        now (only the request itself, after a preemption, could look them up),
-        so their keys are neither made nor indexed: they join the queue as
-        blocks cached without a key (`tail_first.NoKeys`), in the same order,
-        evicted and counted as before, and nothing is forgotten for them.
-
-        Speed: replaying the Mooncake trace under vllm, about 255,000 such
-        blocks (3% of those freed) cost about 1 us each in all, made, indexed,
-        held in `QueueMembers.loose` and forgotten key by key: 5-7% of the run
-        (benchmarks/README.md, "twenty-second steps", helpers pc22 and pc23)."""
-        keys = self.request_keys.pop(rid, None) if self.request_keys else None
-        if keys is None:
-            return 0, ()
-        if self.unindexed:
-            left = self.unindexed.pop(rid, None)
-            if left is not None:
-                count = keys.registered
-                return count, tail_first(keys, count, count - left[1])
         return keys.registered, keys
 
     def _index_own(self, keys, table, start) -> None:
@@ -426,7 +419,7 @@ class VllmCache(RunQueue, PrefixCache):
 
     def forget_key(self, block: int, key) -> None:
         """Drop `block`'s `key`; a duplicate of it takes its place in the index
-        (None: a block without a key, `release_ended`, nothing to drop)."""
+        (None: a block without a key, `release` of an ended request, nothing to drop)."""
         if key is None:
             return
         others = self.others

@@ -6,6 +6,7 @@ import random
 import pytest
 
 from conftest import slow_beyond, trace_bytes
+from test_fold_through import _counting_calls as _calls, _outcome
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace
@@ -16,18 +17,6 @@ def _engine(records, policy="continuous", fast=True, on_event=None, **options):
     trace = parse_trace(trace_bytes(records), "blocked.jsonl")
     return Engine(trace.workload, Options.resolve(trace.config, options), policy,
                   fast_forward=fast, on_event=on_event)
-
-
-def _calls(engine) -> list[int]:
-    """The ticks of the policy's `schedule` calls, as they come."""
-    calls = []
-    schedule = engine.policy.schedule
-    engine.policy.schedule = lambda now: calls.append(now) or schedule(now)
-    return calls
-
-
-def _outcome(result):
-    return result.summary, [request_record(r) for r in result.requests]
 
 
 def _req(rid, arrival, prompt, output):

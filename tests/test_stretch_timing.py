@@ -240,10 +240,9 @@ def test_a_short_stretch_timed_one_at_a_time_by_hand():
 def test_dispatches_shorter_than_a_step_last_one_step_each_by_hand():
     """Dispatches of 0.3 ms on 1 ms steps, 2 rows, from exact 9.5 (step 10): the
     first ends at 9.8, before its start, so it lasts one step (to 11, its exact end
-    11: its raw length 0 is not taken for a run of the length before it, of which
-    there is none); the second ends at 11.3, step 12; the third at 11.6, before its
-    start (12), so at 13 (exact 13). Lengths 1, 1, 1: the first two end 2 gaps of
-    1 step each. `until` 12: two start before it; 11: one. At most 40: the slices
+    11: its rounded length 0 is no run's, there being no length before it); the
+    second ends at 11.3, step 12; the third at 11.6, before its start (12), so at
+    13 (exact 13). Lengths 1, 1, 1: the first two end 2 gaps of 1 step each. `until` 12: two start before it; 11: one. At most 40: the slices
     (`_time_slices`) time none (the first ends before it starts), the loop all 40,
     ending at 50 (exact 49.3: the last one not held to a step), 39 gaps of 1."""
     cost = Series(0.0003, 0.0)

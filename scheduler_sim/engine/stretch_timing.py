@@ -24,7 +24,7 @@ import math
 from bisect import bisect_left
 from collections import Counter
 from functools import reduce
-from itertools import accumulate, count, islice, repeat
+from itertools import accumulate, islice, repeat
 from operator import add, le, lt, mul, sub, truediv
 
 from ..gpu.costmodel import CostModel
@@ -38,7 +38,6 @@ __all__ = ["time_stretch", "SLICED"]
 SLICED = 32
 
 INF = float("inf")
-NAN = float("nan")
 
 # A run of lengths (`_count_runs`) costs about as much as timing this many dispatches in C passes.
 RUN_COST = 4
@@ -69,50 +68,49 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
         folded, done, exact, last, busy = _time_slices(
             base, kv, clock, exact, done, rows, contexts, most, until, gaps)
     else:
-        folded, busy, last = 0, 0.0, NAN  # (the slices' state kept apart: fifteenth steps, az11)
+        folded, busy, last = 0, 0.0, 0  # (the slices' state kept apart: fifteenth steps, az11)
     # From a dispatch that would end before it starts (if any), one at a time: `timed`, with
     # `Clock.steps` and `Clock.end_step` inlined (the same floats and roundings; two calls a
-    # dispatch were a fifth of the stretch's timing: "fourth steps"), each one's seconds priced
-    # inline, `base + kv * c` for c its rows' contexts and rows (`decode_series`'s floats); the
-    # count taken from the last c, `until` tested after each dispatch ("eleventh steps", az7).
+    # dispatch were a fifth of the stretch's timing: benchmarks/README.md, "fourth steps"). Each
+    # one's seconds are priced inline, `base + kv * c` for c its rows' contexts and rows (the
+    # floats of `decode_series`): cheaper than a series and a `next` a dispatch.
     get, ceil = gaps.get, math.ceil
     slack, rel = CEIL_SLACK
     add_start = starts.append if starts is not None else None
+    # (The count timed here is taken from the last context priced, `c`, and `until` tested
+    # after each dispatch: fewer operations; "eleventh steps", az7.)
     first = contexts + rows * (folded + 1)
-    c, same = None, 0
+    c = None
     if done < until:
-        # The lengths go to `gaps` a run of equal ones at a time (`same` of `last` steps; 41% of
-        # Azure's last as long as the one before: "fifteenth steps", az11). Speed: contexts as
-        # floats (no int made, `kv * c` of two floats: the same product below 2 ** 53), a length
-        # compared with `last` (at least 1, or NAN) before the one-step minimum, which only
-        # another length can need: Azure's stretches alone 1.449e9 -> 1.408e9 Ir (az23).
-        for c in islice(count(float(first), float(rows)), most - folded):
+        # The lengths go to `gaps` a run of equal ones at a time (`same` of `last` steps).
+        # Speed: a length is an int past the cached ones (about 7,000 steps of 1 us), so a dict
+        # update compares int objects; 41% of the loop's Azure dispatches last as long as the
+        # one before: 827.9e6 -> 818.8e6 Ir on its first 6,000 requests' calls ("fifteenth
+        # steps", az11).
+        same = 0
+        for c in range(first, contexts + rows * (most + 1), rows):
             if add_start is not None:
                 add_start(done)
             seconds = base + kv * c
             busy += seconds
             exact += seconds / step_seconds
             end = ceil(exact - slack - exact * rel)
-            length = end - done
-            if length == last:
+            if end <= done:  # at least one step ...
+                end = done + 1
+                if exact <= done:
+                    exact = end  # ... and shorter than the rest of its first step: one
+            if end - done == last:
                 same += 1
             else:
-                if length <= 0:  # at least one step ...
-                    end, length = done + 1, 1
-                    if exact <= done:
-                        exact = end  # ... and shorter than the rest of its first step: one
-                if length == last:
-                    same += 1
-                else:
-                    if same:
-                        gaps[last] = get(last, 0) + rows * same
-                    last = length
-                    same = 1
+                if same:
+                    gaps[last] = get(last, 0) + rows * same
+                last = end - done
+                same = 1
             done = end
             if done >= until:
                 break
         if c is not None:
-            folded += int(c - first) // rows + 1
+            folded += (c - first) // rows + 1
             # The last dispatch is still in flight: its outputs end no gaps yet.
             if same > 1:
                 gaps[last] = get(last, 0) + rows * (same - 1)
@@ -129,24 +127,26 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
 def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, rows: int,
                  contexts: int, most: int, until: float, gaps: dict[int, int]
                  ) -> tuple[int, int, float, int, float]:
-    """`time_stretch`'s long stretch, nobody asking for its starts: its dispatches timed a
-    slice at a time in C, up to `most`, `until` or one that ends at or before its start (timed
-    by `time_stretch`'s loop from there). Returns, and adds to `gaps`, what `time_stretch` does
-    for the dispatches timed here (the last one's outputs included: `time_stretch` takes them
-    out; its length NAN if none is timed). `base`, `kv`: `cost.decode_terms(rows)`.
+    """`time_stretch`'s long stretch, nobody asking for its starts: its dispatches
+    timed a slice at a time in C, up to `most`, `until` or one that ends at or
+    before its start (timed by `time_stretch`'s loop from there). Returns, and
+    adds to `gaps`, what `time_stretch` does for the dispatches timed here (the
+    last one's outputs included: `time_stretch` takes them out). `base`, `kv`:
+    `cost.decode_terms(rows)`.
 
-    Speed: a fleet's replicas run small batches (the Mooncake trace on 64 replicas folds 4.1
-    million dispatches); timed one by one in C passes this was about 20% of that replay; a
-    slice's lengths are counted a run at a time (`_count_runs`), its seconds (`decode_series`'s
-    floats) priced over a `range` of contexts (an `islice` of the series was 28% of what 64
-    replicas add to one engine; one row's are sliced out of `context_prices`' tables: 36 -> 12
-    us a slice of 260, "twentieth steps", flt21), and with kv >= 0 they only grow (roundings
-    are monotone: `rising`, no `all` test; benchmarks/README.md, "sixteenth steps")."""
+    Speed: a fleet's replicas run small batches (the Mooncake trace on 64 replicas
+    folds 4.1 million dispatches); timed one by one in C passes this was about 20%
+    of that replay; a slice's lengths are counted a run at a time (`_count_runs`),
+    its seconds (`decode_series`'s floats) priced over a `range` of contexts (an
+    `islice` of the series was 28% of what 64 replicas add to one engine; one
+    row's are sliced out of `context_prices`' tables: 36 -> 12 us a slice of 260,
+    "twentieth steps", flt21), and with kv >= 0 they only grow (roundings are
+    monotone: `rising`, no `all` test; benchmarks/README.md, "sixteenth steps")."""
     step_seconds = clock.step_seconds
     folded, busy = 0, 0.0
     counts: dict[int, int] = {}  # lengths of the dispatches counted in runs
     lengths: list[int] = []       # lengths of the others timed in slices
-    last = NAN
+    last = 0
     size = 32  # dispatches timed at once, then as many as may start before `until`
     rising = kv >= 0
     while folded < most and done < until:
@@ -177,12 +177,12 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
         shortest = max(last - 1, 1)
         size = int((until - done) // shortest) + 1 if until < INF else most
     get = gaps.get
-    for length, times in counts.items():
-        if times:
-            gaps[length] = get(length, 0) + rows * times
+    for length, count in counts.items():
+        if count:
+            gaps[length] = get(length, 0) + rows * count
     if lengths:
-        for length, times in Counter(lengths).items():
-            gaps[length] = get(length, 0) + rows * times
+        for length, count in Counter(lengths).items():
+            gaps[length] = get(length, 0) + rows * count
     return folded, done, exact, last, busy
 
 

@@ -86,16 +86,16 @@ class VllmPolicy(QueueAndListPolicy):
         super().__init__(options, view)
         self.rule = options.victim or ("priority" if options.order == "priority" else "lifo")
         self.watermark_blocks = int(options.watermark * options.num_blocks)
-        # The prefill cadence (option prefill_interval, vLLM's prefill_schedule_interval on
-        # one engine), counted only when it is on.
+        # The prefill cadence (option prefill_interval, vLLM's
+        # prefill_schedule_interval on one engine), counted only when it is on.
         interval = options.prefill_interval
         self.executed_steps = 0  # steps that ran something
         self.last_prefill_step = -interval  # the last of them that carried prefill
         self.capacity_bound = False  # the last releasing step left requests waiting
-        # Whether the plan may hand its run of decodes over as one list (`DecodesFirst`): only the
-        # package's own policy, not a plug-in built on it, whose plans must be lists
-        # (engine/policy_failure.py). Read at the first step: the engine marks a plug-in after it
-        # builds the policy.
+        # Whether the plan may hand its run of decodes over as one list (`DecodesFirst`):
+        # only the package's own policy, not a plug-in built on it, whose plans must be
+        # lists (engine/policy_failure.py). Read at the first step: the engine marks a
+        # plug-in after it builds the policy.
         self._hands_runs: bool | None = None
 
     # --- victims --------------------------------------------------------------
@@ -140,20 +140,21 @@ class VllmPolicy(QueueAndListPolicy):
         preempted = False
         keyed = allocator.cache is not None  # prefix caching: blocks keyed at allocation
         size = options.block_size
-        # A decode that opens a block (its row the block's first) fills none: all its full
-        # blocks were keyed as they filled, and keying them again does nothing in vLLM's
-        # cache. Unless blocks are of one row (that decode fills one), a radix tree stamps
-        # its path even then, or host memory's write-through queues the keys of blocks
-        # shared since. Speed: 46,736 of the 73,805 calls of `_cache_blocks` replaying
-        # the Mooncake trace; on its first 2,000 requests 0.994x.
-        key_openings = keyed and (size == 1 or self.radix_eviction or allocator.host is not None)
+        # A decode that opens a block (its row the block's first) fills none: all its
+        # full blocks were keyed as they filled, and keying them again does nothing in
+        # vLLM's cache. Unless blocks are of one row (that decode fills one), a radix
+        # tree stamps its path even then, or host memory's write-through queues the
+        # keys of blocks shared since. Speed: 46,736 of the 73,805 calls of
+        # `_cache_blocks` replaying the Mooncake trace; on its first 2,000 requests 0.994x.
+        key_openings = keyed and (size == 1 or self.radix_eviction
+                                  or allocator.host is not None)
         running = self.running
         interval = options.prefill_interval
-        # Hold prefill (running chunks and admissions that need prefill) until the interval
-        # since the last step that carried prefill has passed, while something decodes,
-        # unless the last releasing step could not empty the queue (the capacity escape).
-        # Under data-parallel lockstep the ranks' shared step counter sets the cadence
-        # instead: prefill only on steps that are multiples of the interval.
+        # Hold prefill (running chunks and admissions that need prefill) until the
+        # interval since the last step that carried prefill has passed, while something
+        # decodes, unless the last releasing step could not empty the queue (the capacity
+        # escape). Under data-parallel lockstep the ranks' shared step counter sets the
+        # cadence instead: prefill only on steps that are multiples of the interval.
         defer = False
         if interval > 1 and not self.capacity_bound:
             # (A property, read only with a cadence: 0.999x the instructions, Mooncake 2,000.)
@@ -182,15 +183,13 @@ class VllmPolicy(QueueAndListPolicy):
                 # Under prefix caching the blocks the decodes open are taken after the walk in
                 # one `grow_each` (the same, in order) while the pool surely holds them: 37,648
                 # one-block evictions on the Mooncake trace (README: "twenty-third steps", pc24).
-                spare, openings = -1, []  # (`spare`: read at the first opening)
+                spare, openings = (allocator.free if keyed and not key_openings else 0), []
                 for k, req in enumerate(islice(running, i, None)):
                     r = req.resident
                     if r < req.prompt_tokens or r < req.restore:
                         break
                     m = r % size
                     if not m:  # (a failed `try_grow` changes nothing: walked below)
-                        if spare < 0:
-                            spare = allocator.free if keyed and not key_openings else 0
                         if len(openings) < spare:
                             openings.append((req.rid, r + 1))
                         elif keyed or not allocator.try_grow(req.rid, r + 1):
@@ -257,8 +256,8 @@ class VllmPolicy(QueueAndListPolicy):
                 scheduled[req] = tokens
                 budget -= tokens
                 i += 1
-                # A chunk that got its blocks carries prefill (vLLM's prefill_scheduled;
-                # a chunk that preempted itself does not).
+                # A chunk that got its blocks carries prefill (vLLM's
+                # prefill_scheduled; a chunk that preempted itself does not).
                 prefill_ran = prefill_ran or not decoding
                 if keyed and (not decoding or key_openings):
                     self._cache_blocks(req, req.resident + tokens)
@@ -362,21 +361,23 @@ class VllmPolicy(QueueAndListPolicy):
         return all(r.output_token_ids is None for r in self.running)
 
     def repeats_decodes(self) -> bool:
-        # Nothing waits, prefill has no cadence and no cache keys blocks as they fill: each
-        # call walks the running list, a decode each (the engine checks they have blocks).
+        # Nothing waits, prefill has no cadence and no cache keys blocks as they
+        # fill: each call walks the running list and gives every request its
+        # decode (the engine checks that the blocks they open are free).
         options = self.options
         return (not self.waiting and options.prefill_interval <= 1
                 and len(self.running) <= options.token_budget
                 and self.view.allocator.cache is None)
 
     def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
-        # `schedule` when new requests wait and every running request decodes (`decodes`
-        # is the running list): the decodes that open a block take it in running order,
-        # then the waiting requests are admitted in order while the rows, the budget and
-        # their blocks (with the watermark once something runs) allow, each whole prompt
-        # one chunk. Decided before anything is allocated: every one must be admitted so,
-        # else the call plans it. Speed: several requests arriving together were left to
-        # `schedule` (2,848 of its 3,376 calls on the first 20,000 generated requests).
+        # `schedule` when new requests wait and every running request decodes
+        # (`decodes` is the running list): the decodes that open a block take it
+        # in running order, then the waiting requests are admitted in order while
+        # the rows, the budget and their blocks (with the watermark once something
+        # runs) allow, each whole prompt one chunk. Decided before anything is
+        # allocated: every one must be admitted so, else the call plans it.
+        # Speed: several requests arriving together were left to `schedule`
+        # (2,848 of its 3,376 calls on the first 20,000 generated requests).
         waiting = self.waiting
         options = self.options
         allocator = self.view.allocator

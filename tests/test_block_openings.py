@@ -4,7 +4,6 @@ against `grow` on random pools, and taken by the folds of random workloads."""
 from __future__ import annotations
 
 import random
-import sys
 
 from conftest import trace_bytes
 from scheduler_sim.engine.core import Engine
@@ -103,8 +102,7 @@ def test_folds_under_prefix_caching_open_their_blocks_in_one_call(monkeypatch):
     batched = []
     grow_each = BlockAllocator.grow_each
     monkeypatch.setattr(BlockAllocator, "grow_each",
-                        lambda self, openings: (sys._getframe(1).f_code.co_name == "fold"
-                                                and batched.append(len(openings)))
+                        lambda self, openings: batched.append(len(openings))
                         or grow_each(self, openings))
     records = [{"type": "config", "hash_block_size": 8}]
     records += [{"type": "request", "id": f"w{i}", "arrival": 0, "prompt_tokens": 16,
@@ -121,50 +119,3 @@ def test_folds_under_prefix_caching_open_their_blocks_in_one_call(monkeypatch):
     assert (engine.folded > 0, batched) == (True, [4, 2, 1, 2, 2, 1])
     stepped = Engine(trace.workload, opts, "vllm", fast_forward=False).run()
     assert folded.summary == stepped.summary
-
-
-
-def test_a_steps_decodes_open_their_blocks_in_one_call(monkeypatch):
-    """vllm with prefix caching, stepped (no folds): the policy's run of decodes
-    gathers the blocks its decodes open and takes them in one `grow_each` after
-    the walk. Four w's (16 prompt rows, 2 outputs, blocks of 4) fill the 20
-    blocks: 16 for their prompts, and one each as row 16 opens a block. Four
-    r's (8 prompt rows, 12 outputs: rows 8 to 18 decoded) open blocks at rows
-    8, 12 and 16, the four together each time, and end holding all 20 blocks
-    (5 each): three walks of four openings, nothing preempted. The blocks come
-    as growing decode by decode gives them: the same evictions, in order."""
-    records = [{"type": "config", "hash_block_size": 8}]
-    records += [{"type": "request", "id": f"w{i}", "arrival": 0, "prompt_tokens": 16,
-                "output_tokens": 2, "block_hashes": [10 * i, 10 * i + 1]} for i in range(4)]
-    records += [{"type": "request", "id": f"r{i}", "arrival": 100, "prompt_tokens": 8,
-                 "output_tokens": 12, "block_hashes": [100 + i]} for i in range(4)]
-    trace = parse_trace(trace_bytes(records), "walk.jsonl")
-    opts = Options.resolve(trace.config, dict(block_size=4, num_blocks=20, token_budget=64,
-                                              max_rows=8, prefix_caching=True))
-    take = VllmCache.take
-    evicted = []
-    monkeypatch.setattr(VllmCache, "take", lambda self, rid, table, count: (
-        take(self, rid, table, count), evicted.append(table[-count:]))[0])
-    grow_each = BlockAllocator.grow_each
-    batched = []
-    monkeypatch.setattr(BlockAllocator, "grow_each",
-                        lambda self, openings: batched.append(list(openings))
-                        or grow_each(self, openings))
-    gathered = Engine(trace.workload, opts, "vllm", fast_forward=False).run()
-    assert batched == [[(f"w{i}", 17) for i in range(4)]] + [
-        [(f"r{i}", rows) for i in range(4)] for rows in (9, 13, 17)]
-    assert gathered.summary["preemptions"] == 0
-    took = evicted[:]
-    evicted.clear()
-
-    def one_by_one(self, openings):
-        for rid, rows in openings:
-            self.grow(rid, rows)
-    monkeypatch.setattr(BlockAllocator, "grow_each", one_by_one)
-    grown = Engine(trace.workload, opts, "vllm", fast_forward=False).run()
-    # r0's and r1's prompts take the w's 4 plain blocks, r2's and r3's evict the
-    # least recently freed cached ones (w0's, freed first, tail first: 3, 2, 1, 0); each
-    # walk's openings evict four more, one `take` of four each, where growing
-    # decode by decode takes them one at a time: the same blocks in the same order.
-    assert took == [[3, 2], [1, 0], [7, 6, 5, 4], [11, 10, 9, 8], [15, 14, 13, 12]]
-    assert (sum(evicted, []), grown.summary) == (sum(took, []), gathered.summary)

@@ -180,26 +180,18 @@ class VllmPolicy(QueueAndListPolicy):
                 # The decodes from row i on, one token each, no index or budget kept, up to
                 # a chunk or an opening that may preempt or is keyed. Speed: 24.2 of 24.7 rows
                 # a step on the Mooncake trace (benchmarks/README.md, "seventeenth steps", pc13).
-                # Under prefix caching the blocks the decodes open are taken after the walk in
-                # one `grow_each` (the same, in order) while the pool surely holds them: 37,648
-                # one-block evictions on the Mooncake trace (README: "twenty-third steps", pc24).
-                spare, openings = (allocator.free if keyed and not key_openings else 0), []
                 for k, req in enumerate(islice(running, i, None)):
                     r = req.resident
                     if r < req.prompt_tokens or r < req.restore:
                         break
                     m = r % size
                     if not m:  # (a failed `try_grow` changes nothing: walked below)
-                        if len(openings) < spare:
-                            openings.append((req.rid, r + 1))
-                        elif keyed or not allocator.try_grow(req.rid, r + 1):
+                        if key_openings or not allocator.try_grow(req.rid, r + 1):
                             break
                     elif m == edge and keyed and req.block_keys is not None:
                         allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
                 else:
                     k = n - i
-                if openings:
-                    allocator.grow_each(openings)
                 if i or preempted or not hands:
                     scheduled.update(zip(islice(running, i, i + k), repeat(1)))
                 else:
@@ -281,8 +273,9 @@ class VllmPolicy(QueueAndListPolicy):
                 break
             cached = self.view.cached_prefix(head)
             hit = self.hit_rows(head, cached)
-            # (`_sequence_rows`, inlined and read twice; the free blocks read once below. With
-            # `_registered` inlined in `VllmCache.register`: 0.9952x the Ir on Mooncake 2,000.)
+            # (`_sequence_rows`, inlined and read twice; the free blocks read once
+            # below. With `_registered` inlined in `VllmCache.register`: 0.9952x
+            # the instructions on the first 2,000 Mooncake requests.)
             sequence = head.restore if head.restore > head.prompt_tokens else head.prompt_tokens
             loaded = self.view.host_rows(head, cached) if allocator.host is not None else 0
             if loaded:
@@ -430,7 +423,9 @@ class VllmPolicy(QueueAndListPolicy):
 
     def next_decodes(self) -> list[Request] | None:
         return list(self.running)
-    decode_order = next_decodes
+
+    def decode_order(self) -> list[Request] | None:
+        return list(self.running)
 
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""

@@ -30,7 +30,9 @@ json_string = json.encoder.encode_basestring_ascii  # a JSON string literal, C-a
 class LineListener:
     """A listener that writes each record as one JSON line (`write`): the engine
     may also hand it lines it wrote itself, without building the records, where
-    it reports many alike (a folded stretch's snapshots and dispatches)."""
+    it reports many alike (a folded stretch's snapshots and dispatches, a counted
+    dispatch's, a request's arrival, admission and finish: `arrived`, `admitted`,
+    `finished`, given the records' fields)."""
 
     def __init__(self, policy: str | None, clock: Any) -> None:
         self.policy = policy  # the tag of every line, when several policies run

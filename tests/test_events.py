@@ -536,8 +536,8 @@ def test_a_counted_start_s_snapshot_counts_are_those_of_the_state(caching):
 def test_a_request_s_lines_are_written_without_their_records(tmp_path):
     """A line listener takes a request's arrival, admission and finish as their fields
     (`arrived`, `admitted`, `finished`) and writes the lines the records' `to_json`
-    write: in seconds with the policy's tag, in ticks without, and tagged with the
-    replica by a fleet's listener (the base class's methods, through `write`)."""
+    write: in seconds with the policy's tag and without, in ticks, and tagged with
+    the replica by a fleet's listener (the base class's methods, through `write`)."""
     import io
 
     from scheduler_sim.io.event_file import EventFile
@@ -563,6 +563,17 @@ def test_a_request_s_lines_are_written_without_their_records(tmp_path):
         record.to_json("vllm", Clock("s", 1.0, 1e-6, True))
         for record in (Arrival(1_500_000, "a"), Admitted(1_500_000, "a", 3, False, 0),
                        Finished(2_000_250, "a", "finished"))]
+    seconds = EventFile("-", io.StringIO(), False, Clock("s", 1.0, 1e-6, True))
+    lines = seconds.listener("vllm")  # (no tag: one policy)
+    lines.arrived(1_500_000, "a")
+    lines.admitted(1_500_000, "a", 3, True, 16)
+    lines.finished(2_000_250, "a", "finished")
+    seconds.flush()
+    assert seconds.handle.getvalue() == (
+        '{"time":1.5,"event":"arrival","id":"a"}\n'
+        '{"time":1.5,"event":"admitted","id":"a","reserved":3,"resumed":true,'
+        '"cached_tokens":16}\n'
+        '{"time":2.00025,"event":"finished","id":"a","status":"finished"}\n')
     ticks = EventFile("-", io.StringIO(), False)
     lines = ticks.listener("continuous")
     lines.arrived(4, "b")

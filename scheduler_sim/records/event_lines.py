@@ -100,14 +100,7 @@ def line_head(tick: int, kind: str, policy: str | None, clock: Any) -> str:
 
 
 def arrival_line(tick: int, rid: str, policy: str | None, clock: Any) -> str:
-    """`Arrival(tick, rid).to_json(policy, clock)` (no client wait), without the record.
-    Speed (here, in `admitted_line` and `finished_line`): in seconds without a tag,
-    the common case, the line is one format with `line_head`'s text in it, not a
-    call of it and a second format: about 1,100 instructions a line, 0.38% of the
-    first 2,000 Azure requests' run with `--events` (benchmarks/README.md,
-    "twenty-third steps", helper ev24)."""
-    if policy is None and clock is not None and clock.in_seconds:
-        return f'{{"time":{clock.text(tick)},"event":"arrival","id":{json_string(rid)}}}'
+    """`Arrival(tick, rid).to_json(policy, clock)` (no client wait), without the record."""
     return f'{line_head(tick, "arrival", policy, clock)}"id":{json_string(rid)}}}'
 
 
@@ -115,10 +108,6 @@ def admitted_line(tick: int, rid: str, reserved: int, resumed: bool, cached: int
                   policy: str | None, clock: Any) -> str:
     """`Admitted(tick, rid, reserved, resumed, cached).to_json(policy, clock)`, without
     the record."""
-    if policy is None and clock is not None and clock.in_seconds:
-        return (f'{{"time":{clock.text(tick)},"event":"admitted","id":{json_string(rid)},'
-                f'"reserved":{reserved},"resumed":{"true" if resumed else "false"},'
-                f'"cached_tokens":{cached}}}')
     return (f'{line_head(tick, "admitted", policy, clock)}"id":{json_string(rid)},'
             f'"reserved":{reserved},"resumed":{"true" if resumed else "false"},'
             f'"cached_tokens":{cached}}}')
@@ -126,9 +115,6 @@ def admitted_line(tick: int, rid: str, reserved: int, resumed: bool, cached: int
 
 def finished_line(tick: int, rid: str, status: str, policy: str | None, clock: Any) -> str:
     """`Finished(tick, rid, status).to_json(policy, clock)`, without the record."""
-    if policy is None and clock is not None and clock.in_seconds:
-        return (f'{{"time":{clock.text(tick)},"event":"finished","id":{json_string(rid)},'
-                f'"status":{json_string(status)}}}')
     return (f'{line_head(tick, "finished", policy, clock)}"id":{json_string(rid)},'
             f'"status":{json_string(status)}}}')
 

@@ -531,3 +531,62 @@ def test_a_counted_start_s_snapshot_counts_are_those_of_the_state(caching):
     assert allocator.step_growth == {"a": 3}
     assert engine._counts(["a"]) == expected(["a"]) == (0, 0, 0, 0, 0, 16, cached)
     assert engine._counts() == expected() == (0, 0, 0, 3, 0, 13, cached)
+
+
+def test_a_request_s_lines_are_written_without_their_records(tmp_path):
+    """A line listener takes a request's arrival, admission and finish as their fields
+    (`arrived`, `admitted`, `finished`) and writes the lines the records' `to_json`
+    write: in seconds with the policy's tag and without, in ticks, and tagged with
+    the replica by a fleet's listener (the base class's methods, through `write`)."""
+    import io
+
+    from scheduler_sim.io.event_file import EventFile
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.events import Admitted
+    target = tmp_path / "events.jsonl"
+    events = EventFile(str(target), io.StringIO(), True, Clock("s", 1.0, 1e-6, True))
+    lines = events.listener("vllm")
+    lines.arrived(1_500_000, "a")
+    lines.admitted(1_500_000, "a", 3, False, 0)
+    lines.finished(2_000_250, "a", "finished")
+    replica = events.listener("vllm", replica=1)
+    replica.admitted(12_000_001, 'q"1', 0, True, 32)
+    events.commit()
+    assert target.read_text() == (
+        '{"time":1.5,"event":"arrival","policy":"vllm","id":"a"}\n'
+        '{"time":1.5,"event":"admitted","policy":"vllm","id":"a","reserved":3,'
+        '"resumed":false,"cached_tokens":0}\n'
+        '{"time":2.00025,"event":"finished","policy":"vllm","id":"a","status":"finished"}\n'
+        '{"time":12.000001,"event":"admitted","policy":"vllm","replica":1,"id":"q\\"1",'
+        '"reserved":0,"resumed":true,"cached_tokens":32}\n')
+    assert target.read_text().splitlines()[:3] == [
+        record.to_json("vllm", Clock("s", 1.0, 1e-6, True))
+        for record in (Arrival(1_500_000, "a"), Admitted(1_500_000, "a", 3, False, 0),
+                       Finished(2_000_250, "a", "finished"))]
+    seconds = EventFile("-", io.StringIO(), False, Clock("s", 1.0, 1e-6, True))
+    lines = seconds.listener("vllm")  # (no tag: one policy)
+    lines.arrived(1_500_000, "a")
+    lines.admitted(1_500_000, "a", 3, True, 16)
+    lines.finished(2_000_250, "a", "finished")
+    seconds.flush()
+    assert seconds.handle.getvalue() == (
+        '{"time":1.5,"event":"arrival","id":"a"}\n'
+        '{"time":1.5,"event":"admitted","id":"a","reserved":3,"resumed":true,'
+        '"cached_tokens":16}\n'
+        '{"time":2.00025,"event":"finished","id":"a","status":"finished"}\n')
+    ticks = EventFile("-", io.StringIO(), False)
+    lines = ticks.listener("continuous")
+    lines.arrived(4, "b")
+    lines.finished(9, "b", "finished_length_capped")
+    ticks.flush()
+    assert ticks.handle.getvalue() == (
+        '{"tick":4,"event":"arrival","id":"b"}\n'
+        '{"tick":9,"event":"finished","id":"b","status":"finished_length_capped"}\n')
+
+
+def test_an_admission_is_handed_as_a_record_to_a_listener_that_takes_records():
+    """`report_admitted`: a listener that is not a line listener gets the record."""
+    from scheduler_sim.records.events import Admitted, report_admitted
+    got = []
+    report_admitted(got.append, 5, "a", 2, True, 16)
+    assert got == [Admitted(5, "a", 2, True, 16)]

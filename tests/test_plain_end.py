@@ -204,3 +204,43 @@ def test_a_listened_plain_arrival_and_end_write_their_records():
     assert streams[0] == [(2, "arrival", "a", None), (4, "finished", "a", capped),
                           (5, "arrival", "b", None), (6, "finished", "b", capped)]
     assert streams[0] == streams[1]
+
+
+def test_a_line_listener_s_plain_arrival_admission_and_end_are_its_lines(monkeypatch):
+    """With the events file's line listener the plain arrival, the admission and the
+    plain end write their lines without records: the lines a record listener's
+    records give (the general paths, `to_json`), and by hand for the workload of
+    the test above ('a' arrives at 2 with a credit of 1 block, finished at 4; 'b'
+    at 5, a credit of 1, finished at 6)."""
+    import io
+
+    from scheduler_sim.io.event_file import EventFile
+    records = [{"type": "request", "id": "a", "arrival": 2, "prompt_tokens": 3,
+                "output_tokens": 2},
+               {"type": "request", "id": "b", "arrival": 5, "prompt_tokens": 1,
+                "output_tokens": 1}]
+    trace = parse_trace(trace_bytes(records), "lines.jsonl")
+    opts = Options.resolve(trace.config, {"block_size": B})
+    events = EventFile("-", io.StringIO(), False)
+    listener = events.listener("continuous")
+    calls = []
+    for name in ("arrived", "admitted", "finished"):  # (each taken, twice)
+        method = getattr(listener, name)
+        monkeypatch.setattr(listener, name, lambda *fields, name=name, method=method: (
+            calls.append(name), method(*fields)))
+    _engine(trace, opts, "continuous", False, on_event=listener).run()
+    assert sorted(calls) == ["admitted"] * 2 + ["arrived"] * 2 + ["finished"] * 2
+    events.flush()
+    lines = events.handle.getvalue().splitlines()
+    written = []
+    _engine(trace, opts, "continuous", True,
+            on_event=lambda e: written.append(e.to_json(None, None))).run()
+    assert lines == written
+    capped = '"status":"finished_length_capped"}'
+    assert [line for line in lines if '"snapshot"' not in line and '"dispatch"' not in line] == [
+        '{"tick":2,"event":"arrival","id":"a"}',
+        '{"tick":2,"event":"admitted","id":"a","reserved":1,"resumed":false,"cached_tokens":0}',
+        '{"tick":4,"event":"finished","id":"a",' + capped,
+        '{"tick":5,"event":"arrival","id":"b"}',
+        '{"tick":5,"event":"admitted","id":"b","reserved":1,"resumed":false,"cached_tokens":0}',
+        '{"tick":6,"event":"finished","id":"b",' + capped]

@@ -16,6 +16,7 @@ from operator import attrgetter
 from ..policies import PADDING, Plan
 from ..policies.base import DecodesFirst
 from ..records.errors import InvariantError
+from ..records.event_lines import LineListener
 from ..records.events import Dispatch, Finished
 from ..records.states import RequestStatus
 from ..requests.request import DECODE, PREFILL, PRODUCER, Request, emit_outputs, write_decodes
@@ -251,6 +252,8 @@ class Dispatching:
             steady = self.steadiness
             request_ended = self.ledger.stats.request_ended
             emit = self._emit
+            # (a line listener's lines without the records: `LineListener.finished`)
+            finished = None if emit is None or not isinstance(emit, LineListener) else emit.finished
             for req in ended:
                 rows = req.resident  # (for a cohort member's counted blocks; `finish` zeroes it)
                 req.finish(now)
@@ -261,7 +264,10 @@ class Dispatching:
                 request_ended(req)  # (`_record_end`: no host memory)
                 roster.ended(req)
                 if emit is not None:
-                    emit(Finished(now, req.rid, req.status.label))
+                    if finished is not None:
+                        finished(now, req.rid, req.status.label)
+                    else:
+                        emit(Finished(now, req.rid, req.status.label))
             return
         for req in ended:  # their last output
             if req.block_keys is not None and not keeps:

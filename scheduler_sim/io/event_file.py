@@ -17,7 +17,8 @@ import json
 from typing import Callable, TextIO
 
 from ..records.clock import Clock
-from ..records.event_lines import STEADY_ROWS, STEADY_STEP, LineListener
+from ..records.event_lines import (STEADY_ROWS, STEADY_STEP, LineListener, admitted_line,
+                                   arrival_line, finished_line)
 from ..records.events import Event
 from .outputs import Output
 
@@ -48,6 +49,29 @@ class _FileLines(LineListener):
         # steps", helper ev10.)
         lines = self.lines
         lines.append(event.to_json(self.policy, self.clock))
+        lines.append("\n")
+        if len(lines) >= _PIECES:
+            self._flush()
+
+    # A request's lines, each appended as `write` would (a call fewer a line: see
+    # `LineListener.arrived`).
+    def arrived(self, tick: int, rid: str) -> None:
+        lines = self.lines
+        lines.append(arrival_line(tick, rid, self.policy, self.clock))
+        lines.append("\n")
+        if len(lines) >= _PIECES:
+            self._flush()
+
+    def admitted(self, tick: int, rid: str, reserved: int, resumed: bool, cached: int) -> None:
+        lines = self.lines
+        lines.append(admitted_line(tick, rid, reserved, resumed, cached, self.policy, self.clock))
+        lines.append("\n")
+        if len(lines) >= _PIECES:
+            self._flush()
+
+    def finished(self, tick: int, rid: str, status: str) -> None:
+        lines = self.lines
+        lines.append(finished_line(tick, rid, status, self.policy, self.clock))
         lines.append("\n")
         if len(lines) >= _PIECES:
             self._flush()

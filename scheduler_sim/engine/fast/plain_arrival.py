@@ -5,7 +5,8 @@ registers it (`_register`): its send time, the change log, the rejection test
 (E6), the live count, the spill's test, its wait (`start_waiting`) and the
 policy's `add`. For a lone engine with no client slots, no plug-in policy, no
 prefix caching and no waiting timeout, most of that is a few assignments
-(with an event listener, and its `Arrival` record, as `_register` hands it); `plain_arrival` returns an `_arrive` that does them inline
+(with an event listener, its `Arrival` record as `_register` hands it, or to a
+line listener its line without the record); `plain_arrival` returns an `_arrive` that does them inline
 (the engine sets it as its roster's `arrive`, core.py) and hands a request that
 is rejected or spilled to `_register` as before: the same fields set and
 counters moved, the same policy call, so the same results
@@ -19,6 +20,7 @@ steps", helper ev23).
 """
 from __future__ import annotations
 
+from ...records.event_lines import LineListener
 from ...records.events import Arrival
 from ...requests.request import Request
 
@@ -46,6 +48,7 @@ def plain_arrival(engine):
     wanted = spill.wanted if spill is not None else None
     register = engine._register
     emit = engine._emit
+    arrived = emit.arrived if isinstance(emit, LineListener) else None
 
     def arrive(spec) -> None:
         req = Request(spec.id, spec.index, spec.arrival, spec.prompt_tokens,  # (`request_of`)
@@ -62,7 +65,10 @@ def plain_arrival(engine):
         now = req.sent = req.wait_since = engine.now  # (`_register`, `start_waiting`)
         steady.changes += 1
         if emit is not None:  # (not forwarded: its wait since its trace time)
-            emit(Arrival(now, req.rid, (now - req.arrival) or None))
+            if arrived is not None and now == req.arrival:
+                arrived(now, req.rid)  # (a line listener's line without the record)
+            else:
+                emit(Arrival(now, req.rid, (now - req.arrival) or None))
         roster.live += 1
         add(req)
 

@@ -236,15 +236,16 @@ def test_a_short_stretch_timed_one_at_a_time_by_hand():
         assert seen == gaps
 
 
-
 def test_dispatches_shorter_than_a_step_last_one_step_each_by_hand():
     """Dispatches of 0.3 ms on 1 ms steps, 2 rows, from exact 9.5 (step 10): the
     first ends at 9.8, before its start, so it lasts one step (to 11, its exact end
     11: its rounded length 0 is no run's, there being no length before it); the
     second ends at 11.3, step 12; the third at 11.6, before its start (12), so at
-    13 (exact 13). Lengths 1, 1, 1: the first two end 2 gaps of 1 step each. `until` 12: two start before it; 11: one. At most 40: the slices
-    (`_time_slices`) time none (the first ends before it starts), the loop all 40,
-    ending at 50 (exact 49.3: the last one not held to a step), 39 gaps of 1."""
+    13 (exact 13). Lengths 1, 1, 1: the first two end 2 gaps of 1 step each (a
+    row's), 4 in all; the last is in flight. `until` 12: two start before it; 11:
+    one. At most 40: the slices (`_time_slices`) time none (the first ends before
+    it starts), the loop all 40, ending at 50 (exact 49.3: the last one not held
+    to a step), 39 dispatches ending 2 gaps of 1 each, 78."""
     cost = Series(0.0003, 0.0)
     for until, got, gaps, starts in (
             (INF, (3, 13, 13, 1, 0.0003 + 0.0003 + 0.0003), {1: 4}, [10, 11, 12]),
@@ -261,6 +262,7 @@ def test_dispatches_shorter_than_a_step_last_one_step_each_by_hand():
     got = time_stretch(cost, MS, 9.5, 10, 2, 10, 40, INF, None, seen)
     assert got[:4] == (40, 50, 49.3, 1) and seen == {1: 78}
     assert (got, seen) == one_at_a_time(cost, MS, 9.5, 10, 2, 10, 40, INF)
+
 
 def llama_on_h100():
     return CostModel(model_named("llama-3-8b"), gpu_named("h100-sxm"), Coefficients(), 1)

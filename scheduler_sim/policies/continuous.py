@@ -240,7 +240,7 @@ class ContinuousPolicy(Policy):
             if not can_reserve(needed + need[1]):
                 break
             tokens = _whole_prompt_left(head)
-            if not tokens or tokens > chunk or tokens > budget or not rows:
+            if not tokens or tokens > chunk or tokens > budget or rows <= 0:
                 for head, _, _ in reversed(taken):
                     queue.prepend(head)  # (back in their places: nothing done)
                 return None

@@ -39,19 +39,22 @@ def test_an_arrival_behind_a_blocked_head_is_carried_without_a_call():
     arrives and waits behind c; 4. At 5 b ends (its fifth output): asked again,
     the policy finds c's 2 blocks within 4 + 2 <= 7, so its call admits c (its
     whole prompt beside a's decode, 5 to 6) and reports d blocked (6 + 5 > 7), and
-    promises again. At 6 the engine completes that dispatch (c joins the counted
-    decoders with its first output) and starts c's and a's decodes in the order
-    the policy gives (`next_decodes`); at 7 c ends, and d's 5 blocks still do not
-    fit 4 + 5 > 7: a decodes alone, folded over 8 and 9. At 10 a ends and the
-    call admits d, which ends at 20: 20 dispatches. The policy is called at 0, 1,
-    5 and 10 (the stepped replay: at every tick but 20); the engine started five
-    dispatches in place of a call (2, 3, 4, 6, 7), and every result is the
+    promises again: the policy does that without the call (`admit_heads`) and
+    the engine starts the dispatch. At 6 the engine completes that dispatch (c
+    joins the counted decoders with its first output) and starts c's and a's
+    decodes in the order the policy gives (`next_decodes`); at 7 c ends, and d's
+    5 blocks still do not fit 4 + 5 > 7: a decodes alone, folded over 8 and 9.
+    At 10 a ends, nothing runs, and the call admits d, which ends at 20: 20
+    dispatches. The policy is called at 0, 1 and 10 (the stepped replay: at
+    every tick but 20); the engine started five dispatches of decodes in place
+    of a call (2, 3, 4, 6, 7) and one admission (5), and every result is the
     stepped replay's."""
     engine = _engine(BEHIND, **OPTIONS)
     calls = _calls(engine)
     result = engine.run()
-    assert calls == [0, 1, 5, 10]
+    assert calls == [0, 1, 10]
     assert engine.steadiness.blocked_counted == 5
+    assert engine.steadiness.blocked_admitted == 1
     assert result.summary["iterations"] == 20
     assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at) for r in result.requests] == [
         ("a", 0, 1, 10), ("b", 0, 1, 5), ("c", 5, 6, 7), ("d", 10, 11, 20)]
@@ -59,6 +62,68 @@ def test_an_arrival_behind_a_blocked_head_is_carried_without_a_call():
     stepped_calls = _calls(stepped)
     assert _outcome(result) == _outcome(stepped.run())
     assert stepped_calls == list(range(20))
+
+
+# Blocks of 4, 9 of them. a (P=4, N=20: credit ceil(23/4) = 6) and b (P=4, N=5: 2) are
+# admitted at 0; c (P=4, N=2: 2), d (P=2, N=3: 1) and e (P=4, N=4: 2) wait behind them.
+TWO = [_req("a", 0, 4, 20), _req("b", 0, 4, 5), _req("c", 0, 4, 2), _req("d", 0, 2, 3),
+       _req("e", 0, 4, 4)]
+
+
+def test_a_finish_behind_a_blocked_head_admits_two_heads_without_a_call():
+    """Tick clock. At 0 the policy admits a and b (8 + 2 > 9 for c: blocked); at 1 it
+    plans their decodes with c blocked, and promises. The engine starts the
+    decodes at 2 (the same as 1's: folded over 3 and 4). At 5 b ends: 6 blocks
+    promised, c fits (8), d too (9), e not (11 > 9). The policy admits c and d
+    without the call (`admit_heads`), reports e blocked for credits, and the
+    engine starts a's decode with c's and d's whole prompts (5 to 6). At 6 c and
+    d join the counted decoders (their first outputs); the engine starts a's,
+    c's and d's decodes. At 7 c ends (its second output): 7 promised, e's 2 fit
+    and the queue empties; the policy admits e the same way, reports nothing,
+    and the engine starts a's and d's decodes with e's prompt (7 to 8), then
+    carries on as after arrivals (nothing waits): at 8 d ends, a and e decode
+    counted (folded over 9 and 10), e ends at 11, a alone from 11 (folded over
+    12 to 19) to its end at 20. The policy is called at 0 and 1 only (stepped:
+    at every tick of the 20); 12 dispatches folded; every result is the stepped
+    replay's."""
+    engine = _engine(TWO, block_size=4, num_blocks=9)
+    calls = _calls(engine)
+    result = engine.run()
+    steady = engine.steadiness
+    assert calls == [0, 1]
+    assert (steady.blocked_counted, steady.blocked_admitted, steady.arrivals_counted,
+            steady.folded) == (2, 2, 1, 12)
+    assert result.summary["iterations"] == 20
+    assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at) for r in result.requests] == [
+        ("a", 0, 1, 20), ("b", 0, 1, 5), ("c", 5, 6, 7), ("d", 5, 6, 8), ("e", 7, 8, 11)]
+    stepped = _engine(TWO, fast=False, block_size=4, num_blocks=9)
+    stepped_calls = _calls(stepped)
+    assert _outcome(result) == _outcome(stepped.run())
+    assert stepped_calls == list(range(20))
+
+
+def test_a_head_whose_prompt_is_not_one_chunk_is_left_to_the_call():
+    """As above with 10 blocks, b (P=4, N=9: 3 blocks) ending at 9, d's prompt 6
+    tokens (2 blocks) and chunks of 4 tokens. At 9 c and d fit (8, 10) and e does
+    not (12 > 10), but d's prompt is not one chunk: the policy declines
+    (`admit_heads` puts c and d back in their places) and its call at 9 admits
+    them, planning d's first 4 tokens; at 10 the call plans d's last 2 (first
+    output at 11) beside a's and c's decodes, with e blocked, and promises. At 11
+    c ends, e's 2 fit (10): admitted without a call from the dispatch with d's
+    prompt (`decode_order` gives a's and d's decodes), and carried on to the end.
+    Calls at 0, 1, 9 and 10; one admission without a call; every result is the
+    stepped replay's."""
+    records = [dict(r) for r in TWO]
+    records[1]["output_tokens"], records[3]["prompt_tokens"] = 9, 6
+    options = dict(block_size=4, num_blocks=10, prefill_chunk=4)
+    engine = _engine(records, **options)
+    calls = _calls(engine)
+    result = engine.run()
+    assert calls == [0, 1, 9, 10]
+    assert engine.steadiness.blocked_admitted == 1
+    assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at) for r in result.requests] == [
+        ("a", 0, 1, 20), ("b", 0, 1, 9), ("c", 9, 10, 11), ("d", 9, 11, 13), ("e", 11, 12, 15)]
+    assert _outcome(result) == _outcome(_engine(records, fast=False, **options).run())
 
 
 PLUGIN = '''
@@ -95,6 +160,7 @@ def test_the_default_policy_promises_nothing():
     """`Policy.repeats_blocked` is False unless a policy says otherwise."""
     from scheduler_sim.policies.base import Policy
     assert Policy.repeats_blocked(Policy.__new__(Policy), "reservation") is False
+    assert Policy.admit_heads(Policy.__new__(Policy), []) is None
 
 
 def _crowded_workload(seed: int) -> list[dict]:
@@ -135,17 +201,20 @@ def test_carried_and_stepped_replays_agree_behind_blocked_heads(seed, policy):
 
 def test_the_crowded_workloads_carry_blocked_stretches():
     """Over the first ten crowded workloads, how many decodes the engine started
-    behind a blocked head in place of a call (`continuous`; `serial` runs one
+    behind a blocked head in place of a call, and the admissions at a finish
+    there (`continuous`; `serial` runs one
     request at a time, never beside a credit-blocked head). A change in when the
     path applies shows here; the replays agree with the stepped ones, above."""
-    counted = {}
+    counted, admitted = {}, {}
     for policy in ("continuous", "serial"):
-        counted[policy] = 0
+        counted[policy] = admitted[policy] = 0
         for seed in range(10):
             engine = _engine(_crowded_workload(seed), policy, **_crowded_options(seed))
             engine.run()
             counted[policy] += engine.steadiness.blocked_counted
+            admitted[policy] += engine.steadiness.blocked_admitted
     assert counted == {"continuous": 675, "serial": 0}
+    assert admitted == {"continuous": 249, "serial": 0}
 
 
 def _stirred_workload(seed: int) -> list[dict]:
@@ -184,14 +253,15 @@ def test_cancellations_preemptions_and_orders_behind_blocked_heads(seed, order):
 def test_the_stirred_workloads_carry_blocked_stretches_under_fcfs_only():
     """The stirred workloads above do take the path under `fcfs` and never under the
     other orders (their queue is not first-come-first-served: no promise)."""
-    counted = {}
+    counted, admitted = {}, {}
     for order in ("fcfs", "priority", "sjf"):
-        counted[order] = 0
+        counted[order] = admitted[order] = 0
         for seed in range(8):
             options = _crowded_options(seed)
             options.update(order=order, block_size=(1, 2, 4)[seed % 3])
             engine = _engine(_stirred_workload(seed), "continuous", **options)
             engine.run()
             counted[order] += engine.steadiness.blocked_counted
-    assert counted["priority"] == counted["sjf"] == 0
-    assert counted["fcfs"] == 559
+            admitted[order] += engine.steadiness.blocked_admitted
+    assert counted["priority"] == counted["sjf"] == admitted["priority"] == admitted["sjf"] == 0
+    assert (counted["fcfs"], admitted["fcfs"]) == (559, 51)

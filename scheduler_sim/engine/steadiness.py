@@ -56,7 +56,7 @@ class Steadiness:
     """The change log, the policy's state before each call, and the last plan seen."""
 
     __slots__ = ("enabled", "through", "changes", "moved", "blocked", "folded",
-                 "through_counted", "arrivals_counted", "blocked_counted",
+                 "through_counted", "arrivals_counted", "blocked_counted", "blocked_admitted",
                  "_policy", "_slots", "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
@@ -80,6 +80,8 @@ class Steadiness:
         self.arrivals_counted = 0
         # Decodes started behind a blocked head in place of a call (fast/blocked.py).
         self.blocked_counted = 0
+        # Admissions at a finish behind a blocked head started without a call (the same).
+        self.blocked_admitted = 0
         self._policy = policy
         self._slots = _slot_names(type(policy))
         # The requests of the last dispatch planned (None unless all decodes), the

@@ -328,6 +328,21 @@ class Policy:
         lets the engine skip the call (engine/fast/arrivals.py)."""
         return None
 
+    def admit_heads(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
+        """Asked by the engine at a finish behind a queue head blocked for credits,
+        when `repeats_blocked` held before it and no longer does (the credits
+        freed let the head in): `decodes` are the running requests, in the
+        order the `schedule` call due now would plan their decodes. If that
+        call would admit heads of the queue in order, stopping at the first
+        whose credit does not fit (reported as the call reports it) or at its
+        end, and plan `decodes`, then each admitted request's whole prompt as
+        one chunk, do what that call would do (admissions and report
+        included, in its order) and return those chunks as (request, tokens);
+        otherwise change nothing and return None (the engine then calls
+        `schedule`). Asked of built-in policies only; the default, None, never
+        lets the engine skip the call (engine/fast/blocked.py)."""
+        return None
+
     def next_decodes(self) -> list[Request] | None:
         """Asked only when `repeats_decodes` holds, or `repeats_blocked` did when the
         dispatch started, after a dispatch that admitted requests completed

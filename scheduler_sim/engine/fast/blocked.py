@@ -24,11 +24,14 @@ dispatch of every member started by count in the same `InFlight`
 at it (`Steadiness.repeats`, with the attributes the promise leaves). At a
 finish the policy is asked again: if the credits freed still do not let the
 head in, the survivors' decodes start the same way (the rotation point set
-by `decodes_repeated`). If they do, the policy's call admits the heads that
-fit and plans their whole prompts beside the decodes; when it reports the
-next head blocked and promises again, that dispatch's completion is taken
-too, and once every running request decodes as a counted member their
-decodes start in the order it gives (`next_decodes`). At a boundary
+by `decodes_repeated`). If they do, the policy admits the heads that fit as
+its call would (`Policy.admit_heads`; if it declines, its call does it) and
+the engine starts their whole prompts beside the decodes (`_admit_heads`);
+when the next head is reported blocked and the policy promises again, that
+dispatch's completion is taken too, and once every running request decodes
+as a counted member their decodes start in the order it gives
+(`next_decodes`); when the queue is left empty the stretch goes on as after
+arrivals (through.py's `carry_on`). At a boundary
 where the promise fails, or something other than arrivals is due, the
 policy plans: the step runs again at that boundary, or the engine's loop
 takes it. Without an event listener only (a listener's records of each
@@ -40,10 +43,13 @@ members' decodes and 7,840 with the prompts of heads admitted at a finish
 were planned by the policy behind a blocked head, each about thirty calls
 in the step besides the loop's, against five or six for a counted boundary;
 `schedule` calls there 10,264 instead of 23,961 (benchmarks/README.md,
-"twenty-second steps", mil22).
+"twenty-second steps", mil22); with the admissions at a finish made without
+a call, 1,401 (8,863 admissions; "twenty-third steps", mil23).
 """
 from __future__ import annotations
 
+from ...policies.base import DecodesFirst
+from .admission import start_admission
 from .arrivals import only_arrivals, take_boundaries
 from .folding import FOLD_AFTER, fold
 
@@ -104,22 +110,36 @@ def carry_blocked(engine, until: float) -> bool | None:
             # or the step is the policy's; their decodes in the order the call
             # would give, its rotation point set (`next_decodes`).
             n = len(cohort.members)
-            if (n != policy.running_count or not allocator.fits_counted(cohort.opening())
-                    or (n != running and not policy.repeats_blocked(reason))):
+            if n != policy.running_count or not allocator.fits_counted(cohort.opening()):
                 return True
-            before = steady.before_call()
-            requests = policy.next_decodes()
+            if n != running and not policy.repeats_blocked(reason):
+                # A request ended and the head now fits: the heads the policy admits
+                # beside every member's decodes, in the order its call would give.
+                requests = policy.decode_order()
+                if not requests:
+                    return True
+                admitted = True
+            else:
+                before = steady.before_call()
+                requests = policy.next_decodes()
+                admitted = False
         else:
             # The blocks the next decodes open must be free (as carry_counted asks).
             if not allocator.fits_counted(cohort.opening()):
                 break
             ended = take_boundaries(engine, t, True)  # E1 by the counters, E2's arrivals
-            if ended:
+            admitted = False
+            if not ended:
+                before = (steady.changes, attributes, ())
+            else:
                 # Credits freed: the call is skipped only if the head still does not
-                # fit them (the policy asked again), with the survivors' decodes.
+                # fit them (the policy asked again), with the survivors' decodes, or
+                # if the policy admits the heads that fit (below).
                 requests = cohort.survivors(requests, ended)
-                if not requests or not policy.repeats_blocked(reason):
+                if not requests:
                     return True  # the step is the policy's, at this boundary
+                admitted = not policy.repeats_blocked(reason)
+            if not admitted and ended:
                 n = flight.members = flight.outputs = len(requests)
                 flight.requests = requests
                 # The call would set the rotation point (a finished member may hold
@@ -127,10 +147,30 @@ def carry_blocked(engine, until: float) -> bool | None:
                 # the step copies them (`before_call`).
                 before = steady.before_call()
                 policy.decodes_repeated(requests)
-            else:
-                before = (steady.changes, attributes, ())
         if t >= until:
             until = engine._until()  # (the arrivals taken: the next outside event)
+        if admitted:
+            # The call due now would admit the heads the credits freed let in (their
+            # whole prompts beside the decodes) and report the next head blocked:
+            # the policy does that without it (`Policy.admit_heads`) and the
+            # dispatch starts from its shape, or the step is the policy's.
+            flight = _admit_heads(engine, t, requests, cohort, until)
+            if flight is None:
+                return True
+            report = steady.blocked
+            if report is None or flight.members == 0 or allocator.draining \
+                    or not policy.repeats_blocked(report[1]):
+                # As the step goes on from this dispatch (through.py's `carries_on`):
+                # nothing waits (carried on as after arrivals), or no promise.
+                allocator.check()
+                if report is None and not policy.waiting_count and policy.repeats_decodes():
+                    from .through import carry_on  # (through.py imports this module)
+                    return carry_on(engine, until)
+                return False
+            rid, reason, needed = report[0], report[1], report[2]
+            mixed = True
+            allocator.check()
+            continue
         # The call's report, as `report_blocked` sets it: the same head, reason and
         # need, the free blocks before this step's decodes open theirs, none taken.
         steady.blocked = (rid, reason, needed, allocator.free, 0)
@@ -156,3 +196,33 @@ def carry_blocked(engine, until: float) -> bool | None:
     # (The rotation point is the last call's, or the last `decodes_repeated`'s: the
     # starts between finishes run the same requests in the same order.)
     return False
+
+
+def _admit_heads(engine, t: int, decodes: list, cohort, until: float):
+    """At the boundary `t` taken (a finish behind the blocked head), `decodes` every
+    running request, a counted member each, in the order the policy's call would
+    plan them: what the step does there if the policy admits the heads that fit
+    (`Policy.admit_heads`): the dispatch started (admission.py's shape, else by
+    `Engine._start`) and looked at for folding as the step looks at it (a
+    dispatch with prompt rows repeats nothing: the next look compares with it,
+    or with nothing if too short). Returns the flight, or None (nothing done but
+    what the step clears before its call)."""
+    steady = engine.steadiness
+    allocator = engine.allocator
+    steady.moved = False
+    steady.blocked = None
+    allocator.step_evictions.clear()
+    allocator.step_growth.clear()
+    chunks = engine.policy.admit_heads(decodes)
+    if chunks is None:
+        return None
+    flight = start_admission(engine, decodes, chunks, cohort, True)
+    if flight is None:
+        flight = engine._start(DecodesFirst(decodes, chunks))
+    engine.flight = flight
+    steady.blocked_admitted += 1
+    if until - flight.done < FOLD_AFTER * (flight.done - t):
+        steady.forget()
+    else:
+        steady.repeats(flight, (steady.changes, None, ()))  # (no: it sets what is compared next)
+    return flight

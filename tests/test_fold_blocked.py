@@ -126,6 +126,83 @@ def test_a_head_whose_prompt_is_not_one_chunk_is_left_to_the_call():
     assert _outcome(result) == _outcome(_engine(records, fast=False, **options).run())
 
 
+
+def test_a_prompt_over_the_budget_the_decodes_leave_is_left_to_the_call():
+    """Blocks of 4, 7 of them, 5 tokens a dispatch. a (P=4, N=10: 4 blocks), b (P=4,
+    N=5: 2) and c (P=4, N=2: 2) arrive at 0; the call admits a and b (c blocked:
+    8 > 7) and plans a's prompt and b's first token (4 + 1 = 5); at 1 a's decode
+    and b's last 3 tokens (first output at 2), with c blocked; from 2 the decodes
+    are carried. At 6 b ends (its fifth output): c's 2 blocks fit (6), and its 4
+    tokens fit the 5 - 1 a's decode leaves: admitted without a call, first output
+    at 7, ended at 8. With c's prompt 5 tokens (still 2 blocks), one over what
+    the decode leaves, the policy declines and its calls at 6 and 7 plan c's
+    prompt in two chunks (4, then 1): first output at 8, ended at 9. Every
+    result is the stepped replay's."""
+    options = dict(block_size=4, num_blocks=7, token_budget=5)
+    for prompt, want_calls, admitted, c in ((4, [0, 1], 1, ("c", 6, 7, 8)),
+                                            (5, [0, 1, 6, 7], 0, ("c", 6, 8, 9))):
+        records = [_req("a", 0, 4, 10), _req("b", 0, 4, 5), _req("c", 0, prompt, 2)]
+        engine = _engine(records, **options)
+        calls = _calls(engine)
+        result = engine.run()
+        assert calls == want_calls
+        assert engine.steadiness.blocked_admitted == admitted
+        assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at)
+                for r in result.requests] == [("a", 0, 1, 10), ("b", 0, 2, 6), c]
+        assert _outcome(result) == _outcome(_engine(records, fast=False, **options).run())
+
+
+def test_heads_beyond_the_rows_left_are_left_to_the_call():
+    """`TWO` (above) with 3 rows a dispatch: at 5 a's decode leaves 2 rows, c's and d's
+    prompts take them, admitted without a call as before. With 2 rows only c's
+    prompt has one: the policy declines (c and d back in their places, in that
+    order) and its call at 5 admits c then d (credits 8, 9) and plans a's decode
+    and c's prompt; d waits, admitted, for a row: at 6 a and c decode; at 7 c ends,
+    e is admitted (9) and d's prompt planned beside a's decode (first output at
+    8); at 8 and 9 a and d decode, e waiting for a row; d ends at 10, where e's
+    prompt is planned (first output at 11, ended at 14); from there carried. Calls
+    at 0, 1 and 5 to 10; every result is the stepped replay's."""
+    for rows, want_calls, admitted, d, e in (
+            (3, [0, 1], 2, ("d", 5, 6, 8), ("e", 7, 8, 11)),
+            (2, [0, 1, 5, 6, 7, 8, 9, 10], 0, ("d", 5, 8, 10), ("e", 7, 11, 14))):
+        options = dict(block_size=4, num_blocks=9, max_rows=rows)
+        engine = _engine(TWO, **options)
+        calls = _calls(engine)
+        result = engine.run()
+        assert calls == want_calls
+        assert engine.steadiness.blocked_admitted == admitted
+        assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at)
+                for r in result.requests] == [
+            ("a", 0, 1, 20), ("b", 0, 1, 5), ("c", 5, 6, 7), d, e]
+        assert _outcome(result) == _outcome(_engine(TWO, fast=False, **options).run())
+
+
+def test_a_declined_admission_puts_the_heads_back_in_their_order():
+    """Blocks of 4, 10 of them, 3 rows. a (P=4, N=20: 6 blocks) and b (P=4, N=9: 3)
+    run from 0; c (P=4, N=2: 2), d (P=2, N=3: 1) and e (P=2, N=3: 1) wait. At 9 b
+    ends and all three fit (6 + 4 = 10), but a's decode leaves 2 rows: the policy
+    takes c and d off the queue, finds no row for e, and puts d then c back in
+    front of e; its call at 9 admits c, d, e in that order (their admission
+    numbers 2, 3, 4: c's before d's, which a queue put back the other way round
+    would swap, unseen in every time here) and plans c's and d's prompts; e's at
+    11, after c's end (first output at 12, ended at 14). With 4 rows the three
+    are admitted at 9 without a call. Every result is the stepped replay's."""
+    three = [_req("a", 0, 4, 20), _req("b", 0, 4, 9), _req("c", 0, 4, 2), _req("d", 0, 2, 3),
+             _req("e", 0, 2, 3)]
+    for rows, want_calls, admitted, e in ((4, [0, 1], 1, ("e", 9, 10, 12)),
+                                          (3, [0, 1, 9, 10, 11], 0, ("e", 9, 12, 14))):
+        options = dict(block_size=4, num_blocks=10, max_rows=rows)
+        engine = _engine(three, **options)
+        calls = _calls(engine)
+        result = engine.run()
+        assert calls == want_calls
+        assert engine.steadiness.blocked_admitted == admitted
+        assert [(r.rid, r.admit_seq, r.admitted_at, r.first_token_at, r.finished_at)
+                for r in result.requests] == [
+            ("a", 0, 0, 1, 20), ("b", 1, 0, 1, 9), ("c", 2, 9, 10, 11), ("d", 3, 9, 10, 12),
+            (e[0], 4, *e[1:])]
+        assert _outcome(result) == _outcome(_engine(three, fast=False, **options).run())
+
 PLUGIN = '''
 from scheduler_sim.policies.continuous import ContinuousPolicy
 

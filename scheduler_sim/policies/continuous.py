@@ -254,9 +254,8 @@ class ContinuousPolicy(Policy):
         admit = self.view.admit
         for head, _, (credit, _, cached) in taken:
             admit(head, credit, cached)
-        if queue:
-            head = queue.peek()
-            self.fits_reservation(head, self.reservation_need(head)[1])  # (reports it)
+        if queue:  # (the loop stopped at this head: `need` is its own)
+            self.fits_reservation(queue.peek(), need[1])  # (reports it)
         if decodes:
             self._last_decode = decodes[-1].admit_seq
         self._last_prefill = taken[-1][0].admit_seq

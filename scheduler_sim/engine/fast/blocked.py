@@ -26,7 +26,7 @@ finish the policy is asked again: if the credits freed still do not let the
 head in, the survivors' decodes start the same way (the rotation point set
 by `decodes_repeated`). If they do, the policy admits the heads that fit as
 its call would (`Policy.admit_heads`; if it declines, its call does it) and
-the engine starts their whole prompts beside the decodes (`_admit_heads`);
+the engine starts their whole prompts beside the decodes (`_start_heads`);
 when the next head is reported blocked and the policy promises again, that
 dispatch's completion is taken too, and once every running request decodes
 as a counted member their decodes start in the order it gives
@@ -118,17 +118,17 @@ def carry_blocked(engine, until: float) -> bool | None:
                 requests = policy.decode_order()
                 if not requests:
                     return True
-                admitted = True
+                heads_fit = True
             else:
                 before = steady.before_call()
                 requests = policy.next_decodes()
-                admitted = False
+                heads_fit = False
         else:
             # The blocks the next decodes open must be free (as carry_counted asks).
             if not allocator.fits_counted(cohort.opening()):
                 break
             ended = take_boundaries(engine, t, True)  # E1 by the counters, E2's arrivals
-            admitted = False
+            heads_fit = False
             if not ended:
                 before = (steady.changes, attributes, ())
             else:
@@ -138,8 +138,8 @@ def carry_blocked(engine, until: float) -> bool | None:
                 requests = cohort.survivors(requests, ended)
                 if not requests:
                     return True  # the step is the policy's, at this boundary
-                admitted = not policy.repeats_blocked(reason)
-            if not admitted and ended:
+                heads_fit = not policy.repeats_blocked(reason)
+            if not heads_fit and ended:
                 n = flight.members = flight.outputs = len(requests)
                 flight.requests = requests
                 # The call would set the rotation point (a finished member may hold
@@ -149,12 +149,12 @@ def carry_blocked(engine, until: float) -> bool | None:
                 policy.decodes_repeated(requests)
         if t >= until:
             until = engine._until()  # (the arrivals taken: the next outside event)
-        if admitted:
+        if heads_fit:
             # The call due now would admit the heads the credits freed let in (their
             # whole prompts beside the decodes) and report the next head blocked:
             # the policy does that without it (`Policy.admit_heads`) and the
             # dispatch starts from its shape, or the step is the policy's.
-            flight = _admit_heads(engine, t, requests, cohort, until)
+            flight = _start_heads(engine, t, requests, cohort, until)
             if flight is None:
                 return True
             report = steady.blocked
@@ -164,7 +164,11 @@ def carry_blocked(engine, until: float) -> bool | None:
                 # nothing waits (carried on as after arrivals), or no promise.
                 allocator.check()
                 if report is None and not policy.waiting_count and policy.repeats_decodes():
-                    from .through import carry_on  # (through.py imports this module)
+                    # (One level deep, not more: that `carry_on` starts with nothing
+                    # blocked, and only its start comes here; it returns at the
+                    # first step that is the policy's. Imported here: through.py
+                    # imports this module.)
+                    from .through import carry_on
                     return carry_on(engine, until)
                 return False
             rid, reason, needed = report[0], report[1], report[2]
@@ -198,7 +202,7 @@ def carry_blocked(engine, until: float) -> bool | None:
     return False
 
 
-def _admit_heads(engine, t: int, decodes: list, cohort, until: float):
+def _start_heads(engine, t: int, decodes: list, cohort, until: float):
     """At the boundary `t` taken (a finish behind the blocked head), `decodes` every
     running request, a counted member each, in the order the policy's call would
     plan them: what the step does there if the policy admits the heads that fit
@@ -224,5 +228,7 @@ def _admit_heads(engine, t: int, decodes: list, cohort, until: float):
     if until - flight.done < FOLD_AFTER * (flight.done - t):
         steady.forget()
     else:
-        steady.repeats(flight, (steady.changes, None, ()))  # (no: it sets what is compared next)
+        # (Answers no for a dispatch with prompt rows; kept for the next look to
+        # compare with, as the step's look keeps it.)
+        steady.repeats(flight, (steady.changes, None, ()))
     return flight

@@ -106,6 +106,23 @@ def random_workload(seed: int) -> list[dict]:
     return records
 
 
+
+def stir(records: list[dict], rng: random.Random, horizon: int, each=None) -> list[dict]:
+    """Add to a workload's requests a cancellation (a tenth of them) or a forced
+    preemption (another tenth) at a tick up to `horizon` after each one's arrival;
+    `each(request)` is called first for every request (drawing from the same
+    `rng`, so a workload stays the one its seed gave). Returns `records`."""
+    for i, request in enumerate(list(records)):
+        if each is not None:
+            each(request)
+        roll = rng.random()
+        at = request["arrival"] + rng.randint(0, horizon)
+        if roll < 0.1:
+            records.append({"type": "cancel", "id": f"r{i}", "at": at})
+        elif roll < 0.2:
+            records.append({"type": "preempt", "id": f"r{i}", "at": at})
+    return records
+
 class Sim:
     """The outcome of one replay: result, event dicts and per-request lookups."""
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from conftest import slow_beyond, trace_bytes
+from conftest import slow_beyond, stir, trace_bytes
 from scheduler_sim.engine.fast.cohort import Cohort
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
@@ -245,14 +245,7 @@ def _workload(seed: int) -> list[dict]:
         records.append({"type": "request", "id": f"r{i}", "arrival": t,
                         "prompt_tokens": rng.randint(1, 30),
                         "output_tokens": rng.randint(1, 50)})
-    for i, request in enumerate(list(records)):
-        roll = rng.random()
-        at = request["arrival"] + rng.randint(0, 60)
-        if roll < 0.1:
-            records.append({"type": "cancel", "id": f"r{i}", "at": at})
-        elif roll < 0.2:
-            records.append({"type": "preempt", "id": f"r{i}", "at": at})
-    return records
+    return stir(records, rng, 60)
 
 
 def _replay(records, policy, fast, **options):

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import slow_beyond, trace_bytes
+from conftest import slow_beyond, stir, trace_bytes
 from test_fold_through import _counting_calls as _calls, _outcome
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
@@ -298,18 +298,13 @@ def _stirred_workload(seed: int) -> list[dict]:
     """A crowded workload with cancellations and forced preemptions at any time, some
     requests asking for more tokens than they produce (`max_tokens`), and priorities."""
     rng = random.Random(seed)
-    records = _crowded_workload(seed)
-    for i, request in enumerate(list(records)):
+
+    def priority_and_max_tokens(request: dict) -> None:
         request["priority"] = rng.randint(0, 3)
         if rng.random() < 0.2:
             request["max_tokens"] = request["output_tokens"] + rng.randint(1, 20)
-        roll = rng.random()
-        at = request["arrival"] + rng.randint(0, 40)
-        if roll < 0.1:
-            records.append({"type": "cancel", "id": f"r{i}", "at": at})
-        elif roll < 0.2:
-            records.append({"type": "preempt", "id": f"r{i}", "at": at})
-    return records
+
+    return stir(_crowded_workload(seed), rng, 40, priority_and_max_tokens)
 
 
 @pytest.mark.parametrize("seed", slow_beyond(range(40), 8))

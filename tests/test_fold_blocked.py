@@ -102,6 +102,21 @@ def test_a_finish_behind_a_blocked_head_admits_two_heads_without_a_call():
     assert stepped_calls == list(range(20))
 
 
+def _carried(records, **options):
+    """Replay `records` carried and check every result against the stepped replay:
+    the policy's call ticks, the admissions made without a call, the result."""
+    engine = _engine(records, **options)
+    calls = _calls(engine)
+    result = engine.run()
+    assert _outcome(result) == _outcome(_engine(records, fast=False, **options).run())
+    return calls, engine.steadiness.blocked_admitted, result
+
+
+def _times(result) -> list[tuple]:
+    """Each request's (id, admitted, first output, finished)."""
+    return [(r.rid, r.admitted_at, r.first_token_at, r.finished_at) for r in result.requests]
+
+
 def test_a_head_whose_prompt_is_not_one_chunk_is_left_to_the_call():
     """As above with 10 blocks, b (P=4, N=9: 3 blocks) ending at 9, d's prompt 6
     tokens (2 blocks) and chunks of 4 tokens. At 9 c and d fit (8, 10) and e does
@@ -115,16 +130,11 @@ def test_a_head_whose_prompt_is_not_one_chunk_is_left_to_the_call():
     stepped replay's."""
     records = [dict(r) for r in TWO]
     records[1]["output_tokens"], records[3]["prompt_tokens"] = 9, 6
-    options = dict(block_size=4, num_blocks=10, prefill_chunk=4)
-    engine = _engine(records, **options)
-    calls = _calls(engine)
-    result = engine.run()
+    calls, admitted, result = _carried(records, block_size=4, num_blocks=10, prefill_chunk=4)
     assert calls == [0, 1, 9, 10]
-    assert engine.steadiness.blocked_admitted == 1
-    assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at) for r in result.requests] == [
+    assert admitted == 1
+    assert _times(result) == [
         ("a", 0, 1, 20), ("b", 0, 1, 9), ("c", 9, 10, 11), ("d", 9, 11, 13), ("e", 11, 12, 15)]
-    assert _outcome(result) == _outcome(_engine(records, fast=False, **options).run())
-
 
 
 def test_a_prompt_over_the_budget_the_decodes_leave_is_left_to_the_call():
@@ -138,18 +148,12 @@ def test_a_prompt_over_the_budget_the_decodes_leave_is_left_to_the_call():
     the decode leaves, the policy declines and its calls at 6 and 7 plan c's
     prompt in two chunks (4, then 1): first output at 8, ended at 9. Every
     result is the stepped replay's."""
-    options = dict(block_size=4, num_blocks=7, token_budget=5)
-    for prompt, want_calls, admitted, c in ((4, [0, 1], 1, ("c", 6, 7, 8)),
-                                            (5, [0, 1, 6, 7], 0, ("c", 6, 8, 9))):
+    for prompt, want_calls, want_admitted, c in ((4, [0, 1], 1, ("c", 6, 7, 8)),
+                                                 (5, [0, 1, 6, 7], 0, ("c", 6, 8, 9))):
         records = [_req("a", 0, 4, 10), _req("b", 0, 4, 5), _req("c", 0, prompt, 2)]
-        engine = _engine(records, **options)
-        calls = _calls(engine)
-        result = engine.run()
-        assert calls == want_calls
-        assert engine.steadiness.blocked_admitted == admitted
-        assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at)
-                for r in result.requests] == [("a", 0, 1, 10), ("b", 0, 2, 6), c]
-        assert _outcome(result) == _outcome(_engine(records, fast=False, **options).run())
+        calls, admitted, result = _carried(records, block_size=4, num_blocks=7, token_budget=5)
+        assert (calls, admitted) == (want_calls, want_admitted)
+        assert _times(result) == [("a", 0, 1, 10), ("b", 0, 2, 6), c]
 
 
 def test_heads_beyond_the_rows_left_are_left_to_the_call():
@@ -162,19 +166,12 @@ def test_heads_beyond_the_rows_left_are_left_to_the_call():
     8); at 8 and 9 a and d decode, e waiting for a row; d ends at 10, where e's
     prompt is planned (first output at 11, ended at 14); from there carried. Calls
     at 0, 1 and 5 to 10; every result is the stepped replay's."""
-    for rows, want_calls, admitted, d, e in (
+    for rows, want_calls, want_admitted, d, e in (
             (3, [0, 1], 2, ("d", 5, 6, 8), ("e", 7, 8, 11)),
             (2, [0, 1, 5, 6, 7, 8, 9, 10], 0, ("d", 5, 8, 10), ("e", 7, 11, 14))):
-        options = dict(block_size=4, num_blocks=9, max_rows=rows)
-        engine = _engine(TWO, **options)
-        calls = _calls(engine)
-        result = engine.run()
-        assert calls == want_calls
-        assert engine.steadiness.blocked_admitted == admitted
-        assert [(r.rid, r.admitted_at, r.first_token_at, r.finished_at)
-                for r in result.requests] == [
-            ("a", 0, 1, 20), ("b", 0, 1, 5), ("c", 5, 6, 7), d, e]
-        assert _outcome(result) == _outcome(_engine(TWO, fast=False, **options).run())
+        calls, admitted, result = _carried(TWO, block_size=4, num_blocks=9, max_rows=rows)
+        assert (calls, admitted) == (want_calls, want_admitted)
+        assert _times(result) == [("a", 0, 1, 20), ("b", 0, 1, 5), ("c", 5, 6, 7), d, e]
 
 
 def test_a_declined_admission_puts_the_heads_back_in_their_order():
@@ -189,19 +186,13 @@ def test_a_declined_admission_puts_the_heads_back_in_their_order():
     are admitted at 9 without a call. Every result is the stepped replay's."""
     three = [_req("a", 0, 4, 20), _req("b", 0, 4, 9), _req("c", 0, 4, 2), _req("d", 0, 2, 3),
              _req("e", 0, 2, 3)]
-    for rows, want_calls, admitted, e in ((4, [0, 1], 1, ("e", 9, 10, 12)),
-                                          (3, [0, 1, 9, 10, 11], 0, ("e", 9, 12, 14))):
-        options = dict(block_size=4, num_blocks=10, max_rows=rows)
-        engine = _engine(three, **options)
-        calls = _calls(engine)
-        result = engine.run()
-        assert calls == want_calls
-        assert engine.steadiness.blocked_admitted == admitted
-        assert [(r.rid, r.admit_seq, r.admitted_at, r.first_token_at, r.finished_at)
-                for r in result.requests] == [
-            ("a", 0, 0, 1, 20), ("b", 1, 0, 1, 9), ("c", 2, 9, 10, 11), ("d", 3, 9, 10, 12),
-            (e[0], 4, *e[1:])]
-        assert _outcome(result) == _outcome(_engine(three, fast=False, **options).run())
+    for rows, want_calls, want_admitted, e in ((4, [0, 1], 1, ("e", 9, 10, 12)),
+                                               (3, [0, 1, 9, 10, 11], 0, ("e", 9, 12, 14))):
+        calls, admitted, result = _carried(three, block_size=4, num_blocks=10, max_rows=rows)
+        assert (calls, admitted) == (want_calls, want_admitted)
+        assert _times(result) == [("a", 0, 1, 20), ("b", 0, 1, 9), ("c", 9, 10, 11),
+                                  ("d", 9, 10, 12), e]
+        assert [r.admit_seq for r in result.requests] == [0, 1, 2, 3, 4]
 
 PLUGIN = '''
 from scheduler_sim.policies.continuous import ContinuousPolicy

@@ -179,6 +179,17 @@ def test_the_plain_arrival_builds_the_request_registration_builds():
     assert plain == _arrived(True)
 
 
+def _two_late_arrivals():
+    """'a' (a prompt of 3, 2 outputs) arriving at tick 2, 'b' (a prompt of 1, 1
+    output) at 5: the trace and its options."""
+    records = [{"type": "request", "id": "a", "arrival": 2, "prompt_tokens": 3,
+                "output_tokens": 2},
+               {"type": "request", "id": "b", "arrival": 5, "prompt_tokens": 1,
+                "output_tokens": 1}]
+    trace = parse_trace(trace_bytes(records), "late.jsonl")
+    return trace, Options.resolve(trace.config, {"block_size": B})
+
+
 def test_a_listened_plain_arrival_and_end_write_their_records():
     """With a listener the plain paths are taken too and write what registration and
     the general loop write. 'a' (a prompt of 3, 2 outputs) arrives at tick 2, 'b' (a
@@ -186,12 +197,7 @@ def test_a_listened_plain_arrival_and_end_write_their_records():
     `client_wait`); each dispatch lasts one step. 'a''s prompt runs 2-3 (its first
     output), its decode 3-4 (its last: finished at 4); 'b''s prompt 5-6 (finished at
     6)."""
-    records = [{"type": "request", "id": "a", "arrival": 2, "prompt_tokens": 3,
-                "output_tokens": 2},
-               {"type": "request", "id": "b", "arrival": 5, "prompt_tokens": 1,
-                "output_tokens": 1}]
-    trace = parse_trace(trace_bytes(records), "listened.jsonl")
-    opts = Options.resolve(trace.config, {"block_size": B})
+    trace, opts = _two_late_arrivals()
     streams = []
     for general in (False, True):
         events = []
@@ -215,12 +221,7 @@ def test_a_line_listener_s_plain_arrival_admission_and_end_are_its_lines(monkeyp
     import io
 
     from scheduler_sim.io.event_file import EventFile
-    records = [{"type": "request", "id": "a", "arrival": 2, "prompt_tokens": 3,
-                "output_tokens": 2},
-               {"type": "request", "id": "b", "arrival": 5, "prompt_tokens": 1,
-                "output_tokens": 1}]
-    trace = parse_trace(trace_bytes(records), "lines.jsonl")
-    opts = Options.resolve(trace.config, {"block_size": B})
+    trace, opts = _two_late_arrivals()
     events = EventFile("-", io.StringIO(), False)
     listener = events.listener("continuous")
     calls = []

@@ -20,13 +20,11 @@ from .event_lines import (LineListener, admitted_line, arrival_line, dispatch_li
                           finished_line, json_string, snapshot_line)
 from .frozen import Frozen, make_inits, record_class
 
-__all__ = [
-    "Event", "Arrival", "Rejected", "Admitted", "report_admitted", "AdmissionBlocked", "Snapshot",
-    "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
-    "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "Prefilled",
-    "TransferStarted", "TransferDone", "KvStored", "KvLoadStarted", "KvLoadDone",
-    "SwappedOut", "SwapRefused", "EVENT_TYPES", "event_from_dict", "reads",
-]
+__all__ = ["Event", "Arrival", "Rejected", "Admitted", "report_admitted", "AdmissionBlocked",
+           "Snapshot", "Dispatch", "Finished", "Cancelled", "CancelIgnored", "Preempted",
+           "PreemptIgnored", "Released", "Evicted", "Stalled", "Timeout", "Ratio", "Prefilled",
+           "TransferStarted", "TransferDone", "KvStored", "KvLoadStarted", "KvLoadDone",
+           "SwappedOut", "SwapRefused", "EVENT_TYPES", "event_from_dict", "reads"]
 
 
 def reads(listener: Any, kind: str) -> bool:
@@ -166,7 +164,10 @@ class Admitted(Event):
 
 def report_admitted(emit: Any, *fields: Any) -> None:
     """`emit(Admitted(*fields))`; a line listener writes the line without the record."""
-    emit.admitted(*fields) if isinstance(emit, LineListener) else emit(Admitted(*fields))
+    if isinstance(emit, LineListener):
+        emit.admitted(*fields)
+    else:
+        emit(Admitted(*fields))
 
 
 @_record("admission_blocked")

@@ -42,8 +42,8 @@ class PrefixLookups:
         and none is free. Speed: replaying the Mooncake trace under vllm, a head
         blocked for blocks was looked up again at every step (27,812 look-ups for
         12,031 admissions); 14,656 of the 15,781 repeats are answered so, and the
-        first 2,000 requests run 0.981x the instructions (benchmarks/README.md,
-        "twenty-fourth steps", helper pc25).
+        trace runs 0.979x the instructions (benchmarks/README.md, "twenty-fourth
+        steps", helper pc25).
         """
         kept = self._kept
         if (kept is not None and kept[0] is keys and kept[1] == max_blocks

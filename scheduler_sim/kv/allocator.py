@@ -183,6 +183,13 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
         # (`evictable`, asked of the hit the policy just looked up).
         self._found: list[int] | None = None
         self._found_keys: BlockKeys | None = None
+        # A look-up's answer kept while it provably holds (`PrefixLookups.lookup`):
+        # the cache's test, the answer kept, the last look-up's (limit, length
+        # before `_reusable`), an answer given again.
+        self._holds_found = cache.holds_found
+        self._kept: tuple | None = None
+        self._asked = (0, -1)
+        self._again: list[int] | None = None
 
     # --- views ----------------------------------------------------------------
 

@@ -79,6 +79,9 @@ class PrefixCache:
     # Whether `register_decoded` may key anything: a kind that keys decoded tokens
     # only when the request finishes says False, and the engine does not call it.
     keys_decoded = True
+    # Calls that gave keys a block in the index, counted by a kind that can tell a
+    # look-up's held answer still holds (`holds_found`); None: a kind that cannot.
+    indexed: int | None = None
 
     def __init__(self, compact: bool = False) -> None:
         # The interning table of hash entries, kept alive as long as the cache
@@ -131,6 +134,13 @@ class PrefixCache:
             hits += found
             start, step = end, step * 4
         return hits
+
+    def holds_found(self, keys: BlockKeys, hits: list[int], stamp: int) -> bool:
+        """Whether `find` answers `hits` again for `keys` (as far as it found them),
+        `hits` being its answer when `indexed` was `stamp`, every one held then
+        (none free, draining or pinned; nothing drains or is pinned now): a kind
+        that cannot tell says False (`PrefixLookups.lookup`)."""
+        return False
 
     def touch(self, block: int) -> None:
         """A look-up found a run that ends at `block` and will use it (the radix

@@ -270,6 +270,19 @@ class QueueMembers:
                 self.remove_pair(block, key_of[block])
         return members
 
+    def held(self, block: int, key) -> bool:
+        """Whether `block` is the one the index names for `key` and not in the queue
+        (with no block draining or pinned orphaned, a block so indexed is held)."""
+        index = self.index
+        if type(key) is not int:
+            return index.plain.get(key) == block and block not in self.loose
+        node, off = divmod(key, index.width)
+        bucket = index.buckets.get(node)
+        if bucket is None or bucket[off] != block:
+            return False
+        flags = self.flags.get(node)
+        return flags is None or not flags[off]
+
     def remove(self, block: int) -> None:
         """Take `block` out of the queue, by block alone (a single hit)."""
         if block not in self:

@@ -104,6 +104,7 @@ class VllmCache(RunQueue, PrefixCache):
         # when it lets go of them (`register`, `release`).
         self.unindexed: dict[str, tuple[list[int], int]] = {}
         self.orphan_keys: dict[int, Hashable] = {}
+        self.indexed = 0  # calls that gave keys a block in the index (`holds_found`)
 
     # --- the protocol -------------------------------------------------------------
 
@@ -148,6 +149,7 @@ class VllmCache(RunQueue, PrefixCache):
         # A slice per run of keys within a bucket (`KeyIndex.add`, the keys read
         # as runs).
         duplicates = index.add(keys, start, full, table)
+        self.indexed += 1
         if duplicates:
             others = self.others
             for key, block in duplicates:
@@ -175,6 +177,13 @@ class VllmCache(RunQueue, PrefixCache):
         if keys.known < max_blocks:
             keys.ensure(max_blocks, False)
         return self.index.find(keys, 0, max_blocks)[0]
+
+    def holds_found(self, keys, hits, stamp):
+        """Whether `find` answers `hits` (all held then, at `indexed` == `stamp`) again
+        for `keys`: nothing indexed since, no duplicate cached, and the last of them
+        still held under its key (the proof: `PrefixLookups.lookup`)."""
+        return (stamp == self.indexed and not self.others
+                and (not hits or self.free_blocks.held(hits[-1], keys.key_at(len(hits) - 1))))
 
     def on_share(self, rid, blocks, keys, has_blocks):
         """A shared block's key stays known only through its owners: `blocks` must
@@ -369,6 +378,7 @@ class VllmCache(RunQueue, PrefixCache):
         fresh = keys.tail[start - ints:end - ints]
         blocks = table[start:end]
         found = list(map(self.index.plain.setdefault, fresh, blocks))
+        self.indexed += 1
         if found != blocks:
             others = self.others
             for key, block, cached in zip(fresh, blocks, found):
@@ -427,6 +437,7 @@ class VllmCache(RunQueue, PrefixCache):
             rest = others.get(key)
             if rest:
                 self.index[key] = heir = rest.pop(0)
+                self.indexed += 1
                 self.free_blocks.promote(key, heir)  # (a free heir's moves to its key)
                 if not rest:
                     del others[key]

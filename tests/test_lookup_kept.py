@@ -1,0 +1,140 @@
+"""A look-up's answer given again while it provably holds (kv/prefix_lookups.py
+`lookup`, vLLM's cache `holds_found`): an answer all of whose blocks were held is
+the answer again until a key is indexed, a duplicate is cached, or its last block
+is no longer held under its key."""
+from __future__ import annotations
+
+from scheduler_sim.kv.allocator import BlockAllocator
+from scheduler_sim.kv.block_keys import BlockKeys
+from scheduler_sim.kv.key_index import KeyIndex
+from scheduler_sim.kv.vllm_cache import VllmCache
+
+
+def _counted(monkeypatch):
+    """The index's look-ups, counted."""
+    find = KeyIndex.find
+    asked = []
+    monkeypatch.setattr(KeyIndex, "find", lambda self, keys, start, end: (
+        asked.append(end) or find(self, keys, start, end)))
+    return asked
+
+
+def test_a_held_answer_is_given_again_until_a_key_is_indexed_or_it_is_freed(monkeypatch):
+    """Pool of 8, blocks of 4, entries of 8 tokens. A (hash ids 9400001, 9400002)
+    holds blocks 0 to 3, keyed. H (9400001, 9400002, 9400003; 24 prompt tokens, so
+    a limit of (24 - 1) // 4 = 5 blocks) finds [0, 1, 2, 3], none free: kept, and
+    the next look-up answers it without the index. B taking blocks 4, 5 (never
+    used) changes nothing; B's prompt keyed (a key indexed) makes it ask the index
+    again: the same answer, kept again. A freed: block 3 is free, so the index is
+    asked: [0, 1, 2, 3] with 4 free (not kept)."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("A", 16)
+    a.register_full_blocks("A", keys_a, 16)
+    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 0, [5])
+    again = a.lookup(head, 5)
+    assert (again, again is hits, a.evictable(again), asked) == ([0, 1, 2, 3], False, 0, [5])
+    a.grow("B", 8)
+    assert a.table("B") == [4, 5]
+    again = a.lookup(head, 5)
+    assert (again, a.evictable(again), asked) == ([0, 1, 2, 3], 0, [5])
+    keys_b = BlockKeys(2, 8, 4, 8, hashes=[9500001])
+    a.register_full_blocks("B", keys_b, 8)
+    again = a.lookup(head, 5)
+    assert (again, a.evictable(again), asked) == ([0, 1, 2, 3], 0, [5, 5])
+    assert (a.lookup(head, 5), asked) == ([0, 1, 2, 3], [5, 5])
+    a.free_request("A", 0, 0)
+    again = a.lookup(head, 5)
+    assert (again, a.evictable(again), asked) == ([0, 1, 2, 3], 4, [5, 5, 5])
+    a.audit()
+
+
+def test_a_held_block_freed_and_evicted_between_look_ups_is_not_found_again(monkeypatch):
+    """As above, H's [0, 1, 2, 3] kept while A holds them; then A is freed (its
+    table joins the queue tail first: 3, 2, 1, 0) and C takes 6 blocks for 24
+    rows: the 4 never used (4 to 7), then the 2 least recently freed, 3 and 2,
+    evicted with their keys. Nothing was indexed since H's answer was kept, but
+    its last block is no longer indexed: the index is asked, and finds [0, 1],
+    both free."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("A", 16)
+    a.register_full_blocks("A", keys_a, 16)
+    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
+    a.free_request("A", 0, 0)
+    a.grow("C", 24)
+    assert a.table("C") == [4, 5, 6, 7, 3, 2]
+    again = a.lookup(head, 5)
+    assert (again, a.evictable(again), asked) == ([0, 1], 2, [5, 5])
+    a.audit()
+
+
+def test_no_answer_is_kept_with_a_duplicate_cached(monkeypatch):
+    """D writes the same prompt as A into blocks of its own (4 to 7, keyed as
+    duplicates: `others`), so H's look-up asks the index every time."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("A", 16)
+    a.register_full_blocks("A", keys_a, 16)
+    keys_d = BlockKeys(3, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("D", 16)
+    a.register_full_blocks("D", keys_d, 16)
+    assert a.cache.others == {k: [b] for k, b in zip(keys_a.keys, [4, 5, 6, 7])}
+    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    for _ in range(2):
+        hits = a.lookup(head, 5)
+        assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
+    assert asked == [5, 5]
+    a.audit()
+
+
+def test_a_kept_answer_is_not_given_while_blocks_drain(monkeypatch):
+    """H's [0, 1, 2, 3] kept while A holds them. A freed with a delay of 5 at time 0:
+    0 to 3 drain (not reusable, not in the queue), and the look-up asks the index
+    and finds nothing reusable (the kept answer would have named all four). At 5
+    they are free: asked again, [0, 1, 2, 3], all four free."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("A", 16)
+    a.register_full_blocks("A", keys_a, 16)
+    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
+    assert a.free_request("A", 0, 5) == 4
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([], 0, [5, 5])
+    assert a.release_expired(5) == 4
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 4, [5, 5, 5])
+    a.audit()
+
+
+def test_a_key_indexed_past_a_kept_answer_lengthens_it(monkeypatch):
+    """H's [0, 1, 2, 3] kept while A holds them. F, with H's hash ids, shares them
+    (its look-up finds them), takes blocks 4 and 5 for its 24 rows and keys the
+    fifth block (20 rows written): H's fifth key is now indexed, so H's look-up
+    asks the index and finds [0, 1, 2, 3, 4]."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("A", 16)
+    a.register_full_blocks("A", keys_a, 16)
+    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
+    keys_f = BlockKeys(4, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    a.share("F", a.lookup(keys_f, 5), keys_f)
+    a.grow("F", 24)
+    a.register_full_blocks("F", keys_f, 20)
+    assert a.table("F") == [0, 1, 2, 3, 4, 5]
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3, 4], 0, [5, 5, 5])
+    a.audit()

@@ -174,24 +174,30 @@ def decodes_line(tick: int, ids: Iterable[str], tokens: int, done: int, policy: 
     return _dispatch(tick, decode_rows_text(ids), tokens, done, policy, clock)
 
 
-def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: int,
+def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: int | None,
                  policy: str | None, clock: Any) -> str:
     """A dispatch, its rows given as text (`decode_rows_text` for plain decodes), after
     its snapshot if `counts` gives one (`Snapshot`'s counts in its field order:
     waiting, running, reserved, allocated, draining, free, cached or None): the
     lines `snapshot_line` and `dispatch_line` write, joined by a newline into one
     text for `LineListener.write_text`, the start's time made once for both (the
-    counted dispatches' and admissions' starts, engine/fast/counted.py). Speed:
+    counted dispatches' and admissions' starts, engine/fast/counted.py); `done`
+    None: the text ends at the dispatch's `"done":`, its end written by a folded
+    stretch after it (`steady_parts`'s `head`). Speed:
     the counts a tuple, not a dictionary read by name (54,306 snapshots on the
     Azure trace; benchmarks/README.md, "fifteenth steps", helper ev11)."""
     if clock is None or not clock.in_seconds:
         key, start, end = '{"tick":', tick, done
     else:
-        key, start, end = '{"time":', clock.text(tick), clock.text(done)
+        key, start = '{"time":', clock.text(tick)
+        end = None if done is None else clock.text(done)
+    close = "}"
+    if end is None:  # (its end left open: see `steady_parts`'s `head`)
+        end = close = ""
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
     if counts is None:
         return (f'{key}{start},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
-                f'"done":{end}}}')
+                f'"done":{end}{close}')
     waiting, running, reserved, allocated, draining, free, cached = counts
     cached = "" if cached is None else f',"cached":{cached}'
     # (Both lines in one format: the rows' text, most of the bytes, copied once.
@@ -204,7 +210,7 @@ def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: 
             f'"allocated":{allocated},"draining":{draining},'
             f'"free":{free}{cached}}}\n'
             f'{key}{start},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
-            f'"done":{end}}}')
+            f'"done":{end}{close}')
 
 
 def prompt_row_text(rid: str, tokens: int, ids: list[int] | None) -> str:
@@ -289,8 +295,8 @@ STEADY_STEP, STEADY_ROWS = 7, 6
 
 def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
                  waiting: int, running: int, reserved: int, draining: int, total: int,
-                 tokens: int, policy: str | None, clock: Any, rows: str | None = None
-                 ) -> list[str]:
+                 tokens: int, policy: str | None, clock: Any, rows: str | None = None,
+                 head: str | None = None) -> list[str]:
     """The snapshot and dispatch lines of a folded stretch, as the pieces of one text
     (joined by nothing they are the lines joined by newlines, no newline after
     the last; none when `starts` is empty): for the dispatch starting at
@@ -298,7 +304,9 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     `last_done`, its snapshot (`held` blocks allocated, the rest of the `total`
     less `draining` free) and its dispatch of a plain decode for each of the
     requests `ids` (`rows`: their rows' text, `decode_rows_text(ids)`, if the
-    caller has it), what `snapshot_line` and `dispatch_line` write.
+    caller has it), what `snapshot_line` and `dispatch_line` write. `head`: the
+    lines before them, up to a dispatch's `"done":` (`counted_text` of a counted
+    start without its end, which is the stretch's first start), its first piece.
 
     Speed: the text is a list of its pieces, the parts that do not change (the
     rows' text among them) one shared string each, laid out by slice
@@ -338,7 +346,12 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     parts[0::STEADY_STEP] = texts  # (k + 1 places: each step's start, then the last end)
     texts.pop()
     parts[2::STEADY_STEP] = parts[5::STEADY_STEP] = texts
-    parts[0], parts[1] = "", key  # (the first line ends nothing before it)
+    if head is None:
+        parts[0], parts[1] = "", key  # (the first line ends nothing before it)
+    else:
+        # (It ends the head's dispatch. Speed: the counted start's end made once,
+        # not by `Clock.text` and again here; see `Counting._write_counted`.)
+        parts[0], parts[1] = head, parts[0] + parts[1]
     parts[4::STEADY_STEP] = map(_block_counts(draining, total, key).__getitem__, held)
     return parts
 

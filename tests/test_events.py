@@ -353,6 +353,149 @@ def test_a_counted_dispatch_s_snapshot_and_dispatch_are_one_text():
         decodes_line(1_500_000, ["a", "b"], 2, 1_506_250, 'p"', clock)]
 
 
+def test_a_counted_batch_s_rows_are_the_last_text_when_its_requests_are_the_same():
+    """`LineListener.members_rows`: the rows of requests a and b (plain decodes); the
+    same requests in another list, the same text (kept, not made again); the batch
+    gaining c between them, then losing it from its middle, each the rows of its
+    requests in order; a list the caller changes after the call is not the one
+    kept. Then a counted start of a and b at tick 10 (done 12), 3 of 10 blocks
+    held, and a folded stretch of two dispatches after it (at 12 and 14, done 16,
+    4 and 5 blocks held), every line by hand."""
+    from scheduler_sim.records.event_lines import LineListener, counted_text, steady_parts
+
+    class Req:
+        def __init__(self, rid):
+            self.rid = rid
+
+    a, b, c = Req("a"), Req("b"), Req("c")
+    row = '{{"id":"{}","phase":"decode","tokens":1,"emits":true}}'.format
+    listener = LineListener(None, None)
+    rows = listener.members_rows([a, b])
+    assert rows == row("a") + "," + row("b")
+    assert listener.members_rows([a, b]) is rows
+    assert listener.members_rows([a, c, b]) == row("a") + "," + row("c") + "," + row("b")
+    assert listener.members_rows([a, b]) == rows
+    batch = [a]
+    assert listener.members_rows(batch) == row("a")
+    batch.append(b)
+    assert listener.members_rows(batch) == rows
+    assert listener.members_rows([]) == ""
+    assert listener.members_rows([b]) == row("b")
+    assert LineListener(None, None).members_rows([a, b]) == rows  # (each listener its own)
+    rows = listener.members_rows([a, b])
+    text = counted_text(10, (1, 2, 5, 3, 0, 7, None), rows, 2, 12, None, None) + "".join(
+        ["\n"] + steady_parts([12, 14], 16, [4, 5], None, 1, 2, 5, 0, 10, 2, None, None, rows))
+    assert text.split("\n") == [
+        '{"tick":10,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":3,'
+        '"draining":0,"free":7}',
+        '{"tick":10,"event":"dispatch","rows":[{"id":"a","phase":"decode","tokens":1,'
+        '"emits":true},{"id":"b","phase":"decode","tokens":1,"emits":true}],"tokens":2,'
+        '"done":12}',
+        '{"tick":12,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":4,'
+        '"draining":0,"free":6}',
+        '{"tick":12,"event":"dispatch","rows":[{"id":"a","phase":"decode","tokens":1,'
+        '"emits":true},{"id":"b","phase":"decode","tokens":1,"emits":true}],"tokens":2,'
+        '"done":14}',
+        '{"tick":14,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":5,'
+        '"draining":0,"free":5}',
+        '{"tick":14,"event":"dispatch","rows":[{"id":"a","phase":"decode","tokens":1,'
+        '"emits":true},{"id":"b","phase":"decode","tokens":1,"emits":true}],"tokens":2,'
+        '"done":16}']
+
+
+def test_a_counted_start_s_end_left_open_is_written_by_the_folded_stretch_after_it():
+    """A counted start of a and b at tick 10 whose dispatch's end is left open
+    (`counted_text` of no `done`), then the folded stretch after it (dispatches at
+    12 and 14, done 16, 4 and 5 of 10 blocks held) with that text as its `head`:
+    the start's two lines, its end the stretch's first start (12), then the
+    stretch's four, by hand; in seconds with a policy's tag (1-us steps), the same
+    lines as the start's closed text followed by the stretch's without a head."""
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.event_lines import counted_text, decode_rows_text, steady_parts
+    rows = decode_rows_text(["a", "b"])
+    counts = (1, 2, 5, 3, 0, 7, None)
+    head = counted_text(10, counts, rows, 2, None, None, None)
+    assert head.endswith(',"tokens":2,"done":')
+    assert counted_text(10, None, rows, 2, None, None, None) == (
+        '{"tick":10,"event":"dispatch","rows":[' + rows + '],"tokens":2,"done":')
+    parts = steady_parts([12, 14], 16, [4, 5], None, 1, 2, 5, 0, 10, 2, None, None, rows, head)
+    assert parts[0] is head and len(parts) == 2 * 7 + 2
+    row = '{{"id":"{}","phase":"decode","tokens":1,"emits":true}}'.format
+    dispatch = '"event":"dispatch","rows":[' + row("a") + "," + row("b") + '],"tokens":2,'
+    assert "".join(parts).split("\n") == [
+        '{"tick":10,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":3,'
+        '"draining":0,"free":7}',
+        '{"tick":10,' + dispatch + '"done":12}',
+        '{"tick":12,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":4,'
+        '"draining":0,"free":6}',
+        '{"tick":12,' + dispatch + '"done":14}',
+        '{"tick":14,"event":"snapshot","waiting":1,"running":2,"reserved":5,"allocated":5,'
+        '"draining":0,"free":5}',
+        '{"tick":14,' + dispatch + '"done":16}']
+    clock = Clock("s", 1.0, 1e-6, True)
+    times = [1_506_250, 1_512_500]
+    head = counted_text(1_500_000, counts, rows, 2, None, 'p"', clock)
+    assert "".join(steady_parts(times, 1_518_750, [4, 5], None, 1, 2, 5, 0, 10, 2, 'p"', clock,
+                                rows, head)) == (
+        counted_text(1_500_000, counts, rows, 2, 1_506_250, 'p"', clock) + "\n"
+        + "".join(steady_parts(times, 1_518_750, [4, 5], None, 1, 2, 5, 0, 10, 2, 'p"', clock,
+                               rows)))
+
+
+def test_admissions_take_the_last_start_s_rows_in_a_listened_replay():
+    """Twelve requests arriving into and finishing inside counted stretches under a
+    cost model, events to a line listener: the admissions' decodes and the counted
+    starts take their rows' text through `members_rows`, which gives the last text
+    back at 8 of its 28 calls, and 11 counted starts with a folded stretch after
+    them write their lines with the stretch's, their end left open (counted: a
+    change in when these paths apply shows here); the lines are those of the
+    stepped replay (no fast-forward)."""
+    from conftest import trace_bytes
+    from scheduler_sim.engine.core import Engine
+    from scheduler_sim.io.trace import parse_trace
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.event_lines import LineListener
+    from scheduler_sim.records.options import Options
+
+    trace = parse_trace(trace_bytes([{"type": "config", "time_unit": "s"}] + [
+        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
+         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]),
+        "counted.jsonl")
+    options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
+                                             "block_size": 16, "num_blocks": 512})
+    clock = Clock.of(options)
+    stepped: list[str] = []
+    Engine(trace.workload, options, "continuous", fast_forward=False,
+           on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
+    lines: list[str] = []
+    calls = []
+
+    class Collect(LineListener):
+        def write(self, line):
+            lines.extend(line.split("\n"))
+
+        def members_rows(self, reqs):
+            calls.append(reqs == self.rows_of)
+            return super().members_rows(reqs)
+
+    from scheduler_sim.engine.fast import counted_fold
+    made = counted_fold.counted_text
+    heads = []
+
+    def counting(*args):
+        heads.append(args[4] is None)
+        return made(*args)
+
+    counted_fold.counted_text = counting
+    try:
+        Engine(trace.workload, options, "continuous", on_event=Collect("p", clock)).run()
+    finally:
+        counted_fold.counted_text = made
+    assert (len(calls), calls.count(True)) == (28, 8)
+    assert heads == [True] * 11
+    assert lines == stepped
+
+
 def test_the_events_file_writes_a_text_of_lines_as_its_lines(tmp_path):
     """A line, a folded stretch's text of two lines and a list of one reach the file
     as four lines, in order; a fleet replica's listener tags each line of the text."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from itertools import compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:  # only named in annotations; events.py imports this module
@@ -40,6 +40,31 @@ class LineListener:
 
     def __call__(self, event: "Event") -> None:
         self.write(event.to_json(self.policy, self.clock))
+
+    # The requests whose plain decodes' rows `members_rows` wrote last, in order, and
+    # their text (class defaults: each listener's own once it is asked).
+    rows_of: list = []
+    rows_text = ""
+
+    def members_rows(self, reqs: list) -> str:
+        """`decode_rows_text` of the ids of `reqs` (a list of requests, each row a plain
+        decode: a counted dispatch's members, in order): the last call's text when
+        `reqs` are the same requests (compared by identity, in C), else made again.
+
+        Speed: an admission's decodes are mostly the requests of the counted start
+        before it (1,581 of 1,902 admissions on the first 2,000 Azure requests
+        under `continuous`), whose text was made again from every id: 1.7890e9 ->
+        1.7754e9 instructions with `--events` (callgrind). Editing the text where
+        the requests differ by one inserted or removed (a batch gaining an admitted
+        request or losing a finished one, 3,606 of the other 3,795 calls) ran more
+        instructions than making it again (1.7907e9): finding where they differ and
+        cutting or inserting one row costs about what joining the ten or so rows
+        does. See benchmarks/README.md, "twenty-fourth steps", helper ev25."""
+        if reqs == self.rows_of:
+            return self.rows_text
+        text = self.rows_text = decode_rows_text(map(_rid, reqs))
+        self.rows_of = reqs.copy()  # (the caller's list may change after)
+        return text
 
     def write(self, line: str) -> None:
         """Write one line of the event stream (a subclass says where)."""
@@ -149,24 +174,30 @@ def decodes_line(tick: int, ids: Iterable[str], tokens: int, done: int, policy: 
     return _dispatch(tick, decode_rows_text(ids), tokens, done, policy, clock)
 
 
-def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: int,
+def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: int | None,
                  policy: str | None, clock: Any) -> str:
     """A dispatch, its rows given as text (`decode_rows_text` for plain decodes), after
     its snapshot if `counts` gives one (`Snapshot`'s counts in its field order:
     waiting, running, reserved, allocated, draining, free, cached or None): the
     lines `snapshot_line` and `dispatch_line` write, joined by a newline into one
     text for `LineListener.write_text`, the start's time made once for both (the
-    counted dispatches' and admissions' starts, engine/fast/counted.py). Speed:
+    counted dispatches' and admissions' starts, engine/fast/counted.py); `done`
+    None: the text ends at the dispatch's `"done":`, its end written by a folded
+    stretch after it (`steady_parts`'s `head`). Speed:
     the counts a tuple, not a dictionary read by name (54,306 snapshots on the
     Azure trace; benchmarks/README.md, "fifteenth steps", helper ev11)."""
     if clock is None or not clock.in_seconds:
         key, start, end = '{"tick":', tick, done
     else:
-        key, start, end = '{"time":', clock.text(tick), clock.text(done)
+        key, start = '{"time":', clock.text(tick)
+        end = None if done is None else clock.text(done)
+    close = "}"
+    if end is None:  # (its end left open: see `steady_parts`'s `head`)
+        end = close = ""
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
     if counts is None:
         return (f'{key}{start},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
-                f'"done":{end}}}')
+                f'"done":{end}{close}')
     waiting, running, reserved, allocated, draining, free, cached = counts
     cached = "" if cached is None else f',"cached":{cached}'
     # (Both lines in one format: the rows' text, most of the bytes, copied once.
@@ -179,7 +210,7 @@ def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: 
             f'"allocated":{allocated},"draining":{draining},'
             f'"free":{free}{cached}}}\n'
             f'{key}{start},"event":"dispatch",{tag}"rows":[{rows}],"tokens":{tokens},'
-            f'"done":{end}}}')
+            f'"done":{end}{close}')
 
 
 def prompt_row_text(rid: str, tokens: int, ids: list[int] | None) -> str:
@@ -264,8 +295,8 @@ STEADY_STEP, STEADY_ROWS = 7, 6
 
 def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
                  waiting: int, running: int, reserved: int, draining: int, total: int,
-                 tokens: int, policy: str | None, clock: Any, rows: str | None = None
-                 ) -> list[str]:
+                 tokens: int, policy: str | None, clock: Any, rows: str | None = None,
+                 head: str | None = None) -> list[str]:
     """The snapshot and dispatch lines of a folded stretch, as the pieces of one text
     (joined by nothing they are the lines joined by newlines, no newline after
     the last; none when `starts` is empty): for the dispatch starting at
@@ -273,7 +304,9 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     `last_done`, its snapshot (`held` blocks allocated, the rest of the `total`
     less `draining` free) and its dispatch of a plain decode for each of the
     requests `ids` (`rows`: their rows' text, `decode_rows_text(ids)`, if the
-    caller has it), what `snapshot_line` and `dispatch_line` write.
+    caller has it), what `snapshot_line` and `dispatch_line` write. `head`: the
+    lines before them, up to a dispatch's `"done":` (`counted_text` of a counted
+    start without its end, which is the stretch's first start), its first piece.
 
     Speed: the text is a list of its pieces, the parts that do not change (the
     rows' text among them) one shared string each, laid out by slice
@@ -313,7 +346,12 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     parts[0::STEADY_STEP] = texts  # (k + 1 places: each step's start, then the last end)
     texts.pop()
     parts[2::STEADY_STEP] = parts[5::STEADY_STEP] = texts
-    parts[0], parts[1] = "", key  # (the first line ends nothing before it)
+    if head is None:
+        parts[0], parts[1] = "", key  # (the first line ends nothing before it)
+    else:
+        # (It ends the head's dispatch. Speed: the counted start's end made once,
+        # not by `Clock.text` and again here; see `Counting._write_counted`.)
+        parts[0], parts[1] = head, parts[0] + parts[1]
     parts[4::STEADY_STEP] = map(_block_counts(draining, total, key).__getitem__, held)
     return parts
 
@@ -376,5 +414,6 @@ _LAST_ROWS: list = [None, ""]
 _PLAIN_DECODE = ("decode", 1, True, None)
 _row_kind = itemgetter(1, 2, 3, 4)
 _row_id = itemgetter(0)
+_rid = attrgetter("rid")  # (a request's id)
 _DECODE_ROW = ('{"id":', ',"phase":"decode","tokens":1,"emits":true}')
 _DECODE_SEP = _DECODE_ROW[1] + "," + _DECODE_ROW[0]  # (between two ids)

@@ -27,7 +27,7 @@ from typing import Any
 from ...policies import Plan
 from ...policies.base import DecodesFirst
 from ...records.errors import InvariantError
-from ...records.event_lines import LineListener, counted_text, decode_rows_text, prompt_row_text
+from ...records.event_lines import LineListener, counted_text, prompt_row_text
 from ...records.events import Dispatch, Snapshot
 from ...requests.request import DECODE, PREFILL, Request
 from ..dispatching import InFlight
@@ -106,7 +106,7 @@ class Counting:
         now = self.now
         if isinstance(emit, LineListener):
             if rows is None:
-                rows = decode_rows_text(map(_rid, requests))
+                rows = emit.members_rows(requests)  # (the last text, edited if it can be)
             emit.write_text(counted_text(now, counts, rows, members, done, emit.policy,
                                          emit.clock))
             return rows
@@ -131,7 +131,7 @@ class Counting:
         emit = self._emit
         now = self.now
         if isinstance(emit, LineListener):
-            rows = decode_rows_text(map(_rid, decodes))
+            rows = emit.members_rows(decodes)
             for req, n in chunks:
                 row = prompt_row_text(req.rid, n, req.token_ids(0, n))
                 rows = f"{rows},{row}" if rows else row

@@ -223,10 +223,11 @@ def _block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
 
 def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
                  taken_first: bool | None, starts_at: list[int] | None = None,
-                 rows: str | None = None) -> None:
-    """The records each folded boundary would have produced, in order: the
-    policy's blocked-head report (if it made one), the snapshot, the dispatch
-    (`rows`: the text of the rows of `reqs`, if known, for a line listener).
+                 rows: str | None = None, head: str | None = None, counts=None) -> None:
+    """The records each folded boundary would have produced, in order: the policy's
+    blocked-head report (if it made one), the snapshot, the dispatch (for a line
+    listener `rows`, the text of `reqs`' rows if known, and `head`, `steady_parts`'s;
+    `counts`: a counted start's just before, whose waiting and running these take).
 
     Only block counts change from one folded step to the next: dispatch
     s + 1 writes row r + s - 1 of a request with r resident rows now, and
@@ -240,11 +241,9 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
         starts_at = [0] * size  # requests by the residue of their rows written
         for req in reqs:
             starts_at[req.resident % size] += 1
-    waiting = engine.policy.waiting_count
-    running = engine.policy.running_count
-    held = a.held
-    draining = a.draining
-    total = a.num_blocks
+    waiting = engine.policy.waiting_count if counts is None else counts[0]
+    running = engine.policy.running_count if counts is None else counts[1]
+    held, draining, total = a.held, a.draining, a.num_blocks
     report = engine.steadiness.blocked
     reserved = a.reserved
     write = policy = clock = None
@@ -267,7 +266,7 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
                                initial=held)
             emit.write_parts(steady_parts(starts, last_done, helds, map(_rid, reqs), waiting,
                                           running, reserved, draining, total, n, policy,
-                                          clock, rows))
+                                          clock, rows, head))
         return
     rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     ends = starts[1:] + [last_done]

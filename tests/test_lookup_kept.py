@@ -138,3 +138,93 @@ def test_a_key_indexed_past_a_kept_answer_lengthens_it(monkeypatch):
     hits = a.lookup(head, 5)
     assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3, 4], 0, [5, 5, 5])
     a.audit()
+
+
+def test_a_kept_answer_is_given_for_its_own_limit_only(monkeypatch):
+    """H's [0, 1, 2, 3] kept for a limit of 5 while A holds them; asked with a limit
+    of 2 the index is asked and answers [0, 1] (the kept answer would be all
+    four); asked with 5 again, the index is asked too (the kept answer is the one
+    counted last, for 2: [0, 1], kept with limit 2)."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("A", 16)
+    a.register_full_blocks("A", keys_a, 16)
+    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 0, [5])
+    hits = a.lookup(head, 2)
+    assert (hits, a.evictable(hits), asked) == ([0, 1], 0, [5, 2])
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 0, [5, 2, 5])
+    a.audit()
+
+
+def test_no_answer_is_kept_while_a_pinned_block_is_orphaned(monkeypatch):
+    """H's [0, 1, 2, 3] kept while A holds them. A's table pinned (a transfer in
+    flight), then A freed: its blocks stay indexed, out of the queue, owned by
+    nobody (pinned orphans, not reusable), so the look-up asks the index and
+    finds nothing reusable (the kept answer would have named all four). Unpinned
+    at 0 with no delay they are free: [0, 1, 2, 3], all four free."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("A", 16)
+    a.register_full_blocks("A", keys_a, 16)
+    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
+    handle = a.pin(a.table("A"))
+    assert a.free_request("A", 0, 0) == 0
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([], 0, [5, 5])
+    assert a.unpin(handle, 0, 0) == 4
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 4, [5, 5, 5])
+    a.audit()
+
+
+def test_an_heir_indexed_in_a_kept_answer_s_run_is_found_again(monkeypatch):
+    """Blocks of 4 tokens, one hash id each. A (9400001) holds block 0; R
+    (9400001, 9400002) wrote blocks 1 and 2 itself: 1 a duplicate of A's 0
+    (`others`), 2 indexed. H (9400001, 9400002, 9400003; limit (12 - 1) // 4 = 2)
+    finds [0, 2], both held: kept. A freed (0 free), X takes 2 blocks: 3, never
+    used, and 0, evicted, whose duplicate 1 becomes its key's block (an heir; no
+    duplicate left). The index is asked: [1, 2] (the kept answer named 0, now
+    X's)."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(4, 4, cache=VllmCache())
+    a.grow("A", 4)
+    a.register_full_blocks("A", BlockKeys(0, 4, 4, 4, hashes=[9400001]), 4)
+    a.grow("R", 8)
+    a.register_full_blocks("R", BlockKeys(1, 8, 4, 4, hashes=[9400001, 9400002]), 8)
+    assert a.table("R") == [1, 2]
+    head = BlockKeys(2, 12, 4, 4, hashes=[9400001, 9400002, 9400003])
+    hits = a.lookup(head, 2)
+    assert (hits, a.evictable(hits), asked) == ([0, 2], 0, [2])
+    a.free_request("A", 0, 0)
+    a.grow("X", 8)
+    assert (a.table("X"), a.cache.others) == ([3, 0], {})
+    hits = a.lookup(head, 2)
+    assert (hits, a.evictable(hits), asked) == ([1, 2], 0, [2, 2])
+    a.audit()
+
+
+def test_a_kept_answer_ending_in_a_token_keyed_block_is_not_given_once_it_is_free(
+        monkeypatch):
+    """Token ids (keys not interned: the index's plain dict; a free block so keyed
+    is in the queue's `loose` set). A (tokens 0 to 7) holds blocks 0 and 1,
+    keyed; H (tokens 0 to 11; limit (12 - 1) // 4 = 2) finds [0, 1], held: kept.
+    A freed: 1, the last, is free (in `loose`), so the index is asked: [0, 1],
+    both free."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    a.grow("A", 8)
+    a.register_full_blocks("A", BlockKeys(0, 8, 4, 4, prompt_ids=list(range(8))), 8)
+    head = BlockKeys(1, 12, 4, 4, prompt_ids=list(range(12)))
+    hits = a.lookup(head, 2)
+    assert (hits, a.evictable(hits), asked) == ([0, 1], 0, [2])
+    a.free_request("A", 0, 0)
+    hits = a.lookup(head, 2)
+    assert (hits, a.evictable(hits), asked) == ([0, 1], 2, [2, 2])
+    a.audit()

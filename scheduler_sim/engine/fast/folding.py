@@ -103,9 +103,11 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     taken_first = None
     if block is not None:
         needed, seen = block[2], block[3]
-        if needed <= seen:
+        if 0 < needed <= seen:
             # ... and, while the blocked head's need fits the free blocks it saw,
-            # no more than keeps it fitting (its reason may depend on it).
+            # no more than keeps it fitting (its reason may depend on it). A need
+            # of none or less (a head loaded from host memory holds blocks for its
+            # whole sequence, more than its first chunk fills) fits any count.
             room = free - needed
         if emit is not None:
             taken_first = _block_order(allocator, block, policy_growth)

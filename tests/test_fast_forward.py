@@ -293,6 +293,51 @@ def test_a_head_loaded_from_host_memory_never_widens_a_fold():
     assert (folded.summary, [request_record(r) for r in folded.requests]) == stepped
 
 
+def test_a_head_whose_gpu_hit_leads_to_host_memory_is_not_folded_past():
+    """vllm, prefix caching, a pool of 6 blocks, host memory of 6 blocks written through
+    (a block's copy one step, no latency), no full-prompt gate, a budget of 4 tokens. x
+    (ids 1-12, 1 output) prefills 4 a step at 0-2 (blocks K0-K2, each written through as
+    it fills) and ends at 3; z (4 ids, 1 output) at 4 fills a fourth block and ends at 5.
+    y (13 ids, 12 outputs) prefills at 6-9 (4, 4, 4, 1) in 4 blocks: the 2 never used,
+    then the least recently freed, K2 (8) and K1 (9); its third full block is the seventh
+    stored, and host memory evicts its least recently used, K0. h (ids 1-12 and 4 more)
+    at 10 hits K0 on the GPU and K1, K2 after it in host memory: a load, which takes
+    blocks for its whole 16 rows, 4 - 1 + 1 (K0 sits free) = 4 > 2 free (K0 and z's):
+    blocked at 10, 11 and 12 while y decodes rows 13-15. At 13 y's row 16 opens a block,
+    evicting K0: h has no GPU hit, host memory (matched from its first block) lacks K0,
+    and its first chunk (3 tokens beside y's decode) needs 1 block, as free: admitted in
+    the same call. A fold from 11 took the head's need for one that only grows and went
+    on past 13 with h waiting; the policy declines it now (`may_fold`)."""
+    x = list(range(1, 13))
+
+    def request(rid, arrival, ids, outputs):
+        return {"type": "request", "id": rid, "arrival": arrival, "prompt_tokens": len(ids),
+                "output_tokens": outputs, "prompt_token_ids": ids}
+
+    records = [request("x", 0, x, 1), request("z", 4, [101, 102, 103, 104], 1),
+               request("y", 6, list(range(201, 214)), 12),
+               request("h", 10, x + [301, 302, 303, 304], 2)]
+    options = dict(_HOST_CLOCK, host_copy_latency_us=0.0, num_blocks=6, token_budget=4,
+                   full_prompt_gate=False, prefix_caching=True,
+                   host_kv_gib=6 * 524_288 / 2 ** 30)
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    events = []
+    Engine(trace.workload, Options.resolve(trace.config, options), "vllm",
+           on_event=lambda e: events.append(e.to_dict())).run()
+    h = [e for e in events if e.get("id") == "h" and e["tick"] <= 13]
+    assert [(e["tick"], e["event"], e.get("needed"), e.get("free"), e.get("cached_tokens"))
+            for e in h if e["event"] != "evicted"] == [
+        (10, "arrival", None, None, None), (10, "admission_blocked", 4, 2, None),
+        (11, "admission_blocked", 4, 2, None), (12, "admission_blocked", 4, 2, None),
+        (13, "admitted", None, None, 0)]
+    assert [(e["tick"], e["id"], e["written_by"], e["block"]) for e in events
+            if e["event"] == "evicted" and e["tick"] <= 13] == [
+        (8, "y", "x", 2), (9, "y", "x", 1), (13, "y", "x", 0), (13, "h", "z", 0)]
+    assert not [e for e in events if e["event"] == "kv_load_started"]
+    assert _replay(records, "vllm", True, **options) == _replay(records, "vllm", False,
+                                                                **options)
+
+
 class _Lines:
     """A listener that takes lines, as the events file does (folded stretches hand it
     lines written without records)."""

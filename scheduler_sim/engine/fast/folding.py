@@ -104,10 +104,9 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     if block is not None:
         needed, seen = block[2], block[3]
         if 0 < needed <= seen:
-            # ... and, while the blocked head's need fits the free blocks it saw,
-            # no more than keeps it fitting (its reason may depend on it). A need
-            # of none or less (a head loaded from host memory holds blocks for its
-            # whole sequence, more than its first chunk fills) fits any count.
+            # ... and, while the blocked head's need (above 0: a head loaded from host
+            # memory may hold more than its first chunk fills) fits the free blocks it
+            # saw, no more than keeps it fitting (its reason may depend on it).
             room = free - needed
         if emit is not None:
             taken_first = _block_order(allocator, block, policy_growth)

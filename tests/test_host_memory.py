@@ -481,7 +481,7 @@ def test_vllm_folds_as_it_steps_behind_loaded_heads_under_a_watermark(seed):
     loaded from host memory hold blocks for their whole sequence, more than their first
     chunk fills (a need below zero), and wait for the watermark while others decode.
     Replayed without a listener (folded then), the summary and every request's record
-    are the same folded and stepped. (Seeds 16 and 18, among others, failed with an
+    are the same folded and stepped. (Seeds 9, 10, 18, 19 and 6 more failed with an
     internal invariant while a fold took a need below zero for room; seed 41 differed
     where a fold went on while a decode evicted a head's GPU hit, and its host hit with
     it: its need fell from its whole sequence to its first chunk.)"""

@@ -239,6 +239,105 @@ def test_vllm_folds_with_a_head_blocked_for_blocks_under_prefix_caching(monkeypa
     assert True in answers and False in answers and folded > 0
 
 
+# Each dispatch of these few tokens one 10 ms step; the host link moves one block of 4
+# tokens (Llama-3-8B: 524,288 bytes) a step, and each copy adds one step.
+_HOST_CLOCK = dict(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.01, clock_resolution=0.01,
+                   block_size=4, host_link_gb_per_s=524_288 / 0.01 / 1e9,
+                   host_copy_latency_us=10_000.0)
+
+
+def test_a_head_loaded_from_host_memory_never_widens_a_fold():
+    """vllm, prefix caching, host memory written through, a watermark of int(0.34 * 12)
+    = 4 blocks, no full-prompt gate, chunks of 4. a (ids 1-16) runs at 0: its 4 blocks are
+    written through. b (48 other ids) at 10 takes all 12 blocks, evicting a's. c (a's 16
+    ids and 12 more) at 20 finds them in host memory only: it takes blocks for its 28
+    rows (7) and loads 16 rows, 20 -> 25 (1 + 4 steps). d (10 tokens, 30 outputs)
+    prefills 20-22 (4 rows, then 6) and decodes. From 25 c's first chunk (rows 16-19)
+    needs 5 blocks, 2 fewer than it holds: needed -2, which fits any free count, and
+    -2 + 4 > free (1, then 0 once d opens its fifth block at 28): blocked by the
+    watermark, while d decodes alone. A fold once took that -2 as room for 2 blocks
+    more than were free (d's grow then failed: an internal invariant). Stepped, d needs
+    a sixth block at 32 (row 20) and preempts itself with 11 outputs; c is admitted at
+    33 (3 chunks, 1 decode) and finishes at 37; d is loaded back (16 rows still cached,
+    4 from host memory, 37 -> 39) and decodes its last 19 outputs, 39 -> 58."""
+    a = list(range(1, 17))
+
+    def request(rid, arrival, ids, outputs):
+        return {"type": "request", "id": rid, "arrival": arrival, "prompt_tokens": len(ids),
+                "output_tokens": outputs, "prompt_token_ids": ids}
+
+    records = [request("a", 0, a, 1), request("b", 10, list(range(101, 149)), 1),
+               request("c", 20, a + list(range(201, 213)), 2),
+               request("d", 20, list(range(301, 311)), 30)]
+    options = dict(_HOST_CLOCK, num_blocks=12, token_budget=64, prefill_chunk=4,
+                   watermark=0.34, full_prompt_gate=False, prefix_caching=True,
+                   host_kv_gib=64 * 524_288 / 2 ** 30)
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    events = []
+    Engine(trace.workload, Options.resolve(trace.config, options), "vllm",
+           on_event=lambda e: events.append(e.to_dict())).run()
+    of = [e for e in events if e["event"] == "admission_blocked" and e["id"] == "c"]
+    assert [(e["tick"], e["reason"], e["needed"], e["free"]) for e in of] == [
+        (25, "watermark", -2, 1), (26, "watermark", -2, 1), (27, "watermark", -2, 1),
+        (28, "watermark", -2, 0), (29, "watermark", -2, 0), (30, "watermark", -2, 0),
+        (31, "watermark", -2, 0), (32, "preemption", 0, 5)]
+    assert [(e["tick"], e["id"], e["outputs"], e["rows"]) for e in events
+            if e["event"] == "preempted"] == [(32, "d", 11, 20)]
+    assert [(e["tick"], e["id"]) for e in events if e["event"] == "finished"] == [
+        (1, "a"), (11, "b"), (37, "c"), (58, "d")]
+    engine = Engine(trace.workload, Options.resolve(trace.config, options), "vllm",
+                    fast_forward=True)
+    folded = engine.run()  # (no InvariantError)
+    assert engine.folded > 0
+    stepped = _replay(records, "vllm", False, **options)
+    assert (folded.summary, [request_record(r) for r in folded.requests]) == stepped
+
+
+def test_a_head_whose_gpu_hit_leads_to_host_memory_is_not_folded_past():
+    """vllm, prefix caching, a pool of 6 blocks, host memory of 6 blocks written through
+    (a block's copy one step, no latency), no full-prompt gate, a budget of 4 tokens. x
+    (ids 1-12, 1 output) prefills 4 a step at 0-2 (blocks K0-K2, each written through as
+    it fills) and ends at 3; z (4 ids, 1 output) at 4 fills a fourth block and ends at 5.
+    y (13 ids, 12 outputs) prefills at 6-9 (4, 4, 4, 1) in 4 blocks: the 2 never used,
+    then the least recently freed, K2 (8) and K1 (9); its third full block is the seventh
+    stored, and host memory evicts its least recently used, K0. h (ids 1-12 and 4 more)
+    at 10 hits K0 on the GPU and K1, K2 after it in host memory: a load, which takes
+    blocks for its whole 16 rows, 4 - 1 + 1 (K0 sits free) = 4 > 2 free (K0 and z's):
+    blocked at 10, 11 and 12 while y decodes rows 13-15. At 13 y's row 16 opens a block,
+    evicting K0: h has no GPU hit, host memory (matched from its first block) lacks K0,
+    and its first chunk (3 tokens beside y's decode) needs 1 block, as free: admitted in
+    the same call. A fold from 11 took the head's need for one that only grows and went
+    on past 13 with h waiting; the policy declines it now (`may_fold`)."""
+    x = list(range(1, 13))
+
+    def request(rid, arrival, ids, outputs):
+        return {"type": "request", "id": rid, "arrival": arrival, "prompt_tokens": len(ids),
+                "output_tokens": outputs, "prompt_token_ids": ids}
+
+    records = [request("x", 0, x, 1), request("z", 4, [101, 102, 103, 104], 1),
+               request("y", 6, list(range(201, 214)), 12),
+               request("h", 10, x + [301, 302, 303, 304], 2)]
+    options = dict(_HOST_CLOCK, host_copy_latency_us=0.0, num_blocks=6, token_budget=4,
+                   full_prompt_gate=False, prefix_caching=True,
+                   host_kv_gib=6 * 524_288 / 2 ** 30)
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    events = []
+    Engine(trace.workload, Options.resolve(trace.config, options), "vllm",
+           on_event=lambda e: events.append(e.to_dict())).run()
+    h = [e for e in events if e.get("id") == "h" and e["tick"] <= 13]
+    assert [(e["tick"], e["event"], e.get("needed"), e.get("free"), e.get("cached_tokens"))
+            for e in h if e["event"] != "evicted"] == [
+        (10, "arrival", None, None, None), (10, "admission_blocked", 4, 2, None),
+        (11, "admission_blocked", 4, 2, None), (12, "admission_blocked", 4, 2, None),
+        (13, "admitted", None, None, 0)]
+    assert [(e["tick"], e["id"], e["written_by"], e["block"]) for e in events
+            if e["event"] == "evicted" and e["tick"] <= 13] == [
+        (8, "y", "x", 2), (9, "y", "x", 1), (13, "y", "x", 0), (13, "h", "z", 0)]
+    assert not [e for e in events if e["event"] == "kv_load_started"]
+    assert _replay(records, "vllm", True, **options) == _replay(records, "vllm", False,
+                                                                **options)
+
+
 class _Lines:
     """A listener that takes lines, as the events file does (folded stretches hand it
     lines written without records)."""

@@ -61,7 +61,7 @@ from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.options import Options
 from ..requests.queues import FcfsQueue
-from ..requests.request import Request
+from ..requests.request import LOADED, Request
 from .base import DecodesFirst, Plan, QueueAndListPolicy, SchedulerView
 from .victims import VICTIM_RULES
 
@@ -348,9 +348,14 @@ class VllmPolicy(QueueAndListPolicy):
         # the head's need (a lost hit that sat free was counted in it, a lost hit
         # somebody holds was not). Only a block the decodes fill could shrink it,
         # by becoming a hit: with prefix caching that needs outputs given as token
-        # ids (other decoded blocks get keys of their own request).
+        # ids (other decoded blocks get keys of their own request). With host memory and
+        # no full-prompt gate only a loaded head's (its hit its own blocks): one to load
+        # asks blocks for its whole sequence, else for its first chunk, and an evicted
+        # GPU hit can take its host hit away (matched on from the GPU hit's end).
         if blocked_reason not in ("blocks", "watermark") or self.view.allocator.cache is None:
             return True
+        if self.view.allocator.host is not None and not self.options.full_prompt_gate:
+            return self.waiting.peek().remote == LOADED
         return all(r.output_token_ids is None for r in self.running)
 
     def repeats_decodes(self) -> bool:

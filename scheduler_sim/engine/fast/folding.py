@@ -103,9 +103,10 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     taken_first = None
     if block is not None:
         needed, seen = block[2], block[3]
-        if needed <= seen:
-            # ... and, while the blocked head's need fits the free blocks it saw,
-            # no more than keeps it fitting (its reason may depend on it).
+        if 0 < needed <= seen:
+            # ... and, while the blocked head's need (above 0: a head loaded from host
+            # memory may hold more than its first chunk fills) fits the free blocks it
+            # saw, no more than keeps it fitting (its reason may depend on it).
             room = free - needed
         if emit is not None:
             taken_first = _block_order(allocator, block, policy_growth)

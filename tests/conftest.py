@@ -59,6 +59,30 @@ def trace_bytes(records: list[dict]) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in records).encode()
 
 
+def twelve_arrivals() -> list[dict]:
+    """Twelve requests 37 ms apart, for a cost model: they arrive into and finish
+    inside counted stretches (tests/test_counted_fold.py, tests/test_events.py)."""
+    return [{"type": "config", "time_unit": "s"}] + [
+        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
+         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]
+
+
+def twelve_arrivals_stepped():
+    """The twelve arrivals parsed, their options (Llama-3-8B on an H100, blocks of 16,
+    a pool of 512), their clock, and the lines of their stepped replay (no
+    fast-forward) under `continuous`, tagged "p": what a listened replay must write."""
+    from scheduler_sim.records.clock import Clock
+
+    trace = parse_trace(trace_bytes(twelve_arrivals()), "counted.jsonl")
+    options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
+                                             "block_size": 16, "num_blocks": 512})
+    clock = Clock.of(options)
+    stepped: list[str] = []
+    Engine(trace.workload, options, "continuous", fast_forward=False,
+           on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
+    return trace, options, clock, stepped
+
+
 def random_engine_options(rng: random.Random, cost_model: bool = False) -> dict:
     """Blocks of 4, a pool of 16-64, a budget of 4-64 tokens, 1-8 rows and a release
     delay of 0 or 2 (drawn in that order), and with `cost_model` Llama-3-8B on an H100

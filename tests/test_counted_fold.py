@@ -125,14 +125,6 @@ def test_the_same_as_apart_on_many_shapes():
 
 
 
-def _twelve_arrivals() -> list[dict]:
-    """Twelve requests 37 ms apart under a cost model: they arrive into and finish
-    inside counted stretches."""
-    return [{"type": "config", "time_unit": "s"}] + [
-        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
-         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]
-
-
 @contextmanager
 def _counting_start_and_fold():
     """Count `start_and_fold`'s calls by caller while the block runs: after an
@@ -161,13 +153,13 @@ def test_replays_with_a_cost_model_take_this_path_and_match_the_stepped_ones():
     """Requests arriving into and finishing inside counted stretches under a cost
     model: `start_and_fold` starts and folds them (counted below), and the results
     are those of the stepped replay (no fast-forward), request for request."""
-    from conftest import trace_bytes
+    from conftest import trace_bytes, twelve_arrivals
     from scheduler_sim.engine.core import Engine
     from scheduler_sim.engine.summary import request_record
     from scheduler_sim.io.trace import parse_trace
     from scheduler_sim.records.options import Options
 
-    trace = parse_trace(trace_bytes(_twelve_arrivals()), "counted.jsonl")
+    trace = parse_trace(trace_bytes(twelve_arrivals()), "counted.jsonl")
     for policy in ("continuous", "vllm"):
         outcomes = []
         for fast in (True, False):
@@ -216,19 +208,11 @@ def test_listened_replays_take_this_path_and_write_the_stepped_replays_lines():
     """With an event listener (lines, or records), both callers start and fold
     through `start_and_fold` too, and the event stream is the stepped replay's
     (no fast-forward), line for line."""
-    from conftest import trace_bytes
+    from conftest import twelve_arrivals_stepped
     from scheduler_sim.engine.core import Engine
-    from scheduler_sim.io.trace import parse_trace
     from scheduler_sim.records.event_lines import LineListener
-    from scheduler_sim.records.options import Options
 
-    trace = parse_trace(trace_bytes(_twelve_arrivals()), "counted.jsonl")
-    options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
-                                             "block_size": 16, "num_blocks": 512})
-    clock = Clock.of(options)
-    stepped: list[str] = []
-    Engine(trace.workload, options, "continuous", fast_forward=False,
-           on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
+    trace, options, clock, stepped = twelve_arrivals_stepped()
     lines: list[str] = []
 
     class Collect(LineListener):

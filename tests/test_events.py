@@ -450,23 +450,11 @@ def test_admissions_take_the_last_start_s_rows_in_a_listened_replay():
     them write their lines with the stretch's, their end left open (counted: a
     change in when these paths apply shows here); the lines are those of the
     stepped replay (no fast-forward)."""
-    from conftest import trace_bytes
+    from conftest import twelve_arrivals_stepped
     from scheduler_sim.engine.core import Engine
-    from scheduler_sim.io.trace import parse_trace
-    from scheduler_sim.records.clock import Clock
     from scheduler_sim.records.event_lines import LineListener
-    from scheduler_sim.records.options import Options
 
-    trace = parse_trace(trace_bytes([{"type": "config", "time_unit": "s"}] + [
-        {"type": "request", "id": f"r{i}", "arrival": round(0.037 * i, 6),
-         "prompt_tokens": 40 + 13 * i, "output_tokens": 5 + (7 * i) % 23} for i in range(12)]),
-        "counted.jsonl")
-    options = Options.resolve(trace.config, {"cost_model": "llama-3-8b/h100-sxm",
-                                             "block_size": 16, "num_blocks": 512})
-    clock = Clock.of(options)
-    stepped: list[str] = []
-    Engine(trace.workload, options, "continuous", fast_forward=False,
-           on_event=lambda e: stepped.append(e.to_json("p", clock))).run()
+    trace, options, clock, stepped = twelve_arrivals_stepped()
     lines: list[str] = []
     calls = []
 

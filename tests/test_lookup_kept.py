@@ -19,6 +19,18 @@ def _counted(monkeypatch):
     return asked
 
 
+def _a_holds_its_prompt(monkeypatch):
+    """The index's look-ups counted; a pool of 8 blocks of 4 tokens, entries of 8
+    tokens, where A (hash ids 9400001, 9400002) holds blocks 0 to 3, keyed; and
+    the keys of a head H (9400001, 9400002, 9400003; 24 prompt tokens)."""
+    asked = _counted(monkeypatch)
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
+    a.grow("A", 16)
+    a.register_full_blocks("A", keys_a, 16)
+    return asked, a, BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+
+
 def test_a_held_answer_is_given_again_until_a_key_is_indexed_or_it_is_freed(monkeypatch):
     """Pool of 8, blocks of 4, entries of 8 tokens. A (hash ids 9400001, 9400002)
     holds blocks 0 to 3, keyed. H (9400001, 9400002, 9400003; 24 prompt tokens, so
@@ -27,12 +39,7 @@ def test_a_held_answer_is_given_again_until_a_key_is_indexed_or_it_is_freed(monk
     used) changes nothing; B's prompt keyed (a key indexed) makes it ask the index
     again: the same answer, kept again. A freed: block 3 is free, so the index is
     asked: [0, 1, 2, 3] with 4 free (not kept)."""
-    asked = _counted(monkeypatch)
-    a = BlockAllocator(8, 4, cache=VllmCache())
-    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
-    a.grow("A", 16)
-    a.register_full_blocks("A", keys_a, 16)
-    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    asked, a, head = _a_holds_its_prompt(monkeypatch)
     hits = a.lookup(head, 5)
     assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 0, [5])
     again = a.lookup(head, 5)
@@ -59,12 +66,7 @@ def test_a_held_block_freed_and_evicted_between_look_ups_is_not_found_again(monk
     evicted with their keys. Nothing was indexed since H's answer was kept, but
     its last block is no longer indexed: the index is asked, and finds [0, 1],
     both free."""
-    asked = _counted(monkeypatch)
-    a = BlockAllocator(8, 4, cache=VllmCache())
-    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
-    a.grow("A", 16)
-    a.register_full_blocks("A", keys_a, 16)
-    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    asked, a, head = _a_holds_its_prompt(monkeypatch)
     hits = a.lookup(head, 5)
     assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
     a.free_request("A", 0, 0)
@@ -100,12 +102,7 @@ def test_a_kept_answer_is_not_given_while_blocks_drain(monkeypatch):
     0 to 3 drain (not reusable, not in the queue), and the look-up asks the index
     and finds nothing reusable (the kept answer would have named all four). At 5
     they are free: asked again, [0, 1, 2, 3], all four free."""
-    asked = _counted(monkeypatch)
-    a = BlockAllocator(8, 4, cache=VllmCache())
-    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
-    a.grow("A", 16)
-    a.register_full_blocks("A", keys_a, 16)
-    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    asked, a, head = _a_holds_its_prompt(monkeypatch)
     hits = a.lookup(head, 5)
     assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
     assert a.free_request("A", 0, 5) == 4
@@ -122,12 +119,7 @@ def test_a_key_indexed_past_a_kept_answer_lengthens_it(monkeypatch):
     (its look-up finds them), takes blocks 4 and 5 for its 24 rows and keys the
     fifth block (20 rows written): H's fifth key is now indexed, so H's look-up
     asks the index and finds [0, 1, 2, 3, 4]."""
-    asked = _counted(monkeypatch)
-    a = BlockAllocator(8, 4, cache=VllmCache())
-    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
-    a.grow("A", 16)
-    a.register_full_blocks("A", keys_a, 16)
-    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    asked, a, head = _a_holds_its_prompt(monkeypatch)
     hits = a.lookup(head, 5)
     assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
     keys_f = BlockKeys(4, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
@@ -145,12 +137,7 @@ def test_a_kept_answer_is_given_for_its_own_limit_only(monkeypatch):
     of 2 the index is asked and answers [0, 1] (the kept answer would be all
     four); asked with 5 again, the index is asked too (the kept answer is the one
     counted last, for 2: [0, 1], kept with limit 2)."""
-    asked = _counted(monkeypatch)
-    a = BlockAllocator(8, 4, cache=VllmCache())
-    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
-    a.grow("A", 16)
-    a.register_full_blocks("A", keys_a, 16)
-    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    asked, a, head = _a_holds_its_prompt(monkeypatch)
     hits = a.lookup(head, 5)
     assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 0, [5])
     hits = a.lookup(head, 2)
@@ -166,12 +153,7 @@ def test_no_answer_is_kept_while_a_pinned_block_is_orphaned(monkeypatch):
     nobody (pinned orphans, not reusable), so the look-up asks the index and
     finds nothing reusable (the kept answer would have named all four). Unpinned
     at 0 with no delay they are free: [0, 1, 2, 3], all four free."""
-    asked = _counted(monkeypatch)
-    a = BlockAllocator(8, 4, cache=VllmCache())
-    keys_a = BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002])
-    a.grow("A", 16)
-    a.register_full_blocks("A", keys_a, 16)
-    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    asked, a, head = _a_holds_its_prompt(monkeypatch)
     hits = a.lookup(head, 5)
     assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
     handle = a.pin(a.table("A"))

@@ -455,3 +455,31 @@ def test_folded_and_stepwise_replays_agree_over_more_options(seed, policy):
     options = _wide_options(seed)
     assert _replay(records, policy, True, **options) == _replay(records, policy, False,
                                                                  **options)
+
+
+def test_vllm_under_lpm_does_not_fold_past_a_head_blocked_for_blocks():
+    """vllm, prefix caching, order lpm, blocks of 4, a pool of 21, 5 rows, victims by
+    most blocks, a cost model (a fuzzed case, reduced). Behind a head blocked for
+    blocks, the decodes' openings evict cached blocks; under lpm that reorders the
+    queue (by cached prefix), and the new head may fit: stepped, r11 (a 4-token hit)
+    is admitted at 113,167 us, while r0, r5, r6 and r12 still decode; the fold used to
+    run past it to their finishes at 119,417 us."""
+    ones = [("r0", 0, 19, [3]), ("r2", 0, 1, [6, 9, 6, 3, 4, 8, 1, 6]), ("r3", 44, 8, [3]),
+            ("r5", 44, 11, [3]), ("r6", 44, 11, [6]), ("r8", 44, 1, [2, 3, 6, 7, 4, 7, 9, 7]),
+            ("r11", 44, 1, [2, 3, 6, 7, 4]),
+            ("r12", 44, 10, [2, 3, 6, 7, 4, 7, 9, 7, 5, 7, 8, 3, 1, 2, 2, 6, 6, 1, 3, 3]),
+            ("r15", 51, 1, [6, 9, 6, 3, 4, 8, 1, 6, 4, 6, 1, 6, 5])]
+    records = [{"type": "request", "id": rid, "arrival": t, "output_tokens": n,
+                "prompt_token_ids": ids} for rid, t, n, ids in ones]
+    options = dict(block_size=4, num_blocks=21, max_rows=5, order="lpm",
+                   victim="most-blocks", prefix_caching=True,
+                   cost_model="llama-3-8b/h100-sxm")
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    engine = Engine(trace.workload, Options.resolve(trace.config, options), "vllm",
+                    fast_forward=True)
+    folded = engine.run()
+    assert engine.folded > 0
+    record = {r.rid: request_record(r) for r in folded.requests}["r11"]
+    assert (record["admitted"], record["cached_tokens"]) == (113167, 4)
+    stepped = _replay(records, "vllm", False, **options)
+    assert (folded.summary, [request_record(r) for r in folded.requests]) == stepped

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import random_engine_options, random_workload, slow_beyond, trace_bytes
+from conftest import random_engine_options, random_workload, slow_beyond, stir, trace_bytes
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.records.options import Options
 from scheduler_sim.policies import POLICIES
@@ -376,3 +376,110 @@ def test_folded_lines_equal_the_stepwise_records_lines(seed, policy):
     Engine(trace.workload, opts, policy, fast_forward=False,
            on_event=lambda e: stepwise.append(e.to_json("p", clock))).run()
     assert sink.lines == stepwise
+
+
+def test_sglang_folds_stop_where_its_decode_would_evict_ahead():
+    """sglang, prefix caching, blocks of 8, a pool of 48 blocks, 4 rows, everything at
+    0 (a fuzzed case, reduced). Each SGLang decode step first evicts cached free blocks
+    until every row could open an uncached one (policies/sglang_decode.py); a fold
+    must stop before the uncached free blocks fall below its rows, else it keeps a
+    cached block stepping evicts ahead. Here r12's block (ids 9 9 1 5 1 8 3 3) is so
+    evicted before r26 (the same 8 ids and one more) looks it up: stepped, r26 hits
+    nothing; the fold used to keep the block and give r26 8 cached tokens."""
+    ones = [("r2", 366, [9]), ("r9", 156, [3]), ("r11", 316, [4]),
+            ("r12", 1, [9, 9, 1, 5, 1, 8, 3, 3]), ("r13", 76, [3]), ("r14", 13, [4]),
+            ("r18", 83, [3]), ("r19", 50, [9]), ("r23", 22, [3, 3, 1, 2, 4]),
+            ("r24", 8, [4, 9, 4]), ("r26", 1, [9, 9, 1, 5, 1, 8, 3, 3, 6])]
+    records = [{"type": "request", "id": rid, "arrival": 0, "output_tokens": n,
+                "prompt_token_ids": ids} for rid, n, ids in ones]
+    options = dict(block_size=8, num_blocks=48, max_rows=4, prefix_caching=True)
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    engine = Engine(trace.workload, Options.resolve(trace.config, options), "sglang",
+                    fast_forward=True)
+    folded = engine.run()
+    assert engine.folded > 0
+    assert {r.rid: r.cached_tokens for r in folded.requests}["r26"] == 0
+    assert folded.summary["cached_tokens"] == 0 and folded.summary["iterations"] == 843
+    stepped = _replay(records, "sglang", False, **options)
+    assert (folded.summary, [request_record(r) for r in folded.requests]) == stepped
+
+
+def _wide_options(seed: int) -> dict:
+    """The engine of `random_engine_options` and, drawn after it, more of the options:
+    blocks of 1-8, chunks, a queue order, a resume order, a watermark, the gate, a
+    victim, preemption caps, a prefill interval, a waiting timeout, prefix caching,
+    SGLang's latch and priorities, and with a cost model host memory (swap or
+    recompute, written through or not) on a clock of its own resolution."""
+    rng = random.Random(4000 + seed)
+    options = random_engine_options(rng, cost_model=seed % 2 == 0)
+    options.update(block_size=rng.choice([1, 2, 4, 8]), prefill_chunk=rng.randint(1, 32),
+                   order=rng.choice(["fcfs", "priority", "sjf", "edf"]),
+                   resume_order=rng.choice(["front", "arrival"]),
+                   watermark=rng.choice([0.0, 0.1]), full_prompt_gate=rng.random() < 0.5,
+                   victim=rng.choice([None, "lifo", "priority", "most-blocks"]),
+                   max_preemptions=rng.choice([None, 1]), prefill_interval=rng.randint(1, 3),
+                   waiting_timeout=rng.choice([None, 50]), prefix_caching=rng.random() < 0.5,
+                   admission_latch=rng.random() < 0.5,
+                   priority_first=rng.choice(["low", "high"]))
+    if "cost_model" in options:
+        options.update(clock_resolution=rng.choice([0.0005, 0.002]),
+                       host_kv_gib=rng.choice([0.0, 0.001, 0.05]))
+        if options["host_kv_gib"]:
+            options.update(preemption_mode=rng.choice(["recompute", "swap"]),
+                           host_write=rng.choice(["through", "off"]))
+    return options
+
+
+def _wide_workload(seed: int) -> list[dict]:
+    """`random_workload` with token ids from a few shared prefixes, priorities, and
+    `stir`'s cancellations and forced preemptions."""
+    rng = random.Random(5000 + seed)
+    groups = [[rng.randint(1, 9) for _ in range(rng.randint(4, 16))] for _ in range(2)]
+
+    def each(request):
+        base = rng.choice(groups)
+        request["prompt_token_ids"] = base[:rng.randint(1, len(base))] + [
+            rng.randint(1, 9) for _ in range(request.pop("prompt_tokens") % 8)]
+        request["priority"] = rng.randint(0, 3)
+
+    requests = [r for r in random_workload(seed) if r["type"] == "request"]
+    return stir(requests, rng, 60, each)
+
+
+@pytest.mark.parametrize("seed", slow_beyond(range(40), 2))
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_folded_and_stepwise_replays_agree_over_more_options(seed, policy):
+    """Every summary field and request record is the same with and without folding,
+    over the wider draw of options above."""
+    records = _wide_workload(seed)
+    options = _wide_options(seed)
+    assert _replay(records, policy, True, **options) == _replay(records, policy, False,
+                                                                 **options)
+
+
+def test_vllm_under_lpm_does_not_fold_past_a_head_blocked_for_blocks():
+    """vllm, prefix caching, order lpm, blocks of 4, a pool of 21, 5 rows, victims by
+    most blocks, a cost model (a fuzzed case, reduced). Behind a head blocked for
+    blocks, the decodes' openings evict cached blocks; under lpm that reorders the
+    queue (by cached prefix), and the new head may fit: stepped, r11 (a 4-token hit)
+    is admitted at 113,167 us, while r0, r5, r6 and r12 still decode; the fold used to
+    run past it to their finishes at 119,417 us."""
+    ones = [("r0", 0, 19, [3]), ("r2", 0, 1, [6, 9, 6, 3, 4, 8, 1, 6]), ("r3", 44, 8, [3]),
+            ("r5", 44, 11, [3]), ("r6", 44, 11, [6]), ("r8", 44, 1, [2, 3, 6, 7, 4, 7, 9, 7]),
+            ("r11", 44, 1, [2, 3, 6, 7, 4]),
+            ("r12", 44, 10, [2, 3, 6, 7, 4, 7, 9, 7, 5, 7, 8, 3, 1, 2, 2, 6, 6, 1, 3, 3]),
+            ("r15", 51, 1, [6, 9, 6, 3, 4, 8, 1, 6, 4, 6, 1, 6, 5])]
+    records = [{"type": "request", "id": rid, "arrival": t, "output_tokens": n,
+                "prompt_token_ids": ids} for rid, t, n, ids in ones]
+    options = dict(block_size=4, num_blocks=21, max_rows=5, order="lpm",
+                   victim="most-blocks", prefix_caching=True,
+                   cost_model="llama-3-8b/h100-sxm")
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    engine = Engine(trace.workload, Options.resolve(trace.config, options), "vllm",
+                    fast_forward=True)
+    folded = engine.run()
+    assert engine.folded > 0
+    record = {r.rid: request_record(r) for r in folded.requests}["r11"]
+    assert (record["admitted"], record["cached_tokens"]) == (113167, 4)
+    stepped = _replay(records, "vllm", False, **options)
+    assert (folded.summary, [request_record(r) for r in folded.requests]) == stepped

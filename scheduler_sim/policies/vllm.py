@@ -342,18 +342,18 @@ class VllmPolicy(QueueAndListPolicy):
             self.view.allocator.register_full_blocks(req.rid, req.block_keys, rows)
 
     def may_fold(self, blocked_reason: str | None) -> bool:
-        # The head waits for the budget or the rows the same decodes use, for the
-        # step after a preemption (a step that preempts is not a repeat), or for
-        # blocks: decoding only takes free blocks, and an eviction never shrinks
-        # the head's need (a lost hit that sat free was counted in it, a lost hit
-        # somebody holds was not). Only a block the decodes fill could shrink it,
-        # by becoming a hit: with prefix caching that needs outputs given as token
-        # ids (other decoded blocks get keys of their own request). With host memory and
-        # no full-prompt gate only a loaded head's (its hit its own blocks): one to load
-        # asks blocks for its whole sequence, else for its first chunk, and an evicted
-        # GPU hit can take its host hit away (matched on from the GPU hit's end).
+        # The head waits for the budget or the rows the same decodes use, for the step
+        # after a preemption (not a repeat), or for blocks: decoding only takes free
+        # blocks, and an eviction never shrinks the head's need (a lost hit free was
+        # counted in it, one held was not). Only a block the decodes fill could shrink
+        # it, by becoming a hit: that needs outputs as token ids (other decoded blocks
+        # get keys of their own request). With host memory and no full-prompt gate only
+        # a loaded head's (its hit its own blocks): one to load asks blocks for its whole
+        # sequence, else its first chunk, and an evicted GPU hit can take its host hit.
         if blocked_reason not in ("blocks", "watermark") or self.view.allocator.cache is None:
             return True
+        if self.options.order == "lpm":  # (an eviction may reorder the queue)
+            return False
         if self.view.allocator.host is not None and not self.options.full_prompt_gate:
             return self.waiting.peek().remote == LOADED
         return all(r.output_token_ids is None for r in self.running)

@@ -36,11 +36,8 @@ __all__ = ["FOLD_AFTER", "fold"]
 # last this many dispatches: a shorter one saves less than looking costs.
 FOLD_AFTER = 2
 
-_output_tokens = attrgetter("output_tokens")
-_outputs = attrgetter("outputs")
-_resident = attrgetter("resident")
-_high_water = attrgetter("high_water")
-_rid = attrgetter("rid")
+_output_tokens, _outputs = attrgetter("output_tokens"), attrgetter("outputs")
+_resident, _high_water, _rid = attrgetter("resident"), attrgetter("high_water"), attrgetter("rid")
 
 
 def fold(engine, flight, until: float, policy_growth: int, rows: str | None = None) -> None:
@@ -112,6 +109,10 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
             taken_first = _block_order(allocator, block, policy_growth)
             if taken_first is None:
                 room = min(room, 0)  # order unknown: fold only steps opening no block
+    if allocator.cached_free and engine.policy.radix_eviction and allocator.block_size > 1:
+        # SGLang's decode evicts until each row could open an uncached block: fold only
+        # while those cover the n rows at each folded step (policies/sglang_decode.py).
+        room = min(room, free - allocator.cached_free - n)
     # Each request needs at most foldable // block_size + 1 new blocks: when even
     # that fits, no request can run short.
     if n * (foldable // allocator.block_size + 1) > room:
@@ -242,11 +243,10 @@ def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
         starts_at = [0] * size  # requests by the residue of their rows written
         for req in reqs:
             starts_at[req.resident % size] += 1
-    waiting = engine.policy.waiting_count if counts is None else counts[0]
-    running = engine.policy.running_count if counts is None else counts[1]
+    waiting, running = ((engine.policy.waiting_count, engine.policy.running_count)
+                        if counts is None else counts[:2])
     held, draining, total = a.held, a.draining, a.num_blocks
-    report = engine.steadiness.blocked
-    reserved = a.reserved
+    report, reserved = engine.steadiness.blocked, a.reserved
     write = policy = clock = None
     if isinstance(emit, LineListener):
         lines: list[str] = []

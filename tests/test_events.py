@@ -442,6 +442,53 @@ def test_a_counted_start_s_end_left_open_is_written_by_the_folded_stretch_after_
                                rows)))
 
 
+def test_a_counted_start_given_by_its_counts_is_the_folded_stretch_s_first_dispatch():
+    """A counted start of a and b at tick 10 given to the folded stretch after it
+    (dispatches at 12 and 14, done 16, 4 and 5 of 10 blocks held, 5 reserved) as its
+    time and snapshot counts: with 3 blocks allocated and 7 free, as the stretch's
+    pool would read, it is the stretch's first dispatch (no text of its own), its
+    lines by hand; counts the stretch's would not give (7 free of 10 with 4
+    allocated, 6 reserved, a cached count) are written as `counted_text` writes
+    them, by hand; in seconds with a policy's tag, the same lines as the start's
+    closed text followed by the stretch's."""
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.event_lines import counted_text, decode_rows_text, steady_parts
+    rows = decode_rows_text(["a", "b"])
+    row = '{{"id":"{}","phase":"decode","tokens":1,"emits":true}}'.format
+    dispatch = '"event":"dispatch","rows":[' + row("a") + "," + row("b") + '],"tokens":2,'
+    snapshot = '"event":"snapshot","waiting":1,"running":2,'
+    stretch = [
+        '{"tick":12,' + snapshot + '"reserved":5,"allocated":4,"draining":0,"free":6}',
+        '{"tick":12,' + dispatch + '"done":14}',
+        '{"tick":14,' + snapshot + '"reserved":5,"allocated":5,"draining":0,"free":5}',
+        '{"tick":14,' + dispatch + '"done":16}']
+    parts = steady_parts([12, 14], 16, [4, 5], None, 1, 2, 5, 0, 10, 2, None, None, rows,
+                         (10, (1, 2, 5, 3, 0, 7, None)))
+    assert parts[0] == "" and len(parts) == 3 * 7 + 2
+    assert "".join(parts).split("\n") == [
+        '{"tick":10,' + snapshot + '"reserved":5,"allocated":3,"draining":0,"free":7}',
+        '{"tick":10,' + dispatch + '"done":12}'] + stretch
+    for counts, first in (((1, 2, 5, 4, 0, 7, None), '"reserved":5,"allocated":4,"draining":0,'
+                                                     '"free":7}'),
+                          ((1, 2, 6, 3, 0, 7, None), '"reserved":6,"allocated":3,"draining":0,'
+                                                     '"free":7}'),
+                          ((1, 2, 5, 3, 0, 7, 4), '"reserved":5,"allocated":3,"draining":0,'
+                                                  '"free":7,"cached":4}')):
+        parts = steady_parts([12, 14], 16, [4, 5], None, 1, 2, 5, 0, 10, 2, None, None, rows,
+                             (10, counts))
+        assert len(parts) == 2 * 7 + 2
+        assert "".join(parts).split("\n") == [
+            '{"tick":10,' + snapshot + first, '{"tick":10,' + dispatch + '"done":12}'] + stretch
+    clock = Clock("s", 1.0, 1e-6, True)
+    times = [1_506_250, 1_512_500]
+    counts = (1, 2, 5, 3, 0, 7, None)
+    assert "".join(steady_parts(times, 1_518_750, [4, 5], None, 1, 2, 5, 0, 10, 2, 'p"', clock,
+                                rows, (999_990, counts))) == (
+        counted_text(999_990, counts, rows, 2, 1_506_250, 'p"', clock) + "\n"
+        + "".join(steady_parts(times, 1_518_750, [4, 5], None, 1, 2, 5, 0, 10, 2, 'p"', clock,
+                               rows)))
+
+
 def test_admissions_take_the_last_start_s_rows_in_a_listened_replay():
     """Twelve requests arriving into and finishing inside counted stretches under a
     cost model, events to a line listener: the admissions' decodes and the counted
@@ -466,21 +513,23 @@ def test_admissions_take_the_last_start_s_rows_in_a_listened_replay():
             calls.append(reqs == self.rows_of)
             return super().members_rows(reqs)
 
-    from scheduler_sim.engine.fast import counted_fold
-    made = counted_fold.counted_text
+    from scheduler_sim.engine.fast import folding
+    made = folding.steady_parts
     heads = []
 
     def counting(*args):
-        heads.append(args[4] is None)
-        return made(*args)
+        parts = made(*args)
+        if len(args) > 13 and args[13] is not None:  # (a counted start's time and counts)
+            heads.append((type(args[13]) is tuple, parts[0] == ""))
+        return parts
 
-    counted_fold.counted_text = counting
+    folding.steady_parts = counting
     try:
         Engine(trace.workload, options, "continuous", on_event=Collect("p", clock)).run()
     finally:
-        counted_fold.counted_text = made
+        folding.steady_parts = made
     assert (len(calls), calls.count(True)) == (28, 8)
-    assert heads == [True] * 11
+    assert heads == [(True, True)] * 11  # (each written as its stretch's first dispatch)
     assert lines == stepped
 
 

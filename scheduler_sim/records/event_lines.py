@@ -10,7 +10,7 @@ and a request's arrival, admission and finish (`arrival_line`, `admitted_line`,
 from __future__ import annotations
 
 import json
-from itertools import compress
+from itertools import chain, compress
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -306,7 +306,8 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     requests `ids` (`rows`: their rows' text, `decode_rows_text(ids)`, if the
     caller has it), what `snapshot_line` and `dispatch_line` write. `head`: the
     lines before them, up to a dispatch's `"done":` (`counted_text` of a counted
-    start without its end, which is the stretch's first start), its first piece.
+    start without its end, which is the stretch's first start), its first piece;
+    or a counted start's (time, `counted_text`'s counts), written as those lines.
 
     Speed: the text is a list of its pieces, the parts that do not change (the
     rows' text among them) one shared string each, laid out by slice
@@ -323,10 +324,26 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     seconds = clock is not None and clock.in_seconds
     key = '{"time":' if seconds else '{"tick":'
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
-    times = starts + [last_done]
-    texts = clock.texts(times, True) if seconds else list(map(str, times))
     if rows is None:
         rows = decode_rows_text(ids)
+    times = starts + [last_done]
+    if type(head) is tuple:
+        # A counted start's (time, snapshot counts): its lines are the stretch's first
+        # dispatch when its snapshot's counts are what the stretch's would be at its
+        # blocks held; else `counted_text`'s. Speed: no format of its two lines (their
+        # counts, the rows copied again) on 27,747 folds of the Azure trace: its first
+        # 2,000 requests under `continuous` with `--events`, 1.7455e9 -> 1.7376e9
+        # instructions (callgrind); benchmarks/README.md, "twenty-fifth steps", ev27.
+        t, counts = head
+        if counts[6] is None and counts[:3] == (waiting, running, reserved) and (
+                counts[4] == draining and counts[5] == total - draining - counts[3]):
+            times.insert(0, t)
+            held = chain(counts[3:4], held)
+            k += 1
+            head = None
+        else:
+            head = counted_text(t, counts, rows, tokens, None, policy, clock)
+    texts = clock.texts(times, True) if seconds else list(map(str, times))
     # Step i's pieces: the end of the step before (its start) and the next line's
     # key, its start and snapshot, its block counts and the next line's key, its
     # start and dispatch; after the last, its end. So every time but the last

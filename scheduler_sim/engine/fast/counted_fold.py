@@ -33,7 +33,7 @@ tests/test_counted_fold.py checks it against the separate start and fold.
 """
 from __future__ import annotations
 
-from ...records.event_lines import LineListener, counted_text
+from ...records.event_lines import LineListener
 from ..dispatching import InFlight
 from .folding import FOLD_AFTER, _emit_folded, fold
 
@@ -104,16 +104,16 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
             owed = 0
         if folded and isinstance(emit, LineListener):
             # A line listener's start and stretch as one text, the start's end
-            # made once, as the stretch's first time (`steady_parts`'s `head`), and
-            # the stretch's waiting and running counts the start's. Speed: a
-            # `Clock.text` and the policy's two counts (properties over `__len__`)
-            # fewer a fold after a counted start; see benchmarks/README.md,
-            # "twenty-fourth steps", helper ev25.
+            # made once, as the stretch's first time (`steady_parts`'s `head`: the
+            # start's time and counts, mostly laid out as the stretch's first
+            # dispatch), and the stretch's waiting and running counts the start's.
+            # Speed: a `Clock.text` and the policy's two counts (properties over
+            # `__len__`) fewer a fold after a counted start; see benchmarks/README.md,
+            # "twenty-fourth steps", helper ev25 (and "twenty-fifth steps", ev27).
             if rows is None:
                 rows = emit.members_rows(flight.requests)
-            head = counted_text(t, counts, rows, n, None, emit.policy, emit.clock)
             _emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
-                         rows, head, counts)
+                         rows, (t, counts), counts)
         else:
             rows = engine._write_counted(flight.requests, n, done, counts, rows)
             if folded:

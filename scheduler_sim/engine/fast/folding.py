@@ -109,10 +109,8 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
             taken_first = _block_order(allocator, block, policy_growth)
             if taken_first is None:
                 room = min(room, 0)  # order unknown: fold only steps opening no block
-    if allocator.cached_free and engine.policy.radix_eviction and allocator.block_size > 1:
-        # SGLang's decode evicts until each row could open an uncached block: fold only
-        # while those cover the n rows at each folded step (policies/sglang_decode.py).
-        room = min(room, free - allocator.cached_free - n)
+    # ... and no more than the policy lets them (SGLang's decode step evicts ahead).
+    room = engine.policy.fold_room(n, room)
     # Each request needs at most foldable // block_size + 1 new blocks: when even
     # that fits, no request can run short.
     if n * (foldable // allocator.block_size + 1) > room:

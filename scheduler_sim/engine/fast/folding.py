@@ -54,9 +54,10 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     completion the main loop handles as usual. Each folded dispatch starts
     before `until`, none of their completions finishes a request, and their
     blocks are free now. `policy_growth` is the blocks the policy itself gave
-    this step's rows while it planned (see fold_records.py's `block_order`). `rows`: for a line
-    listener, the text of the flight's rows if the caller wrote them just now
-    (a counted start's, `Counting._write_counted`), for the folded dispatches'.
+    this step's rows while it planned (see fold_records.py's `block_order`).
+    `rows`: for a line listener, the text of the flight's rows if the caller
+    wrote them just now (a counted start's, `Counting._write_counted`), for the
+    folded dispatches'.
     """
     if flight.done >= until:
         return
@@ -128,7 +129,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     if starts is not None:
         if cohort is not None:  # every row a member's, in the flight's order
             emit_folded(engine, flight.requests, starts, done, taken_first,
-                         cohort.by_residue(), rows)
+                        cohort.by_residue(), rows)
         else:
             emit_folded(engine, reqs, starts, done, taken_first)
     # Output gaps (ITL) of the flight's own completion, which ends each request's

@@ -203,15 +203,15 @@ def test_a_listener_s_lines_of_a_counted_stretch_come_from_its_loop(monkeypatch)
     the counted start after their prompts wrote (fast/arrivals.py). Byte for byte
     the stepped replay's stream."""
     from test_fast_forward import _Lines
-    from scheduler_sim.engine.fast import folding
+    from scheduler_sim.engine.fast import fold_records
     from scheduler_sim.records.clock import Clock
     folds = []
-    steady_parts = folding.steady_parts
+    steady_parts = fold_records.steady_parts
 
     def spy(starts, *args):
         folds.append((starts, args[11] if len(args) > 11 else None))
         return steady_parts(starts, *args)
-    monkeypatch.setattr(folding, "steady_parts", spy)
+    monkeypatch.setattr(fold_records, "steady_parts", spy)
     trace = parse_trace(trace_bytes(TWO), "through.jsonl")
     opts = Options.resolve(trace.config, {"block_size": 4, "num_blocks": 16})
     sink = _Lines(Clock.of(opts))

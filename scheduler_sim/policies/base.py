@@ -272,6 +272,15 @@ class Policy:
         time slice of k tokens, say): then every step is planned by `schedule`."""
         return blocked_reason is None
 
+    def fold_room(self, rows: int, room: int) -> int:
+        """Asked by a fold the policy agreed to (`may_fold`) of `rows` decode rows a step
+        (engine/fast/folding.py): `room` is the most blocks the engine lets the folded
+        steps take (the free ones, less what keeps a blocked head's need fitting); return
+        the most the policy lets them take, so that none of the `schedule` calls the fold
+        skips would have done anything but plan the same decodes (evicted cached blocks
+        ahead of need, say). The default, `room`: a decode step changes nothing else."""
+        return room
+
     def repeats_decodes(self) -> bool:
         """Asked by the engine right after a dispatch of plain decodes started, a
         dispatch that ran every request this policy runs (or one with prompt rows,

@@ -64,7 +64,7 @@ from ..records.options import Options
 from ..requests.queues import EntryPriorityQueue, HoldingFirst, RequestQueue
 from ..requests.request import LOADED, Request
 from .base import Plan, QueueAndListPolicy, SchedulerView
-from .sglang_decode import RETRACT_DECODE_STEPS, decode_batch
+from .sglang_decode import RETRACT_DECODE_STEPS, decode_batch, decode_fold_room
 from .sglang_priority import PriorityRules
 
 __all__ = ["SglangPolicy", "CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "DECAY_STEPS",
@@ -90,6 +90,7 @@ class SglangPolicy(QueueAndListPolicy):
     recompute_includes_pending = True
     radix_eviction = True
     host_loads = "batch"  # HiCache loads a host hit with the batch the request joins
+    fold_room = decode_fold_room  # a fold stops where a decode step would evict ahead
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         # Order `priority` is SGLang's priority scheduling (policies/sglang_priority.py).
@@ -203,11 +204,10 @@ class SglangPolicy(QueueAndListPolicy):
         return self._decode_batch(now)
 
     def may_fold(self, blocked_reason: str | None) -> bool:
-        # NO_TOKEN compares the head with free tokens minus ratio x the running
-        # requests' remaining outputs, which shrink as they decode: it may turn
-        # false at any step. Row and budget limits hold while the same rows decode.
-        # A decode step also counts the blocks of decoders beyond the row cap,
-        # which the engine does not see: fold only when every running request runs.
+        # NO_TOKEN (the head against free tokens less ratio x the running requests'
+        # remaining outputs, which shrink as they decode) may turn at any step; row and
+        # budget limits hold. A decode step also counts the blocks of decoders beyond
+        # the row cap, unseen by the engine: fold only when every running request runs.
         options = self.options
         return (blocked_reason != "no_token"
                 and len(self.running) <= min(options.max_rows, options.token_budget))

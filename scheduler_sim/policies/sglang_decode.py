@@ -35,7 +35,7 @@ from .base import Plan
 if TYPE_CHECKING:
     from .sglang import SglangPolicy
 
-__all__ = ["decode_batch", "RETRACT_DECODE_STEPS"]
+__all__ = ["decode_batch", "decode_fold_room", "RETRACT_DECODE_STEPS"]
 
 RETRACT_DECODE_STEPS = 20  # SGLang's default: decode room kept per request after a retraction
 
@@ -107,3 +107,16 @@ def decode_batch(policy: SglangPolicy, now: int) -> Plan:
     # a list comprehension (callgrind; benchmarks/README.md, "fourteenth steps ...
     # rdx10").
     return list(zip(rows, repeat(1)))
+
+
+def decode_fold_room(policy: SglangPolicy, rows: int, room: int) -> int:
+    """`SglangPolicy.fold_room`: with pages of more than one token each decode step
+    first evicts cached free blocks until every row could open an uncached one
+    (`decode_batch`). A fold skips those steps, so it takes at most the uncached
+    free blocks less its `rows`: at each folded step they still cover the rows and
+    the skipped eviction would have evicted nothing (one step short of exact, on
+    the safe side)."""
+    allocator = policy.view.allocator
+    if allocator.cached_free and allocator.block_size > 1:
+        return min(room, allocator.free - allocator.cached_free - rows)
+    return room

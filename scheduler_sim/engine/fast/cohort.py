@@ -165,7 +165,7 @@ class Cohort:
     def by_residue(self) -> list[int]:
         """How many members have written rows of each residue modulo the block size
         (a member's rows are its group plus the dispatches started): what a
-        folded stretch's snapshot lines need of them (fast/folding.py)."""
+        folded stretch's snapshot lines need of them (fast/fold_records.py)."""
         counts = list(map(len, self._groups))
         shift = self.started % self._size  # count i is that of group i - shift
         return counts[-shift:] + counts[:-shift] if shift else counts

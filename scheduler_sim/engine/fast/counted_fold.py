@@ -18,7 +18,7 @@ event listener the questions are the same (a fold's records add nothing to
 them), so the start and the fold are asked and recorded in the same one call,
 which hands back the folded dispatches' starts; then the start's snapshot and
 dispatch are written (`Counting._write_counted`, the counts taken before the
-start opened its blocks) and the fold's records (folding.py's `_emit_folded`),
+start opened its blocks) and the fold's records (fold_records.py's `emit_folded`),
 with the start's blocks taken first, as the separate start and `fold` write
 them. Speed (a listener's): 0.9% fewer instructions with `--events` on the
 Azure conversation trace's first 2,000 requests under `continuous` (3,761
@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from ...records.event_lines import LineListener
 from ..dispatching import InFlight
-from .folding import FOLD_AFTER, _emit_folded, fold
+from .fold_records import emit_folded
+from .folding import FOLD_AFTER, fold
 
 __all__ = ["start_and_fold", "start_counted_run"]
 
@@ -112,13 +113,13 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
             # "twenty-fourth steps", helper ev25 (and "twenty-fifth steps", ev27).
             if rows is None:
                 rows = emit.members_rows(flight.requests)
-            _emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
-                         rows, (t, counts), counts)
+            emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
+                        rows, (t, counts), counts)
         else:
             rows = engine._write_counted(flight.requests, n, done, counts, rows)
             if folded:
-                _emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
-                             rows)
+                emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
+                            rows)
     if folded:
         cohort.advance(folded, start, owed)
         steady.folded += folded

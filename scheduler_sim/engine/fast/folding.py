@@ -7,28 +7,28 @@ the policy's own attributes did not change, and nothing happened in between (no 
 end, admission, preemption, release, drain or policy event). A policy that decides from
 what it sees then plans the same decodes again, one token further, until a request ends
 or something outside happens (an arrival, a cancellation, a drain expiry, a timeout, a
-wakeup). The policy has one say (`Policy.may_fold`): only it knows whether a blocked
+wakeup). The policy has its say (`Policy.may_fold`): only it knows whether a blocked
 head can become admissible while others decode, or whether its choices change as
 requests decode. The folded stretch also stops before its rows would run out of free
-blocks, and before a blocked head's need would stop fitting the free blocks (where a
-policy's decision or reason may change).
+blocks, before a blocked head's need would stop fitting the free blocks (where a
+policy's decision or reason may change), and where the policy says a skipped call
+would do more than plan the same decodes (`Policy.fold_room`: SGLang's eviction ahead).
 
 `fold` applies all those dispatches at once: rows, outputs, blocks, the
 statistics and, with a listener, the records each folded boundary would
-have produced (the blocked head's report, the snapshot, the dispatch). The
-results and the event stream are those of a step-by-step replay, field for
-field and byte for byte (tests/test_fast_forward.py).
+have produced (the blocked head's report, the snapshot, the dispatch;
+fold_records.py writes them). The results and the event stream are those of
+a step-by-step replay, field for field and byte for byte
+(tests/test_fast_forward.py).
 
 These functions work on the engine's own state; the engine calls them.
 """
 from __future__ import annotations
 
-from itertools import accumulate, cycle, islice
 from operator import attrgetter, lt, sub
 
-from ...records.event_lines import LineListener, dispatch_line, snapshot_line, steady_parts
-from ...records.events import AdmissionBlocked, Dispatch, Snapshot
-from ...requests.request import DECODE, Request
+from ...requests.request import Request
+from .fold_records import block_order, emit_folded
 
 __all__ = ["FOLD_AFTER", "fold"]
 
@@ -36,8 +36,10 @@ __all__ = ["FOLD_AFTER", "fold"]
 # last this many dispatches: a shorter one saves less than looking costs.
 FOLD_AFTER = 2
 
-_output_tokens, _outputs = attrgetter("output_tokens"), attrgetter("outputs")
-_resident, _high_water, _rid = attrgetter("resident"), attrgetter("high_water"), attrgetter("rid")
+_output_tokens = attrgetter("output_tokens")
+_outputs = attrgetter("outputs")
+_resident = attrgetter("resident")
+_high_water = attrgetter("high_water")
 
 
 def fold(engine, flight, until: float, policy_growth: int, rows: str | None = None) -> None:
@@ -52,9 +54,10 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     completion the main loop handles as usual. Each folded dispatch starts
     before `until`, none of their completions finishes a request, and their
     blocks are free now. `policy_growth` is the blocks the policy itself gave
-    this step's rows while it planned (see `_block_order`). `rows`: for a line
-    listener, the text of the flight's rows if the caller wrote them just now
-    (a counted start's, `Counting._write_counted`), for the folded dispatches'.
+    this step's rows while it planned (see fold_records.py's `block_order`).
+    `rows`: for a line listener, the text of the flight's rows if the caller
+    wrote them just now (a counted start's, `Counting._write_counted`), for the
+    folded dispatches'.
     """
     if flight.done >= until:
         return
@@ -106,13 +109,11 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
             # saw, no more than keeps it fitting (its reason may depend on it).
             room = free - needed
         if emit is not None:
-            taken_first = _block_order(allocator, block, policy_growth)
+            taken_first = block_order(allocator, block, policy_growth)
             if taken_first is None:
                 room = min(room, 0)  # order unknown: fold only steps opening no block
-    if allocator.cached_free and engine.policy.radix_eviction and allocator.block_size > 1:
-        # SGLang's decode evicts until each row could open an uncached block: fold only
-        # while those cover the n rows at each folded step (policies/sglang_decode.py).
-        room = min(room, free - allocator.cached_free - n)
+    # ... and no more than the policy lets them (SGLang's decode step evicts ahead).
+    room = engine.policy.fold_room(n, room)
     # Each request needs at most foldable // block_size + 1 new blocks: when even
     # that fits, no request can run short.
     if n * (foldable // allocator.block_size + 1) > room:
@@ -127,10 +128,10 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
                                                    foldable, until, starts)
     if starts is not None:
         if cohort is not None:  # every row a member's, in the flight's order
-            _emit_folded(engine, flight.requests, starts, done, taken_first,
-                         cohort.by_residue(), rows)
+            emit_folded(engine, flight.requests, starts, done, taken_first,
+                        cohort.by_residue(), rows)
         else:
-            _emit_folded(engine, reqs, starts, done, taken_first)
+            emit_folded(engine, reqs, starts, done, taken_first)
     # Output gaps (ITL) of the flight's own completion, which ends each request's
     # gap since its last output (the ledger counted the folded dispatches').
     first = flight.done
@@ -208,93 +209,3 @@ def _fitting(allocator, cohort, reqs: list[Request] | None, foldable: int, room:
         else:
             high = mid - 1
     return low
-
-
-def _block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
-    """Whether the policy reported its blocked head after this step's rows took
-    their blocks (True, as vLLM), before (False), or unknown (None), as seen in
-    the step just planned: rows opened blocks, and either the policy allocated
-    them all before its report, or left them all to the dispatch."""
-    taken = block[4]
-    if policy_growth:
-        return True if taken == policy_growth else None
-    if sum(allocator.step_growth.values()):
-        return False  # the dispatch allocated them, after the report
-    return None
-
-
-def _emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
-                 taken_first: bool | None, starts_at: list[int] | None = None,
-                 rows: str | None = None, head: str | None = None, counts=None) -> None:
-    """The records each folded boundary would have produced, in order: the policy's
-    blocked-head report (if it made one), the snapshot, the dispatch (for a line
-    listener `rows`, the text of `reqs`' rows if known, and `head`, `steady_parts`'s;
-    `counts`: a counted start's just before, whose waiting and running these take).
-
-    Only block counts change from one folded step to the next: dispatch
-    s + 1 writes row r + s - 1 of a request with r resident rows now, and
-    needs a new block when that row starts one.
-    """
-    emit = engine._emit  # (the engine's attributes, not its properties: as in `fold`)
-    a = engine.allocator
-    size = a.block_size
-    n = len(reqs)
-    if starts_at is None:  # (given by the cohort for its members)
-        starts_at = [0] * size  # requests by the residue of their rows written
-        for req in reqs:
-            starts_at[req.resident % size] += 1
-    waiting, running = ((engine.policy.waiting_count, engine.policy.running_count)
-                        if counts is None else counts[:2])
-    held, draining, total = a.held, a.draining, a.num_blocks
-    report, reserved = engine.steadiness.blocked, a.reserved
-    write = policy = clock = None
-    if isinstance(emit, LineListener):
-        lines: list[str] = []
-        write, policy, clock = lines.append, emit.policy, emit.clock
-    if write is not None and report is None:
-        # No head reported: only the block counts change from line to line. Step s
-        # (from 1) opens a block for the rows r + s - 1 that start one, a cycle of
-        # `size` counts; the counts held before each step are their running sums.
-        if starts:
-            # starts_at[(1 - s) % size] for s = 1 .. size: residue 0, then size - 1
-            # down to 1 (two slices in C: a list comprehension here was about 10,000
-            # instructions a fold, 27,747 folds on the Azure trace).
-            opened = starts_at[:1] + starts_at[:0:-1]
-            k = len(starts) - 1
-            # (A stretch within one cycle, most of them, sums a slice: two iterators
-            # fewer a folded dispatch.)
-            helds = accumulate(opened[:k] if k <= size else islice(cycle(opened), k),
-                               initial=held)
-            emit.write_parts(steady_parts(starts, last_done, helds, map(_rid, reqs), waiting,
-                                          running, reserved, draining, total, n, policy,
-                                          clock, rows, head))
-        return
-    rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
-    ends = starts[1:] + [last_done]
-    for s, (tick, done) in enumerate(zip(starts, ends), start=1):
-        opened = starts_at[(1 - s) % size]  # rows r + s - 1 that open a block
-        free = total - held - draining
-        if report is not None:
-            # The head's report as the observed step made it, with this step's
-            # blocks (with the order unknown, no folded step opens a block).
-            rid, reason, needed = report[:3]
-            seen = free - opened if taken_first else free
-            record = AdmissionBlocked(tick, rid, reason, needed, seen, reserved, draining,
-                                      (opened or None) if taken_first else None)
-            if write is not None:
-                write(record.to_json(policy, clock))
-            else:
-                emit(record)
-        if write is not None:  # the same lines, without building the records
-            write(snapshot_line(tick, waiting, running, reserved, held, draining, free, None,
-                                policy, clock))
-            write(dispatch_line(tick, rows, n, done, policy, clock))
-            if len(lines) >= 1024:
-                emit.write_all(lines)
-                lines.clear()
-        else:
-            emit(Snapshot(tick, waiting, running, reserved, held, draining, free))
-            emit(Dispatch(tick, rows, n, done))
-        held += opened
-    if write is not None:
-        emit.write_all(lines)

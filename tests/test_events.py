@@ -513,8 +513,8 @@ def test_admissions_take_the_last_start_s_rows_in_a_listened_replay():
             calls.append(reqs == self.rows_of)
             return super().members_rows(reqs)
 
-    from scheduler_sim.engine.fast import folding
-    made = folding.steady_parts
+    from scheduler_sim.engine.fast import fold_records
+    made = fold_records.steady_parts
     heads = []
 
     def counting(*args):
@@ -523,11 +523,11 @@ def test_admissions_take_the_last_start_s_rows_in_a_listened_replay():
             heads.append((type(args[13]) is tuple, parts[0] == ""))
         return parts
 
-    folding.steady_parts = counting
+    fold_records.steady_parts = counting
     try:
         Engine(trace.workload, options, "continuous", on_event=Collect("p", clock)).run()
     finally:
-        folding.steady_parts = made
+        fold_records.steady_parts = made
     assert (len(calls), calls.count(True)) == (28, 8)
     assert heads == [(True, True)] * 11  # (each written as its stretch's first dispatch)
     assert lines == stepped

@@ -7,6 +7,7 @@ from __future__ import annotations
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.key_index import KeyIndex
+from scheduler_sim.kv.lru_cache import LruCache
 from scheduler_sim.kv.vllm_cache import VllmCache
 
 
@@ -209,4 +210,44 @@ def test_a_kept_answer_ending_in_a_token_keyed_block_is_not_given_once_it_is_fre
     a.free_request("A", 0, 0)
     hits = a.lookup(head, 2)
     assert (hits, a.evictable(hits), asked) == ([0, 1], 2, [2, 2])
+    a.audit()
+
+
+def test_a_kept_answer_goes_when_another_answer_is_counted(monkeypatch):
+    """H's [0, 1, 2, 3] kept while A holds them. B (hash id 9500001) wrote blocks 4
+    and 5, keyed, and was freed before: both free. G (9500001, 9500002; limit
+    (12 - 1) // 4 = 2) finds [4, 5], 2 free: not kept, and H's kept answer goes
+    with it (the cache's `holds_found` speaks of the answer it counted last), so
+    H's next look-up asks the index again, though nothing was indexed since."""
+    asked, a, head = _a_holds_its_prompt(monkeypatch)
+    a.grow("B", 8)
+    a.register_full_blocks("B", BlockKeys(2, 8, 4, 8, hashes=[9500001]), 8)
+    assert (a.table("B"), a.free_request("B", 0, 0)) == ([4, 5], 2)
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 0, [5])
+    assert (a.lookup(head, 5), asked) == ([0, 1, 2, 3], [5])
+    other = BlockKeys(5, 12, 4, 8, hashes=[9500001, 9500002])
+    hits = a.lookup(other, 2)
+    assert (hits, a.evictable(hits), asked) == ([4, 5], 2, [5, 2])
+    hits = a.lookup(head, 5)
+    assert (hits, a.evictable(hits), asked) == ([0, 1, 2, 3], 0, [5, 2, 5])
+    a.audit()
+
+
+def test_a_kind_that_cannot_tell_keeps_no_answer(monkeypatch):
+    """The LRU cache cannot tell whether a held answer still holds (its
+    `holds_found` is None): A holds blocks 0 to 3, keyed; H's look-up finds
+    [0, 1, 2, 3], none free, twice, and the cache is asked twice (nothing kept)."""
+    finds = []
+    find = LruCache.find
+    monkeypatch.setattr(LruCache, "find", lambda self, keys, most: (
+        finds.append(most) or find(self, keys, most)))
+    a = BlockAllocator(8, 4, cache=LruCache())
+    a.grow("A", 16)
+    a.register_full_blocks("A", BlockKeys(0, 16, 4, 8, hashes=[9400001, 9400002]), 16)
+    head = BlockKeys(1, 24, 4, 8, hashes=[9400001, 9400002, 9400003])
+    for _ in range(2):
+        hits = a.lookup(head, 5)
+        assert (hits, a.evictable(hits)) == ([0, 1, 2, 3], 0)
+    assert (finds, a._kept, LruCache.holds_found) == ([5, 5], None, None)
     a.audit()

@@ -797,7 +797,7 @@ def test_most_reclaimable_ranks_the_blocks_a_victim_really_lets_go_of():
     from types import SimpleNamespace
 
     from scheduler_sim.kv.allocator import BlockAllocator
-    from scheduler_sim.policies.vllm import VllmPolicy
+    from scheduler_sim.policies.victims import choose_victim
 
     allocator = BlockAllocator(4, 4)
     allocator.grow("q", 8)
@@ -806,23 +806,15 @@ def test_most_reclaimable_ranks_the_blocks_a_victim_really_lets_go_of():
     assert (allocator.table("q"), allocator.table("p")) == ([0, 1], [2, 3])
     assert (allocator.reclaimable("q"), allocator.reclaimable("p")) == (2, 0)
     q, p = SimpleNamespace(rid="q", preemptions=0), SimpleNamespace(rid="p", preemptions=0)
-    view = SimpleNamespace(allocator=allocator)
-    picked = {}
-    for rule in ("most-blocks", "most-reclaimable"):
-        policy = VllmPolicy(Options.resolve({}, {"block_size": 4, "num_blocks": 4,
-                                                 "victim": rule}), view)
-        policy.running = [q, p]
-        picked[rule] = policy._victim().rid
+    picked = {rule: choose_victim([q, p], rule, None, allocator).rid
+              for rule in ("most-blocks", "most-reclaimable")}
     assert picked == {"most-blocks": "p", "most-reclaimable": "q"}
     # Unpinned, both let go of 2: the tie goes to the most recently admitted, p.
     even = BlockAllocator(4, 4)
     even.grow("q", 8)
     even.grow("p", 8)
-    policy = VllmPolicy(Options.resolve({}, {"block_size": 4, "num_blocks": 4,
-                                             "victim": "most-reclaimable"}),
-                        SimpleNamespace(allocator=even))
-    policy.running = [q, p]
-    assert (even.reclaimable("q"), even.reclaimable("p"), policy._victim().rid) == (2, 2, "p")
+    assert (even.reclaimable("q"), even.reclaimable("p"),
+            choose_victim([q, p], "most-reclaimable", None, even).rid) == (2, 2, "p")
     assert allocator.free_request("p", 0, 0) == 0 and allocator.free == 0  # nothing freed
     allocator.share("r", [0])
     assert (allocator.reclaimable("q"), allocator.reclaimable("r"),

@@ -184,8 +184,8 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
         self._found: list[int] | None = None
         self._found_keys: BlockKeys | None = None
         # A look-up's answer kept while it provably holds (`PrefixLookups.lookup`):
-        # the cache's test, the answer kept, the last look-up's (limit, length
-        # before `_reusable`), an answer given again.
+        # the cache's test (None: a kind that cannot tell), the answer kept, the
+        # last look-up's (limit, length before `_reusable`), an answer given again.
         self._holds_found = cache.holds_found
         self._kept: tuple | None = None
         self._asked = (0, -1)

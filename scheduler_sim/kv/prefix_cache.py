@@ -79,9 +79,13 @@ class PrefixCache:
     # Whether `register_decoded` may key anything: a kind that keys decoded tokens
     # only when the request finishes says False, and the engine does not call it.
     keys_decoded = True
-    # Calls that gave keys a block in the index, counted by a kind that can tell a
-    # look-up's held answer still holds (`holds_found`); None: a kind that cannot.
-    indexed: int | None = None
+    # `holds_found(keys, hits) -> bool`, of a kind that can tell whether a look-up's
+    # held answer still holds: whether `find` answers `hits` again for `keys` (as
+    # far as it found them), `hits` being the answer `count_free_found` counted
+    # last, every one held then (none free, draining or pinned; nothing drains or
+    # is pinned now); the kind notes what it needs when it counts. None: a kind
+    # that cannot tell, for which no answer is kept (`PrefixLookups.lookup`).
+    holds_found: Callable[[BlockKeys, list[int]], bool] | None = None
 
     def __init__(self, compact: bool = False) -> None:
         # The interning table of hash entries, kept alive as long as the cache
@@ -135,13 +139,6 @@ class PrefixCache:
             start, step = end, step * 4
         return hits
 
-    def holds_found(self, keys: BlockKeys, hits: list[int], stamp: int) -> bool:
-        """Whether `find` answers `hits` again for `keys` (as far as it found them),
-        `hits` being its answer when `indexed` was `stamp`, every one held then
-        (none free, draining or pinned; nothing drains or is pinned now): a kind
-        that cannot tell says False (`PrefixLookups.lookup`)."""
-        return False
-
     def touch(self, block: int) -> None:
         """A look-up found a run that ends at `block` and will use it (the radix
         tree stamps its path; other kinds keep no recency of look-ups)."""
@@ -166,7 +163,8 @@ class PrefixCache:
 
     def count_free_found(self, blocks: list[int], keys: BlockKeys) -> int:
         """`count_free` for `blocks`, which `find` found for `keys` (a kind that
-        keeps its free blocks by key answers a run of keys at a time)."""
+        keeps its free blocks by key answers a run of keys at a time; one that can
+        tell whether an answer still holds notes the moment: `holds_found`)."""
         return self.count_free(blocks)
 
     def hits_found(self, blocks: list[int], keys: BlockKeys) -> set[int]:

@@ -31,9 +31,9 @@ class PrefixLookups:
         An answer whose blocks were all held (`evictable` counted none free, and
         none was draining or a pinned orphan) is given again for the same keys
         and limit while the cache's `holds_found` says so (vLLM's: no key
-        indexed since, by registration, a request's own keys or an heir, no
-        duplicate cached, the last block H still held under its key) and nothing
-        drains or is pinned. Why that is the answer again: a holder R of H holds
+        indexed since the answer was counted, by registration, a request's own
+        keys or an heir, no duplicate cached, the last block H still held under
+        its key) and nothing drains or is pinned. Why that is the answer again: a holder R of H holds
         it at H's position p (a key fixes its block's position), so R's keys to
         p are the request's; with no duplicate cached, R's blocks before p are
         each the one the index names for its key, and an index entry changes only
@@ -48,7 +48,7 @@ class PrefixLookups:
         kept = self._kept
         if (kept is not None and kept[0] is keys and kept[1] == max_blocks
                 and not self._draining_set and not self._orphans
-                and self._holds_found(keys, kept[2], kept[3])):
+                and self._holds_found(keys, kept[2])):
             hits = self._again = kept[2][:]  # (none free: `evictable` answers 0)
         else:
             found = self._find(keys, max_blocks)
@@ -84,12 +84,12 @@ class PrefixLookups:
                 return 0
             count = self._count_free_found(blocks, self._found_keys)
             limit, length = self._asked
-            if not count and length == len(blocks):
-                # Every one held (none free, none draining or pinned orphaned): kept,
-                # by a kind that can tell when it no longer holds.
-                stamp = self._cache.indexed
-                if stamp is not None:
-                    self._kept = (self._found_keys, limit, blocks[:], stamp)
+            # Every one held (none free, none draining or pinned orphaned): kept, by
+            # a kind that can tell when it no longer holds. The answer kept before
+            # goes either way: `holds_found` speaks of the answer counted last.
+            self._kept = ((self._found_keys, limit, blocks[:])
+                          if not count and length == len(blocks)
+                          and self._holds_found is not None else None)
             return count
         return self._count_free(blocks)
 

@@ -105,6 +105,7 @@ class VllmCache(RunQueue, PrefixCache):
         self.unindexed: dict[str, tuple[list[int], int]] = {}
         self.orphan_keys: dict[int, Hashable] = {}
         self.indexed = 0  # calls that gave keys a block in the index (`holds_found`)
+        self.counted_at = -1  # `indexed` at the last `count_free_found`
 
     # --- the protocol -------------------------------------------------------------
 
@@ -178,11 +179,11 @@ class VllmCache(RunQueue, PrefixCache):
             keys.ensure(max_blocks, False)
         return self.index.find(keys, 0, max_blocks)[0]
 
-    def holds_found(self, keys, hits, stamp):
-        """Whether `find` answers `hits` (all held then, at `indexed` == `stamp`) again
-        for `keys`: nothing indexed since, no duplicate cached, and the last of them
-        still held under its key (the proof: `PrefixLookups.lookup`)."""
-        return (stamp == self.indexed and not self.others
+    def holds_found(self, keys, hits):
+        """Whether `find` answers `hits` (all held at the last `count_free_found`) again
+        for `keys`: nothing indexed since that count, no duplicate cached, and the last
+        of them still held under its key (the proof: `PrefixLookups.lookup`)."""
+        return (self.counted_at == self.indexed and not self.others
                 and (not hits or self.free_blocks.held(hits[-1], keys.key_at(len(hits) - 1))))
 
     def on_share(self, rid, blocks, keys, has_blocks):
@@ -251,6 +252,7 @@ class VllmCache(RunQueue, PrefixCache):
     def count_free_found(self, blocks, keys):
         """`count_free` for `blocks`, which a look-up found for `keys` (a
         `BlockKeys`): a count of a slice of the queue's flags per run of keys."""
+        self.counted_at = self.indexed  # (the moment `holds_found` speaks of)
         return self.free_blocks.count_found(blocks, keys)
 
     def take(self, rid, table, count):
@@ -423,9 +425,7 @@ class VllmCache(RunQueue, PrefixCache):
         """Forget and return the key kept for pinned orphan `block`, if any."""
         return self.orphan_keys.pop(block, None)
 
-    def audit(self, tables, carried, orphans):
-        """The cache's full check (`vllm_audit.audit_vllm`)."""
-        audit_vllm(self, tables, carried, orphans)
+    audit = audit_vllm  # the cache's full check (vllm_audit.py)
 
     def forget_key(self, block: int, key) -> None:
         """Drop `block`'s `key`; a duplicate of it takes its place in the index

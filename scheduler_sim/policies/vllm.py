@@ -52,6 +52,11 @@ which keeps two requests from preempting each other forever.
 
 Beyond vLLM, for experiments: `victim` picks another victim rule and
 `max_preemptions` protects a request that has been preempted that often.
+
+This module owns the step (`schedule`: the running requests, then the waiting
+queue). The victim rules are policies/victims.py's; the answers that let the
+engine skip steps (folds, repeated decodes, arrivals admitted without a call)
+are policies/vllm_fast.py's, and must follow what `schedule` does.
 """
 from __future__ import annotations
 
@@ -60,16 +65,17 @@ from itertools import islice, repeat
 from ..kv.allocator import blocks_for
 from ..records.errors import InvariantError
 from ..records.options import Options
-from ..requests.queues import FcfsQueue
-from ..requests.request import LOADED, Request
+from ..requests.request import Request
 from .base import DecodesFirst, Plan, QueueAndListPolicy, SchedulerView
-from .victims import VICTIM_RULES
+from .victims import VICTIM_RULES, choose_victim
+from .vllm_fast import VllmFastPaths
 
 __all__ = ["VllmPolicy", "VICTIM_RULES"]
 
 
-class VllmPolicy(QueueAndListPolicy):
-    """vLLM v1: on-demand blocks, preemption by recompute, no admission after a preemption."""
+class VllmPolicy(VllmFastPaths, QueueAndListPolicy):
+    """vLLM v1: on-demand blocks, preemption by recompute, no admission after a
+    preemption."""
 
     host_loads = "wait"  # a hit in host memory waits off the running set (its load)
 
@@ -84,7 +90,10 @@ class VllmPolicy(QueueAndListPolicy):
 
     def __init__(self, options: Options, view: SchedulerView) -> None:
         super().__init__(options, view)
-        self.rule = options.victim or ("priority" if options.order == "priority" else "lifo")
+        # The victim rule (policies/victims.py): vLLM's is the latest admitted under
+        # FCFS, the largest (priority, arrival) under the priority order.
+        self.rule = options.victim or (
+            "priority" if options.order == "priority" else "lifo")
         self.watermark_blocks = int(options.watermark * options.num_blocks)
         # The prefill cadence (option prefill_interval, vLLM's
         # prefill_schedule_interval on one engine), counted only when it is on.
@@ -97,31 +106,6 @@ class VllmPolicy(QueueAndListPolicy):
         # lists (engine/policy_failure.py). Read at the first step: the engine marks a
         # plug-in after it builds the policy.
         self._hands_runs: bool | None = None
-
-    # --- victims --------------------------------------------------------------
-
-    def _victim(self) -> Request | None:
-        """The running request to preempt next, or None if every one is protected."""
-        cap = self.options.max_preemptions
-        candidates = (self.running if cap is None
-                      else [r for r in self.running if r.preemptions < cap])
-        if not candidates:
-            return None
-        if self.rule == "most-blocks" or self.rule == "most-reclaimable":
-            # The largest table, or the most blocks that preempting would really let
-            # go of (not shared with another request, not pinned by a transfer);
-            # the latest admitted on a tie.
-            allocator = self.view.allocator
-            score = ((lambda req: len(allocator.table(req.rid))) if self.rule == "most-blocks"
-                     else (lambda req: allocator.reclaimable(req.rid)))
-            best = candidates[-1]
-            best_score = score(best)
-            for req in reversed(candidates[:-1]):
-                value = score(req)
-                if value > best_score:
-                    best, best_score = req, value
-            return best
-        return VICTIM_RULES[self.rule](candidates)
 
     # --- the step ---------------------------------------------------------------
 
@@ -145,7 +129,8 @@ class VllmPolicy(QueueAndListPolicy):
         # vLLM's cache. Unless blocks are of one row (that decode fills one), a radix
         # tree stamps its path even then, or host memory's write-through queues the
         # keys of blocks shared since. Speed: 46,736 of the 73,805 calls of
-        # `_cache_blocks` replaying the Mooncake trace; on its first 2,000 requests 0.994x.
+        # `_cache_blocks` replaying the Mooncake trace; on its first 2,000
+        # requests 0.994x the instructions.
         key_openings = keyed and (size == 1 or self.radix_eviction
                                   or allocator.host is not None)
         running = self.running
@@ -157,7 +142,8 @@ class VllmPolicy(QueueAndListPolicy):
         # cadence instead: prefill only on steps that are multiples of the interval.
         defer = False
         if interval > 1 and not self.capacity_bound:
-            # (A property, read only with a cadence: 0.999x the instructions, Mooncake 2,000.)
+            # (A property, read only with a cadence: 0.999x the instructions on the
+            # first 2,000 Mooncake requests.)
             shared = self.view.lockstep_step
             defer = ((self.executed_steps + 1 - self.last_prefill_step < interval
                       if shared is None else shared % interval != 0)
@@ -174,12 +160,14 @@ class VllmPolicy(QueueAndListPolicy):
         lead = 0
         hands = self._hands_runs
         if hands is None:
-            hands = self._hands_runs = keyed and bool(getattr(self.view, "builtin_policy", False))
+            builtin = bool(getattr(self.view, "builtin_policy", False))
+            hands = self._hands_runs = keyed and builtin
         while i < n and budget > 0:
             if budget > n - i:  # (the budget covers every row left)
-                # The decodes from row i on, one token each, no index or budget kept, up to
-                # a chunk or an opening that may preempt or is keyed. Speed: 24.2 of 24.7 rows
-                # a step on the Mooncake trace (benchmarks/README.md, "seventeenth steps", pc13).
+                # The decodes from row i on, one token each, no index or budget kept,
+                # up to a chunk or an opening that may preempt or is keyed. Speed: 24.2
+                # of 24.7 rows a step on the Mooncake trace (benchmarks/README.md,
+                # "seventeenth steps", pc13).
                 for k, req in enumerate(islice(running, i, None)):
                     r = req.resident
                     if r < req.prompt_tokens or r < req.restore:
@@ -222,13 +210,15 @@ class VllmPolicy(QueueAndListPolicy):
                 tokens = self._chunk(req, cap, budget)
             placed = True
             while not allocator.try_grow(req.rid, req.resident + tokens):
-                if (options.release_delay and allocator.blocks_to_grow(
-                        req.rid, req.resident + tokens) <= allocator.free + allocator.draining):
+                if (options.release_delay
+                        and allocator.blocks_to_grow(req.rid, req.resident + tokens)
+                        <= allocator.free + allocator.draining):
                     # Blocks already on their way back will do: wait for the drain
                     # rather than preempt more (without a delay this never applies).
                     placed = False
                     break
-                victim = self._victim()
+                victim = choose_victim(running, self.rule, options.max_preemptions,
+                                       allocator)
                 if victim is None:
                     placed = False
                     break
@@ -276,8 +266,10 @@ class VllmPolicy(QueueAndListPolicy):
             # (`_sequence_rows`, inlined and read twice; the free blocks read once
             # below. With `_registered` inlined in `VllmCache.register`: 0.9952x
             # the instructions on the first 2,000 Mooncake requests.)
-            sequence = head.restore if head.restore > head.prompt_tokens else head.prompt_tokens
-            loaded = self.view.host_rows(head, cached) if allocator.host is not None else 0
+            sequence = (head.restore if head.restore > head.prompt_tokens
+                        else head.prompt_tokens)
+            loaded = (self.view.host_rows(head, cached) if allocator.host is not None
+                      else 0)
             if loaded:
                 # KV to copy in from host memory (vLLM's KV connector load): blocks for
                 # it now, then it waits outside the running set and the budget. (vLLM
@@ -295,7 +287,8 @@ class VllmPolicy(QueueAndListPolicy):
                 continue
             prefill = hit < sequence - 1  # more than its last token
             if defer and prefill:
-                self.view.report_blocked(head, "prefill_interval", self._gate_blocks(head))
+                self.view.report_blocked(head, "prefill_interval",
+                                         self._gate_blocks(head))
                 break
             tokens = self._chunk_after(head, hit, cap, budget)
             rows = sequence if options.full_prompt_gate else hit + tokens
@@ -313,8 +306,8 @@ class VllmPolicy(QueueAndListPolicy):
             self.view.admit(head, 0, cached)
             running.append(head)
             if not allocator.try_grow(head.rid, head.resident + tokens):
-                raise InvariantError(f"request {head.rid!r}: admission checked the blocks "
-                                     "it allocates, yet try_grow failed", now)
+                raise InvariantError(f"request {head.rid!r}: admission checked the "
+                                     "blocks it allocates, yet try_grow failed", now)
             scheduled[head] = tokens
             budget -= tokens
             prefill_ran = prefill_ran or prefill
@@ -336,101 +329,11 @@ class VllmPolicy(QueueAndListPolicy):
         return list(scheduled.items())
 
     def _cache_blocks(self, req: Request, rows: int) -> None:
-        """Key the blocks `rows` rows will fill, as soon as they are allocated: a request
-        scheduled later in the step finds them (vLLM's allocate_slots, before the step)."""
+        """Key the blocks `rows` rows will fill, as soon as they are allocated: a
+        request scheduled later in the step finds them (vLLM's allocate_slots, before
+        the step)."""
         if req.block_keys is not None:
             self.view.allocator.register_full_blocks(req.rid, req.block_keys, rows)
-
-    def may_fold(self, blocked_reason: str | None) -> bool:
-        # The head waits for the budget or the rows the same decodes use, for the step
-        # after a preemption (not a repeat), or for blocks: decoding only takes free
-        # blocks, and an eviction never shrinks the head's need (a lost hit free was
-        # counted in it, one held was not). Only a block the decodes fill could shrink
-        # it, by becoming a hit: that needs outputs as token ids (other decoded blocks
-        # get keys of their own request). With host memory and no full-prompt gate only
-        # a loaded head's (its hit its own blocks): one to load asks blocks for its whole
-        # sequence, else its first chunk, and an evicted GPU hit can take its host hit.
-        if blocked_reason not in ("blocks", "watermark") or self.view.allocator.cache is None:
-            return True
-        if self.options.order == "lpm":  # (an eviction may reorder the queue)
-            return False
-        if self.view.allocator.host is not None and not self.options.full_prompt_gate:
-            return self.waiting.peek().remote == LOADED
-        return all(r.output_token_ids is None for r in self.running)
-
-    def repeats_decodes(self) -> bool:
-        # Nothing waits, prefill has no cadence and no cache keys blocks as they
-        # fill: each call walks the running list and gives every request its
-        # decode (the engine checks that the blocks they open are free).
-        options = self.options
-        return (not self.waiting and options.prefill_interval <= 1
-                and len(self.running) <= options.token_budget
-                and self.view.allocator.cache is None)
-
-    def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
-        # `schedule` when new requests wait and every running request decodes
-        # (`decodes` is the running list): the decodes that open a block take it
-        # in running order, then the waiting requests are admitted in order while
-        # the rows, the budget and their blocks (with the watermark once something
-        # runs) allow, each whole prompt one chunk. Decided before anything is
-        # allocated: every one must be admitted so, else the call plans it.
-        # Speed: several requests arriving together were left to `schedule`
-        # (2,848 of its 3,376 calls on the first 20,000 generated requests).
-        waiting = self.waiting
-        options = self.options
-        allocator = self.view.allocator
-        k = len(waiting)
-        if (not k or options.prefill_interval > 1 or allocator.cache is not None
-                or allocator.host is not None):
-            return None
-        running = self.running
-        n = len(running)
-        budget = options.token_budget - n
-        if budget <= 0 or n + k > options.max_rows:
-            return None
-        size = options.block_size
-        # The decodes' blocks come first (the cohort's members', counted, when the
-        # dispatch starts: the engine says which of the others open one).
-        blocks, opening = self.view.decodes_opening(running)
-        free = allocator.free - blocks
-        if free < 0:
-            return None  # a decode would preempt
-        waiting.refresh()
-        if k == 1:
-            heads = [waiting.peek()]
-        elif type(waiting) is FcfsQueue and not waiting.spilled:
-            heads = list(waiting)  # (in the order `pop` gives them)
-        else:
-            return None
-        # (The call caps chunks when more than one request runs or waits.)
-        cap = options.prefill_chunk if n + k > 1 else None
-        chunks = []
-        for i, head in enumerate(heads):
-            if head.resident or head.outputs or head.remote:
-                return None  # (a new request only: its prompt from the first row)
-            tokens = self._chunk_after(head, 0, cap, budget)
-            rows = self._sequence_rows(head) if options.full_prompt_gate else tokens
-            if (tokens < head.prompt_tokens or budget <= 0
-                    or blocks_for(rows, size) + (self.watermark_blocks if n or i else 0)
-                    > free):
-                return None
-            budget -= tokens
-            free -= blocks_for(tokens, size)  # (what its `try_grow` takes)
-            chunks.append((head, tokens))
-        for req in opening:
-            allocator.try_grow(req.rid, req.resident + 1)
-        for head, tokens in chunks:
-            waiting.pop()
-            self.view.admit(head, 0, [])
-            running.append(head)
-            allocator.try_grow(head.rid, tokens)
-        return chunks
-
-    def next_decodes(self) -> list[Request] | None:
-        return list(self.running)
-
-    def decode_order(self) -> list[Request] | None:
-        return list(self.running)
 
     def _chunk_after(self, req: Request, hit: int, cap: int | None, budget: int) -> int:
         """The first chunk of a request about to be admitted with `hit` cached rows."""
@@ -442,9 +345,11 @@ class VllmPolicy(QueueAndListPolicy):
 
     @staticmethod
     def _sequence_rows(req: Request) -> int:
-        """Rows of the whole current sequence: the prompt, or on resume with every output."""
+        """Rows of the whole current sequence: the prompt, or on resume with every
+        output."""
         return req.restore if req.restore > req.prompt_tokens else req.prompt_tokens
 
     def _gate_blocks(self, req: Request) -> int:
-        """New blocks for the request's whole current sequence (the full-sequence gate)."""
+        """New blocks for the request's whole current sequence (the full-sequence
+        gate)."""
         return self.view.allocator.blocks_to_grow(req.rid, self._sequence_rows(req))

@@ -37,14 +37,13 @@ class LineListener:
     def __init__(self, policy: str | None, clock: Any) -> None:
         self.policy = policy  # the tag of every line, when several policies run
         self.clock = clock
+        # The requests whose plain decodes' rows `members_rows` wrote last, in order,
+        # and their text.
+        self.rows_of: list = []
+        self.rows_text = ""
 
     def __call__(self, event: "Event") -> None:
         self.write(event.to_json(self.policy, self.clock))
-
-    # The requests whose plain decodes' rows `members_rows` wrote last, in order, and
-    # their text (class defaults: each listener's own once it is asked).
-    rows_of: list = []
-    rows_text = ""
 
     def members_rows(self, reqs: list) -> str:
         """`decode_rows_text` of the ids of `reqs` (a list of requests, each row a plain

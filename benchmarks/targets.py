@@ -42,8 +42,9 @@ mean of the two loops' beside it), so that a slower machine, or a slower
 moment of it, gets a longer target.
 Ratios and memory are not scaled. Each figure is the median of `--repeat`
 runs (`--quick`: one; a CPU target of one engine, or the calibration loop
-alone for the table, at least five) of the child's CPU seconds (user + system) and peak
-RSS (both from os.wait4). Results also go to `OUT_DIR/targets.md`: a table
+alone for the table, at least five) of the child's CPU seconds (user +
+system; the table shows the system's share too) and peak RSS (both from
+os.wait4). Results also go to `OUT_DIR/targets.md`: a table
 per case and one row per target with its figure, its target and whether it
 is met.
 """
@@ -87,11 +88,15 @@ print(total)
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One child's figures (or the medians of several): wall s, CPU s, peak RSS MB."""
+    """One child's figures (or the medians of several): wall s, CPU s, peak RSS MB,
+    and of the CPU the system's share (the kernel's: an `--events` file's 345 MB of
+    page cache costs 0.06-0.1 s, and up to a second when the kernel throttles dirty
+    pages; benchmarks/README.md, "twenty-fifth steps", ev27)."""
 
     wall: float
     cpu: float
     rss: float
+    system: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,13 +125,13 @@ def child(argv: list[str]) -> Run:
             err.seek(0)
             raise SystemExit(f"{' '.join(argv)} failed ({code}): {err.read()[-2000:]}")
     return Run(time.perf_counter() - start, usage.ru_utime + usage.ru_stime,
-               usage.ru_maxrss / 1024)
+               usage.ru_maxrss / 1024, usage.ru_stime)
 
 
 def median_of(runs: list[Run]) -> Run:
     """The median of each figure over `runs`."""
     return Run(statistics.median(r.wall for r in runs), statistics.median(r.cpu for r in runs),
-               statistics.median(r.rss for r in runs))
+               statistics.median(r.rss for r in runs), statistics.median(r.system for r in runs))
 
 
 def cpu_target(label: str, cpu: float, seconds: float, ratio: float) -> Verdict:
@@ -188,7 +193,8 @@ class Bench:
 
     def __init__(self, repeat: int) -> None:
         self.repeat = repeat
-        self.rows = ["| run | wall s | CPU s | peak MB |", "|---|---:|---:|---:|"]
+        self.rows = ["| run | wall s | CPU s | of it system s | peak MB |",
+                     "|---|---:|---:|---:|---:|"]
         self.verdicts: list[Verdict] = []
         self.done: dict[str, Run] = {}
         self.scale: dict[str, float] = {}  # (label: its CPU over the calibration loop's)
@@ -235,7 +241,8 @@ class Bench:
     def _keep(self, label: str, run: Run) -> None:
         """`run` is `label`'s figures: kept, and its table row printed."""
         self.done[label] = run
-        self.rows.append(f"| {label} | {run.wall:.1f} | {run.cpu:.2f} | {run.rss:.0f} |")
+        self.rows.append(f"| {label} | {run.wall:.1f} | {run.cpu:.2f} | {run.system:.2f} | "
+                         f"{run.rss:.0f} |")
         print(self.rows[-1], flush=True)
 
     def judge(self, verdict: Verdict) -> None:

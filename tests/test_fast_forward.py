@@ -409,20 +409,24 @@ def test_the_fold_asks_sglang_for_the_blocks_its_decode_leaves_uncached():
     leaves its 2 full blocks of 8 cached among the 48 free. An SGLang decode step of 4
     rows first evicts until 4 free blocks carry no key, so a fold of 4 rows may take
     48 - 2 - 4 = 42 blocks: the engine's 48 is capped, its 40 kept. With blocks of 1
-    (17 cached) the step evicts nothing ahead: room as given. vllm: the default."""
+    (17 cached) the step evicts nothing ahead: room as given. vllm: the default.
+    Without prefix caching (blocks of 8, none cached) nothing is evicted ahead either:
+    room as given, not 48 - 0 - 4 = 44."""
     records = [{"type": "request", "id": "a", "arrival": 0, "output_tokens": 1,
                 "prompt_token_ids": list(range(1, 18))}]
     trace = parse_trace(trace_bytes(records), "ff.jsonl")
     answers = {}
-    for policy, size in (("sglang", 8), ("sglang", 1), ("vllm", 8)):
+    for policy, size, cached in (("sglang", 8, True), ("sglang", 1, True), ("vllm", 8, True),
+                                 ("sglang", 8, False)):
         options = Options.resolve(trace.config, dict(block_size=size, num_blocks=48,
-                                                     prefix_caching=True))
+                                                     prefix_caching=cached))
         engine = Engine(trace.workload, options, policy, fast_forward=False)
         engine.run()
-        answers[policy, size] = (engine.allocator.free, engine.allocator.cached_free,
-                                 engine.policy.fold_room(4, 48), engine.policy.fold_room(4, 40))
-    assert answers == {("sglang", 8): (48, 2, 42, 40), ("sglang", 1): (48, 17, 48, 40),
-                       ("vllm", 8): (48, 2, 48, 40)}
+        answers[policy, size, cached] = (
+            engine.allocator.free, engine.allocator.cached_free,
+            engine.policy.fold_room(4, 48), engine.policy.fold_room(4, 40))
+    assert answers == {("sglang", 8, True): (48, 2, 42, 40), ("sglang", 1, True): (48, 17, 48, 40),
+                       ("vllm", 8, True): (48, 2, 48, 40), ("sglang", 8, False): (48, 0, 48, 40)}
 
 
 def _wide_options(seed: int) -> dict:

@@ -188,6 +188,44 @@ def test_a_step_counter_in_the_policy_is_seen_and_nothing_is_folded(plugin):
     assert folded_events == stepped_events
 
 
+VLLM_RADIX = """
+from scheduler_sim.policies.vllm import VllmPolicy
+
+
+class VllmRadix(VllmPolicy):
+    radix_eviction = True  # vLLM's scheduling over SGLang's radix tree
+"""
+
+
+def test_a_vllm_policy_over_a_radix_tree_is_not_folded(plugin):
+    """vllm's `schedule` keys each block as it fills; a radix tree keys decoded blocks
+    only when the engine says so at a request's end, and a fold skips `schedule`.
+    Blocks of 8, a pool of 10, prefix caching: a (P=36, N=30) prefills at 0 (5
+    blocks) and decodes from 1; b (P=5, N=9) is admitted at 21 beside a's 8 blocks,
+    its first output at 22; its decode at 24 writes row 7 and fills its first block,
+    keyed then; at 25 it opens its second (10 of 10). At 29 a's row 64 needs a ninth
+    block: b (lifo) is preempted with 8 outputs and 12 rows, freeing 2 blocks, its
+    first cached. a ends at 30; b resumes at 30 with 8 cached tokens, recomputes rows
+    8-12 (4 replayed) and ends at 31. Folded, b's decodes 22-28 were one stretch and
+    its first block was never keyed: 0 cached, 12 replayed. Now nothing is folded."""
+    from scheduler_sim.engine.summary import request_record
+    records = [{"type": "config", "block_size": 8, "num_blocks": 10, "prefix_caching": True},
+               req("a", 0, 36, 30), req("b", 21, 5, 9)]
+    trace = parse_trace("".join(json.dumps(r) + "\n" for r in records).encode(), "t.jsonl")
+    options = Options.resolve(trace.config)
+    spec = plugin(VLLM_RADIX, "VllmRadix")
+    engine = Engine(trace.workload, options, spec)  # (no listener: one stops every fold here)
+    folded = engine.run()
+    stepped = Engine(trace.workload, options, spec, fast_forward=False).run()
+    assert engine.folded == 0
+    b = folded.requests[1]
+    assert (b.preemptions, b.cached_tokens, b.replay_rows, b.finished_at) == (1, 8, 4, 31)
+    assert folded.requests[0].finished_at == 30
+    assert folded.summary == stepped.summary
+    assert ([request_record(r) for r in folded.requests]
+            == [request_record(r) for r in stepped.requests])
+
+
 def test_choices_that_change_as_requests_decode_need_may_fold_false(plugin):
     """Slices runs a (P=4, N=12) and b (P=4, N=12) five outputs at a time: a prefills
     at 0 (output 1 at 1) and decodes to 5 outputs at 5; b prefills at 5 and reaches 5

@@ -106,6 +106,11 @@ class VllmPolicy(VllmFastPaths, QueueAndListPolicy):
         # lists (engine/policy_failure.py). Read at the first step: the engine marks a
         # plug-in after it builds the policy.
         self._hands_runs: bool | None = None
+        # A plugin's radix tree under prefix caching folds nothing (`never_folds`).
+        # Decided once here: a test at each `may_fold` call read 1.0011x the
+        # instructions of the first 2,000 Azure requests under vllm (callgrind).
+        if self.radix_eviction and options.prefix_caching:
+            self.may_fold = self.never_folds
 
     # --- the step ---------------------------------------------------------------
 

@@ -3,7 +3,7 @@ policies/base.py that let the engine skip a `schedule` call or apply several
 steps at once.
 
 - `may_fold`: may decodes be folded past a queue head blocked for this reason
-  (engine/fast/folding.py);
+  (engine/fast/folding.py; `never_folds` in its place over a plugin's radix tree);
 - `repeats_decodes`: is every call a repeat of the running requests' decodes
   (engine/fast/through.py);
 - `admit_arrivals`: the call due when requests arrived into such a repeat,
@@ -40,6 +40,7 @@ class VllmFastPaths:
         # a loaded head's (its hit its own blocks): one to load asks blocks for its whole
         # sequence, else its first chunk, and an evicted GPU hit can take its host hit.
         # Under order `lpm` an eviction may reorder the queue: a new head may fit.
+        # (A plugin's radix tree under prefix caching answers `never_folds` instead.)
         # (The allocator read only past the first test, where most of the 3,761 calls
         # on the first 2,000 Azure requests end: read first, 1.0024x the instructions,
         # more than its four bytecodes explain: partly where things were allocated.)
@@ -51,6 +52,16 @@ class VllmFastPaths:
         if self.view.allocator.host is not None and not self.options.full_prompt_gate:
             return self.waiting.peek().remote == LOADED
         return all(r.output_token_ids is None for r in self.running)
+
+    def never_folds(self, blocked_reason: str | None) -> bool:
+        """`may_fold` of a vllm policy over a radix tree (a plugin's `radix_eviction`)
+        with prefix caching, put in its place by `VllmPolicy.__init__`: nothing is
+        folded. `schedule` keys each block as it fills and stamps the tree's paths as
+        decodes open blocks; the tree keys decoded blocks only when the engine says so
+        at a request's end, and a fold skips `schedule`: a folded replay would miss
+        those keys and stamps (a preempted request's decoded block found cached when
+        stepped, not when folded; tests/test_plugins.py)."""
+        return False
 
     def repeats_decodes(self) -> bool:
         # Nothing waits, prefill has no cadence and no cache keys blocks as they

@@ -182,7 +182,7 @@ def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: 
     text for `LineListener.write_text`, the start's time made once for both (the
     counted dispatches' and admissions' starts, engine/fast/counted.py); `done`
     None: the text ends at the dispatch's `"done":`, its end written by a folded
-    stretch after it (`steady_parts`'s `head`). Speed:
+    stretch after it (`steady_parts`'s `start`). Speed:
     the counts a tuple, not a dictionary read by name (54,306 snapshots on the
     Azure trace; benchmarks/README.md, "fifteenth steps", helper ev11)."""
     if clock is None or not clock.in_seconds:
@@ -191,7 +191,7 @@ def counted_text(tick: int, counts: tuple | None, rows: str, tokens: int, done: 
         key, start = '{"time":', clock.text(tick)
         end = None if done is None else clock.text(done)
     close = "}"
-    if end is None:  # (its end left open: see `steady_parts`'s `head`)
+    if end is None:  # (its end left open: see `steady_parts`'s `start`)
         end = close = ""
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
     if counts is None:
@@ -295,7 +295,7 @@ STEADY_STEP, STEADY_ROWS = 7, 6
 def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: Iterable[str],
                  waiting: int, running: int, reserved: int, draining: int, total: int,
                  tokens: int, policy: str | None, clock: Any, rows: str | None = None,
-                 head: str | None = None) -> list[str]:
+                 start: tuple | None = None) -> list[str]:
     """The snapshot and dispatch lines of a folded stretch, as the pieces of one text
     (joined by nothing they are the lines joined by newlines, no newline after
     the last; none when `starts` is empty): for the dispatch starting at
@@ -303,10 +303,12 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     `last_done`, its snapshot (`held` blocks allocated, the rest of the `total`
     less `draining` free) and its dispatch of a plain decode for each of the
     requests `ids` (`rows`: their rows' text, `decode_rows_text(ids)`, if the
-    caller has it), what `snapshot_line` and `dispatch_line` write. `head`: the
-    lines before them, up to a dispatch's `"done":` (`counted_text` of a counted
-    start without its end, which is the stretch's first start), its first piece;
-    or a counted start's (time, `counted_text`'s counts), written as those lines.
+    caller has it), what `snapshot_line` and `dispatch_line` write. `start`: a
+    counted start just before the stretch, as (its time, its snapshot's counts in
+    `counted_text`'s order), whose dispatch ends at the stretch's first start:
+    laid out as the stretch's first dispatch when its counts are what the
+    stretch's pool would give, else written first as `counted_text` writes it,
+    its end left open for that first start.
 
     Speed: the text is a list of its pieces, the parts that do not change (the
     rows' text among them) one shared string each, laid out by slice
@@ -326,20 +328,19 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     if rows is None:
         rows = decode_rows_text(ids)
     times = starts + [last_done]
-    if type(head) is tuple:
-        # A counted start's (time, snapshot counts): its lines are the stretch's first
-        # dispatch when its snapshot's counts are what the stretch's would be at its
-        # blocks held; else `counted_text`'s. Speed: no format of its two lines (their
+    head = None  # (the counted start's text, up to its dispatch's `"done":`)
+    if start is not None:
+        # Its lines are the stretch's first dispatch when its snapshot's counts are
+        # what the stretch's would be at its blocks held; else `counted_text`'s. Speed: no format of its two lines (their
         # counts, the rows copied again) on 27,747 folds of the Azure trace: its first
         # 2,000 requests under `continuous` with `--events`, 1.7455e9 -> 1.7376e9
         # instructions (callgrind); benchmarks/README.md, "twenty-fifth steps", ev27.
-        t, counts = head
+        t, counts = start
         if counts[6] is None and counts[:3] == (waiting, running, reserved) and (
                 counts[4] == draining and counts[5] == total - draining - counts[3]):
             times.insert(0, t)
             held = chain(counts[3:4], held)
             k += 1
-            head = None
         else:
             head = counted_text(t, counts, rows, tokens, None, policy, clock)
     texts = clock.texts(times, True) if seconds else list(map(str, times))

@@ -105,7 +105,7 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
             owed = 0
         if folded and isinstance(emit, LineListener):
             # A line listener's start and stretch as one text, the start's end
-            # made once, as the stretch's first time (`steady_parts`'s `head`: the
+            # made once, as the stretch's first time (`steady_parts`'s `start`: the
             # start's time and counts, mostly laid out as the stretch's first
             # dispatch), and the stretch's waiting and running counts the start's.
             # Speed: a `Clock.text` and the policy's two counts (properties over
@@ -114,7 +114,7 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
             if rows is None:
                 rows = emit.members_rows(flight.requests)
             emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
-                        rows, (t, counts), counts)
+                        rows, (t, counts))
         else:
             rows = engine._write_counted(flight.requests, n, done, counts, rows)
             if folded:

@@ -40,11 +40,12 @@ def block_order(allocator, block: tuple, policy_growth: int) -> bool | None:
 
 def emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
                 taken_first: bool | None, starts_at: list[int] | None = None,
-                rows: str | None = None, head: str | None = None, counts=None) -> None:
+                rows: str | None = None, start: tuple | None = None) -> None:
     """The records each folded boundary would have produced, in order: the policy's
     blocked-head report (if it made one), the snapshot, the dispatch (for a line
-    listener `rows`, the text of `reqs`' rows if known, and `head`, `steady_parts`'s;
-    `counts`: a counted start's just before, whose waiting and running these take).
+    listener `rows`, the text of `reqs`' rows if known, and `start`, a counted
+    start just before as `steady_parts` takes it, whose waiting and running counts
+    these take).
 
     Only block counts change from one folded step to the next: dispatch
     s + 1 writes row r + s - 1 of a request with r resident rows now, and
@@ -58,8 +59,10 @@ def emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
         starts_at = [0] * size  # requests by the residue of their rows written
         for req in reqs:
             starts_at[req.resident % size] += 1
-    waiting = engine.policy.waiting_count if counts is None else counts[0]
-    running = engine.policy.running_count if counts is None else counts[1]
+    if start is None:
+        waiting, running = engine.policy.waiting_count, engine.policy.running_count
+    else:
+        waiting, running = start[1][:2]
     held, draining, total = a.held, a.draining, a.num_blocks
     report = engine.steadiness.blocked
     reserved = a.reserved
@@ -83,7 +86,7 @@ def emit_folded(engine, reqs: list[Request], starts: list[int], last_done: int,
                                initial=held)
             emit.write_parts(steady_parts(starts, last_done, helds, map(_rid, reqs), waiting,
                                           running, reserved, draining, total, n, policy,
-                                          clock, rows, head))
+                                          clock, rows, start))
         return
     rows = tuple((req.rid, DECODE, 1, True, None) for req in reqs)
     ends = starts[1:] + [last_done]

@@ -274,12 +274,11 @@ class QueueMembers:
         """Whether `block` is the one the index names for `key` and not in the queue
         (with no block draining or pinned orphaned, a block so indexed is held)."""
         index = self.index
-        if type(key) is not int:
-            return index.plain.get(key) == block and block not in self.loose
-        node, off = divmod(key, index.width)
-        bucket = index.buckets.get(node)
-        if bucket is None or bucket[off] != block:
+        if index.get(key) != block:
             return False
+        if type(key) is not int:
+            return block not in self.loose
+        node, off = divmod(key, index.width)
         flags = self.flags.get(node)
         return flags is None or not flags[off]
 

@@ -81,7 +81,9 @@ def test_random_workloads_do_fold():
     # (Then vllm a little less again, 3532 before, since the decodes after a
     # dispatch of whole prompts start without a call, counted: through.py's
     # `carries_on`.)
-    expected = {"serial": 8667, "continuous": 4976, "vllm": 3523, "static": 4070,
+    # (Then vllm more, 3523 before, since a fold behind a blocked head goes on past
+    # arrivals under first come, first served: folding.py's `_past_arrivals`.)
+    expected = {"serial": 8667, "continuous": 4976, "vllm": 3583, "static": 4070,
                 "dynamic": 3856}
     for policy in ("serial", "continuous", "vllm", "static", "dynamic"):
         folded = 0

@@ -93,15 +93,17 @@ class Agenda:
             timeouts.popleft()  # admitted (or ended) since: it will never fire
         return None
 
-    def peek(self, now: int, in_flight: bool = False, live: bool = True) -> float:
+    def peek(self, now: int, in_flight: bool = False, live: bool = True,
+             arrivals: bool = True) -> float:
         """The first time after `now` at which something outside the dispatches may
-        happen: the next arrival, drain expiry or load landing from host memory;
-        and, unless a dispatch is in flight (it would defer them, E4), the next
+        happen: the next arrival (not with `arrivals` False: a fold past arrivals
+        that only join the queue, fast/folding.py), drain expiry or load landing
+        from host memory; and, unless a dispatch is in flight (it would defer them, E4), the next
         cancellation, forced preemption, timeout, or (with `live` requests) store
         landing in host memory or policy wakeup. Infinity when nothing is
         pending."""
         spec = self.next_arrival
-        nxt = spec.arrival if spec is not None else INF
+        nxt = spec.arrival if spec is not None and arrivals else INF
         allocator = self.allocator
         if allocator.draining:
             expiry = allocator.next_expiry()

@@ -281,6 +281,15 @@ class Policy:
         ahead of need, say). The default, `room`: a decode step changes nothing else."""
         return room
 
+    def arrivals_wait(self, blocked_reason: str) -> bool:
+        """Asked by the engine before it folds decodes behind a queue head blocked for
+        `blocked_reason` (`may_fold` agreed): True promises that a request arriving
+        while they run only joins the queue behind that head and changes nothing the
+        calls of the stretch decide, so the fold need not stop at arrivals
+        (engine/fast/folding.py). Asked of built-in policies only; the default,
+        False: it stops at each."""
+        return False
+
     def repeats_decodes(self) -> bool:
         """Asked by the engine right after a dispatch of plain decodes started, a
         dispatch that ran every request this policy runs (or one with prompt rows,

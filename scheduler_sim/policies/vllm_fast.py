@@ -4,6 +4,7 @@ steps at once.
 
 - `may_fold`: may decodes be folded past a queue head blocked for this reason
   (engine/fast/folding.py; `never_folds` in its place over a plugin's radix tree);
+- `arrivals_wait`: may such a fold go on past arrivals (they join the queue's tail);
 - `repeats_decodes`: is every call a repeat of the running requests' decodes
   (engine/fast/through.py);
 - `admit_arrivals`: the call due when requests arrived into such a repeat,
@@ -52,6 +53,10 @@ class VllmFastPaths:
         if self.view.allocator.host is not None and not self.options.full_prompt_gate:
             return self.waiting.peek().remote == LOADED
         return all(r.output_token_ids is None for r in self.running)
+
+    def arrivals_wait(self, blocked_reason: str) -> bool:
+        # First come, first served: an arrival joins the queue's tail, behind the head.
+        return self.options.order == "fcfs" and self.view.allocator.host is None
 
     def never_folds(self, blocked_reason: str | None) -> bool:
         """`may_fold` of a vllm policy over a radix tree (a plugin's `radix_eviction`)

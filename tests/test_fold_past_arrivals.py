@@ -1,0 +1,113 @@
+"""A fold of written decodes behind a blocked head goes on past arrivals that only join
+the queue behind it (`Policy.arrivals_wait`, engine/fast/folding.py's `_past_arrivals`),
+and the replay is the stepped one."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import trace_bytes
+from scheduler_sim.engine.agenda import Agenda
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.fast import folding
+from scheduler_sim.engine.summary import request_record
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.records.options import Options
+
+# Blocks of 4 tokens, a pool of 8, one tick a dispatch. `a` (16 prompt tokens, 4
+# blocks) runs alone: `b` (20 tokens, 5 blocks) never fits beside it, so it waits for
+# blocks until `a` ends, and `c`, arriving at tick 5, waits behind it.
+RECORDS = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 16, "output_tokens": 12},
+           {"type": "request", "id": "b", "arrival": 0, "prompt_tokens": 20, "output_tokens": 2},
+           {"type": "request", "id": "c", "arrival": 5, "prompt_tokens": 4, "output_tokens": 1}]
+
+
+def _run(order: str, fast: bool = True):
+    trace = parse_trace(trace_bytes(RECORDS), "arrivals.jsonl")
+    options = Options.resolve(trace.config, dict(block_size=4, num_blocks=8, order=order,
+                                                 prefix_caching=True))
+    engine = Engine(trace.workload, options, "vllm", fast_forward=fast)
+    calls = []
+    schedule = engine.policy.schedule
+    engine.policy.schedule = lambda now: calls.append(now) or schedule(now)
+    result = engine.run()
+    return calls, engine.folded, result.summary, [request_record(r) for r in result.requests]
+
+
+def test_a_fold_behind_a_blocked_head_goes_past_an_arrival():
+    """Tick 0: `a`'s prompt (4 blocks; `b` needs 5 of the 4 left). Tick 1: `a`'s first
+    decode, planned by the call after a dispatch with prompt rows: a repeat, folded.
+    `a`'s outputs 2 to 12 come from the dispatches started at ticks 1 to 11; the last
+    finishes it at tick 12. So the fold applies the completions at ticks 2 to 11 (10
+    dispatches) and the one started at tick 11 is left in flight; `c` joins the queue
+    at tick 5 while it runs. Before, the fold stopped at `c`'s arrival: see the next
+    test. At tick 12 `b` and then `c` are admitted (whole prompts: 20 + 4 tokens), `c`
+    ends at 13 with its one output, `b` at 14."""
+    calls, folded, summary, records = _run("fcfs")
+    assert calls == [0, 1, 12, 13]
+    assert folded == 10
+    assert [(r["id"], r["admitted"], r["finished"]) for r in records] == [
+        ("a", 0, 12), ("b", 12, 14), ("c", 12, 13)]
+    stepped = _run("fcfs", fast=False)
+    assert stepped[0] == list(range(14)) and stepped[1] == 0
+    assert (summary, records) == stepped[2:]
+
+
+def test_without_the_promise_the_fold_stops_at_the_arrival():
+    """Under the priority order an arrival may go ahead of the head, so `vllm` makes no
+    promise: the first fold applies the completions at ticks 2 to 4 and leaves the
+    dispatch started at tick 4 in flight, `c` arrives at 5, the call there plans
+    `a`'s decode again, and a second fold applies the completions at ticks 6 to 11.
+    The same replay, one call more."""
+    calls, folded, summary, records = _run("priority")
+    assert calls == [0, 1, 5, 12, 13]
+    assert folded == 3 + 6
+    assert (summary, records) == _run("priority", fast=False)[2:]
+    assert (summary, records) == _run("fcfs")[2:]
+
+
+def test_vllm_promises_only_under_first_come_first_served():
+    """`arrivals_wait`: true under `fcfs` (an arrival joins the tail), false under any
+    order that may put an arrival ahead of the head."""
+    promises = {}
+    for order in ("fcfs", "priority", "sjf", "edf"):
+        trace = parse_trace(trace_bytes(RECORDS), "arrivals.jsonl")
+        options = Options.resolve(trace.config, dict(block_size=4, num_blocks=8, order=order))
+        promises[order] = Engine(trace.workload, options, "vllm").policy.arrivals_wait("blocks")
+    assert promises == {"fcfs": True, "priority": False, "sjf": False, "edf": False}
+    trace = parse_trace(trace_bytes(RECORDS), "arrivals.jsonl")
+    options = Options.resolve(trace.config, dict(block_size=4, num_blocks=8))
+    assert Engine(trace.workload, options, "continuous").policy.arrivals_wait("blocks") is False
+
+
+def test_the_agenda_peeks_past_arrivals_when_asked():
+    """`peek(..., arrivals=False)` leaves out the next arrival and nothing else."""
+    trace = parse_trace(trace_bytes(RECORDS), "arrivals.jsonl")
+    options = Options.resolve(trace.config, dict(block_size=4, num_blocks=8))
+    engine = Engine(trace.workload, options, "vllm")
+    agenda: Agenda = engine.agenda
+    agenda.begin()
+    assert agenda.peek(0) == 0  # a and b arrive at 0
+    assert agenda.peek(0, arrivals=False) == float("inf")
+
+
+@pytest.mark.slow
+def test_random_prefix_cached_workloads_fold_past_arrivals(monkeypatch):
+    """The folded-against-stepped sweeps with prefix caching include folds that went on
+    past an arrival (test_fast_forward.py compares their results with stepped ones)."""
+    from test_fast_forward import _cached_options, _cached_workload, _replay
+
+    past = []
+    bound = folding._past_arrivals
+
+    def watching(engine, until, reason):
+        later = bound(engine, until, reason)
+        spec = engine.agenda.next_arrival
+        past.append(later > until and spec is not None and spec.arrival < later)
+        return later
+
+    monkeypatch.setattr(folding, "_past_arrivals", watching)
+    for seed in range(30):
+        records, options = _cached_workload(seed), _cached_options(seed)
+        assert _replay(records, "vllm", True, **options) == _replay(records, "vllm", False,
+                                                                     **options)
+    assert True in past

@@ -1,0 +1,159 @@
+"""Chunk runs: the steps of a long prompt chunked behind decodes, applied at once.
+
+A long prompt admitted while others decode is computed in chunks. At each step
+of such a run every other running request decodes one token and the prompt's
+chunk takes the rest of the token budget, so nothing more is admitted: the
+queue head is reported blocked for `token_budget`, whatever the pool holds.
+Until the chunk that ends the prompt (shorter than the rest of the budget: it
+leaves room for admissions, and it emits), a decoder's last output, something
+outside (an arrival, a cancellation, a drain, a wakeup: `until`) or blocks
+running short (a step would preempt), every `schedule` call plans the same rows
+again, the chunk `tokens` rows further. Replaying the Mooncake conversation
+trace under `vllm` with prefix caching, 10,252 of the 30,598 stepped dispatches
+were such steps, in runs of identical composition.
+
+The policy promises it (`Policy.repeats_chunk`); `fold_chunks` then applies
+the steps of the run after the one just planned at once, each as its
+boundary would: the completion before it (the decoders' outputs and gaps), the
+blocks its rows take in the order the call takes them (each decoder's row in
+running order, opening a block at its first row or keying the block its last
+fills, then the chunk's blocks, keyed as they are allocated: an eviction from
+the LRU queue hands out ids in call order, and ids matter to the cache's
+later state), its dispatch statistics and timing (the ledger's own
+`dispatch`, so a mixed batch is priced, counted and drawn as stepped) and the
+head's report. The last of them stays in flight, for the loop to complete.
+
+Only where a boundary holds nothing else (`Steadiness.through`: a lone engine,
+a built-in policy, no state callback, client slots, timeouts, release delay or
+host memory), no listener (its records change each step) and no decode
+cohort (whose members the rows would have to settle: prefix caching has
+none). The results are those of a stepped replay, field for field
+(tests/test_fast_forward.py).
+"""
+from __future__ import annotations
+
+from operator import attrgetter, sub
+
+from ...policies.base import DecodesFirst
+from ...requests.request import emit_outputs
+
+__all__ = ["fold_chunks"]
+
+_output_tokens = attrgetter("output_tokens")
+_outputs = attrgetter("outputs")
+_resident = attrgetter("resident")
+_high_water = attrgetter("high_water")
+
+
+def fold_chunks(engine, plan, flight) -> None:
+    """Apply the steps of a chunk run after the one that planned `flight` (see the
+    module): `plan` is that step's plan, its call reported a blocked head."""
+    steady = engine.steadiness
+    block = steady.blocked
+    if (block[1] != "token_budget" or not steady.through or engine._emit is not None
+            or engine._cohort is not None):
+        return
+    if type(plan) is DecodesFirst:
+        rest = plan.rest
+        if len(rest) != 1 or not plan.opened:
+            return
+        decoders = plan.decoders
+    elif len(plan) == 1:
+        rest, decoders = plan, []
+    else:
+        return
+    chunk, tokens = rest[0]
+    policy = engine.policy
+    r = chunk.resident  # (its chunk written: the row the next chunk starts at)
+    if (r < chunk.restore or r != chunk.high_water or len(decoders) + 1 != policy.running_count
+            or not policy.repeats_chunk(chunk, tokens)):
+        return  # (a recompute, or replayed rows: not a plain prefill)
+    # The steps whose chunk does not end the prompt ...
+    most = -(-(chunk.prompt_tokens - r) // tokens) - 1
+    if decoders and most > 0:
+        # ... nor complete a decoder's last output before the last of them (that
+        # completion is the loop's).
+        most = min(most, min(map(sub, map(_output_tokens, decoders), map(_outputs, decoders))) - 1)
+        if any(map(sub, map(_high_water, decoders), map(_resident, decoders))):
+            return  # replayed rows are not steady decodes
+    if most <= 0:
+        return
+    until = engine._until()
+    if flight.done >= until:
+        return
+    allocator = engine.allocator
+    size = allocator.block_size
+    keyed = allocator.cache is not None
+    # The decoders' block work at each step, in running order: (id, rows, keys),
+    # keys None for the block a row opens, else the keys of the block it fills.
+    steps = [[] for _ in range(most)]
+    for req in decoders:
+        rows = req.resident
+        for i in range(-rows % size, most, size):
+            steps[i].append((req.rid, rows + i + 1, None))
+        keys = req.block_keys
+        if keyed and keys is not None:
+            for i in range((size - 1 - rows) % size, most, size):
+                steps[i].append((req.rid, rows + i + 1, keys))
+    # No step may run short of blocks (it would preempt): the blocks the steps open
+    # and the chunk's all fit the free ones (none comes back in the run).
+    free = allocator.free
+    need = allocator.blocks_to_grow
+    rid = chunk.rid
+    opened = fits = 0
+    for i in range(most):
+        opened += sum(1 for entry in steps[i] if entry[2] is None)
+        if opened + need(rid, r + (i + 1) * tokens) > free:
+            break
+        fits = i + 1
+    if not fits:
+        return
+    ledger = engine.ledger
+    k = len(decoders)
+    start, done, exact = flight.start, flight.done, flight.exact
+    since: dict[int, int] = {}
+    emit_outputs(decoders, done, start, since)  # the flight's completion (E1), no finish
+    ledger.completed(done, exact, k, since)
+    contexts = sum(map(_resident, decoders))
+    growth, evictions = allocator.step_growth, allocator.step_evictions
+    try_grow = allocator.try_grow
+    register = allocator.register_full_blocks
+    keys = chunk.block_keys if keyed else None
+    total = k + tokens
+    folded = 0
+    for work in steps[:fits]:
+        if done >= until:
+            break
+        if folded:  # the previous folded step's completion: every decoder's output
+            ledger.completed(done, exact, k, {start: k} if k else {})
+        growth.clear()
+        evictions.clear()
+        for req_rid, rows, req_keys in work:
+            if req_keys is None:
+                try_grow(req_rid, rows)
+            else:
+                register(req_rid, req_keys, rows)
+        # The chunk's blocks, keyed as allocated (`_start` keys them again: nothing).
+        try_grow(rid, r + tokens)
+        if keys is not None:
+            register(rid, keys, r + tokens)
+        start = done
+        done, exact = ledger.dispatch(start, k + 1, total, tokens, k, 0, 0, [(tokens, r)],
+                                      contexts)
+        r += tokens
+        contexts += k
+        folded += 1
+    # The rows written and the outputs of the completions applied (the first at the
+    # flight's completion, by `emit_outputs` above).
+    for req in decoders:
+        rows = req.resident + folded
+        req.resident = req.high_water = rows
+        req.useful_rows += folded
+        req.outputs += folded - 1
+        req.last_output_at = start
+    chunk.record_rows(folded * tokens)
+    steady.blocked = (block[0], block[1], block[2], allocator.free, sum(growth.values()))
+    steady.chunks_folded += folded
+    flight.start = start
+    flight.done = done
+    flight.exact = exact

@@ -84,30 +84,42 @@ def fold_chunks(engine, plan, flight) -> None:
     allocator = engine.allocator
     size = allocator.block_size
     keyed = allocator.cache is not None
-    # The decoders' block work at each step, in running order: (id, rows, keys),
-    # keys None for the block a row opens, else the keys of the block it fills.
-    steps = [[] for _ in range(most)]
-    for req in decoders:
-        rows = req.resident
-        for i in range(-rows % size, most, size):
-            steps[i].append((req.rid, rows + i + 1, None))
-        keys = req.block_keys
-        if keyed and keys is not None:
-            for i in range((size - 1 - rows) % size, most, size):
-                steps[i].append((req.rid, rows + i + 1, keys))
-    # No step may run short of blocks (it would preempt): the blocks the steps open
-    # and the chunk's all fit the free ones (none comes back in the run).
+    if keyed and any(req.output_token_ids is not None for req in decoders):
+        return  # decoded blocks keyed by content another's prompt may share (see below)
+    # Each step's blocks in the order its call takes them, (id, rows): each
+    # decoder's opening in running order, then the chunk's; `ends[i]`: the entries
+    # of steps 0 to i. The blocks decoders fill: (step, id, keys, rows).
+    openings: list[tuple[str, int]] = []
+    ends = []
+    fills = []
     free = allocator.free
     need = allocator.blocks_to_grow
     rid = chunk.rid
-    opened = fits = 0
+    edge = size - 1
+    chunk_blocks = [0]  # the chunk's new blocks after each step
+    opened = 0  # the decoders' openings
     for i in range(most):
-        opened += sum(1 for entry in steps[i] if entry[2] is None)
-        if opened + need(rid, r + (i + 1) * tokens) > free:
+        for req in decoders:
+            rows = req.resident + i
+            m = rows % size
+            if not m:
+                openings.append((req.rid, rows + 1))
+                opened += 1
+            elif m == edge and keyed and req.block_keys is not None:
+                fills.append((i, req.rid, req.block_keys, rows + 1))
+        grown = need(rid, r + (i + 1) * tokens)
+        # No step may run short of blocks (it would preempt): the blocks the steps
+        # open all fit the free ones (none comes back in the run).
+        if opened + grown > free:
+            del openings[ends[-1] if ends else 0:]
             break
-        fits = i + 1
+        openings.append((rid, r + (i + 1) * tokens))
+        ends.append(len(openings))
+        chunk_blocks.append(grown)
+    fits = len(ends)
     if not fits:
         return
+    # The dispatches, as the boundaries start and complete them, up to `until`.
     ledger = engine.ledger
     k = len(decoders)
     start, done, exact = flight.start, flight.done, flight.exact
@@ -115,34 +127,46 @@ def fold_chunks(engine, plan, flight) -> None:
     emit_outputs(decoders, done, start, since)  # the flight's completion (E1), no finish
     ledger.completed(done, exact, k, since)
     contexts = sum(map(_resident, decoders))
-    growth, evictions = allocator.step_growth, allocator.step_evictions
-    try_grow = allocator.try_grow
-    register = allocator.register_full_blocks
-    keys = chunk.block_keys if keyed else None
     total = k + tokens
     folded = 0
-    for work in steps[:fits]:
-        if done >= until:
-            break
+    rows = r
+    while folded < fits and done < until:
         if folded:  # the previous folded step's completion: every decoder's output
             ledger.completed(done, exact, k, {start: k} if k else {})
-        growth.clear()
-        evictions.clear()
-        for req_rid, rows, req_keys in work:
-            if req_keys is None:
-                try_grow(req_rid, rows)
-            else:
-                register(req_rid, req_keys, rows)
-        # The chunk's blocks, keyed as allocated (`_start` keys them again: nothing).
-        try_grow(rid, r + tokens)
-        if keys is not None:
-            register(rid, keys, r + tokens)
         start = done
-        done, exact = ledger.dispatch(start, k + 1, total, tokens, k, 0, 0, [(tokens, r)],
+        done, exact = ledger.dispatch(start, k + 1, total, tokens, k, 0, 0, [(tokens, rows)],
                                       contexts)
-        r += tokens
+        rows += tokens
         contexts += k
         folded += 1
+    # Their blocks, taken at once in the order the calls take them (the same ids:
+    # kv/block_openings.py's `grow_in_turn`; 0.9xx the instructions), then keyed,
+    # the chunk's as one registration. Keying after the evictions rather than
+    # between them changes nothing: a block evicted is a free one, whose key is
+    # none of the decoders' (their own), and the chunk's only if the chunk's
+    # block duplicates it; then the chunk's takes its place in the index either
+    # way (kv/vllm_cache.py's `register` and `forget_key`).
+    growth = allocator.step_growth
+    growth.clear()
+    allocator.step_evictions.clear()
+    allocator.grow_in_turn(openings[:ends[folded - 1]])
+    register = allocator.register_full_blocks
+    for i, req_rid, req_keys, end in fills:
+        if i < folded:
+            register(req_rid, req_keys, end)
+    if keyed and chunk.block_keys is not None:
+        register(rid, chunk.block_keys, rows)
+    # What the last step's call saw and reported: the blocks its rows took (the
+    # decoders' openings and the chunk's), the free ones left. (`step_evictions`,
+    # read only for a state callback or a listener, is left empty.)
+    growth.clear()
+    last = openings[ends[folded - 2] if folded > 1 else 0:ends[folded - 1] - 1]
+    for req_rid, _ in last:
+        growth[req_rid] = 1
+    grown = chunk_blocks[folded] - chunk_blocks[folded - 1]
+    if grown:
+        growth[rid] = grown
+    steady.blocked = (block[0], block[1], block[2], allocator.free, len(last) + grown)
     # The rows written and the outputs of the completions applied (the first at the
     # flight's completion, by `emit_outputs` above).
     for req in decoders:
@@ -152,7 +176,6 @@ def fold_chunks(engine, plan, flight) -> None:
         req.outputs += folded - 1
         req.last_output_at = start
     chunk.record_rows(folded * tokens)
-    steady.blocked = (block[0], block[1], block[2], allocator.free, sum(growth.values()))
     steady.chunks_folded += folded
     flight.start = start
     flight.done = done

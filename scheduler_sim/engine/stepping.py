@@ -196,7 +196,7 @@ class Stepping:
                             fold(self, flight, until, policy_blocks)
                             looked = True
                         elif flight.rows is not None and steady.blocked is not None:
-                            fold_chunks(self, plan, flight)  # a chunk run (fast/chunk_run.py)
+                            fold_chunks(self, flight)  # a chunk run (fast/chunk_run.py)
                     else:
                         # Counted decoders: a stretch is looked at for folding only
                         # if it may last (the next look starts afresh).

@@ -133,23 +133,24 @@ class VllmFastPaths:
             allocator.try_grow(head.rid, tokens)
         return chunks
 
-    def repeats_chunk(self, chunk: Request, tokens: int) -> bool:
-        # `schedule` walks the running requests: each decodes one token (opening a
-        # block at its first row, keying the block its last row fills) up to the
-        # last, whose chunk is min(its prompt left, the threshold, the budget left):
-        # `tokens` again while its prompt goes on past them and the threshold (on:
-        # the head waits) does not cut it. The budget is then spent, and the head
-        # is reported blocked for it whatever the pool holds. Not with a cadence
-        # (its counters move), an order other than FCFS (`lpm` sorts by the cache),
-        # host memory (a head may load), or blocks keyed as decodes open them
-        # (`key_openings`: blocks of one row, a plugin's radix tree).
+    def repeats_chunk(self, decoders: list[Request], chunk: Request, tokens: int) -> bool:
+        # `schedule` walks the running requests: each plain decoder decodes one
+        # token (opening a block at its first row, keying the block its last row
+        # fills) up to the last, whose chunk is min(its prompt left, the threshold,
+        # the budget left): `tokens` while its prompt goes on past it and the
+        # threshold (on: the head waits) does not cut it. The budget is then spent,
+        # and the head is reported blocked for it whatever the pool holds. Not with
+        # a cadence (its counters move), an order other than FCFS (`lpm` sorts by
+        # the cache), host memory (a head may load), or blocks keyed as decodes open
+        # them (`key_openings`: blocks of one row, a plugin's radix tree).
         options = self.options
         running = self.running
         cap = options.prefill_chunk
         return (running[-1] is chunk and len(running) - 1 + tokens == options.token_budget
                 and (cap is None or cap >= tokens) and options.prefill_interval <= 1
                 and type(self.waiting) is FcfsQueue and options.block_size > 1
-                and not self.radix_eviction and self.view.allocator.host is None)
+                and not self.radix_eviction and self.view.allocator.host is None
+                and running[:-1] == decoders)
 
     def next_decodes(self) -> list[Request] | None:
         return list(self.running)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from operator import attrgetter, sub
 
-from ...policies.base import DecodesFirst
 from ...requests.request import emit_outputs
 
 __all__ = ["fold_chunks"]
@@ -45,39 +44,41 @@ _resident = attrgetter("resident")
 _high_water = attrgetter("high_water")
 
 
-def fold_chunks(engine, plan, flight) -> None:
-    """Apply the steps of a chunk run after the one that planned `flight` (see the
-    module): `plan` is that step's plan, its call reported a blocked head."""
+def fold_chunks(engine, flight) -> None:
+    """Apply the steps of a chunk run after the one that started `flight` (see the
+    module), whose call reported a blocked head."""
     steady = engine.steadiness
     block = steady.blocked
     if (block[1] != "token_budget" or not steady.through or engine._emit is not None
             or engine._cohort is not None):
         return
-    if type(plan) is DecodesFirst:
-        rest = plan.rest
-        if len(rest) != 1 or not plan.opened:
-            return
-        decoders = plan.decoders
-    elif len(plan) == 1:
-        rest, decoders = plan, []
-    else:
-        return
-    chunk, tokens = rest[0]
-    policy = engine.policy
+    rows = flight.rows  # (every request's row, in the order the policy runs them)
+    chunk, emits = rows[-1]
+    k = len(rows) - 1
     r = chunk.resident  # (its chunk written: the row the next chunk starts at)
-    if (r < chunk.restore or r != chunk.high_water or len(decoders) + 1 != policy.running_count
-            or not policy.repeats_chunk(chunk, tokens)):
-        return  # (a recompute, or replayed rows: not a plain prefill)
-    # The steps whose chunk does not end the prompt ...
+    tokens = engine.options.token_budget - k  # (the rest of the budget, after the decodes)
+    if emits or tokens <= 0 or r < chunk.restore or r != chunk.high_water:
+        return  # (its prompt ended, a recompute, replayed rows)
+    # The steps whose chunk does not end the prompt (most calls end here: the next
+    # chunk is the last) ...
     most = -(-(chunk.prompt_tokens - r) // tokens) - 1
-    if decoders and most > 0:
+    if most <= 0 or flight.outputs != k or k + 1 != engine.policy.running_count:
+        return
+    # From the next step on, every request but the chunk's decodes (each emitted
+    # now: a decode, or a chunk that ended its prompt), and the chunk takes the
+    # rest of the budget, if the policy says so.
+    decoders = [req for req, _ in rows[:-1]]
+    if not engine.policy.repeats_chunk(decoders, chunk, tokens):
+        return
+    if decoders:
         # ... nor complete a decoder's last output before the last of them (that
         # completion is the loop's).
         most = min(most, min(map(sub, map(_output_tokens, decoders), map(_outputs, decoders))) - 1)
+        if most <= 0:
+            return
+        # (Each emitted: its prompt and any rows to restore are written.)
         if any(map(sub, map(_high_water, decoders), map(_resident, decoders))):
             return  # replayed rows are not steady decodes
-    if most <= 0:
-        return
     until = engine._until()
     if flight.done >= until:
         return
@@ -121,7 +122,6 @@ def fold_chunks(engine, plan, flight) -> None:
         return
     # The dispatches, as the boundaries start and complete them, up to `until`.
     ledger = engine.ledger
-    k = len(decoders)
     start, done, exact = flight.start, flight.done, flight.exact
     since: dict[int, int] = {}
     emit_outputs(decoders, done, start, since)  # the flight's completion (E1), no finish

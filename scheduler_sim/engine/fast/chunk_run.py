@@ -32,12 +32,11 @@ none). The results are those of a stepped replay, field for field
 """
 from __future__ import annotations
 
-from operator import attrgetter, sub
-
-from ...requests.request import emit_outputs
+from operator import attrgetter, itemgetter, sub
 
 __all__ = ["fold_chunks"]
 
+_first = itemgetter(0)
 _output_tokens = attrgetter("output_tokens")
 _outputs = attrgetter("outputs")
 _resident = attrgetter("resident")
@@ -67,7 +66,7 @@ def fold_chunks(engine, flight) -> None:
     # From the next step on, every request but the chunk's decodes (each emitted
     # now: a decode, or a chunk that ended its prompt), and the chunk takes the
     # rest of the budget, if the policy says so.
-    decoders = [req for req, _ in rows[:-1]]
+    decoders = list(map(_first, rows[:-1]))
     if not engine.policy.repeats_chunk(decoders, chunk, tokens):
         return
     if decoders:
@@ -89,30 +88,40 @@ def fold_chunks(engine, flight) -> None:
         return  # decoded blocks keyed by content another's prompt may share (see below)
     # Each step's blocks in the order its call takes them, (id, rows): each
     # decoder's opening in running order, then the chunk's; `ends[i]`: the entries
-    # of steps 0 to i. The blocks decoders fill: (step, id, keys, rows).
+    # of steps 0 to i. The blocks decoders fill: (step, id, keys, rows). (Found
+    # from each decoder's offset in its block: no pass over the decoders a step.)
+    opens = []  # (step, id, rows), in running order
+    fills = []
+    edge = size - 1
+    for req in decoders:
+        rows = req.resident
+        i = -rows % size
+        while i < most:
+            opens.append((i, req.rid, rows + i + 1))
+            i += size
+        if keyed and req.block_keys is not None:
+            i = (edge - rows) % size
+            while i < most:
+                fills.append((i, req.rid, req.block_keys, rows + i + 1))
+                i += size
+    opens.sort(key=_first)  # (stable: running order within a step)
     openings: list[tuple[str, int]] = []
     ends = []
-    fills = []
+    chunk_blocks = [0]  # the chunk's new blocks after each step
     free = allocator.free
     need = allocator.blocks_to_grow
     rid = chunk.rid
-    edge = size - 1
-    chunk_blocks = [0]  # the chunk's new blocks after each step
-    opened = 0  # the decoders' openings
+    at = 0  # the next of `opens`
     for i in range(most):
-        for req in decoders:
-            rows = req.resident + i
-            m = rows % size
-            if not m:
-                openings.append((req.rid, rows + 1))
-                opened += 1
-            elif m == edge and keyed and req.block_keys is not None:
-                fills.append((i, req.rid, req.block_keys, rows + 1))
+        first = len(openings)
+        while at < len(opens) and opens[at][0] == i:
+            openings.append(opens[at][1:])
+            at += 1
         grown = need(rid, r + (i + 1) * tokens)
         # No step may run short of blocks (it would preempt): the blocks the steps
         # open all fit the free ones (none comes back in the run).
-        if opened + grown > free:
-            del openings[ends[-1] if ends else 0:]
+        if at + grown > free:
+            del openings[first:]
             break
         openings.append((rid, r + (i + 1) * tokens))
         ends.append(len(openings))
@@ -123,9 +132,8 @@ def fold_chunks(engine, flight) -> None:
     # The dispatches, as the boundaries start and complete them, up to `until`.
     ledger = engine.ledger
     start, done, exact = flight.start, flight.done, flight.exact
-    since: dict[int, int] = {}
-    emit_outputs(decoders, done, start, since)  # the flight's completion (E1), no finish
-    ledger.completed(done, exact, k, since)
+    first_done, first_start = done, start
+    ledger.completed(done, exact, k, {})  # the flight's completion (E1; its gaps below)
     contexts = sum(map(_resident, decoders))
     total = k + tokens
     folded = 0
@@ -167,14 +175,28 @@ def fold_chunks(engine, flight) -> None:
     if grown:
         growth[rid] = grown
     steady.blocked = (block[0], block[1], block[2], allocator.free, len(last) + grown)
-    # The rows written and the outputs of the completions applied (the first at the
-    # flight's completion, by `emit_outputs` above).
+    # The rows written and the outputs of the completions applied, in one pass (as
+    # `emit_outputs` and `write_decodes` a step): the gap each decoder's output at
+    # the flight's completion ends (none for a first output; the ledger counted
+    # the folded ones').
+    steady_gaps = 0  # outputs whose previous one came when the flight started
+    others = []
     for req in decoders:
+        if not req.outputs:
+            req.first_token_at = first_done
+        elif req.last_output_at == first_start:
+            steady_gaps += 1
+        else:
+            others.append(first_done - req.last_output_at)
         rows = req.resident + folded
         req.resident = req.high_water = rows
         req.useful_rows += folded
-        req.outputs += folded - 1
+        req.outputs += folded
         req.last_output_at = start
+    if others:
+        ledger.gaps(others)
+    if steady_gaps:
+        ledger.gap(first_done - first_start, steady_gaps)
     chunk.record_rows(folded * tokens)
     steady.chunks_folded += folded
     flight.start = start

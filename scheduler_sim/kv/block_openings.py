@@ -14,7 +14,9 @@ request. It does so only where that order is all there is to it: a cache
 whose `take` evicts exactly the blocks asked for (`PrefixCache.exact_take`:
 vLLM's, not the radix tree's, whose leaves may leave spare blocks for the
 next request), no eviction reported, no credits; otherwise it calls `grow`
-for each. The methods below are `BlockAllocator`'s (a base class of it) and
+for each. `grow_in_turn` does the same for a folded run of prompt chunks
+(engine/fast/chunk_run.py), where one request grows at every step. The
+methods below are `BlockAllocator`'s (a base class of it) and
 use the attributes its `__init__` sets.
 """
 from __future__ import annotations
@@ -60,9 +62,9 @@ class BlockOpenings:
         chunk's blocks step after step, taken at once as `grow_each` takes them.
 
         Speed: replaying the first 2,000 Mooncake requests under vllm with prefix
-        caching, the chunk runs' blocks in one call rather than a `grow` a step
-        (about 510 evictions each): see benchmarks/README.md, "twenty-sixth steps",
-        chunk28."""
+        caching, a `grow` a folded step (about 510 evictions each) took 1.015x the
+        instructions of one call a run (benchmarks/README.md, "twenty-sixth
+        steps", chunk28)."""
         if not self._shared or self._report is not None or self._credits \
                 or not self._cache.exact_take:
             grow = self.grow

@@ -24,7 +24,7 @@ the block its last fills, then the chunk's blocks: an eviction from the LRU
 queue hands out ids in call order, and ids matter to the cache's later
 state) and the head's report. The last of them stays in flight, for the loop
 to complete. Speed: 6,828 of those dispatches applied so on that trace
-(benchmarks/README.md, "twenty-sixth steps", chunk28: 0.961x the
+(benchmarks/README.md, "twenty-sixth steps", chunk28: 0.962x the
 instructions of its first 2,000 requests).
 
 Only where a boundary holds nothing else (`Steadiness.through`: a lone engine,

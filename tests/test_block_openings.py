@@ -1,4 +1,5 @@
-"""Several tables grown in one call (`BlockAllocator.grow_each`, kv/block_openings.py):
+"""Several tables grown in one call (`BlockAllocator.grow_each`, and `grow_in_turn` for a
+request grown several times; kv/block_openings.py):
 the blocks and counts growing request by request would give, in a tiny exact case,
 against `grow` on random pools, and taken by the folds of random workloads."""
 from __future__ import annotations
@@ -57,6 +58,28 @@ def test_the_blocks_come_in_the_order_growing_one_by_one_takes_them(monkeypatch)
         b.grow(rid, rows)
     assert _state(a) == _state(b)
 
+
+
+def test_a_request_grown_in_turn_several_times_takes_the_blocks_in_call_order(monkeypatch):
+    """`grow_in_turn` (a folded chunk run's steps): C to 4 rows, D to 4, C to 12, D to
+    8: 1, 1, 2, 1 blocks. The stack's top first (5, 4), never-used 6 and 7, then the
+    least recently freed cached block, 3, evicted by one `take` of 1: C [5, 6, 7],
+    D [4, 3], as four `grow` calls give them."""
+    takes = []
+    take = VllmCache.take
+    monkeypatch.setattr(VllmCache, "take",
+                        lambda self, rid, table, count: takes.append(count)
+                        or take(self, rid, table, count))
+    a = _pool()
+    a.grow_in_turn([("C", 4), ("D", 4), ("C", 12), ("D", 8)])
+    assert takes == [1]
+    assert (a.table("C"), a.table("D")) == ([5, 6, 7], [4, 3])
+    assert (a.step_growth, a.step_evictions) == ({"C": 3, "D": 2}, {"D": 1})
+    a.audit()
+    b = _pool()
+    for rid, rows in (("C", 4), ("D", 4), ("C", 12), ("D", 8)):
+        b.grow(rid, rows)
+    assert _state(a) == _state(b)
 
 def test_random_openings_equal_growing_request_by_request():
     """Random pools (keyed and plain blocks freed, some tables partly grown): one

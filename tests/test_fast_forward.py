@@ -537,3 +537,122 @@ def test_vllm_under_lpm_does_not_fold_past_a_head_blocked_for_blocks():
     assert (record["admitted"], record["cached_tokens"]) == (113167, 4)
     stepped = _replay(records, "vllm", False, **options)
     assert (folded.summary, [request_record(r) for r in folded.requests]) == stepped
+
+
+def test_a_chunk_run_behind_a_decode_is_folded_at_once():
+    """vllm with prefix caching, a budget of 8 tokens: `d` (2 prompt tokens) and the
+    first 6 of `c`'s 30 are admitted at tick 0, `w` waits for the budget. From tick 1
+    `d` decodes and `c`'s chunk takes the other 7 tokens, rows 6-13, 13-20, 20-27:
+    three steps folded at tick 0 (fast/chunk_run.py), the next call at tick 4, where
+    `c`'s last chunk (3 rows) leaves room for `w`. The blocks are taken as the
+    calls take them, never-used ids lowest first: `d` 0, `c` 1-2 at tick 0; `c` 3-4,
+    then 5; at tick 3 `d`'s row 4 opens block 6 before `c` takes 7-8."""
+    records = [{"type": "request", "id": "d", "arrival": 0, "prompt_tokens": 2,
+                "output_tokens": 20},
+               {"type": "request", "id": "c", "arrival": 0, "prompt_tokens": 30,
+                "output_tokens": 2},
+               {"type": "request", "id": "w", "arrival": 0, "prompt_tokens": 4,
+                "output_tokens": 1}]
+    trace = parse_trace(trace_bytes(records), "chunks.jsonl")
+    opts = Options.resolve({}, {"block_size": 4, "num_blocks": 64, "token_budget": 8,
+                                "prefix_caching": True})
+    results = []
+    for fast in (True, False):
+        engine = Engine(trace.workload, opts, "vllm", fast_forward=fast)
+        calls = []
+        schedule = engine.policy.schedule
+
+        def watching(now, engine=engine, calls=calls, schedule=schedule):
+            calls.append((now, engine.allocator.table("d")[:], engine.allocator.table("c")[:],
+                          {r.rid: (r.resident, r.outputs) for r in engine.policy.running}))
+            return schedule(now)
+
+        engine.policy.schedule = watching
+        result = engine.run()
+        results.append((result.summary, [request_record(r) for r in result.requests]))
+        if fast:
+            assert engine.steadiness.chunks_folded == 3
+            assert [call[0] for call in calls[:3]] == [0, 4, 5]
+            # At tick 4: `d` wrote rows 2-4 and emitted at ticks 1-4, `c` has 27 rows.
+            assert calls[1][1:] == ([0, 6], [1, 2, 3, 4, 5, 7, 8],
+                                    {"d": (5, 4), "c": (27, 0)})
+        else:
+            assert [call[0] for call in calls[:5]] == [0, 1, 2, 3, 4]
+            assert calls[4][1:3] == ([0, 6], [1, 2, 3, 4, 5, 7, 8])
+    assert results[0] == results[1]
+    summary, requests = results[0]
+    assert summary["iterations"] == 20 and summary["makespan"] == 20
+    assert [(r["id"], r["first_token"], r["finished"]) for r in requests] == [
+        ("d", 1, 20), ("c", 5, 6), ("w", 5, 5)]
+
+
+def _chunked_workload(seed: int) -> list[dict]:
+    """Decoders (prompts of 1-8 tokens, 10-80 outputs) and long prompts (40-160 tokens,
+    1-10 outputs) arriving among them, as block hashes on even seeds, as token ids on
+    odd ones (some outputs as ids), a tenth cancelled: under a budget of 8-24 tokens a
+    long prompt is chunked behind the decodes with the queue head blocked for the
+    budget (runs that fast/chunk_run.py folds), and a small pool blocks heads too."""
+    rng = random.Random(seed)
+    hashes = seed % 2 == 0
+    records = [{"type": "config", "hash_block_size": 2}] if hashes else []
+    t = 0
+    for i in range(rng.randint(3, 14)):
+        t += rng.choice([0, 0, 1, 5, 20])
+        long = rng.random() < 0.5
+        ids = [rng.randint(1, 5) for _ in range(rng.randint(40, 160) if long
+                                                 else rng.randint(1, 8))]
+        record = {"type": "request", "id": f"r{i}", "arrival": t,
+                  "output_tokens": rng.randint(1, 10) if long else rng.randint(10, 80)}
+        if hashes:
+            record["prompt_tokens"] = len(ids)
+            record["block_hashes"] = [hash(tuple(ids[:j + 2])) % 1000
+                                      for j in range(0, len(ids), 2)]
+        else:
+            record["prompt_token_ids"] = ids
+            if rng.random() < 0.2:
+                record["output_token_ids"] = [rng.randint(1, 5)
+                                              for _ in range(record.pop("output_tokens"))]
+        records.append(record)
+        if rng.random() < 0.1:
+            records.append({"type": "cancel", "id": f"r{i}", "at": t + rng.randint(0, 60)})
+    return records
+
+
+def _chunked_options(seed: int) -> dict:
+    rng = random.Random(4000 + seed)
+    options = dict(block_size=4, num_blocks=rng.randint(24, 120),
+                   token_budget=rng.randint(8, 24), max_rows=rng.randint(2, 8),
+                   release_delay=rng.choice([0, 0, 0, 2]), prefix_caching=True)
+    if seed % 3 == 0:
+        options.update(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    if seed % 5 == 4:
+        options["prefill_chunk"] = rng.randint(4, 16)
+    return options
+
+
+@pytest.mark.parametrize("seed", slow_beyond(range(30), 3))  # a cost model on seed 0
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_folded_and_stepwise_replays_agree_over_chunk_runs(seed, policy):
+    """Long prompts chunked behind decodes with the head blocked for the budget (and
+    for blocks), with prefix caching: every summary field and request record is the
+    same with and without folding."""
+    records = _chunked_workload(seed)
+    options = _chunked_options(seed)
+    assert _replay(records, policy, True, **options) == _replay(records, policy, False,
+                                                                 **options)
+
+
+@pytest.mark.slow  # with the sweep it speaks for: all 30 seeds
+def test_chunk_runs_fold_in_the_chunked_workloads():
+    """The workloads above fold chunk runs under vllm, with and without a cost model
+    (the exact count: a change in where they fold shows here)."""
+    folded = {}
+    for seed in range(30):
+        trace = parse_trace(trace_bytes(_chunked_workload(seed)), "ff.jsonl")
+        options = _chunked_options(seed)
+        engine = Engine(trace.workload, Options.resolve(trace.config, options), "vllm",
+                        fast_forward=True)
+        engine.run()
+        key = "cost" if "cost_model" in options else "ticks"
+        folded[key] = folded.get(key, 0) + engine.steadiness.chunks_folded
+    assert folded == {"cost": 80, "ticks": 92}

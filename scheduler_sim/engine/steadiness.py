@@ -57,6 +57,7 @@ class Steadiness:
 
     __slots__ = ("enabled", "through", "changes", "moved", "blocked", "folded",
                  "through_counted", "arrivals_counted", "blocked_counted", "blocked_admitted",
+                 "chunks_folded",
                  "_policy", "_slots", "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
@@ -82,6 +83,8 @@ class Steadiness:
         self.blocked_counted = 0
         # Admissions at a finish behind a blocked head started without a call (the same).
         self.blocked_admitted = 0
+        # Steps of chunk runs applied at once (fast/chunk_run.py), for the same.
+        self.chunks_folded = 0
         self._policy = policy
         self._slots = _slot_names(type(policy))
         # The requests of the last dispatch planned (None unless all decodes), the

@@ -25,7 +25,7 @@ from ..records.events import Released, Snapshot, Stalled
 from ..records.states import RequestStatus
 from ..records.workload import Action, RequestSpec
 from ..requests.request import LOADED, LOADING, Request
-from .fast.folding import FOLD_AFTER, fold
+from .fast.folding import FOLD_AFTER, fold, fold_chunks
 from .fast.through import carries_on, carry_on
 from .fleet_link import park
 from .lifecycle import request_of
@@ -57,8 +57,7 @@ class Stepping:
         return self.roster.requests
 
     def peek(self) -> float:
-        """The first time after `now` at which something outside the dispatches may
-        happen (the agenda's `peek`)."""
+        """The first time after `now` that anything outside the dispatches may happen."""
         return self.agenda.peek(self.now, self.flight is not None, self.roster.live > 0)
 
     def note_change(self) -> None:
@@ -196,6 +195,8 @@ class Stepping:
                             until = self._until()
                             fold(self, flight, until, policy_blocks)
                             looked = True
+                        elif flight.rows is not None and steady.blocked is not None:
+                            fold_chunks(self, flight)  # a chunk run (fast/chunk_run.py)
                     else:
                         # Counted decoders: a stretch is looked at for folding only
                         # if it may last (the next look starts afresh).

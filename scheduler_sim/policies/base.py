@@ -282,12 +282,28 @@ class Policy:
         return room
 
     def arrivals_wait(self, blocked_reason: str) -> bool:
-        """Asked by the engine before it folds decodes behind a queue head blocked for
-        `blocked_reason` (`may_fold` agreed): True promises that a request arriving
-        while they run only joins the queue behind that head and changes nothing the
-        calls of the stretch decide, so the fold need not stop at arrivals
-        (engine/fast/folding.py). Asked of built-in policies only; the default,
-        False: it stops at each."""
+        """Asked before a fold of decodes behind a head blocked for `blocked_reason`
+        (`may_fold` agreed): True promises that an arrival only joins the queue behind
+        it and changes nothing the stretch's calls decide (engine/fast/folding.py).
+        Asked of built-in policies only; the default, False: a fold stops at each."""
+        return False
+
+    def repeats_chunk(self, decoders: list[Request], chunk: Request, tokens: int) -> bool:
+        """Asked by the engine right after a `schedule` call that planned a row for
+        every request this policy runs, `decoders` then `chunk`, and reported its
+        queue head blocked for `token_budget`: each of `decoders` emitted and has
+        its whole prompt (and every row to restore) written, `chunk` has rows of its
+        prompt left. True promises that, as long as nothing happens but this
+        progress (no finish, arrival, cancellation, timeout, preemption, drain or
+        wakeup) and the blocks the rows take are free, every call from the next on
+        would plan the decodes of `decoders` in that order, then `tokens` more rows
+        of `chunk`'s prompt (the rest of the budget), until the one whose chunk
+        would end it; take the blocks in that order (each decode's, opening a
+        block at its first row, keying the block its last row fills; then the
+        chunk's, keyed as allocated); report the same head blocked for the same
+        reason and need, and leave the policy's attributes as they are. The
+        engine then applies those steps at once (fast/chunk_run.py). Asked of
+        built-in policies only; the default, False, steps every call."""
         return False
 
     def repeats_decodes(self) -> bool:

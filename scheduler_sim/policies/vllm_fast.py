@@ -10,6 +10,8 @@ steps at once.
 - `admit_arrivals`: the call due when requests arrived into such a repeat,
   made without it when it would admit every one as a whole prompt
   (engine/fast/arrivals.py);
+- `repeats_chunk`: does a step of decodes and one prompt's chunk that spends the
+  budget repeat until the prompt's last chunk (engine/fast/chunk_run.py);
 - `next_decodes`, `decode_order`: the decodes the call due would plan.
 
 Each answer restates part of `VllmPolicy.schedule` (policies/vllm.py): a change
@@ -135,6 +137,25 @@ class VllmFastPaths:
             running.append(head)
             allocator.try_grow(head.rid, tokens)
         return chunks
+
+    def repeats_chunk(self, decoders: list[Request], chunk: Request, tokens: int) -> bool:
+        # `schedule` walks the running requests: each plain decoder decodes one
+        # token (opening a block at its first row, keying the block its last row
+        # fills) up to the last, whose chunk is min(its prompt left, the threshold,
+        # the budget left): `tokens` while its prompt goes on past it and the
+        # threshold (on: the head waits) does not cut it. The budget is then spent,
+        # and the head is reported blocked for it whatever the pool holds. Not with
+        # a cadence (its counters move), an order other than FCFS (`lpm` sorts by
+        # the cache), host memory (a head may load), or blocks keyed as decodes open
+        # them (`key_openings`: blocks of one row, a plugin's radix tree).
+        options = self.options
+        running = self.running
+        cap = options.prefill_chunk
+        return (running[-1] is chunk and len(running) - 1 + tokens == options.token_budget
+                and (cap is None or cap >= tokens) and options.prefill_interval <= 1
+                and type(self.waiting) is FcfsQueue and options.block_size > 1
+                and not self.radix_eviction and self.view.allocator.host is None
+                and running[:-1] == decoders)
 
     def next_decodes(self) -> list[Request] | None:
         return list(self.running)

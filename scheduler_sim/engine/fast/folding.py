@@ -22,16 +22,19 @@ fold_records.py writes them). The results and the event stream are those of
 a step-by-step replay, field for field and byte for byte
 (tests/test_fast_forward.py).
 
-These functions work on the engine's own state; the engine calls them.
+These functions work on the engine's own state; the engine calls them. A run of
+steps whose plan is decodes and one prompt's chunk (no step all decodes) is
+folded by chunk_run.py's `fold_chunks`, named here for the engine.
 """
 from __future__ import annotations
 
 from operator import attrgetter, lt, sub
 
 from ...requests.request import Request
+from .chunk_run import fold_chunks
 from .fold_records import block_order, emit_folded
 
-__all__ = ["FOLD_AFTER", "fold"]
+__all__ = ["FOLD_AFTER", "fold", "fold_chunks"]
 
 INF = float("inf")
 

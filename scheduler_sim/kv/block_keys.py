@@ -23,7 +23,9 @@ from __future__ import annotations
 import weakref
 from array import array
 from bisect import bisect_right
-from hashlib import blake2b
+# (BLAKE2b from its own module: `hashlib` loads OpenSSL's library first, 11 million
+# instructions of every run's start, and its `blake2b` is this one.)
+from _blake2 import blake2b
 
 __all__ = ["BlockKeys", "OWN_KEY", "interning_table"]
 

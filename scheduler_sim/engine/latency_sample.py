@@ -125,8 +125,9 @@ class LatencySample:
         """(mean, the nearest-rank value at each ascending percentile, max) in clock
         steps, as computed from the sorted list of every value; Nones when empty."""
         if self.rest:  # values past the dict: every value in one sorted list, as it was
+            counts = self.counts  # (each value repeated by its count, in C: `map`)
             values = sorted(chain(self.rest, chain.from_iterable(
-                repeat(value, count) for value, count in self.counts.items())))
+                map(repeat, counts.keys(), counts.values()))))
             return (sum(values) / len(values), [nearest_rank(values, p) for p in percentiles],
                     values[-1])
         pairs = sorted(self.counts.items())

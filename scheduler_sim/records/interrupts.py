@@ -21,7 +21,7 @@ exception whether a signal can explain it:
 from __future__ import annotations
 
 import contextlib
-import signal
+import _signal as signal  # built in: `signal` makes its enums first (3.4 million instructions)
 import threading
 from typing import Any, Iterator
 

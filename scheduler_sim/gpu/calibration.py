@@ -91,7 +91,7 @@ def dump(calibration: Calibration) -> str:
 
 
 def sha256_of(data: bytes) -> str:
-    import hashlib  # (here: OpenSSL's library loaded only by a run that asks)
+    import hashlib  # (here: OpenSSL's library loaded only when asked; kv/block_keys.py)
     return hashlib.sha256(data).hexdigest()
 
 

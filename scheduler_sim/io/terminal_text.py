@@ -40,7 +40,7 @@ def text_width(text: str) -> int:
     (CJK) two, combining marks none, every other character one."""
     if text.isascii():
         return len(text)
-    import unicodedata  # (here: loaded only for a text that is not ASCII)
+    import unicodedata  # (here, past ASCII: not loaded by every start)
     width = 0
     for ch in text:
         if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me"):

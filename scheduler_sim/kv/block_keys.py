@@ -23,8 +23,9 @@ from __future__ import annotations
 import weakref
 from array import array
 from bisect import bisect_right
-# (BLAKE2b from its own module: `hashlib` loads OpenSSL's library first, 11 million
-# instructions of every run's start, and its `blake2b` is this one.)
+# BLAKE2b from its own module, which is `hashlib.blake2b`: `hashlib` loads OpenSSL's
+# library first, 11 million instructions and about 3 ms of every run's start, keys
+# or not (benchmarks/README.md, "twenty-sixth steps", helper az28).
 from _blake2 import blake2b
 
 __all__ = ["BlockKeys", "OWN_KEY", "interning_table"]

@@ -3,7 +3,7 @@ DISTINCT distinct values; the same mean, percentiles and max as the sorted list.
 import random
 
 from scheduler_sim.engine import latency_sample
-from scheduler_sim.engine.latency_sample import LatencySample, counted_rank
+from scheduler_sim.engine.latency_sample import LatencySample, counted_rank, counted_ranks
 from scheduler_sim.engine.summary import nearest_rank
 
 
@@ -78,6 +78,28 @@ def test_counted_rank():
     pairs = [(1, 2), (4, 1), (6, 3)]  # 1 1 4 6 6 6
     assert [counted_rank(pairs, 6, p) for p in (1, 50, 51, 100)] == [1, 4, 6, 6]
     assert counted_rank([], 0, 50) is None
+
+
+def test_counted_ranks_by_hand():
+    """Every percentile at once, by bisection over the running counts: 1 1 4 6 6 6
+    (running 2 3 6): ranks 1, 3, 4 and 6 are 1, 4, 6 and 6; a value counted zero
+    times is never a rank's (0 0 2 2 -> 5 passed over), and nothing has none."""
+    assert counted_ranks((1, 4, 6), (2, 1, 3), (1, 50, 51, 100)) == [1, 4, 6, 6]
+    assert counted_ranks((5, 8), (0, 2), (1, 50, 100)) == [8, 8, 8]
+    assert counted_ranks((), (), (50, 90)) == [None, None]
+    assert counted_ranks((3,), (0,), (50,)) == [None]
+
+
+def test_counted_ranks_agree_with_the_walk():
+    rng = random.Random(26)
+    for _ in range(200):
+        values = sorted(rng.sample(range(1000), rng.randint(1, 40)))
+        counts = [rng.choice((0, 1, 1, 2, 5, 30)) for _ in values]
+        pairs = list(zip(values, counts))
+        total = sum(counts)
+        percentiles = (1, 25, 50, 90, 99, 99.9, 100)
+        assert counted_ranks(tuple(values), tuple(counts), percentiles) == [
+            counted_rank(pairs, total, p) for p in percentiles]
 
 
 def test_add_all_by_hand():

@@ -152,3 +152,21 @@ def test_samples_count_the_waits_of_requests_never_admitted():
     stats.request_ended(ended("b", S.FINISHED_ABORTED, 2, 5, finished=6))
     assert counts(stats) == {"client_wait": {1: 1, 3: 1}, "queue_delay": {}, "ttft": {},
                              "e2el": {}, "tpot": {}}
+
+
+def test_the_summarys_itl_by_hand():
+    """ITL from the gaps' counts (`_itl`): gaps of 3 steps twice, 5 once, 9 three
+    times (3 3 5 9 9 9): mean 38 / 6, p50 rank 3 -> 5, p90 and p99 rank 6 -> 9, max 9;
+    a length counted zero times (4) is no rank's and still no max; none counted: Nones."""
+    stats = RunStats(Clock())
+    stats.itl.update({9: 3, 3: 2, 4: 0, 5: 1})
+    got = stats._itl()
+    assert got == {"itl_mean": round(38 / 6, 4), "itl_p50": 5, "itl_p90": 9, "itl_p99": 9,
+                   "itl_max": 9}
+    stats.itl.update({12: 0})  # (the last length, counted zero times: still the max)
+    assert stats._itl()["itl_max"] == 12
+    for itl in ({}, {4: 0}):
+        stats = RunStats(Clock())
+        stats.itl.update(itl)
+        assert stats._itl() == {"itl_mean": None, "itl_p50": None, "itl_p90": None,
+                                "itl_p99": None, "itl_max": None}

@@ -162,7 +162,9 @@ def test_python_m_holds_signals_before_it_loads_the_entry_module():
 # What a plain replay has no use for: the HTML report and its charts and series,
 # Perfetto, the `check` expectations and JUnit, sweeps, the worker pool (and
 # multiprocessing), the importers, calibration fitting, the pytest plugin and fleets;
-# difflib (a misspelt name's hint) and traceback (a plugin's failure).
+# difflib (a misspelt name's hint) and traceback (a plugin's failure); hashlib
+# (OpenSSL's library: prefix keys take BLAKE2b from `_blake2`), `signal` (its enums:
+# the built-in `_signal` serves), gzip (a gzip input) and unicodedata (text past ASCII).
 # Each is loaded only by the command or the output that needs it.
 UNUSED_BY_REPLAY = ("scheduler_sim.io.html_report", "scheduler_sim.io.svg_charts",
                     "scheduler_sim.io.report_series", "scheduler_sim.fleet",
@@ -172,7 +174,7 @@ UNUSED_BY_REPLAY = ("scheduler_sim.io.html_report", "scheduler_sim.io.svg_charts
                     "scheduler_sim.cli.sweep", "scheduler_sim.cli.workers", "multiprocessing",
                     "scheduler_sim.io.importers", "scheduler_sim.cli.calibrate",
                     "scheduler_sim.io.run_fit", "scheduler_sim.cli.pytest_plugin",
-                    "difflib", "traceback")
+                    "difflib", "traceback", "hashlib", "signal", "gzip", "unicodedata")
 
 
 def test_a_plain_replay_loads_no_report_perfetto_sweep_importers_or_workers():

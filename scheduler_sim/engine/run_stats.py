@@ -13,13 +13,14 @@ fleet's statistics are its replicas' combined (`combined`).
 """
 from __future__ import annotations
 
+from operator import mul
 from typing import Any
 
 from ..gpu.utilisation import DispatchWork, Utilisation, WorkCounts
 from ..records.clock import Clock
 from ..records.states import RequestStatus
 from ..requests.request import Request
-from .latency_sample import LatencySample, counted_rank
+from .latency_sample import LatencySample, counted_ranks
 from .summary import (METRICS, PERCENTILES, RUN_FIELDS, STATUS_FIELDS, latencies,
                       meets_slo)
 
@@ -254,12 +255,15 @@ class RunStats:
 
     def _itl(self) -> dict[str, Any]:
         report = self.clock.report
-        counts = sorted(self.itl.items())
-        total = sum(c for _, c in counts)
-        out = {"itl_mean": report(sum(v * c for v, c in counts) / total) if total else None}
-        for p in PERCENTILES:
-            out[f"itl_p{p}"] = report(counted_rank(counts, total, p))
-        out["itl_max"] = report(counts[-1][0]) if total else None
+        # (The gaps' lengths and counts summed in C, the percentiles found by
+        # bisection: `counted_ranks`.)
+        pairs = sorted(self.itl.items())
+        lengths, counts = zip(*pairs) if pairs else ((), ())
+        total = sum(counts)
+        out = {"itl_mean": report(sum(map(mul, lengths, counts)) / total) if total else None}
+        for p, value in zip(PERCENTILES, counted_ranks(lengths, counts, PERCENTILES)):
+            out[f"itl_p{p}"] = report(value)
+        out["itl_max"] = report(lengths[-1]) if total else None
         return out
 
 

@@ -26,7 +26,6 @@ the same token count), the four groups weighed alike.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -92,6 +91,7 @@ def dump(calibration: Calibration) -> str:
 
 
 def sha256_of(data: bytes) -> str:
+    import hashlib  # (here: OpenSSL's library loaded only when asked; kv/block_keys.py)
     return hashlib.sha256(data).hexdigest()
 
 

@@ -6,7 +6,6 @@ table cells are padded (`ljust`, `rjust`).
 """
 from __future__ import annotations
 
-import unicodedata
 
 __all__ = ["printable", "text_width", "ljust", "rjust"]
 
@@ -41,6 +40,7 @@ def text_width(text: str) -> int:
     (CJK) two, combining marks none, every other character one."""
     if text.isascii():
         return len(text)
+    import unicodedata  # (here, past ASCII: not loaded by every start)
     width = 0
     for ch in text:
         if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me"):

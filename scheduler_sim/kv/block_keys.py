@@ -23,7 +23,10 @@ from __future__ import annotations
 import weakref
 from array import array
 from bisect import bisect_right
-from hashlib import blake2b
+# BLAKE2b from its own module, which is `hashlib.blake2b`: `hashlib` loads OpenSSL's
+# library first, 11 million instructions and about 3 ms of every run's start, keys
+# or not (benchmarks/README.md, "twenty-sixth steps", helper az28).
+from _blake2 import blake2b
 
 __all__ = ["BlockKeys", "OWN_KEY", "interning_table"]
 

@@ -21,7 +21,9 @@ exception whether a signal can explain it:
 from __future__ import annotations
 
 import contextlib
-import signal
+# Built in, as cli/entry.py takes it: `signal` makes its enums first, 3.4 million
+# instructions of every start (benchmarks/README.md, "twenty-sixth steps", az28).
+import _signal as signal
 import threading
 from typing import Any, Iterator
 

@@ -1,5 +1,5 @@
 """A fold of written decodes behind a blocked head goes on past arrivals that only join
-the queue behind it (`Policy.arrivals_wait`, engine/fast/folding.py's `_past_arrivals`),
+the queue behind it (`Policy.arrivals_wait`, engine/fast/fold_bounds.py's `past_arrivals`),
 and the replay is the stepped one."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from conftest import trace_bytes
 from scheduler_sim.engine.agenda import Agenda
 from scheduler_sim.engine.core import Engine
-from scheduler_sim.engine.fast import folding
+from scheduler_sim.engine.fast import fold_bounds, folding
 from scheduler_sim.engine.summary import request_record
 from scheduler_sim.io.trace import parse_trace
 from scheduler_sim.records.options import Options
@@ -97,7 +97,7 @@ def test_random_prefix_cached_workloads_fold_past_arrivals(monkeypatch):
     from test_fast_forward import _cached_options, _cached_workload, _replay
 
     past = []
-    bound = folding._past_arrivals
+    bound = fold_bounds.past_arrivals
 
     def watching(engine, until, reason):
         later = bound(engine, until, reason)
@@ -105,9 +105,47 @@ def test_random_prefix_cached_workloads_fold_past_arrivals(monkeypatch):
         past.append(later > until and spec is not None and spec.arrival < later)
         return later
 
-    monkeypatch.setattr(folding, "_past_arrivals", watching)
+    monkeypatch.setattr(folding, "past_arrivals", watching)
     for seed in range(30):
         records, options = _cached_workload(seed), _cached_options(seed)
         assert _replay(records, "vllm", True, **options) == _replay(records, "vllm", False,
                                                                      **options)
     assert True in past
+
+
+def test_a_chunk_run_goes_on_past_an_arrival(monkeypatch):
+    """vllm with prefix caching, a budget of 8 tokens (tests/test_fast_forward.py's
+    chunk run, with `x` arriving at tick 2): `d` decodes while `c`'s 30-token prompt
+    is chunked, rows 6-13, 13-20 and 20-27 at ticks 1-3, the head `w` blocked for the
+    budget. `x` only joins the queue behind `w`, so the run's three steps are folded
+    at tick 0 and the next call is at tick 4 (`c`'s last chunk, 3 rows, and `w`'s
+    prompt), then 5 (`x`) and 6. Without the promise the fold stops at `x`'s
+    arrival: the step at tick 1 folded, a call at tick 2, the step at 3 folded."""
+    records = [{"type": "request", "id": "d", "arrival": 0, "prompt_tokens": 2,
+                "output_tokens": 20},
+               {"type": "request", "id": "c", "arrival": 0, "prompt_tokens": 30,
+                "output_tokens": 2},
+               {"type": "request", "id": "w", "arrival": 0, "prompt_tokens": 4,
+                "output_tokens": 1},
+               {"type": "request", "id": "x", "arrival": 2, "prompt_tokens": 4,
+                "output_tokens": 1}]
+
+    def run(fast):
+        trace = parse_trace(trace_bytes(records), "chunks.jsonl")
+        options = Options.resolve({}, {"block_size": 4, "num_blocks": 64, "token_budget": 8,
+                                       "prefix_caching": True})
+        engine = Engine(trace.workload, options, "vllm", fast_forward=fast)
+        calls = []
+        schedule = engine.policy.schedule
+        engine.policy.schedule = lambda now: calls.append(now) or schedule(now)
+        result = engine.run()
+        return (calls[:6], engine.steadiness.chunks_folded,
+                [(r["id"], r["admitted"], r["first_token"], r["finished"])
+                 for r in map(request_record, result.requests)])
+
+    outcome = [("d", 0, 1, 20), ("c", 0, 5, 6), ("w", 4, 5, 5), ("x", 5, 6, 6)]
+    assert run(True) == ([0, 4, 5, 6], 3, outcome)
+    assert run(False) == ([0, 1, 2, 3, 4, 5], 0, outcome)
+    from scheduler_sim.policies.vllm import VllmPolicy
+    monkeypatch.setattr(VllmPolicy, "arrivals_wait", lambda self, reason: False)
+    assert run(True) == ([0, 2, 4, 5, 6], 2, outcome)

@@ -6,7 +6,8 @@ chunk takes the rest of the token budget, so nothing more is admitted: the
 queue head is reported blocked for `token_budget`, whatever the pool holds.
 Until the chunk that ends the prompt (shorter than the rest of the budget: it
 leaves room for admissions, and it emits), a decoder's last output, something
-outside (an arrival, a cancellation, a drain, a wakeup: `until`) or blocks
+outside (a cancellation, a drain, a wakeup, an arrival unless the policy says it
+only joins the queue: fold_bounds.py) or blocks
 running short (a step would preempt), every `schedule` call plans the same rows
 again, the chunk `tokens` rows further. Replaying the Mooncake conversation
 trace under `vllm` with prefix caching, 10,252 of the 30,598 stepped dispatches
@@ -37,6 +38,8 @@ none). The results are those of a stepped replay, field for field
 from __future__ import annotations
 
 from operator import attrgetter, itemgetter, sub
+
+from .fold_bounds import past_arrivals
 
 __all__ = ["fold_chunks"]
 
@@ -82,7 +85,7 @@ def fold_chunks(engine, flight) -> None:
         # (Each emitted: its prompt and any rows to restore are written.)
         if any(map(sub, map(_high_water, decoders), map(_resident, decoders))):
             return  # replayed rows are not steady decodes
-    until = engine._until()
+    until = past_arrivals(engine, engine._until(), "token_budget")
     if flight.done >= until:
         return
     allocator = engine.allocator

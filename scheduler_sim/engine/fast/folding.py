@@ -32,11 +32,10 @@ from operator import attrgetter, lt, sub
 
 from ...requests.request import Request
 from .chunk_run import fold_chunks
+from .fold_bounds import past_arrivals
 from .fold_records import block_order, emit_folded
 
 __all__ = ["FOLD_AFTER", "fold", "fold_chunks"]
-
-INF = float("inf")
 
 # With a cohort, a steady stretch is looked at for folding only when it may
 # last this many dispatches: a shorter one saves less than looking costs.
@@ -103,7 +102,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
             return  # replayed rows are not steady decodes
         n = len(reqs)
         if block is not None and emit is None:
-            until = _past_arrivals(engine, until, block[1])
+            until = past_arrivals(engine, until, block[1])
     # The most blocks the folded dispatches may take: those free now (a policy
     # would preempt or stop once its rows cannot all grow) ...
     free = allocator.free
@@ -195,27 +194,6 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     flight.start = last_output
     flight.done = done
     flight.exact = exact
-
-
-def _past_arrivals(engine, until: float, reason: str) -> float:
-    """Where a stretch of written decodes behind a head blocked for `reason` must stop:
-    `until`, or past the arrivals before it when the policy promises that they only
-    join the queue behind the head (`Policy.arrivals_wait`). The engine's loop takes
-    them at their own times, while the stretch's last dispatch is in flight, as it
-    takes arrivals during any dispatch. Not with clients (their sends come with the
-    arrivals), a waiting timeout (an arrival's could fall inside the stretch), a
-    listener (its lines would come after the stretch's) or a plugin (never asked,
-    as `repeats_blocked` is not).
-
-    Speed: replaying the Mooncake trace under vllm with prefix caching, 9,585 folds,
-    of which 4,354 began at a step that followed an arrival's boundary; see
-    benchmarks/README.md, "twenty-sixth steps"."""
-    if (until == INF or engine.clients is not None or engine.agenda.timeout is not None
-            or engine._plugin or not engine.policy.arrivals_wait(reason)):
-        return until
-    later = engine.agenda.peek(engine.now, False, True, False)
-    horizon = engine.link.horizon
-    return later if later < horizon else horizon
 
 
 def _fitting(allocator, cohort, reqs: list[Request] | None, foldable: int, room: int) -> int:

@@ -420,13 +420,13 @@ class _ByRequest(dict):
     """Each request's quoted id (`_QUOTED[req.rid]`) by the request itself (by identity;
     the table holds it, so no other takes its place), made when first asked. Speed:
     `members_rows` read each row's id, then looked it up (36,351 texts, 369,523 rows
-    on the Azure trace with `--events`): 960 -> 580 ns for ten rows in one process;
-    1.7372e9 -> 1.7269e9 instructions on its first 2,000 requests (callgrind;
+    on the Azure trace with `--events`): 630 -> 460 ns a text of ten rows made again;
+    1.7372e9 -> 1.7265e9 instructions on its first 2,000 requests (callgrind;
     benchmarks/README.md, "twenty-sixth steps", helper ev28)."""
 
     def __missing__(self, req: Any) -> str:
-        if len(self) >= 1 << 12:
-            self.clear()  # (a bound on memory and on the requests held)
+        if len(self) >= 1 << 10:
+            self.clear()  # (a bound on the requests kept: +0.5 MB of the Azure run's peak)
         text = self[req] = _QUOTED[req.rid]
         return text
 

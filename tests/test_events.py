@@ -403,6 +403,27 @@ def test_a_counted_batch_s_rows_are_the_last_text_when_its_requests_are_the_same
         '"done":16}']
 
 
+def test_a_counted_batch_s_rows_quote_each_request_s_own_id():
+    """`members_rows` looks each id up by the request (`_BY_REQUEST`): two requests
+    named alike (`x"1` and `x"1`, quoted `"x\\"1"`) are each their own id's row; a
+    request named with a character past ASCII (`é`) is quoted as the encoder
+    quotes it (`"\\u00e9"`); after the table is cleared, the same text."""
+    from scheduler_sim.records import event_lines
+    from scheduler_sim.records.event_lines import LineListener
+
+    class Req:
+        def __init__(self, rid):
+            self.rid = rid
+
+    p, q, e = Req('x"1'), Req('x"1'), Req("\u00e9")
+    row = '{{"id":{},"phase":"decode","tokens":1,"emits":true}}'.format
+    text = LineListener(None, None).members_rows([p, e, q])
+    assert text == ",".join([row('"x\\"1"'), row('"\\u00e9"'), row('"x\\"1"')])
+    event_lines._BY_REQUEST.clear()
+    assert LineListener(None, None).members_rows([p, e, q]) == text
+    assert event_lines._BY_REQUEST[p] == event_lines._BY_REQUEST[q] == '"x\\"1"'
+
+
 def test_a_counted_start_s_text_can_leave_its_end_open():
     """`counted_text` of no `done` ends at the dispatch's `"done":`, for the folded
     stretch after it to write that end (its first start): with a snapshot, the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from itertools import chain, compress
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:  # only named in annotations; events.py imports this module
@@ -52,16 +52,15 @@ class LineListener:
 
         Speed: an admission's decodes are mostly the requests of the counted start
         before it (1,581 of 1,902 admissions on the first 2,000 Azure requests
-        under `continuous`), whose text was made again from every id: 1.7890e9 ->
-        1.7754e9 instructions with `--events` (callgrind). Editing the text where
-        the requests differ by one inserted or removed (a batch gaining an admitted
-        request or losing a finished one, 3,606 of the other 3,795 calls) ran more
-        instructions than making it again (1.7907e9): finding where they differ and
-        cutting or inserting one row costs about what joining the ten or so rows
-        does. See benchmarks/README.md, "twenty-fourth steps", helper ev25."""
+        under `continuous`): 1.7890e9 -> 1.7754e9 instructions with `--events`
+        (callgrind). Editing the text where the requests differ by one request
+        (3,606 of the other 3,795 calls) ran more (1.7907e9): finding the place
+        costs about what joining the ten or so rows does. See benchmarks/README.md,
+        "twenty-fourth steps", helper ev25."""
         if reqs == self.rows_of:
             return self.rows_text
-        text = self.rows_text = decode_rows_text(map(_rid, reqs))
+        text = _DECODE_SEP.join(map(_BY_REQUEST.__getitem__, reqs))  # (see `_ByRequest`)
+        text = self.rows_text = f"{_DECODE_ROW[0]}{text}{_DECODE_ROW[1]}" if text else ""
         self.rows_of = reqs.copy()  # (the caller's list may change after)
         return text
 
@@ -274,12 +273,10 @@ def decode_rows_text(ids: Iterable[str]) -> str:
     ids), from their requests' ids.
 
     Speed: one `str.join` with the text between two ids as its separator, each
-    id's quoted text looked up in C (`_QUOTED`): no Python step per row. Was a
-    loop over the rows with a dictionary of each request's row text: 81,026
-    rows texts of about 10 rows on the Azure trace with `--events`; then each id
-    quoted by the C encoder (`json_string`) every time, 240e6 instructions of
-    the full trace's run under `continuous` (callgrind), where a look-up is
-    about a tenth of a quoting."""
+    id's quoted text looked up in C (`_QUOTED`; `members_rows` looks them up by
+    request): no Python step per row. Was a loop over the rows; then each id
+    quoted by the C encoder every time (240e6 instructions of the full Azure
+    trace's run under `continuous`, callgrind), ten times a look-up."""
     text = _DECODE_SEP.join(map(_QUOTED.__getitem__, ids))
     # (One format, the rows copied once: `+` twice copied them twice. Speed: see
     # `counted_text`.)
@@ -419,6 +416,24 @@ class _QuotedIds(dict):
 _QUOTED = _QuotedIds()
 
 
+class _ByRequest(dict):
+    """Each request's quoted id (`_QUOTED[req.rid]`) by the request itself (by identity;
+    the table holds it, so no other takes its place), made when first asked. Speed:
+    `members_rows` read each row's id, then looked it up (36,351 texts, 369,523 rows
+    on the Azure trace with `--events`): 630 -> 460 ns a text of ten rows made again;
+    1.7372e9 -> 1.7265e9 instructions on its first 2,000 requests (callgrind;
+    benchmarks/README.md, "twenty-sixth steps", helper ev28)."""
+
+    def __missing__(self, req: Any) -> str:
+        if len(self) >= 1 << 10:
+            self.clear()  # (a bound on the requests kept: +0.5 MB of the Azure run's peak)
+        text = self[req] = _QUOTED[req.rid]
+        return text
+
+
+_BY_REQUEST = _ByRequest()
+
+
 # The texts of block counts by pool (draining, total blocks, the line's time key).
 _COUNTS: dict[tuple[int, int, str], _BlockCounts] = {}
 
@@ -431,6 +446,5 @@ _LAST_ROWS: list = [None, ""]
 _PLAIN_DECODE = ("decode", 1, True, None)
 _row_kind = itemgetter(1, 2, 3, 4)
 _row_id = itemgetter(0)
-_rid = attrgetter("rid")  # (a request's id)
 _DECODE_ROW = ('{"id":', ',"phase":"decode","tokens":1,"emits":true}')
 _DECODE_SEP = _DECODE_ROW[1] + "," + _DECODE_ROW[0]  # (between two ids)

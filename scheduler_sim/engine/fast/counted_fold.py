@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from ...records.event_lines import LineListener
 from ..dispatching import InFlight
-from .fold_records import emit_folded
+from .fold_records import counted_fold, emit_folded
 from .folding import FOLD_AFTER, fold
 
 __all__ = ["start_and_fold", "start_counted_run"]
@@ -94,7 +94,9 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
         if until - done >= FOLD_AFTER * (done - t):
             fold(engine, flight, until, 0, rows)
         return rows
-    starts = [] if emit is not None else None
+    # (A line listener's folded starts after the start's own time: `counted_fold`.)
+    lines = emit is not None and isinstance(emit, LineListener)
+    starts = None if emit is None else [t] if lines else []
     done, exact, folded, end, last_exact, start = ledger.decodes_folded(
         t, n, contexts, most, until, FOLD_AFTER, starts)
     flight.members = flight.outputs = n
@@ -103,7 +105,7 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
         if owed:
             allocator.take_counted(owed)
             owed = 0
-        if folded and isinstance(emit, LineListener):
+        if folded and lines:
             # A line listener's start and stretch as one text, the start's end
             # made once, as the stretch's first time (`steady_parts`'s `start`: the
             # start's time and counts, mostly laid out as the stretch's first
@@ -113,8 +115,7 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
             # "twenty-fourth steps", helper ev25 (and "twenty-fifth steps", ev27).
             if rows is None:
                 rows = emit.members_rows(flight.requests)
-            emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
-                        rows, (t, counts))
+            counted_fold(engine, flight.requests, starts, end, cohort.by_residue(), rows, counts)
         else:
             rows = engine._write_counted(flight.requests, n, done, counts, rows)
             if folded:

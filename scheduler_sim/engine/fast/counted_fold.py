@@ -18,7 +18,8 @@ event listener the questions are the same (a fold's records add nothing to
 them), so the start and the fold are asked and recorded in the same one call,
 which hands back the folded dispatches' starts; then the start's snapshot and
 dispatch are written (`Counting._write_counted`, the counts taken before the
-start opened its blocks) and the fold's records (fold_records.py's `emit_folded`),
+start opened its blocks) and the fold's records (fold_records.py's `emit_folded`;
+for a line listener `counted_fold`, the start's time first in the fold's starts),
 with the start's blocks taken first, as the separate start and `fold` write
 them. Speed (a listener's): 0.9% fewer instructions with `--events` on the
 Azure conversation trace's first 2,000 requests under `continuous` (3,761
@@ -107,9 +108,9 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
             owed = 0
         if folded and lines:
             # A line listener's start and stretch as one text, the start's end
-            # made once, as the stretch's first time (`steady_parts`'s `start`: the
-            # start's time and counts, mostly laid out as the stretch's first
-            # dispatch), and the stretch's waiting and running counts the start's.
+            # made once, as the stretch's first time (`counted_fold`: the start's
+            # time and counts, mostly laid out as the stretch's first dispatch),
+            # and the stretch's waiting and running counts the start's.
             # Speed: a `Clock.text` and the policy's two counts (properties over
             # `__len__`) fewer a fold after a counted start; see benchmarks/README.md,
             # "twenty-fourth steps", helper ev25 (and "twenty-fifth steps", ev27).

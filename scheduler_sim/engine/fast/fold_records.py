@@ -134,7 +134,7 @@ def counted_fold(engine, reqs: list[Request], times: list[int], last_done: int,
     Azure requests under `continuous` with `--events` (callgrind;
     benchmarks/README.md, "twenty-fifth steps", ev27); here, the times' list
     made once and no `emit_folded` and `steady_parts` between: 1.7084e9 ->
-    1.6880e9 ("twenty-seventh steps", ev29)."""
+    1.6879e9 ("twenty-seventh steps", ev29)."""
     a = engine.allocator
     waiting, running, reserved, held, draining, free, cached = counts
     total = a.num_blocks

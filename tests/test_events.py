@@ -439,16 +439,42 @@ def test_a_counted_start_s_text_can_leave_its_end_open():
 
 
 def test_a_counted_start_given_by_its_counts_is_the_folded_stretch_s_first_dispatch():
-    """A counted start of a and b at tick 10 given to the folded stretch after it
-    (dispatches at 12 and 14, done 16, 4 and 5 of 10 blocks held, 5 reserved) as its
-    time and snapshot counts: with 3 blocks allocated and 7 free, as the stretch's
-    pool would read, it is the stretch's first dispatch (no text of its own), its
-    lines by hand; counts the stretch's would not give (7 free of 10 with 4
-    allocated, 6 reserved, a cached count) are written as `counted_text` writes
-    them, by hand; in seconds with a policy's tag, the same lines as the start's
-    closed text followed by the stretch's."""
+    """A counted start of a and b at tick 10 and the folded stretch after it
+    (dispatches at 12 and 14, done 16, 4 and 5 of 10 blocks held, 5 reserved;
+    blocks of 4, one member at residue 0): with 3 blocks allocated and 7 free, as
+    the stretch's pool would read, `counted_fold` lays it out as the stretch's
+    first dispatch (one text of 3 dispatches, `steady_lines`' pieces), its lines
+    by hand; counts the stretch's would not give (7 free of 10 with 4 allocated,
+    6 reserved, a cached count) are written first, as `counted_text` writes
+    them, by hand, and so does `steady_parts` given any start; in seconds with a
+    policy's tag, the same lines as the start's closed text followed by the
+    stretch's."""
+    from types import SimpleNamespace
+
+    from scheduler_sim.engine.fast.fold_records import counted_fold
     from scheduler_sim.records.clock import Clock
-    from scheduler_sim.records.event_lines import counted_text, decode_rows_text, steady_parts
+    from scheduler_sim.records.event_lines import (LineListener, counted_text,
+                                                   decode_rows_text, steady_parts)
+
+    class Collect(LineListener):
+        def write(self, line):
+            lines.append(line)
+
+        def write_parts(self, parts):
+            pieces.append(len(parts))
+            super().write_parts(parts)
+
+    def replay(times, counts, policy=None, clock=None):
+        lines.clear()
+        pieces.clear()
+        pool = SimpleNamespace(num_blocks=10, reserved=5, draining=0, held=4, block_size=4)
+        engine = SimpleNamespace(allocator=pool, _emit=Collect(policy, clock),
+                                 steadiness=SimpleNamespace(blocked=None))
+        reqs = [SimpleNamespace(rid="a"), SimpleNamespace(rid="b")]
+        counted_fold(engine, reqs, times[:-1], times[-1], [1, 0, 1, 0], rows, counts)
+        return "\n".join(lines)
+    lines: list[str] = []
+    pieces: list[int] = []
     rows = decode_rows_text(["a", "b"])
     row = '{{"id":"{}","phase":"decode","tokens":1,"emits":true}}'.format
     dispatch = '"event":"dispatch","rows":[' + row("a") + "," + row("b") + '],"tokens":2,'
@@ -458,28 +484,26 @@ def test_a_counted_start_given_by_its_counts_is_the_folded_stretch_s_first_dispa
         '{"tick":12,' + dispatch + '"done":14}',
         '{"tick":14,' + snapshot + '"reserved":5,"allocated":5,"draining":0,"free":5}',
         '{"tick":14,' + dispatch + '"done":16}']
-    parts = steady_parts([12, 14], 16, [4, 5], None, 1, 2, 5, 0, 10, 2, None, None, rows,
-                         (10, (1, 2, 5, 3, 0, 7, None)))
-    assert parts[0] == "" and len(parts) == 3 * 7 + 2
-    assert "".join(parts).split("\n") == [
-        '{"tick":10,' + snapshot + '"reserved":5,"allocated":3,"draining":0,"free":7}',
-        '{"tick":10,' + dispatch + '"done":12}'] + stretch
+    start = ['{"tick":10,' + snapshot + '"reserved":5,"allocated":3,"draining":0,"free":7}',
+             '{"tick":10,' + dispatch + '"done":12}']
+    assert replay([10, 12, 14, 16], (1, 2, 5, 3, 0, 7, None)).split("\n") == start + stretch
+    assert pieces == [3 * 7 + 2]  # (laid out: the start is the first of three dispatches)
+    assert "".join(steady_parts([12, 14], 16, [4, 5], None, 1, 2, 5, 0, 10, 2, None, None,
+                                rows, (10, (1, 2, 5, 3, 0, 7, None)))).split("\n") == (
+        start + stretch)
     for counts, first in (((1, 2, 5, 4, 0, 7, None), '"reserved":5,"allocated":4,"draining":0,'
                                                      '"free":7}'),
                           ((1, 2, 6, 3, 0, 7, None), '"reserved":6,"allocated":3,"draining":0,'
                                                      '"free":7}'),
                           ((1, 2, 5, 3, 0, 7, 4), '"reserved":5,"allocated":3,"draining":0,'
                                                   '"free":7,"cached":4}')):
-        parts = steady_parts([12, 14], 16, [4, 5], None, 1, 2, 5, 0, 10, 2, None, None, rows,
-                             (10, counts))
-        assert len(parts) == 2 * 7 + 2
-        assert "".join(parts).split("\n") == [
+        assert replay([10, 12, 14, 16], counts).split("\n") == [
             '{"tick":10,' + snapshot + first, '{"tick":10,' + dispatch + '"done":12}'] + stretch
+        assert pieces == [2 * 7 + 2]  # (written first, its end the stretch's first piece)
     clock = Clock("s", 1.0, 1e-6, True)
     times = [1_506_250, 1_512_500]
     for counts in ((1, 2, 5, 3, 0, 7, None), (1, 2, 5, 3, 0, 7, 4)):  # laid out; written
-        assert "".join(steady_parts(times, 1_518_750, [4, 5], None, 1, 2, 5, 0, 10, 2, 'p"',
-                                    clock, rows, (999_990, counts))) == (
+        assert replay([999_990] + times + [1_518_750], counts, 'p"', clock) == (
             counted_text(999_990, counts, rows, 2, 1_506_250, 'p"', clock) + "\n"
             + "".join(steady_parts(times, 1_518_750, [4, 5], None, 1, 2, 5, 0, 10, 2, 'p"',
                                    clock, rows)))
@@ -510,22 +534,25 @@ def test_admissions_take_the_last_start_s_rows_in_a_listened_replay():
             return super().members_rows(reqs)
 
     from scheduler_sim.engine.fast import fold_records
-    made = fold_records.steady_parts
+    made, written = fold_records.steady_lines, fold_records.steady_parts
     heads = []
 
     def counting(*args):
-        parts = made(*args)
-        if len(args) > 13 and args[13] is not None:  # (a counted start's time and counts)
-            heads.append((type(args[13]) is tuple, parts[0] == ""))
-        return parts
+        heads.append(len(args))  # (laid out: `counted_fold`'s times, no head)
+        return made(*args)
 
-    fold_records.steady_parts = counting
+    def writing(*args):
+        if len(args) > 13 and args[13] is not None:  # (a counted start written first)
+            heads.append("written")
+        return written(*args)
+
+    fold_records.steady_lines, fold_records.steady_parts = counting, writing
     try:
         Engine(trace.workload, options, "continuous", on_event=Collect("p", clock)).run()
     finally:
-        fold_records.steady_parts = made
+        fold_records.steady_lines, fold_records.steady_parts = made, written
     assert (len(calls), calls.count(True)) == (28, 8)
-    assert heads == [(True, True)] * 11  # (each written as its stretch's first dispatch)
+    assert heads == [11] * 11  # (each laid out as its stretch's first dispatch)
     assert lines == stepped
 
 

@@ -10,7 +10,7 @@ and a request's arrival, admission and finish (`arrival_line`, `admitted_line`,
 from __future__ import annotations
 
 import json
-from itertools import chain, compress
+from itertools import compress
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -302,44 +302,40 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
     requests `ids` (`rows`: their rows' text, `decode_rows_text(ids)`, if the
     caller has it), what `snapshot_line` and `dispatch_line` write. `start`: a
     counted start just before the stretch, as (its time, its snapshot's counts in
-    `counted_text`'s order), whose dispatch ends at the stretch's first start:
-    laid out as the stretch's first dispatch when its counts are what the
-    stretch's pool would give, else written first as `counted_text` writes it,
-    its end left open for that first start.
+    `counted_text`'s order), written first as `counted_text` writes it, its end
+    left open for the stretch's first start (fast/fold_records.py's `counted_fold`
+    lays it out as the stretch's first dispatch where it can: `steady_lines`).
 
     Speed: the text is a list of its pieces, the parts that do not change (the
     rows' text among them) one shared string each, laid out by slice
     assignments in C, and each time written once (a dispatch's end is the next
-    one's start); the events file joins them with its batch (io/event_file.py). On the Azure trace with `--events` 29,973 folded
-    stretches write 784,862 lines: this is about a third of the CPU of making
-    them a line at a time with `str.format` (1.36-1.73 s against 0.54-0.59 s
-    in one process, three runs each) and leaves one string to buffer, not 26.
-    A snapshot's block counts are one piece looked up by the blocks held
-    (`_BlockCounts`), not two numbers formatted each time."""
-    k = len(starts)
-    if not k:
+    one's start); the events file joins them with its batch (io/event_file.py).
+    On the Azure trace with `--events` 29,973 folded stretches write 784,862
+    lines: about a third of the CPU of making them a line at a time with
+    `str.format` (1.36-1.73 s against 0.54-0.59 s in one process, three runs
+    each), one string to buffer, not 26. A snapshot's block counts are one piece
+    looked up by the blocks held (`_BlockCounts`), not two numbers formatted."""
+    if not starts:
         return []
+    if rows is None:
+        rows = decode_rows_text(ids)
+    head = None if start is None else counted_text(*start, rows, tokens, None, policy, clock)
+    return steady_lines(starts + [last_done], held, waiting, running, reserved, draining,
+                        total, tokens, policy, clock, rows, head)
+
+
+def steady_lines(times: list[int], held: Iterable[int], waiting: int, running: int,
+                 reserved: int, draining: int, total: int, tokens: int, policy: str | None,
+                 clock: Any, rows: str, head: str | None = None) -> list[str]:
+    """`steady_parts`' pieces from every dispatch's start, then the last one's end
+    (`times`, a list this changes; at least one dispatch), the blocks each holds
+    (`held`), the rows' text and `head`, a counted start's text up to its open end,
+    if any (`steady_parts`' `start`). A counted start's fold hands its times here,
+    its start's first (fast/fold_records.py's `counted_fold`)."""
     seconds = clock is not None and clock.in_seconds
     key = '{"time":' if seconds else '{"tick":'
     tag = "" if policy is None else f'"policy":{json_string(policy)},'
-    if rows is None:
-        rows = decode_rows_text(ids)
-    times = starts + [last_done]
-    head = None  # (the counted start's text, up to its dispatch's `"done":`)
-    if start is not None:
-        # Its lines are the stretch's first dispatch when its snapshot's counts are
-        # what the stretch's would be at its blocks held; else `counted_text`'s. Speed: no format of its two lines (their
-        # counts, the rows copied again) on 27,747 folds of the Azure trace: its first
-        # 2,000 requests under `continuous` with `--events`, 1.7455e9 -> 1.7376e9
-        # instructions (callgrind); benchmarks/README.md, "twenty-fifth steps", ev27.
-        t, counts = start
-        if counts[6] is None and counts[:3] == (waiting, running, reserved) and (
-                counts[4] == draining and counts[5] == total - draining - counts[3]):
-            times.insert(0, t)
-            held = chain(counts[3:4], held)
-            k += 1
-        else:
-            head = counted_text(t, counts, rows, tokens, None, policy, clock)
+    k = len(times) - 1
     texts = clock.texts(times, True) if seconds else list(map(str, times))
     # Step i's pieces: the end of the step before (its start) and the next line's
     # key, its start and snapshot, its block counts and the next line's key, its
@@ -366,7 +362,10 @@ def steady_parts(starts: list[int], last_done: int, held: Iterable[int], ids: It
         # (It ends the head's dispatch. Speed: the counted start's end made once,
         # not by `Clock.text` and again here; see `Counting._write_counted`.)
         parts[0], parts[1] = head, parts[0] + parts[1]
-    parts[4::STEADY_STEP] = map(_block_counts(draining, total, key).__getitem__, held)
+    counts = _COUNTS.get((draining, total, key))  # (`_block_counts`, its common case inline)
+    if counts is None:
+        counts = _block_counts(draining, total, key)
+    parts[4::STEADY_STEP] = map(counts.__getitem__, held)
     return parts
 
 

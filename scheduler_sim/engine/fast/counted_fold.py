@@ -18,7 +18,8 @@ event listener the questions are the same (a fold's records add nothing to
 them), so the start and the fold are asked and recorded in the same one call,
 which hands back the folded dispatches' starts; then the start's snapshot and
 dispatch are written (`Counting._write_counted`, the counts taken before the
-start opened its blocks) and the fold's records (fold_records.py's `emit_folded`),
+start opened its blocks) and the fold's records (fold_records.py's `emit_folded`;
+for a line listener `counted_fold`, the start's time first in the fold's starts),
 with the start's blocks taken first, as the separate start and `fold` write
 them. Speed (a listener's): 0.9% fewer instructions with `--events` on the
 Azure conversation trace's first 2,000 requests under `continuous` (3,761
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from ...records.event_lines import LineListener
 from ..dispatching import InFlight
-from .fold_records import emit_folded
+from .fold_records import counted_fold, emit_folded
 from .folding import FOLD_AFTER, fold
 
 __all__ = ["start_and_fold", "start_counted_run"]
@@ -94,7 +95,9 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
         if until - done >= FOLD_AFTER * (done - t):
             fold(engine, flight, until, 0, rows)
         return rows
-    starts = [] if emit is not None else None
+    # (A line listener's folded starts after the start's own time: `counted_fold`.)
+    lines = emit is not None and isinstance(emit, LineListener)
+    starts = None if emit is None else [t] if lines else []
     done, exact, folded, end, last_exact, start = ledger.decodes_folded(
         t, n, contexts, most, until, FOLD_AFTER, starts)
     flight.members = flight.outputs = n
@@ -103,18 +106,17 @@ def start_and_fold(engine, flight, t: int, n: int, until: float,
         if owed:
             allocator.take_counted(owed)
             owed = 0
-        if folded and isinstance(emit, LineListener):
+        if folded and lines:
             # A line listener's start and stretch as one text, the start's end
-            # made once, as the stretch's first time (`steady_parts`'s `start`: the
-            # start's time and counts, mostly laid out as the stretch's first
-            # dispatch), and the stretch's waiting and running counts the start's.
+            # made once, as the stretch's first time (`counted_fold`: the start's
+            # time and counts, mostly laid out as the stretch's first dispatch),
+            # and the stretch's waiting and running counts the start's.
             # Speed: a `Clock.text` and the policy's two counts (properties over
             # `__len__`) fewer a fold after a counted start; see benchmarks/README.md,
             # "twenty-fourth steps", helper ev25 (and "twenty-fifth steps", ev27).
             if rows is None:
                 rows = emit.members_rows(flight.requests)
-            emit_folded(engine, flight.requests, starts, end, None, cohort.by_residue(),
-                        rows, (t, counts))
+            counted_fold(engine, flight.requests, starts, end, cohort.by_residue(), rows, counts)
         else:
             rows = engine._write_counted(flight.requests, n, done, counts, rows)
             if folded:

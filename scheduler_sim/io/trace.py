@@ -24,8 +24,10 @@ import dataclasses
 import json
 import os
 import sys
+from bisect import bisect_right
 from functools import partial
-from itertools import chain
+from itertools import chain, groupby
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator
 
 from ..records.errors import UsageError
@@ -92,8 +94,43 @@ def _validated(checker: Validator, name: str, workload: Workload | None = None) 
     given)."""
     cancels, preempts = checker.cancels_and_preempts()
     if workload is None:
-        workload = Workload.build(checker.specs, cancels, preempts)
+        workload = _in_memory(checker.specs, checker.blocks, cancels, preempts)
     return Trace(name, checker.config, workload, tuple(checker.expects))
+
+
+def _plain(spec: RequestSpec) -> bool:
+    """Whether `spec` is what `Workload.plain` makes of its id, arrival and counts."""
+    return (type(spec.max_tokens) is int and spec.max_tokens == spec.output_tokens
+            and type(spec.priority) is int and spec.priority == 0 and spec.deadline is None
+            and spec.prompt_token_ids is None and spec.output_token_ids is None
+            and spec.block_hashes is None)
+
+
+def _in_memory(specs: list[RequestSpec], blocks: list[tuple[int, Columns]], cancels,
+               preempts) -> Workload:
+    """The workload of a trace read in memory: `specs`, read a line at a time, and
+    `blocks`, (first line, columns) of blocks read whole (`Validator`). Plain
+    (`Workload.plain`) when every request is: the columns in line order, then by
+    arrival, ties in line order (T2: `Workload.build`'s order, a stable sort)."""
+    if not blocks or not all(map(_plain, specs)):
+        return Workload.build(specs + [spec for number, columns in blocks
+                                       for spec in block_specs(columns, number)],
+                              cancels, preempts)
+    starts = [number for number, _ in blocks]
+    pieces = [(number, c.ids, range(number, number + len(c.ids)), c.arrivals, c.prompts,
+               c.outputs) for number, c in blocks]
+    for _, run in groupby(specs, key=lambda s: bisect_right(starts, s.index)):
+        run = list(run)  # (lines between two blocks)
+        pieces.append((run[0].index, [s.id for s in run], [s.index for s in run],
+                       [s.arrival for s in run], [s.prompt_tokens for s in run],
+                       [s.output_tokens for s in run]))
+    pieces.sort(key=itemgetter(0))
+    columns = [list(chain.from_iterable(map(itemgetter(k), pieces))) for k in range(1, 6)]
+    arrivals = columns[2]
+    if arrivals != sorted(arrivals):
+        order = sorted(range(len(arrivals)), key=arrivals.__getitem__)
+        columns = [list(map(column.__getitem__, order)) for column in columns]
+    return Workload.plain(*columns, cancels, preempts)
 
 
 def _blocks(data: bytes) -> Iterator[tuple[int, bytes]]:

@@ -171,8 +171,8 @@ def test_a_request_spec_is_equal_and_hashed_by_every_field():
 
 
 def test_a_plain_trace_in_memory_is_held_as_columns(tmp_path, monkeypatch):
-    """Read in memory in blocks of 64 bytes: a config line and a's line (lines 1-2) read
-    a line at a time, b, d and e a block each, c's line (a blank after it) alone: the
+    """Read in memory in blocks of 64 bytes: the config line (the head, `_head`), a, b,
+    d and e a block each, c's line (a blank after it) a line at a time: the
     workload is plain (`Workload.plain`), its columns in replay order (by arrival, ties
     in line order: b 0.5, e 1, a 2, c 2, d 2), the largest the first with the most
     prompt + max_tokens (e, 9 + 9); on a 1-ms clock the arrivals are steps 500, 1000
@@ -198,3 +198,32 @@ def test_a_plain_trace_in_memory_is_held_as_columns(tmp_path, monkeypatch):
     assert workload._columns is None
     assert [(s.id, s.priority) for s in workload.requests] == [
         ("b", 0), ("e", 0), ("a", 0), ("c", 0), ("d", 1)]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_the_lines_before_the_first_request_are_a_block_of_their_own(tmp_path, monkeypatch,
+                                                                     streamed):
+    """A config (line 1, 34 bytes) before three written requests in one block of 2 ** 17
+    bytes: the head (`_head`) goes a line at a time, the requests (lines 2-4) as a
+    block, never through `common_request`; a head is only lines before a request line
+    as written (a cancel before the config: both the head)."""
+    monkeypatch.setattr(trace_module, "STREAM_ABOVE", 0 if streamed else 10 ** 12)
+    head = SECONDS + b"\n"
+    data = head + b"".join(W % (b"r%d" % i, b"%d" % i, b"4", b"2") + b"\n" for i in range(3))
+    assert (trace_module._head(data, len(data)), len(head)) == (34, 34)
+    assert trace_module._head(data[len(head):], len(data) - len(head)) == 0
+    assert trace_module._head(head, len(head)) == 0
+    assert [b for _, b in trace_module._blocks(data)] == [head, data[len(head):]]
+
+    def refuse(raw, *_):  # (the head's lines are offered to it, and refused)
+        assert b'"request"' not in raw, "a request line was read alone"
+
+    monkeypatch.setattr(trace_validator, "common_request", refuse)
+    monkeypatch.setattr(trace_module, "common_request", refuse)
+    from test_trace_fast_path import outcome
+    fast = outcome(data, tmp_path, streamed)
+    requests = fast[1] if streamed else fast.workload.requests
+    assert requests == (RequestSpec("r0", 2, 0, 4, 2, 2), RequestSpec("r1", 3, 1, 4, 2, 2),
+                        RequestSpec("r2", 4, 2, 4, 2, 2))
+    cancel = b'{"type":"cancel","id":"r1","at":9}\n'
+    assert trace_module._head(cancel + data, len(cancel + data)) == len(cancel) + 34

@@ -133,11 +133,27 @@ def _in_memory(specs: list[RequestSpec], blocks: list[tuple[int, Columns]], canc
     return Workload.plain(*columns, cancels, preempts)
 
 
+def _head(block: bytes, whole: int) -> int:
+    """The length of the lines of a trace's first block before its first request line
+    as `generate` and `convert` write it (a config), among its first `whole` bytes
+    (whole lines) and within `BLOCK`: 0 if the block starts with one or has none. They are a block of their own, so that the rest of the first block can be
+    read whole (`common_block`). Speed (issue 26): the converted Azure trace's config
+    line had its first 1,350 requests read a line at a time (benchmarks/README.md,
+    "twenty-seventh steps", helper az29)."""
+    if block.startswith(b'{"type":"request"'):
+        return 0
+    return block.find(b'\n{"type":"request"', 0, min(whole, BLOCK)) + 1
+
+
 def _blocks(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(number of its first line, block) of a trace in memory: blocks of whole lines of
-    about `BLOCK` bytes, each ending in a newline, then what follows the last newline
-    (one line, if not empty)."""
-    number, start, whole = 1, 0, data.rfind(b"\n") + 1
+    """(number of its first line, block) of a trace in memory: its head (`_head`), then
+    blocks of whole lines of about `BLOCK` bytes, each ending in a newline, then what
+    follows the last newline (one line, if not empty)."""
+    whole = data.rfind(b"\n") + 1
+    number, start = 1, _head(data, whole)
+    if start:
+        yield number, data[:start]
+        number += data.count(b"\n", 0, start)
     while start < whole:
         end = data.find(b"\n", start + BLOCK - 1, whole) + 1 or whole
         block = data[start:end]
@@ -186,6 +202,7 @@ def _file_blocks(path: str) -> Iterator[bytes]:
         raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     with handle:
         rest = b""
+        head = True
         while True:
             try:
                 data = handle.read(BLOCK)
@@ -197,7 +214,14 @@ def _file_blocks(path: str) -> Iterator[bytes]:
             if not whole:  # (a line longer than a block: read on)
                 rest += data
                 continue
-            yield rest + data[:whole]
+            block = rest + data[:whole]
+            if head:
+                head = _head(block, len(block))
+                if head:
+                    yield block[:head]
+                    block = block[head:]
+                head = False
+            yield block
             rest = data[whole:]
         if rest:
             yield rest

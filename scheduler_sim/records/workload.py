@@ -75,9 +75,10 @@ class Workload:
     columns, and `arrivals()` makes each spec once, on the clock if on one: its
     arrivals converted as a column (`Clock.arrival_steps`), the specs by a `map`.
     Speed (issue 26): a spec made at the reading and another at each replay on a
-    clock, by a generator and `arrival_step`'s three calls, cost about 1.5 us a
-    request of the Azure conversation trace to read, sort and replay; the columns
-    about 0.7 (benchmarks/README.md, "twenty-seventh steps", helper az29).
+    clock, by a generator and `arrival_step`'s three calls: 1.49 us a request of the
+    Azure conversation trace to make, sort and replay; the columns 0.71 (timers),
+    paired CPU of its replay 0.982 (benchmarks/README.md, "twenty-seventh steps",
+    helper az29).
     """
 
     __slots__ = ("_requests", "cancels", "preempts", "_source", "_count", "_span", "_clock",

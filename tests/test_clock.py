@@ -86,6 +86,40 @@ def test_a_workload_on_a_clock():
     assert w.on_clock(clock()) is w
 
 
+def test_arrival_steps_of_a_column_are_arrival_step_of_each():
+    """`arrival_steps` converts a column: on a 1-ms clock over seconds 0, 0.003, 0.0031
+    and 3504.123 s are steps 0, 3, 4 and 3504123 (0.003 / 0.001 = 2.9999999999999996 is
+    step 3, as `after` takes it); a trace in ms at 1 us: 1.5 and 0.0004 ms are steps
+    1500 and 1; ticks stay; at twice the rate, 0.003 and 0.0031 s arrive at 1.5 and
+    1.55 ms, both step 2."""
+    assert clock(time_unit="s").arrival_steps([0, 0.003, 0.0031, 3504.123]) == [0, 3, 4, 3504123]
+    assert clock(time_unit="ms", cost_model=COST).arrival_steps([1.5, 0.0004]) == [1500, 1]
+    assert clock().arrival_steps([7, 0]) == [7, 0]
+    assert clock(time_unit="s", rate_scale=2).arrival_steps([0.003, 0.0031]) == [2, 2]
+    assert clock(rate_scale=2).arrival_steps([3, 4]) == [2, 2]
+    assert [type(s) for s in clock(time_unit="s").arrival_steps([0, 0.5])] == [int, int]
+
+
+def test_a_plain_workload_makes_each_spec_on_the_clock():
+    """`Workload.plain`: columns in replay order; its requests, largest (the first of
+    the most prompt + max_tokens: b, 10 + 6) and span in trace units, and on a 1-ms
+    clock arrivals 0.0004 -> 1, 0.002 -> 2, 0.0031 -> 4 and the rest of each spec as
+    it was; the same workload as the specs `build` would sort."""
+    specs = [RequestSpec("a", 3, 0.0004, 4, 1, 1), RequestSpec("b", 1, 0.002, 10, 6, 6),
+             RequestSpec("c", 2, 0.0031, 12, 4, 4)]
+    w = Workload.plain(["a", "b", "c"], [3, 1, 2], [0.0004, 0.002, 0.0031], [4, 10, 12],
+                       [1, 6, 4], [Action("cancel", "c", 0.0051, 4)])
+    assert w.requests == tuple(specs) and w == Workload.build(specs[::-1], [
+        Action("cancel", "c", 0.0051, 4)])
+    assert (len(w), w.largest, w.first_arrival, w.last_arrival) == (3, specs[1], 0.0004, 0.0031)
+    on = w.on_clock(clock(time_unit="s"))
+    assert on.requests == (RequestSpec("a", 3, 1, 4, 1, 1), RequestSpec("b", 1, 2, 10, 6, 6),
+                           RequestSpec("c", 2, 4, 12, 4, 4))
+    assert (on.first_arrival, on.last_arrival, on.largest, on.cancels[0].at) == (1, 4, specs[1], 6)
+    empty = Workload.plain([], [], [], [], [])
+    assert (len(empty), empty.largest, empty.first_arrival, empty.requests) == (0, None, None, ())
+
+
 def test_changing_the_resolution_never_moves_an_arrival_by_a_step():
     """A trace in seconds, a at 0 and b at 0.0104 s (P=16, N=2, Llama-3-8B on an H100,
     the uncalibrated physics `Coefficients()`, which refits do not move). a's prefill of

@@ -12,6 +12,7 @@ import pytest
 from scheduler_sim.io import trace as trace_module
 from scheduler_sim.io import trace_validator
 from scheduler_sim.io.trace_fast_path import Columns, block_specs, common_block
+from scheduler_sim.records.clock import Clock
 from scheduler_sim.records.workload import RequestSpec
 from test_trace_fast_path import SECONDS, W, both_ways
 
@@ -167,3 +168,62 @@ def test_a_request_spec_is_equal_and_hashed_by_every_field():
         ("max_tokens", 5), ("priority", 1), ("deadline", 9.0),
         ("prompt_token_ids", (7,)), ("output_token_ids", (8,)), ("block_hashes", (1,)))]
     assert len({a, *others}) == 12 and all(o != a for o in others)
+
+
+def test_a_plain_trace_in_memory_is_held_as_columns(tmp_path, monkeypatch):
+    """Read in memory in blocks of 64 bytes: the config line (the head, `_head`), a, b,
+    d and e a block each, c's line (a blank after it) a line at a time: the
+    workload is plain (`Workload.plain`), its columns in replay order (by arrival, ties
+    in line order: b 0.5, e 1, a 2, c 2, d 2), the largest the first with the most
+    prompt + max_tokens (e, 9 + 9); on a 1-ms clock the arrivals are steps 500, 1000
+    and 2000. With a priority on d's line the same requests are sorted by `build`."""
+    monkeypatch.setattr(trace_module, "BLOCK", 64)
+    lines = [SECONDS, W % (b"a", b"2", b"3", b"2"), W % (b"b", b"0.5", b"4", b"1"),
+             W % (b"c", b"2", b"8", b"1") + b" ", W % (b"d", b"2.0", b"9", b"9"),
+             W % (b"e", b"1", b"9", b"9")]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    workload = trace_module.read_trace(str(path)).workload
+    order = [("b", 3, 0.5, 4, 1), ("e", 6, 1, 9, 9), ("a", 2, 2, 3, 2), ("c", 4, 2, 8, 1),
+             ("d", 5, 2.0, 9, 9)]
+    assert workload._columns is not None
+    assert workload.requests == tuple(RequestSpec(*o, o[4]) for o in order)
+    assert (workload.largest, workload.first_arrival, workload.last_arrival) == (
+        RequestSpec("e", 6, 1, 9, 9, 9), 0.5, 2.0)
+    assert [(s.id, s.arrival) for s in workload.on_clock(Clock("s", 1.0, 0.001)).arrivals()] == [
+        ("b", 500), ("e", 1000), ("a", 2000), ("c", 2000), ("d", 2000)]
+    lines[4] = lines[4][:-1] + b',"priority":1}'
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    workload = trace_module.read_trace(str(path)).workload
+    assert workload._columns is None
+    assert [(s.id, s.priority) for s in workload.requests] == [
+        ("b", 0), ("e", 0), ("a", 0), ("c", 0), ("d", 1)]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_the_lines_before_the_first_request_are_a_block_of_their_own(tmp_path, monkeypatch,
+                                                                     streamed):
+    """A config (line 1, 34 bytes) before three written requests in one block of 2 ** 17
+    bytes: the head (`_head`) goes a line at a time, the requests (lines 2-4) as a
+    block, never through `common_request`; a head is only lines before a request line
+    as written (a cancel before the config: both the head)."""
+    monkeypatch.setattr(trace_module, "STREAM_ABOVE", 0 if streamed else 10 ** 12)
+    head = SECONDS + b"\n"
+    data = head + b"".join(W % (b"r%d" % i, b"%d" % i, b"4", b"2") + b"\n" for i in range(3))
+    assert (trace_module._head(data, len(data)), len(head)) == (34, 34)
+    assert trace_module._head(data[len(head):], len(data) - len(head)) == 0
+    assert trace_module._head(head, len(head)) == 0
+    assert [b for _, b in trace_module._blocks(data)] == [head, data[len(head):]]
+
+    def refuse(raw, *_):  # (the head's lines are offered to it, and refused)
+        assert b'"request"' not in raw, "a request line was read alone"
+
+    monkeypatch.setattr(trace_validator, "common_request", refuse)
+    monkeypatch.setattr(trace_module, "common_request", refuse)
+    from test_trace_fast_path import outcome
+    fast = outcome(data, tmp_path, streamed)
+    requests = fast[1] if streamed else fast.workload.requests
+    assert requests == (RequestSpec("r0", 2, 0, 4, 2, 2), RequestSpec("r1", 3, 1, 4, 2, 2),
+                        RequestSpec("r2", 4, 2, 4, 2, 2))
+    cancel = b'{"type":"cancel","id":"r1","at":9}\n'
+    assert trace_module._head(cancel + data, len(cancel + data)) == len(cancel) + 34

@@ -24,8 +24,10 @@ import dataclasses
 import json
 import os
 import sys
+from bisect import bisect_right
 from functools import partial
-from itertools import chain
+from itertools import chain, groupby
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator
 
 from ..records.errors import UsageError
@@ -92,15 +94,66 @@ def _validated(checker: Validator, name: str, workload: Workload | None = None) 
     given)."""
     cancels, preempts = checker.cancels_and_preempts()
     if workload is None:
-        workload = Workload.build(checker.specs, cancels, preempts)
+        workload = _in_memory(checker.specs, checker.blocks, cancels, preempts)
     return Trace(name, checker.config, workload, tuple(checker.expects))
 
 
+def _plain(spec: RequestSpec) -> bool:
+    """Whether `spec` is what `Workload.plain` makes of its id, arrival and counts."""
+    return (type(spec.max_tokens) is int and spec.max_tokens == spec.output_tokens
+            and type(spec.priority) is int and spec.priority == 0 and spec.deadline is None
+            and spec.prompt_token_ids is None and spec.output_token_ids is None
+            and spec.block_hashes is None)
+
+
+def _in_memory(specs: list[RequestSpec], blocks: list[tuple[int, Columns]], cancels,
+               preempts) -> Workload:
+    """The workload of a trace read in memory: `specs`, read a line at a time, and
+    `blocks`, (first line, columns) of blocks read whole (`Validator`). Plain
+    (`Workload.plain`) when every request is: the columns in line order, then by
+    arrival, ties in line order (T2: `Workload.build`'s order, a stable sort)."""
+    if not blocks or not all(map(_plain, specs)):
+        return Workload.build(specs + [spec for number, columns in blocks
+                                       for spec in block_specs(columns, number)],
+                              cancels, preempts)
+    starts = [number for number, _ in blocks]
+    pieces = [(number, c.ids, range(number, number + len(c.ids)), c.arrivals, c.prompts,
+               c.outputs) for number, c in blocks]
+    for _, run in groupby(specs, key=lambda s: bisect_right(starts, s.index)):
+        run = list(run)  # (lines between two blocks)
+        pieces.append((run[0].index, [s.id for s in run], [s.index for s in run],
+                       [s.arrival for s in run], [s.prompt_tokens for s in run],
+                       [s.output_tokens for s in run]))
+    pieces.sort(key=itemgetter(0))
+    columns = [list(chain.from_iterable(map(itemgetter(k), pieces))) for k in range(1, 6)]
+    arrivals = columns[2]
+    if arrivals != sorted(arrivals):
+        order = sorted(range(len(arrivals)), key=arrivals.__getitem__)
+        columns = [list(map(column.__getitem__, order)) for column in columns]
+    return Workload.plain(*columns, cancels, preempts)
+
+
+def _head(block: bytes, whole: int) -> int:
+    """The length of the lines of a trace's first block before its first request line
+    as `generate` and `convert` write it (a config), among its first `whole` bytes
+    (whole lines) and within `BLOCK`: 0 if the block starts with one or has none. They are a block of their own, so that the rest of the first block can be
+    read whole (`common_block`). Speed (issue 26): the converted Azure trace's config
+    line had its first 1,350 requests read a line at a time (benchmarks/README.md,
+    "twenty-seventh steps", helper az29)."""
+    if block.startswith(b'{"type":"request"'):
+        return 0
+    return block.find(b'\n{"type":"request"', 0, min(whole, BLOCK)) + 1
+
+
 def _blocks(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(number of its first line, block) of a trace in memory: blocks of whole lines of
-    about `BLOCK` bytes, each ending in a newline, then what follows the last newline
-    (one line, if not empty)."""
-    number, start, whole = 1, 0, data.rfind(b"\n") + 1
+    """(number of its first line, block) of a trace in memory: its head (`_head`), then
+    blocks of whole lines of about `BLOCK` bytes, each ending in a newline, then what
+    follows the last newline (one line, if not empty)."""
+    whole = data.rfind(b"\n") + 1
+    number, start = 1, _head(data, whole)
+    if start:
+        yield number, data[:start]
+        number += data.count(b"\n", 0, start)
     while start < whole:
         end = data.find(b"\n", start + BLOCK - 1, whole) + 1 or whole
         block = data[start:end]
@@ -149,6 +202,7 @@ def _file_blocks(path: str) -> Iterator[bytes]:
         raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     with handle:
         rest = b""
+        head = True
         while True:
             try:
                 data = handle.read(BLOCK)
@@ -160,7 +214,14 @@ def _file_blocks(path: str) -> Iterator[bytes]:
             if not whole:  # (a line longer than a block: read on)
                 rest += data
                 continue
-            yield rest + data[:whole]
+            block = rest + data[:whole]
+            if head:
+                head = _head(block, len(block))
+                if head:
+                    yield block[:head]
+                    block = block[head:]
+                head = False
+            yield block
             rest = data[whole:]
         if rest:
             yield rest

@@ -30,7 +30,7 @@ from .id_digests import IdDigests
 from .json_lines import decode_line, json_kind
 from .problems import Problems, did_you_mean
 from .trace_config import check_options
-from .trace_fast_path import Columns, block_specs, common_block, common_request
+from .trace_fast_path import Columns, common_block, common_request
 from .trace_records import ACTION_KEYS, Expectation, RecordChecker, parse_expect, parse_request
 
 __all__ = ["Validator", "RECORD_TYPES"]
@@ -70,7 +70,8 @@ class Validator:
         # prefix hash covers (config.hash_block_size, else config.block_size, else 16).
         self.unit = "tick"
         self.hash_block_size = 16
-        self.specs: list[RequestSpec] = []
+        self.specs: list[RequestSpec] = []  # in memory: those read a line at a time
+        self.blocks: list[tuple[int, Columns]] = []  # and (first line, columns) of blocks
         self.actions: list[tuple[Action, RecordChecker]] = []
         self.expects: list[Expectation] = []
         self.first_line: dict[str, int] = {}  # in memory: id -> its line
@@ -159,7 +160,7 @@ class Validator:
             if len(set(ids)) != len(ids) or not first.keys().isdisjoint(ids):
                 return False
             first.update(zip(ids, range(number, number + len(ids))))
-            self.specs += block_specs(columns, number)
+            self.blocks.append((number, columns))
         room = SUGGEST_FROM - len(self.some_ids)
         if room > 0:
             self.some_ids += ids[:room]
@@ -304,6 +305,8 @@ class Validator:
         known = self._known_ids(again) if self.streamed else {
             rid: None for rid in self.first_line}
         arrivals = ({s.id: s.arrival for s in self.specs} if not self.streamed else known)
+        for _, columns in self.blocks:
+            arrivals.update(zip(columns.ids, columns.arrivals))
         problems = self.problems
         some = self.some_ids
         early = []
@@ -321,7 +324,7 @@ class Validator:
                 problems.add(exp.line, f"expect: unknown request {exp.id!r}"
                              f"{did_you_mean(exp.id, some)}")
         if problems.count and self.untyped_head and not (
-                self.typed or self.specs or self.count):
+                self.typed or self.specs or self.blocks or self.count):
             self._hint_convert()
         problems.raise_if_any()
 

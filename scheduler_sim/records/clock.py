@@ -152,6 +152,16 @@ class Clock:
             return _ceil(value / scale)
         return _ceil(value / scale * self._ratio)
 
+    def arrival_steps(self, values: list) -> list[int]:
+        """`arrival_step` of each of `values`, in order: the same floats, converted as
+        a column (`end_steps`' C passes) when nothing is compressed (a plain workload's
+        arrivals, `Workload.plain`)."""
+        if self.rate_scale != 1:
+            return list(map(self.arrival_step, values))
+        if self.unit_seconds is None:
+            return list(map(int, values))
+        return self.end_steps(list(map(mul, values, repeat(self._ratio))))
+
     def steps(self, seconds: float) -> float:
         """`seconds` of modelled time in (fractional) clock steps."""
         return seconds / self.step_seconds

@@ -9,6 +9,7 @@ trace position), which is the registration order of T2.
 from __future__ import annotations
 
 import dataclasses
+from operator import add
 from typing import Callable, Iterator
 
 from .clock import Clock
@@ -68,24 +69,39 @@ class Workload:
     `first_arrival` and `last_arrival` come from the validation pass.
     `arrivals()` is how the engine reads them; `requests` gives them all at
     once (reading a streamed workload whole).
+
+    A plain workload (`plain`: the requests of a trace read in memory whose
+    lines say only id, arrival and the two counts) holds its requests as
+    columns, and `arrivals()` makes each spec once, on the clock if on one: its
+    arrivals converted as a column (`Clock.arrival_steps`), the specs by a `map`.
+    Speed (issue 26): a spec made at the reading and another at each replay on a
+    clock, by a generator and `arrival_step`'s three calls: 1.49 us a request of the
+    Azure conversation trace to make, sort and replay; the columns 0.71 (timers),
+    paired CPU of its replay 0.982 (benchmarks/README.md, "twenty-seventh steps",
+    helper az29).
     """
 
     __slots__ = ("_requests", "cancels", "preempts", "_source", "_count", "_span", "_clock",
-                 "largest", "_named")
+                 "largest", "_named", "_columns")
 
     def __init__(self, requests=(), cancels=(), preempts=(), *,
                  source: Callable[[], Iterator[RequestSpec]] | None = None,
                  count: int = 0, span: tuple[float, float] | None = None,
-                 clock: Clock | None = None, largest: RequestSpec | None = None) -> None:
+                 clock: Clock | None = None, largest: RequestSpec | None = None,
+                 columns: tuple[list, ...] | None = None) -> None:
         self._requests = tuple(requests)
+        # (ids, indexes, arrivals, prompts, outputs) of a plain workload (`plain`).
+        self._columns = columns
         # The request with the most rows it may ever need (prompt + max_tokens).
-        self.largest = largest if source is not None else max(
+        self.largest = largest if source is not None or columns is not None else max(
             self._requests, key=lambda r: r.prompt_tokens + r.max_tokens, default=None)
         self.cancels: tuple[Action, ...] = tuple(cancels)
         self.preempts: tuple[Action, ...] = tuple(preempts)
         self._source = source
         self._count = count if source is not None else len(self._requests)
-        if source is None and self._requests:
+        if columns is not None:
+            self._count = len(columns[0])
+        elif source is None and self._requests:
             span = (self._requests[0].arrival, self._requests[-1].arrival)
         self._span = span
         self._clock = clock
@@ -99,6 +115,23 @@ class Workload:
             sorted(cancels, key=lambda a: (a.at, a.index)),
             sorted(preempts, key=lambda a: (a.at, a.index)),
         )
+
+    @classmethod
+    def plain(cls, ids: list[str], indexes: list[int], arrivals: list, prompts: list[int],
+              outputs: list[int], cancels=(), preempts=()) -> "Workload":
+        """Requests given as columns, already in replay order, each with max_tokens its
+        output_tokens and no priority, deadline, token ids or hashes (what
+        `block_specs` makes of a trace's lines)."""
+        largest = None
+        if ids:
+            sums = list(map(add, prompts, outputs))
+            at = sums.index(max(sums))  # (the first of them, as `max` keeps)
+            largest = RequestSpec(ids[at], indexes[at], arrivals[at], prompts[at],
+                                  outputs[at], outputs[at])
+        return cls((), sorted(cancels, key=lambda a: (a.at, a.index)),
+                   sorted(preempts, key=lambda a: (a.at, a.index)),
+                   span=(arrivals[0], arrivals[-1]) if ids else None, largest=largest,
+                   columns=(ids, indexes, arrivals, prompts, outputs))
 
     @classmethod
     def streamed(cls, source: Callable[[], Iterator[RequestSpec]], count: int,
@@ -149,8 +182,13 @@ class Workload:
 
     def arrivals(self) -> Iterator[RequestSpec]:
         """The requests in replay order (read again from the source if streamed)."""
-        specs = iter(self._requests) if self._source is None else self._source()
         clock = self._clock
+        if self._columns is not None:
+            ids, indexes, arrivals, prompts, outputs = self._columns
+            if clock is not None:
+                arrivals = clock.arrival_steps(arrivals)
+            return map(RequestSpec, ids, indexes, arrivals, prompts, outputs, outputs)
+        specs = iter(self._requests) if self._source is None else self._source()
         if clock is None:
             return specs
         arrive, before, scale = clock.arrival_step, clock.before, clock.rate_scale
@@ -170,7 +208,7 @@ class Workload:
     @property
     def requests(self) -> tuple[RequestSpec, ...]:
         """Every request at once, in replay order (a streamed workload is read whole)."""
-        if self._source is None and self._clock is None:
+        if self._source is None and self._clock is None and self._columns is None:
             return self._requests
         return tuple(self.arrivals())
 
@@ -205,8 +243,10 @@ class Workload:
                         tuple(Action(a.kind, a.id, at_step(a.at), a.index) for a in cancels),
                         tuple(Action(a.kind, a.id, at_step(a.at), a.index) for a in preempts),
                         source=self._source, count=self._count, span=self._span, clock=clock,
-                        largest=self.largest)
+                        largest=self.largest, columns=self._columns)
 
     def _all_specs(self) -> Iterator[RequestSpec]:
         """The requests in their trace units (a streamed workload read once more)."""
+        if self._columns is not None:
+            return map(RequestSpec, *self._columns, self._columns[4])  # (max_tokens)
         return iter(self._requests) if self._source is None else self._source()

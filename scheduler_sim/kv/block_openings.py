@@ -34,7 +34,10 @@ class BlockOpenings:
 
         Speed: replaying the Mooncake trace under vllm with prefix caching,
         folds opened 145,920 blocks this way, each a `grow` evicting one cached
-        block (see the module docstring for what is measured)."""
+        block (see the module docstring for what is measured). Its loop is
+        `grow_in_turn`'s without the blocks earlier entries gave a request (each
+        comes once here): calling that instead read 1.0056x the instructions of
+        the first 2,000 Mooncake requests (callgrind, 3.9910e9 against 3.9689e9)."""
         if (len(openings) < 2 or not self._shared or self._report is not None
                 or self._credits or not self._cache.exact_take):
             grow = self.grow

@@ -136,8 +136,9 @@ def _in_memory(specs: list[RequestSpec], blocks: list[tuple[int, Columns]], canc
 def _head(block: bytes, whole: int) -> int:
     """The length of the lines of a trace's first block before its first request line
     as `generate` and `convert` write it (a config), among its first `whole` bytes
-    (whole lines) and within `BLOCK`: 0 if the block starts with one or has none. They are a block of their own, so that the rest of the first block can be
-    read whole (`common_block`). Speed (issue 26): the converted Azure trace's config
+    (whole lines) and within `BLOCK`: 0 if the block starts with one or has none.
+    They are a block of their own, so that the rest of the first block can be read
+    whole (`common_block`). Speed (issue 26): the converted Azure trace's config
     line had its first 1,350 requests read a line at a time (benchmarks/README.md,
     "twenty-seventh steps", helper az29)."""
     if block.startswith(b'{"type":"request"'):

@@ -8,9 +8,9 @@ end, admission, preemption, release, drain or policy event). A policy that decid
 what it sees then plans the same decodes again, one token further, until a request ends
 or something outside happens (an arrival, a cancellation, a drain expiry, a timeout, a
 wakeup; arrivals that only join the queue behind a blocked head, when the policy
-says so, `Policy.arrivals_wait`, do not stop it). The policy has its say (`Policy.may_fold`): only it knows whether a blocked
-head can become admissible while others decode, or whether its choices change as
-requests decode. The folded stretch also stops before its rows would run out of free
+says so, `Policy.arrivals_wait`, do not stop it). The policy has its say
+(`Policy.may_fold`): only it knows whether a blocked head can become admissible while
+others decode, or whether its choices change as requests decode. The folded stretch also stops before its rows would run out of free
 blocks, before a blocked head's need would stop fitting the free blocks (where a
 policy's decision or reason may change), and where the policy says a skipped call
 would do more than plan the same decodes (`Policy.fold_room`: SGLang's eviction ahead).

@@ -179,17 +179,24 @@ def _cached_workload(seed: int) -> tuple[dict, list[dict]]:
                                                   for _ in range(rng.randint(0, 12))]
         record = {"type": "request", "id": f"r{i}", "arrival": t,
                   "output_tokens": rng.randint(1, 40)}
-        if hashes:
-            record["prompt_tokens"] = len(ids)
-            record["block_hashes"] = [hash(tuple(ids[:j + 2])) % 1000
-                                      for j in range(0, len(ids), 2)]
-        else:
-            record["prompt_token_ids"] = ids
-            if rng.random() < 0.3:
-                record["output_token_ids"] = [rng.randint(1, 9)
-                                              for _ in range(record.pop("output_tokens"))]
-        records.append(record)
+        records.append(_with_prompt(record, ids, hashes, rng, 0.3, 9))
     return records
+
+
+def _with_prompt(record: dict, ids: list[int], hashes: bool, rng: random.Random,
+                 as_ids: float, top: int) -> dict:
+    """`record` given its prompt `ids` as block hashes (two hash entries per block of
+    4) or, with probability `as_ids`, its outputs as token ids too (1 to `top`)."""
+    if hashes:
+        record["prompt_tokens"] = len(ids)
+        record["block_hashes"] = [hash(tuple(ids[:j + 2])) % 1000
+                                  for j in range(0, len(ids), 2)]
+    else:
+        record["prompt_token_ids"] = ids
+        if rng.random() < as_ids:
+            record["output_token_ids"] = [rng.randint(1, top)
+                                          for _ in range(record.pop("output_tokens"))]
+    return record
 
 
 def _cached_options(seed: int) -> dict:
@@ -603,16 +610,7 @@ def _chunked_workload(seed: int) -> list[dict]:
                                                  else rng.randint(1, 8))]
         record = {"type": "request", "id": f"r{i}", "arrival": t,
                   "output_tokens": rng.randint(1, 10) if long else rng.randint(10, 80)}
-        if hashes:
-            record["prompt_tokens"] = len(ids)
-            record["block_hashes"] = [hash(tuple(ids[:j + 2])) % 1000
-                                      for j in range(0, len(ids), 2)]
-        else:
-            record["prompt_token_ids"] = ids
-            if rng.random() < 0.2:
-                record["output_token_ids"] = [rng.randint(1, 5)
-                                              for _ in range(record.pop("output_tokens"))]
-        records.append(record)
+        records.append(_with_prompt(record, ids, hashes, rng, 0.2, 5))
         if rng.random() < 0.1:
             records.append({"type": "cancel", "id": f"r{i}", "at": t + rng.randint(0, 60)})
     return records

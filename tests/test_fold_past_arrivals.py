@@ -21,11 +21,11 @@ RECORDS = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 16, "ou
            {"type": "request", "id": "c", "arrival": 5, "prompt_tokens": 4, "output_tokens": 1}]
 
 
-def _run(order: str, fast: bool = True):
+def _run(order: str, fast: bool = True, policy: str = "vllm"):
     trace = parse_trace(trace_bytes(RECORDS), "arrivals.jsonl")
     options = Options.resolve(trace.config, dict(block_size=4, num_blocks=8, order=order,
                                                  prefix_caching=True))
-    engine = Engine(trace.workload, options, "vllm", fast_forward=fast)
+    engine = Engine(trace.workload, options, policy, fast_forward=fast)
     calls = []
     schedule = engine.policy.schedule
     engine.policy.schedule = lambda now: calls.append(now) or schedule(now)
@@ -63,6 +63,18 @@ def test_without_the_promise_the_fold_stops_at_the_arrival():
     assert folded == 3 + 6
     assert (summary, records) == _run("priority", fast=False)[2:]
     assert (summary, records) == _run("fcfs")[2:]
+
+
+def test_a_plugin_is_never_asked(tmp_path):
+    """A plug-in built on `vllm` inherits its `arrivals_wait`, but the engine does not
+    ask a plug-in (docs/policies.md): its fold stops at `c`'s arrival, as under the
+    priority order above, and the replay is the stepped one."""
+    path = tmp_path / "mine.py"
+    path.write_text("from scheduler_sim.policies.vllm import VllmPolicy\n\n\n"
+                    "class Mine(VllmPolicy):\n    pass\n")
+    calls, folded, summary, records = _run("fcfs", policy=f"{path}:Mine")
+    assert calls == [0, 1, 5, 12, 13] and folded == 3 + 6
+    assert (summary, records) == _run("fcfs", fast=False)[2:]
 
 
 def test_vllm_promises_only_under_first_come_first_served():

@@ -20,7 +20,8 @@ tokens, 8,192 tokens and 256 requests per dispatch (`COMMON`). The groups
   only: under 1.0 s of CPU each;
 - `events`: the same under `continuous` with `--events` to a file: within
   1.8x of its summary-only run (the two run in turn, `--repeat` pairs, judged
-  on the median of the per-pair ratios);
+  on the median of the per-pair ratios; the events file is removed after each
+  run, so each writes a new one);
 - `mooncake`: the Mooncake conversation trace with prefix caching, `vllm`
   under 2.5 s and `sglang` under 5 s;
 - `million`: 1,000,000 generated requests, `continuous`, default options (no
@@ -226,13 +227,22 @@ class Bench:
         return self.done[label], self.scale[label]
 
     def measure_pair(self, label_a: str, argv_a: list[str], label_b: str, argv_b: list[str],
-                     repeat: int | None = None) -> tuple[Run, Run, float]:
+                     repeat: int | None = None,
+                     written: Path | None = None) -> tuple[Run, Run, float]:
         """The medians of `repeat` runs of each of two commands run in turn (A B A B
         ...), and the median of the per-pair CPU ratios B / A. Why: a fleet's growth
         taken as two medians measured minutes apart swings with the machine's load
         (the same code read 1.57x and 1.16x in two runs: benchmarks/README.md,
-        "sixteenth steps", flt12); a pair sees one moment."""
-        pairs = [(child(argv_a), child(argv_b)) for _ in range(repeat or self.repeat)]
+        "sixteenth steps", flt12); a pair sees one moment. `written`: a file B
+        writes, removed by this process after each B run, so that every B run
+        writes a new file as a first run does (replacing the last run's 345 MB
+        events file charged the child 0.02-0.04 s of the kernel's time:
+        benchmarks/README.md, "twenty-eighth steps", ev30)."""
+        pairs = []
+        for _ in range(repeat or self.repeat):
+            pairs.append((child(argv_a), child(argv_b)))
+            if written is not None:
+                written.unlink(missing_ok=True)
         ratio = statistics.median(b.cpu / a.cpu for a, b in pairs)
         self._keep(label_a, median_of([a for a, _ in pairs]))
         self._keep(label_b, median_of([b for _, b in pairs]))
@@ -321,8 +331,8 @@ def main() -> int:
             "Azure conversation, continuous, summary beside --events",
             sim + [*azure, "--policy", "continuous"],
             "Azure conversation, continuous, --events",
-            sim + [*azure, "--policy", "continuous", "--events", str(events)])
-        events.unlink(missing_ok=True)
+            sim + [*azure, "--policy", "continuous", "--events", str(events)],
+            written=events)
         bench.judge(ratio_target("Azure conversation, continuous, --events against summary",
                                  ratio, 1.8))
     if "mooncake" in groups:

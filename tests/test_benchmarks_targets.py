@@ -75,6 +75,22 @@ def test_a_growth_is_judged_on_the_pairs_run_in_turn(monkeypatch):
     assert not bench.growth_target("fleet", 1.5, 2.0, 1.3, 1.3).met
 
 
+def test_a_pair_removes_the_file_its_second_command_writes(monkeypatch, tmp_path):
+    """`written`: after each B run the file is gone, so the next B run writes a new
+    one (the parent removes it, not the child)."""
+    events = tmp_path / "events.jsonl"
+    seen = []
+
+    def child(argv):
+        if argv[-1] == "B":
+            seen.append(events.exists())  # (what the B run finds: no file left over)
+            events.write_text("x")
+        return bench.Run(1.0, 1.0, 10.0)
+    monkeypatch.setattr(bench, "child", child)
+    bench.Bench(repeat=3).measure_pair("A", ["A"], "B", ["B"], written=events)
+    assert seen == [False, False, False] and not events.exists()
+
+
 def test_only_selects_groups_in_order():
     assert bench.selected(None) == list(bench.GROUPS)
     assert bench.selected("fleets, azure") == ["azure", "fleets"]

@@ -46,11 +46,11 @@ def test_own_keys_are_noted_without_the_cache_and_found_again_after_a_preemption
     9300001, 12 prompt tokens: keys e2, e2 + 1 on blocks 0, 1, its own b"r3:2" on 2,
     all indexed with the prompt). Its decodes fill 3 (the cache's call: A joins
     `unindexed` from 3), 4 and 5 (no call: `registered` 4 -> 5 -> 6); rows 20 again
-    and 26 change nothing. Preempted, b"r3:3" to b"r3:5" are indexed and its look-up
+    and 26 change nothing (no call either way: no block filled). Preempted, b"r3:3" to b"r3:5" are indexed and its look-up
     finds all six blocks; shared back, it fills 6 (a call: unindexed from 6) and 7
     (none) and ends: 7, 6 queue first without keys, then 5 to 2 with theirs, then 1, 0.
     B's two blocks evict 7 and 6 (nothing forgotten), its third 5 (b"r3:5" forgotten).
-    The same with writers tracked (every registration a call: 7 of them, against 3),
+    The same with writers tracked (every registration that fills a block a call: 6, against 3),
     which reports A as the writer of 7, 6 and 5."""
     reported = []
     a = BlockAllocator(8, 4, cache=VllmCache())
@@ -72,7 +72,7 @@ def test_own_keys_are_noted_without_the_cache_and_found_again_after_a_preemption
     e2 = ka.run_key[0]
     own = [b"r3:2", b"r3:3", b"r3:4", b"r3:5"]
     assert [c[1:] for c in calls] == [(0, 3), (3, 4),  # a: the prompt, A's first own block
-                                      (0, 3), (3, 4), (4, 5), (5, 6), (6, 6)]  # t: each
+                                      (0, 3), (3, 4), (4, 5), (5, 6)]  # t: each filling one
     assert _state(a, ka) == _state(t, kt) == (
         {"A": [0, 1, 2, 3, 4, 5]}, 6, 6, own, {e2: 0, e2 + 1: 1, b"r3:2": 2}, {},
         ([], []), {"A": ([0, 1, 2, 3, 4, 5], 3)})  # (the audit made the keys it checks)

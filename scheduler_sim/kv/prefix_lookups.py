@@ -99,7 +99,9 @@ class PrefixLookups:
     # no writer is tracked (`VllmCache.register`'s first branch: nothing else
     # happens there). The two methods below raise `registered` themselves for
     # such a request, the table read from `unindexed` (the request's own table:
-    # the audit checks it), and call the cache only for any other.
+    # the audit checks it), and call the cache only for any other; nor when no
+    # block filled since the last registration (vLLM's `register` returns at
+    # once then: the dispatch keys each prompt chunk and each request's end again).
     # Speed: replaying the Mooncake trace under vllm, most of the 244,401 calls of
     # `VllmCache.register` (143,421 from the fold, 100,980 from `schedule`) were
     # of this kind (benchmarks/README.md, "twenty-eighth steps", helper kvf30).
@@ -108,19 +110,17 @@ class PrefixLookups:
         """Give keys to the blocks of `rid` that `rows` written rows have filled."""
         full = rows // self.block_size
         own = self._own_keyed
-        left = own.get(rid) if own else None
-        if left is not None and self._report is None:  # (see above)
-            table = left[0]
-            if full > len(table):
-                full = len(table)
-            if full > keys.registered:
-                keys.registered = full
-        else:
-            table = self._tables.get(rid, ())
-            swaps = self._register(rid, keys, full if full < len(table) else len(table),
-                                   table)
-            if swaps:
-                self._adopt(table, swaps)
+        if own is None or full > keys.registered:  # (vLLM's: nothing new, nothing to do)
+            left = own.get(rid) if own else None
+            if left is not None and self._report is None:  # (see above)
+                table = left[0]
+                keys.registered = full if full < len(table) else len(table)
+            else:
+                table = self._tables.get(rid, ())
+                swaps = self._register(rid, keys, full if full < len(table) else len(table),
+                                       table)
+                if swaps:
+                    self._adopt(table, swaps)
         if self.host is not None:
             self._queue_prompt_stores(keys)
 

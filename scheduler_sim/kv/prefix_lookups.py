@@ -5,7 +5,9 @@ free ones among them, and gives keys to the blocks written rows have filled.
 Every question goes to the cache through the protocol methods the allocator
 bound (`BlockAllocator._use`: `_find`, `_touch`, `_count_free`,
 `_count_free_found`, `_register`, `_register_decoded`), so nothing here
-knows which kind of cache it talks to; what it adds is the allocator's own
+knows which kind of cache it talks to, but for one thing: a request whose
+registrations vLLM's cache would only count (its `unindexed`, bound as
+`_own_keyed`) is counted here, without a call; what it adds is the allocator's own
 knowledge: draining and orphaned blocks are not reusable, swapped blocks are
 adopted into the table, and with host memory's write-through the prompt's
 new keys are queued. The methods below are `BlockAllocator`'s (a base class

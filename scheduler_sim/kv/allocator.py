@@ -173,6 +173,8 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
         self._release = cache.release
         self._register = cache.register
         self._register_decoded = cache.register_decoded
+        # vLLM's requests keyed past their shared content (`PrefixLookups._own_keyed`).
+        self._own_keyed = getattr(cache, "unindexed", None)
         # False: `register_decoded` does nothing, and the engine skips it.
         self.keys_decoded = cache.keys_decoded
         self._count_free = cache.count_free

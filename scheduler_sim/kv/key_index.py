@@ -31,7 +31,7 @@ object made per key (`_pieces`).
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from typing import Hashable, Iterator
 
@@ -67,13 +67,18 @@ class TailFirstKeys(list):
 class KeyIndex:
     """Cached key -> block (one block per key), integer keys in buckets."""
 
-    __slots__ = ("plain", "buckets", "width", "_nones")
+    __slots__ = ("plain", "buckets", "width", "_nones", "changes", "walked")
 
     def __init__(self, width: int = 32) -> None:
         self.plain: dict[Hashable, int] = {}
         self.buckets: dict[int, list] = {}
         self.width = width
         self._nones = [None] * width  # an empty bucket (compared, copied, sliced)
+        # Changes to the buckets so far (any write to one counts), and the last
+        # `find` from the first key: (keys, its hits, its pieces, where its integer
+        # keys ended, `changes` then), read by `walked_pieces`.
+        self.changes = 0
+        self.walked: tuple | None = None
 
     def set_width(self, width: int) -> None:
         """Group integer keys by `width` (only while no integer key is indexed)."""
@@ -108,6 +113,7 @@ class KeyIndex:
             if bucket is None:
                 bucket = self.buckets[node] = self._nones[:]
             bucket[off] = block
+            self.changes += 1
         else:
             self.plain[key] = block
 
@@ -118,6 +124,7 @@ class KeyIndex:
             if bucket is None or bucket[off] is None:
                 raise KeyError(key)
             bucket[off] = None
+            self.changes += 1
             if bucket == self._nones:
                 del self.buckets[node]
         else:
@@ -133,6 +140,7 @@ class KeyIndex:
             found = bucket[off]
             if found is None:
                 bucket[off] = found = block
+                self.changes += 1
             return found
         return self.plain.setdefault(key, block)
 
@@ -177,6 +185,7 @@ class KeyIndex:
         width = self.width
         pieces, p, rest_keys = _pieces(keys, start, end, width)
         if pieces:
+            self.changes += 1
             buckets = self.buckets
             nones = self._nones
             for q, node, off, n in pieces:
@@ -223,6 +232,7 @@ class KeyIndex:
             if members is not None:
                 members.loose.difference_update(blocks)
             return
+        self.changes += 1
         flags = members.flags if members is not None else None
         # (runs of keys found exactly, no compare: a freed table's own keys, or a
         # run of them going down as a `range`, `RunQueue.append_run`)
@@ -280,6 +290,8 @@ class KeyIndex:
         whether every key was (`keys` as for `add`)."""
         hits: list[int] = []
         pieces, p, rest_keys = _pieces(keys, start, end, self.width)
+        if not start:
+            self.walked = (keys, hits, pieces, p, self.changes)
         if pieces:
             buckets = self.buckets
             for _, node, off, n in pieces:
@@ -298,6 +310,38 @@ class KeyIndex:
                 return hits, False
             hits += found
         return hits, True
+
+    def walked_pieces(self, keys, blocks: list[int]):
+        """The pieces of `_pieces(keys, 0, len(blocks))` and where the integer keys
+        end, when `blocks` is the list the last `find` from the first key gave for
+        `keys` (or what is left of it: shortened in place, as `PrefixLookups`
+        does) and no bucket changed since: then every piece's bucket names the
+        blocks of its place, as the walk found them. Else None.
+
+        Speed: a look-up's hits are counted (`evictable`) and taken (`share`) by
+        the same runs of keys the look-up walked, each walk cutting the keys at
+        the buckets again and comparing every run's blocks with its bucket's
+        slice (`QueueMembers._runs_found`): replaying the Mooncake trace under
+        vllm, 25,480 walks after 13,147 look-ups (benchmarks/README.md,
+        "twenty-eighth steps", helper kvf30)."""
+        walked = self.walked
+        if (walked is None or walked[1] is not blocks or walked[0] is not keys
+                or walked[4] != self.changes):
+            return None
+        end = len(blocks)
+        pieces = walked[2]
+        if pieces and pieces[-1][0] + pieces[-1][3] > end:
+            # Cut at the hits' end, as `_pieces` would (the look-up stopped at a key
+            # not cached, or the hits were shortened since): the pieces that start
+            # before it (found by their first block, `(end,)` sorting before any
+            # piece at `end`), the last one shortened.
+            pieces = pieces[:bisect_left(pieces, (end,))]
+            if pieces:
+                q, node, off, n = pieces[-1]
+                if q + n > end:
+                    pieces[-1] = (q, node, off, end - q)
+        p = walked[3]
+        return pieces, p if p < end else end
 
 
 def _pieces(keys, start: int, end: int, width: int) -> tuple[list, int, list]:

@@ -210,8 +210,17 @@ class QueueMembers:
         within a bucket that names exactly `blocks[p:p + n]`, and (None, 0, p, n)
         for blocks to ask about by block alone (the rest)."""
         end = len(blocks)
-        pieces, p, _ = _pieces(keys, 0, end, self.index.width)
-        buckets = self.index.buckets
+        index = self.index
+        walked = index.walked_pieces(keys, blocks)
+        if walked is not None:  # (the look-up's own walk: each run named so)
+            pieces, p = walked
+            for q, node, off, n in pieces:
+                yield node, off, q, n
+            if p < end:
+                yield None, 0, p, end - p
+            return
+        pieces, p, _ = _pieces(keys, 0, end, index.width)
+        buckets = index.buckets
         for q, node, off, n in pieces:
             bucket = buckets.get(node)
             if bucket is not None and bucket[off:off + n] == blocks[q:q + n]:

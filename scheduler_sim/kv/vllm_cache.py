@@ -120,14 +120,14 @@ class VllmCache(RunQueue, PrefixCache):
             return None
         writers = self.writers
         if 0 <= keys.own_from <= start:
-            # Keys of the request's own content (its decodes' blocks), which no
-            # other request can look up (`block_keys.OWN_KEY`), and this one only
-            # once it let go of its table: indexed then (`release`), as one run
-            # from the first block left so (`unindexed`). Speed: replaying the
-            # Mooncake trace under vllm, 192,531 of the 219,594 registrations
-            # that key blocks key only such blocks (150,387 of them one block, a
-            # decode's): each was a key made, an index entry and a duplicate
-            # test here (benchmarks/README.md, "nineteenth steps", helper pc20).
+            # Keys of the request's own content (its decodes' blocks), which no other request
+            # can look up (`block_keys.OWN_KEY`), and this one only once it let go of its
+            # table: indexed then (`release`), as one run from the first block left so
+            # (`unindexed`). Speed: replaying the Mooncake trace under vllm, 192,531 of the
+            # 219,594 registrations that key blocks key only such blocks (150,387 of them one
+            # block, a decode's): each was a key made, an index entry and a duplicate test here
+            # (benchmarks/README.md, "nineteenth steps", helper pc20). (`PrefixLookups` does
+            # this branch's work itself for a request in `unindexed`, no writers: keep alike.)
             unindexed = self.unindexed
             if rid not in unindexed:
                 unindexed[rid] = (table, start)

@@ -787,6 +787,43 @@ def test_a_request_s_lines_are_written_without_their_records(tmp_path):
         '{"tick":9,"event":"finished","id":"b","status":"finished_length_capped"}\n')
 
 
+def test_a_request_s_lines_are_one_format_each_made_once_per_listener():
+    """`request_formats`: a line listener's formats of a request's lines, made once,
+    with the policy's tag; a `%` in the tag is written as it is (escaped in the
+    format), in ticks and in seconds; and the records' own lines are the same."""
+    import io
+
+    from scheduler_sim.io.event_file import EventFile
+    from scheduler_sim.records.clock import Clock
+    from scheduler_sim.records.event_lines import request_formats
+    from scheduler_sim.records.events import Admitted
+    arrival, admission, finish, when = request_formats("p%s", None)
+    assert arrival == '{"tick":%s,"event":"arrival","policy":"p%%s","id":%s}'
+    assert admission == ('{"tick":%s,"event":"admitted","policy":"p%%s","id":%s,'
+                         '"reserved":%s,"resumed":%s,"cached_tokens":%s}')
+    assert finish == '{"tick":%s,"event":"finished","policy":"p%%s","id":%s,"status":%s}'
+    assert when is str
+    clock = Clock("s", 1.0, 1e-6, True)
+    assert request_formats(None, clock)[0] == '{"time":%s,"event":"arrival","id":%s}'
+    assert request_formats(None, clock)[3] == clock.text
+    events = EventFile("-", io.StringIO(), True, clock)
+    lines = events.listener("100%")
+    lines.arrived(250, "r%d")
+    lines.admitted(3_000_000, "r%d", 7, False, 0)
+    lines.finished(3_000_010, "r%d", "finished")
+    events.flush()
+    assert events.handle.getvalue() == (
+        '{"time":0.00025,"event":"arrival","policy":"100%","id":"r%d"}\n'
+        '{"time":3,"event":"admitted","policy":"100%","id":"r%d","reserved":7,'
+        '"resumed":false,"cached_tokens":0}\n'
+        '{"time":3.00001,"event":"finished","policy":"100%","id":"r%d",'
+        '"status":"finished"}\n')
+    assert events.handle.getvalue().splitlines() == [
+        record.to_json("100%", clock)
+        for record in (Arrival(250, "r%d"), Admitted(3_000_000, "r%d", 7, False, 0),
+                       Finished(3_000_010, "r%d", "finished"))]
+
+
 def test_an_admission_is_handed_as_a_record_to_a_listener_that_takes_records():
     """`report_admitted`: a listener that is not a line listener gets the record."""
     from scheduler_sim.records.events import Admitted, report_admitted

@@ -17,8 +17,7 @@ import json
 from typing import Callable, TextIO
 
 from ..records.clock import Clock
-from ..records.event_lines import (STEADY_ROWS, STEADY_STEP, LineListener, admitted_line,
-                                   arrival_line, finished_line)
+from ..records.event_lines import STEADY_ROWS, STEADY_STEP, LineListener, json_string
 from ..records.events import Event
 from .outputs import Output
 
@@ -57,21 +56,22 @@ class _FileLines(LineListener):
     # `LineListener.arrived`).
     def arrived(self, tick: int, rid: str) -> None:
         lines = self.lines
-        lines.append(arrival_line(tick, rid, self.policy, self.clock))
+        lines.append(self.arrival % (self.when(tick), json_string(rid)))
         lines.append("\n")
         if len(lines) >= _PIECES:
             self._flush()
 
     def admitted(self, tick: int, rid: str, reserved: int, resumed: bool, cached: int) -> None:
         lines = self.lines
-        lines.append(admitted_line(tick, rid, reserved, resumed, cached, self.policy, self.clock))
+        lines.append(self.admission % (self.when(tick), json_string(rid), reserved,
+                                       "true" if resumed else "false", cached))
         lines.append("\n")
         if len(lines) >= _PIECES:
             self._flush()
 
     def finished(self, tick: int, rid: str, status: str) -> None:
         lines = self.lines
-        lines.append(finished_line(tick, rid, status, self.policy, self.clock))
+        lines.append(self.finish % (self.when(tick), json_string(rid), json_string(status)))
         lines.append("\n")
         if len(lines) >= _PIECES:
             self._flush()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:  # only named in annotations; events.py imports this module
     from .events import Event
 
-__all__ = ["LineListener", "line_head", "arrival_line", "admitted_line", "finished_line",
+__all__ = ["LineListener", "request_formats", "arrival_line", "admitted_line", "finished_line",
            "snapshot_line", "dispatch_line", "rows_text",
            "decodes_line", "counted_text", "prompt_row_text", "decode_rows_text",
            "steady_parts", "STEADY_STEP", "STEADY_ROWS",
@@ -37,8 +37,9 @@ class LineListener:
     def __init__(self, policy: str | None, clock: Any) -> None:
         self.policy = policy  # the tag of every line, when several policies run
         self.clock = clock
-        # The requests whose plain decodes' rows `members_rows` wrote last, in order,
-        # and their text.
+        # A request's lines: their formats and their time's text (`request_formats`).
+        self.arrival, self.admission, self.finish, self.when = request_formats(policy, clock)
+        # The requests whose plain decodes' rows `members_rows` wrote last; their text.
         self.rows_of: list = []
         self.rows_text = ""
 
@@ -53,10 +54,10 @@ class LineListener:
         Speed: an admission's decodes are mostly the requests of the counted start
         before it (1,581 of 1,902 admissions on the first 2,000 Azure requests
         under `continuous`): 1.7890e9 -> 1.7754e9 instructions with `--events`
-        (callgrind). Editing the text where the requests differ by one request
-        (3,606 of the other 3,795 calls) ran more (1.7907e9): finding the place
-        costs about what joining the ten or so rows does. See benchmarks/README.md,
-        "twenty-fourth steps", helper ev25."""
+        (callgrind). Editing the text where the requests differ by one request (3,606
+        of the other 3,795 calls) ran more (1.7907e9): finding the place costs about
+        what joining the ten or so rows does (benchmarks/README.md, "twenty-fourth
+        steps", helper ev25)."""
         if reqs == self.rows_of:
             return self.rows_text
         text = _DECODE_SEP.join(map(_BY_REQUEST.__getitem__, reqs))  # (see `_ByRequest`)
@@ -81,65 +82,65 @@ class LineListener:
         self.write_all(text.split("\n"))
 
     def write_parts(self, parts: list[str]) -> None:
-        """Write several lines given as the pieces of one text (`write_text`'s, joined
-        by nothing): a folded stretch's (`steady_parts`). A listener that buffers
-        pieces may keep them unjoined (the events file does). None: nothing."""
+        """Write several lines given as the pieces of one text (`write_text`'s, joined by
+        nothing): a folded stretch's (`steady_parts`). A listener that buffers pieces
+        may keep them unjoined (the events file does). None: nothing."""
         if parts:
             self.write_text("".join(parts))
 
     # A request's lines, without their records (`Arrival` without a client wait,
-    # `Admitted`, `Finished`): the engine hands a line listener their fields.
-    # Speed: a record built (about 200 ns) and written through `to_json` was
-    # about 0.65 us a line, three lines a request (58,098 on the Azure trace);
-    # see benchmarks/README.md, "twenty-third steps", helper ev24.
+    # `Admitted`, `Finished`): the engine hands a line listener their fields. Speed:
+    # a record built (about 200 ns) and written through `to_json` was about 0.65 us a
+    # line (58,098 on the Azure trace; benchmarks/README.md, "twenty-third steps", ev24).
     def arrived(self, tick: int, rid: str) -> None:
         """Write `Arrival(tick, rid)`'s line (no client wait)."""
-        self.write(arrival_line(tick, rid, self.policy, self.clock))
+        self.write(self.arrival % (self.when(tick), json_string(rid)))
 
     def admitted(self, tick: int, rid: str, reserved: int, resumed: bool, cached: int) -> None:
         """Write `Admitted(tick, rid, reserved, resumed, cached)`'s line."""
-        self.write(admitted_line(tick, rid, reserved, resumed, cached, self.policy, self.clock))
+        self.write(self.admission % (self.when(tick), json_string(rid), reserved,
+                                     "true" if resumed else "false", cached))
 
     def finished(self, tick: int, rid: str, status: str) -> None:
         """Write `Finished(tick, rid, status)`'s line."""
-        self.write(finished_line(tick, rid, status, self.policy, self.clock))
+        self.write(self.finish % (self.when(tick), json_string(rid), json_string(status)))
 
 
-def line_head(tick: int, kind: str, policy: str | None, clock: Any) -> str:
-    """How a record's line starts: its time, its kind and the policy, each followed
-    by a comma (for the lines of common kinds written by hand). Speed: in seconds
-    without a policy's tag (one policy's run under a cost model, the common case)
-    one format a line, not three (the time's, the policy's and theirs: 58,098
-    request lines on the Azure trace, benchmarks/README.md, "fourteenth steps",
-    helper ev10); in ticks two, with a tag three, as before."""
-    if clock is None or not clock.in_seconds:
-        when = f'"tick":{tick}'
-    elif policy is None:
-        return f'{{"time":{clock.text(tick)},"event":"{kind}",'
-    else:
-        when = f'"time":{clock.text(tick)}'
-    tag = "" if policy is None else f'"policy":{json_string(policy)},'
-    return f'{{{when},"event":"{kind}",{tag}'
+def request_formats(policy: str | None, clock: Any) -> tuple[str, str, str, Any]:
+    """The `%` formats of a request's arrival (time, quoted id), admission (time, id,
+    reserved, resumed as `true`/`false`, cached tokens) and finish (time, id, quoted
+    status) lines (the records' `to_json`) for `policy`'s tag and `clock`, and what
+    makes a time's text from its tick (`Clock.text`, or `str` in ticks). Speed: a
+    line listener makes them once, a line then one format, where it was two calls
+    and two or three formats (58,098 request lines on the Azure trace;
+    benchmarks/README.md, "twenty-eighth steps", helper ev30)."""
+    seconds = clock is not None and clock.in_seconds
+    key = '{"time":' if seconds else '{"tick":'
+    tag = "" if policy is None else f'"policy":{json_string(policy)},'.replace("%", "%%")
+    return (f'{key}%s,"event":"arrival",{tag}"id":%s}}',
+            f'{key}%s,"event":"admitted",{tag}"id":%s,"reserved":%s,"resumed":%s,'
+            '"cached_tokens":%s}', f'{key}%s,"event":"finished",{tag}"id":%s,"status":%s}}',
+            clock.text if seconds else str)
 
 
 def arrival_line(tick: int, rid: str, policy: str | None, clock: Any) -> str:
     """`Arrival(tick, rid).to_json(policy, clock)` (no client wait), without the record."""
-    return f'{line_head(tick, "arrival", policy, clock)}"id":{json_string(rid)}}}'
+    line, _, _, when = request_formats(policy, clock)
+    return line % (when(tick), json_string(rid))
 
 
 def admitted_line(tick: int, rid: str, reserved: int, resumed: bool, cached: int,
                   policy: str | None, clock: Any) -> str:
-    """`Admitted(tick, rid, reserved, resumed, cached).to_json(policy, clock)`, without
-    the record."""
-    return (f'{line_head(tick, "admitted", policy, clock)}"id":{json_string(rid)},'
-            f'"reserved":{reserved},"resumed":{"true" if resumed else "false"},'
-            f'"cached_tokens":{cached}}}')
+    """`Admitted(tick, rid, reserved, resumed, cached).to_json(policy, clock)`."""
+    _, line, _, when = request_formats(policy, clock)
+    return line % (when(tick), json_string(rid), reserved, "true" if resumed else "false",
+                   cached)
 
 
 def finished_line(tick: int, rid: str, status: str, policy: str | None, clock: Any) -> str:
     """`Finished(tick, rid, status).to_json(policy, clock)`, without the record."""
-    return (f'{line_head(tick, "finished", policy, clock)}"id":{json_string(rid)},'
-            f'"status":{json_string(status)}}}')
+    _, _, line, when = request_formats(policy, clock)
+    return line % (when(tick), json_string(rid), json_string(status))
 
 
 def snapshot_line(tick: int, waiting: int, running: int, reserved: int, allocated: int,

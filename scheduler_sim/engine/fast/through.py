@@ -39,6 +39,7 @@ from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
 from .arrivals import AGAIN, NO, STARTED, admit_after_prompts, admit_through, after_admission
+from .behind import carry_behind
 from .blocked import carry_blocked
 from .finishes import BACK, carry_counted
 from .folding import FOLD_AFTER, fold
@@ -119,9 +120,13 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
             continue
         counted = flight.members and not flight.decoders  # every row a cohort member
         requests = flight.requests if flight.members else flight.decoders
-        if requests is None or len(requests) != policy.running_count \
-                or not policy.repeats_decodes():
+        if requests is None or len(requests) != policy.running_count:
             return False
+        if not policy.repeats_decodes():
+            # Requests wait: behind a head reported blocked, written decodes may be
+            # carried on through their finishes by the policy's own call (behind.py).
+            return (steady.blocked is not None and not flight.members
+                    and carry_behind(engine, until))
         if counted:
             # Every row a counted member: its boundaries in one loop, through
             # finishes and arrivals the policy admits (finishes.py, which writes a

@@ -1,0 +1,90 @@
+"""Behind a head blocked for blocks: a stretch of written decodes carried on through its finishes.
+
+Under `vllm` with prefix caching the queue's head mostly waits for blocks
+while the running requests decode. Their stretch is folded (folding.py) up to
+the completion that finishes one of them; then the engine's loop took that
+boundary: the completion (E1: the request's blocks released), then the
+policy's `schedule`, which walks every survivor's decode (opening a block at a
+decode's first row, keying the block its last row fills), looks the head up
+again and finds it still short of blocks, then the dispatch started, seen to
+repeat, and folded again. No decode cohort counts these decoders (prefix
+caching has none), so blocked.py's counted boundaries do not apply.
+
+`carry_behind` takes such boundaries as the loop would: the completion
+(`complete_now`), then in place of the call the policy's own restatement of
+it (`Policy.decodes_behind`: the survivors' blocks opened and keyed in
+running order, the head looked up and reported as the call reports it), the
+survivors' decodes started in running order (the plan the call returns), and
+the step's look for folding (`Steadiness.repeats`, then `fold`). If the
+policy declines (the head now fits, say), the boundary's step is the
+policy's: the caller steps again at the engine's `now`. Only where nothing
+outside is due before the completion (`until`), without a listener (a
+boundary's records would be the step's) and without a decode cohort; the
+caller (through.py's `carry_on`) has checked the rest (`Steadiness.through`:
+a lone engine, a built-in policy, no state callback, client slots, timeouts,
+release delay or host memory). tests/test_fold_behind.py compares the
+results with stepped replays.
+
+Speed: replaying the Mooncake conversation trace under `vllm` with prefix
+caching, 5,990 boundaries were a finish behind a head blocked for blocks,
+each a `schedule` call, a dispatch's start and a fold's look in the step
+besides the loop's phases (benchmarks/README.md, "twenty-eighth steps",
+fin30).
+"""
+from __future__ import annotations
+
+from ...policies.base import DecodesFirst
+from ...records.states import RequestStatus
+from .folding import fold
+
+__all__ = ["carry_behind"]
+
+RUNNING = RequestStatus.RUNNING
+
+
+def carry_behind(engine, until: float) -> bool:
+    """The flight just started (and perhaps folded) runs the written decodes of
+    every running request, and the call that planned it reported the queue's
+    head blocked: take its completion and those after it while the policy
+    makes the call due at each (`Policy.decodes_behind`; see the module).
+    Returns True when it took a boundary whose step is still to be planned
+    by the policy (the caller steps again at the engine's `now`), False when
+    the engine's loop takes the next one."""
+    if engine._emit is not None or engine._cohort is not None:
+        return False
+    policy = engine.policy
+    steady = engine.steadiness
+    allocator = engine.allocator
+    livelock = engine.livelock
+    growth = allocator.step_growth
+    while True:
+        flight = engine.flight
+        decoders = flight.decoders
+        report = steady.blocked
+        t = flight.done
+        if (t >= until or report is None or decoders is None or flight.members
+                or livelock.tripped):
+            return False
+        engine.now = t
+        engine.complete_now()  # E1, as the loop does it
+        survivors = [req for req in decoders if req.status is RUNNING]
+        if not survivors or len(survivors) != policy.running_count:
+            return True  # the step is the policy's, at this boundary
+        # What the step clears before its call, then the call's work (the blocks
+        # the decodes open and fill, the head's report) done by the policy.
+        steady.moved = False
+        steady.blocked = None
+        allocator.step_evictions.clear()
+        growth.clear()
+        if not policy.decodes_behind(report[0], report[1], report[2]):
+            return True
+        steady.finishes_behind += 1
+        # The plan the call returns (`DecodesFirst` of the running list, its
+        # blocks opened), started; then the step's look for folding, with the
+        # policy's attributes as they were (the promise leaves them).
+        policy_blocks = sum(growth.values())
+        flight = engine.flight = engine._start(DecodesFirst(survivors, [], True))
+        if (steady.repeated_behind(survivors, decoders)
+                or steady.repeats(flight, (steady.changes, policy.__dict__, ()))):
+            fold(engine, flight, until, policy_blocks)
+        allocator.check()

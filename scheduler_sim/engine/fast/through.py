@@ -76,7 +76,8 @@ def carries_on(engine, flight) -> bool:
     Mooncake requests, benchmarks/README.md, "twenty-second steps", review)."""
     policy = engine.policy
     return (flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
-            or (engine.steadiness.blocked is not None and flight.members))
+            or (engine.steadiness.blocked is not None
+                and (flight.members or flight.outputs == len(flight.rows))))
 
 
 def carry_on(engine, until: float, looked: bool = True) -> bool:
@@ -94,13 +95,17 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size
-    if steady.blocked is not None and engine.flight.members:
+    if steady.blocked is not None:
         # The call reported its queue head blocked: requests wait, so the policy is
         # not at its fixed point; it may promise the head stays blocked through
-        # arrivals (blocked.py; only for counted members: `carries_on`).
-        carried = carry_blocked(engine, until)
-        if carried is not None:
-            return carried
+        # arrivals (blocked.py; only for counted members: `carries_on`), or make
+        # the call due at the next finish itself (behind.py: written rows).
+        if engine.flight.members:
+            carried = carry_blocked(engine, until)
+            if carried is not None:
+                return carried
+        elif not engine.flight.all_decode:
+            return carry_behind(engine, until)  # (every row emits: `carries_on`)
     if not looked and engine.flight.all_decode:
         _fold_fixed_point(engine, until)
     while True:

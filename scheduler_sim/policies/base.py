@@ -340,16 +340,6 @@ class Policy:
         only; the default, False, never lets the engine skip a call."""
         return False
 
-    def decodes_behind(self, rid: str, reason: str, needed: int) -> bool:
-        """Asked at a finish after a dispatch of every running request's decode (plain,
-        written rows), whose call reported head `rid` blocked for `reason` and
-        `needed` blocks. True: the call due now would plan every running request's
-        decode, in running order, and report the head blocked; it has done what
-        that call does (blocks, keys, the report) and left its attributes as they
-        are. False: nothing a second call would not redo the same way (the engine
-        calls `schedule`). Built-in policies only (engine/fast/behind.py)."""
-        return False
-
     def decodes_repeated(self, requests: list[Request]) -> None:
         """The engine started the decodes of `requests`, in that order, in place of
         a `schedule` call it skipped (`repeats_decodes`): set what that call would

@@ -159,7 +159,7 @@ class VllmFastPaths:
                 and not self.radix_eviction and self.view.allocator.host is None
                 and running[:-1] == decoders)
 
-    def decodes_behind(self, rid: str, reason: str, needed: int) -> bool:
+    def decodes_behind(self, rid: str, reason: str, needed: int) -> list[Request] | None:
         # `schedule` when every running request decodes and the head `rid` was
         # reported blocked for blocks: the walk opens each decode's block at its first
         # row (`try_grow`) and keys the block its last row fills, in running order,
@@ -182,20 +182,20 @@ class VllmFastPaths:
                 or type(self.waiting) is not FcfsQueue or allocator.host is not None
                 or size == 1 or self.radix_eviction or not self._hands_runs
                 or n >= options.max_rows or n >= options.token_budget):
-            return False
+            return None
         free = allocator.free
         watermark = self.watermark_blocks
         if needed + watermark <= free - n:
-            return False  # (even if every decode opened a block: most admissions)
+            return None  # (even if every decode opened a block: most admissions)
         head = self.waiting.peek()
         if head.rid != rid:
-            return False
+            return None
         # The decodes at a block's first row (an opening) or last (a fill), in order.
         edge = size - 1
         walk = [req for req in running if req.resident % size in (0, edge)]
         opening = sum(1 for req in walk if not req.resident % size)
         if opening > free or needed + watermark <= free - opening:
-            return False
+            return None
         keyed = allocator.cache is not None
         for req in walk:
             r = req.resident
@@ -203,7 +203,7 @@ class VllmFastPaths:
                 if keyed and req.block_keys is not None:
                     allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
             elif not allocator.try_grow(req.rid, r + 1):
-                return False  # (cannot be: `opening` fits)
+                return None  # (cannot be: `opening` fits)
         # The head, as the call weighs it (`schedule`'s second part, no host memory).
         cached = self.view.cached_prefix(head)
         hit = self.hit_rows(head, cached)
@@ -217,9 +217,9 @@ class VllmFastPaths:
         need = blocks_for(rows, size) - len(cached) + allocator.evictable(cached)
         free = allocator.free
         if need + watermark <= free:
-            return False  # it fits: the call admits
+            return None  # it fits: the call admits
         self.view.report_blocked(head, "watermark" if need <= free else "blocks", need)
-        return True
+        return running[:]  # (the plan's decodes: `DecodesFirst(running[:n], [], True)`)
 
     def next_decodes(self) -> list[Request] | None:
         return list(self.running)

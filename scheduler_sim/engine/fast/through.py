@@ -77,7 +77,8 @@ def carries_on(engine, flight) -> bool:
     policy = engine.policy
     return (flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
             or (engine.steadiness.blocked is not None
-                and (flight.members or flight.outputs == len(flight.rows))))
+                and (flight.members or flight.rows is not None
+                     and flight.outputs == len(flight.rows))))
 
 
 def carry_on(engine, until: float, looked: bool = True) -> bool:

@@ -63,10 +63,9 @@ def carry_behind(engine, until: float) -> bool:
     livelock = engine.livelock
     growth = allocator.step_growth
     ledger = engine.ledger
-    # (`vllm`'s own question, not in policies/base.py: no other policy answers it.)
-    decodes_behind = getattr(policy, "decodes_behind", None)
-    if decodes_behind is None:
-        return False
+    # (`vllm`'s own question, not in policies/base.py: the caller asks only a policy
+    # that has it, `Steadiness.behind`.)
+    decodes_behind = policy.decodes_behind
     while True:
         flight = engine.flight
         decoders = flight.decoders

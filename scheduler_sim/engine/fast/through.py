@@ -77,7 +77,7 @@ def carries_on(engine, flight) -> bool:
     policy = engine.policy
     return (flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
             or (engine.steadiness.blocked is not None
-                and (flight.members or flight.rows is not None
+                and (flight.members or engine.steadiness.behind and flight.rows is not None
                      and flight.outputs == len(flight.rows))))
 
 
@@ -105,7 +105,7 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
             carried = carry_blocked(engine, until)
             if carried is not None:
                 return carried
-        elif not engine.flight.all_decode:
+        elif steady.behind and not engine.flight.all_decode:
             return carry_behind(engine, until)  # (every row emits: `carries_on`)
     if not looked and engine.flight.all_decode:
         _fold_fixed_point(engine, until)
@@ -131,7 +131,7 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
         if not policy.repeats_decodes():
             # Requests wait: behind a head reported blocked, written decodes may be
             # carried on through their finishes by the policy's own call (behind.py).
-            return (steady.blocked is not None and not flight.members
+            return (steady.behind and steady.blocked is not None and not flight.members
                     and carry_behind(engine, until))
         if counted:
             # Every row a counted member: its boundaries in one loop, through

@@ -65,6 +65,41 @@ def test_a_finish_behind_a_blocked_head_is_carried_on():
     assert (summary, records) == stepped[4:]
 
 
+def test_an_arrival_at_a_completion_is_taken_there():
+    """`d` (4 tokens, 1 block) arrives at tick 2, when the dispatch started at tick 1
+    completes (no fold there: its flight ends at the arrival). That boundary is
+    taken as the loop takes it (E1, then `d` joins the queue behind `c`), and the
+    policy makes the call: `c` still the head, 8 blocks needed of 4 free, none
+    taken. Then as before: the finish at 3 carried on, the call at 12 admits `c`
+    and `d` (8 + 1 of 10 blocks), `d` ends at 13 with its one output."""
+    records = RECORDS + [{"type": "request", "id": "d", "arrival": 2, "prompt_tokens": 4,
+                          "output_tokens": 1}]
+    calls, reports, behind, folded, summary, result = _run(records)
+    assert calls == [0, 12, 13]
+    assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 4, 2), 4),
+                       (2, ["a", "b"], ("c", "blocks", 8, 4, 0), 4),
+                       (3, ["b"], ("c", "blocks", 8, 7, 0), 7)]
+    assert [(r["id"], r["admitted"], r["finished"]) for r in result] == [
+        ("a", 0, 3), ("b", 0, 12), ("c", 12, 14), ("d", 12, 13)]
+    stepped = _run(records, fast=False)
+    assert stepped[0] == list(range(14))
+    assert (summary, result) == stepped[4:]
+
+
+def test_an_arrival_inside_a_folded_stretch_is_taken_at_its_own_time():
+    """`d` arrives at tick 5, inside `b`'s stretch folded at tick 3 (behind a FCFS head
+    the fold goes past it): at `b`'s finish at 12 the arrival is taken first, at
+    tick 5, as the loop takes it while a dispatch runs, then the completion; nobody
+    runs, so the call at 12 admits `c` and `d`."""
+    records = RECORDS + [{"type": "request", "id": "d", "arrival": 5, "prompt_tokens": 4,
+                          "output_tokens": 1}]
+    calls, reports, behind, folded, summary, result = _run(records)
+    assert calls == [0, 12, 13] and [t for t, _, _, _ in reports] == [1, 3]
+    assert [(r["id"], r["arrival"], r["admitted"], r["finished"]) for r in result] == [
+        ("a", 0, 0, 3), ("b", 0, 0, 12), ("c", 0, 12, 14), ("d", 5, 12, 13)]
+    assert (summary, result) == _run(records, fast=False)[4:]
+
+
 def test_the_call_admits_when_the_head_fits():
     """With `a`'s prompt of 20 tokens (5 blocks) and a pool of 14, `c` (8 blocks) waits
     with 7 free at tick 0 and 5 at tick 1 (the policy's call: two openings). `a`'s end

@@ -38,6 +38,7 @@ from operator import attrgetter, itemgetter
 from ...records.states import RequestStatus
 from ...requests.request import write_decodes
 from ..flight import InFlight
+from .arrivals import only_arrivals, take_boundaries
 from .folding import fold
 
 __all__ = ["carry_behind"]
@@ -71,8 +72,11 @@ def carry_behind(engine, until: float) -> bool:
         decoders = flight.decoders
         report = steady.blocked
         t = flight.done
-        if t >= until or report is None or flight.members or livelock.tripped:
+        if report is None or flight.members or livelock.tripped:
             return False
+        outside = t >= until
+        if outside and not only_arrivals(engine, until, t):
+            return False  # (something other than arrivals due by `t`: the loop's)
         if decoders is None:
             # Decodes and prompt chunks: every row emits (each chunk ended its prompt
             # or recompute), so every running request decodes after it.
@@ -80,8 +84,14 @@ def carry_behind(engine, until: float) -> bool:
             if flight.outputs != len(rows):
                 return False
             decoders = list(map(_first, rows))
-        engine.now = t
-        engine.complete_now()  # E1, as the loop does it
+        if outside:
+            # Arrivals by `t`, taken at their own times as the loop takes them (E2),
+            # then E1 at `t` (arrivals.py; the call below sees them queued).
+            take_boundaries(engine, t)
+            until = engine._until()
+        else:
+            engine.now = t
+            engine.complete_now()  # E1, as the loop does it
         survivors = [req for req in decoders if req.status is RUNNING]
         if not survivors or len(survivors) != policy.running_count:
             return True  # the step is the policy's, at this boundary

@@ -160,19 +160,26 @@ class VllmFastPaths:
                 and running[:-1] == decoders)
 
     def decodes_behind(self, rid: str, reason: str, needed: int) -> list[Request] | None:
-        # `schedule` when every running request decodes and the head `rid` was
-        # reported blocked for blocks: the walk opens each decode's block at its first
-        # row (`try_grow`) and keys the block its last row fills, in running order,
-        # the budget covering every row; then the head is looked up and found short
-        # of blocks, or the call admits it. Declined before anything is done where
-        # the call may do more (a cadence, an order other than FCFS, host memory,
-        # blocks of one row, a plugin's radix tree, the row limit reached) or where
-        # the free blocks left by the openings would hold the need reported last
-        # (a waiting head's need only grows: the call admits, most likely). After
-        # the walk the head is looked up as the call looks it up: if it fits,
-        # False, and the step's call walks again (each block opened and keyed
-        # already: the walk does nothing more, the look-up answers the same) and
-        # admits.
+        """Asked by the engine (engine/fast/behind.py; `vllm`'s own question, built-in
+        only) at a boundary where every running request is a plain decode (a dispatch
+        of all of them just completed, finishes removed), the last call having
+        reported head `rid` blocked for `reason` (blocks or the watermark) and
+        `needed` blocks. If the `schedule` call due now would plan every running
+        request's decode in running order and report the head blocked, do what it
+        does and return the plan's decodes; else None, having done nothing a
+        second walk would not redo alike (the engine calls `schedule`).
+
+        That call: the walk opens each decode's block at its first row (`try_grow`)
+        and keys the block its last row fills, in running order, the budget
+        covering every row; then the head is looked up, and reported short of
+        blocks or admitted. Declined before anything is done where the call may
+        do more (a cadence, an order other than FCFS, host memory, blocks of one
+        row, a plugin's radix tree, the row limit or budget reached) or where
+        the free blocks the openings leave would hold the need reported last (a
+        waiting head's need only grows: the call most likely admits it). After
+        the walk the head is looked up as the call looks it up: if it fits,
+        None, and the call walks again (each block opened and keyed already: it
+        does nothing more; the look-up answers the same) and admits."""
         options = self.options
         allocator = self.view.allocator
         running = self.running

@@ -1,35 +1,42 @@
-"""Behind a head blocked for blocks: a stretch of written decodes carried on through its finishes.
+"""Behind a head blocked for blocks: written decodes carried on through finishes and prompt ends.
 
 Under `vllm` with prefix caching the queue's head mostly waits for blocks
 while the running requests decode. Their stretch is folded (folding.py) up to
-the completion that finishes one of them; then the engine's loop took that
-boundary: the completion (E1: the request's blocks released), then the
-policy's `schedule`, which walks every survivor's decode (opening a block at a
-decode's first row, keying the block its last row fills), looks the head up
-again and finds it still short of blocks, then the dispatch started, seen to
-repeat, and folded again. No decode cohort counts these decoders (prefix
-caching has none), so blocked.py's counted boundaries do not apply.
+the completion that finishes one of them, and a dispatch whose prompts end
+in it is followed by everybody's decodes; then the engine's loop took the
+boundary: the completion (E1: a finished request's blocks released), the
+policy's `schedule`, which walks every running request's decode (opening a
+block at a decode's first row, keying the block its last row fills), looks
+the head up again and finds it still short of blocks, then the dispatch
+started, seen to repeat, and folded again. No decode cohort counts these
+decoders (prefix caching has none), so blocked.py's counted boundaries do
+not apply.
 
 `carry_behind` takes such boundaries as the loop would: the completion
-(`complete_now`), then in place of the call the policy's own restatement of
-it (`Policy.decodes_behind`: the survivors' blocks opened and keyed in
-running order, the head looked up and reported as the call reports it), the
-survivors' decodes started in running order (the plan the call returns), and
-the step's look for folding (`Steadiness.repeats`, then `fold`). If the
-policy declines (the head now fits, say), the boundary's step is the
-policy's: the caller steps again at the engine's `now`. Only where nothing
-outside is due before the completion (`until`), without a listener (a
-boundary's records would be the step's) and without a decode cohort; the
-caller (through.py's `carry_on`) has checked the rest (`Steadiness.through`:
-a lone engine, a built-in policy, no state callback, client slots, timeouts,
-release delay or host memory). tests/test_fold_behind.py compares the
-results with stepped replays.
+(`complete_now`; with arrivals due by it, each at its own time first, as
+arrivals.py's `take_boundaries` takes them), then in place of the call the
+policy's own restatement of it (`decodes_behind`, `vllm`'s own question,
+policies/vllm_fast.py: the decodes' blocks opened and keyed in running
+order, the head looked up and reported as the call reports it, the plan's
+decodes returned), the dispatch of those decodes started (`_start`'s steps
+for that plan), and the step's look for folding (`Steadiness.repeats`, known
+at once when the look before kept the dispatch that just completed,
+`repeated_behind`; then `fold`). The policy declines where the call may do
+more (the head now fits, say): the boundary's step is then the policy's, and
+the caller steps again at the engine's `now`. Not where something other
+than arrivals is due by the completion, not with a listener (a boundary's
+records would be the step's) or a decode cohort; the caller (through.py's
+`carry_on`) has checked the rest (`Steadiness.through`: a lone engine, a
+built-in policy, no state callback, client slots, timeouts, release delay or
+host memory; `Steadiness.behind`: the policy has the question).
+tests/test_fold_behind.py compares the results with stepped replays.
 
 Speed: replaying the Mooncake conversation trace under `vllm` with prefix
-caching, 5,990 boundaries were a finish behind a head blocked for blocks,
-each a `schedule` call, a dispatch's start and a fold's look in the step
-besides the loop's phases (benchmarks/README.md, "twenty-eighth steps",
-fin30).
+caching, of the 23,036 `schedule` calls 5,990 planned decodes after a finish
+and about 4,000 the first decodes after a prompt's end, behind a head blocked
+for blocks; 10,337 of those boundaries are now taken here (12,699 calls),
+0.989x the instructions of the first 2,000 requests (benchmarks/README.md,
+"twenty-eighth steps", fin30).
 """
 from __future__ import annotations
 
@@ -52,7 +59,7 @@ def carry_behind(engine, until: float) -> bool:
     """The flight just started (and perhaps folded) runs the written decodes of
     every running request, and the call that planned it reported the queue's
     head blocked: take its completion and those after it while the policy
-    makes the call due at each (`Policy.decodes_behind`; see the module).
+    makes the call due at each (`decodes_behind`; see the module).
     Returns True when it took a boundary whose step is still to be planned
     by the policy (the caller steps again at the engine's `now`), False when
     the engine's loop takes the next one."""

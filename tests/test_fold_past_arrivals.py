@@ -35,7 +35,9 @@ def _run(order: str, fast: bool = True, policy: str = "vllm"):
 
 def test_a_fold_behind_a_blocked_head_goes_past_an_arrival():
     """Tick 0: `a`'s prompt (4 blocks; `b` needs 5 of the 4 left). Tick 1: `a`'s first
-    decode, planned by the call after a dispatch with prompt rows: a repeat, folded.
+    decode, started without a call (`b` still short of blocks: the policy's
+    `decodes_behind`, engine/fast/behind.py) after a dispatch with prompt rows: a
+    repeat, folded.
     `a`'s outputs 2 to 12 come from the dispatches started at ticks 1 to 11; the last
     finishes it at tick 12. So the fold applies the completions at ticks 2 to 11 (10
     dispatches) and the one started at tick 11 is left in flight; `c` joins the queue
@@ -43,7 +45,7 @@ def test_a_fold_behind_a_blocked_head_goes_past_an_arrival():
     test. At tick 12 `b` and then `c` are admitted (whole prompts: 20 + 4 tokens), `c`
     ends at 13 with its one output, `b` at 14."""
     calls, folded, summary, records = _run("fcfs")
-    assert calls == [0, 1, 12, 13]
+    assert calls == [0, 12, 13]
     assert folded == 10
     assert [(r["id"], r["admitted"], r["finished"]) for r in records] == [
         ("a", 0, 12), ("b", 12, 14), ("c", 12, 13)]

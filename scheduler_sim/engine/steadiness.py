@@ -55,9 +55,9 @@ def _slot_names(cls: type) -> tuple[str, ...]:
 class Steadiness:
     """The change log, the policy's state before each call, and the last plan seen."""
 
-    __slots__ = ("enabled", "through", "changes", "moved", "blocked", "folded",
+    __slots__ = ("enabled", "through", "behind", "changes", "moved", "blocked", "folded",
                  "through_counted", "arrivals_counted", "blocked_counted", "blocked_admitted",
-                 "chunks_folded",
+                 "chunks_folded", "finishes_behind",
                  "_policy", "_slots", "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
@@ -68,6 +68,11 @@ class Steadiness:
         # Whether a steady stretch may be carried on through the requests that
         # finish in it (the engine decides: fast/through.py).
         self.through = False
+        # Whether the policy may make the call due behind a blocked head itself
+        # (`vllm`'s own `decodes_behind`, fast/behind.py), read once here: asked
+        # at each step, the others' steps (SGLang's on the first 2,000 Mooncake
+        # requests) cost 1.005x the instructions.
+        self.behind = hasattr(policy, "decodes_behind")
         self.changes = 0  # transitions written to the change log so far
         # Whether the policy admitted or preempted during this step's call (then an
         # empty plan is still an iteration, E6b).
@@ -85,6 +90,9 @@ class Steadiness:
         self.blocked_admitted = 0
         # Steps of chunk runs applied at once (fast/chunk_run.py), for the same.
         self.chunks_folded = 0
+        # Finishes behind a head blocked for blocks whose call the policy made
+        # itself, its plan started (fast/behind.py), for the same.
+        self.finishes_behind = 0
         self._policy = policy
         self._slots = _slot_names(type(policy))
         # The requests of the last dispatch planned (None unless all decodes), the
@@ -106,6 +114,22 @@ class Steadiness:
         call is compared with them. `changes`: the change log's count when they
         started, if it is told later (fast/finishes.py)."""
         self._last = (requests, None, self.changes if changes is None else changes)
+
+    def repeated_behind(self, requests: list, previous: list) -> bool | None:
+        """`repeats` of the dispatch of `requests`, the running requests of the
+        dispatch of `previous` less those that ended since, started by the engine
+        in place of a call the policy made itself (fast/behind.py), which left its
+        attributes as they were: True if the previous look kept `previous` and
+        the head the call just reported, as `repeats` answers then (its
+        requests, less those ended, are `requests`); None: unknown (`repeats`
+        answers)."""
+        last = self._last
+        block = self.blocked
+        if last is None or last[0] is not previous or block is None \
+                or last[1] != block[:3]:
+            return None
+        self._last = (requests, last[1], self.changes)
+        return True
 
     def before_call(self) -> tuple[int, dict, tuple]:
         """What `repeats` compares the call with: the change count and a copy of

@@ -12,6 +12,8 @@ steps at once.
   (engine/fast/arrivals.py);
 - `repeats_chunk`: does a step of decodes and one prompt's chunk that spends the
   budget repeat until the prompt's last chunk (engine/fast/chunk_run.py);
+- `decodes_behind`: the call due when every running request decodes behind a
+  head blocked for blocks, made without it (engine/fast/behind.py);
 - `next_decodes`, `decode_order`: the decodes the call due would plan.
 
 Each answer restates part of `VllmPolicy.schedule` (policies/vllm.py): a change
@@ -156,6 +158,75 @@ class VllmFastPaths:
                 and type(self.waiting) is FcfsQueue and options.block_size > 1
                 and not self.radix_eviction and self.view.allocator.host is None
                 and running[:-1] == decoders)
+
+    def decodes_behind(self, rid: str, reason: str, needed: int) -> list[Request] | None:
+        """Asked by the engine (engine/fast/behind.py; `vllm`'s own question, built-in
+        only) at a boundary where every running request is a plain decode (a dispatch
+        of all of them just completed, finishes removed), the last call having
+        reported head `rid` blocked for `reason` (blocks or the watermark) and
+        `needed` blocks. If the `schedule` call due now would plan every running
+        request's decode in running order and report the head blocked, do what it
+        does and return the plan's decodes; else None, having done nothing a
+        second walk would not redo alike (the engine calls `schedule`).
+
+        That call: the walk opens each decode's block at its first row (`try_grow`)
+        and keys the block its last row fills, in running order, the budget
+        covering every row; then the head is looked up, and reported short of
+        blocks or admitted. Declined before anything is done where the call may
+        do more (a cadence, an order other than FCFS, host memory, blocks of one
+        row, a plugin's radix tree, the row limit or budget reached) or where
+        the free blocks the openings leave would hold the need reported last (a
+        waiting head's need only grows: the call most likely admits it). After
+        the walk the head is looked up as the call looks it up: if it fits,
+        None, and the call walks again (each block opened and keyed already: it
+        does nothing more; the look-up answers the same) and admits."""
+        options = self.options
+        allocator = self.view.allocator
+        running = self.running
+        n = len(running)
+        size = options.block_size
+        if (reason != "blocks" and reason != "watermark" or options.prefill_interval > 1
+                or type(self.waiting) is not FcfsQueue or allocator.host is not None
+                or size == 1 or self.radix_eviction or not self._hands_runs
+                or n >= options.max_rows or n >= options.token_budget):
+            return None
+        free = allocator.free
+        watermark = self.watermark_blocks
+        if needed + watermark <= free - n:
+            return None  # (even if every decode opened a block: most admissions)
+        head = self.waiting.peek()
+        if head.rid != rid:
+            return None
+        # The decodes at a block's first row (an opening) or last (a fill), in order.
+        edge = size - 1
+        walk = [req for req in running if req.resident % size in (0, edge)]
+        opening = sum(1 for req in walk if not req.resident % size)
+        if opening > free or needed + watermark <= free - opening:
+            return None
+        keyed = allocator.cache is not None
+        for req in walk:
+            r = req.resident
+            if r % size:
+                if keyed and req.block_keys is not None:
+                    allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
+            elif not allocator.try_grow(req.rid, r + 1):
+                return None  # (cannot be: `opening` fits)
+        # The head, as the call weighs it (`schedule`'s second part, no host memory).
+        cached = self.view.cached_prefix(head)
+        hit = self.hit_rows(head, cached)
+        sequence = (head.restore if head.restore > head.prompt_tokens
+                    else head.prompt_tokens)
+        if options.full_prompt_gate:
+            rows = sequence
+        else:
+            cap = options.prefill_chunk if n + len(self.waiting) > 1 else None
+            rows = hit + self._chunk_after(head, hit, cap, options.token_budget - n)
+        need = blocks_for(rows, size) - len(cached) + allocator.evictable(cached)
+        free = allocator.free
+        if need + watermark <= free:
+            return None  # it fits: the call admits
+        self.view.report_blocked(head, "watermark" if need <= free else "blocks", need)
+        return running[:]  # (the plan's decodes: `DecodesFirst(running[:n], [], True)`)
 
     def next_decodes(self) -> list[Request] | None:
         return list(self.running)

@@ -39,6 +39,7 @@ from ...policies.base import DecodesFirst
 from ...records.events import Snapshot
 from ...records.states import RequestStatus
 from .arrivals import AGAIN, NO, STARTED, admit_after_prompts, admit_through, after_admission
+from .behind import carry_behind
 from .blocked import carry_blocked
 from .finishes import BACK, carry_counted
 from .folding import FOLD_AFTER, fold
@@ -75,7 +76,9 @@ def carries_on(engine, flight) -> bool:
     Mooncake requests, benchmarks/README.md, "twenty-second steps", review)."""
     policy = engine.policy
     return (flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
-            or (engine.steadiness.blocked is not None and flight.members))
+            or (engine.steadiness.blocked is not None
+                and (flight.members or engine.steadiness.behind and flight.rows is not None
+                     and flight.outputs == len(flight.rows))))
 
 
 def carry_on(engine, until: float, looked: bool = True) -> bool:
@@ -93,13 +96,17 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
     steady = engine.steadiness
     emit = engine.listener
     size = allocator.block_size
-    if steady.blocked is not None and engine.flight.members:
+    if steady.blocked is not None:
         # The call reported its queue head blocked: requests wait, so the policy is
         # not at its fixed point; it may promise the head stays blocked through
-        # arrivals (blocked.py; only for counted members: `carries_on`).
-        carried = carry_blocked(engine, until)
-        if carried is not None:
-            return carried
+        # arrivals (blocked.py; only for counted members: `carries_on`), or make
+        # the call due at the next finish itself (behind.py: written rows).
+        if engine.flight.members:
+            carried = carry_blocked(engine, until)
+            if carried is not None:
+                return carried
+        elif steady.behind and not engine.flight.all_decode:
+            return carry_behind(engine, until)  # (every row emits: `carries_on`)
     if not looked and engine.flight.all_decode:
         _fold_fixed_point(engine, until)
     while True:
@@ -119,9 +126,13 @@ def carry_on(engine, until: float, looked: bool = True) -> bool:
             continue
         counted = flight.members and not flight.decoders  # every row a cohort member
         requests = flight.requests if flight.members else flight.decoders
-        if requests is None or len(requests) != policy.running_count \
-                or not policy.repeats_decodes():
+        if requests is None or len(requests) != policy.running_count:
             return False
+        if not policy.repeats_decodes():
+            # Requests wait: behind a head reported blocked, written decodes may be
+            # carried on through their finishes by the policy's own call (behind.py).
+            return (steady.behind and steady.blocked is not None and not flight.members
+                    and carry_behind(engine, until))
         if counted:
             # Every row a counted member: its boundaries in one loop, through
             # finishes and arrivals the policy admits (finishes.py, which writes a

@@ -1,0 +1,147 @@
+"""A finish behind a head blocked for blocks, and the first decodes after a prompt's
+end, carried on by the policy's own call (`decodes_behind`, engine/fast/behind.py),
+and the replay is the stepped one."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import trace_bytes
+from scheduler_sim.engine.core import Engine
+from scheduler_sim.engine.summary import request_record
+from scheduler_sim.io.trace import parse_trace
+from scheduler_sim.policies.vllm import VllmPolicy
+from scheduler_sim.records.options import Options
+
+# Blocks of 4 rows, a pool of 10, one tick a dispatch, prefix caching on (no decode
+# cohort). `a` and `b` (8 prompt tokens, 2 blocks each) are admitted at tick 0; `c`
+# (32 tokens, 8 blocks) waits for blocks until both have ended.
+RECORDS = [{"type": "request", "id": "a", "arrival": 0, "prompt_tokens": 8, "output_tokens": 3},
+           {"type": "request", "id": "b", "arrival": 0, "prompt_tokens": 8, "output_tokens": 12},
+           {"type": "request", "id": "c", "arrival": 0, "prompt_tokens": 32, "output_tokens": 2}]
+
+
+def _run(records, fast=True, order="fcfs", **more):
+    trace = parse_trace(trace_bytes(records), "behind.jsonl")
+    options = Options.resolve(trace.config, dict(dict(block_size=4, num_blocks=10, order=order,
+                                                      prefix_caching=True), **more))
+    engine = Engine(trace.workload, options, "vllm", fast_forward=fast)
+    calls, reports = [], []
+    schedule = engine.policy.schedule
+    engine.policy.schedule = lambda now: calls.append(now) or schedule(now)
+    ask = engine.policy.decodes_behind
+
+    def asked(rid, reason, needed):
+        plan = ask(rid, reason, needed)
+        if plan is not None:
+            reports.append((engine.now, [r.rid for r in plan], engine.steadiness.blocked,
+                            engine.allocator.free))
+        return plan
+
+    engine.policy.decodes_behind = asked
+    result = engine.run()
+    return (calls, reports, engine.steadiness.finishes_behind, engine.folded, result.summary,
+            [request_record(r) for r in result.requests])
+
+
+def test_a_finish_behind_a_blocked_head_is_carried_on():
+    """Tick 0: `a` and `b` admitted (2 blocks each, 6 free), `c` blocked for blocks, 8
+    needed. Tick 1 (the prompts' end): the policy makes the call, `a`'s and `b`'s
+    decodes at row 9 open a block each (4 free): `c` still needs 8; the dispatch is
+    a repeat (the one before had prompt rows), folded to the one started at tick 2,
+    whose completion at 3 finishes `a` (its 3rd output). Tick 3: `a`'s 3 blocks
+    released (7 free), `b`'s decode at row 11 opens none: `c` needs 8 of 7, the
+    same report, folded to tick 11 (`b`'s 12th output at 12). Tick 12: nobody runs
+    but `c`: the call admits it (8 blocks), its decode at 13 ends it at 14."""
+    calls, reports, behind, folded, summary, records = _run(RECORDS)
+    assert calls == [0, 12, 13]
+    assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 4, 2), 4),
+                       (3, ["b"], ("c", "blocks", 8, 7, 0), 7)]
+    assert behind == 2
+    assert folded == 1 + 8
+    assert [(r["id"], r["admitted"], r["finished"]) for r in records] == [
+        ("a", 0, 3), ("b", 0, 12), ("c", 12, 14)]
+    stepped = _run(RECORDS, fast=False)
+    assert stepped[0] == list(range(14)) and stepped[2:4] == (0, 0)
+    assert (summary, records) == stepped[4:]
+
+
+def test_an_arrival_at_a_completion_is_taken_there():
+    """`d` (4 tokens, 1 block) arrives at tick 2, when the dispatch started at tick 1
+    completes (no fold there: its flight ends at the arrival). That boundary is
+    taken as the loop takes it (E1, then `d` joins the queue behind `c`), and the
+    policy makes the call: `c` still the head, 8 blocks needed of 4 free, none
+    taken. Then as before: the finish at 3 carried on, the call at 12 admits `c`
+    and `d` (8 + 1 of 10 blocks), `d` ends at 13 with its one output."""
+    records = RECORDS + [{"type": "request", "id": "d", "arrival": 2, "prompt_tokens": 4,
+                          "output_tokens": 1}]
+    calls, reports, behind, folded, summary, result = _run(records)
+    assert calls == [0, 12, 13]
+    assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 4, 2), 4),
+                       (2, ["a", "b"], ("c", "blocks", 8, 4, 0), 4),
+                       (3, ["b"], ("c", "blocks", 8, 7, 0), 7)]
+    assert [(r["id"], r["admitted"], r["finished"]) for r in result] == [
+        ("a", 0, 3), ("b", 0, 12), ("c", 12, 14), ("d", 12, 13)]
+    stepped = _run(records, fast=False)
+    assert stepped[0] == list(range(14))
+    assert (summary, result) == stepped[4:]
+
+
+def test_an_arrival_inside_a_folded_stretch_is_taken_at_its_own_time():
+    """`d` arrives at tick 5, inside `b`'s stretch folded at tick 3 (behind a FCFS head
+    the fold goes past it): at `b`'s finish at 12 the arrival is taken first, at
+    tick 5, as the loop takes it while a dispatch runs, then the completion; nobody
+    runs, so the call at 12 admits `c` and `d`."""
+    records = RECORDS + [{"type": "request", "id": "d", "arrival": 5, "prompt_tokens": 4,
+                          "output_tokens": 1}]
+    calls, reports, behind, folded, summary, result = _run(records)
+    assert calls == [0, 12, 13] and [t for t, _, _, _ in reports] == [1, 3]
+    assert [(r["id"], r["arrival"], r["admitted"], r["finished"]) for r in result] == [
+        ("a", 0, 0, 3), ("b", 0, 0, 12), ("c", 0, 12, 14), ("d", 5, 12, 13)]
+    assert (summary, result) == _run(records, fast=False)[4:]
+
+
+def test_the_call_admits_when_the_head_fits():
+    """With `a`'s prompt of 20 tokens (5 blocks) and a pool of 14, `c` (8 blocks) waits
+    with 7 free at tick 0 and 5 at tick 1 (the policy's call: two openings). `a`'s end
+    at tick 3 gives its 6 blocks back: 11 free, and `c`'s 8 fit beside `b`'s decode
+    (at most one opening), so the policy declines before its walk and the call at
+    tick 3 admits `c`. The same replay as stepped."""
+    records = [dict(RECORDS[0], prompt_tokens=20), dict(RECORDS[1]), dict(RECORDS[2])]
+    calls, reports, behind, folded, summary, result = _run(records, num_blocks=14)
+    assert calls[:2] == [0, 3]
+    assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 5, 2), 5)]
+    assert [(r["id"], r["admitted"]) for r in result] == [("a", 0), ("b", 0), ("c", 3)]
+    assert (summary, result) == _run(records, fast=False, num_blocks=14)[4:]
+
+
+def test_other_orders_and_a_cadence_make_no_promise():
+    """Under the priority order an arrival may go ahead of the head, and with a prefill
+    cadence the call counts its steps: the policy declines, the call is made."""
+    for more in (dict(order="priority"), dict(prefill_interval=2)):
+        calls, reports, behind, folded, summary, records = _run(RECORDS, **more)
+        assert behind == 0 and reports == [] and 1 in calls
+        assert (summary, records) == _run(RECORDS, fast=False, **more)[4:]
+
+
+def test_only_vllm_is_asked():
+    """The question is `vllm`'s own: the base policy has none."""
+    from scheduler_sim.policies.base import Policy
+    assert not hasattr(Policy, "decodes_behind") and hasattr(VllmPolicy, "decodes_behind")
+
+
+@pytest.mark.slow
+def test_random_prefix_cached_workloads_carry_finishes_behind():
+    """The folded-against-stepped sweeps with prefix caching (test_fast_forward.py's
+    workloads) take the path, and the replays agree."""
+    from test_fast_forward import _cached_options, _cached_workload, _replay
+
+    taken = 0
+    for seed in range(40):
+        records, options = _cached_workload(seed), _cached_options(seed)
+        trace = parse_trace(trace_bytes(records), "ff.jsonl")
+        engine = Engine(trace.workload, Options.resolve(trace.config, options), "vllm")
+        result = engine.run()
+        taken += engine.steadiness.finishes_behind
+        assert (result.summary, [request_record(r) for r in result.requests]) == _replay(
+            records, "vllm", False, **options)
+    assert taken > 0

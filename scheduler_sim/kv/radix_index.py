@@ -35,6 +35,7 @@ class RadixIndex(KeyIndex):
         """Forget `keys`, each indexed to the block at the same place in `blocks`
         (a node's, in its order: integer keys increasing within an entry). Raises
         KeyError if a key is not indexed to its block."""
+        self.changes += 1  # (every write to a bucket counts: `KeyIndex.walked_pieces`)
         buckets = self.buckets
         width = self.width
         nones = self._nones

@@ -997,10 +997,15 @@ def test_vllm_cache_owned_elsewhere_is_a_run_of_leading_blocks_found_by_a_search
         a.share(rid, a.lookup(keys, n), keys)
     assert (a._extra, a.cache.others) == ({0: 2, 1: 1, 2: 1}, {})
     assert a.cache.owned_elsewhere([3, 2, 1, 0], a._extra) == {0, 1, 2}
+    assert a.cache.owned_lead([3, 2, 1, 0], a._extra) == 3
+    assert a.cache.owned_lead([3, 2, 1, 0], {0: 1, 1: 1, 2: 1, 7: 1}) == 3  # (7: not A's)
+    assert a.cache.owned_lead([2, 1, 0], a._extra) == 3  # (every block, at most `extra`'s)
     a.free_request("B", 0, 0)
     ok(a)
     assert a.cache.owned_elsewhere([3, 2, 1, 0], a._extra) == {0}
+    assert a.cache.owned_lead([3, 2, 1, 0], a._extra) == 1
     assert a.cache.owned_elsewhere([3, 2, 1, 0], {}) == set()
+    assert a.cache.owned_lead([3, 2, 1, 0], {}) == 0
 
 
 def test_vllm_cache_owned_elsewhere_agrees_with_the_intersection_on_random_shares():
@@ -1015,19 +1020,28 @@ def test_vllm_cache_owned_elsewhere_agrees_with_the_intersection_on_random_share
     a = BlockAllocator(24, B, cache=VllmCache())
     cache = a.cache
     real = cache.owned_elsewhere
+    real_lead = cache.owned_lead
     seen = {"search": 0, "found by the search": 0, "duplicates": 0}
 
     def checked(keyed, extra):
         got = real(keyed, extra)
         assert got == extra.keys() & keyed
-        if cache.others:
-            seen["duplicates"] += 1
-        else:
-            seen["search"] += 1
-            seen["found by the search"] += len(got)
+        assert cache.others  # (asked only when the search cannot tell)
+        seen["duplicates"] += 1
+        return got
+
+    def checked_lead(keyed, extra):
+        got = real_lead(keyed, extra)
+        if got is None:
+            assert cache.others
+            return got
+        assert set(keyed[len(keyed) - got:]) == extra.keys() & keyed
+        seen["search"] += 1
+        seen["found by the search"] += got
         return got
 
     cache.owned_elsewhere = checked
+    cache.owned_lead = checked_lead
     prefixes = [list(range(1, 13)), list(range(1, 9)) + [50, 51, 52, 53], list(range(60, 72))]
     live = []
     for step in range(400):

@@ -104,3 +104,59 @@ def test_a_compact_cache_sets_a_freed_tables_flags_as_a_lone_engines_does():
     d.give_back([], [9, 8], TailFirstKeys([101, 100]))
     assert (d.free_blocks.flags.get(3, bytearray(32))[4:6], d.free_blocks.loose) == (
         bytearray([0, 0]), {8, 9})
+
+
+def test_a_freed_tables_pieces_join_the_queue_in_one_call_as_they_would_one_by_one():
+    """Buckets of 4: keys 4..9 index blocks 10..15. A freed table, tail first: blocks
+    21, 20 without keys (`NoKeys`), then 15..11 with keys 9..5 and 10 with key 4 (two
+    runs going down, `range`s). `add_runs` sets what `add` piece by piece sets: bucket
+    2 (keys 8..11) [1, 1, 0, 0] made first (the top key first), bucket 1 [1, 1, 1, 1];
+    21 and 20 loose; 8 members. Not `indexed`, each piece is compared (`add`): the
+    same."""
+    from scheduler_sim.kv.tail_first import NoKeys
+    parts = [[21, 20], [15, 14, 13, 12, 11], [10]]
+    pieces = [NoKeys(2), range(9, 4, -1), range(4, 3, -1)]
+    got = []
+    for way in ("one by one", "at once", "at once, compared"):
+        index = KeyIndex(4)
+        index.add([4, 5, 6, 7, 8, 9], 0, 6, [10, 11, 12, 13, 14, 15])
+        members = QueueMembers(index, lambda: ([], []))
+        if way == "one by one":
+            for part, piece in zip(parts, pieces):
+                members.add(part, piece, True)
+        else:
+            members.add_runs(parts, pieces, way == "at once")
+        got.append((list(members.flags.items()), members.loose, len(members)))
+    assert got[0] == got[1] == got[2] == (
+        [(2, bytearray([1, 1, 0, 0])), (1, bytearray([1, 1, 1, 1]))], {20, 21}, 8)
+
+
+def test_a_release_with_shared_blocks_queues_the_rest_as_runs_and_keeps_the_order():
+    """Pool of 8, blocks of 4, hash entries of 8 tokens. A's 16 rows (entries 1, 2)
+    key blocks 0..3; B's prompt (entries 1, 3) finds 0 and 1 and writes 4, 5. A
+    released: B owns its first two blocks too (`owned_lead` 2), so only 3, 2 join
+    the queue, one run of A's keys going down; 0 and 1 lose their extra owner. B
+    released: 5, 4 (entry 3's keys) and then 1, 0 (entry 1's), two runs, after A's.
+    The queue, least recently freed first: 3, 2, 5, 4, 1, 0."""
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    ka = BlockKeys(0, 16, 4, 8, hashes=[1, 2])
+    kb = BlockKeys(1, 16, 4, 8, hashes=[1, 3])
+    a.grow("A", 16)
+    a.register_full_blocks("A", ka, 16)
+    hits = a.lookup(kb, 4)
+    assert hits == [0, 1]
+    a.share("B", hits, kb)
+    a.grow("B", 16)
+    a.register_full_blocks("B", kb, 16)
+    assert (a.table("A"), a.table("B"), a._extra) == ([0, 1, 2, 3], [0, 1, 4, 5], {0: 1, 1: 1})
+    assert a.cache.owned_lead([3, 2, 1, 0], a._extra) == 2
+    assert a.free_request("A", 0, 0, ended=True) == 2
+    assert (a._extra, [(r[0], type(r[1])) for r in a.cache.runs]) == ({}, [([3, 2], range)])
+    assert a.free_request("B", 0, 0, ended=True) == 4
+    runs = a.cache.runs
+    assert [(r[0], type(r[1])) for r in runs] == [
+        ([3, 2], range), ([5, 4], range), ([1, 0], range)]
+    assert [list(r[1]) for r in runs] == [
+        ka.keys[3:1:-1], kb.keys[3:1:-1], kb.keys[1::-1]]
+    a.cache.free_blocks.check(*a.cache.queue_items())
+    assert a.cache.queue_items()[0] == [3, 2, 5, 4, 1, 0]

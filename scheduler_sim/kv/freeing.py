@@ -113,27 +113,33 @@ class Freeing:
                     for block in shared:
                         drop_one(extra, block)
                     table = list(filterfalse(shared.__contains__, table))
-            shared = self._cache.owned_elsewhere(keyed, extra) if keyed else None
-            if shared:
-                for block in shared:  # _drop_one, inline: often thousands
+            lead = self._cache.owned_lead(keyed, extra) if keyed else 0
+            if lead:
+                # The blocks others own too are the table's first `lead` (hits
+                # are prefixes: `VllmCache.owned_lead`), the tail of `keyed`:
+                # their owners dropped from a slice, then cut off in one.
+                cut = len(keyed) - lead
+                for block in keyed[cut:]:  # (`drop_one`, inline: thousands)
                     left = extra[block] - 1
                     if left:
                         extra[block] = left
                     else:
                         del extra[block]
-                # Usually the blocks others own too are the table's leading ones
-                # (hits are prefixes): the tail of `keyed`, cut off in one slice.
-                # (A slice of the tail, not `islice`: an islice steps through the
-                # `cut` blocks before it, one int object touched each, about 3% of
-                # the Mooncake replay under vllm, sampled.)
-                cut = len(keyed) - len(shared)
-                if shared.issuperset(keyed[cut:]):
-                    del keyed[cut:]  # (both are this call's own)
-                    del keys[cut:]
-                else:
-                    keep = list(map(not_, map(shared.__contains__, keyed)))
-                    keyed = list(compress(keyed, keep))
-                    keys = list(compress(keys, keep))
+                del keyed[cut:]  # (both are this call's own)
+                del keys[cut:]
+            elif lead is None:  # (the cache cannot tell: a duplicate key cached)
+                shared = self._cache.owned_elsewhere(keyed, extra)
+                if shared:
+                    for block in shared:
+                        drop_one(extra, block)
+                    cut = len(keyed) - len(shared)
+                    if shared.issuperset(keyed[cut:]):  # (still the usual shape)
+                        del keyed[cut:]
+                        del keys[cut:]
+                    else:
+                        keep = list(map(not_, map(shared.__contains__, keyed)))
+                        keyed = list(compress(keyed, keep))
+                        keys = list(compress(keys, keep))
         pins = self._pins
         if pins:
             pinned = pins.keys() & table  # owned by nobody now, but pinned: held

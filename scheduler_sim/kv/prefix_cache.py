@@ -228,6 +228,12 @@ class PrefixCache:
         other owners too (`extra` counts the extra owners of shared blocks)."""
         return extra.keys() & keyed
 
+    def owned_lead(self, keyed: list[int], extra: dict[int, int]) -> int | None:
+        """How many of `keyed`'s last blocks (a released table's first ones) are
+        every block of `keyed` others own too, when the cache knows they are such
+        a run; None when it does not (then ask `owned_elsewhere`)."""
+        return None
+
     def keep_orphan_keys(self, pairs: Iterable[tuple[int, Hashable]]) -> None:
         """Keep the carried keys of pinned blocks nobody owns any more: (block, key)."""
         raise InvariantError("a cache that names its keys itself was handed carried keys")

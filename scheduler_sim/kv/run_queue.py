@@ -87,6 +87,35 @@ class RunQueue:
         runs.append(run := [blocks, packed, 0])
         ends[blocks[-1]] = run
 
+    def append_runs(self, keyed: list[int], pieces: list) -> list[list[int]]:
+        """`append_run` of each piece of a freed table's keys (`TailFirstRuns.pieces`,
+        in order) with its blocks, the next `len(piece)` of `keyed`, in one call;
+        return those blocks, a list per piece. The last piece's blocks are `keyed`
+        itself, the others cut off its front (no copy of the most blocks).
+        (One call a table where it was one a piece: see `QueueMembers.add_runs`.)"""
+        runs = self.runs
+        ends = self.ends
+        packs = self.compact
+        parts = []
+        last = len(pieces) - 1
+        p = 0
+        for i, piece in enumerate(pieces):
+            n = len(piece)
+            if i < last:
+                part = keyed[p:p + n]
+            else:
+                if p:
+                    del keyed[:p]
+                part = keyed
+            parts.append(part)
+            p += n
+            if packs and type(piece) is not range and type(piece) is not NoKeys:
+                self.append_run(part, piece)
+            else:  # (`append_run`'s first case: nothing to pack)
+                runs.append(run := [part, piece, 0])
+                ends[part[-1]] = run
+        return parts
+
     def _rebuild_if_stale(self) -> None:
         """Once stale entries and the runs hits emptied since the last rebuild
         (`emptied`, some maybe consumed since) outnumber the queue, rebuild `runs`

@@ -324,21 +324,9 @@ class VllmCache(RunQueue, PrefixCache):
                 return blocks
             # A freed table's keys as runs (`tail_first`): each run of keys going
             # down (a `range`) and the tail's keys join the queue as runs of
-            # their own, in the same order.
+            # their own, in the same order, all in two calls.
             pieces = keys.pieces
-            last = len(pieces) - 1
-            p = 0
-            for i, piece in enumerate(pieces):
-                n = len(piece)
-                if i < last:
-                    part = keyed[p:p + n]
-                else:  # (the last piece: the list itself, the others cut off)
-                    if p:
-                        del keyed[:p]
-                    part = keyed
-                self._enqueue(part, piece, indexed)
-                self.append_run(part, piece)
-                p += n
+            self.free_blocks.add_runs(self.append_runs(keyed, pieces), pieces, indexed)
         return blocks
 
     def release(self, rid, ended=False):
@@ -388,34 +376,46 @@ class VllmCache(RunQueue, PrefixCache):
                     others.setdefault(key, []).append(block)
 
     def owned_elsewhere(self, keyed, extra):
-        """Which of `keyed` (a released table's leading blocks, last first) others
-        own too. With no duplicate key cached, those are the table's first h
-        blocks for some h (the tail of `keyed`), found by a binary search on h.
-
-        Why a run of leading blocks: another owner got a block at position i by
-        sharing what a look-up of its keys found, the blocks indexed to keys 0
-        to i, at positions 0 to i (a key fixes a block's position). Indexed then
-        and still keyed by this table, they are its own blocks 0 to i unless one
-        of those keys had two blocks, this table's a duplicate; and while both
-        are held that duplicate stays in `others` (a block loses its key only
-        when evicted). So with `others` empty, whoever owns this table's block
-        at i owns its blocks before i too.
-
-        Speed: was a block -> position dict written for every shared block (on
-        the Mooncake trace under vllm, 615,217 in 12,333 shares) and a step per
-        block with extra owners at each release: together about 3% of that
-        replay's samples; now a few `in` tests per release."""
+        """Which of `keyed` (a released table's first blocks, last first) others
+        own too: a run of its last blocks (`owned_lead`) but with duplicates."""
         if self.others:
             return extra.keys() & keyed
+        lead = self.owned_lead(keyed, extra)
+        return set(keyed[len(keyed) - lead:]) if lead else set()
+
+    def owned_lead(self, keyed, extra):
+        """With no duplicate key cached, the blocks of `keyed` (a released table's
+        leading blocks, last first) others own too are the table's first h blocks
+        for some h (the tail of `keyed`): h, found by a binary search (None with
+        a duplicate cached). Why a run: another owner got a block at position i
+        by sharing what a look-up found, the blocks indexed to keys 0 to i (a key
+        fixes a block's position), this table's own unless one was a duplicate,
+        which stays in `others` while both are held.
+
+        Speed: was a block -> position dict written per shared block (615,217 in
+        12,333 shares, Mooncake under vllm) and a step per block at each release:
+        about 3% of that replay's samples; now a few `in` tests, h at most the
+        blocks with extra owners (about 40 against 33 shared of 772 keyed), tried
+        first; a count, not a set of the blocks, which the allocator drops from a
+        slice (the first 2,000 requests 0.985x the instructions with
+        `add_runs`: benchmarks/README.md, "twenty-ninth steps", helper rel31)."""
+        if self.others:
+            return None
         top = len(keyed) - 1
-        lo, hi = 0, len(keyed)  # blocks at positions below lo have other owners
+        hi = len(extra)
+        if hi > top + 1:
+            hi = top + 1
+        if not hi or keyed[top - hi + 1] in extra:  # (the block at position hi - 1)
+            return hi
+        lo = 0  # blocks at positions below lo have other owners
+        hi -= 1
         while lo < hi:
             mid = (lo + hi + 1) >> 1
             if keyed[top - mid + 1] in extra:  # (the block at position mid - 1)
                 lo = mid
             else:
                 hi = mid - 1
-        return set(keyed[len(keyed) - lo:]) if lo else set()
+        return lo
 
     def keep_orphan_keys(self, pairs):
         """Keep the (block, key) pairs of pinned blocks nobody owns any more."""

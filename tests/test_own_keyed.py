@@ -144,3 +144,48 @@ def test_replays_give_the_same_with_own_keys_noted_by_the_allocator(calls):
     plain_calls = sum(c[1] for c in counts)
     assert all(c[1] <= c[0] for c in counts)
     assert plain_calls < tracked_calls, (plain_calls, tracked_calls)
+
+
+def test_a_folds_registrations_in_one_call_as_one_at_a_time(calls):
+    """`register_decoded_each`, a folded stretch's filled blocks keyed in one call.
+    Pool of 16, blocks of 4, entries of 8 tokens. A (position 3, 12 prompt tokens)
+    decoded to 16 rows (its block 3 keyed by the cache: A in `unindexed` from 3);
+    B (position 4, 8 prompt tokens, its two blocks keyed) and C (position 5, 8
+    prompt tokens, keyed); A grows 8 and 9, B 10, C 11. Then, in one call: A to 24 rows (no call: `registered`
+    4 -> 6), B to 12 (the cache's call, (2, 3): B joins `unindexed` from 2), C to
+    11 (no block filled: nothing). The same as `register_decoded` one at a time;
+    with writers tracked every entry that fills a block is the cache's (two calls)."""
+    states = []
+    for tracked in (False, True):
+        for each in (True, False):
+            a = BlockAllocator(16, 4, cache=VllmCache())
+            if tracked:
+                a.track_evictions(lambda rid, writer, block: None)
+            ka = BlockKeys(3, 12, 4, 8, hashes=[9300001])
+            kb = BlockKeys(4, 8, 4, 8, hashes=[9400001])
+            kc = BlockKeys(5, 8, 4, 8, hashes=[9500001])
+            a.grow("A", 16)
+            a.register_full_blocks("A", ka, 12)
+            a.register_decoded("A", ka, 16)
+            for rid, keys in (("B", kb), ("C", kc)):
+                a.grow(rid, 8)
+                a.register_full_blocks(rid, keys, 8)
+            a.grow("A", 24)
+            a.grow("B", 12)
+            a.grow("C", 11)
+            del calls[:]
+            filled = [("A", ka, 24), ("B", kb, 12), ("C", kc, 11)]
+            if each:
+                a.register_decoded_each(filled)
+            else:
+                for rid, keys, rows in filled:
+                    a.register_decoded(rid, keys, rows)
+            a.audit()
+            assert ([c[1:] for c in calls], ka.registered, kb.registered, kc.registered) == (
+                ([(4, 6), (2, 3)] if tracked else [(2, 3)]), 6, 3, 2)
+            cache = a.cache
+            states.append((dict(a._tables), dict(cache.index.items()),
+                           {rid: (list(t), s) for rid, (t, s) in cache.unindexed.items()}))
+    assert states[0] == states[1] == states[2] == states[3]
+    assert states[0][0] == {"A": [0, 1, 2, 3, 8, 9], "B": [4, 5, 10], "C": [6, 7, 11]}
+    assert states[0][2] == {"A": ([0, 1, 2, 3, 8, 9], 3), "B": ([4, 5, 10], 2)}

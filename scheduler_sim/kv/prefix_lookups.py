@@ -145,6 +145,32 @@ class PrefixLookups:
         if swaps:
             self._adopt(table, swaps)
 
+    def register_decoded_each(self, filled: list[tuple[str, BlockKeys, int]]) -> None:
+        """`register_decoded(rid, keys, rows)` for each of `filled`, in that order: a
+        folded stretch's decodes that filled a block (engine/fast/folding.py). A
+        request in vLLM's `unindexed` only has its `registered` raised, here, as
+        `register_decoded` does it; any other is that call.
+
+        Speed: replaying the Mooncake trace under vllm with prefix caching, folds
+        made 143,421 `register_decoded` calls, nearly all for such requests
+        (benchmarks/README.md, "twenty-ninth steps", helper fold31)."""
+        own = self._own_keyed
+        if not own or self._report is not None:
+            register = self.register_decoded
+            for rid, keys, rows in filled:
+                register(rid, keys, rows)
+            return
+        size = self.block_size
+        for rid, keys, rows in filled:
+            left = own.get(rid)
+            if left is None:
+                self.register_decoded(rid, keys, rows)
+            else:
+                full = rows // size
+                if full > keys.registered:
+                    n = len(left[0])
+                    keys.registered = full if full < n else n
+
     def _queue_prompt_stores(self, keys: BlockKeys) -> None:
         """With host memory's write-through on, queue the keys given to full blocks of
         the prompt and not written through yet. Blocks that hold outputs wait for

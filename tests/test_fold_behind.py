@@ -33,16 +33,14 @@ def _run(records, fast=True, order="fcfs", **more):
     def asked(rid, reason, needed):
         plan = ask(rid, reason, needed)
         if plan is not None:
-            rows = ([r.rid for r in plan] if type(plan) is list
-                    else [r.rid for r in plan.decoders] + [(r.rid, t) for r, t in plan.rest])
-            reports.append((engine.now, rows, engine.steadiness.blocked,
+            reports.append((engine.now, [r.rid for r in plan], engine.steadiness.blocked,
                             engine.allocator.free))
         return plan
 
     engine.policy.decodes_behind = asked
     result = engine.run()
     return (calls, reports, engine.steadiness.finishes_behind, engine.folded, result.summary,
-            [request_record(r) for r in result.requests], engine.steadiness.finishes_admitted)
+            [request_record(r) for r in result.requests])
 
 
 def test_a_finish_behind_a_blocked_head_is_carried_on():
@@ -54,7 +52,7 @@ def test_a_finish_behind_a_blocked_head_is_carried_on():
     released (7 free), `b`'s decode at row 11 opens none: `c` needs 8 of 7, the
     same report, folded to tick 11 (`b`'s 12th output at 12). Tick 12: nobody runs
     but `c`: the call admits it (8 blocks), its decode at 13 ends it at 14."""
-    calls, reports, behind, folded, summary, records, _ = _run(RECORDS)
+    calls, reports, behind, folded, summary, records = _run(RECORDS)
     assert calls == [0, 12, 13]
     assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 4, 2), 4),
                        (3, ["b"], ("c", "blocks", 8, 7, 0), 7)]
@@ -64,7 +62,7 @@ def test_a_finish_behind_a_blocked_head_is_carried_on():
         ("a", 0, 3), ("b", 0, 12), ("c", 12, 14)]
     stepped = _run(RECORDS, fast=False)
     assert stepped[0] == list(range(14)) and stepped[2:4] == (0, 0)
-    assert (summary, records) == stepped[4:6]
+    assert (summary, records) == stepped[4:]
 
 
 def test_an_arrival_at_a_completion_is_taken_there():
@@ -76,7 +74,7 @@ def test_an_arrival_at_a_completion_is_taken_there():
     and `d` (8 + 1 of 10 blocks), `d` ends at 13 with its one output."""
     records = RECORDS + [{"type": "request", "id": "d", "arrival": 2, "prompt_tokens": 4,
                           "output_tokens": 1}]
-    calls, reports, behind, folded, summary, result, _ = _run(records)
+    calls, reports, behind, folded, summary, result = _run(records)
     assert calls == [0, 12, 13]
     assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 4, 2), 4),
                        (2, ["a", "b"], ("c", "blocks", 8, 4, 0), 4),
@@ -85,7 +83,7 @@ def test_an_arrival_at_a_completion_is_taken_there():
         ("a", 0, 3), ("b", 0, 12), ("c", 12, 14), ("d", 12, 13)]
     stepped = _run(records, fast=False)
     assert stepped[0] == list(range(14))
-    assert (summary, result) == stepped[4:6]
+    assert (summary, result) == stepped[4:]
 
 
 def test_an_arrival_inside_a_folded_stretch_is_taken_at_its_own_time():
@@ -95,11 +93,11 @@ def test_an_arrival_inside_a_folded_stretch_is_taken_at_its_own_time():
     runs, so the call at 12 admits `c` and `d`."""
     records = RECORDS + [{"type": "request", "id": "d", "arrival": 5, "prompt_tokens": 4,
                           "output_tokens": 1}]
-    calls, reports, behind, folded, summary, result, _ = _run(records)
+    calls, reports, behind, folded, summary, result = _run(records)
     assert calls == [0, 12, 13] and [t for t, _, _, _ in reports] == [1, 3]
     assert [(r["id"], r["arrival"], r["admitted"], r["finished"]) for r in result] == [
         ("a", 0, 0, 3), ("b", 0, 0, 12), ("c", 0, 12, 14), ("d", 5, 12, 13)]
-    assert (summary, result) == _run(records, fast=False)[4:6]
+    assert (summary, result) == _run(records, fast=False)[4:]
 
 
 def test_the_call_admits_when_the_head_fits():
@@ -109,7 +107,7 @@ def test_the_call_admits_when_the_head_fits():
     (at most one opening), so the policy declines before its walk and the call at
     tick 3 admits `c`. The same replay as stepped."""
     records = [dict(RECORDS[0], prompt_tokens=20), dict(RECORDS[1]), dict(RECORDS[2])]
-    calls, reports, behind, folded, summary, result, _ = _run(records, num_blocks=14)
+    calls, reports, behind, folded, summary, result = _run(records, num_blocks=14)
     assert calls[:2] == [0, 3]
     assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 5, 2), 5)]
     assert [(r["id"], r["admitted"]) for r in result] == [("a", 0), ("b", 0), ("c", 3)]
@@ -120,9 +118,9 @@ def test_other_orders_and_a_cadence_make_no_promise():
     """Under the priority order an arrival may go ahead of the head, and with a prefill
     cadence the call counts its steps: the policy declines, the call is made."""
     for more in (dict(order="priority"), dict(prefill_interval=2)):
-        calls, reports, behind, folded, summary, records, _ = _run(RECORDS, **more)
+        calls, reports, behind, folded, summary, records = _run(RECORDS, **more)
         assert behind == 0 and reports == [] and 1 in calls
-        assert (summary, records) == _run(RECORDS, fast=False, **more)[4:6]
+        assert (summary, records) == _run(RECORDS, fast=False, **more)[4:]
 
 
 def test_only_vllm_is_asked():

@@ -57,7 +57,7 @@ class Steadiness:
 
     __slots__ = ("enabled", "through", "behind", "changes", "moved", "blocked", "folded",
                  "through_counted", "arrivals_counted", "blocked_counted", "blocked_admitted",
-                 "chunks_folded", "finishes_behind", "finishes_admitted",
+                 "chunks_folded", "finishes_behind",
                  "_policy", "_slots", "_last")
 
     def __init__(self, policy: Any, enabled: bool = True) -> None:
@@ -93,8 +93,6 @@ class Steadiness:
         # Finishes behind a head blocked for blocks whose call the policy made
         # itself, its plan started (fast/behind.py), for the same.
         self.finishes_behind = 0
-        # Such finishes whose call admitted heads, its plan started (the same).
-        self.finishes_admitted = 0
         self._policy = policy
         self._slots = _slot_names(type(policy))
         # The requests of the last dispatch planned (None unless all decodes), the

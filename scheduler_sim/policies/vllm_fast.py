@@ -26,10 +26,8 @@ and `_sequence_rows`.
 from __future__ import annotations
 
 from ..kv.allocator import blocks_for
-from ..records.errors import InvariantError
 from ..requests.queues import FcfsQueue
 from ..requests.request import LOADED, Request
-from .base import DecodesFirst
 
 __all__ = ["VllmFastPaths"]
 
@@ -161,28 +159,27 @@ class VllmFastPaths:
                 and not self.radix_eviction and self.view.allocator.host is None
                 and running[:-1] == decoders)
 
-    def decodes_behind(self, rid: str, reason: str,
-                       needed: int) -> list[Request] | DecodesFirst | None:
+    def decodes_behind(self, rid: str, reason: str, needed: int) -> list[Request] | None:
         """Asked by the engine (engine/fast/behind.py; `vllm`'s own question, built-in
         only) at a boundary where every running request is a plain decode (a dispatch
         of all of them just completed, finishes removed), the last call having
-        reported head `rid` blocked for `reason` (blocks or the watermark). If the
-        `schedule` call due now would plan every running request's decode in
-        running order, do what it does and return its plan: the decodes (a list)
-        when it reports the head blocked again, else `DecodesFirst` of them and
-        the heads it admits; None, having done nothing, where the call may do more
-        (the engine calls `schedule`).
+        reported head `rid` blocked for `reason` (blocks or the watermark) and
+        `needed` blocks. If the `schedule` call due now would plan every running
+        request's decode in running order and report the head blocked, do what it
+        does and return the plan's decodes; else None, having done nothing a
+        second walk would not redo alike (the engine calls `schedule`).
 
         That call: the walk opens each decode's block at its first row (`try_grow`)
         and keys the block its last row fills, in running order, the budget
-        covering every row; then the waiting requests, in order, are looked up and
-        admitted while they fit (each given its first chunk's blocks, keyed), the
-        first that does not reported blocked. Declined before anything is done
-        where the call may do more or other (a cadence, an order other than FCFS,
-        host memory, blocks of one row, a plugin's radix tree, the row limit or
-        budget reached, another head, an opening that would preempt). `needed`:
-        the blocks the head needed then (unused since the call's admissions are
-        restated too)."""
+        covering every row; then the head is looked up, and reported short of
+        blocks or admitted. Declined before anything is done where the call may
+        do more (a cadence, an order other than FCFS, host memory, blocks of one
+        row, a plugin's radix tree, the row limit or budget reached) or where
+        the free blocks the openings leave would hold the need reported last (a
+        waiting head's need only grows: the call most likely admits it). After
+        the walk the head is looked up as the call looks it up: if it fits,
+        None, and the call walks again (each block opened and keyed already: it
+        does nothing more; the look-up answers the same) and admits."""
         options = self.options
         allocator = self.view.allocator
         running = self.running
@@ -193,17 +190,21 @@ class VllmFastPaths:
                 or size == 1 or self.radix_eviction or not self._hands_runs
                 or n >= options.max_rows or n >= options.token_budget):
             return None
-        waiting = self.waiting
-        head = waiting.peek()
+        free = allocator.free
+        watermark = self.watermark_blocks
+        if needed + watermark <= free - n:
+            return None  # (even if every decode opened a block: most admissions)
+        head = self.waiting.peek()
         if head.rid != rid:
             return None
         # The decodes at a block's first row (an opening) or last (a fill), in order:
         # the row after theirs is a block's second or first (blocks of more than one
-        # row). (Speed: `r % size in (0, size - 1)` compared in C, unspecialised:
-        # 1.00xx the instructions on the first 2,000 Mooncake requests.)
+        # row). (Speed: `r % size in (0, size - 1)` compares in C, unspecialised:
+        # see benchmarks/README.md, "twenty-ninth steps", adm31.)
         walk = [req for req in running if (req.resident + 1) % size < 2]
-        if sum(1 for req in walk if not req.resident % size) > allocator.free:
-            return None  # (an opening would preempt)
+        opening = sum(1 for req in walk if not req.resident % size)
+        if opening > free or needed + watermark <= free - opening:
+            return None
         keyed = allocator.cache is not None
         for req in walk:
             r = req.resident
@@ -211,49 +212,22 @@ class VllmFastPaths:
                 if keyed and req.block_keys is not None:
                     allocator.register_full_blocks(req.rid, req.block_keys, r + 1)
             elif not allocator.try_grow(req.rid, r + 1):
-                return None  # (cannot be: the openings fit)
-        # The waiting requests, as the call weighs and admits them (`schedule`'s
-        # second part: nothing preempted, no cadence, no host memory; FCFS has
-        # nothing to refresh). Speed: 756 admissions at a finish on the first 2,000
-        # Mooncake requests, each a step's call, set-up and look fewer
-        # (benchmarks/README.md, "twenty-ninth steps", adm31).
-        view = self.view
-        budget = options.token_budget - n
-        cap = options.prefill_chunk if n + len(waiting) > 1 else None
-        watermark = self.watermark_blocks  # (something runs: the decodes)
-        admitted = []
-        while waiting:
-            head = waiting.peek()
-            if budget == 0:
-                view.report_blocked(head, "token_budget", self._gate_blocks(head))
-                break
-            if len(running) >= options.max_rows:
-                view.report_blocked(head, "max_rows", self._gate_blocks(head))
-                break
-            cached = view.cached_prefix(head)
-            hit = self.hit_rows(head, cached)
-            sequence = (head.restore if head.restore > head.prompt_tokens
-                        else head.prompt_tokens)
-            tokens = self._chunk_after(head, hit, cap, budget)
-            rows = sequence if options.full_prompt_gate else hit + tokens
-            need = blocks_for(rows, size) - len(cached) + allocator.evictable(cached)
-            free = allocator.free
-            if need + watermark > free:
-                view.report_blocked(head, "watermark" if need <= free else "blocks", need)
-                break
-            waiting.pop()
-            view.admit(head, 0, cached)
-            running.append(head)
-            if not allocator.try_grow(head.rid, head.resident + tokens):
-                raise InvariantError(f"request {head.rid!r}: admission checked the "
-                                     "blocks it allocates, yet try_grow failed", view.now)
-            admitted.append((head, tokens))
-            budget -= tokens
-            if keyed and head.block_keys is not None:
-                allocator.register_full_blocks(head.rid, head.block_keys,
-                                               head.resident + tokens)
-        if admitted:
-            return DecodesFirst(running[:n], admitted, True)
+                return None  # (cannot be: `opening` fits)
+        # The head, as the call weighs it (`schedule`'s second part, no host memory).
+        cached = self.view.cached_prefix(head)
+        hit = self.hit_rows(head, cached)
+        sequence = (head.restore if head.restore > head.prompt_tokens
+                    else head.prompt_tokens)
+        if options.full_prompt_gate:
+            rows = sequence
+        else:
+            cap = options.prefill_chunk if n + len(self.waiting) > 1 else None
+            rows = hit + self._chunk_after(head, hit, cap, options.token_budget - n)
+        need = blocks_for(rows, size) - len(cached) + allocator.evictable(cached)
+        free = allocator.free
+        if need + watermark <= free:
+            return None  # it fits: the call admits
+        self.view.report_blocked(head, "watermark" if need <= free else "blocks", need)
         return running[:]  # (the plan's decodes: `DecodesFirst(running[:n], [], True)`)
 
     def next_decodes(self) -> list[Request] | None:

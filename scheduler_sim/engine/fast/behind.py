@@ -46,7 +46,6 @@ from ...records.states import RequestStatus
 from ...requests.request import write_decodes
 from ..flight import InFlight
 from .arrivals import only_arrivals, take_boundaries
-from .chunk_run import fold_chunks
 from .folding import fold
 
 __all__ = ["carry_behind"]
@@ -112,21 +111,6 @@ def carry_behind(engine, until: float) -> bool:
         plan = decodes_behind(report[0], report[1], report[2])
         if plan is None:
             return True
-        if type(plan) is not list:
-            # The call admitted heads (`DecodesFirst` of the decodes and their
-            # chunks): its plan started and looked at as the step does it.
-            steady.finishes_admitted += 1
-            flight = engine.flight = engine._start(plan)
-            steady.repeats(flight, (steady.changes, None, ()))  # (not all decodes)
-            allocator.check()
-            if steady.blocked is None:
-                return False  # (nothing waits: the loop's, as `carries_on` says)
-            if flight.outputs != len(flight.rows):
-                fold_chunks(engine, flight)  # a chunk run (chunk_run.py), as the step
-                return False
-            # Every row emits: the step's `carry_on` would come back here.
-            until = engine._until()
-            continue
         steady.finishes_behind += 1
         # `_start` of the plan the call returns (`DecodesFirst` of the running list,
         # its blocks opened), the steps it takes for it inline (its checks hold: the

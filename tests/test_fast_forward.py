@@ -438,6 +438,33 @@ def test_the_fold_asks_sglang_for_the_blocks_its_decode_leaves_uncached():
                        ("vllm", 8, True): (48, 2, 48, 40), ("sglang", 8, False): (48, 0, 48, 40)}
 
 
+def test_vllm_folds_no_block_opening_while_a_running_request_waits_for_a_drain():
+    """`VllmFastPaths.fold_room` with a release delay. 8 blocks of 4, budget 16, chunk 8,
+    release_delay 6; f (P=2, N=8) at 0, a (P=21, N=1) and b (P=1, N=1) at 1. t0: f's
+    prefill (1 block, 7 free). t1: f decodes (rows 2->3), a's chunk 8 (2 blocks), b's
+    prefill (1): 4 free. t2: b finished, its block draining until 8; f 3->4, a 8->16
+    (2 blocks): 2 free. t3: f 4->5 opens a block (1 free); a's last 5 rows (16->21) need 2
+    blocks, more than the 1 free but not than 1 free + 1 draining: a sits the step out
+    (`schedule`), as at t4, t5, t6 (f 5->8, no block). t7: f 8->9 opens the last free
+    block, and a's 2 are more than 0 + 1: a is preempted (LIFO, itself; 16 rows, its 4
+    blocks drain until 13). t8: f finished (8 outputs), blocks draining until 14; a waits
+    for 6 blocks (free 1, 5 at 13) and is admitted at 14: 16 rows recomputed at 14, its 5
+    at 15 (out 1), finished at 16. The fold from t3 may not take t7's step: it opens a
+    block while a waits (it did: a was never preempted and finished at 15)."""
+    records = [{"type": "request", "id": "f", "arrival": 0, "prompt_tokens": 2, "output_tokens": 8},
+               {"type": "request", "id": "a", "arrival": 1, "prompt_tokens": 21, "output_tokens": 1},
+               {"type": "request", "id": "b", "arrival": 1, "prompt_tokens": 1, "output_tokens": 1}]
+    options = dict(block_size=4, num_blocks=8, token_budget=16, prefill_chunk=8, release_delay=6)
+    trace = parse_trace(trace_bytes(records), "ff.jsonl")
+    engine = Engine(trace.workload, Options.resolve(trace.config, options), "vllm")
+    folded = engine.run()
+    assert engine.folded > 0  # (t4 to t6 folded: they open no block)
+    assert [(r.rid, r.finished_at, r.preemptions, r.replay_rows) for r in folded.requests] == [
+        ("f", 8, 0, 0), ("a", 16, 1, 16), ("b", 2, 0, 0)]
+    assert (folded.summary, [request_record(r) for r in folded.requests]) == _replay(
+        records, "vllm", False, **options)
+
+
 def _wide_options(seed: int) -> dict:
     """The engine of `random_engine_options` and, drawn after it, more of the options:
     blocks of 1-8 (the pool drawn times 16 / block size), chunks, a queue

@@ -145,3 +145,50 @@ def test_random_prefix_cached_workloads_carry_finishes_behind():
         assert (result.summary, [request_record(r) for r in result.requests]) == _replay(
             records, "vllm", False, **options)
     assert taken > 0
+
+
+def _reported(records, fast, **more):
+    """`_run`, and every (tick, head, reason, needed) the replay reported blocked."""
+    seen = []
+    report = Engine.report_blocked
+
+    def noted(self, req, reason, needed):
+        seen.append((self.now, req.rid, reason, needed))
+        return report(self, req, reason, needed)
+
+    Engine.report_blocked = noted
+    try:
+        return seen, _run(records, fast=fast, **more)
+    finally:
+        Engine.report_blocked = report
+
+
+# Heads the call weighs otherwise: the full-prompt gate (rows of the whole prompt), a
+# head preempted and waiting again (rows of its prompt and outputs: `restore`), a
+# pool where the head's need meets the free blocks, a watermark.
+REPORTED = {
+    "gate": ([dict(RECORDS[0]), dict(RECORDS[1]), dict(RECORDS[2], prompt_tokens=20)],
+             dict(full_prompt_gate=True, token_budget=9, num_blocks=8), 2),
+    "restore": ([dict(RECORDS[0], output_tokens=9), dict(RECORDS[1]),
+                 dict(RECORDS[2], prompt_tokens=4, output_tokens=30),
+                 {"type": "request", "id": "d", "arrival": 1, "prompt_tokens": 28,
+                  "output_tokens": 2}], dict(num_blocks=10), 4),
+    "preempted": (RECORDS, dict(num_blocks=11), 2),
+    "watermark": (RECORDS, dict(num_blocks=12, watermark=0.1), 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REPORTED))
+def test_the_policy_reports_the_head_as_the_call_does(name):
+    """Every report the carried-on replay makes (the policy's own call among them) is
+    the stepped replay's at that tick, for heads whose need the call weighs
+    otherwise; the path is taken. (Mutation-tested by helper rev31: a head weighed
+    without its outputs or without the gate went unseen by the results.)"""
+    records, more, taken = REPORTED[name]
+    folded, run = _reported(records, True, **more)
+    stepped, ran = _reported(records, False, **more)
+    assert run[2] == taken
+    at = {(t, rid): rest for t, rid, *rest in stepped}
+    assert [((t, rid), rest) for t, rid, *rest in folded] == [
+        ((t, rid), at.get((t, rid))) for t, rid, *rest in folded]
+    assert run[4:] == ran[4:]

@@ -58,6 +58,16 @@ class VllmFastPaths:
             return self.waiting.peek().remote == LOADED
         return all(r.output_token_ids is None for r in self.running)
 
+    def fold_room(self, rows: int, room: int) -> int:
+        # With `release_delay` a running request the step skipped (its blocks fit the
+        # free and draining ones: it waits for the drain rather than preempt) is
+        # skipped again only while they still fit; a folded decode that opens a block
+        # takes a free one and may tip it into preempting. Such a fold takes only
+        # steps that open no block (fuzzed folded against stepped, helper rev31).
+        if room > 0 and self.options.release_delay and len(self.running) > rows:
+            return 0
+        return room
+
     def arrivals_wait(self, blocked_reason: str) -> bool:
         # First come, first served: an arrival joins the queue's tail, behind the head.
         return self.options.order == "fcfs" and self.view.allocator.host is None

@@ -192,3 +192,47 @@ def test_the_policy_reports_the_head_as_the_call_does(name):
     assert [((t, rid), rest) for t, rid, *rest in folded] == [
         ((t, rid), at.get((t, rid))) for t, rid, *rest in folded]
     assert run[4:] == ran[4:]
+
+
+class _Policy:
+    """A policy with no attributes of its own, for `Steadiness` alone."""
+
+
+def _steady(last, blocked, changes=5):
+    from scheduler_sim.engine.steadiness import Steadiness
+    steady = Steadiness(_Policy())
+    steady._last, steady.blocked, steady.changes = last, blocked, changes
+    return steady
+
+
+def test_repeated_behind_answers_only_after_a_look_that_kept_the_same_flight_and_head():
+    """`repeated_behind(requests, previous)`: the last look kept `previous` (the very
+    list: an equal one is another flight's) and the head `c` blocked for blocks, 8
+    needed; this step's report is (`c`, blocks, 8, 7 free, none taken): True, and
+    the look is now `requests` with the same head at the change count 5. Unknown
+    (None, nothing kept) when nothing was kept, when another list was, when no
+    head is blocked, and when the head, its reason or its need differ. (Helper
+    tst32: rev31's mutants R1-R3, of its tests and its record, which no result
+    showed.)"""
+    a, b = object(), object()
+    previous, requests = [a, b], [b]
+    head = ("c", "blocks", 8)
+    steady = _steady((previous, head, 3), ("c", "blocks", 8, 7, 0))
+    assert steady.repeated_behind(requests, previous) is True
+    assert steady._last == (requests, head, 5) and steady._last[0] is requests
+    # The record moved on: the next boundary's look keeps `requests`, not `previous`.
+    assert steady.repeated_behind([b], requests) is True
+    assert steady.repeated_behind([b], previous) is None
+    unknown = {
+        "nothing kept": (None, ("c", "blocks", 8, 7, 0)),
+        "an equal list kept": (([a, b], head, 3), ("c", "blocks", 8, 7, 0)),
+        "no head blocked": ((previous, head, 3), None),
+        "another head": ((previous, head, 3), ("d", "blocks", 8, 7, 0)),
+        "another reason": ((previous, head, 3), ("c", "watermark", 8, 7, 0)),
+        "another need": ((previous, head, 3), ("c", "blocks", 9, 7, 0)),
+        "a head kept, none now": ((previous, None, 3), ("c", "blocks", 8, 7, 0)),
+    }
+    for name, (last, blocked) in unknown.items():
+        steady = _steady(last, blocked)
+        assert steady.repeated_behind(requests, previous) is None, name
+        assert steady._last == last, name

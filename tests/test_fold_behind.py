@@ -236,3 +236,32 @@ def test_repeated_behind_answers_only_after_a_look_that_kept_the_same_flight_and
         steady = _steady(last, blocked)
         assert steady.repeated_behind(requests, previous) is None, name
         assert steady._last == last, name
+
+
+def test_a_head_whose_need_meets_the_free_blocks_is_reported_for_the_watermark():
+    """A pool of 11 blocks, a watermark of 1 (int(0.1 * 11)). Tick 1 (the policy's
+    call): `a`'s and `b`'s decodes at row 9 open a block each, 3 held each, 5 free:
+    `c` needs 8 > 5, blocked for blocks. Tick 3: `a`'s end gives its 3 back, 8 free,
+    `b`'s decode at row 11 opens none: `c`'s 8 blocks meet the 8 free exactly but
+    not the watermark too (8 + 1 > 8): the policy reports (`c`, watermark, 8), as
+    the stepped call does; at tick 4 the same (the look at 3 saw another reason, no
+    fold). Tick 5: `b`'s decode at row 13 opens a block, 7 free: blocks again, then
+    folded to `b`'s end at 12. (Helper tst32: rev31's P15, the reason at a need
+    equal to the free blocks.)"""
+    more = dict(num_blocks=11, watermark=0.1)
+    folded, run = _reported(RECORDS, True, **more)
+    stepped, ran = _reported(RECORDS, False, **more)
+    assert run[0] == [0, 12, 13]
+    assert run[1] == [(1, ["a", "b"], ("c", "blocks", 8, 5, 2), 5),
+                      (3, ["b"], ("c", "watermark", 8, 8, 0), 8),
+                      (4, ["b"], ("c", "watermark", 8, 8, 0), 8),
+                      (5, ["b"], ("c", "blocks", 8, 7, 1), 7),
+                      (6, ["b"], ("c", "blocks", 8, 7, 0), 7)]
+    assert [(t, reason) for t, _, reason, _ in stepped[:8]] == [
+        (0, "blocks"), (1, "blocks"), (2, "blocks"), (3, "watermark"), (4, "watermark"),
+        (5, "blocks"), (6, "blocks"), (7, "blocks")]
+    at = {t: rest for t, *rest in stepped}
+    assert [(t, rest) for t, *rest in folded] == [(t, at[t]) for t, *rest in folded]
+    assert [(r["id"], r["admitted"], r["finished"]) for r in run[5]] == [
+        ("a", 0, 3), ("b", 0, 12), ("c", 12, 14)]
+    assert run[4:] == ran[4:]

@@ -265,3 +265,32 @@ def test_a_head_whose_need_meets_the_free_blocks_is_reported_for_the_watermark()
     assert [(r["id"], r["admitted"], r["finished"]) for r in run[5]] == [
         ("a", 0, 3), ("b", 0, 12), ("c", 12, 14)]
     assert run[4:] == ran[4:]
+
+
+def test_the_head_is_weighed_by_the_budget_the_decodes_leave():
+    """No full-prompt gate, a budget of 14 rows, a pool of 6 blocks of 4. `a` and `b`
+    (4-token prompts, 1 block each) start at tick 0 and open their 2nd block at
+    row 5 (tick 1): 2 free. `c` (20 tokens) arrives at tick 2; the call there
+    weighs its first chunk as the budget the 2 decodes leave, 12 rows (less than
+    its prompt; no chunk cap): 3 blocks > 2 free, blocked for blocks. Tick 3 (the
+    policy's call: rows 7, no opening, no fill): the same, (`c`, blocks, 3, 2 free,
+    none taken), not the 4 blocks of a chunk of the whole budget's 14 rows; a
+    repeat, folded to tick 6, `a`'s 6th output (its row 9 opened a block at tick 5
+    for each: 0 free). Tick 6: `a`'s 3 blocks back, 3 free, and `c`'s 3 might fit:
+    the policy declines before its walk, the call weighs 13 rows (one decode):
+    4 blocks, (`c`, blocks, 4). Tick 7 (the policy's call): the same, 3 free; folded
+    to `b`'s end at 12, where `c` is admitted. (Helper tst32: rev31's P20, the
+    chunk `token_budget - n`.)"""
+    records = [dict(RECORDS[0], prompt_tokens=4, output_tokens=6),
+               dict(RECORDS[1], prompt_tokens=4), dict(RECORDS[2], arrival=2, prompt_tokens=20)]
+    more = dict(num_blocks=6, token_budget=14, full_prompt_gate=False)
+    folded, run = _reported(records, True, **more)
+    stepped, ran = _reported(records, False, **more)
+    assert run[0] == [0, 1, 2, 6, 12, 13, 14]
+    assert run[1] == [(3, ["a", "b"], ("c", "blocks", 3, 2, 0), 2),
+                      (7, ["b"], ("c", "blocks", 4, 3, 0), 3)]
+    assert stepped == [(t, "c", "blocks", 3 if t < 6 else 4) for t in range(2, 12)]
+    assert folded == [(t, "c", "blocks", 3 if t < 6 else 4) for t in (2, 3, 6, 7)]
+    assert [(r["id"], r["admitted"], r["finished"]) for r in run[5]] == [
+        ("a", 0, 6), ("b", 0, 12), ("c", 12, 15)]
+    assert run[4:] == ran[4:]

@@ -294,3 +294,49 @@ def test_the_head_is_weighed_by_the_budget_the_decodes_leave():
     assert [(r["id"], r["admitted"], r["finished"]) for r in run[5]] == [
         ("a", 0, 6), ("b", 0, 12), ("c", 12, 15)]
     assert run[4:] == ran[4:]
+
+
+def test_a_head_whose_need_meets_the_free_blocks_after_the_walk_is_admitted_by_the_call():
+    """Token ids, a pool of 9 blocks of 4, no watermark (int(0.01 * 9)). `a` (8 prompt
+    ids 1-8, outputs 101-108), `b` (8 tokens) and `d` (4 tokens, 4 outputs) start at
+    tick 0 and open a block each at tick 1 (`a`, `b` 3 held, `d` 2): 1 free. `c`
+    arrives at tick 2: 24 prompt ids, the first 12 `a`'s rows (1-8, 101-104); the
+    gate weighs its whole prompt, 6 blocks less `a`'s 2 keyed prompt blocks it
+    shares: 4 > 1, blocked for blocks; at tick 3 the same (the policy's call).
+    Tick 4: `d`'s end gives its 2 back, 3 free. The policy, asked with the 4 needed
+    before, walks (4 > 3 - 2 rows, 4 > 3 - 0 openings): `a`'s and `b`'s decodes at
+    row 12 fill their 3rd block, keyed; `a`'s (101-104) is `c`'s 3rd: `c` now needs
+    6 - 3 = 3, the 3 free exactly: it fits, the policy declines after its walk and
+    the call at tick 4 admits `c`, as the stepped call does. (Helper tst32: rev31's
+    P15, the fit test at a need equal to the free blocks; a need that shrinks
+    needs a block its walk keys.)"""
+    first = list(range(1, 9)) + list(range(101, 105))
+    records = [dict(RECORDS[0], output_tokens=8, prompt_token_ids=list(range(1, 9)),
+                    output_token_ids=list(range(101, 109))),
+               dict(RECORDS[1], prompt_token_ids=list(range(201, 209))),
+               {"type": "request", "id": "d", "arrival": 0, "prompt_tokens": 4,
+                "output_tokens": 4, "prompt_token_ids": [301, 302, 303, 304]},
+               dict(RECORDS[2], arrival=2, prompt_tokens=24,
+                    prompt_token_ids=first + list(range(401, 413)))]
+    asked = []
+    ask = VllmPolicy.decodes_behind
+
+    def noted(self, rid, reason, needed):
+        plan = ask(self, rid, reason, needed)
+        asked.append((self.view.now, rid, reason, needed, plan is not None))
+        return plan
+
+    VllmPolicy.decodes_behind = noted
+    try:
+        folded, run = _reported(records, True, num_blocks=9)
+    finally:
+        VllmPolicy.decodes_behind = ask
+    stepped, ran = _reported(records, False, num_blocks=9)
+    assert asked[:2] == [(3, "c", "blocks", 4, True), (4, "c", "blocks", 4, False)]
+    assert run[0][:4] == [0, 1, 2, 4]
+    assert run[1][0] == (3, ["a", "b", "d"], ("c", "blocks", 4, 1, 0), 1)
+    assert folded[:2] == stepped[:2] == [(2, "c", "blocks", 4), (3, "c", "blocks", 4)]
+    assert [(t, rid) for t, rid, *_ in stepped].count((4, "c")) == 0
+    assert [(r["id"], r["admitted"]) for r in run[5]] == [("a", 0), ("b", 0), ("d", 0), ("c", 4)]
+    assert [r["finished"] for r in run[5]][2] == 4
+    assert run[4:] == ran[4:]

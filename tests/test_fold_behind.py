@@ -192,3 +192,151 @@ def test_the_policy_reports_the_head_as_the_call_does(name):
     assert [((t, rid), rest) for t, rid, *rest in folded] == [
         ((t, rid), at.get((t, rid))) for t, rid, *rest in folded]
     assert run[4:] == ran[4:]
+
+
+class _Policy:
+    """A policy with no attributes of its own, for `Steadiness` alone."""
+
+
+def _steady(last, blocked, changes=5):
+    from scheduler_sim.engine.steadiness import Steadiness
+    steady = Steadiness(_Policy())
+    steady._last, steady.blocked, steady.changes = last, blocked, changes
+    return steady
+
+
+def test_repeated_behind_answers_only_after_a_look_that_kept_the_same_flight_and_head():
+    """`repeated_behind(requests, previous)`: the last look kept `previous` (the very
+    list: an equal one is another flight's) and the head `c` blocked for blocks, 8
+    needed; this step's report is (`c`, blocks, 8, 7 free, none taken): True, and
+    the look is now `requests` with the same head at the change count 5. Unknown
+    (None, nothing kept) when nothing was kept, when another list was, when no
+    head is blocked, and when the head, its reason or its need differ. (Helper
+    tst32: rev31's mutants R1-R3, of its tests and its record, which no result
+    showed.)"""
+    a, b = object(), object()
+    previous, requests = [a, b], [b]
+    head = ("c", "blocks", 8)
+    steady = _steady((previous, head, 3), ("c", "blocks", 8, 7, 0))
+    assert steady.repeated_behind(requests, previous) is True
+    assert steady._last == (requests, head, 5) and steady._last[0] is requests
+    # The record moved on: the next boundary's look keeps `requests`, not `previous`.
+    assert steady.repeated_behind([b], requests) is True
+    assert steady.repeated_behind([b], previous) is None
+    unknown = {
+        "nothing kept": (None, ("c", "blocks", 8, 7, 0)),
+        "an equal list kept": (([a, b], head, 3), ("c", "blocks", 8, 7, 0)),
+        "no head blocked": ((previous, head, 3), None),
+        "another head": ((previous, head, 3), ("d", "blocks", 8, 7, 0)),
+        "another reason": ((previous, head, 3), ("c", "watermark", 8, 7, 0)),
+        "another need": ((previous, head, 3), ("c", "blocks", 9, 7, 0)),
+        "a head kept, none now": ((previous, None, 3), ("c", "blocks", 8, 7, 0)),
+    }
+    for name, (last, blocked) in unknown.items():
+        steady = _steady(last, blocked)
+        assert steady.repeated_behind(requests, previous) is None, name
+        assert steady._last == last, name
+
+
+def test_a_head_whose_need_meets_the_free_blocks_is_reported_for_the_watermark():
+    """A pool of 11 blocks, a watermark of 1 (int(0.1 * 11)). Tick 1 (the policy's
+    call): `a`'s and `b`'s decodes at row 9 open a block each, 3 held each, 5 free:
+    `c` needs 8 > 5, blocked for blocks. Tick 3: `a`'s end gives its 3 back, 8 free,
+    `b`'s decode at row 11 opens none: `c`'s 8 blocks meet the 8 free exactly but
+    not the watermark too (8 + 1 > 8): the policy reports (`c`, watermark, 8), as
+    the stepped call does; at tick 4 the same (the look at 3 saw another reason, no
+    fold). Tick 5: `b`'s decode at row 13 opens a block, 7 free: blocks again, then
+    folded to `b`'s end at 12. (Helper tst32: rev31's P15, the reason at a need
+    equal to the free blocks.)"""
+    more = dict(num_blocks=11, watermark=0.1)
+    folded, run = _reported(RECORDS, True, **more)
+    stepped, ran = _reported(RECORDS, False, **more)
+    assert run[0] == [0, 12, 13]
+    assert run[1] == [(1, ["a", "b"], ("c", "blocks", 8, 5, 2), 5),
+                      (3, ["b"], ("c", "watermark", 8, 8, 0), 8),
+                      (4, ["b"], ("c", "watermark", 8, 8, 0), 8),
+                      (5, ["b"], ("c", "blocks", 8, 7, 1), 7),
+                      (6, ["b"], ("c", "blocks", 8, 7, 0), 7)]
+    assert [(t, reason) for t, _, reason, _ in stepped[:8]] == [
+        (0, "blocks"), (1, "blocks"), (2, "blocks"), (3, "watermark"), (4, "watermark"),
+        (5, "blocks"), (6, "blocks"), (7, "blocks")]
+    at = {t: rest for t, *rest in stepped}
+    assert [(t, rest) for t, *rest in folded] == [(t, at[t]) for t, *rest in folded]
+    assert [(r["id"], r["admitted"], r["finished"]) for r in run[5]] == [
+        ("a", 0, 3), ("b", 0, 12), ("c", 12, 14)]
+    assert run[4:] == ran[4:]
+
+
+def test_the_head_is_weighed_by_the_budget_the_decodes_leave():
+    """No full-prompt gate, a budget of 14 rows, a pool of 6 blocks of 4. `a` and `b`
+    (4-token prompts, 1 block each) start at tick 0 and open their 2nd block at
+    row 5 (tick 1): 2 free. `c` (20 tokens) arrives at tick 2; the call there
+    weighs its first chunk as the budget the 2 decodes leave, 12 rows (less than
+    its prompt; no chunk cap): 3 blocks > 2 free, blocked for blocks. Tick 3 (the
+    policy's call: rows 7, no opening, no fill): the same, (`c`, blocks, 3, 2 free,
+    none taken), not the 4 blocks of a chunk of the whole budget's 14 rows; a
+    repeat, folded to tick 6, `a`'s 6th output (its row 9 opened a block at tick 5
+    for each: 0 free). Tick 6: `a`'s 3 blocks back, 3 free, and `c`'s 3 might fit:
+    the policy declines before its walk, the call weighs 13 rows (one decode):
+    4 blocks, (`c`, blocks, 4). Tick 7 (the policy's call): the same, 3 free; folded
+    to `b`'s end at 12, where `c` is admitted. (Helper tst32: rev31's P20, the
+    chunk `token_budget - n`.)"""
+    records = [dict(RECORDS[0], prompt_tokens=4, output_tokens=6),
+               dict(RECORDS[1], prompt_tokens=4), dict(RECORDS[2], arrival=2, prompt_tokens=20)]
+    more = dict(num_blocks=6, token_budget=14, full_prompt_gate=False)
+    folded, run = _reported(records, True, **more)
+    stepped, ran = _reported(records, False, **more)
+    assert run[0] == [0, 1, 2, 6, 12, 13, 14]
+    assert run[1] == [(3, ["a", "b"], ("c", "blocks", 3, 2, 0), 2),
+                      (7, ["b"], ("c", "blocks", 4, 3, 0), 3)]
+    assert stepped == [(t, "c", "blocks", 3 if t < 6 else 4) for t in range(2, 12)]
+    assert folded == [(t, "c", "blocks", 3 if t < 6 else 4) for t in (2, 3, 6, 7)]
+    assert [(r["id"], r["admitted"], r["finished"]) for r in run[5]] == [
+        ("a", 0, 6), ("b", 0, 12), ("c", 12, 15)]
+    assert run[4:] == ran[4:]
+
+
+def test_a_head_whose_need_meets_the_free_blocks_after_the_walk_is_admitted_by_the_call():
+    """Token ids, a pool of 9 blocks of 4, no watermark (int(0.01 * 9)). `a` (8 prompt
+    ids 1-8, outputs 101-108), `b` (8 tokens) and `d` (4 tokens, 4 outputs) start at
+    tick 0 and open a block each at tick 1 (`a`, `b` 3 held, `d` 2): 1 free. `c`
+    arrives at tick 2: 24 prompt ids, the first 12 `a`'s rows (1-8, 101-104); the
+    gate weighs its whole prompt, 6 blocks less `a`'s 2 keyed prompt blocks it
+    shares: 4 > 1, blocked for blocks; at tick 3 the same (the policy's call).
+    Tick 4: `d`'s end gives its 2 back, 3 free. The policy, asked with the 4 needed
+    before, walks (4 > 3 - 2 rows, 4 > 3 - 0 openings): `a`'s and `b`'s decodes at
+    row 12 fill their 3rd block, keyed; `a`'s (101-104) is `c`'s 3rd: `c` now needs
+    6 - 3 = 3, the 3 free exactly: it fits, the policy declines after its walk and
+    the call at tick 4 admits `c`, as the stepped call does. (Helper tst32: rev31's
+    P15, the fit test at a need equal to the free blocks; a need that shrinks
+    needs a block its walk keys.)"""
+    first = list(range(1, 9)) + list(range(101, 105))
+    records = [dict(RECORDS[0], output_tokens=8, prompt_token_ids=list(range(1, 9)),
+                    output_token_ids=list(range(101, 109))),
+               dict(RECORDS[1], prompt_token_ids=list(range(201, 209))),
+               {"type": "request", "id": "d", "arrival": 0, "prompt_tokens": 4,
+                "output_tokens": 4, "prompt_token_ids": [301, 302, 303, 304]},
+               dict(RECORDS[2], arrival=2, prompt_tokens=24,
+                    prompt_token_ids=first + list(range(401, 413)))]
+    asked = []
+    ask = VllmPolicy.decodes_behind
+
+    def noted(self, rid, reason, needed):
+        plan = ask(self, rid, reason, needed)
+        asked.append((self.view.now, rid, reason, needed, plan is not None))
+        return plan
+
+    VllmPolicy.decodes_behind = noted
+    try:
+        folded, run = _reported(records, True, num_blocks=9)
+    finally:
+        VllmPolicy.decodes_behind = ask
+    stepped, ran = _reported(records, False, num_blocks=9)
+    assert asked[:2] == [(3, "c", "blocks", 4, True), (4, "c", "blocks", 4, False)]
+    assert run[0][:4] == [0, 1, 2, 4]
+    assert run[1][0] == (3, ["a", "b", "d"], ("c", "blocks", 4, 1, 0), 1)
+    assert folded[:2] == stepped[:2] == [(2, "c", "blocks", 4), (3, "c", "blocks", 4)]
+    assert [(t, rid) for t, rid, *_ in stepped].count((4, "c")) == 0
+    assert [(r["id"], r["admitted"]) for r in run[5]] == [("a", 0), ("b", 0), ("d", 0), ("c", 4)]
+    assert [r["finished"] for r in run[5]][2] == 4
+    assert run[4:] == ran[4:]

@@ -34,15 +34,21 @@ def _state(a: BlockAllocator):
             a._fresh, a.cache.queue_items(), dict(a.cache.index.items()))
 
 
-def test_the_blocks_come_in_the_order_growing_one_by_one_takes_them(monkeypatch):
-    """D1, D2, D3 need 1, 2, 3 blocks: the stack's top first (5, 4), never-used ids
-    (6, 7), then the two least recently freed cached blocks (3, 2), evicted by one
-    `take` of 2. D3 evicted 2; the keys of 3 and 2 (entry y) leave the index."""
-    takes = []
+def _count_takes(monkeypatch) -> list[int]:
+    """The counts `VllmCache.take` is called with from now on, in call order."""
+    takes: list[int] = []
     take = VllmCache.take
     monkeypatch.setattr(VllmCache, "take",
                         lambda self, rid, table, count: takes.append(count)
                         or take(self, rid, table, count))
+    return takes
+
+
+def test_the_blocks_come_in_the_order_growing_one_by_one_takes_them(monkeypatch):
+    """D1, D2, D3 need 1, 2, 3 blocks: the stack's top first (5, 4), never-used ids
+    (6, 7), then the two least recently freed cached blocks (3, 2), evicted by one
+    `take` of 2. D3 evicted 2; the keys of 3 and 2 (entry y) leave the index."""
+    takes = _count_takes(monkeypatch)
     a = _pool()
     assert (a._free, a._fresh, a.cache.queue_items()[0]) == ([4, 5], 6, [3, 2, 1, 0])
     a.grow_each([("D1", 4), ("D2", 8), ("D3", 12)])
@@ -59,17 +65,12 @@ def test_the_blocks_come_in_the_order_growing_one_by_one_takes_them(monkeypatch)
     assert _state(a) == _state(b)
 
 
-
 def test_a_request_grown_in_turn_several_times_takes_the_blocks_in_call_order(monkeypatch):
     """`grow_in_turn` (a folded chunk run's steps): C to 4 rows, D to 4, C to 12, D to
     8: 1, 1, 2, 1 blocks. The stack's top first (5, 4), never-used 6 and 7, then the
     least recently freed cached block, 3, evicted by one `take` of 1: C [5, 6, 7],
     D [4, 3], as four `grow` calls give them."""
-    takes = []
-    take = VllmCache.take
-    monkeypatch.setattr(VllmCache, "take",
-                        lambda self, rid, table, count: takes.append(count)
-                        or take(self, rid, table, count))
+    takes = _count_takes(monkeypatch)
     a = _pool()
     a.grow_in_turn([("C", 4), ("D", 4), ("C", 12), ("D", 8)])
     assert takes == [1]

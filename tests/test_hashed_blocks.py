@@ -214,7 +214,7 @@ def test_hashed_blocks_of_any_size_read_as_the_full_checks(tmp_path, monkeypatch
 def test_the_hashed_spelling_is_read_whole_or_not_at_all():
     """The pattern for hashed lines takes digits and commas for the hashes, which the
     scanner then reads; a line of the other spelling in its block is not matched."""
-    find = trace_fast_path._LINES[False, True]
+    find = trace_fast_path._lines(False, True)
     assert find((H % (b"a", b"1.5", b"9", b"2", b"0,1,22") + b"\n").decode()) == [
         ("a", "1.5", "9", "2", "0,1,22")]
     assert find(OTHERS["no hashes"].decode() + "\n") == []

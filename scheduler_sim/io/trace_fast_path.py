@@ -199,7 +199,10 @@ def common_block(block: bytes, unit: str, hash_block_size: int) -> Columns | Non
     Speed (issue 26): a block of them is matched, split and converted in C; a line's
     validation took 21,400 instructions through `common_request` and `_take`, 12,800
     a block at a time, and the replay's read 14,200 and 12,700 (callgrind, the
-    100,000 generated requests; benchmarks/README.md, "Issue 26, tenth steps")."""
+    100,000 generated requests; benchmarks/README.md, "Issue 26, tenth steps"). The
+    whole Mooncake trace's hashed lines, a line at a time through the scanner before:
+    `read_trace` 95.8 -> 50.0 ms CPU, json.loads of each line 61 ms (benchmarks/README.md,
+    "thirtieth steps", helper tr33)."""
     # (A last line without its newline: read alone. A block whose first line is not
     # a request as written cannot match: no pass over it.)
     if not block.endswith(b"\n") or not block.startswith(b'{"type":"request","id":"'):

@@ -20,7 +20,7 @@ from test_trace_fast_path import SECONDS, W, both_ways
 def test_a_block_of_written_lines_gives_its_columns():
     block = (W % (b"a", b"0", b"3", b"2") + b"\n" + W % (b"b", b"7", b"40", b"1") + b"\n"
              + W % ("\u00e9".encode(), b"7", b"5", b"900") + b"\n")
-    columns = common_block(block, "tick")
+    columns = common_block(block, "tick", 16)
     assert columns == Columns(["a", "b", "\u00e9"], [0, 7, 7], [3, 40, 5], [2, 1, 900])
     assert block_specs(columns, 4) == [
         RequestSpec("a", 4, 0, 3, 2, 2), RequestSpec("b", 5, 7, 40, 1, 1),
@@ -29,10 +29,10 @@ def test_a_block_of_written_lines_gives_its_columns():
 
 def test_in_seconds_a_fraction_is_a_float_and_a_whole_number_an_int():
     block = W % (b"a", b"0", b"3", b"2") + b"\n" + W % (b"b", b"2.50", b"4", b"1") + b"\n"
-    columns = common_block(block, "s")
+    columns = common_block(block, "s", 16)
     assert columns.arrivals == [0, 2.5]
     assert [type(a) for a in columns.arrivals] == [int, float]
-    assert common_block(block, "tick") is None  # a fraction of a tick: the full checks word it
+    assert common_block(block, "tick", 16) is None  # a fraction of a tick: the full checks word it
 
 
 GOOD_LINE = W % (b"a", b"1", b"3", b"2") + b"\n"
@@ -54,21 +54,21 @@ GOOD_LINE = W % (b"a", b"1", b"3", b"2") + b"\n"
 ], ids=["blank", "CR", "blank line", "past 1e15", "not UTF-8", "escape", "control", "empty id",
         "leading zero", "no prompt", "spaces", "cancel"])
 def test_a_block_with_any_other_line_is_refused(other):
-    assert common_block(GOOD_LINE, "tick") is not None
-    assert common_block(GOOD_LINE + other + GOOD_LINE, "tick") is None
-    assert common_block(GOOD_LINE + other + GOOD_LINE, "s") is None
+    assert common_block(GOOD_LINE, "tick", 16) is not None
+    assert common_block(GOOD_LINE + other + GOOD_LINE, "tick", 16) is None
+    assert common_block(GOOD_LINE + other + GOOD_LINE, "s", 16) is None
 
 
 def test_an_empty_block_is_refused():
-    assert common_block(b"", "tick") is None
+    assert common_block(b"", "tick", 16) is None
 
 
 def test_a_last_line_without_its_newline_is_refused():
     """The file's last line without a newline: its block is refused, whether the line
     is written well (read alone) or cut short (which a match of the lines before it
     would drop)."""
-    assert common_block(GOOD_LINE + GOOD_LINE[:-1], "tick") is None
-    assert common_block(GOOD_LINE + b'{"type":"req', "tick") is None
+    assert common_block(GOOD_LINE + GOOD_LINE[:-1], "tick", 16) is None
+    assert common_block(GOOD_LINE + b'{"type":"req', "tick", 16) is None
 
 
 def written_trace(rng: random.Random, n: int, seconds: bool) -> list[bytes]:

@@ -112,7 +112,8 @@ def _in_memory(specs: list[RequestSpec], blocks: list[tuple[int, Columns]], canc
     `blocks`, (first line, columns) of blocks read whole (`Validator`). Plain
     (`Workload.plain`) when every request is: the columns in line order, then by
     arrival, ties in line order (T2: `Workload.build`'s order, a stable sort)."""
-    if not blocks or not all(map(_plain, specs)):
+    if (not blocks or not all(map(_plain, specs))
+            or any(columns.hashes is not None for _, columns in blocks)):
         return Workload.build(specs + [spec for number, columns in blocks
                                        for spec in block_specs(columns, number)],
                               cancels, preempts)
@@ -241,7 +242,7 @@ def _block_requests(path: str, config: dict[str, Any], copy: ValidatedCopy
     """The requests of each block of a validated trace file, in file order."""
     hbs = config.get("hash_block_size") or config.get("block_size") or 16
     unit = config.get("time_unit", "tick")
-    blocks = copy.blocks() if copy.kept else _converted_blocks(path, unit)
+    blocks = copy.blocks() if copy.kept else _converted_blocks(path, unit, hbs)
     for first, kept in blocks:
         if type(kept) is bytes:
             yield _line_requests(path, first, kept, unit, hbs)
@@ -263,12 +264,13 @@ def _numbered_blocks(path: str, convert: Callable[[int, bytes], Columns | None]
         number += len(columns.ids) if columns is not None else block.count(b"\n")
 
 
-def _converted_blocks(path: str, unit: str) -> Iterator[tuple[int, bytes | Columns]]:
+def _converted_blocks(path: str, unit: str, hbs: int
+                      ) -> Iterator[tuple[int, bytes | Columns]]:
     """(first line's number, columns or bytes) of each block of a validated trace file
     read again, as its validation converted them (`ValidatedCopy.blocks`): for a copy
     that kept nothing (it was sent to another process)."""
     for number, block, columns in _numbered_blocks(
-            path, lambda _number, block: common_block(block, unit)):
+            path, lambda _number, block: common_block(block, unit, hbs)):
         yield number, block if columns is None else columns
 
 

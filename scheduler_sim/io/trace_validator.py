@@ -118,7 +118,7 @@ class Validator:
         ending in a newline, or one last line without it. Return its columns if every
         line of it is a request as `generate` and `convert` write it (`common_block`),
         else None."""
-        columns = common_block(block, self.unit)
+        columns = common_block(block, self.unit, self.hash_block_size)
         if columns is None or not self._take_block(columns, number):
             lines = block.split(b"\n")
             if block.endswith(b"\n"):
@@ -153,8 +153,10 @@ class Validator:
             if largest is None or most > largest.prompt_tokens + largest.max_tokens:
                 at = sums.index(most)  # (the first of them, as `_note_arrival` keeps)
                 output = columns.outputs[at]
+                hashes = columns.hashes
                 self.largest = RequestSpec(ids[at], number + at, arrivals[at],
-                                           columns.prompts[at], output, output)
+                                           columns.prompts[at], output, output, 0, None,
+                                           None, None, None if hashes is None else hashes[at])
         else:
             first = self.first_line
             if len(set(ids)) != len(ids) or not first.keys().isdisjoint(ids):

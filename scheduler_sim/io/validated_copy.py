@@ -4,7 +4,7 @@ of matching and converting the file's text again.
 
 Validation reads a long trace a block of whole lines at a time (`trace.py`). A
 block whose every line is a request as `generate` and `convert` write it has been
-converted to its four columns (`trace_fast_path.Columns`): they are kept as they
+converted to its columns (`trace_fast_path.Columns`): they are kept as they
 are; any other block is kept as its bytes, which the replay reads a line at a time
 as before. Each block is written, in file order, to one anonymous temporary file
 (`marshal`: exact for the columns' strings, integers and floats), so that memory

@@ -194,7 +194,8 @@ class VllmCache(RunQueue, PrefixCache):
             raise InvariantError(
                 f"request {rid!r} shares cached blocks without their keys, or "
                 "after blocks of its own (vLLM's cache keys a table's leading blocks)")
-        keys.ensure(len(blocks), False)
+        if keys.known < len(blocks):  # (known already at every share replaying Mooncake)
+            keys.ensure(len(blocks), False)
         keys.registered = len(blocks)
         self.request_keys[rid] = keys
 
@@ -215,8 +216,7 @@ class VllmCache(RunQueue, PrefixCache):
         in C: replaying the Mooncake trace under vllm, 12,333 admissions share
         615,217 blocks, 207,161 of them free cached ones); return them as a set."""
         free = self.free_blocks
-        # (by block alone: each block's key read from the queue)
-        found = self._hit_stale(set(free.take_blocks(blocks)))
+        found = self._hit_stale(set(free.take_blocks(blocks)))  # (keys read from the queue)
         free.changed()
         return found
 

@@ -59,12 +59,14 @@ class Owners:
     and lost owners together. Compared by identity (`list.count` below finds a
     run's blocks naming one counter in C).
 
-    Speed: replaying the Mooncake trace under vllm, 615,217 blocks gain an owner
-    in 12,333 shares and 408,056 lose one in 12,334 releases, about 33 a call,
-    nearly always one run (the conversations' common prefix): each was a count
-    read, changed and written a block at a time (a `map` chain in `share`, a
-    Python step per block in `free_request`); now a look-up per block in C and
-    one count moved (benchmarks/README.md, "thirtieth steps", helper fr33)."""
+    Speed: replaying the Mooncake trace under vllm, 408,056 held blocks gain an
+    owner in 12,333 shares and lose it in 12,333 releases, 33 a call, all one
+    run in 12,314 shares and 12,315 releases (under sglang 12,023 and 12,025 of
+    about 12,040): each was a count read, changed and written a block at a time
+    (a `map` chain in `share`, a Python step per block in `free_request`); now
+    a look-up per block in C and one count moved: the first 2,000 requests
+    0.9859x the instructions under vllm, 0.9914x under sglang
+    (benchmarks/README.md, "thirtieth steps", helper fr33)."""
 
     __slots__ = ("count", "size")
 

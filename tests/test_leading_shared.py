@@ -5,6 +5,7 @@ from __future__ import annotations
 from scheduler_sim.kv import freeing
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.freeing import leading_shared
+from scheduler_sim.kv.sharing import owner_counts
 
 
 def test_the_leading_run_counts_only_when_it_is_every_shared_block():
@@ -42,13 +43,13 @@ def test_freeing_takes_the_leading_run_only_when_it_is_every_shared_block(monkey
     a.grow("c", 8)
     a.share("d", [5])
     a.share("e", [0])
-    assert (a.table("b"), a.table("c"), a._extra) == ([0, 1, 4], [5, 6], {0: 2, 1: 1, 5: 1})
+    assert (a.table("b"), a.table("c"), owner_counts(a._extra)) == ([0, 1, 4], [5, 6], {0: 2, 1: 1, 5: 1})
     assert a.free_request("d", now=0, delay=0) == 0
-    assert a._extra == {0: 2, 1: 1}
+    assert owner_counts(a._extra) == {0: 2, 1: 1}
     assert a.free_request("b", now=0, delay=0) == 1
-    assert (a._extra, a.held) == ({0: 1}, 6)
+    assert (owner_counts(a._extra), a.held) == ({0: 1}, 6)
     assert a.free_request("e", now=0, delay=0) == 0
-    assert (a._extra, a.held) == ({}, 6)
+    assert (owner_counts(a._extra), a.held) == ({}, 6)
     a.audit()
     assert a.free_request("a", now=0, delay=0) == 4
     assert a.free_request("c", now=0, delay=0) == 2

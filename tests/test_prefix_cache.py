@@ -11,6 +11,7 @@ from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.lru_cache import LruCache
 from scheduler_sim.kv.queue_members import QueueMembers
+from scheduler_sim.kv.sharing import owner_counts
 from scheduler_sim.kv.radix_cache import RadixCache
 from scheduler_sim.kv.radix_index import RadixIndex
 from scheduler_sim.kv.vllm_cache import VllmCache
@@ -449,14 +450,14 @@ def test_share_counts_owners_in_bulk_and_refuses_a_block_nobody_holds():
     for rid in ("B", "C"):
         kb = keys_of(list(range(12)), 1)
         a.share(rid, a.lookup(kb, 2), kb)
-    assert a._extra == {0: 2, 1: 2}
+    assert owner_counts(a._extra) == {0: 2, 1: 2}
     a.free_request("A", 0, 0)
     ok(a)
     assert (a.cached_free, a.held) == (1, 2)
     kd = keys_of(list(range(12)), 3)
     a.share("D", a.lookup(kd, 3), kd)
     ok(a)
-    assert (a._extra, a.cached_free, a.held, a.table("D")) == ({0: 2, 1: 2}, 0, 3, [0, 1, 2])
+    assert (owner_counts(a._extra), a.cached_free, a.held, a.table("D")) == ({0: 2, 1: 2}, 0, 3, [0, 1, 2])
     with pytest.raises(InvariantError, match="never allocated"):
         a.share("E", [3], plain_keys(1, 4))
     a.free_request("D", 0, 4)  # 2 drains: nobody holds it, and it is not cached
@@ -682,10 +683,10 @@ def test_vllm_cache_a_freed_table_keeps_its_leading_blocks_that_others_hold():
     assert hits == [0, 1]
     a.share("B", hits, kb)
     assert prefill(a, "B", kb, 16) == [0, 1, 3, 4]
-    assert a._extra == {0: 1, 1: 1}
+    assert owner_counts(a._extra) == {0: 1, 1: 1}
     assert a.free_request("A", 0, 0) == 1
     ok(a)
-    assert (a._extra, a.held) == ({}, 4)
+    assert (owner_counts(a._extra), a.held) == ({}, 4)
     assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 2))]
     assert a.free_request("B", 0, 0) == 4
     ok(a)
@@ -714,7 +715,7 @@ def test_vllm_cache_a_freed_table_keeps_a_later_block_that_another_holds():
     ok(a)
     assert a.free_request("B", 0, 0) == 1
     ok(a)
-    assert (a._extra, a.held) == ({}, 3)
+    assert (owner_counts(a._extra), a.held) == ({}, 3)
     assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 0))]
     assert a.free_request("C", 0, 0) == 2
     ok(a)
@@ -978,10 +979,10 @@ def test_vllm_cache_a_freed_table_drops_only_its_own_blocks_extra_owners(compact
         keys = keys_of(list(ids), index)
         a.share(rid, a.lookup(keys, n), keys)
     ok(a)
-    assert a._extra == {0: 2, 1: 1, 3: 1, 4: 1}
+    assert owner_counts(a._extra) == {0: 2, 1: 1, 3: 1, 4: 1}
     assert a.free_request("A", 0, 0) == 1
     ok(a)
-    assert a._extra == {0: 1, 3: 1, 4: 1}
+    assert owner_counts(a._extra) == {0: 1, 3: 1, 4: 1}
     assert list(zip(*a.cache.queue_items())) == [(2, key(ka, 2))]
 
 
@@ -995,7 +996,7 @@ def test_vllm_cache_owned_elsewhere_is_a_run_of_leading_blocks_found_by_a_search
     for rid, index, n in (("B", 1, 3), ("C", 2, 1)):
         keys = keys_of(ids, index)
         a.share(rid, a.lookup(keys, n), keys)
-    assert (a._extra, a.cache.others) == ({0: 2, 1: 1, 2: 1}, {})
+    assert (owner_counts(a._extra), a.cache.others) == ({0: 2, 1: 1, 2: 1}, {})
     assert a.cache.owned_elsewhere([3, 2, 1, 0], a._extra) == {0, 1, 2}
     assert a.cache.owned_lead([3, 2, 1, 0], a._extra) == 3
     assert a.cache.owned_lead([3, 2, 1, 0], {0: 1, 1: 1, 2: 1, 7: 1}) == 3  # (7: not A's)

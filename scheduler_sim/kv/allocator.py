@@ -59,7 +59,7 @@ from .counted_blocks import CountedBlocks
 from .freeing import Freeing
 from .prefix_cache import NoCache, PrefixCache
 from .prefix_lookups import PrefixLookups
-from .sharing import Sharing
+from .sharing import Owners, Sharing
 
 __all__ = ["BlockAllocator", "blocks_for", "BLOCK_BYTES", "MAX_REQUEST_BLOCKS"]
 
@@ -96,11 +96,11 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
         self._free: list[int] = []
         self._fresh = 0
         self._ids = block_ids()  # never-used ids are taken from here (shared objects)
-        # A block in a table has one owner, plus `_extra[block]` more when it is
-        # shared; `_pins[block]` pins when pinned; `_orphans` are pinned blocks
-        # nobody owns any more (held until unpinned). Blocks neither shared nor
-        # pinned cost nothing here, so blocks come and go in whole slices.
-        self._extra: dict[int, int] = {}
+        # A block in a table has one owner, plus `_extra[block].count` more when
+        # it is shared (counted per run: `sharing.Owners`); `_pins[block]` pins
+        # when pinned; `_orphans` are pinned blocks nobody owns any more (held
+        # until unpinned). Blocks neither shared nor pinned cost nothing here.
+        self._extra: dict[int, Owners] = {}
         self._pins: dict[int, int] = {}
         self._orphans: set[int] = set()
         # True once blocks may be shared or pinned (prefix caching, `share`,

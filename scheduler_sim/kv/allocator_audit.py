@@ -7,6 +7,7 @@ engine built with `audit=True`; the O(1) check of every boundary is
 from __future__ import annotations
 
 from ..records.errors import InvariantError
+from .sharing import owner_counts, run_sizes_hold
 
 __all__ = ["Audit"]
 
@@ -36,11 +37,14 @@ class Audit:
             raise InvariantError(
                 f"referenced or pinned blocks({len(referenced | pinned)}){term} == "
                 f"held({self.held}) is false")
+        extra = owner_counts(self._extra)  # (counted per run: `sharing.Owners`)
         for block in referenced:
             owners = sum(t.count(block) for t in self._tables.values())
-            if owners != 1 + self._extra.get(block, 0):
+            if owners != 1 + extra.get(block, 0):
                 raise InvariantError(f"block {block}: owners({owners}) == "
-                                     f"1 + extra({self._extra.get(block, 0)}) is false")
+                                     f"1 + extra({extra.get(block, 0)}) is false")
+        if not run_sizes_hold(self._extra):
+            raise InvariantError("a run of shared blocks' size is not the blocks naming it")
         if any(b not in referenced for b in self._extra):
             raise InvariantError("a block with extra owners is in no table")
         pin_counts: dict[int, int] = {}

@@ -16,7 +16,7 @@ from itertools import compress, filterfalse
 from operator import not_
 
 from ..records.errors import InvariantError
-from .sharing import drop_one
+from .sharing import move_owners
 from .tail_first import tail_first
 
 __all__ = ["Freeing", "leading_shared"]
@@ -100,18 +100,12 @@ class Freeing:
         if extra:
             lead = leading_shared(table, extra)
             if lead:  # the table's first `lead` blocks are every shared block
-                for block in table[-lead:]:  # (`drop_one`, inline)
-                    left = extra[block] - 1
-                    if left:
-                        extra[block] = left
-                    else:
-                        del extra[block]
+                move_owners(extra, table[-lead:], -1)  # (one count, as one run)
                 del table[-lead:]  # (the reversed table is this call's own)
             else:
                 shared = extra.keys() & table  # blocks somebody else owns too
                 if shared:
-                    for block in shared:
-                        drop_one(extra, block)
+                    move_owners(extra, list(shared), -1)
                     table = list(filterfalse(shared.__contains__, table))
             lead = self._cache.owned_lead(keyed, extra) if keyed else 0
             if lead:
@@ -119,19 +113,13 @@ class Freeing:
                 # are prefixes: `VllmCache.owned_lead`), the tail of `keyed`:
                 # their owners dropped from a slice, then cut off in one.
                 cut = len(keyed) - lead
-                for block in keyed[cut:]:  # (`drop_one`, inline: thousands)
-                    left = extra[block] - 1
-                    if left:
-                        extra[block] = left
-                    else:
-                        del extra[block]
+                move_owners(extra, keyed[cut:], -1)  # (one count, as one run)
                 del keyed[cut:]  # (both are this call's own)
                 del keys[cut:]
             elif lead is None:  # (the cache cannot tell: a duplicate key cached)
                 shared = self._cache.owned_elsewhere(keyed, extra)
                 if shared:
-                    for block in shared:
-                        drop_one(extra, block)
+                    move_owners(extra, list(shared), -1)
                     cut = len(keyed) - len(shared)
                     if shared.issuperset(keyed[cut:]):  # (still the usual shape)
                         del keyed[cut:]

@@ -248,6 +248,91 @@ def test_vllm_folds_with_a_head_blocked_for_blocks_under_prefix_caching(monkeypa
     assert True in answers and False in answers and folded > 0
 
 
+class _Running:
+    """A running request as `may_fold` reads it: its admission number and its
+    outputs as token ids (reads of them counted in `reads`)."""
+
+    def __init__(self, admit_seq, ids, reads):
+        self.admit_seq, self._ids, self._reads = admit_seq, ids, reads
+
+    @property
+    def output_token_ids(self):
+        self._reads.append(self.admit_seq)
+        return self._ids
+
+
+def test_vllm_may_fold_scans_only_the_requests_admitted_since_it_found_no_output_ids():
+    """`may_fold` under prefix caching, a head blocked for blocks (FCFS, no host
+    memory): the running requests' outputs as token ids are read only for those admitted
+    (numbered) after the last one of the last scan that found none. a (0) and b (1): both
+    read, yes, known to 1; asked again: nothing read; a finished: nothing read; c (2,
+    outputs as ids) admitted: c read, no, known still 1; again: c read, no; c gone, d (3)
+    admitted: d read, yes, known to 3; nobody running: yes; b preempted and admitted
+    again as 4 behind d: b read, yes, known to 4."""
+    from types import SimpleNamespace
+    from scheduler_sim.policies.vllm_fast import VllmFastPaths
+    reads = []
+    a, b, c, d = (_Running(0, None, reads), _Running(1, None, reads),
+                  _Running(2, [7, 8], reads), _Running(3, None, reads))
+    policy = SimpleNamespace(
+        view=SimpleNamespace(allocator=SimpleNamespace(cache=object(), host=None)),
+        options=SimpleNamespace(order="fcfs"), running=[a, b], plain_outputs_to=-2)
+    steps = []
+
+    def ask():
+        reads.clear()
+        answer = VllmFastPaths.may_fold(policy, "blocks")
+        steps.append((answer, list(reads), policy.plain_outputs_to))
+
+    ask()
+    ask()
+    policy.running.remove(a)
+    ask()
+    policy.running.append(c)
+    ask()
+    ask()
+    policy.running.remove(c)
+    policy.running.append(d)
+    ask()
+    policy.running.clear()
+    ask()
+    b.admit_seq = 4
+    policy.running[:] = [d, b]
+    ask()
+    assert steps == [(True, [1, 0], 1), (True, [], 1), (True, [], 1), (False, [2], 1),
+                     (False, [2], 1), (True, [3], 3), (True, [], 3), (True, [4], 4)]
+    # The watermark likewise; other reasons are not asked about outputs at all.
+    reads.clear()
+    assert VllmFastPaths.may_fold(policy, "budget") and reads == []
+
+
+def test_vllm_may_fold_answers_as_a_scan_of_every_running_request(monkeypatch):
+    """Replaying the prefix-cached workloads above (seeds 0-9) folded, outputs as token
+    ids for some requests, every answer of `may_fold` with a head blocked for blocks
+    or the watermark is the scan of every running request's outputs, and each replay
+    equals the stepped one; some answers read no request, and some are no."""
+    from scheduler_sim.policies.vllm import VllmPolicy
+    may_fold = VllmPolicy.may_fold
+    seen = set()
+
+    def checked(self, blocked_reason):
+        known = self.plain_outputs_to
+        answer = may_fold(self, blocked_reason)
+        if (blocked_reason in ("blocks", "watermark") and self.view.allocator.cache is not None
+                and self.options.order != "lpm" and self.view.allocator.host is None):
+            assert answer == all(r.output_token_ids is None for r in self.running)
+            seen.add((answer, bool(self.running) and self.running[-1].admit_seq == known))
+        return answer
+
+    monkeypatch.setattr(VllmPolicy, "may_fold", checked)
+    for seed in range(10):
+        records = _cached_workload(seed)
+        options = _cached_options(seed)
+        assert _replay(records, "vllm", True, **options) == _replay(records, "vllm", False,
+                                                                    **options)
+    assert (True, True) in seen and (False, False) in seen
+
+
 # Each dispatch of these few tokens one 10 ms step; the host link moves one block of 4
 # tokens (Llama-3-8B: 524,288 bytes) a step, and each copy adds one step.
 _HOST_CLOCK = dict(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.01, clock_resolution=0.01,

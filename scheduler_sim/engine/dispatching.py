@@ -214,8 +214,9 @@ class Dispatching:
             flight.unsent = None
             self._emit(Dispatch(flight.start, rows, tokens, done))
 
-    def _complete(self, flight: InFlight) -> None:
-        """E1: record the outputs; finish requests that produced their last one."""
+    def _complete(self, flight: InFlight) -> list[Request]:
+        """E1: record the outputs; finish requests that produced their last one
+        (returned, in row order)."""
         now = self.now
         # Gaps since each request's previous output (ITL), counted by the time of
         # that output: most rows had theirs when this dispatch started.
@@ -230,6 +231,7 @@ class Dispatching:
         if ended:
             self._finish_ended(ended, flight)
         self.ledger.completed(now, flight.exact, flight.outputs, since)
+        return ended
 
     def _finish_ended(self, ended: list[Request], flight: InFlight) -> None:
         """E1's end for the requests that produced their last output in `flight`,

@@ -168,22 +168,25 @@ class Counting:
         blocks = sum(to_grow(req.rid, req.resident + 1) for req in opening)
         return (blocks + cohort.opening() if members else blocks), opening
 
-    def complete_now(self) -> None:
+    def complete_now(self) -> list[Request] | None:
         """E1 of the dispatch in flight, completing now (`complete_due`'s): by the
         counters (`complete_counted`) when it ran cohort members only, from its
         shape when it admitted fresh prompts beside them (`complete_admission`),
         else row by row (`_complete`). Speed: the loop's own completions of
         members only (a step's plan of every member, `_start_counted`'s: the
         14,720 decode steps behind a blocked head of 100,000 generated requests)
-        went to `_complete` (benchmarks/README.md, "nineteenth steps", arr20)."""
+        went to `_complete` (benchmarks/README.md, "nineteenth steps", arr20).
+        Returns the requests that finished, in row order (None from
+        `complete_admission`)."""
         flight = self.flight
         if flight.rows is None and flight.members and not flight.decoders:
-            self.complete_counted(flight)
-        elif type(flight) is AdmissionFlight:
+            return self.complete_counted(flight)
+        if type(flight) is AdmissionFlight:
             complete_admission(self, flight)  # (members and fresh prompts: admission.py)
-        else:
-            self._complete(flight)
-            self.flight = None
+            return None
+        ended = self._complete(flight)
+        self.flight = None
+        return ended
 
     def complete_counted(self, flight: InFlight) -> list[Request]:
         """E1 for a dispatch of counted decodes only (`_start_counted`'s), completing

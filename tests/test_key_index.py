@@ -11,6 +11,8 @@ from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv import key_index
 from scheduler_sim.kv.key_index import KeyIndex
+from scheduler_sim.kv.radix_index import RadixIndex
+from scheduler_sim.records.errors import InvariantError
 from scheduler_sim.kv.vllm_cache import VllmCache
 
 
@@ -93,6 +95,7 @@ def test_random_operations_agree_with_a_dict(seed):
         assert index == model and len(index) == len(model)
         assert all(b is not None for b in index.plain.values())
         assert all(any(x is not None for x in bucket) for bucket in index.buckets.values())
+        index.check()  # (the counts of filled slots)
 
 
 def test_eviction_forgets_keys_in_the_runs_without_copying_them(monkeypatch):
@@ -198,3 +201,98 @@ def test_a_look_up_computes_every_key_to_its_limit_then_walks_them_once():
     assert cache.find(b, 39) == table[:30]
     assert cache.find(b, 25) == table[:25]
     assert cache.find(b, 0) == []
+
+
+def test_a_buckets_count_of_filled_slots_follows_every_write():
+    """Width 8: keys 1..6 added (blocks 10..15) fill 6 slots of bucket 0; adding
+    5..7 (15 is 5's already, 99 a duplicate of 6, 17 new) fills one more; a key
+    set, set again, set by `setdefault` and deleted moves it by one or not at
+    all; keys 8, 9 are bucket 1, counted apart."""
+    index = KeyIndex(8)
+    assert index.add([1, 2, 3, 4, 5, 6], 0, 6, [10, 11, 12, 13, 14, 15]) == []
+    assert index.filled == {0: 6}
+    assert index.add([5, 6, 7], 0, 3, [14, 99, 17]) == [(6, 99)]
+    assert (index.filled, index.buckets[0]) == ({0: 7}, [None, 10, 11, 12, 13, 14, 15, 17])
+    index[0] = 9  # a free slot
+    index[0] = 8  # the same slot again: no more filled
+    assert (index.setdefault(3, 50), index.setdefault(9, 51), index.filled) == (12, 51, {0: 8, 1: 1})
+    del index[9]
+    assert (index.filled, index.buckets.keys(), len(index)) == ({0: 8}, {0}, 8)
+    index.add([8, 9], 0, 2, [60, 61])
+    assert (index.filled, len(index)) == ({0: 8, 1: 2}, 10)
+    index.check()
+
+
+@pytest.mark.parametrize("order, counts", [
+    # tail first, as a freed table goes: 3 slices
+    ([[7, 6, 5], [4, 3], [2, 1, 0]], [{0: 5}, {0: 3}, {}]),
+    # head first: one key a slice (keys going up), then the rest in one call
+    ([[0], [1, 2], [7, 6, 5, 4, 3]], [{0: 7}, {0: 5}, {}]),
+    # the middle, then both ends (two runs in one call)
+    ([[4, 3], [7, 6, 5, 2, 1, 0]], [{0: 6}, {}]),
+    # one key at a time by `del`, last the first key
+    ([[3], [5], [7], [6], [4], [2], [1], [0]],
+     [{0: 7}, {0: 6}, {0: 5}, {0: 4}, {0: 3}, {0: 2}, {0: 1}, {}]),
+])
+def test_a_bucket_emptied_by_pieces_in_any_order_goes_with_its_count(order, counts):
+    """Keys 0..7 (width 8, blocks 100..107) forgotten a piece at a time: after
+    each piece the count is the slots still filled; the bucket and its count go
+    with the last block, whichever piece clears it, and the audit passes."""
+    for by_del in (False, True):
+        index = KeyIndex(8)
+        index.add(list(range(8)), 0, 8, list(range(100, 108)))
+        seen = []
+        for piece in order:
+            if by_del:
+                for key in piece:
+                    del index[key]
+            else:
+                index.forget(piece, 0, [100 + key for key in piece])
+            index.check()
+            seen.append(dict(index.filled))
+        assert (seen, index.buckets, len(index)) == (counts, {}, 0)
+
+
+def test_a_forgotten_pieces_flags_are_cleared_with_its_slots():
+    """A member's flags (`QueueMembers.flags`, beside bucket 0) are cleared by the
+    slice `forget` clears (2, 1), and go with the bucket when it empties."""
+    from scheduler_sim.kv.queue_members import QueueMembers
+
+    index = KeyIndex(4)
+    index.add([0, 1, 2, 3], 0, 4, [10, 11, 12, 13])
+    members = QueueMembers(index, lambda: ([], []))
+    members.add([13, 12, 11, 10], [3, 2, 1, 0], True)
+    assert (members.flags, members.size) == ({0: bytearray(b"\x01\x01\x01\x01")}, 4)
+    members.evict([12, 11], [2, 1], 0)
+    assert (members.flags, index.filled, members.size) == ({0: bytearray(b"\x01\x00\x00\x01")},
+                                                           {0: 2}, 2)
+    members.evict([13, 10], [3, 0], 0)
+    assert (members.flags, index.filled, index.buckets, members.size) == ({}, {}, {}, 0)
+
+
+def test_the_audit_checks_the_counts_and_the_radix_tree_keeps_none():
+    """A count off by one fails `check`, and a cache's audit with it; the radix
+    tree's index (buckets of one entry) keeps no counts, and `len` and `check`
+    read its buckets."""
+    a = BlockAllocator(6, 4, cache=VllmCache())
+    ka = BlockKeys(0, 16, 4, 8, hashes=["x", "y"])
+    a.grow("A", 16)
+    a.register_full_blocks("A", ka, 16)
+    a.audit()
+    index = a.cache.index
+    node = ka.keys[0] // index.width
+    assert index.filled == {node: 4}
+    index.filled[node] = 3
+    with pytest.raises(ValueError):
+        index.check()
+    with pytest.raises(InvariantError):
+        a.audit()
+    radix = RadixIndex(4)
+    radix.add([1, 2, 5], 0, 3, [7, 8, 9])
+    assert (radix.filled, len(radix)) == (None, 3)
+    radix.forget_node([1, 2], [7, 8])
+    radix.check()
+    assert (radix.buckets, len(radix)) == ({1: [None, 9, None, None]}, 1)
+    radix.buckets[0] = [None] * 4  # an empty bucket left behind
+    with pytest.raises(ValueError):
+        radix.check()

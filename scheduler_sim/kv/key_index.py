@@ -35,45 +35,34 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from typing import Hashable, Iterator
 
-from .tail_first import NoKeys
+from .tail_first import NoKeys, TailFirstKeys, _run_down
 
-__all__ = ["KeyIndex", "TailFirstKeys"]
-
-
-class TailFirstKeys(list):
-    """The keys of one request's freed table, tail first (a list like any other):
-    its integer keys strictly decrease, since a request's integer keys strictly
-    increase (`block_keys`: a chain's entry ids increase, and an entry's keys
-    with the offset). So the keys of a run within a bucket are exactly as many
-    as `_run_down` finds, and a run whose blocks are known to be the ones
-    indexed (no duplicate cached) need not be compared with the bucket to be
-    set or cleared (`KeyIndex.forget`, `QueueMembers.add`). Any slice or copy
-    of it is a plain list, and proves nothing. Since a freed table's keys go to
-    the queue as runs (`tail_first.TailFirstRuns`: a `range` going down per run
-    of integer keys, which proves the same), this type is made only as part of
-    such a run kept when others are cut off it (`run_queue._same_kind`).
-
-    Speed: spares the comparisons of a run's blocks with the bucket's slice (a
-    copy of the blocks, reversed, and a compare, both when a freed table joins
-    vLLM's queue and when it is evicted): replaying the first 2,000 Mooncake
-    requests under vllm, 82.6 million instructions of slices and compares
-    saved and 0.979x the instructions in all, when the freed table's own list
-    was of this type (before its keys went as runs, benchmarks/README.md,
-    "thirteenth steps", helper keys9)."""
-
-    __slots__ = ()
+__all__ = ["KeyIndex", "TailFirstKeys"]  # (`TailFirstKeys`: `tail_first`'s)
 
 
 class KeyIndex:
     """Cached key -> block (one block per key), integer keys in buckets."""
 
-    __slots__ = ("plain", "buckets", "width", "_nones", "changes", "walked")
+    COUNTED = True  # (keep `filled`: see `__init__`)
+
+    __slots__ = ("plain", "buckets", "filled", "width", "_nones", "_zeros", "changes",
+                 "walked")
 
     def __init__(self, width: int = 32) -> None:
         self.plain: dict[Hashable, int] = {}
         self.buckets: dict[int, list] = {}
+        # How many slots of each bucket name a block (a bucket goes with its last
+        # block), kept by every write; None unless `COUNTED`: an emptied bucket is
+        # then told by comparing it with an empty one. Speed: that compare scans to
+        # the bucket's first block: the Mooncake trace under vllm (buckets of 1,024
+        # keys), 17,249 of `forget`'s 59,840 pieces emptied theirs (1,024 slots
+        # compared) and 42,591 compared 162 slots on average. The radix tree's
+        # buckets of 32 compare for less than a count's dict costs (benchmarks/
+        # README.md, "thirtieth steps", helper ki33).
+        self.filled: dict[int, int] | None = {} if self.COUNTED else None
         self.width = width
-        self._nones = [None] * width  # an empty bucket (compared, copied, sliced)
+        self._nones = [None] * width  # an empty bucket (copied, sliced)
+        self._zeros = bytes(width)  # (flags cleared: `forget` with members)
         # Changes to the buckets so far (any write to one counts), and the last
         # `find` from the first key: (keys, its hits, its pieces, where its integer
         # keys ended, `changes` then), read by `walked_pieces`.
@@ -85,6 +74,7 @@ class KeyIndex:
         if width != self.width and not self.buckets and width > 0:
             self.width = width
             self._nones = [None] * width
+            self._zeros = bytes(width)
 
     # --- as a dict ------------------------------------------------------------------
 
@@ -110,8 +100,13 @@ class KeyIndex:
         if type(key) is int:
             node, off = divmod(key, self.width)
             bucket = self.buckets.get(node)
+            filled = self.filled
             if bucket is None:
                 bucket = self.buckets[node] = self._nones[:]
+                if filled is not None:
+                    filled[node] = 1
+            elif filled is not None and bucket[off] is None:
+                filled[node] += 1
             bucket[off] = block
             self.changes += 1
         else:
@@ -125,8 +120,14 @@ class KeyIndex:
                 raise KeyError(key)
             bucket[off] = None
             self.changes += 1
-            if bucket == self._nones:
-                del self.buckets[node]
+            filled = self.filled
+            if filled is None:
+                if bucket == self._nones:
+                    del self.buckets[node]
+            elif filled[node] > 1:
+                filled[node] -= 1
+            else:
+                del self.buckets[node], filled[node]
         else:
             del self.plain[key]
 
@@ -135,11 +136,16 @@ class KeyIndex:
         if type(key) is int:
             node, off = divmod(key, self.width)
             bucket = self.buckets.get(node)
+            filled = self.filled
             if bucket is None:
                 bucket = self.buckets[node] = self._nones[:]
+                if filled is not None:
+                    filled[node] = 0
             found = bucket[off]
             if found is None:
                 bucket[off] = found = block
+                if filled is not None:
+                    filled[node] += 1
                 self.changes += 1
             return found
         return self.plain.setdefault(key, block)
@@ -158,6 +164,8 @@ class KeyIndex:
         return (key for key, _ in self.items())
 
     def __len__(self) -> int:
+        if self.filled is not None:
+            return sum(self.filled.values()) + len(self.plain)
         return (sum(self.width - bucket.count(None) for bucket in self.buckets.values())
                 + len(self.plain))
 
@@ -170,6 +178,14 @@ class KeyIndex:
 
     def __repr__(self) -> str:
         return f"KeyIndex({dict(self.items())!r})"
+
+    def check(self) -> None:
+        """Raise ValueError unless no bucket is empty and `filled` (if kept) counts
+        the blocks of each (for the caches' audits)."""
+        width = self.width
+        counts = {node: width - bucket.count(None) for node, bucket in self.buckets.items()}
+        if 0 in counts.values() or counts != (counts if self.filled is None else self.filled):
+            raise ValueError("the index's counts of filled slots disagree with its buckets")
 
     # --- in runs --------------------------------------------------------------------
 
@@ -187,26 +203,35 @@ class KeyIndex:
         if pieces:
             self.changes += 1
             buckets = self.buckets
+            filled = self.filled
             nones = self._nones
             for q, node, off, n in pieces:
                 bucket = buckets.get(node)
                 if bucket is None:
+                    if filled is not None:
+                        filled[node] = n
                     if n == width:  # (a whole entry: its blocks are the bucket)
                         buckets[node] = blocks[q:q + n]
                     else:
                         bucket = buckets[node] = nones[:]
                         bucket[off:off + n] = blocks[q:q + n]
-                elif bucket[off:off + n] == nones[:n]:
+                elif bucket[off:off + n].count(None) == n:  # (1 slice, not 2: "thirtieth steps")
                     bucket[off:off + n] = blocks[q:q + n]
+                    if filled is not None:
+                        filled[node] += n
                 else:
                     key = node * width + off
+                    set_here = 0
                     for k in range(n):
                         block = blocks[q + k]
                         found = bucket[off + k]
                         if found is None:
                             bucket[off + k] = block
+                            set_here += 1
                         elif found != block:
                             dupes.append((key + k, block))
+                    if filled is not None:
+                        filled[node] += set_here
         if rest_keys:
             rest_blocks = blocks[p:end]
             found = list(map(self.plain.setdefault, rest_keys, rest_blocks))
@@ -238,8 +263,10 @@ class KeyIndex:
         # run of them going down as a `range`, `RunQueue.append_run`)
         exact = type(keys) is TailFirstKeys or type(keys) is range
         buckets = self.buckets
+        filled = self.filled
         width = self.width
         nones = self._nones
+        zeros = self._zeros
         plain = self.plain
         end = len(blocks)
         shift = start
@@ -276,13 +303,23 @@ class KeyIndex:
                     n, lo = 1, off
             if n == 1 and bucket[off] != blocks[p]:
                 raise KeyError(key)
-            bucket[lo:off + 1] = nones[:n]
-            if bucket == nones:
+            if filled is None:
+                bucket[lo:off + 1] = nones[:n]
+                left = bucket != nones
+            else:
+                left = filled[node] - n
+                if left:
+                    filled[node] = left
+                    bucket[lo:off + 1] = nones[:n]
+            if left:
+                if flags is not None:
+                    flags[node][lo:off + 1] = zeros[:n]
+            else:  # (its last blocks: the bucket goes, not cleared if counted)
                 del buckets[node]
+                if filled is not None:
+                    del filled[node]
                 if flags is not None:
                     del flags[node]
-            elif flags is not None:
-                flags[node][lo:off + 1] = bytes(n)
             p += n
 
     def find(self, keys, start: int, end: int) -> tuple[list[int], bool]:
@@ -407,21 +444,6 @@ def _run_up(keys, p: int, n: int, key: int) -> int:
     while lo < hi:
         mid = (lo + hi + 1) >> 1
         if keys[p + mid - 1] == key + mid - 1:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _run_down(keys, p: int, n: int, key: int) -> int:
-    """`_run_up` for keys going down: how many of `keys[p:p + n]` are key, key - 1,
-    ... as far as a binary search finds (a freed table's keys, tail first, go
-    down; any other order is caught by comparing the blocks, so this only has
-    to be a good guess there)."""
-    lo, hi = 1, n - 1
-    while lo < hi:
-        mid = (lo + hi + 1) >> 1
-        if keys[p + mid - 1] == key - mid + 1:
             lo = mid
         else:
             hi = mid - 1

@@ -50,6 +50,7 @@ from typing import Callable, Collection, Hashable, Iterable
 
 from ..records.errors import InvariantError
 from .block_keys import BlockKeys, interning_table
+from .key_index import KeyIndex
 
 __all__ = ["PrefixCache", "NoCache", "Report"]
 
@@ -262,6 +263,11 @@ class PrefixCache:
 
     def _check_index(self, key_of: dict) -> None:
         """`index` names, for each key, a block whose key it is (for `audit`)."""
+        if isinstance(self.index, KeyIndex):  # (its counts per bucket)
+            try:
+                self.index.check()
+            except ValueError as e:
+                raise InvariantError(str(e)) from None
         for key, block in self.index.items():
             if key_of.get(block) != key:
                 raise InvariantError(f"cache index and block keys disagree on block {block}")

@@ -24,8 +24,7 @@ from collections import deque
 from itertools import compress, repeat
 from operator import eq
 
-from .key_index import TailFirstKeys
-from .tail_first import NoKeys
+from .tail_first import NoKeys, TailFirstKeys
 
 __all__ = ["RunQueue"]
 

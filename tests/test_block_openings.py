@@ -134,6 +134,23 @@ def test_folds_under_prefix_caching_open_their_blocks_in_one_call(monkeypatch):
                         lambda self, filled: keyed.append(
                             [(rid, rows, keys.registered) for rid, keys, rows in filled])
                         or each(self, filled))
+    counted = []  # the ids of each fold's requests whose counts the fold raised itself
+    keys_counted = BlockAllocator.keys_counted
+
+    class Seen:  # (vLLM's `unindexed`, noting each request found in it)
+        def __init__(self, ids):
+            self.ids = ids
+            counted.append([])
+
+        def __contains__(self, rid):
+            found = rid in self.ids
+            if found:
+                counted[-1].append(rid)
+            return found
+
+    monkeypatch.setattr(BlockAllocator, "keys_counted",
+                        lambda self: None if keys_counted(self) is None
+                        else Seen(keys_counted(self)))
     records = [{"type": "config", "hash_block_size": 8}]
     records += [{"type": "request", "id": f"w{i}", "arrival": 0, "prompt_tokens": 16,
                 "output_tokens": 2, "block_hashes": [10 * i, 10 * i + 1]} for i in range(4)]
@@ -147,14 +164,16 @@ def test_folds_under_prefix_caching_open_their_blocks_in_one_call(monkeypatch):
     # Six folds open blocks: 4 requests at once, then 2, 1, 2, 2, 1 (the ones
     # whose rows cross a block boundary); those of 2 or more in one `take`.
     assert (engine.folded > 0, batched) == (True, [4, 2, 1, 2, 2, 1])
-    # Each fold keys the blocks its rows filled in one call: the requests whose
-    # rows reach a multiple of 4 (the first fold's all four, 8 prompt rows and
-    # 12 decoded: `registered` 2 -> 5; the second's three to 24 rows, filling
-    # their sixth block and opening none), in row order, whatever their openings.
+    # Each fold keys the blocks its rows filled: the requests whose rows reach a
+    # multiple of 4 (the first fold's all four, 8 prompt rows and 12 decoded:
+    # `registered` 2 -> 5; the second's three to 24 rows, filling their sixth
+    # block and opening none), in row order, whatever their openings. Those whose
+    # decoded keys vLLM's cache only counts (in its `unindexed` once their own keys
+    # were first registered) have their counts raised by the fold itself; the
+    # others go to one call a fold.
     assert keyed == [[("r0", 20, 2), ("r1", 20, 2), ("r2", 20, 2), ("r3", 20, 2)],
-                     [("r0", 24, 5), ("r1", 24, 5), ("r2", 24, 5)],
-                     [("r0", 40, 6), ("r1", 40, 6)], [("r0", 47, 10)],
-                     [("r1", 47, 10), ("r2", 31, 6)], [("r2", 44, 8), ("r3", 33, 5)],
-                     [("r3", 47, 8)]]
+                     [("r2", 31, 6)], [("r3", 33, 5)], [("r3", 47, 8)]]
+    assert [ids for ids in counted if ids] == [["r0", "r1", "r2"], ["r0", "r1"], ["r0"],
+                                               ["r1"], ["r2"]]
     stepped = Engine(trace.workload, opts, "vllm", fast_forward=False).run()
     assert folded.summary == stepped.summary

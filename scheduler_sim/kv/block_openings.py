@@ -110,14 +110,31 @@ class BlockOpenings:
         growth = self.step_growth
         evictions = self.step_evictions
         at = 0
-        for rid, table, need in needs:
-            end = at + need
-            table += taken[at:end]
-            growth[rid] = growth.get(rid, 0) + need
-            if end > first_cached:
-                evicted = end - (at if at > first_cached else first_cached)
-                evictions[rid] = evictions.get(rid, 0) + evicted
-            at = end
+        if not first_cached:
+            # Every block an eviction (a full pool: most calls), and mostly one a
+            # request: each count is its need, a block appended, not a slice added.
+            # (Speed: replaying the Mooncake trace under vllm with prefix caching,
+            # 159,816 entries in 12,219 calls, 70 ms of 2.9 s in this loop before;
+            # benchmarks/README.md, "thirtieth steps", helper fd34.)
+            for rid, table, need in needs:
+                if need == 1:
+                    table.append(taken[at])
+                    at += 1
+                else:
+                    end = at + need
+                    table += taken[at:end]
+                    at = end
+                growth[rid] = growth.get(rid, 0) + need
+                evictions[rid] = evictions.get(rid, 0) + need
+        else:
+            for rid, table, need in needs:
+                end = at + need
+                table += taken[at:end]
+                growth[rid] = growth.get(rid, 0) + need
+                if end > first_cached:
+                    evicted = end - (at if at > first_cached else first_cached)
+                    evictions[rid] = evictions.get(rid, 0) + evicted
+                at = end
         self.held += total
         if self.held > self.peak_held:
             self.peak_held = self.held

@@ -145,6 +145,15 @@ class PrefixLookups:
         if swaps:
             self._adopt(table, swaps)
 
+    def keys_counted(self) -> dict | None:
+        """The requests (a mapping by id) whose decoded blocks' keys the cache only
+        counts, vLLM's `unindexed`, as `register_decoded` raises their
+        `registered` itself (see above); None where every registration is the
+        cache's call (another kind, or a report to make). A folded stretch raises
+        their counts itself (engine/fast/folding.py), once their tables cover the
+        rows: `registered` is then the full blocks, as `register_decoded` sets it."""
+        return self._own_keyed if self._report is None else None
+
     def register_decoded_each(self, filled: list[tuple[str, BlockKeys, int]]) -> None:
         """`register_decoded(rid, keys, rows)` for each of `filled`, in that order: a
         folded stretch's decodes that filled a block (engine/fast/folding.py). A

@@ -151,8 +151,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
         # about 9 requests under vllm on the Azure trace): the gap its output at
         # the flight's completion ends, its blocks, then its folded rows and
         # outputs (the last output at `last_output`).
-        steady = 0  # requests whose previous output came when the flight started
-        others = []  # the gaps of the others
+        others = []  # the gaps of the requests whose previous output came at another time
         grow = allocator.grow
         size = allocator.block_size
         keys_decoded = allocator.keys_decoded  # (False: SGLang's tree keys them at the end)
@@ -164,18 +163,23 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
         # itself touches no block then. (Speed: replaying the Mooncake trace under
         # vllm, 143,421 `register_decoded` calls in 10,359 folds, and a pass over
         # the rows for the openings; benchmarks/README.md, "twenty-ninth steps",
-        # helper fold31.)
+        # helper fold31.) A request whose decoded keys vLLM's cache only counts
+        # (`keys_counted`) has its count raised here instead: its table covers its
+        # rows once the openings are taken, so the count is its full blocks.
+        # (Speed: 135,493 of those 143,421 were such requests, each a tuple and a
+        # pass of its own in `register_decoded_each` before; the opening's test
+        # is `-r % B < folded`, the rows left in the last block, and the steady
+        # gaps are counted as the rest: benchmarks/README.md, "thirtieth steps",
+        # helper fd34.)
+        counted = allocator.keys_counted() if keys_decoded else None
         openings = [] if allocator.cache is not None else None
         filled = []
         for req in reqs:
-            last = req.last_output_at
-            if last == start:
-                steady += 1
-            else:
-                others.append(first - last)
+            if req.last_output_at != start:
+                others.append(first - req.last_output_at)
             now_rows = req.resident  # (its table covers them: at least ceil(r / B) blocks)
             rows = now_rows + folded
-            if (rows - 1) // size != (now_rows - 1) // size:
+            if -now_rows % size < folded:
                 # The folded rows open a block. (Asked only then: under vllm on the
                 # Azure trace 360k of these calls found nothing to do.)
                 if openings is None:
@@ -185,11 +189,15 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
             # (The allocator's first test, before its call: 255,678 calls, most keying nothing.)
             keys = req.block_keys
             if keys_decoded and keys is not None and rows // size > keys.registered:
-                filled.append((req.rid, keys, rows))
+                if counted is not None and req.rid in counted:
+                    keys.registered = rows // size
+                else:
+                    filled.append((req.rid, keys, rows))
             req.resident = req.high_water = rows
             req.useful_rows += folded
             req.outputs += folded
             req.last_output_at = last_output
+        steady = n - len(others)  # requests whose previous output came when the flight started
         if openings:
             allocator.grow_each(openings)
         if filled:

@@ -201,8 +201,9 @@ def common_block(block: bytes, unit: str, hash_block_size: int) -> Columns | Non
     a block at a time, and the replay's read 14,200 and 12,700 (callgrind, the
     100,000 generated requests; benchmarks/README.md, "Issue 26, tenth steps"). The
     whole Mooncake trace's hashed lines, a line at a time through the scanner before:
-    `read_trace` 95.8 -> 50.0 ms CPU, json.loads of each line 61 ms (benchmarks/README.md,
-    "thirtieth steps", helper tr33)."""
+    `read_trace` 95.8 -> 50.0 ms CPU, json.loads of each line 61 ms, on the loaded
+    machine; with it quiet, interleaved in one process, 2.74x -> 1.48x the time of
+    json.loads (benchmarks/README.md, "thirtieth steps", helper tr33 and the lead)."""
     # (A last line without its newline: read alone. A block whose first line is not
     # a request as written cannot match: no pass over it.)
     if not block.endswith(b"\n") or not block.startswith(b'{"type":"request","id":"'):

@@ -54,6 +54,17 @@ from scheduler_sim.records.options import Options  # noqa: E402
 from scheduler_sim.io.trace import parse_trace  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _own_interning_table(monkeypatch):
+    """Each test interns hash ids in a table of its own (ids from 0): the shared table
+    lives as long as any keys made from it, so a test that kept keys alive would
+    otherwise change the ids, and so the runs of consecutive keys, of the tests after
+    it in the same worker (kv/block_keys.py's `_entries`)."""
+    from scheduler_sim.kv import block_keys
+    monkeypatch.setattr(block_keys, "_current_entries",
+                        block_keys.weakref.ref(block_keys._Entries()))
+
+
 def trace_bytes(records: list[dict]) -> bytes:
     """JSONL bytes for a list of record dicts."""
     return "".join(json.dumps(r) + "\n" for r in records).encode()

@@ -4,7 +4,6 @@ comparing the blocks; a rebuild of the queue's runs keeps the type
 (kv/run_queue.py)."""
 from __future__ import annotations
 
-from scheduler_sim.kv import block_keys
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.key_index import KeyIndex, TailFirstKeys
@@ -38,18 +37,14 @@ def test_tail_first_keys_of_indexed_blocks_set_and_clear_the_same_flags():
         None, None, 11, bytearray([0, 1, 0, 0]), 2)
 
 
-def test_a_table_freed_at_once_carries_its_own_keys_and_one_that_drains_does_not(
-        monkeypatch):
-    """Pool of 8, blocks of 4, hash entries of 8 tokens, a new interning table (so that
-    A's entries get consecutive ids whatever other tests left alive in this process:
-    a table lives as long as any keys made from it). A's 12 rows key blocks 0, 1,
+def test_a_table_freed_at_once_carries_its_own_keys_and_one_that_drains_does_not():
+    """Pool of 8, blocks of 4, hash entries of 8 tokens (a new interning table, as every
+    test has: conftest.py). A's 12 rows key blocks 0, 1,
     2; freed with no delay, they join the queue as one run 2, 1, 0 whose keys are A's
     own, tail first: one run of consecutive keys going down, a `range`. B's 12 rows (other hash ids) take blocks 3, 4, 5 and drain for a
     step: their run's keys are a plain list (the drain queue may merge tables). The
     flags agree with the queue either way (the audit); taking 4 evicts 2, 1, 0 and 5,
     leaving 4 and 3 (B's first two keys)."""
-    monkeypatch.setattr(block_keys, "_current_entries",
-                        block_keys.weakref.ref(block_keys._Entries()))
     a = BlockAllocator(8, 4, cache=VllmCache())
     keys = {}
     for rid, hashes in (("A", [1, 2]), ("B", [3, 4])):

@@ -7,7 +7,7 @@ engine built with `audit=True`; the O(1) check of every boundary is
 from __future__ import annotations
 
 from ..records.errors import InvariantError
-from .sharing import owner_counts, run_sizes_hold
+from .sharing import owner_counts, run_size_fault
 
 __all__ = ["Audit"]
 
@@ -43,8 +43,9 @@ class Audit:
             if owners != 1 + extra.get(block, 0):
                 raise InvariantError(f"block {block}: owners({owners}) == "
                                      f"1 + extra({extra.get(block, 0)}) is false")
-        if not run_sizes_hold(self._extra):
-            raise InvariantError("a run of shared blocks' size is not the blocks naming it")
+        fault = run_size_fault(self._extra)
+        if fault is not None:
+            raise InvariantError(fault)
         if any(b not in referenced for b in self._extra):
             raise InvariantError("a block with extra owners is in no table")
         pin_counts: dict[int, int] = {}

@@ -32,7 +32,7 @@ from ..records.errors import InvariantError
 from .block_keys import BlockKeys
 
 __all__ = ["Sharing", "Owners", "add_owner", "drop_one", "drop_owner", "move_owners",
-           "owner_counts", "run_sizes_hold", "PROBE_MAX"]
+           "owner_counts", "run_size_fault", "PROBE_MAX"]
 
 # The most plain blocks above the set's mark that `_all_held` compares with the
 # blocks asked about, one by one, rather than adding them to the set (which
@@ -83,14 +83,21 @@ def owner_counts(extra: dict[int, Owners]) -> dict[int, int]:
     return {block: owners.count for block, owners in extra.items()}
 
 
-def run_sizes_hold(extra: dict[int, Owners]) -> bool:
-    """Whether each counter names as many blocks as its `size` says and counts at
-    least one owner (the audit's)."""
-    named: dict[int, int] = {}
-    for owners in extra.values():
-        named[id(owners)] = named.get(id(owners), 0) + 1
-    return all(owners.size == named[id(owners)] and owners.count > 0
-               for owners in extra.values())
+def run_size_fault(extra: dict[int, Owners]) -> str | None:
+    """The first counter that names fewer or more blocks than its `size` says, or
+    counts no owner, as the equation that fails, with its numbers (the audit's);
+    None when every counter holds."""
+    named: dict[int, tuple[Owners, list[int]]] = {}
+    for block, owners in extra.items():
+        named.setdefault(id(owners), (owners, []))[1].append(block)
+    for owners, blocks in named.values():
+        if owners.size != len(blocks):
+            return (f"shared blocks {blocks[:4]}{'...' if len(blocks) > 4 else ''}: "
+                    f"run size({owners.size}) == blocks naming it({len(blocks)}) is false")
+        if owners.count < 1:
+            return (f"shared blocks {blocks[:4]}{'...' if len(blocks) > 4 else ''}: "
+                    f"extra owners({owners.count}) >= 1 is false")
+    return None
 
 
 def add_owner(extra: dict[int, Owners], block: int) -> None:

@@ -283,10 +283,18 @@ def test_the_audit_checks_the_counts_and_the_radix_tree_keeps_none():
     node = ka.keys[0] // index.width
     assert index.filled == {node: 4}
     index.filled[node] = 3
-    with pytest.raises(ValueError):
+    equation = f"bucket {node}: filled slots(4) == counted(3) > 0 is false"
+    with pytest.raises(ValueError) as raised:
         index.check()
-    with pytest.raises(InvariantError):
+    assert str(raised.value) == equation
+    with pytest.raises(InvariantError) as raised:  # (the sum is off: the keyed count says so)
         a.audit()
+    assert str(raised.value).endswith(
+        "keyed blocks(4) == indexed blocks, duplicates and unindexed (3) is false")
+    index.filled[node + 1] = 1  # the sum right again, one count in a bucket that is not
+    with pytest.raises(InvariantError) as raised:
+        a.audit()
+    assert str(raised.value) == equation
     radix = RadixIndex(4)
     radix.add([1, 2, 5], 0, 3, [7, 8, 9])
     assert (radix.filled, len(radix)) == (None, 3)
@@ -294,5 +302,6 @@ def test_the_audit_checks_the_counts_and_the_radix_tree_keeps_none():
     radix.check()
     assert (radix.buckets, len(radix)) == ({1: [None, 9, None, None]}, 1)
     radix.buckets[0] = [None] * 4  # an empty bucket left behind
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as raised:
         radix.check()
+    assert str(raised.value) == "bucket 0: filled slots(0) == counted(0) > 0 is false"

@@ -56,9 +56,8 @@ class KeyIndex:
         # then told by comparing it with an empty one. Speed: that compare scans to
         # the bucket's first block: the Mooncake trace under vllm (buckets of 1,024
         # keys), 17,249 of `forget`'s 59,840 pieces emptied theirs (1,024 slots
-        # compared) and 42,591 compared 162 slots on average. The radix tree's
-        # buckets of 32 compare for less than a count's dict costs (benchmarks/
-        # README.md, "thirtieth steps", helper ki33).
+        # compared) and 42,591 compared 162 slots on average; the radix tree's buckets
+        # of 32 compare for less ("thirtieth steps", helper ki33).
         self.filled: dict[int, int] | None = {} if self.COUNTED else None
         self.width = width
         self._nones = [None] * width  # an empty bucket (copied, sliced)
@@ -180,12 +179,13 @@ class KeyIndex:
         return f"KeyIndex({dict(self.items())!r})"
 
     def check(self) -> None:
-        """Raise ValueError unless no bucket is empty and `filled` (if kept) counts
-        the blocks of each (for the caches' audits)."""
-        width = self.width
-        counts = {node: width - bucket.count(None) for node, bucket in self.buckets.items()}
-        if 0 in counts.values() or counts != (counts if self.filled is None else self.filled):
-            raise ValueError("the index's counts of filled slots disagree with its buckets")
+        """Raise ValueError naming a bucket empty or miscounted in `filled` (audits)."""
+        counts = {node: self.width - b.count(None) for node, b in self.buckets.items()}
+        kept = self.filled if self.filled is not None else counts
+        for node in sorted(counts.keys() | kept.keys()):
+            if not counts.get(node) or counts.get(node) != kept.get(node):
+                raise ValueError(f"bucket {node}: filled slots({counts.get(node, 0)}) == "
+                                 f"counted({kept.get(node, 0)}) > 0 is false")
 
     # --- in runs --------------------------------------------------------------------
 

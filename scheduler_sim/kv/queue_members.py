@@ -249,10 +249,9 @@ class QueueMembers:
         freed table's keys going down, a `range`, with no duplicate cached: each
         block flagged under its key, the one the index names): per bucket, its
         count lowered and a slice of its slots and of its flags cleared, or all
-        three dropped with its last blocks; no key read, no block compared.
-
-        Speed: was `evict` and `KeyIndex.forget` per run (two calls, a key read
-        and a type test a piece): see `RunQueue._pop_oldest_forgetting`."""
+        three dropped with its last blocks; no key read, no block compared but a
+        piece of one (as `forget` checks). Speed: was `evict` and `KeyIndex.forget`
+        a run (see `RunQueue._pop_oldest_forgetting`)."""
         index = self.index
         filled = index.filled
         if filled is None:  # (an index that keeps no counts: the general way)

@@ -8,6 +8,7 @@ from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
 from scheduler_sim.kv.key_index import KeyIndex
 from scheduler_sim.kv.queue_members import QueueMembers
+from scheduler_sim.kv.tail_first import NoKeys
 from scheduler_sim.kv.vllm_cache import VllmCache
 
 
@@ -173,3 +174,67 @@ def test_a_compact_cache_keeps_its_queue_members_by_key_too():
     assert (a._tables["C"], len(members), members.flags, a.cache.index.get(first + 4)) == (
         [5, 4], 0, {}, None)
     a.audit()
+
+
+def test_a_run_of_keys_going_down_is_evicted_by_its_first_key():
+    """`evict_down(8, [14, 13, 12])`: key 8 is bucket 2's only one (it goes, with its
+    count and flags); keys 7, 6 are one slice of bucket 1 (2 of its 4 left). Then
+    key 5 alone: bucket 1 keeps block 10 (held, not in the queue) and zero flags.
+    A block the index does not name for its key raises KeyError, as `forget` does."""
+    index, members, order = small_queue()
+    changes = index.changes
+    members.evict_down(8, [14, 13, 12])
+    assert (index.buckets, index.filled, dict(members.flags), len(members)) == (
+        {1: [10, 11, None, None]}, {1: 2}, {1: bytearray([0, 1, 0, 0])}, 2)
+    assert (index.changes - changes, index.plain, members.loose) == (1, {b"r": 15}, {15})
+    members.evict_down(5, [11])
+    assert (index.buckets, index.filled, dict(members.flags), len(members)) == (
+        {1: [10, None, None, None]}, {1: 1}, {1: bytearray(4)}, 1)
+    with pytest.raises(KeyError):
+        members.evict_down(4, [99])
+
+
+def test_one_block_evicted_clears_its_flag_and_its_index_entry_together():
+    """`evict_one`: block 14 (key 8, bucket 2's only key) takes its bucket, count and
+    flags along; block 13 (key 7) one slot and one flag of bucket 1; block 15 (key
+    b"r") leaves `loose` and the plain keys. Blocks without keys (`NoKeys`) leave
+    `loose` through `evict`, no key forgotten (no change to the buckets counted)."""
+    index, members, order = small_queue()
+    members.evict_one(14, 8)
+    assert (2 in index.buckets, 2 in index.filled, 2 in members.flags, len(members)) == (
+        False, False, False, 4)
+    members.evict_one(13, 7)
+    assert (index.buckets[1], index.filled[1], members.flags[1], len(members)) == (
+        [10, 11, 12, None], 3, bytearray([0, 1, 1, 0]), 3)
+    members.evict_one(15, b"r")
+    assert (index.plain, members.loose, len(members)) == ({}, set(), 2)
+    with pytest.raises(KeyError):
+        members.evict_one(13, 7)  # (forgotten already)
+    members.add([20, 21], NoKeys(2))
+    changes = index.changes
+    members.evict([21, 20], NoKeys(2), 0)
+    assert (members.loose, len(members), index.changes) == (set(), 2, changes)
+
+
+def test_a_run_consumed_from_its_first_block_is_handed_out_without_a_copy():
+    """Pool of 8, blocks of 4, entries of 16 tokens (one a table): A and then B let
+    go of 4 keyed blocks each, two runs ([3, 2, 1, 0] and [7, 6, 5, 4], a `range` of
+    keys each). Evicting 4 hands out A's run's own list, its keys forgotten; 1 more
+    is a copy of B's first block, and B's run goes on from its second."""
+    a = BlockAllocator(8, 4, cache=VllmCache())
+    for rid, entry in (("A", 31), ("B", 32)):
+        keys = BlockKeys(0, 16, 4, 16, hashes=[entry])
+        a.grow(rid, 16)
+        a.register_full_blocks(rid, keys, 16)
+        a.free_request(rid, 0, 0)
+    cache = a.cache
+    run_a, run_b = cache.runs
+    assert (run_a[0], run_b[0], type(run_a[1])) == ([3, 2, 1, 0], [7, 6, 5, 4], range)
+    own = run_a[0]
+    taken = cache._pop_oldest_forgetting(4)
+    assert taken is own and taken == [3, 2, 1, 0]
+    assert (list(cache.runs), len(cache.free_blocks), len(cache.index)) == ([run_b], 4, 4)
+    taken = cache._pop_oldest_forgetting(1)
+    assert (taken, taken is run_b[0], run_b[2], len(cache.index)) == ([7], False, 1, 3)
+    assert cache.ends == {4: run_b}
+    cache.free_blocks.check(*cache.queue_items())

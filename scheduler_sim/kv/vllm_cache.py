@@ -91,7 +91,6 @@ class VllmCache(RunQueue, PrefixCache):
         self._enqueue = members.add
         self._dequeue = members.remove_pairs
         self._dequeue_one = members.remove_pair
-        self._evict_run = members.evict
         self.runs: deque[list] = deque()
         self.stale: dict[int, int] = {}
         self.ends: dict[int, list] = {}  # a run's last block -> the run (`_take_ends`)
@@ -262,19 +261,17 @@ class VllmCache(RunQueue, PrefixCache):
             # One block (a decode opening a block), inlined from the lines
             # below and `forget_key`: 140,776 of the 209,727 takes replaying the
             # Mooncake trace under vllm (measured with `register`'s inline, above).
-            block, key = self.pop_one()
-            if self.others:
+            # (the queue's flag and the index's slot cleared together,
+            # `QueueMembers.evict_one`, with no duplicate cached)
+            others = self.others
+            block, key = self.pop_one(not others)
+            if others:
                 self.forget_key(block, key)
-            elif type(key) is not int:
-                if key is not None:  # (None: a block without a key, `release` of an ended request)
-                    del self.index.plain[key]
-            else:
-                del self.index[key]
             table.append(block)
             return _ONE_TAKEN
         index = self.index
         others = self.others
-        if not others and count < len(self.free_blocks):
+        if not others and count < self.free_blocks.size:
             # One block per key, each its key's index entry: forgotten run by run
             # as the queue gives them, no list of their keys made.
             taken = self._pop_oldest_forgetting(count)

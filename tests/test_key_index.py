@@ -107,9 +107,9 @@ def test_eviction_forgets_keys_in_the_runs_without_copying_them(monkeypatch):
     calls = []
     forgetting = VllmCache._pop_oldest_forgetting
 
-    def counting(self, count):
+    def counting(self, count, table):
         calls.append(count)
-        return forgetting(self, count)
+        return forgetting(self, count, table)
 
     monkeypatch.setattr(VllmCache, "_pop_oldest_forgetting", counting)
     monkeypatch.setattr(VllmCache, "ENTRIES_PER_BUCKET", 1)  # a bucket per entry

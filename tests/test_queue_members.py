@@ -216,11 +216,11 @@ def test_one_block_evicted_clears_its_flag_and_its_index_entry_together():
     assert (members.loose, len(members), index.changes) == (set(), 2, changes)
 
 
-def test_a_run_consumed_from_its_first_block_is_handed_out_without_a_copy():
+def test_a_take_hands_out_its_runs_straight_into_the_table():
     """Pool of 8, blocks of 4, entries of 16 tokens (one a table): A and then B let
     go of 4 keyed blocks each, two runs ([3, 2, 1, 0] and [7, 6, 5, 4], a `range` of
-    keys each). Evicting 4 hands out A's run's own list, its keys forgotten; 1 more
-    is a copy of B's first block, and B's run goes on from its second."""
+    keys each). Evicting 5 into a table [9] appends A's run whole, its keys
+    forgotten, and B's first block; B's run goes on from its second."""
     a = BlockAllocator(8, 4, cache=VllmCache())
     for rid, entry in (("A", 31), ("B", 32)):
         keys = BlockKeys(0, 16, 4, 16, hashes=[entry])
@@ -230,11 +230,8 @@ def test_a_run_consumed_from_its_first_block_is_handed_out_without_a_copy():
     cache = a.cache
     run_a, run_b = cache.runs
     assert (run_a[0], run_b[0], type(run_a[1])) == ([3, 2, 1, 0], [7, 6, 5, 4], range)
-    own = run_a[0]
-    taken = cache._pop_oldest_forgetting(4)
-    assert taken is own and taken == [3, 2, 1, 0]
-    assert (list(cache.runs), len(cache.free_blocks), len(cache.index)) == ([run_b], 4, 4)
-    taken = cache._pop_oldest_forgetting(1)
-    assert (taken, taken is run_b[0], run_b[2], len(cache.index)) == ([7], False, 1, 3)
-    assert cache.ends == {4: run_b}
+    table = [9]
+    assert cache._pop_oldest_forgetting(5, table) is None
+    assert (table, list(cache.runs), run_b[2], cache.ends) == ([9, 3, 2, 1, 0, 7], [run_b], 1, {4: run_b})
+    assert (len(cache.free_blocks), len(cache.index)) == (3, 3)
     cache.free_blocks.check(*cache.queue_items())

@@ -273,8 +273,9 @@ class VllmCache(RunQueue, PrefixCache):
         others = self.others
         if not others and count < self.free_blocks.size:
             # One block per key, each its key's index entry: forgotten run by run
-            # as the queue gives them, no list of their keys made.
-            taken = self._pop_oldest_forgetting(count)
+            # as the queue gives them, no list of their keys made, each run's
+            # blocks straight into `table`.
+            self._pop_oldest_forgetting(count, table)
         else:
             taken, keys = self.pop_oldest(count)
             if not others:
@@ -287,9 +288,9 @@ class VllmCache(RunQueue, PrefixCache):
                         del index[key]
                     else:
                         self.forget_key(block, key)
-        table.extend(taken)
+            table.extend(taken)
         if self.report is not None:
-            self._report_writers(rid, taken)
+            self._report_writers(rid, table[len(table) - count:])
         return count, ()
 
     def evict_until(self, count):

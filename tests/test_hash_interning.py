@@ -103,3 +103,22 @@ def test_int_hash_ids_past_32_bits_and_negative_ones_chain_like_others(table):
     assert BlockKeys(1, 8, B, 8, hashes=[-3]).ensure(2) == [4, 5]
     assert BlockKeys(2, 16, B, 8, hashes=[2 ** 40, 7]).ensure(4) == [0, 1, 6, 7]
     assert entries.links == {-3 << 32: 2, (7 << 32) | 1: 3}
+
+
+def test_ensure_new_names_the_first_block_of_the_entries_it_interned(table):
+    """Ids from 0, blocks of 4, entries of 8 tokens (keys id * 2 + 0, 1). A [5, 6]:
+    ids 0, 1, all new, from block 0. B [7]: id 2, from block 0. C [5, 6, 8]: 0, 1
+    found, 8 new as id 3 (keys 6, 7), a run of its own from block 4. D [7, 10, 11]:
+    7 found (id 2), 10 and 11 new (ids 4, 5, keys 8-11) from block 2. E [7, 10, 11,
+    12]: 12 new as id 6, but its keys go on from id 5's: one run from block 2, which
+    holds found keys, so no block is named (the count, 8). Keys not from hash ids:
+    the count."""
+    entries, _ = table
+    found = [BlockKeys(0, 16, B, 8, hashes=[5, 6]).ensure_new(4),
+             BlockKeys(1, 8, B, 8, hashes=[7]).ensure_new(2),
+             BlockKeys(2, 24, B, 8, hashes=[5, 6, 8]).ensure_new(6),
+             BlockKeys(3, 24, B, 8, hashes=[7, 10, 11]).ensure_new(6)]
+    assert (found, len(entries)) == ([0, 0, 4, 2], 6)
+    last = BlockKeys(4, 32, B, 8, hashes=[7, 10, 11, 12])
+    assert (last.ensure_new(8), last.run_pos, last.run_key) == (8, [0, 2], [4, 8])
+    assert BlockKeys(5, 8, B, 8).ensure_new(2) == 2

@@ -32,7 +32,8 @@ def test_a_conversation_s_second_turn_reuses_its_first_turn_s_run(table):
     and a slice compared), 5.6.8 is new (id 4, a link: its parent is 1, not 3) and
     5.6.8.10 id 5 (held in `chained`): keys 0-3 and 8-11. A third turn [5, 6, 8, 10,
     11]: runs 0-1 and 4-5, then 11 new (id 6, after 5: the run goes on), keys 0-3,
-    8-13. Each call takes one `_intern` per run of ids, not per entry."""
+    8-13. Each call takes one `_intern` per run of ids, not per entry, and none for
+    a run found at its place in `chained` (5, id 0: the child of none)."""
     entries, calls = table
     first = BlockKeys(0, 24, B, 8, hashes=[5, 6, 7])
     assert first.ensure(6) == [0, 1, 2, 3, 4, 5]
@@ -45,12 +46,12 @@ def test_a_conversation_s_second_turn_reuses_its_first_turn_s_run(table):
     assert (second.run_pos, second.run_key) == ([0, 4], [0, 8])
     assert entries.chained == [5, 6, 7, None, None, 10]
     assert entries.links == {9 << 32: 3, (8 << 32) | 2: 4}
-    assert calls == [5, 8]
+    assert calls == [8]
     del calls[:]
     third = BlockKeys(3, 40, B, 8, hashes=[5, 6, 8, 10, 11])
     assert third.ensure(10) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13]
     assert (third.run_pos, third.run_key) == ([0, 4], [0, 8])
-    assert calls == [5, 8, 11] and len(entries) == 7 and entries.chained[6] == 11
+    assert calls == [8, 11] and len(entries) == 7 and entries.chained[6] == 11
 
 
 def test_a_run_resumed_inside_an_entry_and_a_tuple_of_hash_ids(table):
@@ -102,3 +103,22 @@ def test_int_hash_ids_past_32_bits_and_negative_ones_chain_like_others(table):
     assert BlockKeys(1, 8, B, 8, hashes=[-3]).ensure(2) == [4, 5]
     assert BlockKeys(2, 16, B, 8, hashes=[2 ** 40, 7]).ensure(4) == [0, 1, 6, 7]
     assert entries.links == {-3 << 32: 2, (7 << 32) | 1: 3}
+
+
+def test_ensure_new_names_the_first_block_of_the_entries_it_interned(table):
+    """Ids from 0, blocks of 4, entries of 8 tokens (keys id * 2 + 0, 1). A [5, 6]:
+    ids 0, 1, all new, from block 0. B [7]: id 2, from block 0. C [5, 6, 8]: 0, 1
+    found, 8 new as id 3 (keys 6, 7), a run of its own from block 4. D [7, 10, 11]:
+    7 found (id 2), 10 and 11 new (ids 4, 5, keys 8-11) from block 2. E [7, 10, 11,
+    12]: 12 new as id 6, but its keys go on from id 5's: one run from block 2, which
+    holds found keys, so no block is named (the count, 8). Keys not from hash ids:
+    the count."""
+    entries, _ = table
+    found = [BlockKeys(0, 16, B, 8, hashes=[5, 6]).ensure_new(4),
+             BlockKeys(1, 8, B, 8, hashes=[7]).ensure_new(2),
+             BlockKeys(2, 24, B, 8, hashes=[5, 6, 8]).ensure_new(6),
+             BlockKeys(3, 24, B, 8, hashes=[7, 10, 11]).ensure_new(6)]
+    assert (found, len(entries)) == ([0, 0, 4, 2], 6)
+    last = BlockKeys(4, 32, B, 8, hashes=[7, 10, 11, 12])
+    assert (last.ensure_new(8), last.run_pos, last.run_key) == (8, [0, 2], [4, 8])
+    assert BlockKeys(5, 8, B, 8).ensure_new(2) == 2

@@ -33,6 +33,21 @@ def test_an_entrys_keys_are_one_bucket_slice_and_other_keys_a_dict():
     assert index.find([8, 9, 10, 11, b"r0:6"], 1, 5) == ([53, 54, 55, 56], True)
 
 
+
+def test_a_look_up_stops_at_a_gap_at_a_pieces_start_inside_it_or_at_a_missing_bucket():
+    """Width 4, blocks 0 (a block that sums to nothing), 5, 6 at keys 0, 1, 2 and 7
+    at key 5: each piece a look-up walks ends in one of its three ways."""
+    index = KeyIndex(4)
+    index.add([0, 1, 2, 5], 0, 4, [0, 5, 6, 7])
+    assert index.buckets == {0: [0, 5, 6, None], 1: [None, 7, None, None]}
+    # Bucket 0 whole, then a gap inside it (key 3): the blocks before it.
+    assert index.find([0, 1, 2, 3, 4], 0, 5) == ([0, 5, 6], False)
+    # Bucket 0's slice full, then bucket 1 starting at its gap (key 4).
+    assert index.find([1, 2, 4, 5], 0, 4) == ([5, 6], False)
+    # Key 5, then a bucket no key has (keys 8, 9): the one block.
+    assert index.find([5, 8, 9], 0, 3) == ([7], False)
+    assert index.find([0, 1, 2], 0, 3) == ([0, 5, 6], True)
+
 def test_keys_not_consecutive_are_added_one_bucket_run_at_a_time():
     """Keys 1, 2 then 5 (width 4): 1, 2 share bucket 0, 5 is bucket 1 offset 1."""
     index = KeyIndex(4)

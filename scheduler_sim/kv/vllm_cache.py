@@ -174,8 +174,8 @@ class VllmCache(RunQueue, PrefixCache):
         (an `ensure` and a `KeyIndex.find` each); now one of each, at 0.984x
         the instructions of the first 2,000 requests (benchmarks/README.md,
         "nineteenth steps", helper pc20)."""
-        if keys.known < max_blocks:
-            keys.ensure(max_blocks, False)
+        if keys.known < max_blocks:  # (not past the entries it made new: `ensure_new`)
+            max_blocks = keys.ensure_new(max_blocks)
         return self.index.find(keys, 0, max_blocks)[0]
 
     def holds_found(self, keys, hits):

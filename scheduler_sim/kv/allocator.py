@@ -132,7 +132,9 @@ class BlockAllocator(PrefixLookups, Sharing, Freeing, Audit, CountedBlocks,
         self.peak_reserved = 0
         self.peak_held = 0
         # Cached blocks each request evicted since the engine last cleared this:
-        # lets a snapshot show the pool as it was before the step allocated.
+        # lets a snapshot show the pool as it was before the step allocated. (Not
+        # raised by a fold's openings, whose steps nobody reads them of:
+        # kv/block_openings.py.)
         self.step_evictions: dict[str, int] = {}
         self.step_growth: dict[str, int] = {}
         self._report = None  # (taker, writer, block number) -> None, when tracked

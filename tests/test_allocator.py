@@ -592,6 +592,25 @@ def test_try_grow_takes_every_block_or_none():
     pools(a, held=3, draining=0, free=0, reserved=0)
 
 
+def test_try_grow_of_a_table_counts_and_checks_credit_as_grow():
+    """4 blocks, 'a' with a credit of 2: try_grow to 4 rows takes block 0 (a step's
+    growth of 1, 1 granted), again to 4 rows nothing, to 8 rows block 1 (growth 2);
+    to 12 rows 1 block is free but a third is over the credit: grow's error, and
+    nothing taken."""
+    a = BlockAllocator(4, B)
+    a.reserve("a", 2)
+    assert a.try_grow("a", 4) is True
+    assert (a.table("a"), a.step_growth, a.granted) == ([0], {"a": 1}, 1)
+    assert a.try_grow("a", 4) is True
+    assert (a.table("a"), a.step_growth, a.granted) == ([0], {"a": 1}, 1)
+    assert a.try_grow("a", 8) is True
+    assert (a.table("a"), a.step_growth, a.granted) == ([0, 1], {"a": 2}, 2)
+    with pytest.raises(InvariantError, match=r"request 'a': allocated\(3\) <= credit\(2\) is false"):
+        a.try_grow("a", 12)
+    assert (a.table("a"), a.step_growth, a.granted) == ([0, 1], {"a": 2}, 2)
+    pools(a, held=2, draining=0, free=2, reserved=2)
+
+
 def test_shared_block_drains_only_when_its_last_owner_lets_go():
     """'b' shares 'a''s 2 blocks: freeing 'a' drains 0 blocks, freeing 'b' then drains 2."""
     a = BlockAllocator(4, B)

@@ -8,15 +8,27 @@ caching and a full pool each of those blocks is an eviction: one `grow`, one
 `grow_each` takes the blocks of all of them at once, in the order those
 `grow` calls would have taken them (the plain stack's top first, then
 never-used ids, then the least recently freed cached blocks, evicted as runs
-by the cache's `take`), and hands each request its slice: the same ids, the
-same counts (`held`, `step_growth`, `step_evictions`) as growing request by
-request. It does so only where that order is all there is to it: a cache
+by the cache's `take`), and hands each request its slice: the same ids and
+the same `held` (and peak) as growing request by request. It does so only where that order is all there is to it: a cache
 whose `take` evicts exactly the blocks asked for (`PrefixCache.exact_take`:
 vLLM's, not the radix tree's, whose leaves may leave spare blocks for the
 next request), no eviction reported, no credits; otherwise it calls `grow`
 for each. `grow_in_turn` does the same for a folded run of prompt chunks
-(engine/fast/chunk_run.py), where one request grows at every step. The
-methods below are `BlockAllocator`'s (a base class of it) and
+(engine/fast/chunk_run.py), where one request grows at every step.
+
+Neither raises the step's counts (`step_growth`, `step_evictions`: the blocks
+the step being planned took, for its snapshot and its blocked head's report),
+as `grow` does: these blocks are the folded steps', and no reader sees the
+counts a fold leaves, since every path that plans a step (engine/stepping.py,
+engine/fast/) clears them before its policy's call, and a fold under a prefix
+cache has no listener. (What a fold left there was no step's counts anyway:
+the flight's step's and every folded step's together. The fallback's `grow`
+calls raise them, read by nobody either.) Speed: the two counts were a third
+of the hand-out's loop; replaying the first 2,000 Mooncake requests under vllm
+with prefix caching, 25,526 requests' blocks in 2,173 calls, 0.987x the
+instructions without them (benchmarks/README.md, "thirty-first steps", fr35).
+
+The methods below are `BlockAllocator`'s (a base class of it) and
 use the attributes its `__init__` sets.
 """
 from __future__ import annotations
@@ -54,7 +66,7 @@ class BlockOpenings:
                 table = tables[rid] = []
             need = -(-rows // size) - len(table)
             if need > 0:
-                needs.append((rid, table, need))
+                needs.append((table, need))
                 total += need
         self._open_needs(openings, needs, total)
 
@@ -86,15 +98,16 @@ class BlockOpenings:
             had = given.get(rid, 0)
             need = -(-rows // size) - len(table) - had
             if need > 0:
-                needs.append((rid, table, need))
+                needs.append((table, need))
                 given[rid] = had + need
                 total += need
         self._open_needs(openings, needs, total)
 
     def _open_needs(self, openings: list[tuple[str, int]],
-                    needs: list[tuple[str, list[int], int]], total: int) -> None:
-        """Hand each (rid, table, need) of `needs` its blocks, `total` in all, in
-        that order (`grow` for each of `openings` if there are none or too few)."""
+                    needs: list[tuple[list[int], int]], total: int) -> None:
+        """Hand each (table, need) of `needs` its blocks, `total` in all, in that
+        order (`grow` for each of `openings` if there are none or too few); the
+        step's counts left alone (see the module)."""
         plain = self._free
         free = len(plain) + self.num_blocks - self._fresh + len(self._cached_free)
         if not total or total > free:
@@ -107,33 +120,18 @@ class BlockOpenings:
         first_cached = len(taken)  # blocks past this one are evictions
         if total > first_cached:
             self._take(None, taken, total - first_cached)  # (no report: no taker named)
-        growth = self.step_growth
-        evictions = self.step_evictions
+        # Mostly one block a request: appended, not a slice added. (Speed: replaying
+        # the Mooncake trace under vllm with prefix caching, 159,816 entries in 12,219
+        # calls, 70 ms of 2.9 s in this loop before; benchmarks/README.md,
+        # "thirtieth steps", helper fd34.)
         at = 0
-        if not first_cached:
-            # Every block an eviction (a full pool: most calls), and mostly one a
-            # request: each count is its need, a block appended, not a slice added.
-            # (Speed: replaying the Mooncake trace under vllm with prefix caching,
-            # 159,816 entries in 12,219 calls, 70 ms of 2.9 s in this loop before;
-            # benchmarks/README.md, "thirtieth steps", helper fd34.)
-            for rid, table, need in needs:
-                if need == 1:
-                    table.append(taken[at])
-                    at += 1
-                else:
-                    end = at + need
-                    table += taken[at:end]
-                    at = end
-                growth[rid] = growth.get(rid, 0) + need
-                evictions[rid] = evictions.get(rid, 0) + need
-        else:
-            for rid, table, need in needs:
+        for table, need in needs:
+            if need == 1:
+                table.append(taken[at])
+                at += 1
+            else:
                 end = at + need
                 table += taken[at:end]
-                growth[rid] = growth.get(rid, 0) + need
-                if end > first_cached:
-                    evicted = end - (at if at > first_cached else first_cached)
-                    evictions[rid] = evictions.get(rid, 0) + evicted
                 at = end
         self.held += total
         if self.held > self.peak_held:

@@ -81,6 +81,11 @@ def test_a_freed_tables_keys_tail_first_as_runs():
     assert (len(keys), keys.pieces) == (3, [[b"x"], range(21, 19, -1)])
     del keys[0:]
     assert (len(keys), keys.pieces) == (0, [])
+    keys = tail_first(KEYS, 6)
+    del keys[7:]  # (past its end: nothing cut)
+    assert (len(keys), keys.pieces) == (6, [[b"x"], range(21, 19, -1), range(12, 9, -1)])
+    del keys[2:]  # (the last piece and one key of the one before it)
+    assert (len(keys), keys.pieces) == (2, [[b"x"], range(21, 20, -1)])
     with pytest.raises(TypeError):
         del TailFirstRuns([[b"x"]], 1)[0:1]
 

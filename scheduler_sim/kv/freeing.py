@@ -98,15 +98,16 @@ class Freeing:
             keyed = keys = ()
         extra = self._extra
         if extra:
-            lead = leading_shared(table, extra)
-            if lead:  # the table's first `lead` blocks are every shared block
-                move_owners(extra, table[-lead:], -1)  # (one count, as one run)
-                del table[-lead:]  # (the reversed table is this call's own)
-            else:
-                shared = extra.keys() & table  # blocks somebody else owns too
-                if shared:
-                    move_owners(extra, list(shared), -1)
-                    table = list(filterfalse(shared.__contains__, table))
+            if table:  # (none plain in vLLM's usual release: every block keyed)
+                lead = leading_shared(table, extra)
+                if lead:  # the table's first `lead` blocks are every shared block
+                    move_owners(extra, table[-lead:], -1)  # (one count, as one run)
+                    del table[-lead:]  # (the reversed table is this call's own)
+                else:
+                    shared = extra.keys() & table  # blocks somebody else owns too
+                    if shared:
+                        move_owners(extra, list(shared), -1)
+                        table = list(filterfalse(shared.__contains__, table))
             lead = self._cache.owned_lead(keyed, extra) if keyed else 0
             if lead:
                 # The blocks others own too are the table's first `lead` (hits

@@ -117,19 +117,20 @@ class TailFirstRuns:
         if (type(n) is not int or n < 0 or where.stop is not None
                 or where.step is not None):
             raise TypeError("TailFirstRuns deletes its keys from a place on only")
+        # The keys cut are the last ones, the table's first blocks (a few dozen,
+        # mostly within the last piece): the pieces are cut from the end.
+        cut = self.length - n
+        if cut <= 0:
+            return
         pieces = self.pieces
-        seen = 0
-        for i, piece in enumerate(pieces):
-            size = len(piece)
-            if seen + size >= n:
-                if seen < n:
-                    if seen + size > n:
-                        pieces[i] = piece[:n - seen]
-                    i += 1
-                del pieces[i:]
+        while cut:
+            size = len(pieces[-1])
+            if size > cut:
+                pieces[-1] = pieces[-1][:size - cut]
                 break
-            seen += size
-        self.length = min(n, self.length)
+            pieces.pop()
+            cut -= size
+        self.length = n
 
 
 def tail_first(keys, count: int, keyless: int = 0) -> TailFirstRuns:

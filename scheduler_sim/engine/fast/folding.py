@@ -43,7 +43,8 @@ FOLD_AFTER = 2
 _MANY = 1 << 62
 
 
-def fold(engine, flight, until: float, policy_growth: int, rows: str | None = None) -> None:
+def fold(engine, flight, until: float, policy_growth: int, rows: str | None = None,
+         written: int | None = None) -> None:
     """Fold the dispatches that would repeat `flight` exactly into it (see the module).
 
     The engine saw `flight` repeat the dispatch before it (`Steadiness.repeats`, steadiness.py)
@@ -58,7 +59,10 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
     this step's rows while it planned (see fold_records.py's `block_order`).
     `rows`: for a line listener, the text of the flight's rows if the caller
     wrote them just now (a counted start's, `Counting._write_counted`), for the
-    folded dispatches'.
+    folded dispatches'. `written`: the sum of the decoders' `resident` when the
+    caller just wrote every row as a decode none had written before
+    (`write_decodes` counted all of them useful: each `resident` is its
+    `high_water`): the look at the rows then finds only the fewest outputs left.
     """
     if flight.done >= until:
         return
@@ -95,16 +99,25 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
         # a chain of `map`s of attrgetters, which read a slot by the generic look-up,
         # where the loop's attribute reads are specialised: 22 requests scanned in
         # 16.6 us, looped in 5.2 us; benchmarks/README.md, "thirty-first steps", ft35.)
+        # When the caller knows the contexts and that none replays (`written`), only
+        # the fewest left is looked for (2.1 us).
         least = _MANY
-        contexts = 0
-        for req in reqs:
-            left = req.output_tokens - req.outputs
-            if left < least:
-                least = left
-            r = req.resident
-            if r < req.high_water:
-                return  # a replayed row
-            contexts += r
+        if written is None:
+            contexts = 0
+            for req in reqs:
+                left = req.output_tokens - req.outputs
+                if left < least:
+                    least = left
+                r = req.resident
+                if r < req.high_water:
+                    return  # a replayed row
+                contexts += r
+        else:
+            contexts = written
+            for req in reqs:
+                left = req.output_tokens - req.outputs
+                if left < least:
+                    least = left
         foldable = least - 1
         if foldable <= 0:
             return

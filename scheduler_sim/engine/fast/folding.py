@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ...requests.request import Request
 from .chunk_run import fold_chunks
-from .fold_bounds import past_arrivals
+from .fold_bounds import MANY_LEFT, past_arrivals, steady_rows
 from .fold_records import block_order, emit_folded
 
 __all__ = ["FOLD_AFTER", "fold", "fold_chunks"]
@@ -38,9 +38,6 @@ __all__ = ["FOLD_AFTER", "fold", "fold_chunks"]
 # With a cohort, a steady stretch is looked at for folding only when it may
 # last this many dispatches: a shorter one saves less than looking costs.
 FOLD_AFTER = 2
-
-# Above any request's outputs left (`fold`'s fewest left starts here).
-_MANY = 1 << 62
 
 
 def fold(engine, flight, until: float, policy_growth: int, rows: str | None = None,
@@ -94,26 +91,19 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
         if emit is not None and any(r.output_token_ids is not None for r in reqs):
             return  # the same
         # Completions that emit without finishing anybody: min(N - outputs) - 1; no
-        # replayed row (not a steady decode); the rows' contexts. One pass in Python,
-        # paid by every attempt, folded or not. (Speed: was three scans in C, each
-        # a chain of `map`s of attrgetters, which read a slot by the generic look-up,
-        # where the loop's attribute reads are specialised: 22 requests scanned in
-        # 16.6 us, looped in 5.2 us; benchmarks/README.md, "thirty-first steps", ft35.)
-        # When the caller knows the contexts and that none replays (`written`), only
-        # the fewest left is looked for (2.1 us).
-        least = _MANY
+        # replayed row (not a steady decode); the rows' contexts: one pass in Python
+        # (`steady_rows`), paid by every attempt, folded or not. When the caller
+        # knows the contexts and that none replays (`written`), only the fewest left
+        # is looked for (22 requests in 2.1 us against 5.2 us; benchmarks/README.md,
+        # "thirty-first steps", ft35).
         if written is None:
-            contexts = 0
-            for req in reqs:
-                left = req.output_tokens - req.outputs
-                if left < least:
-                    least = left
-                r = req.resident
-                if r < req.high_water:
-                    return  # a replayed row
-                contexts += r
+            look = steady_rows(reqs)
+            if look is None:
+                return  # a replayed row
+            least, contexts = look
         else:
             contexts = written
+            least = MANY_LEFT
             for req in reqs:
                 left = req.output_tokens - req.outputs
                 if left < least:

@@ -17,9 +17,9 @@ def steady_rows(reqs: list) -> tuple[int, int] | None:
 
     Speed: one pass in Python, where three scans in C were, each a chain of `map`s
     of attrgetters (which read a slot by the generic look-up; the loop's reads are
-    specialised): 22 requests in 5.2 us against 16.6 us, and 0.986x the
-    instructions of the first 2,000 Mooncake requests under vllm
-    (benchmarks/README.md, "thirty-first steps", ft35)."""
+    specialised): 22 requests in 5.2 us against 16.6 us; 0.986x the instructions
+    of the first 2,000 Mooncake requests under vllm with the folds' look, 0.996x
+    more with the chunk runs' (benchmarks/README.md, "thirty-first steps", ft35)."""
     least = MANY_LEFT
     contexts = 0
     for req in reqs:

@@ -94,8 +94,9 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
         # replayed row (not a steady decode); the rows' contexts: one pass in Python
         # (`steady_rows`), paid by every attempt, folded or not. When the caller
         # knows the contexts and that none replays (`written`), only the fewest left
-        # is looked for (22 requests in 2.1 us against 5.2 us; benchmarks/README.md,
-        # "thirty-first steps", ft35).
+        # is looked for (22 requests in 2.1 us against 5.2 us; 0.995x the
+        # instructions of the first 2,000 Mooncake requests under vllm;
+        # benchmarks/README.md, "thirty-first steps", ft35).
         if written is None:
             look = steady_rows(reqs)
             if look is None:

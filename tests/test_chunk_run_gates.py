@@ -129,3 +129,50 @@ def test_decoders_open_blocks_in_step_order_then_running_order():
     assert tables[0][:2] == ([[0, 8], [1, 3], [2, 4, 5, 6, 7, 9]], 3)
     assert tables[1][1] == 0
     assert tables[0][0] == tables[1][0] and tables[0][2:] == tables[1][2:]
+
+
+def test_a_replayed_decoder_row_closes_the_run(monkeypatch):
+    """The run above, but `d`'s row looked at as if replayed (its `high_water` one
+    above its `resident` while the run's look reads it): no run is folded, a call
+    at every tick as stepped, and the results are the stepped ones."""
+    from scheduler_sim.engine.fast import chunk_run
+
+    look = chunk_run.steady_rows
+    seen = []
+
+    def replayed(decoders):
+        first = decoders[0]
+        first.high_water += 1
+        answer = look(decoders)
+        first.high_water -= 1
+        seen.append((first.rid, first.resident, answer))
+        return answer
+
+    monkeypatch.setattr(chunk_run, "steady_rows", replayed)
+    records = [_request("d", 2, 3), _request("c", 30, 2), _request("w", 4, 1)]
+    calls, chunks, summary, requests = _run(records, True, token_budget=8)
+    assert seen[0] == ("d", 2, None)
+    assert chunks == 0
+    assert calls == [0, 1, 2, 3, 4, 5]
+    assert (summary, requests) == _run(records, False, token_budget=8)[2:]
+
+
+def test_a_folds_look_at_its_decoders():
+    """`steady_rows`: the fewest outputs left (40 - 38 = 2 of `a`, 9 - 5 = 4 of `b`,
+    7 - 2 = 5 of `c`) and the contexts 11 + 6 + 3 = 20; None once a row is below its
+    `high_water` (replayed), whichever it is."""
+    from scheduler_sim.engine.fast.fold_bounds import steady_rows
+    from scheduler_sim.requests.request import Request
+
+    reqs = []
+    for rid, outputs, left, resident in (("a", 38, 2, 11), ("b", 5, 4, 6), ("c", 2, 5, 3)):
+        req = Request(rid, len(reqs), 0, 4, outputs + left)
+        req.outputs, req.resident, req.high_water = outputs, resident, resident
+        reqs.append(req)
+    assert steady_rows(reqs) == (2, 20)
+    assert steady_rows(reqs[1:]) == (4, 9)
+    for req in reqs:
+        req.high_water += 1
+        assert steady_rows(reqs) is None
+        req.high_water -= 1
+    assert steady_rows([]) == (1 << 62, 0)

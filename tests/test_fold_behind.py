@@ -340,3 +340,93 @@ def test_a_head_whose_need_meets_the_free_blocks_after_the_walk_is_admitted_by_t
     assert [(r["id"], r["admitted"]) for r in run[5]] == [("a", 0), ("b", 0), ("d", 0), ("c", 4)]
     assert [r["finished"] for r in run[5]][2] == 4
     assert run[4:] == ran[4:]
+
+
+def _told(records, fast=True, tell=None, **more):
+    """`_run`, and each fold `carry_behind` asked for: (tick, its rows, the contexts it
+    told, whether the fold declined the same rows with one replayed, the dispatches
+    folded). `tell(written)` gives the contexts passed on instead."""
+    from scheduler_sim.engine.fast import behind
+
+    asked = []
+    fold = behind.fold
+
+    def folding(engine, flight, until, growth, rows=None, written=None):
+        first = flight.decoders[0]
+        before = engine.steadiness.folded
+        first.high_water += 1  # as if its row were replayed: no steady decode
+        fold(engine, flight, until, growth, rows, None)
+        first.high_water -= 1
+        declined = engine.steadiness.folded == before
+        fold(engine, flight, until, growth, rows, written if tell is None else tell(written))
+        asked.append((engine.now, [r.rid for r in flight.decoders], written, declined,
+                      engine.steadiness.folded - before))
+
+    behind.fold = folding
+    try:
+        return asked, _run(records, fast, **more)
+    finally:
+        behind.fold = fold
+
+
+def test_the_fold_behind_is_told_the_contexts_and_still_declines_a_replayed_row():
+    """The boundaries of the first test: at tick 1 `a` and `b` write row 9 each (every
+    row useful): the fold is told 9 + 9 = 18 and folds 1 dispatch (`a`'s 3rd output
+    at 3); at tick 3 the survivors are `b` alone (`a` taken out of the decoders),
+    which writes row 11: told 11, 8 folded (`b`'s 12th output at 12). With the first
+    row's `high_water` one above its `resident` (a replayed row) the fold declines,
+    told nothing. Without a cost model the contexts time nothing: the run is the
+    stepped one either way."""
+    asked, run = _told(RECORDS)
+    assert asked == [(1, ["a", "b"], 18, True, 1), (3, ["b"], 11, True, 8)]
+    assert run[0] == [0, 12, 13] and run[2:4] == (2, 1 + 8)
+    assert run[4:] == _run(RECORDS, fast=False)[4:]
+
+
+def test_the_contexts_told_time_the_folded_dispatches():
+    """On a cost model (a 2 ms clock) a dispatch's time grows with its contexts: the
+    fold's own look at the rows (told nothing) and the contexts told give the
+    stepped replay, and one context more told does not (the folded dispatches'
+    busy time differs)."""
+    more = dict(cost_model="llama-3-8b/h100-sxm", tick_seconds=0.002)
+    told, run = _told(RECORDS, **more)
+    looked, own = _told(RECORDS, tell=lambda written: None, **more)
+    _, wrong = _told(RECORDS, tell=lambda written: written + 1, **more)
+    stepped = _run(RECORDS, fast=False, **more)
+    assert [(rids, written, declined) for _, rids, written, declined, _ in told] == [
+        (["a", "b"], 18, True), (["b"], 11, True)]
+    assert told == looked
+    assert run[4:] == own[4:] == stepped[4:]
+    assert wrong[4] != stepped[4]
+
+
+@pytest.mark.slow
+def test_random_prefix_cached_workloads_tell_the_fold_the_contexts():
+    """The sweep above: every contexts told is the sum of the rows' `resident` (each
+    its `high_water`), some told after a finish took a row out, and the replays
+    are the stepped ones."""
+    from scheduler_sim.engine.fast import behind
+    from test_fast_forward import _cached_options, _cached_workload, _replay
+
+    told = []
+    fold = behind.fold
+
+    def folding(engine, flight, until, growth, rows=None, written=None):
+        reqs = flight.decoders
+        assert written == sum(r.resident for r in reqs)
+        assert all(r.resident == r.high_water for r in reqs)
+        told.append(len(reqs))
+        fold(engine, flight, until, growth, rows, written)
+
+    behind.fold = folding
+    try:
+        fewer = 0
+        for seed in range(60):
+            records, options = _cached_workload(seed), _cached_options(seed)
+            told.clear()
+            assert _replay(records, "vllm", True, **options) == _replay(
+                records, "vllm", False, **options)
+            fewer += sum(1 for a, b in zip(told, told[1:]) if b < a)
+    finally:
+        behind.fold = fold
+    assert fewer > 0

@@ -37,17 +37,13 @@ none). The results are those of a stepped replay, field for field
 """
 from __future__ import annotations
 
-from operator import attrgetter, itemgetter, sub
+from operator import itemgetter
 
-from .fold_bounds import past_arrivals
+from .fold_bounds import past_arrivals, steady_rows
 
 __all__ = ["fold_chunks"]
 
 _first = itemgetter(0)
-_output_tokens = attrgetter("output_tokens")
-_outputs = attrgetter("outputs")
-_resident = attrgetter("resident")
-_high_water = attrgetter("high_water")
 
 
 def fold_chunks(engine, flight) -> None:
@@ -76,15 +72,19 @@ def fold_chunks(engine, flight) -> None:
     decoders = list(map(_first, rows[:-1]))
     if not engine.policy.repeats_chunk(decoders, chunk, tokens):
         return
+    contexts = 0
     if decoders:
         # ... nor complete a decoder's last output before the last of them (that
-        # completion is the loop's).
-        most = min(most, min(map(sub, map(_output_tokens, decoders), map(_outputs, decoders))) - 1)
+        # completion is the loop's). (Each emitted: its prompt and any rows to
+        # restore are written; a replayed row, below its `high_water`, the most rows
+        # ever written, is not a steady decode: was a test of any difference.)
+        look = steady_rows(decoders)
+        if look is None:
+            return
+        least, contexts = look
+        most = min(most, least - 1)
         if most <= 0:
             return
-        # (Each emitted: its prompt and any rows to restore are written.)
-        if any(map(sub, map(_high_water, decoders), map(_resident, decoders))):
-            return  # replayed rows are not steady decodes
     until = past_arrivals(engine, engine._until(), "token_budget")
     if flight.done >= until:
         return
@@ -141,7 +141,6 @@ def fold_chunks(engine, flight) -> None:
     start, done, exact = flight.start, flight.done, flight.exact
     first_done, first_start = done, start
     ledger.completed(done, exact, k, {})  # the flight's completion (E1; its gaps below)
-    contexts = sum(map(_resident, decoders))
     total = k + tokens
     folded = 0
     written = r  # (the chunk's rows)

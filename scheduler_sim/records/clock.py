@@ -273,8 +273,10 @@ class Clock:
         the newlines. Times within one whole second (nine stretches in ten on
         the Azure trace) are written differently: in second 0 by one format,
         repeated; in a second S > 0 each whole by `%d` (`_IN_ONE_SECOND`), the
-        point put in after S by one `replace`. Times over several seconds take
-        each its own format from a table by second (`_fast`). Speed: was one
+        point put in after S by one `replace`. Rising times over several seconds
+        from S > 0 are written a second's run at a time (`_by_second`); other
+        times over several seconds take each its own format from a table by
+        second (`_fast`). Speed: was one
         `%.6f` format of the times as floats (`steps / 10^d`), whose
         float-to-decimal conversion cost more than the integers' digits: about
         360 -> 290 ns a time over 5,000 stretches of the Azure trace in one
@@ -410,12 +412,13 @@ def _by_second(steps: list[int], second: int, last: int, scale: int, heads: _Mad
     """`Clock.texts`' text of rising `steps` from whole second `second` > 0 to `last`:
     each second's run of times written as one stretch within it is (`%d` of each,
     the point put in after S by one `replace`), the runs joined, a newline after
-    the last. Speed: where each time took its second's own `S.%06d` format, with
-    new integers for the seconds and the fractions, a stretch over two seconds
-    (346 of 3,024 on the first 2,000 Azure requests under `continuous`) cost
-    about 2.6 times one within a second; the times' texts of those requests,
-    115.7e6 -> 97.9e6 instructions in one process (callgrind; benchmarks/README.md,
-    "thirty-first steps", helper sl35)."""
+    the last. Speed: each time took its second's own `S.%06d` format, new
+    integers for its second and fraction: about 2,700 instructions a time against
+    2,000 within one second (on the first 2,000 Azure requests under `continuous`
+    346 of 3,024 stretches, 10,731 of 54,545 times, cross a second). All their
+    texts, 118.1e6 -> 108.3e6 instructions in one process; the `--events` run
+    1.4728e9 -> 1.4616e9 (callgrind; benchmarks/README.md, "thirty-first steps",
+    helper sl35)."""
     runs = []
     start = 0
     while second < last:

@@ -331,13 +331,42 @@ def test_texts_of_a_rising_stretch_by_its_whole_seconds():
     assert ms.texts([1_999, 2_000, 2_010], True) == ["1.999", "2", "2.01"]
 
 
-def test_texts_keep_at_most_4096_formats_by_second():
-    """The formats by whole second are made when first asked and cleared past 4,096:
-    5,000 seconds of one time each (1 to 5,000) leave 5,000 - 4,096 of them, and
-    still read right."""
+def test_texts_of_a_rising_stretch_over_whole_seconds_run_by_run():
+    """A rising stretch from a whole second S > 0 over several is written run by run,
+    each second's times as a stretch within it is (the point after S's digits, the
+    trailing zeros dropped): 1.99999, then 2 (a whole second, no point) and 2.0005,
+    no time in second 3, 4.000001 and 4.999999, 5.1; a 1 ms clock. No second's own
+    format is made (the unsorted path's), only the heads of the seconds that have
+    times. Random rising stretches over several seconds read as `text` does."""
     us = Clock("s", 1.0, 1e-6, True)
-    times = [s * 1_000_000 + 7 for s in range(1, 5_001)]
-    assert us.texts(times, True)[-2:] == ["4999.000007", "5000.000007"]
+    times = [1_999_990, 2_000_000, 2_000_500, 4_000_001, 4_999_999, 5_100_000]
+    assert us.texts(times, True) == [
+        "1.99999", "2", "2.0005", "4.000001", "4.999999", "5.1"]
+    assert len(us._fast[2]) == 0
+    assert sorted(us._fast[3]) == [1, 2, 4, 5]
+    assert us.texts(times) == us.texts(times, True)  # (unsorted: each its own format)
+    assert sorted(us._fast[2]) == [1, 2, 4, 5]
+    ms = Clock("s", 1.0, 1e-3, True)
+    assert ms.texts([1_990, 2_000, 2_010, 12_345], True) == ["1.99", "2", "2.01", "12.345"]
+    rng = random.Random(12)
+    for step in (1e-6, 1e-3):
+        clock = Clock("s", 1.0, step, True)
+        fresh = Clock("s", 1.0, step, True)
+        scale = clock._scale
+        for _ in range(300):
+            start = rng.choice([1, 9, 99, 3_600]) * scale + rng.randrange(scale)
+            times = sorted(start + rng.randrange(3 * scale) // 10 ** rng.randrange(4)
+                           * 10 ** rng.randrange(4) for _ in range(rng.randint(2, 12)))
+            assert clock.texts(times, True) == [fresh.text(t) for t in times], times
+
+
+def test_texts_keep_at_most_4096_formats_by_second():
+    """The formats by whole second (unsorted times over several seconds) are made when
+    first asked and cleared past 4,096: 5,000 seconds of one time each (5,000 down to
+    1) leave 5,000 - 4,096 of them, and still read right."""
+    us = Clock("s", 1.0, 1e-6, True)
+    times = [s * 1_000_000 + 7 for s in range(5_000, 0, -1)]
+    assert us.texts(times)[:2] == ["5000.000007", "4999.000007"]
     assert len(us._fast[2]) == 5_000 - 4_096
     assert us._fast[2][5_000] == "5000.%06d\n"
 

@@ -396,6 +396,8 @@ def report(results: list[dict], fleet_share: float) -> list[str]:
         lines.append(f"{policy:<10} {len(cases):>7,} {len(ran):>6,} {len(cases) - len(ran):>8,}"
                      f" {folded:>8,}  " + "  ".join(
                          f"{n:>{len(name)},}" for n, name in zip(totals, COUNTERS)))
+    lines.append("cases reaching each path: " + ", ".join(
+        f"{name} {sum(bool(c['counts'].get(name)) for c in results):,}" for name in COUNTERS))
     classes = sorted({name for c in results for name in c["classes"]})
     for name in classes:
         ran = [c for c in results if name in c["classes"] and c["status"] != "refused"]

@@ -2,7 +2,7 @@
 """Folded against stepped: a differential fuzzer of the engine's fast-forward (stdlib only).
 
     python3 benchmarks/fold_fuzz.py [--seeds 0-999] [--fleet-share 0.2] [--jobs 1]
-        [--policies vllm,sglang] [--quiet]
+        [--policies vllm,sglang] [--show-case]
 
 The engine folds steady stretches of decode dispatches (and runs of chunk steps,
 finishes, admissions behind a blocked head) instead of stepping each one; its

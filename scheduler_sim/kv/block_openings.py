@@ -9,7 +9,8 @@ caching and a full pool each of those blocks is an eviction: one `grow`, one
 `grow` calls would have taken them (the plain stack's top first, then
 never-used ids, then the least recently freed cached blocks, evicted as runs
 by the cache's `take`), and hands each request its slice: the same ids and
-the same `held` (and peak) as growing request by request. It does so only where that order is all there is to it: a cache
+the same `held` (and peak) as growing request by request. It does so only
+where that order is all there is to it: a cache
 whose `take` evicts exactly the blocks asked for (`PrefixCache.exact_take`:
 vLLM's, not the radix tree's, whose leaves may leave spare blocks for the
 next request), no eviction reported, no credits; otherwise it calls `grow`

@@ -176,3 +176,20 @@ def test_a_folds_look_at_its_decoders():
         assert steady_rows(reqs) is None
         req.high_water -= 1
     assert steady_rows([]) == (1 << 62, 0)
+
+
+def test_the_fewest_outputs_left_alone():
+    """`fewest_left`, what a fold asks when its caller knows the contexts: 40 - 38 = 2
+    of `a`, 9 - 5 = 4 of `b`; a replayed row (below its `high_water`) is not its
+    question."""
+    from scheduler_sim.engine.fast.fold_bounds import fewest_left
+    from scheduler_sim.requests.request import Request
+
+    reqs = []
+    for rid, outputs, left in (("b", 5, 4), ("a", 38, 2)):
+        req = Request(rid, len(reqs), 0, 4, outputs + left)
+        req.outputs, req.resident, req.high_water = outputs, 9, 10
+        reqs.append(req)
+    assert fewest_left(reqs) == 2
+    assert fewest_left(reqs[:1]) == 4
+    assert fewest_left([]) == 1 << 62

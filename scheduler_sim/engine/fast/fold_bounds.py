@@ -4,10 +4,21 @@ before the completion that finishes one of its decoders (`steady_rows`).
 Shared by the folds of decodes (folding.py) and of chunk runs (chunk_run.py)."""
 from __future__ import annotations
 
-__all__ = ["MANY_LEFT", "past_arrivals", "steady_rows"]
+__all__ = ["MANY_LEFT", "fewest_left", "past_arrivals", "steady_rows"]
 
 INF = float("inf")
 MANY_LEFT = 1 << 62  # (above any request's outputs left: where a search for the fewest starts)
+
+
+def fewest_left(reqs: list) -> int:
+    """The fewest outputs any of `reqs` has left (`steady_rows`' first answer alone,
+    for a caller that knows the rest)."""
+    least = MANY_LEFT
+    for req in reqs:
+        left = req.output_tokens - req.outputs
+        if left < least:
+            least = left
+    return least
 
 
 def steady_rows(reqs: list) -> tuple[int, int] | None:

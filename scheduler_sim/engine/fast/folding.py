@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ...requests.request import Request
 from .chunk_run import fold_chunks
-from .fold_bounds import MANY_LEFT, past_arrivals, steady_rows
+from .fold_bounds import fewest_left, past_arrivals, steady_rows
 from .fold_records import block_order, emit_folded
 
 __all__ = ["FOLD_AFTER", "fold", "fold_chunks"]
@@ -104,11 +104,7 @@ def fold(engine, flight, until: float, policy_growth: int, rows: str | None = No
             least, contexts = look
         else:
             contexts = written
-            least = MANY_LEFT
-            for req in reqs:
-                left = req.output_tokens - req.outputs
-                if left < least:
-                    least = left
+            least = fewest_left(reqs)
         foldable = least - 1
         if foldable <= 0:
             return

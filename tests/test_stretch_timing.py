@@ -122,30 +122,58 @@ def _slices_counted(monkeypatch) -> list[bool]:
     return taken
 
 
-def test_counted_slices_are_taken_once_per_slice(monkeypatch):
+def test_a_stretch_is_counted_in_one_slice_sized_from_its_first_dispatch(monkeypatch):
     """A stretch of 100 dispatches of about 6.5 ms on 1 us steps, no limit: one
-    slice of 32, then one of the 68 left, both counted in runs."""
+    slice of all 100, counted in runs. Cut by `until` 330,000 steps away: the
+    first dispatch lasts 0.0065 + 1e-8 x 8,002 s, 6,580.02 steps, and none less
+    than 6,579, so at most 330,000 // 6,579 + 1 = 51 start before it: one slice of
+    51, and all 51 do (the 51st at about 329,026 steps: 50 x 6,580.02 plus 25)."""
     taken = _slices_counted(monkeypatch)
     cost = Series(0.0065, 1e-8)
     gaps = {6501: 7}
     got = time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, None, gaps)
-    assert taken == [True, True]
+    assert taken == [True]
     expected, expected_gaps = one_at_a_time(cost, US, 1000.25, 1001, 2, 8000, 100, INF)
     assert got == expected
     expected_gaps[6501] = expected_gaps.get(6501, 0) + 7
     assert gaps == expected_gaps
+    taken.clear()
+    gaps = {}
+    got = time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, 331_001, None, gaps)
+    assert taken == [True] and got[0] == 51 and got[1] - got[3] < 331_001 <= got[1]
+    assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, 2, 8000, 100, 331_001)
     # With event records (starts wanted) the slices are timed one by one.
     taken.clear()
     starts: list[int] = []
-    assert time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, starts, {}) == got
+    assert time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, starts, {})[0] == 100
     assert taken == [] and len(starts) == 100
+
+
+def test_a_cut_found_past_an_end_on_a_whole_step_by_hand(monkeypatch):
+    """Dispatches of 2.5, 2.5, 2.5, 3, 3 and 3 steps (1 ms steps) from exact 0.5
+    (step 1), 3 rows: ends 3.0, 5.5, 8.0, 11.0, 14.0, 17.0, at steps 3, 6, 8, 11, 14,
+    17. Up to `until` 9 four start before it (at 1, 3, 6 and 8): the first exact end
+    at or past 8 (`until` - 1) is the third's, 8.0, which completes at 8, before 9,
+    so the cut is one further, the fourth (ending at 11). Lengths 2, then a run of
+    two of 2 or 3 (steps 3 to 8: one of each), then 3 by itself (a whole number):
+    2 and 3 twice each, 3 rows each."""
+    monkeypatch.setattr(stretch_timing, "RUN_COST", 0)
+    steps = [2.5, 2.5, 2.5, 3.0, 3.0, 3.0]
+    exacts = list(accumulate(steps, initial=0.5))[1:]
+    assert exacts == [3.0, 5.5, 8.0, 11.0, 14.0, 17.0]
+    counts: dict[int, int] = {}
+    assert _count_runs(steps, exacts, 1, 9, counts, True, 3) == (4, 11, 3)
+    assert counts == {2: 6, 3: 6}
+    lengths: list[int] = []
+    assert _time_each(MS, exacts, 1, 9, None, lengths) == (4, 11, 3)
+    assert lengths == [2, 3, 2, 3]
 
 
 def test_a_cost_models_rising_steps_are_not_tested_again(monkeypatch):
     """100 dispatches of about 6.5 ms on 1 us steps, as above: with kv >= 0 the
-    slices' steps only grow, so `_count_runs` is told so (`rising`, no test of
-    its own: both slices counted); with kv < 0 (1e-8 less a dispatch's step
-    each) it tests them, declines, and the slices are timed one by one. Either
+    slice's steps only grow, so `_count_runs` is told so (`rising`, no test of
+    its own: the slice counted); with kv < 0 (1e-8 less a dispatch's step
+    each) it tests them, declines, and the slice is timed one by one. Either
     way the stretch is timed as one dispatch at a time would be."""
     risings: list[bool] = []
     real = stretch_timing._count_runs
@@ -155,7 +183,7 @@ def test_a_cost_models_rising_steps_are_not_tested_again(monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(stretch_timing, "_count_runs", counting)
-    for per, flags in ((1e-8, [True, True]), (-1e-8, [False, False])):
+    for per, flags in ((1e-8, [True]), (-1e-8, [False])):
         risings.clear()
         gaps: dict[int, int] = {}
         cost = Series(0.0065, per)
@@ -213,7 +241,7 @@ def test_a_stretch_growing_too_fast_for_runs_is_timed_one_at_a_time(monkeypatch)
     # Growing by 0.018 steps (2 rows of 9e-9 s a token): sliced, counted in runs.
     cost = Series(0.0065, 9e-9)
     assert time_stretch(cost, US, 1000.25, 1001, 2, 8000, 100, INF, None, {})[0] == 100
-    assert taken == [True, True]
+    assert taken == [True]
 
 
 def test_a_short_stretch_timed_one_at_a_time_by_hand():

@@ -66,7 +66,14 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
             until == INF
             or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows))):
         folded, done, exact, last, busy = _time_slices(
-            base, kv, clock, exact, done, rows, contexts, most, until, gaps)
+            base, kv, step_seconds, clock, exact, done, rows, contexts, most, until, gaps)
+        if folded == most or done >= until:  # (mostly: timed to its end in one slice)
+            left = gaps[last] - rows  # the last dispatch is in flight: no gaps yet
+            if left:
+                gaps[last] = left
+            else:
+                del gaps[last]
+            return folded, done, exact, last, busy
     else:
         folded, busy, last = 0, 0.0, 0  # (the slices' state kept apart: fifteenth steps, az11)
     # From a dispatch that would end before it starts (if any), one at a time: `timed`, with
@@ -124,9 +131,9 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     return folded, done, exact, last, busy
 
 
-def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, rows: int,
-                 contexts: int, most: int, until: float, gaps: dict[int, int]
-                 ) -> tuple[int, int, float, int, float]:
+def _time_slices(base: float, kv: float, step_seconds: float, clock: Clock, exact: float,
+                 done: int, rows: int, contexts: int, most: int, until: float,
+                 gaps: dict[int, int]) -> tuple[int, int, float, int, float]:
     """`time_stretch`'s long stretch, nobody asking for its starts: its dispatches
     timed a slice at a time in C, up to `most`, `until` or one that ends at or
     before its start (timed by `time_stretch`'s loop from there). Returns, and
@@ -141,14 +148,20 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
     `islice` of the series was 28% of what 64 replicas add to one engine; one
     row's are sliced out of `context_prices`' tables: 36 -> 12 us a slice of 260,
     "twentieth steps", flt21), and with kv >= 0 they only grow (roundings are
-    monotone: `rising`, no `all` test; benchmarks/README.md, "sixteenth steps")."""
-    step_seconds = clock.step_seconds
+    monotone: `rising`, no `all` test; benchmarks/README.md, "sixteenth steps").
+    The first slice is as long as may start before `until` (the dispatches only
+    grow: none lasts less than the first's steps, less one), so one slice mostly
+    does (speed: a first slice of 32, then the rest, was two passes of the
+    Python around the C ones; "thirty-second steps", st36)."""
     folded, busy = 0, 0.0
-    counts: dict[int, int] = {}  # lengths of the dispatches counted in runs
-    lengths: list[int] = []       # lengths of the others timed in slices
+    lengths: list[int] = []  # lengths of the dispatches timed one by one (`_time_each`)
     last = 0
-    size = 32  # dispatches timed at once, then as many as may start before `until`
     rising = kv >= 0
+    if until == INF:
+        size = most
+    else:
+        shortest = int((base + kv * (contexts + rows)) / step_seconds) - 1
+        size = int((until - done) // (shortest if shortest > 1 else 1)) + 1
     while folded < most and done < until:
         k = min(size, most - folded)
         c = contexts + rows * (folded + 1)
@@ -161,13 +174,13 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
             steps = list(map(truediv, seconds, repeat(step_seconds)))
         exacts = list(accumulate(steps, initial=exact))
         del exacts[0]
-        timed = _count_runs(steps, exacts, done, until, counts, rising)
+        timed = _count_runs(steps, exacts, done, until, gaps, rising, rows)
         if timed is None:
             timed = _time_each(clock, exacts, done, until, None, lengths)
         if timed is None:  # one ends at or before its start: timed by the loop from it
             break
         n, end, last = timed
-        if n < len(exacts):
+        if n < k:
             del seconds[n:]
         busy = reduce(add, seconds, busy)
         folded += n
@@ -176,11 +189,8 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
         # Dispatches only grow longer (their contexts do), give or take a step.
         shortest = max(last - 1, 1)
         size = int((until - done) // shortest) + 1 if until < INF else most
-    get = gaps.get
-    for length, count in counts.items():
-        if count:
-            gaps[length] = get(length, 0) + rows * count
     if lengths:
+        get = gaps.get
         for length, count in Counter(lengths).items():
             gaps[length] = get(length, 0) + rows * count
     return folded, done, exact, last, busy
@@ -201,22 +211,6 @@ def _runs_may_count(growth: float) -> bool:
     3,290 instructions a dispatch against 5,030 in slices
     (benchmarks/README.md, "fourteenth steps ... az10")."""
     return ((SLICED - 1) * growth + 2) * RUN_COST <= SLICED
-
-
-def _end_step(exact: float) -> int:
-    """`Clock.end_step`'s rounding of an exact end, without its one-step minimum
-    (the same floats as `Clock.end_steps`)."""
-    slack, rel = CEIL_SLACK
-    return math.ceil(exact - slack - exact * rel)
-
-
-def _cut(exacts: list[float], until: float) -> int:
-    """How many of a slice's dispatches (ending at `exacts`, their completion steps
-    strictly increasing) start before `until`: all, or up to the first that
-    completes at or after it."""
-    if until == INF or _end_step(exacts[-1]) < until:
-        return len(exacts)
-    return bisect_left(exacts, until, key=_end_step) + 1
 
 
 def _time_each(clock: Clock, exacts: list[float], done: int, until: float,
@@ -241,24 +235,16 @@ def _time_each(clock: Clock, exacts: list[float], done: int, until: float,
     return len(ends), ends[-1], ends[-1] - begins[-1]
 
 
-def _slack(steps: list[float], exacts: list[float]) -> float:
-    """A bound on how far the difference of two successive rounded ends, ceil's
-    argument in `_end_step`, lies from the later dispatch's `steps` value: the
-    rounding of the accumulated end (half a unit in the last place), of each
-    end's slack subtracted (one unit each), and the relative slack of a step
-    (`CEIL_SLACK`); taken four times over."""
-    top = max(abs(exacts[0]), abs(exacts[-1]))
-    return 4 * (3 * math.ulp(top) + steps[-1] * CEIL_SLACK[1]) + 1e-12
-
-
 def _count_runs(steps: list[float], exacts: list[float], done: int, until: float,
-                counts: dict[int, int], rising: bool = False) -> tuple[int, int, int] | None:
+                counts: dict[int, int], rising: bool = False, rows: int = 1
+                ) -> tuple[int, int, int] | None:
     """`_time_each` without event records, counting the lengths a run at a time (see the
     module docstring): the completion step is computed only for the first and last dispatch of
-    each run of lengths a or a + 1, and for a dispatch near a whole number of steps. None,
-    counting nothing, where that does not apply: steps that do not grow, or a dispatch that may
-    last under one step (then `_time_each` decides). `rising`: the steps are known not to shrink
-    (not tested again)."""
+    each run of lengths a or a + 1, and for a dispatch near a whole number of steps; `rows`
+    added to `counts` for each dispatch (no count of 0 added). None, counting nothing, where
+    that does not apply: steps that do not grow, or a dispatch that may last under one step
+    (then `_time_each` decides). `rising`: the steps are known not to shrink (not tested
+    again)."""
     # About one run per whole step the lengths grow by: counted a run at a time
     # only when runs are long (speed: a run costs about four dispatches' worth
     # of C passes; a lone engine's larger batches grow a step every dispatch or
@@ -267,16 +253,31 @@ def _count_runs(steps: list[float], exacts: list[float], done: int, until: float
         return None
     if not rising and not all(map(le, steps, islice(steps, 1, None))):
         return None
-    slack = _slack(steps, exacts)
-    first = _end_step(exacts[0])
+    # How far the difference of two successive rounded ends (ceil's argument
+    # below) lies from the later dispatch's steps at most: the rounding of the
+    # accumulated end (half a unit in the last place), of each end's slack
+    # subtracted (one unit each), and the relative slack of a step (`CEIL_SLACK`);
+    # taken four times over.
+    abs_slack, rel = CEIL_SLACK  # (`Clock.end_step`'s rounding, inlined: a call each saved)
+    e, ended = exacts[0], exacts[-1]
+    slack = 4 * (3 * math.ulp(max(abs(e), abs(ended))) + steps[-1] * rel) + 1e-12
+    first = math.ceil(e - abs_slack - e * rel)
     if steps[0] - slack < 1 or first <= done:
         return None
-    # Every dispatch now lasts at least one step: completion steps increase.
-    n = _cut(exacts, until)
+    # Every dispatch now lasts at least one step: completion steps increase. Those
+    # that start before `until`: all, or up to the first completing at or after it
+    # (none before the first exact end past `until` - 1: ceil(e) < e + 1).
+    n = len(exacts)
+    if until < INF and math.ceil(ended - abs_slack - ended * rel) >= until:
+        n = bisect_left(exacts, until - 1)
+        e = exacts[n]
+        while math.ceil(e - abs_slack - e * rel) < until:
+            n += 1
+            e = exacts[n]
+        n += 1
     get = counts.get
-    counts[first - done] = get(first - done, 0) + 1
+    counts[first - done] = get(first - done, 0) + rows
     floor, ceil = math.floor, math.ceil
-    abs_slack, rel = CEIL_SLACK  # (`_end_step`, inlined below: one call per run saved)
     previous = first  # the completion step of dispatch i - 1
     i = 1
     while i < n:
@@ -285,16 +286,20 @@ def _count_runs(steps: list[float], exacts: list[float], done: int, until: float
         if x + slack >= a + 1:  # near a whole number: this one by itself
             e = exacts[i]
             end = ceil(e - abs_slack - e * rel)
-            counts[end - previous] = get(end - previous, 0) + 1
+            counts[end - previous] = get(end - previous, 0) + rows
             i += 1
         else:  # the run i .. j - 1 of dispatches lasting a or a + 1 steps each
             j = bisect_left(steps, a + 1 - slack, i, n)
             e = exacts[j - 1]
             end = ceil(e - abs_slack - e * rel)
             longer = end - previous - a * (j - i)
-            counts[a] = get(a, 0) + (j - i - longer)
-            counts[a + 1] = get(a + 1, 0) + longer
+            if longer < j - i:
+                counts[a] = get(a, 0) + rows * (j - i - longer)
+            if longer:
+                counts[a + 1] = get(a + 1, 0) + rows * longer
             i = j
         previous = end
-    last = previous - _end_step(exacts[n - 2]) if n > 1 else first - done
-    return n, previous, last
+    if n > 1:
+        e = exacts[n - 2]
+        return n, previous, previous - ceil(e - abs_slack - e * rel)
+    return n, previous, first - done

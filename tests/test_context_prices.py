@@ -29,11 +29,11 @@ def test_a_table_is_priced_once_and_grown(monkeypatch):
 
 
 def test_one_rows_slices_are_taken_from_the_table_up_to_its_top(monkeypatch):
-    """One row from context TOP - 100, 200 dispatches of about 6.5 ms on 1 us steps: the
-    first slice (32, contexts TOP - 99 to TOP - 68) is sliced out of a table reaching
-    TOP - 67; the second (the 168 left) would pass TOP and is priced by itself. Two rows
-    are never taken from a table. Either way the stretch is timed as one dispatch at a
-    time would be."""
+    """One row, 200 dispatches of about 6.5 ms on 1 us steps, no `until`: one slice of
+    all 200. From context TOP - 300 (contexts TOP - 299 to TOP - 100) it is sliced out
+    of a table reaching TOP - 99; from TOP - 100 it would pass TOP and is priced by
+    itself. Two rows are never taken from a table. Either way the stretch is timed as
+    one dispatch at a time would be."""
     monkeypatch.setattr(context_prices, "_TABLES", {})
     tops: list[int] = []
 
@@ -43,13 +43,13 @@ def test_one_rows_slices_are_taken_from_the_table_up_to_its_top(monkeypatch):
 
     monkeypatch.setattr(stretch_timing, "priced", asked)
     cost = Series(0.0065, 1e-8)
-    for rows, expected_tops in ((1, [TOP - 67]), (2, [])):
+    for rows, start, expected_tops in ((1, TOP - 300, [TOP - 99]), (1, TOP - 100, []),
+                                       (2, TOP - 600, [])):
         tops.clear()
         gaps: dict[int, int] = {}
-        contexts = TOP - 100 * rows
-        got = time_stretch(cost, US, 1000.25, 1001, rows, contexts, 200, INF, None, gaps)
+        got = time_stretch(cost, US, 1000.25, 1001, rows, start, 200, INF, None, gaps)
         assert tops == expected_tops
-        assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, rows, contexts, 200, INF)
+        assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, rows, start, 200, INF)
 
 
 def test_a_table_past_its_top_is_refused_and_zero_terms_are_priced_directly(monkeypatch):
@@ -76,4 +76,4 @@ def test_a_table_past_its_top_is_refused_and_zero_terms_are_priced_directly(monk
         gaps: dict[int, int] = {}
         got = time_stretch(cost, US, 1000.25, 1001, 1, 1000, 200, INF, None, gaps)
         assert (got, gaps) == one_at_a_time(cost, US, 1000.25, 1001, 1, 1000, 200, INF)
-    assert asked == [1e-8, 1e-8]
+    assert asked == [1e-8]  # (one slice of all 200)

@@ -5,31 +5,21 @@ records what they add to the run; this module only times them).
 Each dispatch starts where the previous one ended exactly and completes at the first clock step
 at or after its own exact end (at least one step later), with exactly the floats and roundings
 of timing them one at a time (`Clock.end_step`): a long stretch whose lengths grow slowly enough
-to be counted in runs (below), and whose starts nobody asks for (event records), is timed a
-slice at a time in C, any other in a plain loop. What the ledger needs of the lengths (in steps)
-is how many dispatches lasted each length (their output gaps), and the last one's.
-
-Lengths counted a run at a time (a slice of a long stretch): a dispatch of x steps (its seconds
-over the step) that starts where the previous ended exactly lasts ceil(end) - ceil(previous end)
-steps, which is floor(D) or floor(D) + 1 for D the difference of the two rounded ends; D is x
-within a few units in the last place of the ends (`_slack`). The dispatches only grow longer, so
-those whose x lies inside one interval (a + slack, a + 1 - slack) run on one after another, and
-each lasts a or a + 1 steps: how many lasted a + 1 is the run's steps beyond a each, which takes
-only two completion steps, the run's last one and the one before it. A dispatch whose x lies
-within the slack of a whole number is timed exactly, by itself.
+to be counted in runs (slice_runs.py), and whose starts nobody asks for (event records), is
+timed a slice at a time in C, any other in a plain loop. What the ledger needs of the lengths
+(in steps) is how many dispatches lasted each length (their output gaps), and the last one's.
 """
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import Counter
-from functools import reduce
-from itertools import accumulate, islice, repeat
-from operator import add, le, lt, mul, sub, truediv
+from itertools import accumulate, repeat
+from operator import add, mul, truediv
 
 from ..gpu.costmodel import CostModel
 from ..records.clock import CEIL_SLACK, Clock
 from .context_prices import TOP as PRICED_TOP, priced
+from .slice_runs import RUN_COST, count_runs, running, time_each
 
 __all__ = ["time_stretch", "SLICED"]
 
@@ -38,9 +28,6 @@ __all__ = ["time_stretch", "SLICED"]
 SLICED = 32
 
 INF = float("inf")
-
-# A run of lengths (`_count_runs`) costs about as much as timing this many dispatches in C passes.
-RUN_COST = 4
 
 
 def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: int,
@@ -66,7 +53,14 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
             until == INF
             or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows))):
         folded, done, exact, last, busy = _time_slices(
-            base, kv, clock, exact, done, rows, contexts, most, until, gaps)
+            base, kv, step_seconds, clock, exact, done, rows, contexts, most, until, gaps)
+        if folded == most or done >= until:  # (mostly: timed to its end in one slice)
+            left = gaps[last] - rows  # the last dispatch is in flight: no gaps yet
+            if left:
+                gaps[last] = left
+            else:
+                del gaps[last]
+            return folded, done, exact, last, busy
     else:
         folded, busy, last = 0, 0.0, 0  # (the slices' state kept apart: fifteenth steps, az11)
     # From a dispatch that would end before it starts (if any), one at a time: `timed`, with
@@ -124,9 +118,9 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
     return folded, done, exact, last, busy
 
 
-def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, rows: int,
-                 contexts: int, most: int, until: float, gaps: dict[int, int]
-                 ) -> tuple[int, int, float, int, float]:
+def _time_slices(base: float, kv: float, step_seconds: float, clock: Clock, exact: float,
+                 done: int, rows: int, contexts: int, most: int, until: float,
+                 gaps: dict[int, int]) -> tuple[int, int, float, int, float]:
     """`time_stretch`'s long stretch, nobody asking for its starts: its dispatches
     timed a slice at a time in C, up to `most`, `until` or one that ends at or
     before its start (timed by `time_stretch`'s loop from there). Returns, and
@@ -136,19 +130,25 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
 
     Speed: a fleet's replicas run small batches (the Mooncake trace on 64 replicas
     folds 4.1 million dispatches); timed one by one in C passes this was about 20%
-    of that replay; a slice's lengths are counted a run at a time (`_count_runs`),
+    of that replay; a slice's lengths are counted a run at a time (`count_runs`),
     its seconds (`decode_series`'s floats) priced over a `range` of contexts (an
     `islice` of the series was 28% of what 64 replicas add to one engine; one
     row's are sliced out of `context_prices`' tables: 36 -> 12 us a slice of 260,
     "twentieth steps", flt21), and with kv >= 0 they only grow (roundings are
-    monotone: `rising`, no `all` test; benchmarks/README.md, "sixteenth steps")."""
-    step_seconds = clock.step_seconds
+    monotone: `rising`, no `all` test; benchmarks/README.md, "sixteenth steps").
+    The first slice is as long as may start before `until` (the dispatches only
+    grow: none lasts less than the first's steps, less one), so one slice mostly
+    does (speed: a first slice of 32, then the rest, was two passes of the
+    Python around the C ones; "thirty-second steps", st36)."""
     folded, busy = 0, 0.0
-    counts: dict[int, int] = {}  # lengths of the dispatches counted in runs
-    lengths: list[int] = []       # lengths of the others timed in slices
+    lengths: list[int] = []  # lengths of the dispatches timed one by one (`time_each`)
     last = 0
-    size = 32  # dispatches timed at once, then as many as may start before `until`
     rising = kv >= 0
+    if until == INF:
+        size = most
+    else:
+        shortest = int((base + kv * (contexts + rows)) / step_seconds) - 1
+        size = int((until - done) // (shortest if shortest > 1 else 1)) + 1
     while folded < most and done < until:
         k = min(size, most - folded)
         c = contexts + rows * (folded + 1)
@@ -159,40 +159,38 @@ def _time_slices(base: float, kv: float, clock: Clock, exact: float, done: int, 
         else:
             seconds = list(map(add, repeat(base), map(mul, repeat(kv), range(c, top, rows))))
             steps = list(map(truediv, seconds, repeat(step_seconds)))
-        exacts = list(accumulate(steps, initial=exact))
-        del exacts[0]
-        timed = _count_runs(steps, exacts, done, until, counts, rising)
+        timed = count_runs(steps, exact, done, until, gaps, rising, rows)
         if timed is None:
-            timed = _time_each(clock, exacts, done, until, None, lengths)
-        if timed is None:  # one ends at or before its start: timed by the loop from it
-            break
-        n, end, last = timed
-        if n < len(exacts):
-            del seconds[n:]
-        busy = reduce(add, seconds, busy)
+            exacts = list(accumulate(steps, initial=exact))
+            del exacts[0]
+            timed = time_each(clock, exacts, done, until, None, lengths)
+            if timed is None:  # one ends at or before its start: timed by the loop from it
+                break
+            n, end, last = timed
+            ended = exacts[n - 1]
+        else:
+            n, end, last, ended = timed
+        busy = running(seconds if n == k else seconds[:n], busy)
         folded += n
-        exact = exacts[n - 1]
+        exact = ended
         done = end
         # Dispatches only grow longer (their contexts do), give or take a step.
         shortest = max(last - 1, 1)
         size = int((until - done) // shortest) + 1 if until < INF else most
-    get = gaps.get
-    for length, count in counts.items():
-        if count:
-            gaps[length] = get(length, 0) + rows * count
     if lengths:
+        get = gaps.get
         for length, count in Counter(lengths).items():
             gaps[length] = get(length, 0) + rows * count
     return folded, done, exact, last, busy
 
 
 def _runs_may_count(growth: float) -> bool:
-    """Whether `_count_runs` may count a first slice (SLICED dispatches) whose
+    """Whether `count_runs` may count a first slice (SLICED dispatches) whose
     lengths grow by `growth` steps a dispatch (`rows * kv` seconds over the
     step): its own test, `(steps[-1] - steps[0] + 2) * RUN_COST > len(steps)`,
     with the slice's growth taken as (SLICED - 1) * growth.
 
-    Speed: otherwise the slice is timed by `_time_each`'s C passes, which cost
+    Speed: otherwise the slice is timed by `time_each`'s C passes, which cost
     more than timing each dispatch in `time_stretch`'s loop: on the Azure
     conversation trace (rows of 9 grow by about 0.48 steps a dispatch) its
     27,747 stretches took 0.847 of the instructions without those slices (a
@@ -201,100 +199,3 @@ def _runs_may_count(growth: float) -> bool:
     3,290 instructions a dispatch against 5,030 in slices
     (benchmarks/README.md, "fourteenth steps ... az10")."""
     return ((SLICED - 1) * growth + 2) * RUN_COST <= SLICED
-
-
-def _end_step(exact: float) -> int:
-    """`Clock.end_step`'s rounding of an exact end, without its one-step minimum
-    (the same floats as `Clock.end_steps`)."""
-    slack, rel = CEIL_SLACK
-    return math.ceil(exact - slack - exact * rel)
-
-
-def _cut(exacts: list[float], until: float) -> int:
-    """How many of a slice's dispatches (ending at `exacts`, their completion steps
-    strictly increasing) start before `until`: all, or up to the first that
-    completes at or after it."""
-    if until == INF or _end_step(exacts[-1]) < until:
-        return len(exacts)
-    return bisect_left(exacts, until, key=_end_step) + 1
-
-
-def _time_each(clock: Clock, exacts: list[float], done: int, until: float,
-               starts: list[int] | None, lengths: list[int]) -> tuple[int, int, int] | None:
-    """A slice's dispatches (their exact ends `exacts`, the first starting at step
-    `done`) timed one by one in C passes (`Clock.end_steps`): the lengths of those
-    that start before `until` are appended to `lengths` (and their starts to
-    `starts`); returns (how many, the last one's completion step, its length),
-    or None, appending nothing, if one ends at or before its start."""
-    ends = clock.end_steps(exacts)
-    begins = [done]
-    begins += ends[:-1]
-    if not all(map(lt, begins, ends)):
-        return None
-    # Those that start before `until`: all, or up to the first starting after.
-    n = bisect_left(ends, until) + 1
-    if n < len(ends):
-        del ends[n:], begins[n:]
-    if starts is not None:
-        starts += begins
-    lengths += map(sub, ends, begins)
-    return len(ends), ends[-1], ends[-1] - begins[-1]
-
-
-def _slack(steps: list[float], exacts: list[float]) -> float:
-    """A bound on how far the difference of two successive rounded ends, ceil's
-    argument in `_end_step`, lies from the later dispatch's `steps` value: the
-    rounding of the accumulated end (half a unit in the last place), of each
-    end's slack subtracted (one unit each), and the relative slack of a step
-    (`CEIL_SLACK`); taken four times over."""
-    top = max(abs(exacts[0]), abs(exacts[-1]))
-    return 4 * (3 * math.ulp(top) + steps[-1] * CEIL_SLACK[1]) + 1e-12
-
-
-def _count_runs(steps: list[float], exacts: list[float], done: int, until: float,
-                counts: dict[int, int], rising: bool = False) -> tuple[int, int, int] | None:
-    """`_time_each` without event records, counting the lengths a run at a time (see the
-    module docstring): the completion step is computed only for the first and last dispatch of
-    each run of lengths a or a + 1, and for a dispatch near a whole number of steps. None,
-    counting nothing, where that does not apply: steps that do not grow, or a dispatch that may
-    last under one step (then `_time_each` decides). `rising`: the steps are known not to shrink
-    (not tested again)."""
-    # About one run per whole step the lengths grow by: counted a run at a time
-    # only when runs are long (speed: a run costs about four dispatches' worth
-    # of C passes; a lone engine's larger batches grow a step every dispatch or
-    # two, a fleet replica's single row one every twenty or so).
-    if (steps[-1] - steps[0] + 2) * RUN_COST > len(steps):
-        return None
-    if not rising and not all(map(le, steps, islice(steps, 1, None))):
-        return None
-    slack = _slack(steps, exacts)
-    first = _end_step(exacts[0])
-    if steps[0] - slack < 1 or first <= done:
-        return None
-    # Every dispatch now lasts at least one step: completion steps increase.
-    n = _cut(exacts, until)
-    get = counts.get
-    counts[first - done] = get(first - done, 0) + 1
-    floor, ceil = math.floor, math.ceil
-    abs_slack, rel = CEIL_SLACK  # (`_end_step`, inlined below: one call per run saved)
-    previous = first  # the completion step of dispatch i - 1
-    i = 1
-    while i < n:
-        x = steps[i]
-        a = floor(x - slack)
-        if x + slack >= a + 1:  # near a whole number: this one by itself
-            e = exacts[i]
-            end = ceil(e - abs_slack - e * rel)
-            counts[end - previous] = get(end - previous, 0) + 1
-            i += 1
-        else:  # the run i .. j - 1 of dispatches lasting a or a + 1 steps each
-            j = bisect_left(steps, a + 1 - slack, i, n)
-            e = exacts[j - 1]
-            end = ceil(e - abs_slack - e * rel)
-            longer = end - previous - a * (j - i)
-            counts[a] = get(a, 0) + (j - i - longer)
-            counts[a + 1] = get(a + 1, 0) + longer
-            i = j
-        previous = end
-    last = previous - _end_step(exacts[n - 2]) if n > 1 else first - done
-    return n, previous, last

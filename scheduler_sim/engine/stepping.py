@@ -195,7 +195,7 @@ class Stepping:
                             until = self._until()
                             fold(self, flight, until, policy_blocks)
                             looked = True
-                        elif flight.rows is not None and steady.blocked is not None:
+                        elif flight.rows and (steady.blocked or not policy.waiting_count):
                             fold_chunks(self, flight)  # a chunk run (fast/chunk_run.py)
                     else:
                         # Counted decoders: a stretch is looked at for folding only

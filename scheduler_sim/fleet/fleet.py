@@ -40,6 +40,7 @@ from itertools import islice
 from typing import Any, Callable
 
 from ..engine.core import Engine, RunResult
+from ..engine.fast.through import may_carry_on
 from ..engine.host_summary import host_summary, survival_counts
 from ..engine.policy_failure import policy_failure
 from ..engine.run_stats import RunStats
@@ -97,8 +98,13 @@ def run_guarded(engines: list[Engine], policy: str,
 
 def stall_the_stuck(engines: list[Engine], t: int) -> bool:
     """Nothing can happen any more anywhere: every replica's live requests stall (E6b)
-    at `t`; return whether any did."""
+    at `t`, or at a replica's later `now` (the last boundary of all: a replica's
+    stretch carried on takes boundaries of its own past the fleet's time,
+    engine/fast/through.py); return whether any did."""
     stalled = False
+    for engine in engines:
+        if engine.now > t:
+            t = engine.now
     for engine in engines:
         if engine.live:
             engine.now = t
@@ -191,6 +197,12 @@ class Fleet:
         first = self.engines[0]
         self.options = first.options  # the pool sized from the GPU, if it was
         self.clock: Clock = first.clock
+        # A replica's boundaries hold nothing but its own events up to the fleet's next
+        # arrival for it (`horizon`), where the router may read it or send it a request:
+        # its steady stretches are carried on and its chunk runs folded as a lone
+        # engine's, up to there (fast/through.py; a lockstep rank never folds).
+        for engine in self.engines:
+            engine.steadiness.through = may_carry_on(engine)
         self.workload = first_workload = workload.on_clock(self.clock)
         self.views = [ReplicaView(i, e) for i, e in enumerate(self.engines)]
         self.router = make_router(self.options)

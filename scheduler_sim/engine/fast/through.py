@@ -76,15 +76,18 @@ def carries_on(engine, flight) -> bool:
     (blocked.py asks the policy; without members it would return at once:
     asked anyway, 0.7% more instructions under `sglang` on the first 2,000
     Mooncake requests, benchmarks/README.md, "twenty-second steps", review).
-    With no head reported blocked, only a policy at its fixed point is carried on
-    (`carry_on` would find nothing else to do: asked there, a fleet's replicas
-    under vllm with prefix caching paid 1.0028x the instructions of the first 2,000
-    Mooncake requests on 64 prefix-affinity replicas; benchmarks/README.md,
-    "thirty-second steps", fl36)."""
+    With no head reported blocked, only counted decoders or a policy at its fixed
+    point are carried on (`carry_on` would find nothing else to do: asked there,
+    a fleet's replicas under vllm with prefix caching paid 1.0028x the
+    instructions of the first 2,000 Mooncake requests on 64 prefix-affinity
+    replicas; the counted ones asked here, 1.0017x those of the Azure trace under
+    `continuous` with `--events`; benchmarks/README.md, "thirty-second steps",
+    fl36)."""
     policy = engine.policy
     steady = engine.steadiness
     if steady.blocked is None:
-        return (flight.all_decode or not policy.waiting_count) and policy.repeats_decodes()
+        return ((flight.all_decode and flight.members)  # (counted: `carry_on` asks)
+                or (flight.all_decode or not policy.waiting_count) and policy.repeats_decodes())
     return (flight.all_decode or flight.members
             or (steady.behind and flight.rows is not None and flight.outputs == len(flight.rows))
             or (not policy.waiting_count and policy.repeats_decodes()))

@@ -9,6 +9,7 @@ import random
 
 import pytest
 from conftest import slow_beyond, trace_bytes
+from test_fleet import _workload
 
 from scheduler_sim.engine.core import Engine
 from scheduler_sim.engine.summary import request_record
@@ -163,24 +164,13 @@ def test_a_resume_stops_at_the_next_arrival_that_may_reach_the_replica(monkeypat
 
 
 def _random_fleet(seed: int) -> tuple[list[dict], dict]:
-    """A few long and short requests on 2-4 replicas under a cost model, now and then
-    sharing a prompt prefix (prefix caching on half), under one of three routers."""
+    """test_fleet.py's random workload (prefixes shared, cancellations, forced
+    preemptions) spread for a cost model's clock (arrivals 25 times apart, outputs 4
+    times longer) on 2-4 replicas, prefix caching on half, under one of four routers."""
     rng = random.Random(seed)
-    records = []
-    t = 0
-    for i in range(rng.randint(2, 24)):
-        t += rng.choice([0, 0, 1, 19, 55, 200])
-        prompt = rng.randint(1, 60)
-        record = {"id": f"r{i}", "arrival": t, "prompt_tokens": prompt,
-                  "output_tokens": rng.choice([1, 5, 40, 200])}
-        if rng.random() < 0.5:
-            group = rng.randint(0, 2)
-            record["prompt_token_ids"] = [group * 1000 + k if k < 16 else rng.randint(0, 99)
-                                          for k in range(prompt)]
-        records.append(record)
-        if rng.random() < 0.08:
-            records.append({"type": "cancel", "id": f"r{i}",
-                            "at": t + rng.randint(0, 150)})
+    records = [dict(r, arrival=25 * r["arrival"], output_tokens=4 * r["output_tokens"])
+               if r.get("type", "request") == "request" else dict(r, at=25 * r["at"])
+               for r in _workload(seed, prefixes=True)]
     options = dict(block_size=4, num_blocks=rng.randint(24, 200),
                    token_budget=rng.choice([8, 16, 64]), max_rows=rng.randint(1, 6),
                    replicas=rng.randint(2, 4), prefix_caching=rng.random() < 0.5,

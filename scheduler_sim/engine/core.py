@@ -197,7 +197,7 @@ class Engine(Stepping, Lifecycle, Dispatching, Counting, HostMoves, HostLoads):
                 roster.spill = Spill(queue, max(SPILL_AFTER, 2 * options.max_rows),
                                     self.workload.arrivals)
         self.steadiness = Steadiness(self.policy, fast_forward)  # the change log, repeats
-        self.steadiness.through = not routed and may_carry_on(self)  # (fast/through.py)
+        self.steadiness.through = not routed and may_carry_on(self)  # (a Fleet sets its own)
         roster.arrive = (None if routed else plain_arrival(self)) or self._arrive  # (its module)
         # A schedule going in circles is stopped as a stall (livelock.py).
         self.livelock = LivelockWatch(options.num_blocks * options.block_size)

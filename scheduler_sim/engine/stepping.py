@@ -145,10 +145,9 @@ class Stepping:
 
     def step(self) -> bool:
         """E3: when nothing runs, the policy admits, preempts and plans; the plan is
-        started (and a steady stretch folded, and carried on: fast/through.py).
-        Returns whether the policy moved. A stretch carried on may stop at a later
-        boundary it took (E1 and E2 done, `now` moved there) whose plan is the
-        policy's: that boundary's step follows here."""
+        started (a steady stretch folded, carried on: fast/through.py). Returns whether
+        the policy moved. A stretch carried on may stop at a later boundary it took (E1
+        and E2 done, `now` moved there) whose plan is the policy's: its step follows."""
         moved, again = self._step_once()
         while again:
             moved, again = self._step_once()
@@ -195,7 +194,8 @@ class Stepping:
                             until = self._until()
                             fold(self, flight, until, policy_blocks)
                             looked = True
-                        elif flight.rows is not None and steady.blocked is not None:
+                        elif flight.rows and (steady.blocked or self._cohort is None
+                                              and not policy.waiting_count):
                             fold_chunks(self, flight)  # a chunk run (fast/chunk_run.py)
                     else:
                         # Counted decoders: a stretch is looked at for folding only

@@ -22,7 +22,9 @@ on any replica (E7, replica by replica), in this order:
 A replica wakes only for its own events, never for an arrival routed to
 another one; folding (E7.5) stops at the next arrival that may reach the
 replica (`Router.reaches`): the fleet's next arrival, since any replica may
-receive it, except under round-robin, which knows where each goes. A replica whose requests can never progress again
+receive it, except under round-robin, which knows where each goes; where that
+arrival went elsewhere, the fold goes on from the dispatch it left
+(`engine/fleet_link.py`'s `resume`). A replica whose requests can never progress again
 stalls when nothing is left to arrive (E6b), at the time the fleet learns it.
 
 Summaries: one per replica (its requests, dispatches and blocks, with the
@@ -40,6 +42,8 @@ from itertools import islice
 from typing import Any, Callable
 
 from ..engine.core import Engine, RunResult
+from ..engine.fast.through import may_carry_on
+from ..engine.fleet_link import cut_after, resume
 from ..engine.host_summary import host_summary, survival_counts
 from ..engine.policy_failure import policy_failure
 from ..engine.run_stats import RunStats
@@ -97,8 +101,13 @@ def run_guarded(engines: list[Engine], policy: str,
 
 def stall_the_stuck(engines: list[Engine], t: int) -> bool:
     """Nothing can happen any more anywhere: every replica's live requests stall (E6b)
-    at `t`; return whether any did."""
+    at `t`, or at a replica's later `now` (the last boundary of all: a replica's
+    stretch carried on takes boundaries of its own past the fleet's time,
+    engine/fast/through.py); return whether any did."""
     stalled = False
+    for engine in engines:
+        if engine.now > t:
+            t = engine.now
     for engine in engines:
         if engine.live:
             engine.now = t
@@ -191,6 +200,12 @@ class Fleet:
         first = self.engines[0]
         self.options = first.options  # the pool sized from the GPU, if it was
         self.clock: Clock = first.clock
+        # A replica's boundaries hold nothing but its own events up to the fleet's next
+        # arrival for it (`horizon`), where the router may read it or send it a request:
+        # its steady stretches are carried on and its chunk runs folded as a lone
+        # engine's, up to there (fast/through.py; a lockstep rank never folds).
+        for engine in self.engines:
+            engine.steadiness.through = may_carry_on(engine)
         self.workload = first_workload = workload.on_clock(self.clock)
         self.views = [ReplicaView(i, e) for i, e in enumerate(self.engines)]
         self.router = make_router(self.options)
@@ -234,7 +249,9 @@ class Fleet:
         stalled = False
         while True:
             routing = bool(upcoming) and upcoming[0].arrival == t
-            active = self._complete_due(agenda, t, routing)   # 1. E1
+            # 1. E1 (or a fold resumed: `_complete_due`)
+            active = self._complete_due(agenda, t, routing,
+                                        upcoming[0].arrival if upcoming else INF, horizon_of)
             while upcoming and upcoming[0].arrival == t:     # 2. routing
                 spec = upcoming.popleft()
                 later = next(specs, None)
@@ -299,10 +316,16 @@ class Fleet:
 
     # --- one boundary of the fleet, in its order (F2) ----------------------------------
 
-    def _complete_due(self, agenda: ReplicaAgenda, t: int, routing: bool) -> list[int]:
+    def _complete_due(self, agenda: ReplicaAgenda, t: int, routing: bool,
+                      horizon: float | None = None,
+                      horizon_of: Callable[[int], float] | None = None) -> list[int]:
         """E1 on the replicas with a boundary of their own at `t`; returns them (the
         replicas active at `t` so far). Their loads are read again if requests are
         `routing` at `t`; if not, `_step` reads them after their steps.
+        Given the next arrival `horizon` (or `horizon_of(i)` for replica i), when
+        nothing is routed at `t`, a replica whose step left a fold cut at an
+        arrival that went elsewhere folds on up to it instead (`resume`,
+        engine/fleet_link.py) and is not active.
 
         Speed: two of three boundaries of the Mooncake replay on 64 replicas
         route nothing (34,768 boundaries, 12,031 arrivals); their loads were
@@ -310,10 +333,18 @@ class Fleet:
         two runs)."""
         active = agenda.due(t)
         engines = self.engines
+        resumed = None
         for i in active:
             engine = engines[i]
             engine.now = t
+            if (engine.link.cut is not None and horizon is not None and not routing
+                    and resume(engine, horizon if horizon_of is None else horizon_of(i))):
+                agenda.set(i, engine.next_boundary(False))
+                resumed = [i] if resumed is None else resumed + [i]
+                continue
             engine.complete_due()
+        if resumed is not None:
+            active = [i for i in active if i not in resumed]
         if routing and self.loads is not None:
             self._refresh(active)
         return active
@@ -369,8 +400,12 @@ class Fleet:
                 stalled = True
                 agenda.set(i, INF)
                 continue
-            engine.link.horizon = horizon if horizon_of is None else horizon_of(i)
+            link = engine.link
+            link.horizon = horizon if horizon_of is None else horizon_of(i)
+            folded = engine.steadiness.folded
             moved = engine.step()
+            # (A fold may be resumed at the completion it left: `_complete_due`.)
+            link.cut = cut_after(engine) if engine.steadiness.folded != folded else None
             agenda.set(i, engine.next_boundary(moved))
         if self.loads is not None:
             self._refresh(active)

@@ -26,9 +26,10 @@ more (the head now fits, say): the boundary's step is then the policy's, and
 the caller steps again at the engine's `now`. Not where something other
 than arrivals is due by the completion, not with a listener (a boundary's
 records would be the step's) or a decode cohort; the caller (through.py's
-`carry_on`) has checked the rest (`Steadiness.through`: a lone engine, a
-built-in policy, no state callback, client slots, timeouts, release delay or
-host memory; `Steadiness.behind`: the policy has the question).
+`carry_on`) has checked the rest (`Steadiness.through`: a lone engine or a
+plain fleet's replica, a built-in policy, no state callback, client slots,
+timeouts, release delay or host memory; `Steadiness.behind`: the policy has
+the question).
 tests/test_fold_behind.py compares the results with stepped replays.
 
 Speed: replaying the Mooncake conversation trace under `vllm` with prefix

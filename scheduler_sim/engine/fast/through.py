@@ -20,9 +20,11 @@ requests, their blocks released), no outside event (none is due before
 long enough. The results are the loop's, field for field
 (tests/test_fold_through.py compares them with stepped replays).
 
-It applies only where a boundary holds nothing else: a lone engine (no
-fleet), no state callback, no client slots, no waiting timeout, no release
-delay, no host memory, a built-in policy. With an event listener, each
+It applies only where a boundary holds nothing else: a lone engine or a
+replica of a plain fleet (fleet/fleet.py: its stretch stops at the fleet's
+next arrival for it, `FleetLink.horizon`; not under lockstep or
+disaggregation), no state callback, no client slots, no waiting timeout, no
+release delay, no host memory, a built-in policy. With an event listener, each
 boundary writes what the loop's would: the finished requests' records, then
 the snapshot and the dispatch (or the folded stretch's lines).
 
@@ -52,9 +54,9 @@ _resident = attrgetter("resident")
 
 
 def may_carry_on(engine) -> bool:
-    """Whether a boundary of this lone engine (not a fleet's replica: the caller
-    knows) can ever hold nothing but a completion and the next start (see the
-    module)."""
+    """Whether a boundary of this engine can ever hold nothing but a completion and
+    the next start (see the module); a lone engine's or a plain fleet's replica's
+    (whether it is one, the caller knows: engine/core.py, fleet/fleet.py)."""
     options = engine.options
     return (engine.steadiness.enabled and engine.builtin_policy
             and engine._on_state is None
@@ -73,12 +75,22 @@ def carries_on(engine, flight) -> bool:
     or its call reported a blocked head and the flight has counted members
     (blocked.py asks the policy; without members it would return at once:
     asked anyway, 0.7% more instructions under `sglang` on the first 2,000
-    Mooncake requests, benchmarks/README.md, "twenty-second steps", review)."""
+    Mooncake requests, benchmarks/README.md, "twenty-second steps", review).
+    With no head reported blocked, only counted decoders or a policy at its fixed
+    point are carried on (`carry_on` would find nothing else to do: asked there,
+    a fleet's replicas under vllm with prefix caching paid 1.0028x the
+    instructions of the first 2,000 Mooncake requests on 64 prefix-affinity
+    replicas; the counted ones asked here, 1.0017x those of the Azure trace under
+    `continuous` with `--events`; benchmarks/README.md, "thirty-second steps",
+    fl36)."""
     policy = engine.policy
-    return (flight.all_decode or (not policy.waiting_count and policy.repeats_decodes())
-            or (engine.steadiness.blocked is not None
-                and (flight.members or engine.steadiness.behind and flight.rows is not None
-                     and flight.outputs == len(flight.rows))))
+    steady = engine.steadiness
+    if steady.blocked is None:
+        return ((flight.all_decode and flight.members)  # (counted: `carry_on` asks)
+                or (flight.all_decode or not policy.waiting_count) and policy.repeats_decodes())
+    return (flight.all_decode or flight.members
+            or (steady.behind and flight.rows is not None and flight.outputs == len(flight.rows))
+            or (not policy.waiting_count and policy.repeats_decodes()))
 
 
 def carry_on(engine, until: float, looked: bool = True) -> bool:

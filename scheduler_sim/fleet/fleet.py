@@ -186,6 +186,10 @@ class Fleet:
 
     `on_event(replica)` gives the event listener of one replica (None: none);
     the other keywords are the Engine's and apply to every replica.
+    `on_request_end` sees each replica's ends in that replica's time order, but
+    not the fleet's: a replica carrying a stretch on up to the fleet's next
+    arrival reports its finishes there before another replica's earlier ones
+    (the CLI puts its per-request records back in arrival order).
     """
 
     def __init__(self, workload: Workload, options: Options, policy: str,

@@ -181,15 +181,13 @@ def _random_fleet(seed: int) -> tuple[list[dict], dict]:
 
 @pytest.mark.parametrize("policy", ["vllm", "continuous", "sglang"])
 @pytest.mark.parametrize("seed", slow_beyond(range(40), 10))
-def test_random_fleets_agree_folded_and_stepped(seed, policy, monkeypatch):
+def test_random_fleets_agree_folded_and_stepped(seed, policy):
     """Folded (chunk runs, resumed folds, carried stretches) against stepped: every
     summary and request record the same."""
     records, options = _random_fleet(seed)
-    made = _resumes(monkeypatch)
     folded = _replay(records, policy, **options)
     stepped = _replay(records, policy, fast_forward=False, **options)
     assert folded[:3] == stepped[:3]
-    assert made.count(True) <= len(made)
 
 
 def test_the_random_fleets_reach_the_new_paths(monkeypatch):

@@ -185,7 +185,8 @@ def _time_slices(base: float, kv: float, step_seconds: float, clock: Clock, exac
 
 
 def _runs_may_count(growth: float) -> bool:
-    """Whether `count_runs` may count a first slice (SLICED dispatches) whose
+    """Whether `count_runs` may count a slice of SLICED dispatches (the shortest
+    stretch sliced; a slice is as long as may start before `until`, or `most`) whose
     lengths grow by `growth` steps a dispatch (`rows * kv` seconds over the
     step): its own test, `(steps[-1] - steps[0] + 2) * RUN_COST > len(steps)`,
     with the slice's growth taken as (SLICED - 1) * growth.

@@ -344,10 +344,12 @@ class Fleet:
             if (engine.link.cut is not None and horizon is not None and not routing
                     and resume(engine, horizon if horizon_of is None else horizon_of(i))):
                 agenda.set(i, engine.next_boundary(False))
-                resumed = [i] if resumed is None else resumed + [i]
+                if resumed is None:
+                    resumed = set()
+                resumed.add(i)
                 continue
             engine.complete_due()
-        if resumed is not None:
+        if resumed is not None:  # (not active at `t`; `active` stays in index order)
             active = [i for i in active if i not in resumed]
         if routing and self.loads is not None:
             self._refresh(active)

@@ -291,7 +291,7 @@ class Policy:
     def repeats_chunk(self, decoders: list[Request], chunk: Request, tokens: int) -> bool:
         """Asked by the engine right after a `schedule` call that planned a row for
         every request this policy runs, `decoders` then `chunk`, and reported its
-        queue head blocked for `token_budget`: each of `decoders` emitted and has
+        queue head blocked for `token_budget`, or had nothing waiting: each of `decoders` emitted and has
         its whole prompt (and every row to restore) written, `chunk` has rows of its
         prompt left. True promises that, as long as nothing happens but this
         progress (no finish, arrival, cancellation, timeout, preemption, drain or
@@ -301,7 +301,7 @@ class Policy:
         would end it; take the blocks in that order (each decode's, opening a
         block at its first row, keying the block its last row fills; then the
         chunk's, keyed as allocated); report the same head blocked for the same
-        reason and need, and leave the policy's attributes as they are. The
+        reason and need (none, when nothing waited), and leave the policy's attributes as they are. The
         engine then applies those steps at once (fast/chunk_run.py). Asked of
         built-in policies only; the default, False, steps every call."""
         return False

@@ -175,7 +175,8 @@ class VllmFastPaths:
         # fills) up to the last, whose chunk is min(its prompt left, the threshold,
         # the budget left): `tokens` while its prompt goes on past it and the
         # threshold (on: the head waits) does not cut it. The budget is then spent,
-        # and the head is reported blocked for it whatever the pool holds. Not with
+        # and the head is reported blocked for it whatever the pool holds (with
+        # nothing waiting, the same walk and no head to report). Not with
         # a cadence (its counters move), an order other than FCFS (`lpm` sorts by
         # the cache), host memory (a head may load), or blocks keyed as decodes open
         # them (`key_openings`: blocks of one row, a plugin's radix tree).

@@ -54,13 +54,6 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
             or (until - done) * step_seconds >= (SLICED - 1) * (base + kv * (contexts + rows))):
         folded, done, exact, last, busy = _time_slices(
             base, kv, step_seconds, clock, exact, done, rows, contexts, most, until, gaps)
-        if folded == most or done >= until:  # (mostly: timed to its end in one slice)
-            left = gaps[last] - rows  # the last dispatch is in flight: no gaps yet
-            if left:
-                gaps[last] = left
-            else:
-                del gaps[last]
-            return folded, done, exact, last, busy
     else:
         folded, busy, last = 0, 0.0, 0  # (the slices' state kept apart: fifteenth steps, az11)
     # From a dispatch that would end before it starts (if any), one at a time: `timed`, with
@@ -110,6 +103,10 @@ def time_stretch(cost: CostModel, clock: Clock, exact: float, done: int, rows: i
                 gaps[last] = get(last, 0) + rows * (same - 1)
             return folded, done, exact, last, busy
     # The last dispatch (of a slice) is still in flight: its outputs end no gaps yet.
+    # (A stretch timed to its end in its slices, as most are, comes here through the loop's
+    # set-up with nothing to time: a return of its own after the slices, a copy of these
+    # lines, saved 0.08% of the instructions of the first 2,000 Mooncake requests on 64
+    # prefix-affinity replicas, within the layout's spread; not kept.)
     left = gaps[last] - rows
     if left:
         gaps[last] = left

@@ -102,13 +102,23 @@ class VllmFastPaths:
         return False
 
     def repeats_decodes(self) -> bool:
-        # Nothing waits, prefill has no cadence and no cache keys blocks as they
-        # fill: each call walks the running list and gives every request its
-        # decode (the engine checks that the blocks they open are free).
+        # Nothing waits and prefill has no cadence: each call walks the running list
+        # and gives every request its decode (the engine checks that the blocks they
+        # open are free). Under prefix caching the walk keys the block a decode
+        # fills, which the engine's start of those decodes does too, in the same
+        # order (`Dispatching._start`: `register_decoded`, as a fold keys them); not
+        # where the walk keys a block as a decode opens it (blocks of one row, a
+        # radix tree's stamps, host memory's stores). Speed: a fleet's replica is
+        # mostly one request, its decodes after its prompt then started without a
+        # call: 0.9803x the instructions of the first 2,000 Mooncake requests on 64
+        # prefix-affinity replicas (benchmarks/README.md, "thirty-second steps", fl36).
         options = self.options
+        allocator = self.view.allocator
         return (not self.waiting and options.prefill_interval <= 1
                 and len(self.running) <= options.token_budget
-                and self.view.allocator.cache is None)
+                and (allocator.cache is None
+                     or not (options.block_size == 1 or self.radix_eviction
+                             or allocator.host is not None)))
 
     def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
         # `schedule` when new requests wait and every running request decodes

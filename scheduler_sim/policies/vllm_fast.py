@@ -108,12 +108,21 @@ class VllmFastPaths:
         # fills, which the engine's start of those decodes does too, in the same
         # order (`Dispatching._start`: `register_decoded`, as a fold keys them); not
         # where the walk keys a block as a decode opens it (blocks of one row, a
-        # radix tree's stamps, host memory's stores), nor with a listener (the walk's
-        # evictions come before the step's snapshot, the start's after the engine's
-        # own: fold_fuzz found 12 in 2,000 cases). Speed: a fleet's replica is
-        # mostly one request, its decodes after its prompt then started without a
-        # call: 0.9803x the instructions of the first 2,000 Mooncake requests on 64
-        # prefix-affinity replicas (benchmarks/README.md, "thirty-second steps", fl36).
+        # radix tree's stamps, host memory's stores: the engine carries nothing with
+        # host memory or for a plug-in; without the first test fold_fuzz found no
+        # difference in 640 vllm cases, seeds 410,000-411,999: kept, not shown
+        # needless), nor with a listener: the walk writes the `evicted` record of a
+        # cached block an opening takes before the step's snapshot, the engine's
+        # start after it (fold_fuzz: 24 of those 640; tests/test_vllm_fixed_point.py).
+        # The exclusion is the policy's, not the engine's: a record falls where the
+        # call opens blocks, and `continuous`'s call opens none (the start does,
+        # after the snapshot, stepped or carried: its promise holds with a
+        # listener); `sglang` promises nothing. A fleet's replicas with listeners
+        # are stepped (fleet.py's `make_replicas`), each with its own listener.
+        # Speed: a fleet's replica is mostly one request, its decodes after its
+        # prompt then started without a call: 0.9825x the instructions of the first
+        # 2,000 Mooncake requests on 64 prefix-affinity replicas, 0.9730x on
+        # round-robin ones (benchmarks/README.md, "thirty-third steps", re37).
         options = self.options
         allocator = self.view.allocator
         return (not self.waiting and options.prefill_interval <= 1

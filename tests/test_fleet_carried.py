@@ -201,3 +201,42 @@ def test_the_random_fleets_reach_the_new_paths(monkeypatch):
         fleet = _replay(records, "vllm", **options)[3]
         chunks += sum(e.steadiness.chunks_folded for e in fleet.engines)
     assert made.count(True) > 0 and chunks > 0
+
+
+def test_a_stall_comes_at_the_latest_replica_time(monkeypatch):
+    """`stall_the_stuck` stalls at the latest replica `now`, not at the fleet's time.
+    Round-robin over 2 replicas, both requests arriving at 0: `a` (4 prompt tokens, 10
+    outputs) on replica 0, `s` on replica 1. No built-in policy is known to leave a
+    request stuck (the stall, E6b, guards plug-ins and bugs), and a plug-in is never
+    carried (its replicas' `now` never passes the fleet's time); so replica 1's
+    `vllm` is made to plan nothing by hand (its `schedule` replaced on the instance:
+    still built-in, replica 0 still carried). Replica 0: `a`'s prompt at 0, nothing
+    waits, and its decodes after it are carried on inside the fleet's step at 0
+    through `a`'s end at 10 (10 outputs: one from the prompt, 9 decodes; no arrival
+    left, so no horizon). Then nothing is due anywhere with the fleet at 0: `s`
+    stalls at 10, as stepped (the fleet's boundaries reach 10 with replica 0's).
+    Stalling at the fleet's time, as before fl36, ends `s` at 0."""
+    records = [{"id": "a", "arrival": 0, "prompt_tokens": 4, "output_tokens": 10},
+               {"id": "s", "arrival": 0, "prompt_tokens": 4, "output_tokens": 1}]
+    options = dict(block_size=4, num_blocks=16, replicas=2, router="round-robin")
+
+    def replay(fast):
+        trace = _trace(records)
+        fleet = Fleet(trace.workload, Options.resolve(trace.config, options), "vllm",
+                      fast_forward=fast)
+        fleet.engines[1].policy.schedule = lambda now: []
+        result = fleet.run()
+        return ({r.rid: (r.status.label, request_record(r)["finished"])
+                 for r in result.requests}, result.summary, fleet)
+
+    folded, summary, fleet = replay(True)
+    assert folded == {"a": ("finished_length_capped", 10), "s": ("finished_error", 10)}
+    assert fleet.engines[0].folded == 8 and [e.now for e in fleet.engines] == [10, 10]
+    stepped = replay(False)
+    assert stepped[:2] == (folded, summary) and stepped[2].engines[0].folded == 0
+
+    # Before fl36: at the fleet's time (the live replicas' `now` is at most `t`).
+    stall = fleet_module.stall_the_stuck
+    monkeypatch.setattr(fleet_module, "stall_the_stuck",
+                        lambda engines, t: stall([e for e in engines if e.live], t))
+    assert replay(True)[0]["s"] == ("finished_error", 0)

@@ -34,12 +34,15 @@ def test_a_chunk_cut_by_prefill_chunk_is_no_run():
     and `c`'s first chunk (5 of 30) spend the budget, `w` is blocked for it. From tick
     1 `d` decodes, leaving 6 tokens, but `c`'s chunk is cut to 5: the last token of the
     budget admits `w` (a chunk of 1 of its 4) at tick 1. No chunk run: a call at every
-    tick until `c`'s prompt ends (30 = 5 + 5 x 5, at tick 5) and `w`'s, and `w` is
-    admitted at 1, as stepped."""
+    tick until `c`'s prompt ends (30 = 5 + 5 x 5, its last chunk at tick 5; `w`'s
+    chunks of 1 at ticks 1-4), and `w` is admitted at 1, as stepped. From tick 6
+    nothing waits and every row is a decode: `vllm` is at its fixed point under
+    prefix caching too (`repeats_decodes`), so the decodes after the prompts start
+    without a call: the calls are ticks 0-5 only."""
     records = [_request("d", 2, 20), _request("c", 30, 2), _request("w", 4, 1)]
     calls, chunks, summary, requests = _run(records, True, token_budget=7, prefill_chunk=5)
     assert chunks == 0
-    assert calls[:8] == list(range(8))
+    assert calls == list(range(6))
     assert [(r["id"], r["admitted"]) for r in requests] == [("d", 0), ("c", 0), ("w", 1)]
     assert (summary, requests) == _run(records, False, token_budget=7, prefill_chunk=5)[2:]
 
@@ -50,12 +53,15 @@ def test_a_chunk_run_stops_before_a_decoder_ends():
     ends the run, so of the steps at ticks 1-3 (`c`'s rows 6-13, 13-20, 20-27) only
     the two at ticks 1 and 2 are folded, and the one started at 2, left in flight,
     completes with `d`'s end at tick 3. There `c` alone takes the budget (rows 20-28),
-    `w` still blocked; at 4 `c`'s last 2 rows and `w`'s prompt (4); `w` ends at 5,
-    `c` at 6. As stepped."""
+    `w` still blocked; at 4 `c`'s last 2 rows and `w`'s prompt (4); `w` ends at 5
+    (its one output, its prompt's), `c` at 6. At 5 nothing waits and `c` alone
+    decodes: its first decode after its prompt starts without a call (`vllm`'s
+    `repeats_decodes` under prefix caching), so the calls are 0, 3 and 4. As
+    stepped."""
     records = [_request("d", 2, 3), _request("c", 30, 2), _request("w", 4, 1)]
     calls, chunks, summary, requests = _run(records, True, token_budget=8)
     assert chunks == 2
-    assert calls == [0, 3, 4, 5]
+    assert calls == [0, 3, 4]
     assert [(r["id"], r["admitted"], r["first_token"], r["finished"]) for r in requests] == [
         ("d", 0, 1, 3), ("c", 0, 5, 6), ("w", 4, 5, 5)]
     stepped = _run(records, False, token_budget=8)
@@ -134,7 +140,10 @@ def test_decoders_open_blocks_in_step_order_then_running_order():
 def test_a_replayed_decoder_row_closes_the_run(monkeypatch):
     """The run above, but `d`'s row looked at as if replayed (its `high_water` one
     above its `resident` while the run's look reads it): no run is folded, a call
-    at every tick as stepped, and the results are the stepped ones."""
+    at every tick as stepped up to `c`'s last chunk and `w`'s prompt at tick 4
+    (ticks 1 and 2 are the run's steps, called), and the results are the stepped
+    ones. At 5 nothing waits: `c`'s first decode starts without a call
+    (`repeats_decodes`), as in the test above."""
     from scheduler_sim.engine.fast import chunk_run
 
     look = chunk_run.steady_rows
@@ -153,7 +162,7 @@ def test_a_replayed_decoder_row_closes_the_run(monkeypatch):
     calls, chunks, summary, requests = _run(records, True, token_budget=8)
     assert seen[0] == ("d", 2, None)
     assert chunks == 0
-    assert calls == [0, 1, 2, 3, 4, 5]
+    assert calls == [0, 1, 2, 3, 4]
     assert (summary, requests) == _run(records, False, token_budget=8)[2:]
 
 

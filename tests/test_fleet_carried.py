@@ -82,16 +82,17 @@ def test_a_lone_prompt_chunked_by_the_budget_folds_its_middle_chunks(replicas, m
     """A prompt of 40 tokens under a budget of 8, nothing else running or waiting: chunks
     at ticks 0-4 (the last ends the prompt), outputs at 5, 6, 7. The call at 0 plans the
     first chunk; the three after it (rows 8-32) are a chunk run, folded (no head waits
-    to be reported blocked); calls at 0, 4 (the last chunk) and 5 (the first decode,
-    whose stretch folds to the finish): 3 against 7 stepped, on a lone engine or a
-    fleet's replica."""
+    to be reported blocked); calls at 0 and 4 (the last chunk): the first decode, at 5,
+    starts without a call (`vllm` is at its fixed point under prefix caching,
+    `repeats_decodes`) and its stretch folds to the finish: 2 against 7 stepped, on a
+    lone engine or a fleet's replica."""
     options = dict(block_size=4, num_blocks=32, token_budget=8, max_rows=4,
                    prefix_caching=True, replicas=replicas)
     calls = _calls(monkeypatch)
     summary, _, records, runner = _replay(PROMPT40, **options)
     engine = runner if replicas == 1 else runner.engines[0]
     assert engine.steadiness.chunks_folded == 3
-    assert calls == {0: 3}
+    assert calls == {0: 2}
     a = records["a"]
     assert (a["first_token"], a["finished"], summary["iterations"]) == (5, 7, 7)
     calls.clear()
@@ -124,8 +125,8 @@ FLEET2 = dict(block_size=4, num_blocks=256, token_budget=64, max_rows=4, replica
 
 
 def test_a_fold_cut_by_an_arrival_routed_elsewhere_is_resumed(monkeypatch):
-    """Replica 0 is asked twice (the admission of `long` and its first decode, whose
-    stretch folds): at each of the three arrivals its fold stops, and where its folded
+    """Replica 0 is asked once (the admission of `long`; its first decode starts
+    without a call, `repeats_decodes`, and its stretch folds): at each of the three arrivals its fold stops, and where its folded
     dispatch completes after it, nothing having reached it, it folds on (3 resumes)
     without a completion stepped or a call. Stepped, it is asked at every boundary; the
     records and summaries are the same."""
@@ -135,7 +136,7 @@ def test_a_fold_cut_by_an_arrival_routed_elsewhere_is_resumed(monkeypatch):
     assert [r.replica for r in sorted(fleet.engines[1].requests.values(),
                                       key=lambda r: r.rid)] == [1, 1, 1]
     assert made == [True, True, True]
-    assert calls == {0: 2, 1: 3}
+    assert calls == {0: 1, 1: 3}
     stepped = _replay(ELSEWHERE, fast_forward=False, **FLEET2)
     assert stepped[:3] == (summary, replicas, records)
     assert records["long"]["output_tokens"] == 300
@@ -200,3 +201,42 @@ def test_the_random_fleets_reach_the_new_paths(monkeypatch):
         fleet = _replay(records, "vllm", **options)[3]
         chunks += sum(e.steadiness.chunks_folded for e in fleet.engines)
     assert made.count(True) > 0 and chunks > 0
+
+
+def test_a_stall_comes_at_the_latest_replica_time(monkeypatch):
+    """`stall_the_stuck` stalls at the latest replica `now`, not at the fleet's time.
+    Round-robin over 2 replicas, both requests arriving at 0: `a` (4 prompt tokens, 10
+    outputs) on replica 0, `s` on replica 1. No built-in policy is known to leave a
+    request stuck (the stall, E6b, guards plug-ins and bugs), and a plug-in is never
+    carried (its replicas' `now` never passes the fleet's time); so replica 1's
+    `vllm` is made to plan nothing by hand (its `schedule` replaced on the instance:
+    still built-in, replica 0 still carried). Replica 0: `a`'s prompt at 0, nothing
+    waits, and its decodes after it are carried on inside the fleet's step at 0
+    through `a`'s end at 10 (10 outputs: one from the prompt, 9 decodes; no arrival
+    left, so no horizon). Then nothing is due anywhere with the fleet at 0: `s`
+    stalls at 10, as stepped (the fleet's boundaries reach 10 with replica 0's).
+    Stalling at the fleet's time, as before fl36, ends `s` at 0."""
+    records = [{"id": "a", "arrival": 0, "prompt_tokens": 4, "output_tokens": 10},
+               {"id": "s", "arrival": 0, "prompt_tokens": 4, "output_tokens": 1}]
+    options = dict(block_size=4, num_blocks=16, replicas=2, router="round-robin")
+
+    def replay(fast):
+        trace = _trace(records)
+        fleet = Fleet(trace.workload, Options.resolve(trace.config, options), "vllm",
+                      fast_forward=fast)
+        fleet.engines[1].policy.schedule = lambda now: []
+        result = fleet.run()
+        return ({r.rid: (r.status.label, request_record(r)["finished"])
+                 for r in result.requests}, result.summary, fleet)
+
+    folded, summary, fleet = replay(True)
+    assert folded == {"a": ("finished_length_capped", 10), "s": ("finished_error", 10)}
+    assert fleet.engines[0].folded == 8 and [e.now for e in fleet.engines] == [10, 10]
+    stepped = replay(False)
+    assert stepped[:2] == (folded, summary) and stepped[2].engines[0].folded == 0
+
+    # Before fl36: at the fleet's time (the live replicas' `now` is at most `t`).
+    stall = fleet_module.stall_the_stuck
+    monkeypatch.setattr(fleet_module, "stall_the_stuck",
+                        lambda engines, t: stall([e for e in engines if e.live], t))
+    assert replay(True)[0]["s"] == ("finished_error", 0)

@@ -51,9 +51,11 @@ def test_a_finish_behind_a_blocked_head_is_carried_on():
     whose completion at 3 finishes `a` (its 3rd output). Tick 3: `a`'s 3 blocks
     released (7 free), `b`'s decode at row 11 opens none: `c` needs 8 of 7, the
     same report, folded to tick 11 (`b`'s 12th output at 12). Tick 12: nobody runs
-    but `c`: the call admits it (8 blocks), its decode at 13 ends it at 14."""
+    but `c`: the call admits it (8 blocks), its decode at 13 ends it at 14. At 13
+    nothing waits and `c` decodes alone: `vllm` is at its fixed point under prefix
+    caching too (`repeats_decodes`), so that decode starts without a call."""
     calls, reports, behind, folded, summary, records = _run(RECORDS)
-    assert calls == [0, 12, 13]
+    assert calls == [0, 12]
     assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 4, 2), 4),
                        (3, ["b"], ("c", "blocks", 8, 7, 0), 7)]
     assert behind == 2
@@ -71,11 +73,12 @@ def test_an_arrival_at_a_completion_is_taken_there():
     taken as the loop takes it (E1, then `d` joins the queue behind `c`), and the
     policy makes the call: `c` still the head, 8 blocks needed of 4 free, none
     taken. Then as before: the finish at 3 carried on, the call at 12 admits `c`
-    and `d` (8 + 1 of 10 blocks), `d` ends at 13 with its one output."""
+    and `d` (8 + 1 of 10 blocks), `d` ends at 13 with its one output, and `c`'s
+    decode there starts without a call (nothing waits: `repeats_decodes`)."""
     records = RECORDS + [{"type": "request", "id": "d", "arrival": 2, "prompt_tokens": 4,
                           "output_tokens": 1}]
     calls, reports, behind, folded, summary, result = _run(records)
-    assert calls == [0, 12, 13]
+    assert calls == [0, 12]
     assert reports == [(1, ["a", "b"], ("c", "blocks", 8, 4, 2), 4),
                        (2, ["a", "b"], ("c", "blocks", 8, 4, 0), 4),
                        (3, ["b"], ("c", "blocks", 8, 7, 0), 7)]
@@ -90,11 +93,12 @@ def test_an_arrival_inside_a_folded_stretch_is_taken_at_its_own_time():
     """`d` arrives at tick 5, inside `b`'s stretch folded at tick 3 (behind a FCFS head
     the fold goes past it): at `b`'s finish at 12 the arrival is taken first, at
     tick 5, as the loop takes it while a dispatch runs, then the completion; nobody
-    runs, so the call at 12 admits `c` and `d`."""
+    runs, so the call at 12 admits `c` and `d`; at 13 (`d`'s end) `c`'s decode starts
+    without a call, as above."""
     records = RECORDS + [{"type": "request", "id": "d", "arrival": 5, "prompt_tokens": 4,
                           "output_tokens": 1}]
     calls, reports, behind, folded, summary, result = _run(records)
-    assert calls == [0, 12, 13] and [t for t, _, _, _ in reports] == [1, 3]
+    assert calls == [0, 12] and [t for t, _, _, _ in reports] == [1, 3]
     assert [(r["id"], r["arrival"], r["admitted"], r["finished"]) for r in result] == [
         ("a", 0, 0, 3), ("b", 0, 0, 12), ("c", 0, 12, 14), ("d", 5, 12, 13)]
     assert (summary, result) == _run(records, fast=False)[4:]
@@ -246,12 +250,13 @@ def test_a_head_whose_need_meets_the_free_blocks_is_reported_for_the_watermark()
     not the watermark too (8 + 1 > 8): the policy reports (`c`, watermark, 8), as
     the stepped call does; at tick 4 the same (the look at 3 saw another reason, no
     fold). Tick 5: `b`'s decode at row 13 opens a block, 7 free: blocks again, then
-    folded to `b`'s end at 12. (Helper tst32: rev31's P15, the reason at a need
-    equal to the free blocks.)"""
+    folded to `b`'s end at 12, where the call admits `c`; its decode at 13 starts
+    without a call (nothing waits: `repeats_decodes`). (Helper tst32: rev31's P15,
+    the reason at a need equal to the free blocks.)"""
     more = dict(num_blocks=11, watermark=0.1)
     folded, run = _reported(RECORDS, True, **more)
     stepped, ran = _reported(RECORDS, False, **more)
-    assert run[0] == [0, 12, 13]
+    assert run[0] == [0, 12]
     assert run[1] == [(1, ["a", "b"], ("c", "blocks", 8, 5, 2), 5),
                       (3, ["b"], ("c", "watermark", 8, 8, 0), 8),
                       (4, ["b"], ("c", "watermark", 8, 8, 0), 8),
@@ -270,23 +275,25 @@ def test_a_head_whose_need_meets_the_free_blocks_is_reported_for_the_watermark()
 def test_the_head_is_weighed_by_the_budget_the_decodes_leave():
     """No full-prompt gate, a budget of 14 rows, a pool of 6 blocks of 4. `a` and `b`
     (4-token prompts, 1 block each) start at tick 0 and open their 2nd block at
-    row 5 (tick 1): 2 free. `c` (20 tokens) arrives at tick 2; the call there
-    weighs its first chunk as the budget the 2 decodes leave, 12 rows (less than
-    its prompt; no chunk cap): 3 blocks > 2 free, blocked for blocks. Tick 3 (the
-    policy's call: rows 7, no opening, no fill): the same, (`c`, blocks, 3, 2 free,
-    none taken), not the 4 blocks of a chunk of the whole budget's 14 rows; a
-    repeat, folded to tick 6, `a`'s 6th output (its row 9 opened a block at tick 5
+    row 5 (tick 1, without a call: nothing waits, and `vllm` is at its fixed point
+    under prefix caching too, `repeats_decodes`): 2 free. `c` (20 tokens) arrives
+    at tick 2; the call there weighs its first chunk as the budget the 2 decodes
+    leave, 12 rows (less than its prompt; no chunk cap): 3 blocks > 2 free, blocked
+    for blocks. Tick 3 (the policy's call: rows 7, no opening, no fill): the same,
+    (`c`, blocks, 3, 2 free, none taken), not the 4 blocks of a chunk of the whole
+    budget's 14 rows; a repeat, folded to tick 6, `a`'s 6th output (its row 9 opened a block at tick 5
     for each: 0 free). Tick 6: `a`'s 3 blocks back, 3 free, and `c`'s 3 might fit:
     the policy declines before its walk, the call weighs 13 rows (one decode):
     4 blocks, (`c`, blocks, 4). Tick 7 (the policy's call): the same, 3 free; folded
-    to `b`'s end at 12, where `c` is admitted. (Helper tst32: rev31's P20, the
-    chunk `token_budget - n`.)"""
+    to `b`'s end at 12, where `c` is admitted (a chunk of 14, its last 6 at 13; its
+    first decode at 14 starts without a call, as at tick 1). (Helper tst32: rev31's
+    P20, the chunk `token_budget - n`.)"""
     records = [dict(RECORDS[0], prompt_tokens=4, output_tokens=6),
                dict(RECORDS[1], prompt_tokens=4), dict(RECORDS[2], arrival=2, prompt_tokens=20)]
     more = dict(num_blocks=6, token_budget=14, full_prompt_gate=False)
     folded, run = _reported(records, True, **more)
     stepped, ran = _reported(records, False, **more)
-    assert run[0] == [0, 1, 2, 6, 12, 13, 14]
+    assert run[0] == [0, 2, 6, 12, 13]
     assert run[1] == [(3, ["a", "b"], ("c", "blocks", 3, 2, 0), 2),
                       (7, ["b"], ("c", "blocks", 4, 3, 0), 3)]
     assert stepped == [(t, "c", "blocks", 3 if t < 6 else 4) for t in range(2, 12)]
@@ -299,10 +306,12 @@ def test_the_head_is_weighed_by_the_budget_the_decodes_leave():
 def test_a_head_whose_need_meets_the_free_blocks_after_the_walk_is_admitted_by_the_call():
     """Token ids, a pool of 9 blocks of 4, no watermark (int(0.01 * 9)). `a` (8 prompt
     ids 1-8, outputs 101-108), `b` (8 tokens) and `d` (4 tokens, 4 outputs) start at
-    tick 0 and open a block each at tick 1 (`a`, `b` 3 held, `d` 2): 1 free. `c`
-    arrives at tick 2: 24 prompt ids, the first 12 `a`'s rows (1-8, 101-104); the
-    gate weighs its whole prompt, 6 blocks less `a`'s 2 keyed prompt blocks it
-    shares: 4 > 1, blocked for blocks; at tick 3 the same (the policy's call).
+    tick 0 and open a block each at tick 1 (`a`, `b` 3 held, `d` 2): 1 free (those
+    decodes, the first after the prompts with nothing waiting, start without a
+    call: `repeats_decodes`). `c` arrives at tick 2: 24 prompt ids, the first 12
+    `a`'s rows (1-8, 101-104); the gate weighs its whole prompt, 6 blocks less
+    `a`'s 2 keyed prompt blocks it shares: 4 > 1, blocked for blocks; at tick 3 the
+    same (the policy's call).
     Tick 4: `d`'s end gives its 2 back, 3 free. The policy, asked with the 4 needed
     before, walks (4 > 3 - 2 rows, 4 > 3 - 0 openings): `a`'s and `b`'s decodes at
     row 12 fill their 3rd block, keyed; `a`'s (101-104) is `c`'s 3rd: `c` now needs
@@ -333,7 +342,7 @@ def test_a_head_whose_need_meets_the_free_blocks_after_the_walk_is_admitted_by_t
         VllmPolicy.decodes_behind = ask
     stepped, ran = _reported(records, False, num_blocks=9)
     assert asked[:2] == [(3, "c", "blocks", 4, True), (4, "c", "blocks", 4, False)]
-    assert run[0][:4] == [0, 1, 2, 4]
+    assert run[0][:4] == [0, 2, 4, 5]
     assert run[1][0] == (3, ["a", "b", "d"], ("c", "blocks", 4, 1, 0), 1)
     assert folded[:2] == stepped[:2] == [(2, "c", "blocks", 4), (3, "c", "blocks", 4)]
     assert [(t, rid) for t, rid, *_ in stepped].count((4, "c")) == 0
@@ -379,7 +388,7 @@ def test_the_fold_behind_is_told_the_contexts_and_still_declines_a_replayed_row(
     stepped one either way."""
     asked, run = _told(RECORDS)
     assert asked == [(1, ["a", "b"], 18, True, 1), (3, ["b"], 11, True, 8)]
-    assert run[0] == [0, 12, 13] and run[2:4] == (2, 1 + 8)
+    assert run[0] == [0, 12] and run[2:4] == (2, 1 + 8)
     assert run[4:] == _run(RECORDS, fast=False)[4:]
 
 

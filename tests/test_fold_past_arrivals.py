@@ -43,9 +43,12 @@ def test_a_fold_behind_a_blocked_head_goes_past_an_arrival():
     dispatches) and the one started at tick 11 is left in flight; `c` joins the queue
     at tick 5 while it runs. Before, the fold stopped at `c`'s arrival: see the next
     test. At tick 12 `b` and then `c` are admitted (whole prompts: 20 + 4 tokens), `c`
-    ends at 13 with its one output, `b` at 14."""
+    ends at 13 with its one output, `b` at 14. At 13 nothing waits and `b` decodes
+    alone: `vllm` is at its fixed point under prefix caching too (`repeats_decodes`),
+    so `b`'s decode after its prompt starts without a call: the calls are 0 and 12.
+    (Stepped: a call at every tick, 0 to 13.)"""
     calls, folded, summary, records = _run("fcfs")
-    assert calls == [0, 12, 13]
+    assert calls == [0, 12]
     assert folded == 10
     assert [(r["id"], r["admitted"], r["finished"]) for r in records] == [
         ("a", 0, 12), ("b", 12, 14), ("c", 12, 13)]
@@ -59,9 +62,10 @@ def test_without_the_promise_the_fold_stops_at_the_arrival():
     promise: the first fold applies the completions at ticks 2 to 4 and leaves the
     dispatch started at tick 4 in flight, `c` arrives at 5, the call there plans
     `a`'s decode again, and a second fold applies the completions at ticks 6 to 11.
-    The same replay, one call more."""
+    The same replay, two calls more (at 1 and 5; `b`'s decode at 13 starts without
+    one, as above)."""
     calls, folded, summary, records = _run("priority")
-    assert calls == [0, 1, 5, 12, 13]
+    assert calls == [0, 1, 5, 12]
     assert folded == 3 + 6
     assert (summary, records) == _run("priority", fast=False)[2:]
     assert (summary, records) == _run("fcfs")[2:]
@@ -133,8 +137,10 @@ def test_a_chunk_run_goes_on_past_an_arrival(monkeypatch):
     is chunked, rows 6-13, 13-20 and 20-27 at ticks 1-3, the head `w` blocked for the
     budget. `x` only joins the queue behind `w`, so the run's three steps are folded
     at tick 0 and the next call is at tick 4 (`c`'s last chunk, 3 rows, and `w`'s
-    prompt), then 5 (`x`) and 6. Without the promise the fold stops at `x`'s
-    arrival: the step at tick 1 folded, a call at tick 2, the step at 3 folded."""
+    prompt), then 5 (`x`'s prompt), the last: at 6 `x` and `c` end and nothing
+    waits, `d`'s decodes start without a call (`repeats_decodes`). Without the
+    promise the fold stops at `x`'s arrival: the step at tick 1 folded, a call at
+    tick 2, the step at 3 folded."""
     records = [{"type": "request", "id": "d", "arrival": 0, "prompt_tokens": 2,
                 "output_tokens": 20},
                {"type": "request", "id": "c", "arrival": 0, "prompt_tokens": 30,
@@ -158,8 +164,8 @@ def test_a_chunk_run_goes_on_past_an_arrival(monkeypatch):
                  for r in map(request_record, result.requests)])
 
     outcome = [("d", 0, 1, 20), ("c", 0, 5, 6), ("w", 4, 5, 5), ("x", 5, 6, 6)]
-    assert run(True) == ([0, 4, 5, 6], 3, outcome)
+    assert run(True) == ([0, 4, 5], 3, outcome)
     assert run(False) == ([0, 1, 2, 3, 4, 5], 0, outcome)
     from scheduler_sim.policies.vllm import VllmPolicy
     monkeypatch.setattr(VllmPolicy, "arrivals_wait", lambda self, reason: False)
-    assert run(True) == ([0, 2, 4, 5, 6], 2, outcome)
+    assert run(True) == ([0, 2, 4, 5], 2, outcome)

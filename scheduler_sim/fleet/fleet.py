@@ -103,7 +103,8 @@ def stall_the_stuck(engines: list[Engine], t: int) -> bool:
     """Nothing can happen any more anywhere: every replica's live requests stall (E6b)
     at `t`, or at a replica's later `now` (the last boundary of all: a replica's
     stretch carried on takes boundaries of its own past the fleet's time,
-    engine/fast/through.py); return whether any did."""
+    engine/fast/through.py: stalled at `t`, a request would end before the stepped
+    replay's, tests/test_fleet_carried.py); return whether any did."""
     stalled = False
     for engine in engines:
         if engine.now > t:

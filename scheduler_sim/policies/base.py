@@ -308,17 +308,17 @@ class Policy:
 
     def repeats_decodes(self) -> bool:
         """Asked by the engine right after a dispatch of plain decodes started, a
-        dispatch that ran every request this policy runs (or one with prompt rows,
-        when nothing waits after the call: then its decodes after it may start
-        without a call, `next_decodes`): is the policy at a fixed point? True promises that, as long as nothing happens but decoding
-        progress and finishes (no arrival, cancellation, timeout, preemption,
-        drain or wakeup), every `schedule` call would return the same requests'
-        decodes, in the same order, less those that finished, and leave the
-        policy's attributes as they are but for what `decodes_repeated` sets.
-        The engine then starts those dispatches itself, without calling
-        `schedule`, through finishes too (engine/fast/through.py). Asked of
-        built-in policies only; the default, False, never lets the engine skip
-        a call."""
+        dispatch that ran every request this policy runs (or one with prompt rows, when
+        nothing waits after the call: its decodes after it may start without a call,
+        `next_decodes`): is the policy at a fixed point? True promises that, as long as
+        nothing happens but decoding progress and finishes (no arrival, cancellation,
+        timeout, preemption, drain or wakeup), every `schedule` call would return the
+        same requests' decodes, in the same order, less those that finished, leave the
+        policy's attributes as they are but for what `decodes_repeated` sets, and, with
+        a listener, write no record before the step's snapshot (`vllm`'s walk writes
+        `evicted` ones: it declines). The engine then starts those dispatches itself,
+        without `schedule`, through finishes too (engine/fast/through.py). Asked of
+        built-in policies only; the default, False, never lets the engine skip a call."""
         return False
 
     def repeats_blocked(self, reason: str) -> bool:

@@ -102,13 +102,35 @@ class VllmFastPaths:
         return False
 
     def repeats_decodes(self) -> bool:
-        # Nothing waits, prefill has no cadence and no cache keys blocks as they
-        # fill: each call walks the running list and gives every request its
-        # decode (the engine checks that the blocks they open are free).
+        # Nothing waits and prefill has no cadence: each call walks the running list
+        # and gives every request its decode (the engine checks that the blocks they
+        # open are free). Under prefix caching the walk keys the block a decode
+        # fills, which the engine's start of those decodes does too, in the same
+        # order (`Dispatching._start`: `register_decoded`, as a fold keys them); not
+        # where the walk keys a block as a decode opens it (blocks of one row, a
+        # radix tree's stamps, host memory's stores: the engine carries nothing with
+        # host memory or for a plug-in; without the first test fold_fuzz found no
+        # difference in 640 vllm cases, seeds 410,000-411,999: kept, not shown
+        # needless), nor with a listener: the walk writes the `evicted` record of a
+        # cached block an opening takes before the step's snapshot, the engine's
+        # start after it (fold_fuzz: 24 of those 640; tests/test_vllm_fixed_point.py).
+        # The exclusion is the policy's, not the engine's: a record falls where the
+        # call opens blocks, and `continuous`'s call opens none (the start does,
+        # after the snapshot, stepped or carried: its promise holds with a
+        # listener); `sglang` promises nothing. A fleet's replicas with listeners
+        # are stepped (fleet.py's `make_replicas`), each with its own listener.
+        # Speed: a fleet's replica is mostly one request, its decodes after its
+        # prompt then started without a call: 0.9825x the instructions of the first
+        # 2,000 Mooncake requests on 64 prefix-affinity replicas, 0.9730x on
+        # round-robin ones (benchmarks/README.md, "thirty-third steps", re37).
         options = self.options
+        allocator = self.view.allocator
         return (not self.waiting and options.prefill_interval <= 1
                 and len(self.running) <= options.token_budget
-                and self.view.allocator.cache is None)
+                and (allocator.cache is None
+                     or not (options.block_size == 1 or self.radix_eviction
+                             or allocator.host is not None
+                             or self.view.listener is not None)))
 
     def admit_arrivals(self, decodes: list[Request]) -> list[tuple[Request, int]] | None:
         # `schedule` when new requests wait and every running request decodes

@@ -26,7 +26,11 @@ next arrival for it, `FleetLink.horizon`; not under lockstep or
 disaggregation), no state callback, no client slots, no waiting timeout, no
 release delay, no host memory, a built-in policy. With an event listener, each
 boundary writes what the loop's would: the finished requests' records, then
-the snapshot and the dispatch (or the folded stretch's lines).
+the snapshot and the dispatch (or the folded stretch's lines); records of the
+blocks the start takes (`evicted`) come after the snapshot, where the loop
+writes them when the engine's start takes the blocks, so a policy whose call
+takes them itself does not promise a fixed point with a listener (`vllm`
+under prefix caching: `Policy.repeats_decodes`).
 
 Behind a queue head blocked by credits, a policy that promises the head and
 its plan hold through arrivals (`Policy.repeats_blocked`) has its boundaries

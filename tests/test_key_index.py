@@ -9,7 +9,7 @@ import pytest
 
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
-from scheduler_sim.kv import key_index
+from scheduler_sim.kv import key_index, key_pieces
 from scheduler_sim.kv.key_index import KeyIndex
 from scheduler_sim.kv.radix_index import RadixIndex
 from scheduler_sim.records.errors import InvariantError
@@ -162,8 +162,8 @@ def test_a_bucket_spanning_entries_takes_a_run_of_keys_as_one_slice(monkeypatch)
     forgetting them tail first (10, 9, 5, 4, 3, 2) is two slices too, the first
     run's end found by one binary search down; a look-up of 2..6 stops at 6."""
     searches = []
-    run_up, run_down = key_index._run_up, key_index._run_down
-    monkeypatch.setattr(key_index, "_run_up",
+    run_up, run_down = key_pieces._run_up, key_index._run_down
+    monkeypatch.setattr(key_pieces, "_run_up",
                         lambda *a: searches.append(("up", run_up(*a))) or searches[-1][1])
     monkeypatch.setattr(key_index, "_run_down",
                         lambda *a: searches.append(("down", run_down(*a))) or searches[-1][1])

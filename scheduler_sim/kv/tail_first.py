@@ -169,7 +169,7 @@ def tail_first(keys, count: int, keyless: int = 0) -> TailFirstRuns:
 
 
 def _run_down(keys, p: int, n: int, key: int) -> int:
-    """`key_index._run_up` for keys going down: how many of `keys[p:p + n]` are key, key - 1,
+    """`key_pieces._run_up` for keys going down: how many of `keys[p:p + n]` are key, key - 1,
     ... as far as a binary search finds (a freed table's keys, tail first, go
     down; any other order is caught by comparing the blocks, so this only has
     to be a good guess there)."""

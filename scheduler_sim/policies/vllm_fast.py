@@ -106,21 +106,22 @@ class VllmFastPaths:
         # and gives every request its decode (the engine checks that the blocks they
         # open are free). Under prefix caching the walk keys the block a decode
         # fills, which the engine's start of those decodes does too, in the same
-        # order (`Dispatching._start`: `register_decoded`, as a fold keys them); not
-        # where the walk keys a block as a decode opens it (blocks of one row, a
-        # radix tree's stamps, host memory's stores: the engine carries nothing with
-        # host memory or for a plug-in; without the first test fold_fuzz found no
-        # difference in 640 vllm cases, seeds 410,000-411,999: kept, not shown
-        # needless), nor with a listener: the walk writes the `evicted` record of a
-        # cached block an opening takes before the step's snapshot, the engine's
-        # start after it (fold_fuzz: 24 of those 640; tests/test_vllm_fixed_point.py).
+        # order (`Dispatching._start`: `register_decoded`, as a fold keys them). Not
+        # with a radix tree's stamps or host memory's stores (the engine carries
+        # nothing with host memory or for a plug-in: guards), nor with blocks of one
+        # token (a guard kept as first written: there the start opens, then keys,
+        # each block as the walk does, and without the test fold_fuzz found no
+        # difference in 8,640 vllm cases, seeds 410,000-411,999 and 430,000-437,999,
+        # nor old against new in 800 command lines), nor with a listener: the walk
+        # writes the `evicted` record of a cached block an opening takes before the
+        # step's snapshot, the engine's start after it (fold_fuzz: 24 of those 640; tests/test_vllm_fixed_point.py).
         # The exclusion is the policy's, not the engine's: a record falls where the
         # call opens blocks, and `continuous`'s call opens none (the start does,
         # after the snapshot, stepped or carried: its promise holds with a
         # listener); `sglang` promises nothing. A fleet's replicas with listeners
         # are stepped (fleet.py's `make_replicas`), each with its own listener.
         # Speed: a fleet's replica is mostly one request, its decodes after its
-        # prompt then started without a call: 0.9825x the instructions of the first
+        # prompt then started without a call: 0.9812x the instructions of the first
         # 2,000 Mooncake requests on 64 prefix-affinity replicas, 0.9730x on
         # round-robin ones (benchmarks/README.md, "thirty-third steps", re37).
         options = self.options

@@ -10,7 +10,8 @@ import pytest
 
 from scheduler_sim.kv.allocator import BlockAllocator
 from scheduler_sim.kv.block_keys import BlockKeys
-from scheduler_sim.kv.key_index import KeyIndex, _pieces
+from scheduler_sim.kv.key_index import KeyIndex
+from scheduler_sim.kv.key_pieces import _pieces
 from scheduler_sim.kv.tail_first import NoKeys, TailFirstRuns, tail_first
 from scheduler_sim.kv.vllm_cache import VllmCache
 

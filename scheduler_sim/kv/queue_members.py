@@ -36,7 +36,8 @@ from __future__ import annotations
 from itertools import compress
 from typing import Callable, Iterator
 
-from .key_index import KeyIndex, _pieces
+from .key_index import KeyIndex
+from .key_pieces import _pieces
 from .tail_first import NoKeys, TailFirstKeys, _run_down
 
 __all__ = ["QueueMembers"]

@@ -126,7 +126,8 @@ FLEET2 = dict(block_size=4, num_blocks=256, token_budget=64, max_rows=4, replica
 
 def test_a_fold_cut_by_an_arrival_routed_elsewhere_is_resumed(monkeypatch):
     """Replica 0 is asked once (the admission of `long`; its first decode starts
-    without a call, `repeats_decodes`, and its stretch folds): at each of the three arrivals its fold stops, and where its folded
+    without a call, `repeats_decodes`, and its stretch folds): at each of the three
+    arrivals its fold stops, and where its folded
     dispatch completes after it, nothing having reached it, it folds on (3 resumes)
     without a completion stepped or a call. Stepped, it is asked at every boundary; the
     records and summaries are the same."""

@@ -57,9 +57,9 @@ def _answer(listen=False, **more) -> bool:
 
 def test_vllm_promises_its_fixed_point_under_prefix_caching():
     """Nothing waits and no cadence: a fixed point without a cache and with one; not
-    with blocks of one row (the walk keys a block as a decode opens it), host memory
-    (its write-through queues keys at openings), an event listener, or a prefill
-    cadence."""
+    with blocks of one row (a guard kept as first written: no case found needs it,
+    policies/vllm_fast.py), host memory (its write-through queues keys at openings;
+    the engine carries nothing with it), an event listener, or a prefill cadence."""
     assert _answer() is True
     assert _answer(prefix_caching=True) is True
     assert _answer(prefix_caching=True, block_size=1, num_blocks=64) is False

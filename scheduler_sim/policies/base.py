@@ -289,21 +289,20 @@ class Policy:
         return False
 
     def repeats_chunk(self, decoders: list[Request], chunk: Request, tokens: int) -> bool:
-        """Asked by the engine right after a `schedule` call that planned a row for
-        every request this policy runs, `decoders` then `chunk`, and reported its
-        queue head blocked for `token_budget`, or had nothing waiting: each of `decoders` emitted and has
-        its whole prompt (and every row to restore) written, `chunk` has rows of its
-        prompt left. True promises that, as long as nothing happens but this
-        progress (no finish, arrival, cancellation, timeout, preemption, drain or
-        wakeup) and the blocks the rows take are free, every call from the next on
-        would plan the decodes of `decoders` in that order, then `tokens` more rows
-        of `chunk`'s prompt (the rest of the budget), until the one whose chunk
-        would end it; take the blocks in that order (each decode's, opening a
-        block at its first row, keying the block its last row fills; then the
-        chunk's, keyed as allocated); report the same head blocked for the same
-        reason and need (none, when nothing waited), and leave the policy's attributes as they are. The
-        engine then applies those steps at once (fast/chunk_run.py). Asked of
-        built-in policies only; the default, False, steps every call."""
+        """Asked by the engine right after a `schedule` call that planned a row for every
+        request this policy runs, `decoders` then `chunk`, and reported its queue head
+        blocked for `token_budget`, or had nothing waiting: each of `decoders` emitted and
+        has its whole prompt (and every row to restore) written, `chunk` has rows of its
+        prompt left. True promises that, as long as nothing happens but this progress (no
+        finish, arrival, cancellation, timeout, preemption, drain or wakeup) and the blocks
+        the rows take are free, every call from the next on would plan the decodes of
+        `decoders` in that order, then `tokens` more rows of `chunk`'s prompt (the rest of
+        the budget), until the one whose chunk would end it; take the blocks in that order
+        (each decode's, opening a block at its first row, keying the block its last row
+        fills; then the chunk's, keyed as allocated); report the same head blocked for the
+        same reason and need (none, when nothing waited), and leave the policy's attributes
+        as they are. The engine then applies those steps at once (fast/chunk_run.py). Asked
+        of built-in policies only; the default, False, steps every call."""
         return False
 
     def repeats_decodes(self) -> bool:

@@ -73,6 +73,27 @@ def test_a_growth_is_judged_on_the_pairs_run_in_turn(monkeypatch):
     assert growth.met and growth.figure == (
         "2.00 / 1.50 s (medians); 1.20x, the median of the pairs run in turn")
     assert not bench.growth_target("fleet", 1.5, 2.0, 1.3, 1.3).met
+    # Their user CPU (nine tenths of each): the same ratios, median 1.2.
+    assert runs.user_ratio["64"] == pytest.approx(1.2)
+
+
+def test_a_pair_user_ratio_leaves_the_system_time_out(monkeypatch):
+    """A runs of 1.0 s (0.1 of it system) and 2.0 s (0.0), B runs of 2.0 s (0.2) and
+    3.0 s (1.0): CPU ratios 2.0 and 1.5 (median 1.75), user ratios 1.8 / 0.9 = 2.0
+    and 2.0 / 2.0 = 1.0 (median 1.5); the note goes under the verdicts."""
+    figures = iter([(1.0, 0.1), (2.0, 0.2), (2.0, 0.0), (3.0, 1.0)])
+
+    def child(argv):
+        cpu, system = next(figures)
+        return bench.Run(1.0, cpu, 10.0, system)
+    monkeypatch.setattr(bench, "child", child)
+    runs = bench.Bench(repeat=2)
+    _, _, ratio = runs.measure_pair("A", ["A"], "B", ["B"])
+    assert ratio == pytest.approx(1.75) and runs.user_ratio["B"] == pytest.approx(1.5)
+    runs.judge(bench.ratio_target("B against A", ratio, 1.8))
+    runs.note("Not a target: 1.50x")
+    assert runs.table().splitlines()[-3:] == ["| B against A | 1.75x | within 1.8x | met |",
+                                              "", "Not a target: 1.50x"]
 
 
 def test_a_pair_removes_the_file_its_second_command_writes(monkeypatch, tmp_path):

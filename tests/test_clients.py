@@ -180,6 +180,18 @@ def test_rejected_request_frees_its_slot_at_the_same_tick():
     assert arrivals(s) == [(0, "a", None), (2, "b", 2), (2, "c", 2)]
 
 
+def test_a_request_sent_on_a_cancels_freed_slot_arrives_after_the_cancel():
+    """C = 1: a (P = 4, N = 6) runs from 0 and is cancelled at 2, which frees its slot;
+    b, waiting for it since 0, is sent at 2, and its `arrival` (client_wait 2) comes
+    after the `cancelled` record at 2 (README "Event records": the further arrivals of
+    requests sent because a slot freed), then its admission and the dispatch."""
+    s = simulate([req("a", 0, 4, 6), req("b", 0, 4, 1), cancel("a", 2)],
+                 max_concurrency=1, **OPTS)
+    assert [(e["event"], e.get("id"), e.get("client_wait")) for e in s.at(2)] == [
+        ("cancelled", "a", None), ("arrival", "b", 2), ("admitted", "b", None),
+        ("snapshot", None, None), ("dispatch", None, None)]
+
+
 # --- the run summary -------------------------------------------------------------------
 
 def test_summary_client_wait_statistics():

@@ -133,3 +133,35 @@ def test_the_readme_option_table_agrees_with_the_code():
             if f"`{policy}`" not in meaning.split(":")[0] or policy not in spec.help:
                 wrong.append(f"{name}: read only by {policy}, not said in both")
     assert wrong == []
+
+
+def test_a_quoted_policy_error_names_the_plugins_file_as_the_tool_does():
+    """A plugin's file in a `policy error` line is the absolute path it was loaded from
+    (tests/test_plugins.py), so every such line quoted in the README and
+    docs/policies.md shows one, whatever the policy's own spelling."""
+    import re
+    quoted = [line for text in (README, (ROOT / "docs" / "policies.md").read_text())
+              for line in text.splitlines() if "policy error: policy '" in line]
+    places = [m.group(1) for line in quoted
+              for m in re.finditer(r"\(([^ ()]+\.py):\d+(?: in \w+)?\)", line)]
+    assert len(places) >= 3
+    assert [p for p in places if not p.startswith("/")] == []
+
+
+def test_the_layout_table_names_every_module():
+    """"How the code is laid out" names each module of every layer's folder (`fast/`'s
+    with the engine's), but for the policies, which it names as one module per policy."""
+    import re
+    rows = re.findall(r"^\| \d \| `(\w+)/` \| (.*?) \| ", README, re.M)
+    assert [folder for folder, _ in rows] == ["records", "requests", "kv", "gpu", "policies",
+                                              "engine", "fleet", "io", "cli"]
+    policies = {"serial", "continuous", "static", "dynamic", "vllm", "sglang"}
+    unnamed = {}
+    for folder, modules in rows:
+        named = set(re.findall(r"`(\w+)`", modules))
+        files = {p.stem for p in (ROOT / "scheduler_sim" / folder).rglob("*.py")
+                 if p.stem != "__init__"}
+        missing = sorted(files - named - (policies if folder == "policies" else set()))
+        if missing:
+            unnamed[folder] = missing
+    assert unnamed == {}

@@ -566,3 +566,19 @@ def test_a_finishing_request_s_stored_outputs_come_just_before_its_finished():
         ("kv_stored", None, 1, 8), ("finished", "a", None, None), ("arrival", "b", None, None),
         ("admitted", "b", None, None), ("snapshot", None, None, None),
         ("kv_stored", None, 1, 10), ("dispatch", None, None, 7)]
+
+
+def test_a_preempted_request_s_stored_outputs_come_just_before_its_preempted():
+    """As a finish's (above), so a preemption's: a (16 prompt tokens) is preempted by
+    the trace at 6, when it has written 21 rows (the prompt and outputs 1-5); block 4
+    (rows 16-19, outputs 1-4) is full and keyed, so it is written to host memory as
+    the request loses it (kv_stored of 1 block, 6 -> 8), just before its `preempted`;
+    then it is admitted again at once with its 20 rows of full blocks cached."""
+    sim = simulate([req("a", 0, 16, 10, prompt_token_ids=A),
+                    {"type": "preempt", "id": "a", "at": 6}], "vllm", num_blocks=16,
+                   prefix_caching=True, host_kv_gib=_gib(8), **ENGINE)
+    assert [(e["event"], e.get("id"), e.get("blocks"), e.get("done")) for e in sim.at(6)] == [
+        ("kv_stored", None, 1, 8), ("preempted", "a", None, None), ("admitted", "a", None, None),
+        ("snapshot", None, None, None), ("dispatch", None, None, 7)]
+    assert sim.at(6, "preempted")[0]["rows"] == 21
+    assert sim.at(6, "admitted")[0]["cached_tokens"] == 20

@@ -439,6 +439,23 @@ def test_sampling_keeps_every_kth_track_and_says_so(tmp_path):
     assert [e["ts"] for e in half["traceEvents"] if e["name"] == "kv blocks"] == kv[::2]
 
 
+def test_sampling_keeps_the_gpu_utilisation_counter_whole(tmp_path):
+    """Under a cost model the `GPU utilisation` counter (one point per time bucket, at
+    most 2,048) is not sampled with the `kv blocks` and `queues` counters (README)."""
+    records = [{"type": "config", "block_size": 16, "num_blocks": 400}] + [
+        {"type": "request", "id": f"q{i}", "arrival": 3 * i, "prompt_tokens": 40,
+         "output_tokens": 4} for i in range(6)]
+    flags = ("--cost-model", "llama-3-8b/h100-sxm")
+    _, whole = _perfetto(tmp_path, records, *flags)
+    _, half = _perfetto(tmp_path, records, *flags, "--perfetto-sample", "2")
+
+    def counter(doc, name):
+        return [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == name]
+    assert len(counter(whole, "GPU utilisation")) > 2
+    assert counter(half, "GPU utilisation") == counter(whole, "GPU utilisation")
+    assert len(counter(half, "queues")) < len(counter(whole, "queues"))
+
+
 def test_sampling_needs_perfetto_and_a_positive_k(tmp_path):
     path = write(tmp_path, TINY)
     assert run(["replay", path, "--perfetto-sample", "2"])[2].endswith(

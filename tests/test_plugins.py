@@ -368,6 +368,22 @@ def test_an_exception_in_a_plugin_names_its_file_and_line(plugin, tmp_path):
                    f"tick 0: integer division or modulo by zero ({path}:{line} in schedule)\n")
 
 
+def test_a_relative_spelling_names_the_plugins_file_by_its_absolute_path(tmp_path,
+                                                                         monkeypatch):
+    """`--policy mine.py:Crashes` typed in the plugin's folder: the policy keeps the name
+    it was given, and the file and line are the absolute path the plugin was loaded
+    from (docs/policies.md quotes such a message)."""
+    (tmp_path / "mine.py").write_text(BAD)
+    trace = write_trace(tmp_path, ONE)
+    monkeypatch.chdir(tmp_path)
+    line = BAD.splitlines().index("        return 1 // 0") + 1
+    status, out, err = run(["replay", trace, "--policy", "mine.py:Crashes"])
+    assert (status, out) == (3, "")
+    assert err == ("scheduler-sim: policy error: policy 'mine.py:Crashes' raised "
+                   "ZeroDivisionError at tick 0: integer division or modulo by zero "
+                   f"({tmp_path / 'mine.py'}:{line} in schedule)\n")
+
+
 @pytest.mark.parametrize("source, cls, message", [
     (None, "Fifo", "no such file"),
     ("x = 1\n", "Fifo", "has no 'Fifo'"),

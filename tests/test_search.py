@@ -113,6 +113,16 @@ def test_the_command_finds_four_replicas_by_hand(tmp_path):
         ["1", "1", "0.125"], ["2", "2", "0.5"], ["3", "3", "1"], ["4", "4", "2"]]
 
 
+def test_the_traces_slo_serves_when_no_slo_flag_is_given(tmp_path):
+    """`--slo` is optional when the trace's config has an `slo` (the command tables show
+    it in brackets): the same four replicas as with `--slo ttft=3`."""
+    config = dict(TRACE[0], slo="ttft=3")
+    status, out, err = run(["search", write(tmp_path, [config] + TRACE[1:]), "--attainment",
+                            "1", "--max-replicas", "8", "--policy", "continuous"])
+    assert (status, err) == (0, "")
+    assert out.splitlines()[4] == "cheapest: policy=continuous with 4 replicas, 4 GPUs"
+
+
 def test_the_command_prices_gpus(tmp_path):
     """Without a cost model there is no GPU to price: said, exit 2."""
     status, _, err = run(["search", write(tmp_path, TRACE), "--slo", "ttft=3",

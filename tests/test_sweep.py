@@ -50,6 +50,17 @@ def rows_of(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()[1:]]
 
 
+def test_a_sweep_without_a_grid_replays_its_policies(trace, tmp_path):
+    """`--grid` is optional (README's command table): with none, the policies are the
+    only axis, one configuration each, in the order given."""
+    status, out, err = run("sweep", trace, "--policy", "vllm", "--policy", "continuous",
+                           "--jsonl", tmp_path / "s.jsonl")
+    assert status == 0, err
+    rows = rows_of(tmp_path / "s.jsonl")
+    assert [(r["index"], r["policy"]) for r in rows] == [(0, "vllm"), (1, "continuous")]
+    assert list(rows[0])[:3] == ["index", "policy", "time_unit"]  # no other axis
+
+
 def test_rows_equal_replay_json_of_each_configuration(trace, tmp_path):
     status, out, err = run("sweep", trace, *GRID, "--jsonl", tmp_path / "s.jsonl")
     assert status == 0, err

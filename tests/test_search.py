@@ -123,6 +123,15 @@ def test_the_traces_slo_serves_when_no_slo_flag_is_given(tmp_path):
     assert out.splitlines()[4] == "cheapest: policy=continuous with 4 replicas, 4 GPUs"
 
 
+def test_one_replica_costs_one_gpu(tmp_path):
+    """An objective one replica meets (a TTFT of at most 100 ticks): `1 replica, 1 GPU`."""
+    status, out, err = run(["search", write(tmp_path, TRACE), "--slo", "ttft=100",
+                            "--attainment", "1", "--max-replicas", "8", "--policy",
+                            "continuous"])
+    assert (status, err) == (0, "")
+    assert out.splitlines()[4] == "cheapest: policy=continuous with 1 replica, 1 GPU"
+
+
 def test_the_command_prices_gpus(tmp_path):
     """Without a cost model there is no GPU to price: said, exit 2."""
     status, _, err = run(["search", write(tmp_path, TRACE), "--slo", "ttft=3",

@@ -197,7 +197,7 @@ def _cost_text(trace: Trace, points: list[Point], prices: dict[str, float],
         best = ranked[0]
         cost = _cost(best.configuration.options, int(best.found), prices)
         text += (f"cheapest: {_label(best, names)} with {_replicas(best.found)}, "
-                 f"{cost:,.4g} {unit}\n")
+                 f"{cost:,.4g} {'GPU' if cost == 1 and not prices else unit}\n")
     text += (f"{len(replays)} replays for {len(points)} point(s); trying every count "
              f"would take {len(points) * args.max_replicas}\n")
     front = pareto_front(replays)

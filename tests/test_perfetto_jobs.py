@@ -428,8 +428,10 @@ def test_sampling_keeps_every_kth_track_and_says_so(tmp_path):
     _, half = _perfetto(tmp_path, records, "--perfetto-sample", "2")
     tracks = {e["tid"] for e in half["traceEvents"] if e["ph"] in "Xi" and e["tid"]}
     assert tracks == {2, 4, 6}
-    assert half["otherData"]["sampled"].startswith(
-        "the tracks of one request in 2 (trace lines 2, 4, ...)")
+    assert half["otherData"]["sampled"] == (
+        "the tracks of one request in 2 (trace lines 2, 4, ...), the others left out; the kv "
+        "blocks' and queues' counters' first change of values and one in 2 after it; the GPU "
+        "dispatches and utilisation whole")
     assert "sampled" not in whole["otherData"]
 
     def gpu(doc):

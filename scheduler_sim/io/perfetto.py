@@ -31,8 +31,9 @@ engine's event records:
 On a long trace the request tracks dominate the file (one per request):
 `sample` K keeps the tracks of every K-th request by trace line (lines K,
 2K, ...) and drops the others' slices and instants, and draws the first
-change of the counters' values and every K-th one after it; the GPU
-track stays whole. `otherData` says so (`sampled`).
+change of the kv blocks' and queues' counters and every K-th one after it;
+the GPU track and its utilisation counter stay whole. `otherData` says so
+(`sampled`).
 
 Timestamps (`ts`, `dur`) are microseconds: under a cost model the clock's
 seconds x 1e6; without one a clock step is `tick_seconds` of trace time
@@ -406,8 +407,9 @@ class PerfettoFile:
         if sample > 1:
             other["sampled"] = (
                 f"the tracks of one request in {sample} (trace lines {sample}, "
-                f"{2 * sample}, ...), the others left out; the counters' first change of "
-                f"values and one in {sample} after it; the GPU dispatches whole")
+                f"{2 * sample}, ...), the others left out; the kv blocks' and queues' "
+                f"counters' first change of values and one in {sample} after it; the GPU "
+                "dispatches and utilisation whole")
         self.output.write('{"displayTimeUnit":"ms","otherData":'
                           + json.dumps(other, separators=(",", ":"), sort_keys=True)
                           + ',"traceEvents":[')

@@ -131,6 +131,12 @@ def test_the_command_prices_gpus(tmp_path):
     (["--slo", "ttft=3", "--price", "h100"], "--price must look like GPU=DOLLARS_PER_GPU_HOUR"),
     (["--slo", "ttft=3", "--capacity", "--precision", "0"],
      "--precision must be a fraction from 0.0001 to under 1, got 0.0"),
+    # (A MemoryError traceback before: the replica counts 1 to N were listed first.)
+    (["--slo", "ttft=3", "--max-replicas", "99999999999"],
+     "scheduler-sim: error: --max-replicas must be an integer from 1 to 1,024, "
+     "got 99999999999\n"),
+    (["--slo", "ttft=3", "--max-replicas", "0"],
+     "scheduler-sim: error: --max-replicas must be an integer from 1 to 1,024, got 0\n"),
 ])
 def test_what_the_command_refuses(tmp_path, flags, message):
     status, out, err = run(["search", write(tmp_path, TRACE), *flags])

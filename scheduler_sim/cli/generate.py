@@ -80,7 +80,11 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.burstiness is not None and (args.arrival == "poisson" or args.cv is not None):
         raise UsageError("--burstiness draws gamma gaps of its own shape: give it without "
                          f"{'--arrival poisson' if args.arrival == 'poisson' else '--cv'}")
-    gamma = args.arrival == "gamma" or args.burstiness is not None
+    if args.cv is not None and args.arrival == "poisson":
+        raise UsageError("--cv is the coefficient of variation of gamma gaps: give it "
+                         "without --arrival poisson")
+    # --cv or --burstiness alone draws gamma gaps, as --help says (--cv was ignored).
+    gamma = args.arrival == "gamma" or args.burstiness is not None or args.cv is not None
     spec = WorkloadSpec(
         seed=args.seed, requests=args.requests, rate=args.rate,
         arrival="gamma" if gamma else "poisson", cv=1.0 if args.cv is None else args.cv,

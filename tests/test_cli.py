@@ -428,6 +428,19 @@ def test_validate_stdin_errors_name_stdin(monkeypatch):
     assert err == "<stdin>:1: expected a JSON object, got array\n"
 
 
+@pytest.mark.parametrize("argv", [
+    ["validate", "-"], ["replay", "-"], ["check", "-"], ["sweep", "-", "--grid", "num_blocks=8"],
+    ["convert", "--from", "azure", "-"], ["convert", "--from", "mooncake", "-"],
+    ["generate", "--seed", "1", "--requests", "2", "--prompt-len", "empirical:-"]])
+def test_a_closed_stdin_is_a_usage_error(monkeypatch, argv):
+    """Started with standard input closed (`<&-`), Python has no sys.stdin: reading `-`
+    was an AttributeError traceback; now one line, exit 2."""
+    monkeypatch.setattr(sys, "stdin", None)
+    status, out, err = run(argv)
+    assert (status, out) == (2, "")
+    assert err == "scheduler-sim: error: <stdin>: cannot read: standard input is closed\n"
+
+
 # --- stall ----------------------------------------------------------------------------------
 
 class Stub(ContinuousPolicy):

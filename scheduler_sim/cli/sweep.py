@@ -12,14 +12,13 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 from typing import Any, Callable, TextIO
 
 from ..engine.host_summary import HOST_RUN_FIELDS
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.run_cost import clock_for
 from ..io.html_report import sweep_report
-from ..io.inputs import read_limited
+from ..io.inputs import read_limited, read_stdin
 from ..io.json_lines import json_value
 from ..io.output_paths import check_output_paths
 from ..io.outputs import Output, write_whole
@@ -146,7 +145,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     shard = parse_shard(args.shard) if args.shard is not None else None
     from_file, axes, fixed = flag_axes(args)
     if args.trace == "-":
-        data = sys.stdin.buffer.read()
+        data = read_stdin()
         digest = hashlib.sha256(data).hexdigest()
         trace = parse_trace(data, "<stdin>")
     else:

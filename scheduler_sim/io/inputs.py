@@ -1,7 +1,8 @@
 """Reading input files whole (`-`: standard input): as text with bad bytes replaced
 (`read_text`), as bytes no larger than a limit (`read_limited`), and as text
 gunzipped when it is a gzip stream, inflated no further than a limit
-(`read_input`). Every failure is a UsageError naming the file.
+(`read_input`); standard input's bytes (`read_stdin`), closed (`<&-`) or not. Every
+failure is a UsageError naming the file.
 """
 from __future__ import annotations
 
@@ -12,17 +13,29 @@ import zlib
 
 from ..records.errors import UsageError
 
-__all__ = ["read_text", "read_limited", "read_input", "MAX_DECOMPRESSED"]
+__all__ = ["read_text", "read_limited", "read_input", "read_stdin", "MAX_DECOMPRESSED"]
 
 # The most text a gzip input may decompress to: far above any trace `convert`
 # reads, and a bound on what a small file that inflates without end can take.
 MAX_DECOMPRESSED = 2 ** 31
 
 
+def read_stdin(limit: int = -1) -> bytes:
+    """Standard input's bytes (at most `limit`; all when negative). Started with it
+    closed (`<&-`), Python has no `sys.stdin`: a UsageError, as when it cannot be read
+    (an AttributeError traceback before)."""
+    if sys.stdin is None:
+        raise UsageError("<stdin>: cannot read: standard input is closed")
+    try:
+        return sys.stdin.buffer.read(limit)
+    except OSError as exc:
+        raise UsageError(f"<stdin>: cannot read: {exc.strerror or exc}") from None
+
+
 def read_text(path: str) -> str:
     """The text of a file (`-`: standard input); bad bytes become U+FFFD."""
     if path == "-":
-        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        return read_stdin().decode("utf-8", errors="replace")
     try:
         with open(path, "rb") as handle:
             return handle.read().decode("utf-8", errors="replace")
@@ -38,7 +51,7 @@ def read_limited(path: str, limit: int, why: str) -> bytes:
     too_big = UsageError(f"{name}: larger than {size}, {why}")
     try:
         if path == "-":
-            data = sys.stdin.buffer.read(limit + 1)
+            data = read_stdin(limit + 1)
         else:
             with open(path, "rb") as handle:
                 if os.fstat(handle.fileno()).st_size > limit:
@@ -59,7 +72,7 @@ def read_input(path: str, limit: int = MAX_DECOMPRESSED) -> str:
     name = "<stdin>" if path == "-" else path
     try:
         if path == "-":
-            data = sys.stdin.buffer.read()
+            data = read_stdin()
         else:
             with open(path, "rb") as handle:
                 data = handle.read()

@@ -9,7 +9,6 @@ line says how far it got.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 from typing import Any, Callable, TextIO
@@ -18,7 +17,7 @@ from ..engine.host_summary import HOST_RUN_FIELDS
 from ..engine.summary import FLEET_RUN_FIELDS, RUN_FIELDS
 from ..gpu.run_cost import clock_for
 from ..io.html_report import sweep_report
-from ..io.inputs import read_limited, read_stdin
+from ..io.inputs import read_limited
 from ..io.json_lines import json_value
 from ..io.output_paths import check_output_paths
 from ..io.outputs import Output, write_whole
@@ -26,13 +25,13 @@ from ..io.problems import MAX_PROBLEMS
 from ..io.progress import SweepProgress, wanted
 from ..io.report import table_rows
 from ..io.terminal_text import printable
-from ..io.sweep import (Axis, Configuration, build_grid, check_axis, file_digest, parse_shard,
-                        shard_of, with_policies)
+from ..io.sweep import (Axis, Configuration, build_grid, check_axis, parse_shard,
+                        shard_of, trace_and_digest, with_policies)
 from ..io.sweep_rows import RowStream
 from ..io.sweep_rows import format_table as sweep_table
 from ..io.sweep_runs import configuration_row, run_configuration, run_grid
 from ..io.sweep_merge import merge_shards, read_shard
-from ..io.trace import Trace, parse_trace, read_trace
+from ..io.trace import Trace
 from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins
 from ..io.trace_config import resolve_options as resolve_trace_options
 from ..policies import is_plugin
@@ -144,13 +143,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     check_output_paths(written, read + plugin_sources(args.policy))
     shard = parse_shard(args.shard) if args.shard is not None else None
     from_file, axes, fixed = flag_axes(args)
-    if args.trace == "-":
-        data = read_stdin()
-        digest = hashlib.sha256(data).hexdigest()
-        trace = parse_trace(data, "<stdin>")
-    else:
-        digest = file_digest(args.trace)
-        trace = read_trace(args.trace)
+    trace, digest = trace_and_digest(args.trace)
     plugin_dir, swept = _sweep_plugins(args, trace, axes, from_file, fixed)
     # The grid's policies (--grid, the grid file, the trace's config) may be plugins.
     check_output_paths(written, read + plugin_sources(swept, plugin_dir))

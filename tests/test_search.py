@@ -113,6 +113,18 @@ def test_the_command_finds_four_replicas_by_hand(tmp_path):
         ["1", "1", "0.125"], ["2", "2", "0.5"], ["3", "3", "1"], ["4", "4", "2"]]
 
 
+def test_a_price_of_minus_zero_is_shown_as_zero(tmp_path):
+    """`--price h100-sxm=-0` (a finite price >= 0) was shown as `-0 $/h`."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"type":"config","cost_model":"llama-3-8b/h100-sxm"}\n'
+                     '{"type":"request","id":"a","arrival":0,"prompt_tokens":4,'
+                     '"output_tokens":2}\n')
+    status, out, err = run(["search", str(trace), "--slo", "ttft=5", "--price",
+                            "h100-sxm=-0", "--max-replicas", "1", "--quiet"])
+    assert (status, err) == (0, "")
+    assert "cheapest: policy=continuous with 1 replica, 0 $/h" in out.splitlines()
+
+
 def test_the_command_prices_gpus(tmp_path):
     """Without a cost model there is no GPU to price: said, exit 2."""
     status, _, err = run(["search", write(tmp_path, TRACE), "--slo", "ttft=3",
@@ -135,6 +147,10 @@ def test_the_command_prices_gpus(tmp_path):
     (["--slo", "ttft=3", "--max-replicas", "99999999999"],
      "scheduler-sim: error: --max-replicas must be an integer from 1 to 1,024, "
      "got 99999999999\n"),
+    # (The last price counted before, silently.)
+    (["--slo", "ttft=3", "--price", "h100-sxm=1", "--price", "h100-sxm=2"],
+     "scheduler-sim: error: --price prices h100-sxm twice, got 'h100-sxm=1' and "
+     "'h100-sxm=2'\n"),
     (["--slo", "ttft=3", "--max-replicas", "0"],
      "scheduler-sim: error: --max-replicas must be an integer from 1 to 1,024, got 0\n"),
 ])

@@ -35,8 +35,10 @@ __all__ = ["cmd_search"]
 
 
 def _prices(texts: list[str] | None) -> dict[str, float]:
-    """`--price h100-sxm=2.49` (dollars per GPU-hour), repeated: GPU name -> price."""
-    prices = {}
+    """`--price h100-sxm=2.49` (dollars per GPU-hour), repeated: GPU name -> price. A
+    GPU priced twice is refused (the last price counted, silently)."""
+    prices: dict[str, float] = {}
+    given: dict[str, str] = {}
     for text in texts or ():
         name, sep, value = text.partition("=")
         try:
@@ -46,7 +48,11 @@ def _prices(texts: list[str] | None) -> dict[str, float]:
         if not sep or not name or not price >= 0 or price == float("inf"):
             raise UsageError(f"--price must look like GPU=DOLLARS_PER_GPU_HOUR with a finite "
                              f"price >= 0 (h100-sxm=2.49), got {show(text)}")
-        prices[name] = price
+        if name in given:
+            raise UsageError(f"--price prices {name} twice, got {show(given[name])} and "
+                             f"{show(text)}")
+        given[name] = text
+        prices[name] = price + 0.0  # (-0 was shown as "-0 $/h")
     return prices
 
 

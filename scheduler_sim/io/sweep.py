@@ -53,7 +53,7 @@ from ..records.option_values import show
 from ..records.options import Options
 from .request_rows import csv_text
 from .specs import load_specs
-from .inputs import read_stdin
+from .inputs import read_bounded, read_stdin
 from .trace import Trace, parse_trace, read_trace
 from .trace_config import check_options, resolve_options
 
@@ -374,7 +374,7 @@ def trace_and_digest(path: str) -> tuple[Trace, str]:
         return parse_trace(data, "<stdin>"), hashlib.sha256(data).hexdigest()
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            data = read_bounded(handle, path)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     trace = dataclasses.replace(parse_trace(data, path),

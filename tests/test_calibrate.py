@@ -111,14 +111,31 @@ def test_a_bad_profile_lists_every_bad_row(tmp_path):
     path = tmp_path / "mlp.csv"
     row = "1,1,1,1,1,1,1,1,1,32,8,4096,{},1"
     path.write_text("\n".join([MLP_HEADER, row.format(8), row.format("x"), row.format(-3),
-                               row.format(16).replace("1,1,1,1,1", "0,1,1,1,1", 1)]) + "\n")
+                               row.format(16).replace("1,1,1,1,1", "0,1,1,1,1", 1),
+                               row.format("inf"), row.format("9" * 400),
+                               row.format(16).replace("1,1,1,1,1", "abc,1,1,1,1", 1)]) + "\n")
     with pytest.raises(Exception) as info:
         read_profile(str(path), path.read_text(), MODEL)
+    # (Lines 3 and 8 were Python's "could not convert string to float"; line 6, inf, was
+    # an OverflowError traceback out of `calibrate`.)
     assert info.value.problems == [
-        f"{path}:3: could not convert string to float: 'x'",
+        f"{path}:3: column 'num_tokens' must be an integer, got 'x'",
         f"{path}:4: num_tokens must be from 1 to 10,000,000, got -3",
         f"{path}:5: time_stats.attn_pre_proj.median must be a number > 0, got 0.0",
+        f"{path}:6: column 'num_tokens' must be an integer, got 'inf'",
+        f"{path}:7: column 'num_tokens' must be an integer, got '{'9' * 37}...'",
+        f"{path}:8: time_stats.attn_pre_proj.median must be a number > 0, got 'abc'",
     ]
+
+
+def test_a_short_attention_row_is_a_bad_row(tmp_path):
+    """An attention row cut before its is_prefill column (csv gives None) was an
+    AttributeError traceback."""
+    path = tmp_path / "attention.csv"
+    path.write_text(ATTENTION_HEADER + "\n4096,32,8,1,1,128\n")
+    with pytest.raises(Exception) as info:
+        read_profile(str(path), path.read_text(), MODEL)
+    assert info.value.problems == [f"{path}:2: is_prefill must be True or False, got None"]
 
 
 def test_minimize_finds_a_known_point_in_its_box():

@@ -428,6 +428,47 @@ def test_validate_stdin_errors_name_stdin(monkeypatch):
     assert err == "<stdin>:1: expected a JSON object, got array\n"
 
 
+@pytest.mark.parametrize("argv", [
+    ["validate", "-"], ["replay", "-"], ["check", "-"], ["sweep", "-", "--grid", "num_blocks=8"],
+    ["convert", "--from", "azure", "-"], ["convert", "--from", "mooncake", "-"],
+    ["generate", "--seed", "1", "--requests", "2", "--prompt-len", "empirical:-"]])
+def test_a_closed_stdin_is_a_usage_error(monkeypatch, argv):
+    """Started with standard input closed (`<&-`), Python has no sys.stdin: reading `-`
+    was an AttributeError traceback; now one line, exit 2."""
+    monkeypatch.setattr(sys, "stdin", None)
+    status, out, err = run(argv)
+    assert (status, out) == (2, "")
+    assert err == "scheduler-sim: error: <stdin>: cannot read: standard input is closed\n"
+
+
+def test_a_pipe_or_device_is_read_no_further_than_a_bound(monkeypatch, tmp_path):
+    """What is not a regular file was read whole, however long: `validate /dev/zero` or
+    `yes | scheduler-sim validate -` took memory until none was left (MemoryError under
+    a limit). Now past MAX_PIPED bytes (here 64) it is one line, exit 2; a regular file
+    of any size is still read whole."""
+    import os
+    from scheduler_sim.io import inputs
+    monkeypatch.setattr(inputs, "MAX_PIPED", 64)
+    line = b'{"type":"request","id":"a","arrival":0,"prompt_tokens":4,"output_tokens":2}\n'
+    read, write = os.pipe()
+    os.write(write, line)
+    os.close(write)
+    try:
+        status, out, err = run(["validate", f"/dev/fd/{read}"])
+    finally:
+        os.close(read)
+    assert (status, out) == (2, "")
+    assert err == (f"scheduler-sim: error: /dev/fd/{read}: more than 64 bytes from a pipe or "
+                   "a device, which is read whole: save it to a file\n")
+    monkeypatch.setattr(sys, "stdin", _Stdin(line))
+    assert run(["validate", "-"])[2] == ("scheduler-sim: error: <stdin>: more than 64 bytes "
+                                         "from a pipe or a device, which is read whole: "
+                                         "save it to a file\n")
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(line)
+    assert run(["validate", str(path)])[0] == 0
+
+
 # --- stall ----------------------------------------------------------------------------------
 
 class Stub(ContinuousPolicy):

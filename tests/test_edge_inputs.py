@@ -512,6 +512,45 @@ def test_a_400_digit_option_is_out_of_range(tmp_path):
                    "1000000000000000000000000000000000000...\n")
 
 
+def test_a_huge_block_size_is_refused_before_any_memory_is_taken(tmp_path):
+    """A block_size of 10**20 filled memory (the decode cohort made a group per row of a
+    block: 15 GB in a minute, never finishing); one past 65,536 is refused, by a flag
+    and in a config record, and the largest runs."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"type":"request","id":"a","arrival":0,"prompt_tokens":4,'
+                    '"output_tokens":2}\n')
+    status, out, err = run(["replay", str(path), "--block-size", "1" + "0" * 20])
+    assert (status, out) == (2, "")
+    assert err == ("scheduler-sim: error: block_size must be an integer from 1 to 65,536, "
+                   "got 100000000000000000000\n")
+    status, out, err = run(["replay", str(path), "--block-size", "65536", "--json"])
+    assert (status, err) == (0, "")
+    assert json.loads(out)["runs"][0]["peak_allocated"] == 1
+    path.write_text('{"type":"config","block_size":65537}\n')
+    status, out, err = run(["validate", str(path)])
+    assert (status, out) == (2, "")
+    assert err == (f"{path}:1: config: block_size must be an integer from 1 to 65,536, "
+                   "got 65537\n")
+
+
+@pytest.mark.parametrize("scale", ["1e-320", "9.9e-7"])
+def test_a_rate_scale_below_1e_6_is_refused(tmp_path, scale):
+    """--rate-scale 1e-320 divided an arrival into infinity: a ValueError traceback
+    (records/clock.py, `_ceil`); below 1e-6 (the mirror of its 1e6 maximum) it is
+    refused, and 1e-6 runs: an arrival at 1 tick comes at 1,000,000."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"type":"request","id":"a","arrival":1,"prompt_tokens":4,'
+                    '"output_tokens":2}\n')
+    status, out, err = run(["replay", str(path), "--rate-scale", scale])
+    assert (status, out) == (2, "")
+    assert err == (f"scheduler-sim: error: rate_scale must be a number in [1e-06, 1e+06], "
+                   f"got {float(scale)}\n")
+    status, out, err = run(["replay", str(path), "--rate-scale", "1e-6", "--json",
+                            "--requests"])
+    assert (status, err) == (0, "")
+    assert json.loads(out)["runs"][0]["per_request"][0]["arrival"] == 1_000_000
+
+
 def test_show_never_fails_on_a_value():
     """show() quotes an integer of any size by its leading digits (repr refuses past 4,300
     digits) and a list too deep to repr as such."""

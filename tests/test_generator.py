@@ -127,6 +127,19 @@ def test_gamma_gaps_are_burstier_than_poisson():
     assert abs(cv_of("--arrival", "gamma", "--cv", "2") - 2.0) <= 0.30
 
 
+def test_cv_alone_draws_gamma_gaps_and_is_refused_with_poisson():
+    """--help says gamma with --cv: `--cv 2` alone is `--arrival gamma --cv 2` byte for
+    byte (it was ignored: Poisson gaps, the bytes of no --cv at all); `--arrival poisson
+    --cv 2` is refused, as --burstiness is."""
+    base = ("--seed", "5", "--requests", "40", "--rate", "0.05")
+    alone = gen(*base, "--cv", "2")
+    assert alone == gen(*base, "--arrival", "gamma", "--cv", "2")
+    assert alone != gen(*base)
+    assert run(["generate", *base, "--arrival", "poisson", "--cv", "2"])[::2] == (2, 
+        "scheduler-sim: error: --cv is the coefficient of variation of gamma gaps: give it "
+        "without --arrival poisson\n")
+
+
 # --- lengths ----------------------------------------------------------------------------
 
 def test_uniform_lengths_mean_and_range():

@@ -11,6 +11,7 @@ replicas, lockstep ranks, prefill/decode replicas, in worker processes, in
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -103,6 +104,11 @@ BAD = textwrap.dedent('''
         def misbehave(self):
             for r in self.running:
                 r.arrival = 99
+
+
+    class ReportsNaN(Base):
+        def misbehave(self):
+            self.view.report_blocked(self.running[0], "blocks", float("nan"))
 
 
     class FailsInInit(Base):
@@ -203,6 +209,25 @@ def test_every_misbehaviour_in_every_mode_is_the_policys_exit_3(bad, mode, cls, 
     assert (status, out) == (3, "")
     assert err == (f"scheduler-sim: policy error: policy '{path}:{cls}' {message} "
                    f"({path}:{_line(cls, text)} in {function})\n")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_blocked_report_of_garbage_is_the_policys_fault(bad, mode):
+    """`report_blocked(req, "blocks", nan)` went into the events file as it was
+    (`"needed":NaN`, not JSON) and the run ended 0; now it is a broken rule, exit 3, with
+    no events file. (The request's own outputs differ on a prefill replica.)"""
+    path, trace = bad
+    events = str(Path(path).with_name("ev.jsonl"))
+    status, out, err = run(["replay", trace, "--policy", f"{path}:ReportsNaN", "--events",
+                            events, *MODES[mode]])
+    assert (status, out) == (3, "")
+    head, _, tail = err.partition("got (Request('a', running, outputs=0/")
+    assert head == (f"scheduler-sim: policy error: policy '{path}:ReportsNaN' broke a rule at "
+                    "tick 0: report_blocked(req, reason, needed) takes a request of this run, "
+                    "a non-empty string and an int >= 0, ")
+    assert tail == (f"{1 if mode == 'disagg' else 3}, resident=0), 'blocks', nan) "
+                    f"({path}:{_line('ReportsNaN', 'report_blocked')} in misbehave)\n")
+    assert not Path(events).exists()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -132,6 +132,18 @@ def test_one_replica_costs_one_gpu(tmp_path):
     assert out.splitlines()[4] == "cheapest: policy=continuous with 1 replica, 1 GPU"
 
 
+def test_a_price_of_minus_zero_is_shown_as_zero(tmp_path):
+    """`--price h100-sxm=-0` (a finite price >= 0) was shown as `-0 $/h`."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"type":"config","cost_model":"llama-3-8b/h100-sxm"}\n'
+                     '{"type":"request","id":"a","arrival":0,"prompt_tokens":4,'
+                     '"output_tokens":2}\n')
+    status, out, err = run(["search", str(trace), "--slo", "ttft=5", "--price",
+                            "h100-sxm=-0", "--max-replicas", "1", "--quiet"])
+    assert (status, err) == (0, "")
+    assert "cheapest: policy=continuous with 1 replica, 0 $/h" in out.splitlines()
+
+
 def test_the_command_prices_gpus(tmp_path):
     """Without a cost model there is no GPU to price: said, exit 2."""
     status, _, err = run(["search", write(tmp_path, TRACE), "--slo", "ttft=3",
@@ -150,6 +162,16 @@ def test_the_command_prices_gpus(tmp_path):
     (["--slo", "ttft=3", "--price", "h100"], "--price must look like GPU=DOLLARS_PER_GPU_HOUR"),
     (["--slo", "ttft=3", "--capacity", "--precision", "0"],
      "--precision must be a fraction from 0.0001 to under 1, got 0.0"),
+    # (A MemoryError traceback before: the replica counts 1 to N were listed first.)
+    (["--slo", "ttft=3", "--max-replicas", "99999999999"],
+     "scheduler-sim: error: --max-replicas must be an integer from 1 to 1,024, "
+     "got 99999999999\n"),
+    # (The last price counted before, silently.)
+    (["--slo", "ttft=3", "--price", "h100-sxm=1", "--price", "h100-sxm=2"],
+     "scheduler-sim: error: --price prices h100-sxm twice, got 'h100-sxm=1' and "
+     "'h100-sxm=2'\n"),
+    (["--slo", "ttft=3", "--max-replicas", "0"],
+     "scheduler-sim: error: --max-replicas must be an integer from 1 to 1,024, got 0\n"),
 ])
 def test_what_the_command_refuses(tmp_path, flags, message):
     status, out, err = run(["search", write(tmp_path, TRACE), *flags])

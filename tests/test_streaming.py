@@ -236,6 +236,20 @@ def test_a_request_too_big_to_track_is_refused_with_the_arithmetic(tmp_path):
     assert json.loads(out.getvalue())["runs"][0]["finished_ignored"] == 1
 
 
+def test_a_request_no_block_size_can_track_is_refused_without_advice(tmp_path):
+    """P = 10**12 in a pool of 10**15 blocks needs a block_size of 238,419, past the
+    largest (65,536, which tracks 4,194,304 x 65,536 tokens): that block size was
+    offered, and refused when given."""
+    path = write_trace(tmp_path, [req("a", 0, 10 ** 12, 2)])
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["replay", path, "--num-blocks", str(10 ** 15)], out=out, err=err) == 2
+    assert err.getvalue() == (
+        "scheduler-sim: error: request 'a' may need 62,500,000,001 blocks of 16 tokens "
+        "(prompt 1,000,000,000,000 + max_tokens 2), more than the 4,194,304 the simulator "
+        "tracks per request (about 47 bytes each, 188 MiB): no block_size does (the "
+        "largest, 65,536, tracks 274,877,906,944 tokens)\n")
+
+
 def test_the_cli_streams_a_large_file(tmp_path, streamed):
     """`replay` and `validate` of a streamed file print what they print for the file
     read whole."""

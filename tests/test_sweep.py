@@ -176,6 +176,9 @@ def test_merge_refuses_overlaps_gaps_and_other_sweeps(trace, tmp_path):
      "configuration 1 (order=lpm, policy=continuous): order 'lpm' needs prefix_caching"),
     (["--shard", "2/2"], "--shard must be K/N with 0 <= K < N (K counts from 0), got '2/2'"),
     (["--shard", "a/b"], "--shard must be K/N with 0 <= K < N (K counts from 0), got 'a/b'"),
+    # (Refused as K >= N before, which it is not.)
+    (["--shard", "0/" + "9" * 19], "--shard's K and N have at most 18 digits each, got "
+     "'0/9999999999999999999'"),
     (["-j", "0"], "-j must be an integer >= 1, got 0"),
 ])
 def test_bad_grids_exit_2_with_what_is_wrong(trace, argv, message):

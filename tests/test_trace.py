@@ -280,7 +280,7 @@ def test_config_after_leading_blank_lines_is_first():
 
 @pytest.mark.parametrize("option, value, message", [
     ("block_sise", 4, "unknown option 'block_sise' (did you mean 'block_size'?)"),
-    ("block_size", 0, "block_size must be an integer >= 1, got 0"),
+    ("block_size", 0, "block_size must be an integer from 1 to 65,536, got 0"),
     ("num_blocks", 2.0, "num_blocks must be an integer >= 1, got 2.0"),
     ("watermark", 1.5, "watermark must be a number in [0.0, 1.0), got 1.5"),
     ("policy", "contnuous",

@@ -30,14 +30,18 @@ def _length(text: str) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def _empirical(spec: Any, field: str) -> Any:
+def _empirical(spec: Any, field: str, traces: dict[str, Any]) -> Any:
     """A length spec, with `empirical:TRACE` filled from the trace's requests (each at
-    most MAX_LENGTH, or the lines that are not are listed)."""
+    most MAX_LENGTH, or the lines that are not are listed). `traces` holds those read
+    already, by name: one named by both flags is read once (a second read of a FIFO
+    waited for a writer that had gone, and of `-` found nothing)."""
     if not isinstance(spec, tuple):
         return spec
     if not spec[1]:
         raise UsageError("empirical lengths need a trace: empirical:TRACE, got 'empirical:'")
-    trace = read_trace(spec[1])
+    if spec[1] not in traces:
+        traces[spec[1]] = read_trace(spec[1])
+    trace = traces[spec[1]]
     requests = trace.workload.requests
     if not requests:
         raise UsageError(f"{spec[1]}: has no requests to draw {field} from")
@@ -80,7 +84,11 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.burstiness is not None and (args.arrival == "poisson" or args.cv is not None):
         raise UsageError("--burstiness draws gamma gaps of its own shape: give it without "
                          f"{'--arrival poisson' if args.arrival == 'poisson' else '--cv'}")
-    gamma = args.arrival == "gamma" or args.burstiness is not None
+    if args.cv is not None and args.arrival == "poisson":
+        raise UsageError("--cv is the coefficient of variation of gamma gaps: give it "
+                         "without --arrival poisson")
+    # --cv or --burstiness alone draws gamma gaps, as --help says (--cv was ignored).
+    gamma = args.arrival == "gamma" or args.burstiness is not None or args.cv is not None
     spec = WorkloadSpec(
         seed=args.seed, requests=args.requests, rate=args.rate,
         arrival="gamma" if gamma else "poisson", cv=1.0 if args.cv is None else args.cv,
@@ -91,9 +99,10 @@ def cmd_generate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     problems = spec_problems(spec)
     if problems:
         raise UsageError("; ".join(problems))
+    traces: dict[str, Any] = {}
     spec = dataclasses.replace(
-        spec, prompt=_empirical(_length(args.prompt), "prompt_tokens"),
-        output=_empirical(_length(args.output), "output_tokens"))
+        spec, prompt=_empirical(_length(args.prompt), "prompt_tokens", traces),
+        output=_empirical(_length(args.output), "output_tokens", traces))
     # Streamed: a file appears only whole (renamed into place when complete); what
     # is written in place (standard output, a FIFO) is drawn once first, so that a
     # limit passed part way stops it before the first line goes out.

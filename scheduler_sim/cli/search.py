@@ -19,9 +19,9 @@ from ..io.progress import SweepProgress, wanted
 from ..io.search import Probe, pareto_front
 from ..io.search_runs import (Point, check_bounds, check_unsearched, fleet_gpus, point_grid,
                                run_points, search_point)
-from ..io.sweep import file_digest
+from ..io.sweep import trace_and_digest
 from ..io.terminal_text import printable
-from ..io.trace import Trace, read_trace
+from ..io.trace import Trace
 from ..io.trace_config import resolve_options as resolve_trace_options
 from ..records.errors import UsageError
 from ..records.option_values import show
@@ -35,8 +35,10 @@ __all__ = ["cmd_search"]
 
 
 def _prices(texts: list[str] | None) -> dict[str, float]:
-    """`--price h100-sxm=2.49` (dollars per GPU-hour), repeated: GPU name -> price."""
-    prices = {}
+    """`--price h100-sxm=2.49` (dollars per GPU-hour), repeated: GPU name -> price. A
+    GPU priced twice is refused (the last price counted, silently)."""
+    prices: dict[str, float] = {}
+    given: dict[str, str] = {}
     for text in texts or ():
         name, sep, value = text.partition("=")
         try:
@@ -46,7 +48,11 @@ def _prices(texts: list[str] | None) -> dict[str, float]:
         if not sep or not name or not price >= 0 or price == float("inf"):
             raise UsageError(f"--price must look like GPU=DOLLARS_PER_GPU_HOUR with a finite "
                              f"price >= 0 (h100-sxm=2.49), got {show(text)}")
-        prices[name] = price
+        if name in given:
+            raise UsageError(f"--price prices {name} twice, got {show(given[name])} and "
+                             f"{show(text)}")
+        given[name] = text
+        prices[name] = price + 0.0  # (-0 was shown as "-0 $/h")
     return prices
 
 
@@ -65,7 +71,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     prices = _prices(args.price)
     from_file, axes, fixed = flag_axes(args)
     check_unsearched(axes, fixed, args.capacity)
-    trace = read_trace(args.trace)
+    trace, digest = trace_and_digest(args.trace)
     if trace.name == "<stdin>":
         raise UsageError("search replays the trace many times: give a file, not -")
     plugin_dir, swept = _sweep_plugins(args, trace, axes, from_file, fixed)
@@ -74,7 +80,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                  combined=False)[0]
     most = args.max_replicas
     points = point_grid(trace, axes, fixed, base, args.capacity, most,
-                        file_digest(args.trace), plugin_dir)
+                        digest, plugin_dir)
     progress = SweepProgress(err, wanted(err, args.quiet), len(points), args.jobs)
     found: list[Point | None] = [None] * len(points)
 

@@ -9,10 +9,8 @@ line says how far it got.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import sys
 from typing import Any, Callable, TextIO
 
 from ..engine.host_summary import HOST_RUN_FIELDS
@@ -27,13 +25,13 @@ from ..io.problems import MAX_PROBLEMS
 from ..io.progress import SweepProgress, wanted
 from ..io.report import table_rows
 from ..io.terminal_text import printable
-from ..io.sweep import (Axis, Configuration, build_grid, check_axis, file_digest, parse_shard,
-                        shard_of, with_policies)
+from ..io.sweep import (Axis, Configuration, build_grid, check_axis, parse_shard,
+                        shard_of, trace_and_digest, with_policies)
 from ..io.sweep_rows import RowStream
 from ..io.sweep_rows import format_table as sweep_table
 from ..io.sweep_runs import configuration_row, run_configuration, run_grid
 from ..io.sweep_merge import merge_shards, read_shard
-from ..io.trace import Trace, parse_trace, read_trace
+from ..io.trace import Trace
 from ..io.trace_config import ALLOW_FLAG, allow_trace_plugins
 from ..io.trace_config import resolve_options as resolve_trace_options
 from ..policies import is_plugin
@@ -145,13 +143,7 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     check_output_paths(written, read + plugin_sources(args.policy))
     shard = parse_shard(args.shard) if args.shard is not None else None
     from_file, axes, fixed = flag_axes(args)
-    if args.trace == "-":
-        data = sys.stdin.buffer.read()
-        digest = hashlib.sha256(data).hexdigest()
-        trace = parse_trace(data, "<stdin>")
-    else:
-        digest = file_digest(args.trace)
-        trace = read_trace(args.trace)
+    trace, digest = trace_and_digest(args.trace)
     plugin_dir, swept = _sweep_plugins(args, trace, axes, from_file, fixed)
     # The grid's policies (--grid, the grid file, the trace's config) may be plugins.
     check_output_paths(written, read + plugin_sources(swept, plugin_dir))

@@ -1,13 +1,12 @@
 """A request's life in an engine: what a policy's decisions do, and what the trace does.
 
-`Lifecycle` is the part of `Engine` (core.py) that moves requests between
-states (docs/spec.md §3, §5): the `SchedulerView` calls a policy makes
-(`admit`, `report_blocked`, `preempt`, `release`, `cached_prefix`,
-`emit_event`), arrivals and their registration (rejection, E6), sends of
-closed-loop clients, cancellations, forced preemptions and waiting timeouts,
-the end of a request, and the long first-come-first-served queue's spilled
-tail. The engine's state (its allocator, policy, requests, counters) is
-set up by `Engine.__init__`; this class adds no state of its own.
+`Lifecycle` is the part of `Engine` (core.py) that moves requests between states
+(docs/spec.md §3, §5): the `SchedulerView` calls a policy makes (`admit`,
+`report_blocked`, `preempt`, `release`, `cached_prefix`, `emit_event`), arrivals and
+their registration (rejection, E6), sends of closed-loop clients, cancellations, forced
+preemptions and waiting timeouts, the end of a request, and the long
+first-come-first-served queue's spilled tail. The engine's state (its allocator,
+policy, requests, counters) is set up by `Engine.__init__`; this class adds none.
 """
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from ..records.events import (
 from ..records.states import RequestStatus
 from ..requests.request import (LOADED, LOADING, PARKING, PREEMPTED, REMOTE, RUNNING, RemoteKv,
                                 Request, seal)
+from .policy_failure import check_blocked
 from .roster import request_of
 
 __all__ = ["Lifecycle", "request_of"]
@@ -93,6 +93,8 @@ class Lifecycle:
 
     def report_blocked(self, req: Request, reason: str, needed: int) -> None:
         """Report the queue head that cannot be admitted at this boundary."""
+        if self._plugin:
+            check_blocked(req, reason, needed, self.roster.requests, self.now)
         a = self.allocator
         taken = sum(a.step_growth.values())  # blocks this step's rows took already
         self.steadiness.blocked = (req.rid, reason, needed, a.free, taken)
@@ -143,8 +145,7 @@ class Lifecycle:
     # --- lifecycle helpers --------------------------------------------------------
 
     def _settle(self, req: Request) -> None:
-        """Before anything touches a running request: if the cohort counts it, its
-        progress is written into it and it leaves."""
+        """Before anything touches a running request the cohort counts: it settles, leaves."""
         cohort = self._cohort
         if cohort is not None and req in cohort.members:
             cohort.settle(req)
@@ -158,8 +159,7 @@ class Lifecycle:
             self.clients.ended()
 
     def _record_end(self, req: Request) -> None:
-        """A request reached its terminal state: into the statistics, to the
-        `on_request_end` listener, and out of memory unless kept."""
+        """A request ended: into the statistics, to `on_request_end`, out of memory unless kept."""
         self.ledger.stats.request_ended(req)
         if self.allocator.host is not None:
             self._host_ended(req)

@@ -20,7 +20,8 @@ and the simulator's own errors raised by the package's code (an output that
 cannot be written, a reader that went away); under a built-in policy every
 failure is the simulator's.
 
-`check_plan` is the check every plan of a plugin passes first.
+`check_plan` is the check every plan of a plugin passes first, `check_blocked` that of
+every `report_blocked` call it makes.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from ..records.errors import InvariantError, PolicyError, SimError
 from ..records.interrupts import from_signal
 from ..requests.request import Request
 
-__all__ = ["policy_failure", "moment", "shown"]
+__all__ = ["policy_failure", "moment", "shown", "check_plan", "check_blocked"]
 
 # A value a policy handed over is shown up to this many characters.
 SHOWN_LIMIT = 200
@@ -96,3 +97,17 @@ def check_plan(plan: object, requests: dict, now: int) -> None:
             raise InvariantError(f"request {rid!r} appears twice in one dispatch (a "
                                  "request runs at most once per dispatch)", now)
         seen.add(rid)
+
+
+def check_blocked(req: object, reason: object, needed: object, requests: dict,
+                  now: int) -> None:
+    """A plugin's `report_blocked(req, reason, needed)` names a request of this run, a
+    reason (a non-empty string) and the blocks it needs (an int >= 0): what the
+    `admission_blocked` record carries (NaN, an object or a stray request went into
+    the events file as they were)."""
+    if (not isinstance(req, Request) or requests.get(req.rid) is not req
+            or type(reason) is not str or not reason or type(needed) is not int
+            or needed < 0):
+        raise InvariantError(f"report_blocked(req, reason, needed) takes a request of this "
+                             f"run, a non-empty string and an int >= 0, got ({shown(req)}, "
+                             f"{shown(reason)}, {shown(needed)})", now)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ..kv.allocator import BLOCK_BYTES, MAX_REQUEST_BLOCKS, blocks_for
 from ..records.errors import UsageError
+from ..records.option_table import MAX_BLOCK_SIZE
 from ..records.options import Options
 from ..records.workload import Workload
 from ..requests.request import Request
@@ -60,12 +61,16 @@ def check_request_sizes(workload: Workload, options: Options) -> None:
     rows = spec.prompt_tokens + spec.max_tokens
     blocks = blocks_for(rows, size)
     if MAX_REQUEST_BLOCKS < blocks <= options.num_blocks:
+        least = blocks_for(rows, MAX_REQUEST_BLOCKS)
+        # (A block size past the largest was offered before, which the options refuse.)
+        advice = (f"use a block_size of at least {least:,}" if least <= MAX_BLOCK_SIZE else
+                  f"no block_size does (the largest, {MAX_BLOCK_SIZE:,}, tracks "
+                  f"{MAX_REQUEST_BLOCKS * MAX_BLOCK_SIZE:,} tokens)")
         raise UsageError(
             f"request {spec.id!r} may need {blocks:,} blocks of {size} tokens (prompt "
             f"{spec.prompt_tokens:,} + max_tokens {spec.max_tokens:,}), more than the "
             f"{MAX_REQUEST_BLOCKS:,} the simulator tracks per request (about {BLOCK_BYTES} "
-            f"bytes each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): use a block_size "
-            f"of at least {blocks_for(rows, MAX_REQUEST_BLOCKS):,}")
+            f"bytes each, {MAX_REQUEST_BLOCKS * BLOCK_BYTES // 2 ** 20:,} MiB): {advice}")
 
 
 def request_of(spec) -> Request:

@@ -32,6 +32,7 @@ import io
 import math
 
 from ..records.errors import TraceError
+from ..records.option_values import show
 
 __all__ = ["KernelPoint", "read_profile", "predict", "LINEAR_KERNELS", "SMALL_KERNELS",
            "MAX_PROFILE_BYTES"]
@@ -60,16 +61,24 @@ def _median(row: dict, name: str) -> float | None:
     text = row.get(f"time_stats.{name}.median")
     if text is None or text.strip() == "":
         return None
-    return float(text)
+    try:
+        return float(text)
+    except ValueError:  # (Python's own words before: "could not convert string to float")
+        raise ValueError(f"time_stats.{name}.median must be a number > 0, got {show(text)}"
+                         ) from None
 
 
 def _int(row: dict, name: str) -> int:
     text = row.get(name)
     if text is None:
         raise ValueError(f"column {name!r} is missing")
-    value = float(text)
-    if value != int(value) or not math.isfinite(value):
-        raise ValueError(f"column {name!r} must be an integer, got {text!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    # (Finite first: int(inf) is an OverflowError, which escaped as a traceback.)
+    if not math.isfinite(value) or value != int(value):
+        raise ValueError(f"column {name!r} must be an integer, got {show(text)}")
     return int(value)
 
 
@@ -144,7 +153,7 @@ def _row_points(kind: str, row: dict, model, where: str) -> list[KernelPoint]:
         ms = sum(_positive(_median(row, k), k) for k in LINEAR_KERNELS + SMALL_KERNELS)
         return [KernelPoint("linear", tokens, 0, tp, ms / 1e3, where)]
     _check_shape(row, model, "n_q_head")
-    prefill = row["is_prefill"].strip().lower()
+    prefill = (row["is_prefill"] or "").strip().lower()  # (None: the row is short)
     if prefill not in ("true", "false"):
         raise ValueError(f"is_prefill must be True or False, got {row['is_prefill']!r}")
     context = _int(row, "kv_cache_size")

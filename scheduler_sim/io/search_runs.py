@@ -18,6 +18,7 @@ from concurrent.futures import Executor
 from typing import Any, Callable, Sequence
 
 from ..records.errors import UsageError
+from ..records.option_table import OPTIONS
 from ..records.option_values import show
 from ..records.options import Options
 from .search import Probe, fewest_replicas, highest_load
@@ -56,8 +57,10 @@ def check_bounds(attainment: float, precision: float, most: int) -> None:
     if not 1e-4 <= precision < 1:  # (a bracket narrower than floats can split never ends)
         raise UsageError(f"--precision must be a fraction from 0.0001 to under 1, got "
                          f"{show(precision)}")
-    if most < 1:
-        raise UsageError(f"--max-replicas must be an integer >= 1, got {show(most)}")
+    # (Bounded before the replica counts are listed: 10**11 of them was a MemoryError.)
+    if not 1 <= most <= OPTIONS["replicas"].maximum:
+        raise UsageError(f"--max-replicas must be an integer from 1 to "
+                         f"{OPTIONS['replicas'].maximum:,}, got {show(most)}")
 
 
 def check_unsearched(axes: list[Axis], fixed: dict[str, Any], capacity: bool) -> None:

@@ -40,6 +40,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import re
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -52,12 +53,13 @@ from ..records.option_values import show
 from ..records.options import Options
 from .request_rows import csv_text
 from .specs import load_specs
-from .trace import Trace
+from .inputs import read_bounded, read_stdin
+from .trace import Trace, parse_trace, read_trace
 from .trace_config import check_options, resolve_options
 
 __all__ = ["SWEEP_VERSION", "Axis", "Configuration", "GridConfigurations", "Grid",
            "check_axis", "with_policies", "build_grid", "fingerprint", "parse_shard", "shard_of",
-           "file_digest", "cell_text", "json_value_of", "MAX_CONFIGURATIONS"]
+           "file_digest", "trace_and_digest", "cell_text", "json_value_of", "MAX_CONFIGURATIONS"]
 
 SWEEP_VERSION = 1
 # `--shard K/N`: ASCII digits only; at most 18 of them, so that int() never meets
@@ -326,6 +328,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     K and N are ASCII digits and nothing else: no sign, space, underscore or
     other script's digits, all of which Python's int() would take."""
     match = _SHARD.fullmatch(text)
+    if match is None and re.fullmatch(r"[0-9]+/[0-9]+", text):  # (0 <= K < N may hold)
+        raise UsageError(f"--shard's K and N have at most 18 digits each, got {show(text)}")
     shard, shards = (int(match[1]), int(match[2])) if match else (-1, -1)
     if not 0 <= shard < shards:
         raise UsageError(f"--shard must be K/N with 0 <= K < N (K counts from 0), got "
@@ -355,3 +359,24 @@ def file_digest(path: str) -> str:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return digest.hexdigest()
+
+
+def trace_and_digest(path: str) -> tuple[Trace, str]:
+    """The trace at `path` (`-`: standard input) and the SHA-256 of its bytes, which
+    name it in a sweep's rows. What is not a regular file (a FIFO, `<(...)`, a device)
+    is read once, for both: a second read saw nothing (`sweep <(cat t.jsonl)` replayed
+    an empty trace) or waited for a writer that had gone (`search` of a FIFO)."""
+    if path != "-" and (os.path.isfile(path) or not os.path.exists(path)
+                        or os.path.isdir(path)):
+        return read_trace(path), file_digest(path)
+    if path == "-":
+        data = read_stdin()
+        return parse_trace(data, "<stdin>"), hashlib.sha256(data).hexdigest()
+    try:
+        with open(path, "rb") as handle:
+            data = read_bounded(handle, path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+    trace = dataclasses.replace(parse_trace(data, path),
+                                directory=os.path.dirname(os.path.abspath(path)))
+    return trace, hashlib.sha256(data).hexdigest()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from bisect import bisect_right
 from functools import partial
 from itertools import chain, groupby
@@ -33,6 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ..records.errors import UsageError
 from ..records.frozen import Frozen, record
 from ..records.workload import RequestSpec, Workload
+from .inputs import read_bounded, read_stdin
 from .json_lines import decode_line
 from .problems import Problems
 from .trace_fast_path import Columns, block_specs, common_block, common_request
@@ -318,12 +318,11 @@ def read_trace(path: str, keep: bool = True) -> Trace:
     smaller file is read whole.
     """
     if path == "-":
-        data = sys.stdin.buffer.read()
-        return parse_trace(data, "<stdin>")
+        return parse_trace(read_stdin(), "<stdin>")
     if not os.path.isfile(path) or os.path.getsize(path) <= STREAM_ABOVE:
         try:
             with open(path, "rb") as handle:
-                data = handle.read()
+                data = read_bounded(handle, path)
         except OSError as exc:
             raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
         return dataclasses.replace(parse_trace(data, path), directory=_folder(path))

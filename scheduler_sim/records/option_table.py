@@ -22,6 +22,9 @@ DEFAULT_POLICIES = ("continuous",)
 # "Host memory"): the order of a copy's launch and synchronisation.
 HOST_COPY_LATENCY_US = 10.0
 
+# The largest block size (2**16 token rows): a larger block holds any prompt whole.
+MAX_BLOCK_SIZE = 65536
+
 # Metrics an SLO may bound (vLLM's goodput names); `e2e` is accepted for `e2el`.
 SLO_METRICS = ("ttft", "tpot", "e2el")
 
@@ -94,7 +97,10 @@ class OptionSpec(Frozen):
 OPTIONS: dict[str, OptionSpec] = {
     spec.name: spec
     for spec in (
-        OptionSpec("block_size", "int", 16, "token rows per KV block", minimum=1),
+        # (Bounded: the decode cohort keeps a group per row of a block,
+        # engine/fast/cohort.py, made up front.)
+        OptionSpec("block_size", "int", 16, "token rows per KV block", minimum=1,
+                   maximum=MAX_BLOCK_SIZE),
         OptionSpec("num_blocks", "int", 2048, "usable KV blocks (capacity)", minimum=1),
         OptionSpec("token_budget", "int", 2048, "tokens per dispatch", minimum=1),
         OptionSpec("max_rows", "int", 256, "requests per dispatch", minimum=1),
@@ -229,8 +235,8 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec("rate_scale", "float", 1.0,
                    "replay the trace's load this many times over: every arrival (and "
                    "cancellation, forced preemption, deadline) at its time divided by this, "
-                   "order kept (2: twice the request rate)", minimum=0.0,
-                   exclusive_minimum=True, maximum=1e6),
+                   "order kept (2: twice the request rate)", minimum=1e-6,
+                   maximum=1e6),
         OptionSpec("max_concurrency", "int", None,
                    "closed-loop clients: at most this many requests in flight, the rest wait "
                    "for a slot (default: open loop)", minimum=1, nullable=True),

@@ -14,6 +14,7 @@ from scheduler_sim.io import trace as trace_module
 from scheduler_sim.io import trace_fast_path
 from scheduler_sim.io import trace_validator
 from scheduler_sim.io.trace_fast_path import Columns, block_specs, common_block, common_request
+from scheduler_sim.records.options import Options
 from scheduler_sim.records.workload import RequestSpec
 from test_trace_fast_path import both_ways, outcome
 
@@ -218,3 +219,15 @@ def test_the_hashed_spelling_is_read_whole_or_not_at_all():
     assert find((H % (b"a", b"1.5", b"9", b"2", b"0,1,22") + b"\n").decode()) == [
         ("a", "1.5", "9", "2", "0,1,22")]
     assert find(OTHERS["no hashes"].decode() + "\n") == []
+
+
+def test_block_hashes_without_prefix_caching_are_noted():
+    """A trace that gives hash_block_size (a converted Mooncake trace) replayed without
+    prefix caching: its hashes are never looked up, and the header says so; with
+    prefix caching, or without a hash_block_size, no such note."""
+    note = ("hash_block_size has no effect without prefix_caching: the trace's block hashes "
+            "are not looked up, so no prompt reuses cached blocks")
+    assert Options.resolve({"hash_block_size": 512, "time_unit": "s"}, {}).unused() == [note]
+    assert Options.resolve({"hash_block_size": 512}, {"prefix_caching": True}).unused() == []
+    assert Options.resolve({}, {"hash_block_size": 32}).unused() == [note]
+    assert Options.resolve({}, {}).unused() == []

@@ -236,6 +236,9 @@ class Options(Frozen):
             out.append("host_kv_gib holds nothing here: host memory keeps cached blocks "
                        "(prefix_caching with host_write through) or swapped victims "
                        "(preemption_mode swap)")
+        if not self.prefix_caching and "hash_block_size" in self.origin:
+            out.append("hash_block_size has no effect without prefix_caching: the trace's "
+                       "block hashes are not looked up, so no prompt reuses cached blocks")
         if self.sglang_priority and self.disagg and self.priority_preemption:
             out.append("priority_preemption is not modelled on disaggregated replicas: "
                        "they schedule by priority without preempting")

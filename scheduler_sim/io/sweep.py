@@ -53,8 +53,7 @@ from ..records.option_values import show
 from ..records.options import Options
 from .request_rows import csv_text
 from .specs import load_specs
-from .inputs import read_bounded, read_stdin
-from .trace import Trace, parse_trace, read_trace
+from .trace import Trace, read_trace, read_whole_trace
 from .trace_config import check_options, resolve_options
 
 __all__ = ["SWEEP_VERSION", "Axis", "Configuration", "GridConfigurations", "Grid",
@@ -366,17 +365,7 @@ def trace_and_digest(path: str) -> tuple[Trace, str]:
     name it in a sweep's rows. What is not a regular file (a FIFO, `<(...)`, a device)
     is read once, for both: a second read saw nothing (`sweep <(cat t.jsonl)` replayed
     an empty trace) or waited for a writer that had gone (`search` of a FIFO)."""
-    if path != "-" and (os.path.isfile(path) or not os.path.exists(path)
-                        or os.path.isdir(path)):
+    if path != "-" and os.path.isfile(path):
         return read_trace(path), file_digest(path)
-    if path == "-":
-        data = read_stdin()
-        return parse_trace(data, "<stdin>"), hashlib.sha256(data).hexdigest()
-    try:
-        with open(path, "rb") as handle:
-            data = read_bounded(handle, path)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
-    trace = dataclasses.replace(parse_trace(data, path),
-                                directory=os.path.dirname(os.path.abspath(path)))
+    trace, data = read_whole_trace(path)
     return trace, hashlib.sha256(data).hexdigest()

@@ -40,7 +40,7 @@ from .trace_records import Expectation, RecordChecker, checked_spec, parse_reque
 from .trace_validator import Validator
 from .validated_copy import ValidatedCopy
 
-__all__ = ["Trace", "parse_trace", "read_trace"]
+__all__ = ["Trace", "parse_trace", "read_trace", "read_whole_trace"]
 
 # Trace files larger than this are validated and replayed as they are read
 # (`read_trace`); smaller ones are read whole, which is faster.
@@ -317,15 +317,8 @@ def read_trace(path: str, keep: bool = True) -> Trace:
     order in the file are sorted in memory instead (about 1 KB each). A
     smaller file is read whole.
     """
-    if path == "-":
-        return parse_trace(read_stdin(), "<stdin>")
-    if not os.path.isfile(path) or os.path.getsize(path) <= STREAM_ABOVE:
-        try:
-            with open(path, "rb") as handle:
-                data = read_bounded(handle, path)
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
-        return dataclasses.replace(parse_trace(data, path), directory=_folder(path))
+    if path == "-" or not os.path.isfile(path) or os.path.getsize(path) <= STREAM_ABOVE:
+        return read_whole_trace(path)[0]
     checker = Validator(path, streamed=True)
     copy = ValidatedCopy(keep)  # (each block as validation read it, for the replays)
     try:
@@ -345,6 +338,21 @@ def read_trace(path: str, keep: bool = True) -> Trace:
     else:
         workload = Workload.build(list(source()), cancels, preempts)
     return dataclasses.replace(_validated(checker, path, workload), directory=_folder(path))
+
+
+def read_whole_trace(path: str) -> tuple[Trace, bytes]:
+    """The trace at `path` (`-`: standard input) read whole, and its bytes: for a
+    caller that needs both from one read (a sweep's digest of what is not a regular
+    file, which a second read would find empty or wait on)."""
+    if path == "-":
+        data = read_stdin()
+        return parse_trace(data, "<stdin>"), data
+    try:
+        with open(path, "rb") as handle:
+            data = read_bounded(handle, path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+    return dataclasses.replace(parse_trace(data, path), directory=_folder(path)), data
 
 
 def _folder(path: str) -> str:

@@ -105,27 +105,17 @@ class VllmFastPaths:
         # Nothing waits and prefill has no cadence: each call walks the running list
         # and gives every request its decode (the engine checks that the blocks they
         # open are free). Under prefix caching the walk keys the block a decode
-        # fills, which the engine's start of those decodes does too, in the same
-        # order (`Dispatching._start`: `register_decoded`, as a fold keys them). Not
-        # with a radix tree's stamps or host memory's stores (the engine carries
-        # nothing with host memory or for a plug-in: guards), nor with blocks of one
-        # token (a guard kept as first written: there the start opens, then keys,
-        # each block as the walk does, and without the test fold_fuzz found no
-        # difference in 8,640 vllm cases, seeds 410,000-411,999 and 430,000-437,999,
-        # nor old against new in 800 command lines), nor with a listener: the walk
-        # writes the `evicted` record of a cached block an opening takes before the
-        # step's snapshot, the engine's start after it (without this test fold_fuzz
-        # found 24 differences in 640 vllm cases, seeds 410,000-411,999;
-        # tests/test_vllm_fixed_point.py).
-        # The exclusion is the policy's, not the engine's: a record falls where the
-        # call opens blocks, and `continuous`'s call opens none (the start does,
-        # after the snapshot, stepped or carried: its promise holds with a
-        # listener); `sglang` promises nothing. A fleet's replicas with listeners
-        # are stepped (fleet.py's `make_replicas`), each with its own listener.
-        # Speed: a fleet's replica is mostly one request, its decodes after its
-        # prompt then started without a call: 0.9812x the instructions of the first
-        # 2,000 Mooncake requests on 64 prefix-affinity replicas, 0.9730x on
-        # round-robin ones (benchmarks/README.md, "thirty-third steps", re37).
+        # fills, as the engine's start of those decodes does (`register_decoded`),
+        # in the same order. Not with a radix tree's stamps or host memory's stores,
+        # nor with a listener: the walk writes the `evicted` record of a cached block
+        # an opening takes before the step's snapshot, the engine's start after it
+        # (fold_fuzz found 24 differences in 640 cases without this test;
+        # tests/test_vllm_fixed_point.py). Blocks of one token are excluded as a
+        # guard kept from the first version; fuzzing found no case that needs it.
+        # `continuous`'s call opens no blocks, so its promise holds with a listener.
+        # Speed: 0.9812x the instructions of the first 2,000 Mooncake requests on 64
+        # prefix-affinity replicas, 0.9730x on round-robin ones (benchmarks/README.md,
+        # "thirty-third steps", re37, with the fuzz seeds and counts).
         options = self.options
         allocator = self.view.allocator
         return (not self.waiting and options.prefill_interval <= 1
